@@ -1,0 +1,1 @@
+"""CleverThis compute agent. This package never imports Django."""

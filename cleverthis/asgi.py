@@ -1,0 +1,45 @@
+"""ASGI entry point: HTTP through Django, WebSockets through Channels.
+
+Agent tunnel routes (`/agent/...`) authenticate with node certificates and bypass the session stack;
+every other WebSocket route gets the user from the session cookie behind an origin check.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cleverthis.settings.base")
+django_asgi_app = get_asgi_application()
+
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+
+if settings.SERVE_STATIC:
+    django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from cleverthis.routing import (  # noqa: E402
+    AGENT_PATH_PREFIX,
+    agent_websocket_urlpatterns,
+    user_websocket_urlpatterns,
+)
+
+
+class WebSocketAudienceRouter:
+    """Send `/agent/...` sockets to the agent stack and the rest to the user-session stack."""
+
+    def __init__(self) -> None:
+        self.agent_app = URLRouter(agent_websocket_urlpatterns)
+        self.user_app = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(user_websocket_urlpatterns)))
+
+    async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
+        app = self.agent_app if scope["path"].startswith(AGENT_PATH_PREFIX) else self.user_app
+        return await app(scope, receive, send)
+
+
+application = ProtocolTypeRouter({"http": django_asgi_app, "websocket": WebSocketAudienceRouter()})

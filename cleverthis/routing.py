@@ -1,0 +1,19 @@
+"""WebSocket URL routes, split by audience.
+
+Agent routes authenticate with node certificates and sit outside the user-session stack; user routes
+go through AuthMiddlewareStack. Apps add their patterns here as they grow.
+"""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, re_path
+
+from cleverthis.consumers import PingConsumer
+
+AGENT_PATH_PREFIX = "/agent/"
+
+agent_websocket_urlpatterns: list[URLPattern] = []
+
+user_websocket_urlpatterns: list[URLPattern] = [
+    re_path(r"^ws/ping/$", PingConsumer.as_asgi()),
+]

@@ -1,0 +1,1 @@
+"""Settings package: `base` reads the environment, `test` adjusts it for pytest."""

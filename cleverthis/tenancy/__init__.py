@@ -1,0 +1,1 @@
+"""Workspaces, memberships and roles: the tenancy boundary of every object."""

@@ -1,0 +1,52 @@
+"""Django admin for workspaces and memberships; role changes go through the service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from guardian.admin import GuardedModelAdmin
+
+from cleverthis.tenancy import services
+from cleverthis.tenancy.models import Membership, Workspace
+
+
+class MembershipInline(admin.TabularInline):
+    """Members of a workspace, edited in place."""
+
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Workspace)
+class WorkspaceAdmin(GuardedModelAdmin):
+    """Workspaces with their members."""
+
+    list_display = ["name", "slug", "created_at"]
+    search_fields = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [MembershipInline]
+
+    def save_formset(self, request: Any, form: Any, formset: Any, change: bool) -> None:
+        instances = formset.save(commit=False)
+        for obj in formset.deleted_objects:
+            services.membership_remove(workspace=obj.workspace, user=obj.user)
+        for membership in instances:
+            services.membership_set(workspace=membership.workspace, user=membership.user, role=membership.role)
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    """Memberships; saving re-syncs the member's object permissions."""
+
+    list_display = ["user", "workspace", "role", "created_at"]
+    list_filter = ["role", "workspace"]
+    search_fields = ["user__username", "workspace__name"]
+    autocomplete_fields = ["user"]
+
+    def save_model(self, request: Any, obj: Membership, form: Any, change: bool) -> None:
+        services.membership_set(workspace=obj.workspace, user=obj.user, role=obj.role)
+
+    def delete_model(self, request: Any, obj: Membership) -> None:
+        services.membership_remove(workspace=obj.workspace, user=obj.user)

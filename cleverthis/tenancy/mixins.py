@@ -1,0 +1,71 @@
+"""The one place where API querysets are scoped to the requesting user's workspaces."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.db.models import QuerySet
+from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.request import Request
+
+from cleverthis.tenancy.models import Workspace
+from cleverthis.tenancy.permissions import can_edit, can_operate
+from cleverthis.tenancy.selectors import scope_to_user, workspace_list
+
+
+class WorkspaceScopedMixin:
+    """Scope every queryset of a view to the user's workspaces; rows of other workspaces are 404.
+
+    Subclasses provide `get_base_queryset()` (or `queryset`) and `workspace_field`, never
+    `get_queryset()`: overriding it is refused at class creation so the scoping cannot be bypassed.
+    """
+
+    workspace_field: ClassVar[str] = "workspace"
+    request: Request
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "get_queryset" in cls.__dict__:
+            raise TypeError(
+                f"{cls.__name__} overrides get_queryset(); override get_base_queryset() instead so "
+                "workspace scoping stays in force"
+            )
+
+    def get_base_queryset(self) -> QuerySet:
+        """The unscoped queryset; subclasses may add select_related/annotations here."""
+        return self.queryset.all()  # type: ignore[attr-defined]
+
+    def get_queryset(self) -> QuerySet:
+        return scope_to_user(self.get_base_queryset(), user=self.request.user, workspace_field=self.workspace_field)
+
+    def get_workspace_from_request(self, workspace_id: Any) -> Workspace:
+        """The workspace named in a write request, if the user is a member; 404 otherwise."""
+        try:
+            return workspace_list(user=self.request.user).get(pk=workspace_id)
+        except (Workspace.DoesNotExist, ValueError, TypeError):
+            raise NotFound("Workspace not found.") from None
+
+
+def require_operator(user: Any, workspace: Workspace) -> None:
+    """Raise 403 unless `user` is Owner or Admin of `workspace`."""
+    if not can_operate(user, workspace):
+        raise PermissionDenied("Only workspace Owners and Admins can do this.")
+
+
+def require_editor(user: Any, workspace: Workspace) -> None:
+    """Raise 403 unless `user` is Owner, Admin or Member of `workspace`."""
+    if not can_edit(user, workspace):
+        raise PermissionDenied("Viewers cannot change anything in this workspace.")
+
+
+class IsWorkspaceOperatorOrReadOnly(BasePermission):
+    """Reads for every member; writes on an object only for its workspace's Owners and Admins."""
+
+    message = "Only workspace Owners and Admins can do this."
+
+    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
+        if request.method in SAFE_METHODS:
+            return True
+        workspace = getattr(obj, "workspace", obj)
+        return can_operate(request.user, workspace)

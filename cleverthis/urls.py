@@ -1,0 +1,27 @@
+"""Root URL map: pages, admin, API v1 and its schema."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from cleverthis.tenancy import views as tenancy_views
+
+api_v1 = [
+    path("", include("cleverthis.tenancy.api.urls")),
+]
+
+urlpatterns = [
+    path("", tenancy_views.dashboard, name="dashboard"),
+    path("healthz", tenancy_views.healthz, name="healthz"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("compute/", include("fleet.urls")),
+    path("ray/", include("raymgr.urls")),
+]

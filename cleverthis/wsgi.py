@@ -1,0 +1,8 @@
+"""WSGI entry point (management tooling only; the product is served by daphne over ASGI)."""
+
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cleverthis.settings.base")
+application = get_wsgi_application()

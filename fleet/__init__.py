@@ -1,0 +1,1 @@
+"""Compute fleet: clusters, nodes, join tokens, certificates and commands."""

@@ -1,0 +1,11 @@
+"""App config for the compute fleet."""
+
+from django.apps import AppConfig
+
+
+class FleetConfig(AppConfig):
+    """Compute clusters and their nodes."""
+
+    name = "fleet"
+    verbose_name = "Compute fleet"
+    default_auto_field = "django.db.models.BigAutoField"

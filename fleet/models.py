@@ -1,0 +1,1 @@
+"""Fleet models (compute clusters, nodes, commands) arrive with the fleet-core issue."""

@@ -1,0 +1,1 @@
+"""Managed Ray clusters, training jobs, Serve deployments and Tune experiments."""

@@ -1,0 +1,1 @@
+"""Ray models (RayCluster, RayNode, jobs, deployments, experiments) arrive with the Ray issues."""

@@ -1,0 +1,61 @@
+"""The ASGI application routes HTTP to Django and WebSockets to Channels consumers."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.testing import ApplicationCommunicator
+from channels.testing import HttpCommunicator, WebsocketCommunicator
+
+from cleverthis.asgi import WebSocketAudienceRouter, application
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_http_goes_to_django():
+    communicator = HttpCommunicator(application, "GET", "/healthz")
+    response = await communicator.get_response()
+    assert response["status"] == 200
+    assert response["body"] == b'{"status": "ok"}'
+
+
+async def test_static_files_are_served():
+    scope = {"type": "http", "method": "GET", "path": "/static/js/htmx.min.js", "query_string": b"", "headers": []}
+    communicator = ApplicationCommunicator(application, scope)
+    await communicator.send_input({"type": "http.request", "body": b""})
+    start = await communicator.receive_output(5)
+    assert start["status"] == 200
+    body = b""
+    while True:
+        message = await communicator.receive_output(5)
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    assert body.startswith(b"var htmx=")
+
+
+async def test_user_websocket_route_answers():
+    communicator = WebsocketCommunicator(application, "/ws/ping/", headers=[(b"origin", b"http://127.0.0.1:8000")])
+    connected, _ = await communicator.connect()
+    assert connected
+    await communicator.send_json_to({"type": "ping"})
+    assert await communicator.receive_json_from() == {"type": "pong", "user": None}
+    await communicator.disconnect()
+
+
+async def test_user_websocket_from_foreign_origin_is_refused(settings):
+    settings.ALLOWED_HOSTS = ["127.0.0.1"]
+    router = WebSocketAudienceRouter()  # reads ALLOWED_HOSTS when built, as at process start
+    communicator = WebsocketCommunicator(router, "/ws/ping/", headers=[(b"origin", b"http://evil.example")])
+    connected, _ = await communicator.connect()
+    assert not connected
+
+
+async def test_unknown_websocket_route_is_rejected():
+    communicator = WebsocketCommunicator(application, "/ws/nothing-here/")
+    with pytest.raises(ValueError, match="No route found"):
+        await communicator.connect()
