@@ -1,0 +1,44 @@
+"""The interface every executor implements, and the error it raises for documented failures.
+
+Executors are synchronous (the docker, kubernetes and git libraries all block); the tunnel runs them in
+a worker thread and hands them a thread-safe `ProgressFn`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from agent.protocol import ContainerInfo
+
+# progress(message, percent=None, data=None) — safe to call from any thread.
+ProgressFn = Callable[..., None]
+
+
+class CommandFailed(Exception):
+    """A command failed for a documented reason; `code` is one of `agent.protocol.ERROR_CODES`."""
+
+    def __init__(self, code: str, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class Executor(Protocol):
+    """Runs container commands for one orchestration mode."""
+
+    mode: str
+
+    def execute(self, command_type: str, payload: Any, *, command_key: str, progress: ProgressFn) -> dict[str, Any]:
+        """Run one `container.*` command (payload already parsed by `agent.protocol.parse_payload`).
+
+        Returns the result data (at least ``container_id`` for container commands). Must be
+        idempotent on `command_key`: running the same create twice returns the first container.
+        Raises `CommandFailed` for documented failures.
+        """
+        ...
+
+    def list_containers(self) -> list[ContainerInfo]:
+        """Every workload this executor manages on the node (for the inventory sent on reconnect)."""
+        ...

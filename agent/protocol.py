@@ -1,0 +1,600 @@
+"""The wire protocol between the compute agent and the control plane.
+
+One module, imported by both sides (the agent never imports Django; the control plane imports this
+file). Every frame is a JSON object ``{"v": PROTOCOL_VERSION, "type": ..., "id": ..., ...}`` sent as
+one WebSocket text message. Each frame type is a frozen dataclass; `encode` turns one into text and
+`decode` parses and validates text back into the right dataclass, raising `ProtocolError` (with a
+reason fit to send back in a close frame) for anything malformed.
+
+Control frames (hello, heartbeat, command, ack, progress, result, error, backoff, revoked) are small;
+bulk bytes (proxied HTTP bodies) travel in `StreamData` frames on numbered streams with credit-based
+flow control (`StreamWindow`), so a sender can always put a control frame ahead of queued bulk data.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import types
+import typing
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+PROTOCOL_VERSION = 1
+# Frames larger than this are refused by both sides (proxied bodies are chunked well below it).
+MAX_FRAME_BYTES = 1024 * 1024
+# Default flow-control window per proxied stream (bytes the receiver lets the sender have in flight).
+DEFAULT_STREAM_WINDOW = 4 * 1024 * 1024
+HEARTBEAT_INTERVAL_S = 30.0
+# Agent → control plane WebSocket path.
+TUNNEL_PATH = "/agent/tunnel"
+
+CommandType = Literal[
+    "container.create",
+    "container.start",
+    "container.stop",
+    "container.destroy",
+    "model.download",
+    "endpoint.start",
+    "endpoint.stop",
+]
+COMMAND_TYPES: tuple[str, ...] = get_args(CommandType)
+
+# Machine-readable failure codes carried by `Error` frames and recorded on commands.
+ErrorCode = Literal[
+    "invalid_payload",
+    "unknown_command",
+    "unsupported",
+    "not_found",
+    "conflict",
+    "docker_unavailable",
+    "image_pull_failed",
+    "registry_auth_failed",
+    "kubernetes_unavailable",
+    "gitops_failed",
+    "argocd_sync_failed",
+    "hub_unreachable",
+    "model_not_found",
+    "weights_missing",
+    "insufficient_vram",
+    "internal",
+]
+ERROR_CODES: tuple[str, ...] = get_args(ErrorCode)
+
+
+class ProtocolError(ValueError):
+    """A frame that cannot be accepted; `str(err)` is a reason safe to send to the peer."""
+
+
+def new_id() -> str:
+    """A fresh frame/command id."""
+    return uuid.uuid4().hex
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared value types
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as reported by nvidia-ml-py."""
+
+    index: int
+    name: str
+    uuid: str = ""
+    memory_total_mb: int = 0
+    memory_used_mb: int = 0
+    utilization_percent: float = 0.0
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """Static facts about the node, sent at registration and in `Hello`."""
+
+    hostname: str
+    os: str = ""
+    arch: str = ""
+    cpu_count: int = 0
+    memory_total_mb: int = 0
+    agent_version: str = ""
+    gpus: list[GpuInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """A workload container (or Deployment) that the agent manages."""
+
+    container_id: str
+    name: str
+    image: str
+    status: str  # created | running | exited | stopped | missing
+    command_key: str = ""  # idempotency key of the container.create that made it
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CachedModel:
+    """A model snapshot in the node's cache."""
+
+    model_id: str
+    revision: str
+    path: str
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class EndpointInfo:
+    """A running inference endpoint on the node."""
+
+    endpoint_id: str
+    model_id: str
+    port: int
+    status: str  # starting | running | stopped | failed
+    pid: int = 0
+    container_id: str = ""
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Everything the agent runs and holds, sent on every (re)connect for reconciliation."""
+
+    containers: list[ContainerInfo] = field(default_factory=list)
+    endpoints: list[EndpointInfo] = field(default_factory=list)
+    models: list[CachedModel] = field(default_factory=list)
+    gpus: list[GpuInfo] = field(default_factory=list)
+    completed_command_keys: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------
+# Command payloads (the `payload` of a `Command` frame, by command type)
+
+
+@dataclass(frozen=True)
+class PortMapping:
+    """A container port published on the host (host_port 0 = pick any free port)."""
+
+    container_port: int
+    host_port: int = 0
+    protocol: Literal["tcp", "udp"] = "tcp"
+
+
+@dataclass(frozen=True)
+class ContainerCreatePayload:
+    """container.create: run `image` as `name` with resource requests."""
+
+    image: str
+    name: str
+    command: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    ports: list[PortMapping] = field(default_factory=list)
+    cpu: float = 0.0  # cores; 0 = no limit
+    memory_mb: int = 0  # 0 = no limit
+    gpus: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    endpoint_host: str = ""  # when set (kubernetes mode), an Ingress routes this host to the first port
+    registry_username: str = ""
+    registry_password: str = ""
+    start: bool = True
+
+
+@dataclass(frozen=True)
+class ContainerRefPayload:
+    """container.start / container.stop / container.destroy: which container, by id or name."""
+
+    container: str
+    timeout_s: int = 10  # graceful stop timeout before SIGKILL
+
+
+@dataclass(frozen=True)
+class ModelDownloadPayload:
+    """model.download: snapshot a Hub repository into the node cache."""
+
+    model_id: str
+    revision: str = "main"
+    allow_patterns: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EndpointStartPayload:
+    """endpoint.start: serve a cached model with an OpenAI-compatible server."""
+
+    endpoint_id: str
+    model_id: str
+    revision: str = "main"
+    port: int = 0  # 0 = pick a free port
+    gpus: int = 0
+    min_vram_mb: int = 0
+    extra_args: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EndpointStopPayload:
+    """endpoint.stop."""
+
+    endpoint_id: str
+
+
+PAYLOAD_TYPES: dict[str, type] = {
+    "container.create": ContainerCreatePayload,
+    "container.start": ContainerRefPayload,
+    "container.stop": ContainerRefPayload,
+    "container.destroy": ContainerRefPayload,
+    "model.download": ModelDownloadPayload,
+    "endpoint.start": EndpointStartPayload,
+    "endpoint.stop": EndpointStopPayload,
+}
+
+
+def parse_payload(command_type: str, payload: dict[str, Any]) -> Any:
+    """Validate `payload` for `command_type` and return its dataclass; `ProtocolError` if invalid."""
+    try:
+        cls = PAYLOAD_TYPES[command_type]
+    except KeyError:
+        raise ProtocolError(f"unknown command type {command_type!r}") from None
+    return from_dict(cls, payload, where=f"{command_type} payload")
+
+
+# --------------------------------------------------------------------------------------------------
+# Frames
+
+
+@dataclass(frozen=True, kw_only=True)
+class Frame:
+    """Base of every frame: version, type tag and id."""
+
+    TYPE: ClassVar[str] = ""
+    v: int = PROTOCOL_VERSION
+    id: str = field(default_factory=new_id)
+
+
+# ---- authentication (control plane speaks first after the socket opens)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Challenge(Frame):
+    """CP → agent: sign `nonce` with the node key to prove possession of the certificate."""
+
+    TYPE: ClassVar[str] = "challenge"
+    nonce: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hello(Frame):
+    """Agent → CP: certificate, signature over the challenge nonce, host facts and full inventory."""
+
+    TYPE: ClassVar[str] = "hello"
+    node_id: str
+    certificate_pem: str
+    signature_b64: str
+    facts: HostFacts
+    inventory: Inventory = field(default_factory=Inventory)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Welcome(Frame):
+    """CP → agent: authenticated; heartbeat at `heartbeat_interval_s`."""
+
+    TYPE: ClassVar[str] = "welcome"
+    node_id: str
+    heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
+
+
+# ---- liveness
+
+
+@dataclass(frozen=True, kw_only=True)
+class Heartbeat(Frame):
+    """Agent → CP every `heartbeat_interval_s`: current utilization."""
+
+    TYPE: ClassVar[str] = "heartbeat"
+    cpu_percent: float
+    memory_percent: float
+    memory_used_mb: int = 0
+    memory_total_mb: int = 0
+    gpus: list[GpuInfo] = field(default_factory=list)
+    containers_running: int = 0
+    sent_at: float = 0.0  # agent's time.time(), for latency measurement
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeartbeatAck(Frame):
+    """CP → agent: heartbeat `heartbeat_id` recorded."""
+
+    TYPE: ClassVar[str] = "heartbeat_ack"
+    heartbeat_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backoff(Frame):
+    """CP → agent: disconnect and do not retry for `retry_after_s` (deploys, overload)."""
+
+    TYPE: ClassVar[str] = "backoff"
+    retry_after_s: float
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Revoked(Frame):
+    """CP → agent: this node's certificate is revoked; stop reconnecting."""
+
+    TYPE: ClassVar[str] = "revoked"
+    reason: str = "node deleted"
+
+
+# ---- commands
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command(Frame):
+    """CP → agent: run `command_type` with `payload`; `idempotency_key` makes re-delivery safe."""
+
+    TYPE: ClassVar[str] = "command"
+    command_id: str
+    idempotency_key: str
+    command_type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ack(Frame):
+    """Agent → CP: command received and started (or already done: `duplicate`)."""
+
+    TYPE: ClassVar[str] = "ack"
+    command_id: str
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Progress(Frame):
+    """Agent → CP: a step of a running command (image pull layers, download bytes, drain steps)."""
+
+    TYPE: ClassVar[str] = "progress"
+    command_id: str
+    message: str
+    percent: float | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result(Frame):
+    """Agent → CP: command succeeded with `data` (container id, endpoint port, model path...)."""
+
+    TYPE: ClassVar[str] = "result"
+    command_id: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Error(Frame):
+    """Agent → CP: command failed with a machine-readable `code` and a human `message`."""
+
+    TYPE: ClassVar[str] = "error"
+    command_id: str
+    code: str
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InventoryReport(Frame):
+    """Agent → CP: inventory changed (after a download, container exit...)."""
+
+    TYPE: ClassVar[str] = "inventory"
+    inventory: Inventory
+
+
+# ---- proxied HTTP streams (control plane opens streams towards a port on the node)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamOpen(Frame):
+    """CP → agent: open stream `stream_id` to 127.0.0.1:`port` and send this request head."""
+
+    TYPE: ClassVar[str] = "stream_open"
+    stream_id: int
+    port: int
+    method: str = "GET"
+    path: str = "/"
+    headers: list[list[str]] = field(default_factory=list)
+    websocket: bool = False
+    window: int = DEFAULT_STREAM_WINDOW
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamResponse(Frame):
+    """Agent → CP: response head of stream `stream_id`."""
+
+    TYPE: ClassVar[str] = "stream_response"
+    stream_id: int
+    status: int
+    headers: list[list[str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamData(Frame):
+    """Either direction: body bytes (base64) of stream `stream_id`; counts against the peer's window."""
+
+    TYPE: ClassVar[str] = "stream_data"
+    stream_id: int
+    data_b64: str
+
+    @classmethod
+    def of(cls, stream_id: int, data: bytes) -> StreamData:
+        return cls(stream_id=stream_id, data_b64=base64.b64encode(data).decode("ascii"))
+
+    def payload(self) -> bytes:
+        return base64.b64decode(self.data_b64)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamWindow(Frame):
+    """Either direction: grant the peer `increment` more bytes of credit on stream `stream_id`."""
+
+    TYPE: ClassVar[str] = "stream_window"
+    stream_id: int
+    increment: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamEnd(Frame):
+    """Either direction: stream `stream_id` is finished (`error` set when it broke)."""
+
+    TYPE: ClassVar[str] = "stream_end"
+    stream_id: int
+    error: str = ""
+
+
+FRAME_TYPES: dict[str, type[Frame]] = {
+    cls.TYPE: cls
+    for cls in (
+        Challenge,
+        Hello,
+        Welcome,
+        Heartbeat,
+        HeartbeatAck,
+        Backoff,
+        Revoked,
+        Command,
+        Ack,
+        Progress,
+        Result,
+        Error,
+        InventoryReport,
+        StreamOpen,
+        StreamResponse,
+        StreamData,
+        StreamWindow,
+        StreamEnd,
+    )
+}
+CONTROL_FRAME_TYPES = frozenset(FRAME_TYPES) - {"stream_data"}
+
+
+# --------------------------------------------------------------------------------------------------
+# Encoding and validation
+
+T = TypeVar("T")
+
+
+def to_dict(obj: Any) -> Any:
+    """A dataclass (or nested structure of them) as plain JSON-able data."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        data = {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        if isinstance(obj, Frame):
+            data["type"] = obj.TYPE
+        return data
+    if isinstance(obj, list | tuple):
+        return [to_dict(item) for item in obj]
+    if isinstance(obj, dict):
+        return {key: to_dict(value) for key, value in obj.items()}
+    return obj
+
+
+def encode(frame: Frame) -> str:
+    """Serialize `frame` to the JSON text sent over the socket."""
+    return json.dumps(to_dict(frame), separators=(",", ":"))
+
+
+def decode(raw: str | bytes) -> Frame:
+    """Parse and validate one frame; raise `ProtocolError` with a reason on anything malformed."""
+    if len(raw) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(raw)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"frame is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError("frame must be a JSON object")
+    version = data.get("v")
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(f"unsupported protocol version {version!r} (this side speaks {PROTOCOL_VERSION})")
+    frame_type = data.get("type")
+    cls = FRAME_TYPES.get(frame_type) if isinstance(frame_type, str) else None
+    if cls is None:
+        raise ProtocolError(f"unknown frame type {frame_type!r}")
+    body = {key: value for key, value in data.items() if key != "type"}
+    return from_dict(cls, body, where=f"{frame_type} frame")
+
+
+def from_dict(cls: type[T], data: Any, *, where: str) -> T:
+    """Build dataclass `cls` from `data`, checking every field's type; `ProtocolError` otherwise."""
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{where} must be an object")
+    hints = _hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    unknown = set(data) - set(known)
+    if unknown:
+        raise ProtocolError(f"{where} has unknown field(s): {', '.join(sorted(unknown))}")
+    kwargs: dict[str, Any] = {}
+    for name, fld in known.items():
+        if name in data:
+            kwargs[name] = _coerce(hints[name], data[name], where=f"{where}.{name}")
+        elif fld.default is dataclasses.MISSING and fld.default_factory is dataclasses.MISSING:
+            raise ProtocolError(f"{where} is missing required field {name!r}")
+    return cls(**kwargs)
+
+
+_HINT_CACHE: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINT_CACHE:
+        _HINT_CACHE[cls] = get_type_hints(cls)
+    return _HINT_CACHE[cls]
+
+
+def _coerce(hint: Any, value: Any, *, where: str) -> Any:
+    origin = get_origin(hint)
+    if origin is Literal:
+        if value not in get_args(hint):
+            raise ProtocolError(f"{where} must be one of {', '.join(map(repr, get_args(hint)))}")
+        return value
+    if origin in (Union, types.UnionType):
+        options = get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        last_error: ProtocolError | None = None
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(option, value, where=where)
+            except ProtocolError as exc:
+                last_error = exc
+        raise last_error or ProtocolError(f"{where} has the wrong type")
+    if origin is list:
+        if not isinstance(value, list):
+            raise ProtocolError(f"{where} must be a list")
+        (item_hint,) = get_args(hint) or (Any,)
+        return [_coerce(item_hint, item, where=f"{where}[{i}]") for i, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{where} must be an object")
+        key_hint, value_hint = get_args(hint) or (str, Any)
+        return {
+            _coerce(key_hint, k, where=f"{where} key"): _coerce(value_hint, v, where=f"{where}[{k!r}]")
+            for k, v in value.items()
+        }
+    if hint is Any or hint is typing.Any:
+        return value
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value, where=where)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ProtocolError(f"{where} must be a boolean")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ProtocolError(f"{where} must be an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ProtocolError(f"{where} must be a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ProtocolError(f"{where} must be a string")
+        return value
+    raise ProtocolError(f"{where}: unsupported field type {hint!r}")  # pragma: no cover - programming error

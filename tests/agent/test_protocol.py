@@ -1,0 +1,89 @@
+"""The shared wire protocol: round trips, validation, and refusal of malformed frames."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent import protocol as p
+
+
+def test_every_frame_type_round_trips():
+    frames = [
+        p.Challenge(nonce="abc"),
+        p.Hello(
+            node_id="n1",
+            certificate_pem="PEM",
+            signature_b64="c2ln",
+            facts=p.HostFacts(hostname="h", cpu_count=2, gpus=[p.GpuInfo(index=0, name="A100")]),
+            inventory=p.Inventory(
+                containers=[p.ContainerInfo(container_id="c", name="web", image="i", status="running")]
+            ),
+        ),
+        p.Heartbeat(cpu_percent=12.5, memory_percent=40, gpus=[]),
+        p.Command(command_id="c1", idempotency_key="k1", command_type="container.create", payload={"image": "x"}),
+        p.Progress(command_id="c1", message="pulling", percent=50.0),
+        p.Error(command_id="c1", code="image_pull_failed", message="manifest unknown"),
+        p.StreamData.of(3, b"\x00\xffbytes"),
+        p.Backoff(retry_after_s=30, reason="deploy"),
+    ]
+    for frame in frames:
+        assert p.decode(p.encode(frame)) == frame
+
+
+def test_encoded_frames_carry_version_type_and_id():
+    data = json.loads(p.encode(p.Ack(command_id="c1")))
+    assert data["v"] == p.PROTOCOL_VERSION
+    assert data["type"] == "ack"
+    assert len(data["id"]) == 32
+
+
+def test_stream_data_carries_binary():
+    frame = p.decode(p.encode(p.StreamData.of(1, bytes(range(256)))))
+    assert isinstance(frame, p.StreamData)
+    assert frame.payload() == bytes(range(256))
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"v": 99, "type": "ack", "command_id": "x"}', "unsupported protocol version"),
+        ('{"v": 1, "type": "launch_missiles"}', "unknown frame type"),
+        ('{"v": 1, "type": "ack"}', "missing required field 'command_id'"),
+        ('{"v": 1, "type": "ack", "command_id": 5}', "must be a string"),
+        ('{"v": 1, "type": "heartbeat", "cpu_percent": "hot", "memory_percent": 1}', "must be a number"),
+        ('{"v": 1, "type": "ack", "command_id": "x", "extra": 1}', "unknown field"),
+        ('{"v": 1, "type": "stream_window", "stream_id": true, "increment": 1}', "must be an integer"),
+    ],
+)
+def test_malformed_frames_are_refused_with_a_reason(raw, reason):
+    with pytest.raises(p.ProtocolError, match=reason):
+        p.decode(raw)
+
+
+def test_oversized_frame_is_refused():
+    with pytest.raises(p.ProtocolError, match="exceeds"):
+        p.decode("x" * (p.MAX_FRAME_BYTES + 1))
+
+
+def test_payloads_are_validated_per_command_type():
+    create = p.parse_payload(
+        "container.create",
+        {"image": "busybox", "name": "web", "ports": [{"container_port": 80}], "env": {"A": "1"}},
+    )
+    assert create.ports == [p.PortMapping(container_port=80)]
+    with pytest.raises(p.ProtocolError, match="missing required field 'image'"):
+        p.parse_payload("container.create", {"name": "web"})
+    with pytest.raises(p.ProtocolError, match="must be one of"):
+        p.parse_payload(
+            "container.create", {"image": "i", "name": "n", "ports": [{"container_port": 1, "protocol": "sctp"}]}
+        )
+    with pytest.raises(p.ProtocolError, match="unknown command type"):
+        p.parse_payload("container.explode", {})
+
+
+def test_every_command_type_has_a_payload_type():
+    assert set(p.COMMAND_TYPES) == set(p.PAYLOAD_TYPES)
