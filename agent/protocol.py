@@ -279,6 +279,10 @@ class Welcome(Frame):
     TYPE: ClassVar[str] = "welcome"
     node_id: str
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
+    # The node's cluster orchestration mode (standalone | kubernetes | argocd) and that mode's settings
+    # (for argocd: server, token, repo_url, branch, app_name). Secrets travel only here, over TLS.
+    mode: str = "standalone"
+    mode_settings: dict[str, Any] = field(default_factory=dict)
 
 
 # ---- liveness
