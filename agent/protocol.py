@@ -258,6 +258,9 @@ class Challenge(Frame):
 
     TYPE: ClassVar[str] = "challenge"
     nonce: str
+    # The control plane's CA signature over the nonce the agent sent in the connect URL
+    # (`?agent_nonce=`): the agent checks it against its pinned CA certificate before saying hello.
+    server_signature_b64: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
