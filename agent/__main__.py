@@ -1,0 +1,79 @@
+"""`python -m agent join --url … --token …` registers this machine; `python -m agent run` is the service."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+from agent.config import AgentConfig, state_dir_from_env
+from agent.registration import RegistrationError, join
+from agent.tunnel import RunnerLike, run_agent
+
+log = logging.getLogger("agent")
+
+
+def make_runner_factory(config: AgentConfig) -> Any:
+    """Build the CommandRunner for the cluster's orchestration mode (told by the control plane on connect)."""
+
+    def factory(mode: str, mode_settings: dict[str, Any]) -> RunnerLike:
+        from agent.endpoints import EndpointManager
+        from agent.models import ModelCache
+        from agent.runner import CommandRunner, build_executor
+
+        work_dir = config.work_dir
+        work_dir.mkdir(parents=True, exist_ok=True)
+        models = ModelCache(config.model_cache)
+        executor = build_executor(
+            mode,
+            mode_settings,
+            docker_url=os.environ.get("DOCKER_HOST"),
+            kubeconfig=None,
+            workdir=work_dir / "gitops",
+        )
+        endpoints = EndpointManager(models=models, state_dir=work_dir / "endpoints")
+        return CommandRunner(
+            executor=executor, models=models, endpoints=endpoints, journal_path=work_dir / "journal.jsonl"
+        )
+
+    return factory
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run `join` or `run`."""
+    parser = argparse.ArgumentParser(prog="python -m agent", description="CleverThis compute agent")
+    parser.add_argument("--log-level", default=os.environ.get("CLEVERTHIS_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="command", required=True)
+    join_cmd = sub.add_parser("join", help="register this machine with a join token")
+    join_cmd.add_argument("--url", required=True, help="control plane URL, e.g. https://fleet.example.com")
+    join_cmd.add_argument("--token", default=os.environ.get("CLUSTER_TOKEN"), help="join token (or CLUSTER_TOKEN)")
+    join_cmd.add_argument("--state-dir", default=None)
+    join_cmd.add_argument("--force", action="store_true", help="re-register even if already registered")
+    run_cmd = sub.add_parser("run", help="connect and serve commands (the systemd service)")
+    run_cmd.add_argument("--state-dir", default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    state_dir = state_dir_from_env(args.state_dir)
+    if args.command == "join":
+        if not args.token:
+            parser.error("a join token is required: --token or CLUSTER_TOKEN")
+        try:
+            config = join(url=args.url, token=args.token, state_dir=state_dir, force=args.force)
+        except RegistrationError as exc:
+            log.error("%s", exc)
+            return 2
+        print(f"registered node {config.node_id}; start the service with: python -m agent run")
+        return 0
+    try:
+        config = AgentConfig.load(state_dir)
+    except FileNotFoundError as exc:
+        log.error("%s", exc)
+        return 2
+    return run_agent(config, make_runner_factory(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
