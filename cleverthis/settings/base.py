@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cleverthis.settings.env import database_from_url, env_bool, env_int, env_list, env_str
+from cleverthis.settings.env import database_from_url, env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -19,6 +19,11 @@ CONTROL_PLANE_URL = env_str("CONTROL_PLANE_URL", "http://127.0.0.1:8000")
 ENDPOINT_DOMAIN = env_str("ENDPOINT_DOMAIN", "endpoints.localhost")
 # Key used to encrypt secrets at rest (CA key, ArgoCD tokens); defaults to one derived from SECRET_KEY.
 FIELD_ENCRYPTION_KEY = env_str("FIELD_ENCRYPTION_KEY", "")
+
+# Agent tunnel timing (seconds).
+AGENT_HEARTBEAT_INTERVAL_S = env_float("AGENT_HEARTBEAT_INTERVAL_S", 30.0)
+AGENT_HELLO_TIMEOUT_S = env_float("AGENT_HELLO_TIMEOUT_S", 15.0)
+AGENT_REVOCATION_RECHECK_S = env_float("AGENT_REVOCATION_RECHECK_S", 30.0)
 
 INSTALLED_APPS = [
     "daphne",

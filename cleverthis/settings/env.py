@@ -23,6 +23,17 @@ def env_int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from exc
 
 
+def env_float(name: str, default: float) -> float:
+    """Return the variable `name` as a float; a malformed value fails loudly at start-up."""
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name} must be a number, got {raw!r}") from exc
+
+
 def env_bool(name: str, default: bool) -> bool:
     """Return the variable `name` read as a boolean (1/true/yes/on)."""
     raw = os.environ.get(name)
