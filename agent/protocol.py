@@ -392,31 +392,22 @@ class InventoryReport(Frame):
     inventory: Inventory
 
 
-# ---- proxied HTTP streams (control plane opens streams towards a port on the node)
+# ---- proxied streams (control plane opens byte streams towards a port on the node)
 
 
 @dataclass(frozen=True, kw_only=True)
 class StreamOpen(Frame):
-    """CP → agent: open stream `stream_id` to 127.0.0.1:`port` and send this request head."""
+    """CP → agent: open stream `stream_id` as a TCP connection to 127.0.0.1:`port` on the node.
+
+    A stream is a byte pipe: the control plane writes the HTTP/1.1 request (or WebSocket upgrade) and
+    reads the raw response, so chunked bodies, SSE and upgraded sockets pass through unchanged.
+    `window` is the credit the control plane grants the agent for response bytes.
+    """
 
     TYPE: ClassVar[str] = "stream_open"
     stream_id: int
     port: int
-    method: str = "GET"
-    path: str = "/"
-    headers: list[list[str]] = field(default_factory=list)
-    websocket: bool = False
     window: int = DEFAULT_STREAM_WINDOW
-
-
-@dataclass(frozen=True, kw_only=True)
-class StreamResponse(Frame):
-    """Agent → CP: response head of stream `stream_id`."""
-
-    TYPE: ClassVar[str] = "stream_response"
-    stream_id: int
-    status: int
-    headers: list[list[str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -470,7 +461,6 @@ FRAME_TYPES: dict[str, type[Frame]] = {
         Error,
         InventoryReport,
         StreamOpen,
-        StreamResponse,
         StreamData,
         StreamWindow,
         StreamEnd,

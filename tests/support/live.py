@@ -1,0 +1,88 @@
+"""A live control plane for end-to-end tests: real daphne replicas, a real Celery worker, real agents.
+
+The subprocesses use the test database that pytest-django created (tests using these helpers need
+`transactional_db` so rows are committed and visible across processes) and the test Redis database.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+from tests.support.processes import REPO_ROOT, ManagedProcess, celery_worker, daphne, free_port, port_open, wait_until
+
+
+def subprocess_env(**overrides: str) -> dict[str, str]:
+    """Environment for control-plane subprocesses pointing at the test database and test Redis."""
+    db = settings.DATABASES["default"]
+    env = {
+        "DJANGO_SETTINGS_MODULE": "cleverthis.settings.test",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "TEST_REDIS_URL": settings.REDIS_URL,
+        "AGENT_HEARTBEAT_INTERVAL_S": "1",
+        "AGENT_REVOCATION_RECHECK_S": "5",
+        "AGENT_HELLO_TIMEOUT_S": "10",
+    }
+    env.update(overrides)
+    return env
+
+
+@dataclass
+class ControlPlane:
+    """One or more daphne replicas plus a Celery worker, all on the test database."""
+
+    log_dir: Path
+    env: dict[str, str]
+    replicas: list[ManagedProcess] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
+    worker: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.ports[0]}"
+
+    def start_replica(self, port: int | None = None) -> int:
+        """Start a daphne on `port` (a free one by default) and wait until it listens."""
+        port = port or free_port()
+        index = len(self.replicas)
+        proc = daphne(self.log_dir, port, env=self.env, name=f"daphne-{index}-{port}")
+        wait_until(lambda: port_open(port) or not proc.alive(), timeout=30, what=f"daphne on {port}")
+        assert proc.alive(), proc.log()
+        self.replicas.append(proc)
+        self.ports.append(port)
+        return port
+
+    def start_worker(self) -> None:
+        self.worker = celery_worker(self.log_dir, env=self.env)
+
+    def stop(self) -> None:
+        for proc in [*self.replicas, *([self.worker] if self.worker else [])]:
+            proc.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"==== {p.name}\n{p.log()[-4000:]}" for p in [*self.replicas, *filter(None, [self.worker])])
+
+
+def agent_join(url: str, token: str, state_dir: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m agent join` as a separate process."""
+    return subprocess.run(
+        [sys.executable, "-m", "agent", "join", "--url", url, "--token", token, "--state-dir", str(state_dir)],
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def agent_run(
+    state_dir: Path, log_dir: Path, *, name: str = "agent", env: dict[str, str] | None = None
+) -> ManagedProcess:
+    """Start `python -m agent run` as a separate process."""
+    argv = [sys.executable, "-m", "agent", "run", "--state-dir", str(state_dir)]
+    return ManagedProcess(name, argv, log_dir=log_dir, env=env)
