@@ -15,6 +15,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 import random
 import secrets
 import time
@@ -29,6 +30,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from agent import identity, inventory
 from agent import protocol as p
 from agent.config import AgentConfig
+from agent.proxy import StreamManager
 
 log = logging.getLogger("agent.tunnel")
 
@@ -129,6 +131,10 @@ class TunnelClient:
         self._sender: FrameSender | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._gpus: list[p.GpuInfo] = []
+        self._proxy_ports: set[int] = set()
+        self.extra_proxy_ports = {
+            int(port) for port in os.environ.get("CLEVERTHIS_PROXY_PORTS", "").split(",") if port.strip().isdigit()
+        }
         self.sessions = 0
 
     # ---- lifecycle
@@ -208,10 +214,14 @@ class TunnelClient:
             interval = self.heartbeat_override or welcome.heartbeat_interval_s
             writer = asyncio.ensure_future(sender.run())
             beater = asyncio.ensure_future(self._heartbeats(sender, interval))
-            sender.send(p.InventoryReport(inventory=await self._inventory(gpus)))
+            inv = await self._inventory(gpus)
+            self._proxy_ports = {e.port for e in inv.endpoints}
+            sender.send(p.InventoryReport(inventory=inv))
+            streams = StreamManager(sender.send, allowed_port=self._port_is_proxied)
             try:
-                await self._receive_loop(ws, sender)
+                await self._receive_loop(ws, streams)
             finally:
+                streams.close_all()
                 beater.cancel()
                 writer.cancel()
                 for task in (beater, writer):
@@ -243,7 +253,11 @@ class TunnelClient:
             return SessionEnded(reason or "revoked", revoked=True)
         return SessionEnded(f"closed ({code}): {reason}")
 
-    async def _receive_loop(self, ws: Any, sender: FrameSender) -> None:
+    def _port_is_proxied(self, port: int) -> bool:
+        """Only ports of workloads this agent runs (plus CLEVERTHIS_PROXY_PORTS) can be reached by streams."""
+        return port in self._proxy_ports or port in self.extra_proxy_ports
+
+    async def _receive_loop(self, ws: Any, streams: StreamManager) -> None:
         while True:
             try:
                 raw = await ws.recv()
@@ -255,7 +269,9 @@ class TunnelClient:
                 log.warning("ignoring malformed frame from control plane: %s", exc)
                 continue
             self._raise_if_terminal(frame)
-            if isinstance(frame, p.Command):
+            if isinstance(frame, p.StreamOpen | p.StreamData | p.StreamWindow | p.StreamEnd):
+                streams.handle(frame)
+            elif isinstance(frame, p.Command):
                 self._spawn(self._on_command(frame))
             elif isinstance(frame, p.HeartbeatAck | p.Welcome):
                 continue
@@ -331,7 +347,9 @@ class TunnelClient:
             time.monotonic() - started,
         )
         self._send(outcome)
-        self._send(p.InventoryReport(inventory=await self._inventory(self._gpus)))
+        inv = await self._inventory(self._gpus)
+        self._proxy_ports = {e.port for e in inv.endpoints}
+        self._send(p.InventoryReport(inventory=inv))
 
 
 def run_agent(config: AgentConfig, runner_factory: RunnerFactory) -> int:
