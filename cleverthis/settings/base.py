@@ -25,6 +25,12 @@ AGENT_HEARTBEAT_INTERVAL_S = env_float("AGENT_HEARTBEAT_INTERVAL_S", 30.0)
 AGENT_HELLO_TIMEOUT_S = env_float("AGENT_HELLO_TIMEOUT_S", 15.0)
 AGENT_REVOCATION_RECHECK_S = env_float("AGENT_REVOCATION_RECHECK_S", 30.0)
 
+# Proxy to endpoints and Ray dashboards through the tunnel.
+PROXY_DIAL_GRACE_S = env_float("PROXY_DIAL_GRACE_S", 10.0)  # retry opening a stream while an agent reconnects
+PROXY_MAX_BODY_BYTES = env_int("PROXY_MAX_BODY_BYTES", 256 * 1024 * 1024)
+PROXY_RESPONSE_TIMEOUT_S = env_float("PROXY_RESPONSE_TIMEOUT_S", 60.0)  # until the response head
+PROXY_IDLE_TIMEOUT_S = env_float("PROXY_IDLE_TIMEOUT_S", 300.0)  # between response chunks
+
 INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
