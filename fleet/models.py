@@ -1,1 +1,283 @@
-"""Fleet models (compute clusters, nodes, commands) arrive with the fleet-core issue."""
+"""Fleet models: compute clusters, nodes, join tokens, node certificates, commands and node events."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+
+from cleverthis.crypto import EncryptedTextField
+from cleverthis.tenancy.models import Workspace
+
+
+class Mode(models.TextChoices):
+    """How a cluster's nodes run workloads; fixed when the cluster is created."""
+
+    STANDALONE = "standalone", "Standalone (Docker)"
+    KUBERNETES = "kubernetes", "Kubernetes"
+    ARGOCD = "argocd", "ArgoCD (GitOps)"
+
+
+class ComputeCluster(models.Model):
+    """A group of nodes in one workspace sharing one orchestration mode."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="compute_clusters")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True, default="", max_length=2000)
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.STANDALONE)
+    argocd_server = models.CharField(max_length=500, blank=True, default="")
+    argocd_token = EncryptedTextField(blank=True, default="")
+    git_repo_url = models.CharField(max_length=500, blank=True, default="")
+    git_branch = models.CharField(max_length=200, blank=True, default="main")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "name"], name="computecluster_unique_workspace_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def mode_settings(self) -> dict[str, Any]:
+        """Settings the agent needs for this cluster's mode (sent in `Welcome`; the token is decrypted)."""
+        if self.mode != Mode.ARGOCD:
+            return {}
+        return {
+            "server": self.argocd_server,
+            "token": self.argocd_token,
+            "repo_url": self.git_repo_url,
+            "branch": self.git_branch,
+            "app_name": f"cleverthis-{self.pk}",
+        }
+
+
+class JoinToken(models.Model):
+    """A single-use, 24-hour secret that lets one agent register a node into a cluster; stored hashed."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    cluster = models.ForeignKey(ComputeCluster, on_delete=models.CASCADE, related_name="join_tokens")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    node = models.ForeignKey("Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"join token {self.token_hash[:8]}… for {self.cluster_id}"
+
+
+class NodeStatus(models.TextChoices):
+    """Scheduling state of a node."""
+
+    ONLINE = "online", "Online"
+    OFFLINE = "offline", "Offline"
+    CORDONED = "cordoned", "Cordoned"
+    DRAINING = "draining", "Draining"
+
+
+class Node(models.Model):
+    """A machine running the agent, registered into one cluster; its facts and latest utilization."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    cluster = models.ForeignKey(ComputeCluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=100)
+    hostname = models.CharField(max_length=253)
+    status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.OFFLINE)
+    status_changed_at = models.DateTimeField(auto_now_add=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    connected = models.BooleanField(default=False)
+    cpu_count = models.PositiveIntegerField(default=0)
+    memory_total_mb = models.PositiveBigIntegerField(default=0)
+    cpu_percent = models.FloatField(default=0.0)
+    memory_percent = models.FloatField(default=0.0)
+    memory_used_mb = models.PositiveBigIntegerField(default=0)
+    gpu_model = models.CharField(max_length=200, blank=True, default="")
+    gpu_count = models.PositiveIntegerField(default=0)
+    gpus = models.JSONField(default=list, blank=True)
+    vram_total_mb = models.PositiveBigIntegerField(default=0)
+    vram_used_mb = models.PositiveBigIntegerField(default=0)
+    gpu_utilization_percent = models.FloatField(default=0.0)
+    containers_count = models.PositiveIntegerField(default=0)
+    agent_version = models.CharField(max_length=100, blank=True, default="")
+    os = models.CharField(max_length=200, blank=True, default="")
+    arch = models.CharField(max_length=50, blank=True, default="")
+    inventory = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "created_at"]
+        indexes = [models.Index(fields=["status", "last_heartbeat_at"], name="node_status_heartbeat")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NodeCertificate(models.Model):
+    """A client certificate our CA issued to a node."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="certificates")
+    serial = models.CharField(max_length=64, unique=True)
+    fingerprint_sha256 = models.CharField(max_length=64)
+    certificate_pem = models.TextField()
+    issued_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-issued_at"]
+
+    def __str__(self) -> str:
+        return f"certificate {self.serial} of {self.node_id}"
+
+
+class RevokedSerial(models.Model):
+    """The revocation list: serials of node certificates that must never be accepted again."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    serial = models.CharField(max_length=64, unique=True)
+    revoked_at = models.DateTimeField(auto_now_add=True)
+    reason = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        ordering = ["-revoked_at"]
+
+    def __str__(self) -> str:
+        return f"revoked {self.serial}"
+
+
+class CertificateAuthority(models.Model):
+    """The control plane's own CA (one row); its private key is encrypted at rest."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=50, unique=True, default="default")
+    certificate_pem = models.TextField()
+    private_key = EncryptedTextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "certificate authority"
+        verbose_name_plural = "certificate authority"
+
+    def __str__(self) -> str:
+        return f"CA {self.name}"
+
+
+class CommandStatus(models.TextChoices):
+    """Lifecycle of one command on one node."""
+
+    QUEUED = "queued", "Queued"
+    DISPATCHED = "dispatched", "Dispatched"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+    @classmethod
+    def terminal(cls) -> frozenset[str]:
+        return frozenset({cls.SUCCEEDED, cls.FAILED})
+
+
+class CommandType(models.TextChoices):
+    """Commands a node can run (mirrors `agent.protocol.COMMAND_TYPES`)."""
+
+    CONTAINER_CREATE = "container.create", "container.create"
+    CONTAINER_START = "container.start", "container.start"
+    CONTAINER_STOP = "container.stop", "container.stop"
+    CONTAINER_DESTROY = "container.destroy", "container.destroy"
+    MODEL_DOWNLOAD = "model.download", "model.download"
+    ENDPOINT_START = "endpoint.start", "endpoint.start"
+    ENDPOINT_STOP = "endpoint.stop", "endpoint.stop"
+
+
+class Command(models.Model):
+    """One command for one node; `idempotency_key` makes re-delivery safe."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="commands")
+    cluster = models.ForeignKey(ComputeCluster, on_delete=models.CASCADE, related_name="commands")
+    batch_id = models.UUIDField(default=uuid.uuid4, db_index=True)
+    command_type = models.CharField(max_length=32, choices=CommandType.choices)
+    payload = models.JSONField(default=dict, blank=True)
+    # Secret payload fields (registry password) kept out of `payload`, encrypted JSON.
+    secrets = EncryptedTextField(blank=True, default="")
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    status = models.CharField(max_length=16, choices=CommandStatus.choices, default=CommandStatus.QUEUED)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    acked_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    result = models.JSONField(default=dict, blank=True)
+    error_code = models.CharField(max_length=64, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["node", "status", "created_at"], name="command_node_status_created")]
+
+    def __str__(self) -> str:
+        return f"{self.command_type} on {self.node_id} ({self.status})"
+
+    def wire_payload(self) -> dict[str, Any]:
+        """The payload as the agent must receive it (secrets merged back in)."""
+        payload = dict(self.payload)
+        if self.secrets:
+            payload.update(json.loads(self.secrets))
+        return payload
+
+
+class NodeEvent(models.Model):
+    """One line of a node's event log (status changes, command steps, connections)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=40)
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+    command = models.ForeignKey(Command, null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["node", "-created_at"], name="nodeevent_node_created")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+class Namespace(models.Model):
+    """A workspace namespace, optionally bound to the compute cluster its workloads run on."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="namespaces")
+    name = models.CharField(
+        max_length=63,
+        validators=[
+            RegexValidator(
+                r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                "Use lower-case letters, digits and hyphens (a DNS label).",
+            )
+        ],
+    )
+    cluster = models.ForeignKey(
+        ComputeCluster, null=True, blank=True, on_delete=models.SET_NULL, related_name="namespaces"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="namespace_unique_workspace_name")]
+
+    def __str__(self) -> str:
+        return self.name

@@ -19,6 +19,8 @@ CONTROL_PLANE_URL = env_str("CONTROL_PLANE_URL", "http://127.0.0.1:8000")
 ENDPOINT_DOMAIN = env_str("ENDPOINT_DOMAIN", "endpoints.localhost")
 # Key used to encrypt secrets at rest (CA key, ArgoCD tokens); defaults to one derived from SECRET_KEY.
 FIELD_ENCRYPTION_KEY = env_str("FIELD_ENCRYPTION_KEY", "")
+# A node whose last heartbeat is older than this many seconds is marked offline by the beat task.
+NODE_OFFLINE_AFTER_S = env_int("NODE_OFFLINE_AFTER_S", 90)
 
 # Agent tunnel timing (seconds).
 AGENT_HEARTBEAT_INTERVAL_S = env_float("AGENT_HEARTBEAT_INTERVAL_S", 30.0)
@@ -120,7 +122,10 @@ CELERY_TASK_ROUTES = {
     "fleet.tasks.dispatch_*": {"queue": "dispatch"},
     "fleet.tasks.gitops_*": {"queue": "gitops"},
 }
-CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
+CELERY_BEAT_SCHEDULE: dict[str, dict] = {
+    "fleet-mark-lost-nodes-offline": {"task": "fleet.tasks.mark_lost_nodes_offline", "schedule": 15.0},
+    "fleet-expire-join-tokens": {"task": "fleet.tasks.expire_join_tokens", "schedule": 3600.0},
+}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
 AUTHENTICATION_BACKENDS = [

@@ -1,0 +1,40 @@
+"""Channel-layer group names and message shapes shared by services, tasks and the tunnel consumer.
+
+Every message for a node goes to the group `node_group(node_id)`; the consumer holding that node's
+socket is a member and handles `type` "node.command" (method `node_command`) and "node.revoke"
+(method `node_revoke`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+NODE_COMMAND = "node.command"
+NODE_REVOKE = "node.revoke"
+
+
+def node_group(node_id: uuid.UUID | str) -> str:
+    """The channel-layer group of one node's tunnel."""
+    return f"node.{node_id}"
+
+
+def command_message(command_id: uuid.UUID | str) -> dict[str, Any]:
+    """Deliver command `command_id` (the consumer loads the row and sends the `Command` frame)."""
+    return {"type": NODE_COMMAND, "command_id": str(command_id)}
+
+
+def revoke_message(reason: str = "node deleted") -> dict[str, Any]:
+    """Tell the consumer to send `Revoked` and close the socket."""
+    return {"type": NODE_REVOKE, "reason": reason}
+
+
+def send_to_node(node_id: uuid.UUID | str, message: dict[str, Any]) -> None:
+    """Send `message` to the node's group from synchronous code."""
+    layer = get_channel_layer()
+    if layer is None:  # pragma: no cover - CHANNEL_LAYERS is always configured
+        raise RuntimeError("no channel layer configured")
+    async_to_sync(layer.group_send)(node_group(node_id), message)

@@ -1,0 +1,16 @@
+"""Errors raised by fleet services; the API and pages turn them into 409/403 answers."""
+
+from __future__ import annotations
+
+
+class IllegalTransition(Exception):
+    """A state change that the state machine refuses (HTTP 409); `str(err)` says why."""
+
+
+class JoinTokenRejected(Exception):
+    """A join token that cannot register a node (unknown, used, expired, other cluster)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code

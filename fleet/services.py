@@ -1,0 +1,771 @@
+"""Writes for the compute fleet. Keyword-only, one transaction each, side effects on commit.
+
+State machines:
+- Node status: one service per transition (`node_cordon`, `node_uncordon`, `node_drain`, ...), each a
+  conditional UPDATE from the states it accepts, so concurrent changes cannot both win.
+- Command status: every change goes through `command_transition`, which refuses illegal moves and
+  ignores exact duplicates.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+import logging
+import secrets
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Case, F, Value, When
+from django.utils import timezone
+
+from agent import protocol
+from cleverthis.tenancy.models import Workspace
+from cleverthis.tenancy.permissions import can_operate
+from fleet import ca, channels
+from fleet.exceptions import IllegalTransition, JoinTokenRejected
+from fleet.models import (
+    Command,
+    CommandStatus,
+    ComputeCluster,
+    JoinToken,
+    Mode,
+    Namespace,
+    Node,
+    NodeCertificate,
+    NodeEvent,
+    NodeStatus,
+    RevokedSerial,
+)
+from fleet.payloads import split_secrets, validate_payload
+
+logger = logging.getLogger(__name__)
+
+JOIN_TOKEN_PREFIX = "ct_node_"
+JOIN_TOKEN_TTL = dt.timedelta(hours=24)
+ARGOCD_FIELDS = ("argocd_server", "argocd_token", "git_repo_url", "git_branch")
+CLUSTER_FIELDS = ("name", "description", *ARGOCD_FIELDS)
+# Commands that put new work on a node; refused for cordoned and draining nodes.
+SCHEDULING_COMMANDS = frozenset({"container.create", "endpoint.start", "model.download"})
+
+
+def _require_operator(actor: Any, workspace: Workspace) -> None:
+    if not can_operate(actor, workspace):
+        raise PermissionDenied("Only workspace Owners and Admins can do this.")
+
+
+def _event(node_id: uuid.UUID, kind: str, message: str, *, data: dict | None = None, command=None) -> NodeEvent:
+    return NodeEvent.objects.create(node_id=node_id, kind=kind, message=message, data=data or {}, command=command)
+
+
+def _full_clean(obj: Any, *, exclude: Iterable[str] = ()) -> None:
+    obj.full_clean(exclude=list(exclude))
+
+
+# --------------------------------------------------------------------------------------------------
+# Clusters
+
+
+def _clean_cluster_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(fields) - set(CLUSTER_FIELDS) - {"mode"}
+    if unknown:
+        raise ValidationError({name: "Unknown field." for name in sorted(unknown)})
+    for name, value in fields.items():
+        if not isinstance(value, str):
+            raise ValidationError({name: "Must be a string."})
+    return fields
+
+
+@transaction.atomic
+def cluster_create(
+    *,
+    actor: AbstractBaseUser,
+    workspace: Workspace,
+    name: str,
+    mode: str = Mode.STANDALONE,
+    description: str = "",
+    **argocd: str,
+) -> ComputeCluster:
+    """Create a compute cluster; Owner/Admin only; the mode is fixed from now on."""
+    _require_operator(actor, workspace)
+    _clean_cluster_fields({"name": name, "mode": mode, "description": description, **argocd})
+    if mode not in Mode.values:
+        raise ValidationError({"mode": f"Unknown mode {mode!r}; choose one of {', '.join(Mode.values)}."})
+    cluster = ComputeCluster(workspace=workspace, name=name.strip(), description=description, mode=mode, **argocd)
+    _full_clean(cluster)
+    if mode == Mode.ARGOCD:
+        _require_argocd(cluster)
+    try:
+        with transaction.atomic():
+            cluster.save()
+    except IntegrityError:
+        raise ValidationError({"name": "A cluster with this name already exists in the workspace."}) from None
+    return cluster
+
+
+def _require_argocd(cluster: ComputeCluster) -> None:
+    missing = {f: "Required in argocd mode." for f in ("argocd_server", "git_repo_url") if not getattr(cluster, f)}
+    if missing:
+        raise ValidationError(missing)
+
+
+@transaction.atomic
+def cluster_update(*, actor: AbstractBaseUser, cluster: ComputeCluster, **fields: Any) -> ComputeCluster:
+    """Change a cluster's name, description or ArgoCD settings; changing the mode is refused."""
+    _require_operator(actor, cluster.workspace)
+    _clean_cluster_fields(fields)
+    if "mode" in fields and fields["mode"] != cluster.mode:
+        raise ValidationError({"mode": "The orchestration mode cannot be changed after the cluster is created."})
+    fields.pop("mode", None)
+    cluster = ComputeCluster.objects.select_for_update().get(pk=cluster.pk)
+    for name, value in fields.items():
+        setattr(cluster, name, value.strip() if name == "name" else value)
+    _full_clean(cluster, exclude=["workspace"])
+    if cluster.mode == Mode.ARGOCD:
+        _require_argocd(cluster)
+    try:
+        with transaction.atomic():
+            cluster.save()
+    except IntegrityError:
+        raise ValidationError({"name": "A cluster with this name already exists in the workspace."}) from None
+    return cluster
+
+
+@transaction.atomic
+def cluster_delete(*, actor: AbstractBaseUser, cluster: ComputeCluster) -> None:
+    """Delete a cluster and all its nodes (each node's certificates are revoked first)."""
+    _require_operator(actor, cluster.workspace)
+    for node in list(cluster.nodes.all()):
+        _node_delete(node=node)
+    cluster.delete()
+
+
+# --------------------------------------------------------------------------------------------------
+# Join tokens and registration
+
+
+def hash_join_token(raw: str) -> str:
+    """SHA-256 hex of a raw join token, as stored."""
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+def join_command(raw_token: str) -> str:
+    """The one-line install command an operator pastes on the new node."""
+    base = settings.CONTROL_PLANE_URL.rstrip("/")
+    return f"curl -fsSL {base}/agent/install.sh | CLUSTER_TOKEN={raw_token} sh"
+
+
+@transaction.atomic
+def join_token_create(*, cluster: ComputeCluster, actor: AbstractBaseUser) -> tuple[JoinToken, str]:
+    """Mint a join token for `cluster`; returns the row and the raw token (shown once, never stored)."""
+    _require_operator(actor, cluster.workspace)
+    raw = JOIN_TOKEN_PREFIX + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode("ascii").rstrip("=")
+    token = JoinToken.objects.create(
+        cluster=cluster,
+        token_hash=hash_join_token(raw),
+        created_by=actor,
+        expires_at=timezone.now() + JOIN_TOKEN_TTL,
+    )
+    return token, raw
+
+
+def _facts(facts: protocol.HostFacts | dict[str, Any]) -> protocol.HostFacts:
+    if isinstance(facts, protocol.HostFacts):
+        parsed = facts
+    else:
+        try:
+            parsed = protocol.from_dict(protocol.HostFacts, facts, where="facts")
+        except protocol.ProtocolError as exc:
+            raise ValidationError({"facts": str(exc)}) from None
+    limits = {"hostname": 253, "os": 200, "arch": 50, "agent_version": 100}
+    errors = {f"facts.{k}": f"At most {n} characters." for k, n in limits.items() if len(getattr(parsed, k)) > n}
+    if not parsed.hostname.strip():
+        errors["facts.hostname"] = "The hostname must not be empty."
+    if parsed.cpu_count < 0 or parsed.memory_total_mb < 0:
+        errors["facts"] = "cpu_count and memory_total_mb must not be negative."
+    if len(parsed.gpus) > 64:
+        errors["facts.gpus"] = "At most 64 GPUs."
+    if errors:
+        raise ValidationError(errors)
+    return parsed
+
+
+def _gpu_fields(gpus: list[protocol.GpuInfo]) -> dict[str, Any]:
+    return {
+        "gpus": [protocol.to_dict(g) for g in gpus],
+        "gpu_count": len(gpus),
+        "gpu_model": (gpus[0].name[:200] if gpus else ""),
+        "vram_total_mb": sum(max(g.memory_total_mb, 0) for g in gpus),
+        "vram_used_mb": sum(max(g.memory_used_mb, 0) for g in gpus),
+        "gpu_utilization_percent": (sum(g.utilization_percent for g in gpus) / len(gpus)) if gpus else 0.0,
+    }
+
+
+def _fact_fields(facts: protocol.HostFacts) -> dict[str, Any]:
+    return {
+        "hostname": facts.hostname,
+        "cpu_count": max(facts.cpu_count, 0),
+        "memory_total_mb": max(facts.memory_total_mb, 0),
+        "agent_version": facts.agent_version,
+        "os": facts.os,
+        "arch": facts.arch,
+        **_gpu_fields(facts.gpus),
+    }
+
+
+def node_register(
+    *,
+    token: str,
+    csr_pem: str,
+    facts: protocol.HostFacts | dict[str, Any],
+    cluster_id: uuid.UUID | str | None = None,
+) -> tuple[Node, str]:
+    """Register a node with a join token and CSR; return the node and its signed certificate PEM.
+
+    The token is consumed by a conditional UPDATE in the same transaction that creates the node, so it
+    is single-use even under concurrent requests; any failure leaves neither a node nor a used token.
+    `cluster_id`, when the agent names the cluster it expects, must match the token's cluster.
+    """
+    parsed = _facts(facts)
+    if not isinstance(token, str) or not token.startswith(JOIN_TOKEN_PREFIX) or len(token) > 200:
+        raise JoinTokenRejected("This is not a CleverThis join token.", "token_invalid")
+    token_hash = hash_join_token(token)
+    with transaction.atomic():
+        now = timezone.now()
+        row = JoinToken.objects.select_related("cluster").filter(token_hash=token_hash).first()
+        if row is None:
+            raise JoinTokenRejected("Unknown join token.", "token_invalid")
+        if cluster_id is not None and str(row.cluster_id) != str(cluster_id):
+            raise JoinTokenRejected("This join token belongs to another cluster.", "token_wrong_cluster")
+        if row.used_at is not None:
+            raise JoinTokenRejected("This join token has already been used.", "token_used")
+        if row.expires_at <= now:
+            raise JoinTokenRejected("This join token has expired; generate a new one.", "token_expired")
+        claimed = JoinToken.objects.filter(pk=row.pk, used_at__isnull=True, expires_at__gt=now).update(used_at=now)
+        if claimed != 1:
+            raise JoinTokenRejected("This join token has already been used.", "token_used")
+        node = Node(id=uuid.uuid4(), cluster=row.cluster, name=parsed.hostname[:100], **_fact_fields(parsed))
+        cert_pem, serial, fingerprint = ca.sign_node_csr(csr_pem=csr_pem, node_id=node.id)
+        node.save(force_insert=True)
+        NodeCertificate.objects.create(
+            node=node, serial=serial, fingerprint_sha256=fingerprint, certificate_pem=cert_pem
+        )
+        JoinToken.objects.filter(pk=row.pk).update(node=node)
+        _event(node.id, "registered", f"Registered from host {parsed.hostname}", data={"serial": serial})
+    return node, cert_pem
+
+
+@transaction.atomic
+def join_tokens_expire() -> int:
+    """Delete expired, unused join tokens; returns how many."""
+    deleted, _ = JoinToken.objects.filter(used_at__isnull=True, expires_at__lte=timezone.now()).delete()
+    return deleted
+
+
+# --------------------------------------------------------------------------------------------------
+# Node state machine
+
+
+def _transition_node(
+    node: Node, *, to: str, allowed_from: Iterable[str], refusal: str, event: str, **extra: Any
+) -> Node:
+    """Move `node` to `to` if (and only if) its current status is in `allowed_from`; 409 otherwise."""
+    now = timezone.now()
+    updated = Node.objects.filter(pk=node.pk, status__in=list(allowed_from)).update(
+        status=to, status_changed_at=now, **extra
+    )
+    if updated != 1:
+        current = Node.objects.filter(pk=node.pk).values_list("status", flat=True).first()
+        if current is None:
+            raise IllegalTransition("This node no longer exists.")
+        raise IllegalTransition(refusal.format(status=current))
+    _event(node.pk, event, f"Status → {to}")
+    node.refresh_from_db()
+    return node
+
+
+@transaction.atomic
+def node_rename(*, node: Node, actor: AbstractBaseUser, name: str) -> Node:
+    """Give a node a display name (defaults to its hostname)."""
+    _require_operator(actor, node.cluster.workspace)
+    if not isinstance(name, str) or not name.strip():
+        raise ValidationError({"name": "A name is required."})
+    name = name.strip()
+    if len(name) > 100:
+        raise ValidationError({"name": "At most 100 characters."})
+    old = node.name
+    Node.objects.filter(pk=node.pk).update(name=name)
+    node.name = name
+    _event(node.pk, "renamed", f"Renamed from {old} to {name}")
+    return node
+
+
+@transaction.atomic
+def node_cordon(*, node: Node, actor: AbstractBaseUser) -> Node:
+    """online/offline → cordoned: no new workloads are scheduled on the node."""
+    _require_operator(actor, node.cluster.workspace)
+    return _transition_node(
+        node,
+        to=NodeStatus.CORDONED,
+        allowed_from=[NodeStatus.ONLINE, NodeStatus.OFFLINE],
+        refusal="Cannot cordon a node that is {status}.",
+        event="cordoned",
+    )
+
+
+@transaction.atomic
+def node_uncordon(*, node: Node, actor: AbstractBaseUser) -> Node:
+    """cordoned/draining → online (or offline when its agent is not connected)."""
+    _require_operator(actor, node.cluster.workspace)
+    target = NodeStatus.ONLINE if Node.objects.filter(pk=node.pk, connected=True).exists() else NodeStatus.OFFLINE
+    return _transition_node(
+        node,
+        to=target,
+        allowed_from=[NodeStatus.CORDONED, NodeStatus.DRAINING],
+        refusal="Only cordoned or draining nodes can be uncordoned; this node is {status}.",
+        event="uncordoned",
+    )
+
+
+@transaction.atomic
+def node_drain(*, node: Node, actor: AbstractBaseUser) -> Node:
+    """online/cordoned → draining (→ cordoned at once when it runs no containers)."""
+    _require_operator(actor, node.cluster.workspace)
+    node = _transition_node(
+        node,
+        to=NodeStatus.DRAINING,
+        allowed_from=[NodeStatus.ONLINE, NodeStatus.CORDONED],
+        refusal="Cannot drain a node that is {status}.",
+        event="draining",
+    )
+    if node.containers_count == 0:
+        return _finish_drain(node)
+    from fleet import tasks
+
+    node_id = str(node.pk)
+    transaction.on_commit(lambda: tasks.drain_node.delay(node_id))
+    return node
+
+
+def _finish_drain(node: Node) -> Node:
+    updated = Node.objects.filter(pk=node.pk, status=NodeStatus.DRAINING, containers_count=0).update(
+        status=NodeStatus.CORDONED, status_changed_at=timezone.now()
+    )
+    if updated:
+        _event(node.pk, "drained", "Drain finished: no containers left on the node; status → cordoned")
+        node.refresh_from_db()
+    return node
+
+
+@transaction.atomic
+def node_drain_step(*, node_id: uuid.UUID | str) -> Node | None:
+    """One pass of a drain: finish it when the node is empty, otherwise record that it still waits.
+
+    Moving containers to other nodes is not implemented yet (a later issue); until then a drain only
+    completes once the node's containers are gone.
+    """
+    node = Node.objects.filter(pk=node_id).first()
+    if node is None or node.status != NodeStatus.DRAINING:
+        return node
+    if node.containers_count == 0:
+        return _finish_drain(node)
+    _event(
+        node.pk,
+        "drain_waiting",
+        f"Drain waiting: {node.containers_count} container(s) still on the node. Automatic workload "
+        "replacement is not implemented yet; stop or destroy them to finish the drain.",
+    )
+    return node
+
+
+def _node_delete(*, node: Node) -> None:
+    now = timezone.now()
+    serials = list(NodeCertificate.objects.filter(node=node).values_list("serial", flat=True))
+    NodeCertificate.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=now)
+    RevokedSerial.objects.bulk_create(
+        [RevokedSerial(serial=s, reason=f"node {node.pk} deleted") for s in serials], ignore_conflicts=True
+    )
+    node_id = node.pk
+    Node.objects.filter(pk=node_id).delete()
+    transaction.on_commit(lambda: channels.send_to_node(node_id, channels.revoke_message("node deleted")))
+
+
+@transaction.atomic
+def node_delete(*, node: Node, actor: AbstractBaseUser) -> None:
+    """Delete a node: its certificate serials go on the revocation list and its live tunnel is closed."""
+    _require_operator(actor, node.cluster.workspace)
+    _node_delete(node=node)
+
+
+# ---- called by the tunnel consumer
+
+
+def node_record_inventory(*, node: Node, inventory: protocol.Inventory) -> Node:
+    """Store the node's inventory; finishes a drain when no containers remain."""
+    fields: dict[str, Any] = {
+        "inventory": protocol.to_dict(inventory),
+        "containers_count": len(inventory.containers),
+    }
+    if inventory.gpus:
+        fields.update(_gpu_fields(inventory.gpus))
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(**fields)
+        for name, value in fields.items():
+            setattr(node, name, value)
+        if node.status == NodeStatus.DRAINING and node.containers_count == 0:
+            node = _finish_drain(node)
+    return node
+
+
+@transaction.atomic
+def node_connected(*, node: Node, facts: protocol.HostFacts, inventory: protocol.Inventory) -> None:
+    """The node's agent authenticated on a tunnel: connected, offline → online, facts and inventory stored.
+
+    Call it before `command_pending_for_node` so no command queued meanwhile is missed.
+    """
+    now = timezone.now()
+    fields = _fact_fields(_facts(facts))
+    Node.objects.filter(pk=node.pk).update(connected=True, last_heartbeat_at=now, **fields)
+    became_online = Node.objects.filter(pk=node.pk, status=NodeStatus.OFFLINE).update(
+        status=NodeStatus.ONLINE, status_changed_at=now
+    )
+    node.refresh_from_db()
+    node_record_inventory(node=node, inventory=inventory)
+    message = "Agent connected" + ("; status → online" if became_online else f" (status stays {node.status})")
+    _event(node.pk, "connected", message, data={"agent_version": facts.agent_version})
+
+
+@transaction.atomic
+def node_disconnected(*, node: Node) -> None:
+    """The node's tunnel closed. Status is left alone: the beat task marks it offline after a timeout."""
+    Node.objects.filter(pk=node.pk).update(connected=False)
+    node.connected = False
+    _event(node.pk, "disconnected", "Agent disconnected")
+
+
+def node_record_heartbeat(*, node_id: uuid.UUID | str, heartbeat: protocol.Heartbeat) -> None:
+    """Store a heartbeat's utilization and flip offline → online, in exactly one UPDATE."""
+    now = timezone.now()
+    gpus = heartbeat.gpus
+    fields: dict[str, Any] = {
+        "cpu_percent": heartbeat.cpu_percent,
+        "memory_percent": heartbeat.memory_percent,
+        "memory_used_mb": max(heartbeat.memory_used_mb, 0),
+        "last_heartbeat_at": now,
+        "status": Case(When(status=NodeStatus.OFFLINE, then=Value(NodeStatus.ONLINE)), default=F("status")),
+        "status_changed_at": Case(When(status=NodeStatus.OFFLINE, then=Value(now)), default=F("status_changed_at")),
+    }
+    if heartbeat.memory_total_mb > 0:
+        fields["memory_total_mb"] = heartbeat.memory_total_mb
+    if gpus:
+        gpu = _gpu_fields(gpus)
+        fields.update({k: gpu[k] for k in ("gpus", "vram_used_mb", "vram_total_mb", "gpu_utilization_percent")})
+    Node.objects.filter(pk=node_id).update(**fields)
+
+
+def nodes_mark_lost_offline() -> int:
+    """Nodes silent for NODE_OFFLINE_AFTER_S: online → offline (with an event); all are marked disconnected."""
+    cutoff = timezone.now() - dt.timedelta(seconds=settings.NODE_OFFLINE_AFTER_S)
+    with transaction.atomic():
+        stale = Node.objects.select_for_update(skip_locked=True).filter(
+            status__in=[NodeStatus.ONLINE, NodeStatus.CORDONED, NodeStatus.DRAINING],
+            last_heartbeat_at__lt=cutoff,
+        )
+        rows = list(stale.order_by("pk").values_list("pk", "status"))
+        if not rows:
+            return 0
+        Node.objects.filter(pk__in=[pk for pk, _ in rows]).update(connected=False)
+        online = [pk for pk, status in rows if status == NodeStatus.ONLINE]
+        Node.objects.filter(pk__in=online, status=NodeStatus.ONLINE).update(
+            status=NodeStatus.OFFLINE, status_changed_at=timezone.now()
+        )
+        NodeEvent.objects.bulk_create(
+            [
+                NodeEvent(
+                    node_id=pk,
+                    kind="offline",
+                    message=f"No heartbeat for {settings.NODE_OFFLINE_AFTER_S} s; status → offline",
+                )
+                for pk in online
+            ]
+        )
+    return len(online)
+
+
+# --------------------------------------------------------------------------------------------------
+# Commands
+
+_COMMAND_MOVES: dict[str, frozenset[str]] = {
+    CommandStatus.DISPATCHED: frozenset({CommandStatus.QUEUED}),
+    CommandStatus.RUNNING: frozenset({CommandStatus.QUEUED, CommandStatus.DISPATCHED}),
+    CommandStatus.SUCCEEDED: frozenset({CommandStatus.QUEUED, CommandStatus.DISPATCHED, CommandStatus.RUNNING}),
+    CommandStatus.FAILED: frozenset({CommandStatus.QUEUED, CommandStatus.DISPATCHED, CommandStatus.RUNNING}),
+    CommandStatus.QUEUED: frozenset({CommandStatus.DISPATCHED}),  # un-claim after a failed send
+}
+_COMMAND_TIMESTAMP = {
+    CommandStatus.DISPATCHED: "dispatched_at",
+    CommandStatus.RUNNING: "acked_at",
+    CommandStatus.SUCCEEDED: "finished_at",
+    CommandStatus.FAILED: "finished_at",
+}
+
+
+def command_transition(
+    *, command_id: uuid.UUID | str, to: str, node_id: uuid.UUID | str | None = None, **fields: Any
+) -> Command | None:
+    """Move a command to `to` with a conditional UPDATE; the one owner of Command status changes.
+
+    Returns the updated command, or None when nothing changed: the row does not exist (or belongs to
+    another node than `node_id`), or it already is in `to` (an exact duplicate, ignored). Raises
+    `IllegalTransition` for any other move (e.g. succeeded → running).
+    """
+    rows = Command.objects.filter(pk=command_id)
+    if node_id is not None:
+        rows = rows.filter(node_id=node_id)
+    now = timezone.now()
+    stamp = _COMMAND_TIMESTAMP.get(to)
+    if stamp:
+        fields.setdefault(stamp, now)
+    updated = rows.filter(status__in=list(_COMMAND_MOVES[to])).update(status=to, **fields)
+    if updated:
+        return rows.get()
+    current = rows.values_list("status", flat=True).first()
+    if current is None or current == to:
+        return None
+    raise IllegalTransition(f"A {current} command cannot become {to}.")
+
+
+def _parse_uuid(value: Any, field: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except (ValueError, TypeError):
+        raise ValidationError({field: "Must be a UUID."}) from None
+
+
+def command_dispatch(
+    *,
+    actor: AbstractBaseUser,
+    cluster: ComputeCluster,
+    command_type: str,
+    payload: dict[str, Any],
+    node: Node | None = None,
+) -> list[Command]:
+    """Queue `command_type` for one node or for every online node of `cluster`; returns at once.
+
+    Owner/Admin only. One Command row per target node (shared `batch_id`, own idempotency key); a
+    Celery task per row is enqueued on commit. A single offline node still gets its command: it stays
+    queued and is delivered when the node reconnects. Cordoned and draining nodes refuse new work.
+    """
+    _require_operator(actor, cluster.workspace)
+    clean = validate_payload(command_type, payload)
+    public, secret = split_secrets(clean)
+    with transaction.atomic():
+        if node is not None:
+            if node.cluster_id != cluster.pk:
+                raise ValidationError({"node_id": "This node is not in this cluster."})
+            node = Node.objects.select_for_update().filter(pk=node.pk).first()
+            if node is None:
+                raise IllegalTransition("This node no longer exists.")
+            if command_type in SCHEDULING_COMMANDS and node.status in (NodeStatus.CORDONED, NodeStatus.DRAINING):
+                raise IllegalTransition(f"The node is {node.status}: it takes no new {command_type} commands.")
+            targets = [node]
+        else:
+            targets = list(Node.objects.filter(cluster=cluster, status=NodeStatus.ONLINE).order_by("pk"))
+            if not targets:
+                raise IllegalTransition("No online nodes in this cluster.")
+        batch_id = uuid.uuid4()
+        commands = [
+            Command(
+                node=target,
+                cluster=cluster,
+                batch_id=batch_id,
+                command_type=command_type,
+                payload=public,
+                secrets=json.dumps(secret) if secret else "",
+                idempotency_key=uuid.uuid4().hex,
+                created_by=actor,
+            )
+            for target in targets
+        ]
+        Command.objects.bulk_create(commands)
+        NodeEvent.objects.bulk_create(
+            [
+                NodeEvent(
+                    node_id=c.node_id,
+                    kind="command.queued",
+                    message=f"{command_type} queued by {actor.get_username()}",
+                    command=c,
+                )
+                for c in commands
+            ]
+        )
+        from fleet import tasks
+
+        ids = [str(c.pk) for c in commands]
+        transaction.on_commit(lambda: [tasks.dispatch_command.delay(i) for i in ids])
+    return commands
+
+
+def command_claim_and_send(*, command_id: uuid.UUID | str) -> bool:
+    """Claim a queued command (queued → dispatched) and send it to its node's tunnel.
+
+    Returns False and does nothing when the row is gone, already claimed, or its node is not
+    connected (then it stays queued and `command_pending_for_node` delivers it on reconnect). If the
+    send fails the claim is undone and the error re-raised for the task to retry.
+    """
+    row = Command.objects.filter(pk=command_id).values("node_id", "status", "node__connected").first()
+    if row is None or row["status"] != CommandStatus.QUEUED:
+        return False
+    if not row["node__connected"]:
+        return False
+    claimed = Command.objects.filter(pk=command_id, status=CommandStatus.QUEUED).update(
+        status=CommandStatus.DISPATCHED, dispatched_at=timezone.now(), attempts=F("attempts") + 1
+    )
+    if not claimed:
+        return False
+    try:
+        channels.send_to_node(row["node_id"], channels.command_message(command_id))
+    except Exception:
+        Command.objects.filter(pk=command_id, status=CommandStatus.DISPATCHED).update(status=CommandStatus.QUEUED)
+        raise
+    NodeEvent.objects.create(
+        node_id=row["node_id"], kind="command.dispatched", message="Command sent to the node", command_id=command_id
+    )
+    return True
+
+
+def command_pending_for_node(*, node: Node) -> list[Command]:
+    """Queued or dispatched, not yet acknowledged commands of `node`, oldest first (sent on reconnect)."""
+    return list(
+        Command.objects.filter(
+            node=node, status__in=[CommandStatus.QUEUED, CommandStatus.DISPATCHED], acked_at__isnull=True
+        ).order_by("created_at", "pk")
+    )
+
+
+def command_record_delivered(*, node: Node, command_id: uuid.UUID | str) -> Command | None:
+    """The consumer sent a queued command itself (on reconnect): queued → dispatched."""
+    with transaction.atomic():
+        command = command_transition(
+            command_id=command_id, node_id=node.pk, to=CommandStatus.DISPATCHED, attempts=F("attempts") + 1
+        )
+        if command:
+            _event(node.pk, "command.dispatched", "Command sent to the node on reconnect", command=command)
+    return command
+
+
+def _node_command(node: Node, command_id: Any) -> bool:
+    ok = Command.objects.filter(pk=command_id, node_id=node.pk).exists()
+    if not ok:
+        logger.warning("node %s reported on command %s that is not its own; ignored", node.pk, command_id)
+    return ok
+
+
+def command_record_ack(*, node: Node, command_id: uuid.UUID | str, duplicate: bool = False) -> Command | None:
+    """Agent acknowledged: → running. Frames about other nodes' commands are ignored (None)."""
+    with transaction.atomic():
+        if not _node_command(node, command_id):
+            return None
+        command = command_transition(command_id=command_id, node_id=node.pk, to=CommandStatus.RUNNING)
+        if command:
+            note = " (already done before: duplicate delivery)" if duplicate else ""
+            _event(node.pk, "command.running", f"{command.command_type} started{note}", command=command)
+    return command
+
+
+def command_record_progress(
+    *,
+    node: Node,
+    command_id: uuid.UUID | str,
+    message: str,
+    percent: float | None = None,
+    data: dict[str, Any] | None = None,
+) -> NodeEvent | None:
+    """A progress step of a command: one event in the node's log (status untouched)."""
+    command = Command.objects.filter(pk=command_id, node_id=node.pk).first()
+    if command is None:
+        logger.warning("progress for foreign or unknown command %s from node %s ignored", command_id, node.pk)
+        return None
+    text = message[:2000] + (f" ({percent:.0f}%)" if percent is not None else "")
+    return _event(node.pk, "command.progress", text, data={"percent": percent, **(data or {})}, command=command)
+
+
+def command_record_result(*, node: Node, command_id: uuid.UUID | str, data: dict[str, Any]) -> Command | None:
+    """Command succeeded: → succeeded with `data` stored as its result."""
+    with transaction.atomic():
+        if not _node_command(node, command_id):
+            return None
+        command = command_transition(command_id=command_id, node_id=node.pk, to=CommandStatus.SUCCEEDED, result=data)
+        if command:
+            _event(node.pk, "command.succeeded", f"{command.command_type} succeeded", data=data, command=command)
+    return command
+
+
+def command_record_error(
+    *, node: Node, command_id: uuid.UUID | str, code: str, message: str, data: dict[str, Any] | None = None
+) -> Command | None:
+    """Command failed: → failed with its error code and message."""
+    with transaction.atomic():
+        if not _node_command(node, command_id):
+            return None
+        command = command_transition(
+            command_id=command_id,
+            node_id=node.pk,
+            to=CommandStatus.FAILED,
+            error_code=code[:64],
+            error_message=message[:4000],
+            result=data or {},
+        )
+        if command:
+            _event(
+                node.pk,
+                "command.failed",
+                f"{command.command_type} failed: {code}: {message[:500]}",
+                data=data or {},
+                command=command,
+            )
+    return command
+
+
+# --------------------------------------------------------------------------------------------------
+# Namespaces
+
+
+def _namespace_cluster(workspace: Workspace, cluster_id: Any) -> ComputeCluster | None:
+    if cluster_id in (None, ""):
+        return None
+    pk = _parse_uuid(cluster_id, "cluster")
+    cluster = ComputeCluster.objects.filter(pk=pk, workspace=workspace).first()
+    if cluster is None:
+        raise ValidationError({"cluster": "No such cluster in this workspace."})
+    return cluster
+
+
+@transaction.atomic
+def namespace_create(*, actor: AbstractBaseUser, workspace: Workspace, name: str, cluster_id: Any = None) -> Namespace:
+    """Create a namespace in `workspace`, optionally bound to one of its clusters."""
+    _require_operator(actor, workspace)
+    namespace = Namespace(workspace=workspace, name=name, cluster=_namespace_cluster(workspace, cluster_id))
+    _full_clean(namespace, exclude=["workspace", "cluster"])
+    try:
+        with transaction.atomic():
+            namespace.save()
+    except IntegrityError:
+        raise ValidationError({"name": "A namespace with this name already exists in the workspace."}) from None
+    return namespace
+
+
+@transaction.atomic
+def namespace_bind(*, actor: AbstractBaseUser, namespace: Namespace, cluster_id: Any) -> Namespace:
+    """Bind a namespace to a cluster of its workspace (None unbinds)."""
+    _require_operator(actor, namespace.workspace)
+    namespace.cluster = _namespace_cluster(namespace.workspace, cluster_id)
+    namespace.save(update_fields=["cluster"])
+    return namespace

@@ -1,0 +1,48 @@
+"""Celery tasks of the fleet: thin wrappers around services, IDs in, explicit retry policy."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.db import DatabaseError
+from redis.exceptions import RedisError
+
+from fleet import services
+
+logger = logging.getLogger(__name__)
+
+RETRYABLE = (DatabaseError, RedisError, ConnectionError, OSError)
+
+
+@shared_task(
+    name="fleet.tasks.dispatch_command",
+    autoretry_for=RETRYABLE,
+    retry_backoff=2,
+    retry_backoff_max=60,
+    retry_jitter=True,
+    max_retries=8,
+    acks_late=True,
+)
+def dispatch_command(command_id: str) -> bool:
+    """Claim command `command_id` and send it to its node's tunnel; a no-op if already claimed or gone."""
+    return services.command_claim_and_send(command_id=command_id)
+
+
+@shared_task(name="fleet.tasks.drain_node", autoretry_for=RETRYABLE, retry_backoff=5, max_retries=5)
+def drain_node(node_id: str) -> str | None:
+    """One drain pass for `node_id`; returns the node's status afterwards (None if it is gone)."""
+    node = services.node_drain_step(node_id=node_id)
+    return node.status if node else None
+
+
+@shared_task(name="fleet.tasks.mark_lost_nodes_offline", autoretry_for=(DatabaseError,), max_retries=2)
+def mark_lost_nodes_offline() -> int:
+    """Beat: nodes without a heartbeat for NODE_OFFLINE_AFTER_S go offline; returns how many."""
+    return services.nodes_mark_lost_offline()
+
+
+@shared_task(name="fleet.tasks.expire_join_tokens", autoretry_for=(DatabaseError,), max_retries=2)
+def expire_join_tokens() -> int:
+    """Beat: delete expired, unused join tokens; returns how many."""
+    return services.join_tokens_expire()

@@ -1,0 +1,204 @@
+"""Command dispatch, the claim task, and the records the tunnel consumer writes."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.core.exceptions import PermissionDenied, ValidationError
+
+from fleet import channels, services
+from fleet.exceptions import IllegalTransition
+from fleet.models import Command, CommandStatus, Node, NodeEvent
+from fleet.tasks import dispatch_command
+
+pytestmark = pytest.mark.django_db
+
+CREATE = {"image": "nginx:1.27", "name": "web", "ports": [{"container_port": 80}]}
+
+
+def test_dispatch_to_all_online_nodes_one_row_each_enqueued_on_commit(
+    cluster, register_node, owner, django_capture_on_commit_callbacks, monkeypatch
+):
+    a = register_node(cluster, "a")
+    b = register_node(cluster, "b")
+    register_node(cluster, "offline", online=False)
+    sent: list[str] = []
+    monkeypatch.setattr(dispatch_command, "delay", lambda command_id: sent.append(command_id))
+    with django_capture_on_commit_callbacks() as callbacks:
+        commands = services.command_dispatch(
+            actor=owner, cluster=cluster, command_type="container.create", payload=CREATE
+        )
+        assert sent == []  # nothing leaves before commit
+    assert {c.node_id for c in commands} == {a.pk, b.pk}
+    assert len({c.batch_id for c in commands}) == 1
+    assert len({c.idempotency_key for c in commands}) == 2
+    assert all(c.status == CommandStatus.QUEUED for c in commands)
+    assert commands[0].payload["image"] == "nginx:1.27"
+    assert commands[0].payload["ports"] == [{"container_port": 80, "host_port": 0, "protocol": "tcp"}]
+    for cb in callbacks:
+        cb()
+    assert sorted(sent) == sorted(str(c.pk) for c in commands)
+    assert NodeEvent.objects.filter(kind="command.queued").count() == 2
+
+
+def test_single_offline_node_gets_a_queued_command_delivered_on_reconnect(cluster, register_node, owner):
+    node = register_node(cluster, online=False)
+    (command,) = services.command_dispatch(
+        actor=owner, cluster=cluster, command_type="container.stop", payload={"container": "web"}, node=node
+    )
+    assert dispatch_command(str(command.pk)) is False  # not connected: stays queued
+    command.refresh_from_db()
+    assert command.status == CommandStatus.QUEUED
+    assert command.attempts == 0
+    assert services.command_pending_for_node(node=node) == [command]
+
+
+def test_registry_password_is_kept_out_of_payload_and_encrypted(node, cluster, owner):
+    (command,) = services.command_dispatch(
+        actor=owner,
+        cluster=cluster,
+        command_type="container.create",
+        payload={**CREATE, "registry_username": "u", "registry_password": "s3cret"},
+        node=node,
+    )
+    assert "registry_password" not in command.payload
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT secrets FROM fleet_command WHERE id = %s", [command.pk])
+        assert "s3cret" not in cursor.fetchone()[0]
+    assert Command.objects.get(pk=command.pk).wire_payload()["registry_password"] == "s3cret"
+
+
+def test_only_operators_dispatch(cluster, node, workspace, member_of):
+    for role in ("member", "viewer"):
+        with pytest.raises(PermissionDenied):
+            services.command_dispatch(
+                actor=member_of(workspace, role), cluster=cluster, command_type="container.create", payload=CREATE
+            )
+    assert not Command.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("command_type", "payload", "field"),
+    [
+        ("container.reboot", {}, "command_type"),
+        ("container.create", {"name": "web"}, "payload.image"),
+        ("container.create", {**CREATE, "gpus": "two"}, "payload.gpus"),
+        ("container.create", {**CREATE, "image": "x" * 600}, "payload.image"),
+        ("container.create", {**CREATE, "surprise": 1}, "payload.surprise"),
+        ("container.create", "not an object", "payload"),
+        ("model.download", {"model_id": "not a model id!"}, "payload.model_id"),
+        ("endpoint.start", {"endpoint_id": "e1", "model_id": "org/m", "port": 70000}, "payload.port"),
+    ],
+)
+def test_bad_payloads_are_field_errors(cluster, node, owner, command_type, payload, field):
+    with pytest.raises(ValidationError) as info:
+        services.command_dispatch(actor=owner, cluster=cluster, command_type=command_type, payload=payload)
+    assert field in info.value.message_dict
+    assert not Command.objects.exists()
+
+
+def test_node_of_another_cluster_and_cordoned_nodes(cluster, other_cluster, register_node, node, owner):
+    foreign = register_node(other_cluster, "foreign")
+    with pytest.raises(ValidationError) as info:
+        services.command_dispatch(
+            actor=owner, cluster=cluster, command_type="container.stop", payload={"container": "x"}, node=foreign
+        )
+    assert "node_id" in info.value.message_dict
+    services.node_cordon(node=node, actor=owner)
+    with pytest.raises(IllegalTransition, match="cordoned"):
+        services.command_dispatch(
+            actor=owner, cluster=cluster, command_type="container.create", payload=CREATE, node=node
+        )
+    # Stopping work on a cordoned node is still allowed.
+    services.command_dispatch(
+        actor=owner, cluster=cluster, command_type="container.stop", payload={"container": "x"}, node=node
+    )
+    with pytest.raises(IllegalTransition, match="No online nodes"):
+        services.command_dispatch(actor=owner, cluster=cluster, command_type="container.create", payload=CREATE)
+
+
+def test_task_claims_once_and_sends_to_the_node_group(node, cluster, owner):
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(channels.node_group(node.pk), channel)
+    (command,) = services.command_dispatch(
+        actor=owner, cluster=cluster, command_type="model.download", payload={"model_id": "org/model"}, node=node
+    )
+    assert dispatch_command(str(command.pk)) is True
+    assert dispatch_command(str(command.pk)) is False  # second call: already claimed, no-op
+    command.refresh_from_db()
+    assert command.status == CommandStatus.DISPATCHED
+    assert command.attempts == 1
+    assert command.dispatched_at
+    assert async_to_sync(layer.receive)(channel) == {"type": "node.command", "command_id": str(command.pk)}
+    # Gone rows exit cleanly.
+    Command.objects.filter(pk=command.pk).delete()
+    assert dispatch_command(str(command.pk)) is False
+
+
+def _dispatched(node: Node, cluster, owner) -> Command:
+    (command,) = services.command_dispatch(
+        actor=owner, cluster=cluster, command_type="container.start", payload={"container": "web"}, node=node
+    )
+    dispatch_command(str(command.pk))
+    return command
+
+
+def test_ack_progress_result_lifecycle_with_duplicates_ignored(node, cluster, owner):
+    command = _dispatched(node, cluster, owner)
+    assert services.command_pending_for_node(node=node) == [command]
+    assert services.command_record_ack(node=node, command_id=command.pk).status == CommandStatus.RUNNING
+    assert services.command_record_ack(node=node, command_id=command.pk) is None  # exact duplicate
+    assert services.command_pending_for_node(node=node) == []
+    services.command_record_progress(node=node, command_id=command.pk, message="pulling", percent=50.0)
+    done = services.command_record_result(node=node, command_id=command.pk, data={"container_id": "abc"})
+    assert done.status == CommandStatus.SUCCEEDED
+    assert done.result == {"container_id": "abc"}
+    assert done.finished_at
+    assert services.command_record_result(node=node, command_id=command.pk, data={}) is None
+    with pytest.raises(IllegalTransition, match="succeeded command cannot become running"):
+        services.command_record_ack(node=node, command_id=command.pk)
+    with pytest.raises(IllegalTransition):
+        services.command_record_error(node=node, command_id=command.pk, code="internal", message="late")
+    kinds = list(NodeEvent.objects.filter(command=command).order_by("created_at").values_list("kind", flat=True))
+    assert kinds == ["command.queued", "command.dispatched", "command.running", "command.progress", "command.succeeded"]
+
+
+def test_error_marks_failed(node, cluster, owner):
+    command = _dispatched(node, cluster, owner)
+    failed = services.command_record_error(
+        node=node, command_id=command.pk, code="not_found", message="no such container", data={"container": "web"}
+    )
+    assert (failed.status, failed.error_code, failed.error_message) == (
+        CommandStatus.FAILED,
+        "not_found",
+        "no such container",
+    )
+
+
+def test_frames_about_other_nodes_commands_are_ignored(cluster, register_node, owner):
+    mine = register_node(cluster, "mine")
+    other = register_node(cluster, "other")
+    command = _dispatched(mine, cluster, owner)
+    assert services.command_record_ack(node=other, command_id=command.pk) is None
+    assert services.command_record_result(node=other, command_id=command.pk, data={}) is None
+    assert services.command_record_error(node=other, command_id=command.pk, code="internal", message="x") is None
+    assert services.command_record_progress(node=other, command_id=command.pk, message="x") is None
+    command.refresh_from_db()
+    assert command.status == CommandStatus.DISPATCHED
+    assert not NodeEvent.objects.filter(node=other, command=command).exists()
+
+
+def test_reconnect_delivery_marks_dispatched(cluster, register_node, owner):
+    node = register_node(cluster, online=False)
+    (command,) = services.command_dispatch(
+        actor=owner, cluster=cluster, command_type="endpoint.stop", payload={"endpoint_id": "e1"}, node=node
+    )
+    delivered = services.command_record_delivered(node=node, command_id=command.pk)
+    assert delivered.status == CommandStatus.DISPATCHED
+    assert delivered.attempts == 1
+    assert services.command_record_delivered(node=node, command_id=command.pk) is None
+    assert services.command_record_ack(node=node, command_id=command.pk, duplicate=True).status == CommandStatus.RUNNING
