@@ -28,6 +28,7 @@ from cleverthis.routing import (  # noqa: E402
     agent_websocket_urlpatterns,
     user_websocket_urlpatterns,
 )
+from fleet.proxy import TunnelProxyApp  # noqa: E402
 
 
 class WebSocketAudienceRouter:
@@ -42,4 +43,4 @@ class WebSocketAudienceRouter:
         return await app(scope, receive, send)
 
 
-application = ProtocolTypeRouter({"http": django_asgi_app, "websocket": WebSocketAudienceRouter()})
+application = ProtocolTypeRouter({"http": TunnelProxyApp(django_asgi_app), "websocket": WebSocketAudienceRouter()})

@@ -9,10 +9,13 @@ from __future__ import annotations
 from django.urls import URLPattern, re_path
 
 from cleverthis.consumers import PingConsumer
+from fleet.consumers import AgentTunnelConsumer
 
 AGENT_PATH_PREFIX = "/agent/"
 
-agent_websocket_urlpatterns: list[URLPattern] = []
+agent_websocket_urlpatterns: list[URLPattern] = [
+    re_path(r"^agent/tunnel$", AgentTunnelConsumer.as_asgi()),
+]
 
 user_websocket_urlpatterns: list[URLPattern] = [
     re_path(r"^ws/ping/$", PingConsumer.as_asgi()),

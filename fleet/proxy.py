@@ -1,0 +1,217 @@
+"""HTTP (and WebSocket) proxying to ports on nodes, through the nodes' outbound tunnels.
+
+`TunnelProxyApp` sits in front of Django in the ASGI stack. For requests that a registered resolver
+claims (endpoint hosts `endpoint-<slug>.<ENDPOINT_DOMAIN>`, the path form `/endpoints/<slug>/`, Ray
+dashboards), it authenticates the caller, opens a `TunnelStream` to the target port on the node and
+speaks HTTP/1.1 over it with h11: request bodies stream up under credit, responses stream down as
+they arrive (chunked, SSE and long-lived responses pass through), with body-size and time limits.
+Everything else goes to Django untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import h11
+from django.conf import settings
+
+from fleet.streams import StreamUnavailable, TunnelStream
+
+log = logging.getLogger("fleet.proxy")
+
+HOP_BY_HOP = {
+    b"connection",
+    b"keep-alive",
+    b"proxy-authenticate",
+    b"proxy-authorization",
+    b"te",
+    b"trailer",
+    b"transfer-encoding",
+    b"upgrade",
+    b"host",
+    b"content-length",
+}
+
+
+@dataclass(frozen=True)
+class ProxyTarget:
+    """Where a request goes: a port on a node, and the path to send upstream."""
+
+    node_id: UUID
+    port: int
+    path: str
+    node_online: bool = True
+
+
+@dataclass(frozen=True)
+class ProxyRefusal:
+    """A resolver's answer when the request is recognised but must not be proxied."""
+
+    status: int
+    message: str
+
+
+Resolver = Callable[[dict[str, Any]], Awaitable[ProxyTarget | ProxyRefusal | None]]
+_resolvers: list[Resolver] = []
+
+
+def register_resolver(resolver: Resolver) -> Resolver:
+    """Add a resolver; each returns a target, a refusal, or None when the request is not its business."""
+    _resolvers.append(resolver)
+    return resolver
+
+
+async def resolve(scope: dict[str, Any]) -> ProxyTarget | ProxyRefusal | None:
+    for resolver in _resolvers:
+        answer = await resolver(scope)
+        if answer is not None:
+            return answer
+    return None
+
+
+def header(scope: dict[str, Any], name: bytes) -> str:
+    """The first value of request header `name` (lower-case bytes), decoded, or ""."""
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin-1")
+    return ""
+
+
+async def plain_response(send: Callable[..., Awaitable[None]], status: int, message: str) -> None:
+    """A short text/plain answer (used for 4xx/5xx produced by the proxy itself)."""
+    body = (message.rstrip("\n") + "\n").encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class TunnelProxyApp:
+    """ASGI wrapper: proxy what a resolver claims, pass everything else to `inner`."""
+
+    def __init__(self, inner: Callable[..., Awaitable[None]]) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        answer = await resolve(scope)
+        if answer is None:
+            await self.inner(scope, receive, send)
+        elif isinstance(answer, ProxyRefusal):
+            await plain_response(send, answer.status, answer.message)
+        elif not answer.node_online:
+            await plain_response(send, 502, "Bad gateway: the node serving this endpoint is offline.")
+        else:
+            await proxy_http(scope, receive, send, answer)
+
+
+async def proxy_http(scope: dict[str, Any], receive: Any, send: Any, target: ProxyTarget) -> None:
+    """Forward one HTTP request to `target` through the tunnel and stream the response back."""
+    try:
+        stream = await TunnelStream.open(node_id=target.node_id, port=target.port, grace_s=settings.PROXY_DIAL_GRACE_S)
+    except StreamUnavailable as exc:
+        await plain_response(send, 502, f"Bad gateway: {exc}.")
+        return
+    connection = h11.Connection(h11.CLIENT)
+    response_started = False
+    try:
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() not in HOP_BY_HOP]
+        headers += [(b"host", f"127.0.0.1:{target.port}".encode()), (b"connection", b"close")]
+        forwarded_host = header(scope, b"host")
+        if forwarded_host:
+            headers.append((b"x-forwarded-host", forwarded_host.encode("latin-1")))
+        length = header(scope, b"content-length")
+        if length.isdigit():
+            if int(length) > settings.PROXY_MAX_BODY_BYTES:
+                await plain_response(send, 413, f"Request body exceeds {settings.PROXY_MAX_BODY_BYTES} bytes.")
+                return
+            headers.append((b"content-length", length.encode()))
+        elif scope["method"] not in ("GET", "HEAD", "OPTIONS", "DELETE"):
+            headers.append((b"transfer-encoding", b"chunked"))
+        request = h11.Request(method=scope["method"], target=target.path.encode("latin-1"), headers=headers)
+        await stream.write(connection.send(request))
+        if not await _forward_body(receive, stream, connection, send):
+            return
+        relay = asyncio.ensure_future(_forward_response(stream, connection, send))
+        client_gone = asyncio.ensure_future(_wait_for_disconnect(receive))
+        done, _ = await asyncio.wait({relay, client_gone}, return_when=asyncio.FIRST_COMPLETED)
+        client_gone.cancel()
+        if relay not in done:  # the client left mid-response (e.g. closed an SSE stream)
+            relay.cancel()
+            return
+        response_started = relay.result()
+    except TimeoutError:
+        if not response_started:
+            await plain_response(send, 504, "Gateway timeout: the service on the node did not answer in time.")
+    except (h11.ProtocolError, StreamUnavailable) as exc:
+        log.info("proxy stream to node %s port %s broke: %s", target.node_id, target.port, exc)
+        if not response_started:
+            await plain_response(send, 502, f"Bad gateway: {exc}.")
+    finally:
+        await stream.close()
+
+
+async def _wait_for_disconnect(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _forward_body(receive: Any, stream: TunnelStream, connection: h11.Connection, send: Any) -> bool:
+    """Send the request body up the stream; False (after answering 413) when it is too large."""
+    total = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return False
+        chunk = message.get("body", b"")
+        total += len(chunk)
+        if total > settings.PROXY_MAX_BODY_BYTES:
+            await plain_response(send, 413, f"Request body exceeds {settings.PROXY_MAX_BODY_BYTES} bytes.")
+            return False
+        if chunk:
+            await stream.write(connection.send(h11.Data(data=chunk)))
+        if not message.get("more_body", False):
+            await stream.write(connection.send(h11.EndOfMessage()))
+            await stream.finish_writing()
+            return True
+
+
+async def _forward_response(stream: TunnelStream, connection: h11.Connection, send: Any) -> bool:
+    """Relay the response as it arrives; returns whether a response head was sent."""
+    started = False
+    timeout: float | None = settings.PROXY_RESPONSE_TIMEOUT_S
+    while True:
+        event = connection.next_event()
+        if event is h11.NEED_DATA:
+            data = await stream.read(timeout=timeout)
+            if not data and stream.error and not started:
+                raise StreamUnavailable(stream.error)
+            connection.receive_data(data)
+            if data:
+                await stream.consumed(len(data))
+            continue
+        if isinstance(event, h11.InformationalResponse):
+            continue
+        if isinstance(event, h11.Response):
+            headers = [(k, v) for k, v in event.headers if k.lower() not in HOP_BY_HOP - {b"content-length"}]
+            await send({"type": "http.response.start", "status": event.status_code, "headers": headers})
+            started = True
+            timeout = settings.PROXY_IDLE_TIMEOUT_S  # long-lived (SSE) responses may pause between events
+        elif isinstance(event, h11.Data):
+            await send({"type": "http.response.body", "body": bytes(event.data), "more_body": True})
+        elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+            with contextlib.suppress(Exception):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return started

@@ -1,0 +1,142 @@
+"""Byte streams to a port on a node, opened from any control-plane process through the channel layer.
+
+The process handling an HTTP request may not be the daphne replica that holds the node's tunnel, so a
+stream is set up through Redis: `TunnelStream.open` sends `stream.open` to the node's group; the tunnel
+consumer that holds the socket answers `stream.opened` with its own channel name, and from then on both
+sides talk directly (`stream.data`, `stream.window`, `stream.end`).
+
+Flow control is end to end and credit based: the agent may send only as many response bytes as this
+side granted (initial `window`, then `stream.window` increments once bytes were handed to the client),
+and this side sends request bytes only against credit the agent returned after writing them locally.
+So neither Redis nor the agent ever holds more than one window per stream, however slow the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from typing import Any
+
+from channels.layers import get_channel_layer
+
+from agent.protocol import DEFAULT_STREAM_WINDOW
+from fleet.channels import node_group
+
+# Bytes per message sent through the channel layer.
+CHUNK_BYTES = 64 * 1024
+
+
+class StreamUnavailable(Exception):
+    """No tunnel answered for the node within the grace period, or the agent refused the stream."""
+
+
+class TunnelStream:
+    """One proxied byte stream to `port` on a node."""
+
+    def __init__(self, layer: Any, reply_channel: str, stream_id: int, window: int) -> None:
+        self._layer = layer
+        self._reply = reply_channel
+        self.stream_id = stream_id
+        self.window = window
+        self._consumer: str | None = None
+        self._send_credit = DEFAULT_STREAM_WINDOW
+        self._credit_changed = asyncio.Event()
+        self._incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._pump: asyncio.Task[None] | None = None
+        self._unacked_read = 0
+        self.ended = False
+        self.error = ""
+
+    @classmethod
+    async def open(
+        cls, *, node_id: Any, port: int, grace_s: float = 10.0, window: int = DEFAULT_STREAM_WINDOW
+    ) -> TunnelStream:
+        """Open a stream; while no tunnel answers (agent reconnecting), retry until `grace_s` runs out."""
+        layer = get_channel_layer()
+        reply = await layer.new_channel()
+        stream = cls(layer, reply, secrets.randbits(52), window)
+        deadline = time.monotonic() + grace_s
+        message = {"type": "stream.open", "stream_id": stream.stream_id, "port": port, "reply": reply, "window": window}
+        while True:
+            await layer.group_send(node_group(node_id), message)
+            try:
+                answer = await asyncio.wait_for(
+                    layer.receive(reply), timeout=min(1.0, max(0.05, deadline - time.monotonic()))
+                )
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise StreamUnavailable("the node's agent is not connected") from None
+                continue
+            if answer.get("type") == "stream.opened" and answer.get("stream_id") == stream.stream_id:
+                stream._consumer = answer["consumer"]
+                break
+            if answer.get("type") == "stream.end":
+                raise StreamUnavailable(answer.get("error") or "the agent refused the stream")
+        stream._pump = asyncio.ensure_future(stream._receive_loop())
+        return stream
+
+    async def _receive_loop(self) -> None:
+        while True:
+            message = await self._layer.receive(self._reply)
+            kind = message.get("type")
+            if kind == "stream.window":
+                self._send_credit += int(message.get("increment", 0))
+                self._credit_changed.set()
+            else:
+                await self._incoming.put(message)
+                if kind == "stream.end":
+                    return
+
+    async def write(self, data: bytes) -> None:
+        """Send request bytes, waiting for credit from the agent when the window is used up."""
+        view = memoryview(data)
+        while view:
+            while self._send_credit <= 0:
+                if self.ended:
+                    raise StreamUnavailable(self.error or "stream closed")
+                self._credit_changed.clear()
+                await self._credit_changed.wait()
+            size = min(len(view), CHUNK_BYTES, self._send_credit)
+            self._send_credit -= size
+            await self._to_consumer({"type": "stream.data", "data": bytes(view[:size])})
+            view = view[size:]
+
+    async def finish_writing(self) -> None:
+        """Half-close: the request is complete."""
+        await self._to_consumer({"type": "stream.end", "error": ""})
+
+    async def read(self, timeout: float | None = None) -> bytes:
+        """The next response bytes; b"" at the end of the stream."""
+        if self.ended:
+            return b""
+        message = await asyncio.wait_for(self._incoming.get(), timeout=timeout)
+        if message["type"] == "stream.end":
+            self.ended = True
+            self.error = message.get("error", "")
+            return b""
+        return message["data"]
+
+    async def consumed(self, size: int) -> None:
+        """Tell the agent `size` response bytes reached the client, returning that much credit.
+
+        Credit goes back in batches of a quarter window so small reads do not cost one message each.
+        """
+        self._unacked_read += size
+        if self._unacked_read >= self.window // 4:
+            increment, self._unacked_read = self._unacked_read, 0
+            await self._to_consumer({"type": "stream.window", "increment": increment})
+
+    async def close(self) -> None:
+        """Abort the stream (client went away) and release the agent's connection."""
+        if not self.ended:
+            self.ended = True
+            with contextlib.suppress(Exception):
+                await self._to_consumer({"type": "stream.end", "error": "closed by control plane"})
+        if self._pump is not None:
+            self._pump.cancel()
+
+    async def _to_consumer(self, message: dict[str, Any]) -> None:
+        assert self._consumer is not None
+        await self._layer.send(self._consumer, {**message, "stream_id": self.stream_id})
