@@ -15,7 +15,8 @@
 #   PIP_ARGS           extra pip arguments, e.g. "--no-index --find-links /srv/wheels"
 #   PYTHON             Python 3.11+ that creates the venv (default: python3)
 #   SKIP_DOCKER=1      neither check nor install Docker (Kubernetes and ArgoCD nodes)
-#   DRY_RUN=1          print package-manager and systemctl commands instead of running them
+#   DRY_RUN=1          print package-manager and systemctl commands instead of running them (the venv,
+#                      the registration and the unit below PREFIX are still written)
 #   PREFIX             install below this directory instead of / (tests, staging)
 #   OS_RELEASE_FILE    distro description used to pick the package manager (default: /etc/os-release)
 #   CLEVERTHIS_MODEL_CACHE  model cache (default: /var/cache/cleverthis/models, below PREFIX)
