@@ -200,6 +200,21 @@ def test_unit_template_is_a_valid_unit_with_placeholders() -> None:
     assert service.get("ProtectSystem") != "strict"
 
 
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    python_root = Path(sys._base_executable).resolve().parent.parent  # holds bin/python like a venv
+    unit = tmp_path / "cleverthis-agent.service"
+    unit.write_text(
+        read_unit_template()
+        .replace("@VENV@", str(python_root))
+        .replace("@STATE_DIR@", str(tmp_path / "state"))
+        .replace("@MODEL_CACHE@", str(tmp_path / "models"))
+    )
+    verified = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, check=False)
+    assert verified.returncode == 0, verified.stderr
+    assert [line for line in verified.stderr.splitlines() if str(unit) in line] == []
+
+
 def test_render_bakes_in_url_and_unit() -> None:
     script = render_install_script("https://fleet.example.com/")
     assert 'CONTROL_PLANE_URL="${CONTROL_PLANE_URL:-https://fleet.example.com}"' in script
