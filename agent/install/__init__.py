@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from importlib.resources import files
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -53,7 +55,8 @@ def render_install_script(control_plane_url: str) -> str:
 def build_agent_sdist(*, project_dir: Path, output_dir: Path) -> Path:
     """Build the agent's sdist, what nodes pip-install from `<url>/agent/package.tar.gz`, into output_dir.
 
-    Runs setuptools in a child process with project_dir (the repository root) as its working directory.
+    Copies the build inputs (pyproject.toml, README.md, agent/) of project_dir, the repository root, to a
+    temporary directory and runs setuptools there in a child process, so the checkout stays untouched.
     """
     output_dir.mkdir(parents=True, exist_ok=True)
     code = (
@@ -62,13 +65,18 @@ def build_agent_sdist(*, project_dir: Path, output_dir: Path) -> Path:
         "name = build_meta.build_sdist(sys.argv[1])\n"
         "sys.stdout.write('\\nSDIST=' + name + '\\n')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(output_dir)],
-        cwd=project_dir,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    with tempfile.TemporaryDirectory(prefix="agent-sdist-") as scratch:
+        source = Path(scratch)
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(project_dir / name, source / name)
+        shutil.copytree(project_dir / "agent", source / "agent", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(output_dir.resolve())],
+            cwd=source,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     names = [line[len("SDIST=") :] for line in done.stdout.splitlines() if line.startswith("SDIST=")]
     if done.returncode != 0 or not names:
         raise RuntimeError(f"building the agent sdist failed: {done.stderr.strip()[-2000:]}")

@@ -250,7 +250,22 @@ def test_render_accepts_plain_urls() -> None:
     assert validate_control_plane_url("https://cp.example.com/fleet") == "https://cp.example.com/fleet"
 
 
-def test_sdist_ships_only_the_agent_with_installer_files(tmp_path: Path) -> None:
+def sdist_members(sdist: Path) -> set[str]:
+    with tarfile.open(sdist) as archive:
+        return {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+
+
+def test_build_agent_sdist_ships_the_agent_and_its_installer(tmp_path: Path) -> None:
+    before = sorted(p.name for p in REPO.iterdir())
+    names = sdist_members(build_agent_sdist(project_dir=REPO, output_dir=tmp_path / "dist"))
+    assert {"agent/install/install.sh", "agent/install/cleverthis-agent.service", "agent/protocol.py"} <= names
+    assert {"agent/__init__.py", "agent/install/__init__.py", "pyproject.toml", "PKG-INFO"} <= names
+    assert not [n for n in names if "__pycache__" in n]
+    assert sorted(p.name for p in REPO.iterdir()) == before
+
+
+def test_project_packaging_selects_only_the_agent(tmp_path: Path) -> None:
+    """An sdist of the whole checkout (as `python -m build --sdist` makes it) holds the agent alone."""
     source = tmp_path / "src"
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -262,11 +277,11 @@ def test_sdist_ships_only_the_agent_with_installer_files(tmp_path: Path) -> None
         if (REPO / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, source / name)
-    sdist = build_agent_sdist(project_dir=source, output_dir=tmp_path / "dist")
-    with tarfile.open(sdist) as archive:
-        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    code = "import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])"
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=source, capture_output=True, check=True)
+    (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
+    names = sdist_members(sdist)
     assert {"agent/install/install.sh", "agent/install/cleverthis-agent.service", "agent/protocol.py"} <= names
-    assert {"pyproject.toml", "PKG-INFO"} <= names
     assert not [n for n in names if n.startswith(("cleverthis/", "fleet/", "raymgr/", "tests/", "manage.py"))]
 
 
