@@ -296,7 +296,7 @@ join_cluster() {
 	note "running: $VENV/bin/python -m agent join --url $CONTROL_PLANE_URL --token **** --state-dir $STATE_DIR"
 	as_root env CLEVERTHIS_STATE_DIR="$STATE_DIR" CLEVERTHIS_MODEL_CACHE="$MODEL_CACHE" \
 		"$VENV/bin/python" -m agent join --url "$CONTROL_PLANE_URL" --token "$token" --state-dir "$STATE_DIR" ||
-		die "joining the cluster failed; join tokens are single-use and expire after 24 h: create a new one on the cluster's page"
+		die "joining the cluster failed (the agent's message is above); a join token works once and for 24 h: create a new one on the cluster's page if this one was used or has expired"
 	[ -f "$STATE_DIR/node.json" ] || die "join reported success but wrote no $STATE_DIR/node.json"
 	note "registered"
 }
