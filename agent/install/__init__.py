@@ -1,0 +1,83 @@
+"""The node installer served by the control plane: install.sh with its systemd unit embedded."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib.resources import files
+from pathlib import Path
+from urllib.parse import urlsplit
+
+URL_PLACEHOLDER = "__CONTROL_PLANE_URL__"
+UNIT_PLACEHOLDER = "__CLEVERTHIS_AGENT_UNIT__"
+UNIT_HEREDOC_END = "CLEVERTHIS_UNIT"
+
+# Characters a control-plane base URL may carry into the script's double-quoted default: no quotes,
+# whitespace, `$`, backquotes, backslashes or braces, so the value can never break out of the string.
+_SAFE_URL = re.compile(r"https?://[A-Za-z0-9._~:/%@+=,\[\]-]+")
+
+
+def read_install_template() -> str:
+    """The unrendered install.sh shipped in this package."""
+    return files(__name__).joinpath("install.sh").read_text(encoding="utf-8")
+
+
+def read_unit_template() -> str:
+    """The systemd unit with its @VENV@, @STATE_DIR@ and @MODEL_CACHE@ placeholders."""
+    return files(__name__).joinpath("cleverthis-agent.service").read_text(encoding="utf-8")
+
+
+def validate_control_plane_url(url: str) -> str:
+    """Return the URL without a trailing slash; raise ValueError unless it is a plain http(s) base URL."""
+    if not isinstance(url, str) or not _SAFE_URL.fullmatch(url):
+        raise ValueError(f"unsafe or malformed control plane URL: {url!r}")
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ValueError(f"control plane URL has no host: {url!r}")
+    return url.rstrip("/")
+
+
+def render_install_script(control_plane_url: str) -> str:
+    """install.sh with the control plane's URL as its default and the systemd unit embedded."""
+    url = validate_control_plane_url(control_plane_url)
+    unit = read_unit_template().rstrip("\n")
+    if any(line.strip() == UNIT_HEREDOC_END for line in unit.splitlines()):
+        raise ValueError(f"the unit template must not contain a line {UNIT_HEREDOC_END!r}")
+    script = read_install_template()
+    if script.count(URL_PLACEHOLDER) != 1 or script.count(UNIT_PLACEHOLDER) != 1:
+        raise RuntimeError("install.sh must hold each placeholder exactly once")
+    return script.replace(URL_PLACEHOLDER, url).replace(UNIT_PLACEHOLDER, unit)
+
+
+def build_agent_sdist(*, project_dir: Path, output_dir: Path) -> Path:
+    """Build the agent's sdist, what nodes pip-install from `<url>/agent/package.tar.gz`, into output_dir.
+
+    Copies the build inputs (pyproject.toml, README.md, agent/) of project_dir, the repository root, to a
+    temporary directory and runs setuptools there in a child process, so the checkout stays untouched.
+    """
+    output_dir.mkdir(parents=True, exist_ok=True)
+    code = (
+        "import sys\n"
+        "from setuptools import build_meta\n"
+        "name = build_meta.build_sdist(sys.argv[1])\n"
+        "sys.stdout.write('\\nSDIST=' + name + '\\n')\n"
+    )
+    with tempfile.TemporaryDirectory(prefix="agent-sdist-") as scratch:
+        source = Path(scratch)
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(project_dir / name, source / name)
+        shutil.copytree(project_dir / "agent", source / "agent", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(output_dir.resolve())],
+            cwd=source,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    names = [line[len("SDIST=") :] for line in done.stdout.splitlines() if line.startswith("SDIST=")]
+    if done.returncode != 0 or not names:
+        raise RuntimeError(f"building the agent sdist failed: {done.stderr.strip()[-2000:]}")
+    return output_dir / names[-1]
