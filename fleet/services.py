@@ -66,7 +66,7 @@ def _event(node_id: uuid.UUID, kind: str, message: str, *, data: dict | None = N
 
 
 def _full_clean(obj: Any, *, exclude: Iterable[str] = ()) -> None:
-    obj.full_clean(exclude=list(exclude))
+    obj.full_clean(exclude=list(exclude), validate_constraints=False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -769,3 +769,10 @@ def namespace_bind(*, actor: AbstractBaseUser, namespace: Namespace, cluster_id:
     namespace.cluster = _namespace_cluster(namespace.workspace, cluster_id)
     namespace.save(update_fields=["cluster"])
     return namespace
+
+
+@transaction.atomic
+def namespace_delete(*, actor: AbstractBaseUser, namespace: Namespace) -> None:
+    """Delete a namespace."""
+    _require_operator(actor, namespace.workspace)
+    namespace.delete()

@@ -8,4 +8,12 @@ app_name = "fleet"
 
 urlpatterns = [
     path("", views.cluster_list, name="cluster_list"),
+    path("clusters/<uuid:pk>/", views.cluster_detail, name="cluster_detail"),
+    path("clusters/<uuid:pk>/nodes/", views.cluster_nodes, name="cluster_nodes"),
+    path("clusters/<uuid:pk>/commands/", views.cluster_commands, name="cluster_commands"),
+    path("clusters/<uuid:pk>/commands/form/", views.command_form, name="command_form"),
+    path("clusters/<uuid:pk>/join-tokens/", views.join_token_create, name="join_token_create"),
+    path("nodes/<uuid:pk>/", views.node_detail, name="node_detail"),
+    path("nodes/<uuid:pk>/rename/", views.node_rename, name="node_rename"),
+    path("nodes/<uuid:pk>/<slug:action>/", views.node_action, name="node_action"),
 ]

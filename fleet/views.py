@@ -1,13 +1,267 @@
-"""Compute pages."""
+"""Compute pages: cluster list/create, cluster tabs (Nodes, Commands), node detail with event log.
+
+Each view renders its full page, or only its partial for htmx requests. Writes go through the
+services; their errors become 400 (form errors), 403 or 409 with the message shown.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from cleverthis.tenancy.models import Role
+from cleverthis.tenancy.permissions import can_operate
+from cleverthis.tenancy.selectors import workspace_list
+from fleet import selectors, services
+from fleet.exceptions import IllegalTransition
+from fleet.filters import COMMAND_FILTERS, NODE_FILTERS
+from fleet.forms import COMMAND_FORMS, ClusterForm, RenameForm, TargetForm, apply_service_errors
+from fleet.models import CommandType, ComputeCluster, Node
+
+NODE_ACTIONS = {
+    "cordon": services.node_cordon,
+    "uncordon": services.node_uncordon,
+    "drain": services.node_drain,
+}
+
+
+def _cluster(request: HttpRequest, pk: Any) -> ComputeCluster:
+    return get_object_or_404(selectors.cluster_list(user=request.user), pk=pk)
+
+
+def _node(request: HttpRequest, pk: Any) -> Node:
+    return get_object_or_404(selectors.node_list(user=request.user), pk=pk)
+
+
+def _operable_workspaces(request: HttpRequest) -> Any:
+    return workspace_list(user=request.user).filter(
+        memberships__user=request.user, memberships__role__in=Role.operators()
+    )
 
 
 @login_required
+@require_http_methods(["GET", "POST"])
 def cluster_list(request: HttpRequest) -> HttpResponse:
-    """Settings → Compute: the workspace's compute clusters."""
-    return render(request, "fleet/cluster_list.html", {"clusters": []})
+    """Settings → Compute: the user's compute clusters and the form to create one."""
+    workspaces = list(_operable_workspaces(request))
+    form = ClusterForm(request.POST or None, workspaces=workspaces)
+    status = 200
+    if request.method == "POST":
+        if not workspaces:
+            raise PermissionDenied("Only workspace Owners and Admins can create clusters.")
+        if form.is_valid():
+            data = dict(form.cleaned_data)
+            workspace = next(w for w in workspaces if str(w.pk) == data.pop("workspace"))
+            try:
+                cluster = services.cluster_create(actor=request.user, workspace=workspace, **data)
+            except ValidationError as exc:
+                apply_service_errors(form, exc)
+            else:
+                messages.success(request, f"Cluster {cluster.name} created.")
+                return redirect("fleet:cluster_detail", pk=cluster.pk)
+        status = 400
+    context = {"clusters": selectors.cluster_list(user=request.user), "form": form if workspaces else None}
+    return render(request, "fleet/cluster_list.html", context, status=status)
+
+
+def _nodes_context(request: HttpRequest, cluster: ComputeCluster, **extra: Any) -> dict[str, Any]:
+    nodes = selectors.node_list(user=request.user, cluster=cluster)
+    filter_error = ""
+    try:
+        nodes = NODE_FILTERS.apply(nodes, request.GET)
+    except ValidationError as exc:
+        filter_error = "; ".join(f"{k}: {', '.join(v)}" for k, v in exc.message_dict.items())
+    return {
+        "cluster": cluster,
+        "nodes": nodes,
+        "filter_error": filter_error,
+        "can_operate": can_operate(request.user, cluster.workspace),
+        "tab": "nodes",
+        **extra,
+    }
+
+
+@login_required
+def cluster_detail(request: HttpRequest, pk: Any) -> HttpResponse:
+    """A cluster opens on its Nodes tab."""
+    return redirect("fleet:cluster_nodes", pk=_cluster(request, pk).pk)
+
+
+@login_required
+def cluster_nodes(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Nodes tab (htmx: just the `_nodes.html` table, which polls itself every 30 s)."""
+    cluster = _cluster(request, pk)
+    context = _nodes_context(request, cluster)
+    template = "fleet/_nodes.html" if request.htmx else "fleet/cluster_nodes.html"
+    return render(request, template, context, status=400 if context["filter_error"] else 200)
+
+
+@login_required
+@require_POST
+def node_action(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
+    """Cordon / uncordon / drain / delete a node; htmx gets the refreshed Nodes table back."""
+    node = _node(request, pk)
+    cluster = node.cluster
+    status, error = 200, ""
+    try:
+        if action == "delete":
+            services.node_delete(node=node, actor=request.user)
+            done = f"Node {node.name} deleted; its certificate is revoked."
+        elif action in NODE_ACTIONS:
+            node = NODE_ACTIONS[action](node=node, actor=request.user)
+            done = f"Node {node.name} is now {node.status}."
+        else:
+            raise Http404("Unknown node action.")
+    except IllegalTransition as exc:
+        status, error = 409, str(exc)
+    except PermissionDenied as exc:
+        status, error = 403, str(exc) or "Only workspace Owners and Admins can do this."
+    if request.htmx:
+        context = _nodes_context(request, cluster, error=error, notice="" if error else done)
+        return render(request, "fleet/_nodes.html", context, status=status)
+    if error:
+        messages.error(request, error)
+        return render(request, "fleet/cluster_nodes.html", _nodes_context(request, cluster, error=error), status=status)
+    messages.success(request, done)
+    if action == "delete":
+        return redirect("fleet:cluster_nodes", pk=cluster.pk)
+    return redirect(request.POST.get("next") or reverse("fleet:cluster_nodes", args=[cluster.pk]))
+
+
+def _command_forms(request: HttpRequest, cluster: ComputeCluster, data: Any = None) -> tuple[TargetForm, Any, str]:
+    nodes = list(selectors.node_list(user=request.user, cluster=cluster))
+    source = data if data is not None else request.GET
+    command_type = source.get("command_type") or CommandType.CONTAINER_CREATE
+    if command_type not in COMMAND_FORMS:
+        command_type = CommandType.CONTAINER_CREATE
+    target = TargetForm(data, nodes=nodes, initial={"command_type": command_type})
+    payload_form = COMMAND_FORMS[command_type](data, prefix="p")
+    return target, payload_form, command_type
+
+
+def _commands_context(request: HttpRequest, cluster: ComputeCluster, **extra: Any) -> dict[str, Any]:
+    commands = selectors.command_list(user=request.user, cluster=cluster)
+    try:
+        commands = COMMAND_FILTERS.apply(commands, request.GET)
+    except ValidationError:
+        pass
+    context = {
+        "cluster": cluster,
+        "commands": commands[:50],
+        "can_operate": can_operate(request.user, cluster.workspace),
+        "tab": "commands",
+    }
+    if "target_form" not in extra:
+        target, payload_form, command_type = _command_forms(request, cluster)
+        extra.update(target_form=target, payload_form=payload_form, command_type=command_type)
+    context.update(extra)
+    return context
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def cluster_commands(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Commands tab: send a command (Owner/Admin) and see the cluster's recent commands."""
+    cluster = _cluster(request, pk)
+    if request.method == "GET":
+        template = "fleet/_commands.html" if request.htmx else "fleet/cluster_commands.html"
+        return render(request, template, _commands_context(request, cluster))
+    if not can_operate(request.user, cluster.workspace):
+        raise PermissionDenied("Only workspace Owners and Admins can send commands.")
+    target, payload_form, command_type = _command_forms(request, cluster, request.POST)
+    status = 400
+    error = ""
+    if target.is_valid() and payload_form.is_valid():
+        try:
+            sent = services.command_dispatch(
+                actor=request.user,
+                cluster=cluster,
+                command_type=target.cleaned_data["command_type"],
+                payload=payload_form.to_payload(),
+                node=target.target_node(),
+            )
+        except ValidationError as exc:
+            apply_service_errors(payload_form, exc)
+        except IllegalTransition as exc:
+            status, error = 409, str(exc)
+        else:
+            messages.success(request, f"{command_type} queued for {len(sent)} node(s).")
+            if request.htmx:
+                response = HttpResponse(status=204)
+                response["HX-Redirect"] = reverse("fleet:cluster_commands", args=[cluster.pk])
+                return response
+            return redirect("fleet:cluster_commands", pk=cluster.pk)
+    context = _commands_context(
+        request, cluster, target_form=target, payload_form=payload_form, command_type=command_type, error=error
+    )
+    return render(request, "fleet/cluster_commands.html", context, status=status)
+
+
+@login_required
+def command_form(request: HttpRequest, pk: Any) -> HttpResponse:
+    """htmx: the payload fields for the chosen command type."""
+    cluster = _cluster(request, pk)
+    _, payload_form, command_type = _command_forms(request, cluster)
+    return render(request, "fleet/_command_form.html", {"payload_form": payload_form, "command_type": command_type})
+
+
+@login_required
+@require_POST
+def join_token_create(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Generate a join token; the dialog shows the one-line join command exactly once."""
+    cluster = _cluster(request, pk)
+    token, raw = services.join_token_create(cluster=cluster, actor=request.user)
+    context = {"cluster": cluster, "join_command": services.join_command(raw), "token": token}
+    if request.htmx:
+        return render(request, "fleet/_join_token.html", context)
+    return render(request, "fleet/join_token.html", context)
+
+
+@login_required
+def node_detail(request: HttpRequest, pk: Any) -> HttpResponse:
+    """A node: facts, utilization, rename form and its event log (htmx: just the log)."""
+    node = _node(request, pk)
+    events = selectors.node_event_list(node=node)[:100]
+    if request.htmx:
+        return render(request, "fleet/_events.html", {"node": node, "events": events})
+    context = {
+        "node": node,
+        "cluster": node.cluster,
+        "events": events,
+        "rename_form": RenameForm(initial={"name": node.name}),
+        "can_operate": can_operate(request.user, node.cluster.workspace),
+        "commands": selectors.command_list(user=request.user, node=node)[:20],
+    }
+    return render(request, "fleet/node_detail.html", context)
+
+
+@login_required
+@require_POST
+def node_rename(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Rename a node."""
+    node = _node(request, pk)
+    form = RenameForm(request.POST)
+    if form.is_valid():
+        try:
+            services.node_rename(node=node, actor=request.user, name=form.cleaned_data["name"])
+        except ValidationError as exc:
+            apply_service_errors(form, exc)
+        else:
+            messages.success(request, "Node renamed.")
+            return redirect("fleet:node_detail", pk=node.pk)
+    context = {
+        "node": node,
+        "cluster": node.cluster,
+        "events": selectors.node_event_list(node=node)[:100],
+        "rename_form": form,
+        "can_operate": can_operate(request.user, node.cluster.workspace),
+        "commands": selectors.command_list(user=request.user, node=node)[:20],
+    }
+    return render(request, "fleet/node_detail.html", context, status=400)

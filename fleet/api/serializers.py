@@ -1,0 +1,193 @@
+"""Serializers of the fleet API: input shapes are validated here, rules live in the services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from fleet.models import Command, ComputeCluster, Mode, Namespace, Node, NodeEvent
+
+
+class ClusterSerializer(serializers.ModelSerializer):
+    """A compute cluster; the ArgoCD token is write-only (`argocd_token_set` tells whether one is stored)."""
+
+    node_count = serializers.IntegerField(read_only=True)
+    argocd_token_set = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ComputeCluster
+        fields = [
+            "id",
+            "workspace",
+            "name",
+            "description",
+            "mode",
+            "argocd_server",
+            "argocd_token_set",
+            "git_repo_url",
+            "git_branch",
+            "node_count",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+    def get_argocd_token_set(self, obj: ComputeCluster) -> bool:
+        return bool(obj.argocd_token)
+
+
+class _ClusterFields(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+    argocd_server = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    argocd_token = serializers.CharField(max_length=4000, required=False, allow_blank=True, write_only=True)
+    git_repo_url = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    git_branch = serializers.CharField(max_length=200, required=False, allow_blank=True)
+
+
+class ClusterCreateSerializer(_ClusterFields):
+    """Input of POST /clusters."""
+
+    workspace = serializers.UUIDField()
+    mode = serializers.ChoiceField(choices=Mode.choices, default=Mode.STANDALONE)
+
+
+class ClusterUpdateSerializer(_ClusterFields):
+    """Input of PATCH/PUT /clusters/{id}; `mode` is accepted only unchanged."""
+
+    mode = serializers.CharField(max_length=32, required=False)
+
+
+class JoinTokenSerializer(serializers.Serializer):
+    """The one-time answer of POST /clusters/{id}/join-tokens."""
+
+    id = serializers.UUIDField()
+    token = serializers.CharField()
+    join_command = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    """A node with its facts and latest utilization."""
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "cluster",
+            "name",
+            "hostname",
+            "status",
+            "status_changed_at",
+            "connected",
+            "last_heartbeat_at",
+            "cpu_count",
+            "cpu_percent",
+            "memory_total_mb",
+            "memory_used_mb",
+            "memory_percent",
+            "gpu_model",
+            "gpu_count",
+            "gpus",
+            "vram_total_mb",
+            "vram_used_mb",
+            "gpu_utilization_percent",
+            "containers_count",
+            "agent_version",
+            "os",
+            "arch",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class NodeRenameSerializer(serializers.Serializer):
+    """Input of PATCH /nodes/{id}: only the name can change."""
+
+    name = serializers.CharField(max_length=100)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        extra = sorted(set(self.initial_data) - {"name"})
+        if extra:
+            raise serializers.ValidationError({k: ["This field cannot be changed."] for k in extra})
+        return attrs
+
+
+class CommandSerializer(serializers.ModelSerializer):
+    """A command on one node (secret payload fields are never returned)."""
+
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    node_name = serializers.CharField(source="node.name", read_only=True)
+
+    class Meta:
+        model = Command
+        fields = [
+            "id",
+            "cluster",
+            "node",
+            "node_name",
+            "batch_id",
+            "command_type",
+            "payload",
+            "idempotency_key",
+            "status",
+            "attempts",
+            "created_by",
+            "created_at",
+            "dispatched_at",
+            "acked_at",
+            "finished_at",
+            "result",
+            "error_code",
+            "error_message",
+        ]
+        read_only_fields = fields
+
+
+class CommandDispatchSerializer(serializers.Serializer):
+    """Input of POST /clusters/{id}/commands; `node_id` null means every online node."""
+
+    command_type = serializers.CharField(max_length=32)
+    payload = serializers.DictField(required=False, default=dict)
+    node_id = serializers.UUIDField(required=False, allow_null=True, default=None)
+
+
+class NodeEventSerializer(serializers.ModelSerializer):
+    """One line of a node's event log."""
+
+    class Meta:
+        model = NodeEvent
+        fields = ["id", "kind", "message", "data", "command", "created_at"]
+        read_only_fields = fields
+
+
+class NamespaceSerializer(serializers.ModelSerializer):
+    """A namespace and the cluster it is bound to."""
+
+    class Meta:
+        model = Namespace
+        fields = ["id", "workspace", "name", "cluster", "created_at"]
+        read_only_fields = fields
+
+
+class NamespaceCreateSerializer(serializers.Serializer):
+    """Input of POST /namespaces."""
+
+    workspace = serializers.UUIDField()
+    name = serializers.CharField(max_length=63)
+    cluster = serializers.UUIDField(required=False, allow_null=True, default=None)
+
+
+class NamespaceBindSerializer(serializers.Serializer):
+    """Input of PATCH /namespaces/{id}: (re)bind to a cluster, or null to unbind."""
+
+    cluster = serializers.UUIDField(allow_null=True)
+
+
+class AgentRegisterSerializer(serializers.Serializer):
+    """Input of POST /agent/register (facts are checked against `agent.protocol.HostFacts`)."""
+
+    token = serializers.CharField(max_length=200)
+    csr_pem = serializers.CharField(max_length=16 * 1024, trim_whitespace=False)
+    facts = serializers.DictField()
+    cluster_id = serializers.UUIDField(required=False, allow_null=True, default=None)

@@ -1,0 +1,264 @@
+"""Fleet API: clusters, join tokens, nodes, commands, node events, namespaces, agent registration.
+
+Views are thin: they parse input with serializers, call services and map service errors to HTTP
+(ValidationError → 400 with field messages, PermissionDenied → 403, IllegalTransition → 409).
+Every queryset goes through `WorkspaceScopedMixin`, so other workspaces' rows are 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import QuerySet
+from rest_framework import exceptions, mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agent import protocol
+from cleverthis.tenancy.mixins import WorkspaceScopedMixin
+from fleet import ca, selectors, services
+from fleet.api import serializers as s
+from fleet.exceptions import IllegalTransition, JoinTokenRejected
+from fleet.filters import CLUSTER_FILTERS, COMMAND_FILTERS, NAMESPACE_FILTERS, NODE_FILTERS, FilterSet
+from fleet.models import Command, ComputeCluster, Namespace, Node
+
+
+class Conflict(exceptions.APIException):
+    """HTTP 409: the state machine refused the change."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+
+
+def _validation_detail(exc: DjangoValidationError) -> Any:
+    if hasattr(exc, "error_dict"):
+        return exc.message_dict
+    return {"non_field_errors": exc.messages}
+
+
+class ServiceErrorsMixin:
+    """Turn service exceptions into DRF ones so they render as 400/403/409, never 500."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, DjangoValidationError):
+            exc = exceptions.ValidationError(_validation_detail(exc))
+        elif isinstance(exc, IllegalTransition):
+            exc = Conflict(str(exc))
+        elif isinstance(exc, JoinTokenRejected):
+            exc = exceptions.PermissionDenied({"detail": exc.message, "code": exc.code})
+        return super().handle_exception(exc)  # type: ignore[misc]
+
+
+class FilteredMixin:
+    """Apply the shared filterset to list requests."""
+
+    filterset: FilterSet | None = None
+    request: Request
+    action: str
+
+    def filter_queryset(self, queryset: QuerySet) -> QuerySet:
+        queryset = super().filter_queryset(queryset)  # type: ignore[misc]
+        if self.filterset is not None and self.action == "list":
+            queryset = self.filterset.apply(queryset, self.request.query_params)
+        return queryset
+
+
+def _valid(serializer_class: type, data: Any, **kwargs: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise exceptions.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+    serializer = serializer_class(data=data, **kwargs)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, viewsets.ModelViewSet):
+    """Compute clusters of the caller's workspaces; writes for Owners/Admins."""
+
+    serializer_class = s.ClusterSerializer
+    queryset = ComputeCluster.objects.all()
+    filterset = CLUSTER_FILTERS
+
+    def get_base_queryset(self) -> QuerySet[ComputeCluster]:
+        return selectors.cluster_base()
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        data = _valid(s.ClusterCreateSerializer, request.data)
+        workspace = self.get_workspace_from_request(data.pop("workspace"))
+        cluster = services.cluster_create(actor=request.user, workspace=workspace, **data)
+        return Response(s.ClusterSerializer(self.get_queryset().get(pk=cluster.pk)).data, status=201)
+
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        cluster = self.get_object()
+        partial = kwargs.get("partial", False)
+        data = _valid(s.ClusterUpdateSerializer, request.data, partial=partial)
+        services.cluster_update(actor=request.user, cluster=cluster, **data)
+        return Response(s.ClusterSerializer(self.get_queryset().get(pk=cluster.pk)).data)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        services.cluster_delete(actor=request.user, cluster=self.get_object())
+        return Response(status=204)
+
+    @action(detail=True, methods=["post"], url_path="join-tokens", serializer_class=s.JoinTokenSerializer)
+    def join_tokens(self, request: Request, pk: str | None = None) -> Response:
+        """Mint a single-use join token; the raw token is in this answer only."""
+        token, raw = services.join_token_create(cluster=self.get_object(), actor=request.user)
+        body = {
+            "id": token.pk,
+            "token": raw,
+            "join_command": services.join_command(raw),
+            "expires_at": token.expires_at,
+        }
+        return Response(s.JoinTokenSerializer(body).data, status=201)
+
+    @action(detail=True, methods=["get", "post"], serializer_class=s.CommandSerializer)
+    def commands(self, request: Request, pk: str | None = None) -> Response:
+        """GET: the cluster's commands. POST: dispatch a command to one node or every online node."""
+        cluster = self.get_object()
+        if request.method == "GET":
+            commands = COMMAND_FILTERS.apply(
+                selectors.command_list(user=request.user, cluster=cluster), request.query_params
+            )
+            page = self.paginate_queryset(commands)
+            return self.get_paginated_response(s.CommandSerializer(page, many=True).data)
+        data = _valid(s.CommandDispatchSerializer, request.data)
+        node = None
+        if data["node_id"] is not None:
+            node = selectors.node_list(user=request.user, cluster=cluster).filter(pk=data["node_id"]).first()
+            if node is None:
+                raise exceptions.ValidationError({"node_id": ["No such node in this cluster."]})
+        created = services.command_dispatch(
+            actor=request.user,
+            cluster=cluster,
+            command_type=data["command_type"],
+            payload=data["payload"],
+            node=node,
+        )
+        body = {"batch_id": str(created[0].batch_id), "commands": s.CommandSerializer(created, many=True).data}
+        return Response(body, status=202)
+
+
+class NodeViewSet(
+    ServiceErrorsMixin,
+    FilteredMixin,
+    WorkspaceScopedMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Nodes: list, inspect, rename (PATCH name), cordon/uncordon/drain, delete (revokes)."""
+
+    serializer_class = s.NodeSerializer
+    queryset = Node.objects.all()
+    workspace_field = "cluster__workspace"
+    filterset = NODE_FILTERS
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_base_queryset(self) -> QuerySet[Node]:
+        return selectors.node_base()
+
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        node = self.get_object()
+        data = _valid(s.NodeRenameSerializer, request.data)
+        services.node_rename(node=node, actor=request.user, name=data["name"])
+        return Response(s.NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        services.node_delete(node=self.get_object(), actor=request.user)
+        return Response(status=204)
+
+    def _transition(self, fn: Any) -> Response:
+        node = fn(node=self.get_object(), actor=self.request.user)
+        return Response(s.NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+
+    @action(detail=True, methods=["post"])
+    def cordon(self, request: Request, pk: str | None = None) -> Response:
+        """online/offline → cordoned."""
+        return self._transition(services.node_cordon)
+
+    @action(detail=True, methods=["post"])
+    def uncordon(self, request: Request, pk: str | None = None) -> Response:
+        """cordoned/draining → online."""
+        return self._transition(services.node_uncordon)
+
+    @action(detail=True, methods=["post"])
+    def drain(self, request: Request, pk: str | None = None) -> Response:
+        """online/cordoned → draining (→ cordoned when empty)."""
+        return self._transition(services.node_drain)
+
+    @action(detail=True, methods=["get"], serializer_class=s.NodeEventSerializer)
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        """The node's event log, newest first."""
+        page = self.paginate_queryset(selectors.node_event_list(node=self.get_object()))
+        return self.get_paginated_response(s.NodeEventSerializer(page, many=True).data)
+
+
+class CommandViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
+    """Commands of the caller's workspaces (filters: cluster, node, batch, status, command_type)."""
+
+    serializer_class = s.CommandSerializer
+    queryset = Command.objects.all()
+    workspace_field = "cluster__workspace"
+    filterset = COMMAND_FILTERS
+
+    def get_base_queryset(self) -> QuerySet:
+        return selectors.command_base()
+
+
+class NamespaceViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, viewsets.ModelViewSet):
+    """Namespaces and their cluster binding."""
+
+    serializer_class = s.NamespaceSerializer
+    queryset = Namespace.objects.all()
+    filterset = NAMESPACE_FILTERS
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_base_queryset(self) -> QuerySet[Namespace]:
+        return selectors.namespace_base()
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        data = _valid(s.NamespaceCreateSerializer, request.data)
+        workspace = self.get_workspace_from_request(data["workspace"])
+        namespace = services.namespace_create(
+            actor=request.user, workspace=workspace, name=data["name"], cluster_id=data["cluster"]
+        )
+        return Response(s.NamespaceSerializer(namespace).data, status=201)
+
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        namespace = self.get_object()
+        data = _valid(s.NamespaceBindSerializer, request.data)
+        namespace = services.namespace_bind(actor=request.user, namespace=namespace, cluster_id=data["cluster"])
+        return Response(s.NamespaceSerializer(namespace).data)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        services.namespace_delete(actor=request.user, namespace=self.get_object())
+        return Response(status=204)
+
+
+class AgentRegisterView(ServiceErrorsMixin, APIView):
+    """POST /agent/register: the join token authenticates; returns the node id and its certificate."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    serializer_class = s.AgentRegisterSerializer
+
+    def post(self, request: Request) -> Response:
+        data = _valid(s.AgentRegisterSerializer, request.data)
+        node, cert_pem = services.node_register(
+            token=data["token"], csr_pem=data["csr_pem"], facts=data["facts"], cluster_id=data["cluster_id"]
+        )
+        return Response(
+            {
+                "node_id": str(node.pk),
+                "certificate_pem": cert_pem,
+                "ca_certificate_pem": ca.ca_certificate_pem(),
+                "tunnel_path": protocol.TUNNEL_PATH,
+                "heartbeat_interval_s": int(protocol.HEARTBEAT_INTERVAL_S),
+            },
+            status=201,
+        )

@@ -1,0 +1,84 @@
+"""One tiny filterset helper shared by the API and the pages (django-filter is not installed)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+
+from fleet.models import CommandStatus, CommandType, NodeStatus
+
+
+def as_uuid(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ValidationError("Must be a UUID.") from None
+
+
+def choice(values: list[str]) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value not in values:
+            raise ValidationError(f"Choose one of {', '.join(values)}.")
+        return value
+
+    return parse
+
+
+def text(max_length: int = 100) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if len(value) > max_length:
+            raise ValidationError(f"At most {max_length} characters.")
+        return value
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A query parameter: how to parse it and which ORM lookup it filters on."""
+
+    lookup: str
+    parse: Callable[[str], Any]
+
+
+class FilterSet:
+    """Named filters applied from query parameters; bad values raise `ValidationError` per parameter."""
+
+    def __init__(self, **filters: Filter) -> None:
+        self.filters = filters
+
+    def apply(self, queryset: QuerySet, params: Mapping[str, str]) -> QuerySet:
+        errors: dict[str, str] = {}
+        lookups: dict[str, Any] = {}
+        for name, flt in self.filters.items():
+            raw = params.get(name)
+            if raw in (None, ""):
+                continue
+            try:
+                lookups[flt.lookup] = flt.parse(raw)
+            except ValidationError as exc:
+                errors[name] = exc.messages[0]
+        if errors:
+            raise ValidationError(errors)
+        return queryset.filter(**lookups)
+
+
+NODE_FILTERS = FilterSet(
+    cluster=Filter("cluster_id", as_uuid),
+    status=Filter("status", choice(NodeStatus.values)),
+    q=Filter("name__icontains", text()),
+)
+COMMAND_FILTERS = FilterSet(
+    cluster=Filter("cluster_id", as_uuid),
+    node=Filter("node_id", as_uuid),
+    batch=Filter("batch_id", as_uuid),
+    status=Filter("status", choice(CommandStatus.values)),
+    command_type=Filter("command_type", choice(CommandType.values)),
+)
+CLUSTER_FILTERS = FilterSet(workspace=Filter("workspace_id", as_uuid), q=Filter("name__icontains", text()))
+NAMESPACE_FILTERS = FilterSet(workspace=Filter("workspace_id", as_uuid), cluster=Filter("cluster_id", as_uuid))
