@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -71,7 +72,7 @@ def build_agent_sdist(*, project_dir: Path, output_dir: Path) -> Path:
             shutil.copy2(project_dir / name, source / name)
         shutil.copytree(project_dir / "agent", source / "agent", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         done = subprocess.run(
-            [sys.executable, "-c", code, str(output_dir.resolve())],
+            [os.path.abspath(sys.executable), "-c", code, str(output_dir.resolve())],
             cwd=source,
             capture_output=True,
             text=True,

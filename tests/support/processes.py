@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
+VENV_BIN = Path(os.path.abspath(sys.executable)).parent
 
 
 def free_port() -> int:
