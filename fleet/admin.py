@@ -292,3 +292,18 @@ class NamespaceAdmin(admin.ModelAdmin):
 
     list_display = ["name", "workspace", "cluster"]
     list_filter = ["workspace"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Namespace | None = None) -> list[str]:
+        return ["workspace", "name"] if obj is not None else []
+
+    def save_model(self, request: HttpRequest, obj: Namespace, form: Any, change: bool) -> None:
+        if change:
+            services.namespace_bind(actor=request.user, namespace=obj, cluster_id=obj.cluster_id)
+        else:
+            saved = services.namespace_create(
+                actor=request.user, workspace=obj.workspace, name=obj.name, cluster_id=obj.cluster_id
+            )
+            obj.pk = saved.pk
+
+    def delete_model(self, request: HttpRequest, obj: Namespace) -> None:
+        services.namespace_delete(actor=request.user, namespace=obj)

@@ -14,6 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from cleverthis.tenancy.models import Role
@@ -212,6 +213,7 @@ def command_form(request: HttpRequest, pk: Any) -> HttpResponse:
     return render(request, "fleet/_command_form.html", {"payload_form": payload_form, "command_type": command_type})
 
 
+@never_cache
 @login_required
 @require_POST
 def join_token_create(request: HttpRequest, pk: Any) -> HttpResponse:
