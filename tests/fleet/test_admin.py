@@ -111,3 +111,22 @@ def test_admin_cordon_and_join_token(client, superuser, node, cluster):
     )
     assert b"CLUSTER_TOKEN=ct_node_" in response.content
     assert ComputeCluster.objects.get().join_tokens.filter(used_at__isnull=True).count() == 1
+
+
+def test_admin_namespace_binding_refuses_a_cluster_of_another_workspace(
+    client, superuser, workspace, cluster, other_cluster
+):
+    from fleet.models import Namespace
+
+    client.force_login(superuser)
+    bad = client.post(
+        "/admin/fleet/namespace/add/",
+        {"workspace": str(workspace.pk), "name": "team", "cluster": str(other_cluster.pk)},
+    )
+    assert bad.status_code == 200
+    assert b"must belong to the namespace" in bad.content
+    ok = client.post(
+        "/admin/fleet/namespace/add/", {"workspace": str(workspace.pk), "name": "team", "cluster": str(cluster.pk)}
+    )
+    assert ok.status_code == 302
+    assert Namespace.objects.get().cluster == cluster
