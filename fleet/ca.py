@@ -19,7 +19,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from fleet.models import CertificateAuthority, RevokedSerial
+from fleet.models import CertificateAuthority, NodeCertificate, RevokedSerial
 
 NODE_URI_PREFIX = "urn:cleverthis:node:"
 CA_VALIDITY = dt.timedelta(days=3650)
@@ -212,9 +212,14 @@ def verify_node_certificate(certificate_pem: str) -> uuid.UUID:
         raise CertificateRejected("certificate is not valid yet")
     if now >= cert.not_valid_after_utc:
         raise CertificateRejected("certificate has expired")
-    if RevokedSerial.objects.filter(serial=str(cert.serial_number)).exists():
+    serial = str(cert.serial_number)
+    if RevokedSerial.objects.filter(serial=serial).exists():
         raise CertificateRejected("certificate has been revoked")
-    return node_id_from_certificate(cert)
+    node_id = node_id_from_certificate(cert)
+    # Defence in depth: a node removed without the service (e.g. a cascade) has no live certificate row.
+    if not NodeCertificate.objects.filter(serial=serial, node_id=node_id, revoked_at__isnull=True).exists():
+        raise CertificateRejected("certificate does not belong to a registered node")
+    return node_id
 
 
 def verify_signature(*, certificate_pem: str, data: bytes, signature: bytes) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from agent import protocol
+
 NODE_COMMAND = "node.command"
 NODE_REVOKE = "node.revoke"
 
@@ -38,3 +40,13 @@ def send_to_node(node_id: uuid.UUID | str, message: dict[str, Any]) -> None:
     if layer is None:  # pragma: no cover - CHANNEL_LAYERS is always configured
         raise RuntimeError("no channel layer configured")
     async_to_sync(layer.group_send)(node_group(node_id), message)
+
+
+def command_frame(command: Any) -> protocol.Command:
+    """The `Command` frame for a `fleet.models.Command` row (secrets merged back into the payload)."""
+    return protocol.Command(
+        command_id=str(command.pk),
+        idempotency_key=command.idempotency_key,
+        command_type=command.command_type,
+        payload=command.wire_payload(),
+    )

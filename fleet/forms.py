@@ -34,6 +34,31 @@ class ClusterForm(forms.Form):
         self.fields["workspace"].choices = [(str(w.pk), w.name) for w in workspaces]
 
 
+class ClusterSettingsForm(forms.Form):
+    """Edit a cluster; the mode is shown, never editable (a posted `mode` is passed on and refused)."""
+
+    name = forms.CharField(max_length=100)
+    description = forms.CharField(max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    argocd_server = forms.CharField(max_length=500, required=False, label="ArgoCD server")
+    argocd_token = forms.CharField(
+        max_length=4000,
+        required=False,
+        label="ArgoCD token",
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Leave blank to keep the stored token.",
+    )
+    git_repo_url = forms.CharField(max_length=500, required=False, label="Git repository URL")
+    git_branch = forms.CharField(max_length=200, required=False, label="Git branch")
+
+    def changes(self, posted_mode: str | None) -> dict[str, Any]:
+        data = dict(self.cleaned_data)
+        if not data.get("argocd_token"):
+            data.pop("argocd_token", None)
+        if posted_mode is not None:
+            data["mode"] = posted_mode
+        return data
+
+
 class RenameForm(forms.Form):
     """Rename a node."""
 

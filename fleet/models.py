@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
@@ -281,3 +282,7 @@ class Namespace(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        if self.cluster_id and self.workspace_id and self.cluster.workspace_id != self.workspace_id:
+            raise ValidationError({"cluster": "The cluster must belong to the namespace's workspace."})

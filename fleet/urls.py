@@ -12,6 +12,7 @@ urlpatterns = [
     path("clusters/<uuid:pk>/nodes/", views.cluster_nodes, name="cluster_nodes"),
     path("clusters/<uuid:pk>/commands/", views.cluster_commands, name="cluster_commands"),
     path("clusters/<uuid:pk>/commands/form/", views.command_form, name="command_form"),
+    path("clusters/<uuid:pk>/settings/", views.cluster_settings, name="cluster_settings"),
     path("clusters/<uuid:pk>/join-tokens/", views.join_token_create, name="join_token_create"),
     path("nodes/<uuid:pk>/", views.node_detail, name="node_detail"),
     path("nodes/<uuid:pk>/rename/", views.node_rename, name="node_rename"),

@@ -14,6 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from cleverthis.tenancy.models import Role
@@ -22,7 +23,7 @@ from cleverthis.tenancy.selectors import workspace_list
 from fleet import selectors, services
 from fleet.exceptions import IllegalTransition
 from fleet.filters import COMMAND_FILTERS, NODE_FILTERS
-from fleet.forms import COMMAND_FORMS, ClusterForm, RenameForm, TargetForm, apply_service_errors
+from fleet.forms import COMMAND_FORMS, ClusterForm, ClusterSettingsForm, RenameForm, TargetForm, apply_service_errors
 from fleet.models import CommandType, ComputeCluster, Node
 
 NODE_ACTIONS = {
@@ -212,6 +213,7 @@ def command_form(request: HttpRequest, pk: Any) -> HttpResponse:
     return render(request, "fleet/_command_form.html", {"payload_form": payload_form, "command_type": command_type})
 
 
+@never_cache
 @login_required
 @require_POST
 def join_token_create(request: HttpRequest, pk: Any) -> HttpResponse:
@@ -265,3 +267,28 @@ def node_rename(request: HttpRequest, pk: Any) -> HttpResponse:
         "commands": selectors.command_list(user=request.user, node=node)[:20],
     }
     return render(request, "fleet/node_detail.html", context, status=400)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def cluster_settings(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Settings tab: name, description and ArgoCD settings; the mode is read-only."""
+    cluster = _cluster(request, pk)
+    operator = can_operate(request.user, cluster.workspace)
+    initial = {f: getattr(cluster, f) for f in ("name", "description", "argocd_server", "git_repo_url", "git_branch")}
+    form = ClusterSettingsForm(request.POST or None, initial=initial)
+    status = 200
+    if request.method == "POST":
+        if not operator:
+            raise PermissionDenied("Only workspace Owners and Admins can change clusters.")
+        status = 400
+        if form.is_valid():
+            try:
+                services.cluster_update(actor=request.user, cluster=cluster, **form.changes(request.POST.get("mode")))
+            except ValidationError as exc:
+                apply_service_errors(form, exc)
+            else:
+                messages.success(request, "Cluster settings saved.")
+                return redirect("fleet:cluster_settings", pk=cluster.pk)
+    context = {"cluster": cluster, "form": form, "can_operate": operator, "tab": "settings"}
+    return render(request, "fleet/cluster_settings.html", context, status=status)

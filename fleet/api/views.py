@@ -112,7 +112,7 @@ class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, vi
             "join_command": services.join_command(raw),
             "expires_at": token.expires_at,
         }
-        return Response(s.JoinTokenSerializer(body).data, status=201)
+        return Response(s.JoinTokenSerializer(body).data, status=201, headers={"Cache-Control": "no-store"})
 
     @action(detail=True, methods=["get", "post"], serializer_class=s.CommandSerializer)
     def commands(self, request: Request, pk: str | None = None) -> Response:

@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 
 from fleet import ca
-from fleet.models import CertificateAuthority, RevokedSerial
+from fleet.models import CertificateAuthority, Node, NodeCertificate, RevokedSerial
 from tests.fleet.conftest import make_csr_pem, make_key
 
 pytestmark = pytest.mark.django_db
@@ -60,11 +60,18 @@ def test_ca_creation_is_race_safe():
     assert results[0] == results[1] == CertificateAuthority.objects.get().certificate_pem
 
 
+def _issue(cluster, key) -> tuple[uuid.UUID, str, str, str]:
+    """Sign a CSR for a new node row and record the certificate, as registration does."""
+    node = Node.objects.create(cluster=cluster, name="n", hostname="n")
+    pem, serial, fingerprint = ca.sign_node_csr(csr_pem=make_csr_pem(key), node_id=node.id)
+    NodeCertificate.objects.create(node=node, serial=serial, fingerprint_sha256=fingerprint, certificate_pem=pem)
+    return node.id, pem, serial, fingerprint
+
+
 @pytest.mark.parametrize("kind", ["ec", "rsa"])
-def test_sign_then_verify_returns_node_id(kind):
-    node_id = uuid.uuid4()
+def test_sign_then_verify_returns_node_id(cluster, kind):
     key = make_key(kind)
-    pem, serial, fingerprint = ca.sign_node_csr(csr_pem=make_csr_pem(key), node_id=node_id)
+    node_id, pem, serial, fingerprint = _issue(cluster, key)
     cert = x509.load_pem_x509_certificate(pem.encode())
     assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == str(node_id)
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
@@ -83,10 +90,23 @@ def test_sign_then_verify_returns_node_id(kind):
         ca.verify_signature(certificate_pem=pem, data=b"other nonce", signature=signature)
 
 
-def test_revoked_certificate_is_refused():
-    pem, serial, _ = ca.sign_node_csr(csr_pem=make_csr_pem(make_key()), node_id=uuid.uuid4())
+def test_revoked_certificate_is_refused(cluster):
+    _, pem, serial, _ = _issue(cluster, make_key())
     RevokedSerial.objects.create(serial=serial, reason="test")
     with pytest.raises(ca.CertificateRejected, match="revoked"):
+        ca.verify_node_certificate(pem)
+
+
+def test_certificate_of_a_node_removed_without_the_service_is_refused(cluster):
+    _, pem, _, _ = _issue(cluster, make_key())
+    cluster.delete()  # a raw cascade: no revocation entry was written
+    with pytest.raises(ca.CertificateRejected, match="does not belong to a registered node"):
+        ca.verify_node_certificate(pem)
+
+
+def test_signed_but_unrecorded_certificate_is_refused():
+    pem, _, _ = ca.sign_node_csr(csr_pem=make_csr_pem(make_key()), node_id=uuid.uuid4())
+    with pytest.raises(ca.CertificateRejected, match="does not belong"):
         ca.verify_node_certificate(pem)
 
 

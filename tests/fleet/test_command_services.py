@@ -202,3 +202,22 @@ def test_reconnect_delivery_marks_dispatched(cluster, register_node, owner):
     assert delivered.attempts == 1
     assert services.command_record_delivered(node=node, command_id=command.pk) is None
     assert services.command_record_ack(node=node, command_id=command.pk, duplicate=True).status == CommandStatus.RUNNING
+
+
+def test_command_frame_carries_secrets_and_key(node, cluster, owner):
+    from agent import protocol
+
+    (command,) = services.command_dispatch(
+        actor=owner,
+        cluster=cluster,
+        command_type="container.create",
+        payload={**CREATE, "registry_password": "pw"},
+        node=node,
+    )
+    frame = channels.command_frame(Command.objects.get(pk=command.pk))
+    decoded = protocol.decode(protocol.encode(frame))
+    assert decoded.command_id == str(command.pk)
+    assert decoded.idempotency_key == command.idempotency_key
+    assert decoded.payload["registry_password"] == "pw"
+    parsed = protocol.parse_payload(decoded.command_type, decoded.payload)
+    assert parsed.image == "nginx:1.27"

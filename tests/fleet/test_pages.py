@@ -262,3 +262,30 @@ def test_bad_node_filter_is_400(browser, cluster, node):
     response = browser.get(f"/compute/clusters/{cluster.pk}/nodes/?status=asleep")
     assert response.status_code == 400
     assert b"status: Choose one of" in response.content
+
+
+def test_settings_page_shows_mode_read_only_and_refuses_a_change(browser, cluster):
+    page = browser.get(f"/compute/clusters/{cluster.pk}/settings/").content.decode()
+    assert "Standalone (Docker)" in page
+    assert 'name="mode"' not in page
+    base = {"name": "prod", "description": "d", "git_branch": "main"}
+    refused = browser.post(f"/compute/clusters/{cluster.pk}/settings/", {**base, "mode": "argocd"})
+    assert refused.status_code == 400
+    assert "cannot be changed after the cluster is created" in refused.content.decode()
+    saved = browser.post(f"/compute/clusters/{cluster.pk}/settings/", {**base, "argocd_token": "t0k"})
+    assert saved.status_code == 302
+    cluster.refresh_from_db()
+    assert (cluster.mode, cluster.description, cluster.argocd_token) == ("standalone", "d", "t0k")
+    assert "t0k" not in browser.get(f"/compute/clusters/{cluster.pk}/settings/").content.decode()
+
+
+def test_settings_page_forbidden_for_members(client, workspace, cluster, member_of):
+    client.force_login(member_of(workspace, "member"))
+    assert client.get(f"/compute/clusters/{cluster.pk}/settings/").status_code == 200
+    assert client.post(f"/compute/clusters/{cluster.pk}/settings/", {"name": "x"}).status_code == 403
+
+
+def test_duplicate_cluster_name_on_the_page_is_400(browser, workspace, cluster):
+    response = browser.post("/compute/", {"workspace": str(workspace.pk), "name": "prod", "mode": "standalone"})
+    assert response.status_code == 400
+    assert b"already exists in the workspace" in response.content
