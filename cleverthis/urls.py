@@ -8,6 +8,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from cleverthis.tenancy import views as tenancy_views
+from fleet import agent_views
 
 api_v1 = [
     path("", include("cleverthis.tenancy.api.urls")),
@@ -19,6 +20,8 @@ urlpatterns = [
     path("healthz", tenancy_views.healthz, name="healthz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("agent/install.sh", agent_views.install_script, name="agent-install-script"),
+    path("agent/package.tar.gz", agent_views.agent_package, name="agent-package"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -27,7 +27,8 @@ from django.conf import settings
 
 from agent import protocol as p
 from fleet import ca, services, tunnel_auth
-from fleet.channels import node_group
+from fleet.channels import command_frame, node_group
+from fleet.exceptions import IllegalTransition
 from fleet.models import Command, Node
 
 log = logging.getLogger("fleet.tunnel")
@@ -101,7 +102,10 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if handler is None:
             log.debug("node %s sent unexpected %s frame", self.node_id, frame.TYPE)
             return
-        await handler(self, frame)
+        try:
+            await handler(self, frame)
+        except IllegalTransition as exc:  # e.g. a late ack for a command that already finished
+            log.info("node %s: %s frame ignored: %s", self.node_id, frame.TYPE, exc)
 
     async def _on_hello(self, hello: p.Hello) -> None:
         try:
@@ -280,14 +284,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     # ---- helpers
 
     async def _send_command(self, command: Command) -> None:
-        await self._send_frame(
-            p.Command(
-                command_id=str(command.id),
-                idempotency_key=command.idempotency_key,
-                command_type=command.command_type,
-                payload=command.payload,
-            )
-        )
+        await self._send_frame(command_frame(command))
 
     async def _send_frame(self, frame: p.Frame) -> None:
         await self.send(text_data=p.encode(frame))

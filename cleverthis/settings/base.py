@@ -14,7 +14,10 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["*"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"])
 
 # Public URL of this control plane, used in join commands and install scripts.
-CONTROL_PLANE_URL = env_str("CONTROL_PLANE_URL", "http://127.0.0.1:8000")
+CONTROL_PLANE_URL_EXPLICIT = env_str("CONTROL_PLANE_URL", "")
+CONTROL_PLANE_URL = CONTROL_PLANE_URL_EXPLICIT or "http://127.0.0.1:8000"
+# Where the agent sdist served at /agent/package.tar.gz is built (once per release).
+AGENT_PACKAGE_CACHE_DIR = env_str("AGENT_PACKAGE_CACHE_DIR", "/tmp/cleverthis-agent-package")
 # Endpoints are served at https://endpoint-<id>.<ENDPOINT_DOMAIN>.
 ENDPOINT_DOMAIN = env_str("ENDPOINT_DOMAIN", "endpoints.localhost")
 # Key used to encrypt secrets at rest (CA key, ArgoCD tokens); defaults to one derived from SECRET_KEY.
