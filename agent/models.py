@@ -1,0 +1,231 @@
+"""The node's model cache: Hub snapshots downloaded with huggingface_hub, resumable, with progress.
+
+The cache uses huggingface_hub's own layout under `root` (``models--<org>--<name>/{blobs,refs,snapshots}``),
+so an interrupted download resumes from its ``.incomplete`` blob. A snapshot counts as cached only after
+`download` finished: it then writes ``cleverthis.json`` next to the snapshots, recording each downloaded
+revision's commit, size and file count (that is what `inventory` reports).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.utils import tqdm as hf_tqdm
+
+from agent.executors.base import CommandFailed, ProgressFn
+from agent.protocol import CachedModel, ModelDownloadPayload
+
+DEFAULT_ROOT = Path("/var/cache/cleverthis/models")
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
+MODEL_ID_RE = re.compile(rf"^(?:{_NAME}/)?{_NAME}$")
+REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+MARKER = "cleverthis.json"
+_PROGRESS_INTERVAL_S = 0.5
+
+
+def repo_folder(model_id: str) -> str:
+    """huggingface_hub's cache folder name for a model repository."""
+    return "models--" + model_id.replace("/", "--")
+
+
+def validate_model_ref(model_id: str, revision: str) -> None:
+    """`CommandFailed("invalid_payload")` unless `model_id` looks like ``[org/]name`` and `revision` is sane."""
+    if not MODEL_ID_RE.match(model_id) or ".." in model_id or "--" in model_id:
+        raise CommandFailed("invalid_payload", f"{model_id!r} is not a Hub model id (expected org/name)")
+    if not REVISION_RE.match(revision) or ".." in revision:
+        raise CommandFailed("invalid_payload", f"{revision!r} is not a valid revision")
+
+
+class _Reporter:
+    """Aggregates huggingface_hub's progress bars into throttled `progress(...)` calls."""
+
+    def __init__(self, progress: ProgressFn, model_id: str) -> None:
+        self.progress = progress
+        self.model_id = model_id
+        self.bytes_done = 0
+        self.bytes_total = 0
+        self.files_done = 0
+        self.files_total = 0
+        self._last = 0.0
+        self._lock = threading.Lock()
+
+    def report(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if not force and now - self._last < _PROGRESS_INTERVAL_S:
+                return
+            self._last = now
+            percent = round(100.0 * self.bytes_done / self.bytes_total, 1) if self.bytes_total else None
+            data = {
+                "bytes_done": self.bytes_done,
+                "bytes_total": self.bytes_total,
+                "files_done": self.files_done,
+                "files_total": self.files_total,
+            }
+        self.progress(f"downloading {self.model_id}", percent=percent, data=data)
+
+    def bar_class(self) -> type:
+        """A silent tqdm subclass whose updates feed this reporter (bytes bar and files bar)."""
+        reporter = self
+
+        class Bar(hf_tqdm):  # type: ignore[misc,valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                kwargs["disable"] = True
+                self._is_bytes = kwargs.get("unit") == "B"
+                self._is_files = not self._is_bytes and (kwargs.get("desc") or "").startswith("Fetching")
+                super().__init__(*args, **kwargs)
+                if self._is_files and kwargs.get("total"):
+                    reporter.files_total = int(kwargs["total"])
+
+            def update(self, n: float | None = 1) -> bool | None:
+                if self._is_bytes and n:
+                    with reporter._lock:
+                        reporter.bytes_done += int(n)
+                        reporter.bytes_total = max(int(self.total or 0), reporter.bytes_done)
+                    reporter.report()
+                return super().update(n)
+
+            def __iter__(self) -> Any:
+                for item in super().__iter__():
+                    if self._is_files:
+                        reporter.files_done += 1
+                        reporter.report()
+                    yield item
+
+        return Bar
+
+
+class ModelCache:
+    """Downloads Hub snapshots into `root` and answers what is cached (thread-safe)."""
+
+    def __init__(
+        self, root: Path | str | None = None, *, endpoint: str | None = None, token: str | None = None
+    ) -> None:
+        self.root = Path(root or os.environ.get("CLEVERTHIS_MODEL_CACHE") or DEFAULT_ROOT)
+        # None: huggingface_hub's default, i.e. HF_ENDPOINT or huggingface.co (read now, not at its import).
+        self.endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
+        self.token = token or os.environ.get("HF_TOKEN") or None
+        self._lock = threading.Lock()
+
+    # ---- queries
+
+    def path_for(self, model_id: str, revision: str = "main") -> Path | None:
+        """The snapshot folder of a completed download of `model_id` at `revision`, or None."""
+        entry = self._marker(model_id).get(revision)
+        if entry is None:
+            # A commit sha downloaded under a branch name counts too.
+            entry = next((e for e in self._marker(model_id).values() if e.get("commit") == revision), None)
+        if entry is None:
+            return None
+        path = self.root / repo_folder(model_id) / "snapshots" / entry["commit"]
+        return path if path.is_dir() else None
+
+    def is_cached(self, model_id: str, revision: str = "main") -> bool:
+        """True when `download` completed for this model and revision and the files are still there."""
+        return self.path_for(model_id, revision) is not None
+
+    def inventory(self) -> list[CachedModel]:
+        """Every completed snapshot in the cache."""
+        models: list[CachedModel] = []
+        if not self.root.is_dir():
+            return models
+        for marker in sorted(self.root.glob(f"models--*/{MARKER}")):
+            try:
+                data = json.loads(marker.read_text())
+            except (OSError, ValueError):
+                continue
+            model_id = data.get("model_id", "")
+            for revision, entry in sorted(data.get("revisions", {}).items()):
+                path = marker.parent / "snapshots" / entry["commit"]
+                if path.is_dir():
+                    models.append(
+                        CachedModel(
+                            model_id=model_id, revision=revision, path=str(path), size_bytes=entry.get("size_bytes", 0)
+                        )
+                    )
+        return models
+
+    # ---- model.download
+
+    def download(self, payload: ModelDownloadPayload, progress: ProgressFn) -> dict[str, Any]:
+        """Snapshot the repository (only missing or partial files are fetched); returns path and sizes."""
+        validate_model_ref(payload.model_id, payload.revision)
+        reporter = _Reporter(progress, payload.model_id)
+        progress(f"resolving {payload.model_id}@{payload.revision}", percent=0.0)
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            path = snapshot_download(
+                payload.model_id,
+                revision=payload.revision,
+                cache_dir=str(self.root),
+                endpoint=self.endpoint,
+                token=self.token or False,
+                allow_patterns=list(payload.allow_patterns) or None,
+                tqdm_class=reporter.bar_class(),
+                max_workers=4,
+            )
+        except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
+            kind = "gated or private" if isinstance(exc, GatedRepoError) else "not found"
+            raise CommandFailed(
+                "model_not_found", f"{payload.model_id}@{payload.revision} {kind} on the Hub", model_id=payload.model_id
+            ) from None
+        except (LocalEntryNotFoundError, httpx2.HTTPError, HfHubHTTPError, OSError) as exc:
+            raise CommandFailed(
+                "hub_unreachable",
+                f"downloading {payload.model_id} failed: {_first_line(exc)}",
+                model_id=payload.model_id,
+            ) from None
+        snapshot = Path(path)
+        files = [p for p in snapshot.rglob("*") if p.is_file()]
+        size = sum(p.stat().st_size for p in files)
+        commit = snapshot.name
+        self._record(payload.model_id, payload.revision, commit=commit, size_bytes=size, files=len(files))
+        reporter.files_done = reporter.files_total = len(files)
+        reporter.bytes_done = reporter.bytes_total = max(reporter.bytes_total, reporter.bytes_done)
+        progress(f"downloaded {payload.model_id}", percent=100.0, data={"files": len(files), "size_bytes": size})
+        return {
+            "model_id": payload.model_id,
+            "revision": payload.revision,
+            "commit": commit,
+            "path": str(snapshot),
+            "size_bytes": size,
+            "files": len(files),
+        }
+
+    # ---- completion marker
+
+    def _marker(self, model_id: str) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads((self.root / repo_folder(model_id) / MARKER).read_text())
+        except (OSError, ValueError):
+            return {}
+        return data.get("revisions", {})
+
+    def _record(self, model_id: str, revision: str, *, commit: str, size_bytes: int, files: int) -> None:
+        with self._lock:
+            revisions = self._marker(model_id)
+            revisions[revision] = {"commit": commit, "size_bytes": size_bytes, "files": files}
+            marker = self.root / repo_folder(model_id) / MARKER
+            tmp = marker.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"model_id": model_id, "revisions": revisions}, indent=1))
+            os.replace(tmp, marker)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]

@@ -1,0 +1,208 @@
+"""Runs one command frame end to end: parse the payload, route it, journal the outcome.
+
+`CommandRunner.run` turns a `Command` into a `Result` or an `Error`: ``container.*`` goes to the
+cluster's executor, ``model.download`` to the `ModelCache`, ``endpoint.*`` to the `EndpointManager`.
+Every outcome (result or error) is appended to a JSON-lines journal and fsync'd before `run` returns, so
+a command re-delivered with a finished idempotency key is answered from the journal without running
+the work again, also after an agent restart. A key re-delivered while its first delivery still runs
+waits for that run and gets the same outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from agent.endpoints import EndpointManager
+from agent.executors.base import CommandFailed, Executor, ProgressFn
+from agent.models import ModelCache
+from agent.protocol import Command, Error, GpuInfo, Inventory, ProtocolError, Result, parse_payload
+
+log = logging.getLogger(__name__)
+# How many finished keys the inventory reports (the journal itself keeps all of them).
+INVENTORY_KEYS = 1000
+
+
+class CommandRunner:
+    """Executes commands for one node and remembers which idempotency keys are finished."""
+
+    def __init__(
+        self, *, executor: Executor, models: ModelCache, endpoints: EndpointManager, journal_path: Path
+    ) -> None:
+        self.executor = executor
+        self.models = models
+        self.endpoints = endpoints
+        self.journal_path = Path(journal_path)
+        self._lock = threading.Lock()
+        self._journal_lock = threading.Lock()
+        self._done: dict[str, Result | Error] = {}
+        self._running: dict[str, threading.Event] = {}
+        self._load_journal()
+
+    # ---- journal
+
+    def _load_journal(self) -> None:
+        try:
+            lines = self.journal_path.read_text().splitlines()
+        except FileNotFoundError:
+            return
+        for number, line in enumerate(lines, 1):
+            try:
+                entry = json.loads(line)
+                if entry["kind"] == "result":
+                    outcome: Result | Error = Result(command_id=entry["command_id"], data=entry.get("data", {}))
+                else:
+                    outcome = Error(
+                        command_id=entry["command_id"],
+                        code=entry["code"],
+                        message=entry["message"],
+                        data=entry.get("data", {}),
+                    )
+            except (ValueError, KeyError, TypeError):
+                # A torn last line from a crash mid-write: that command was not finished.
+                log.warning("skipping unreadable journal line %d in %s", number, self.journal_path)
+                continue
+            self._done[entry["key"]] = outcome
+
+    def _append(self, key: str, command_type: str, outcome: Result | Error) -> None:
+        entry: dict[str, Any] = {"key": key, "command_type": command_type, "command_id": outcome.command_id}
+        entry["at"] = time.time()
+        if isinstance(outcome, Result):
+            entry.update(kind="result", data=outcome.data)
+        else:
+            entry.update(kind="error", code=outcome.code, message=outcome.message, data=outcome.data)
+        line = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
+        with self._journal_lock:
+            self.journal_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def completed(self, idempotency_key: str) -> Result | Error | None:
+        """The journaled outcome of a finished key, or None if it never finished here."""
+        with self._lock:
+            return self._done.get(idempotency_key)
+
+    # ---- running
+
+    def run(self, command: Command, progress: ProgressFn) -> Result | Error:
+        """Execute `command` once per idempotency key; never raises."""
+        key = command.idempotency_key
+        while True:
+            with self._lock:
+                done = self._done.get(key)
+                if done is not None:
+                    return dataclasses.replace(done, command_id=command.command_id)
+                waiting = self._running.get(key)
+                if waiting is None:
+                    self._running[key] = threading.Event()
+                    break
+            waiting.wait()
+        try:
+            outcome = self._execute(command, progress)
+            self._append(key, command.command_type, outcome)
+            with self._lock:
+                self._done[key] = outcome
+            return outcome
+        finally:
+            with self._lock:
+                self._running.pop(key).set()
+
+    def _execute(self, command: Command, progress: ProgressFn) -> Result | Error:
+        command_id = command.command_id
+        try:
+            payload = parse_payload(command.command_type, command.payload)
+        except ProtocolError as exc:
+            code = "unknown_command" if "unknown command type" in str(exc) else "invalid_payload"
+            return Error(command_id=command_id, code=code, message=str(exc))
+        try:
+            data = self._route(command, payload, progress)
+        except CommandFailed as exc:
+            return Error(command_id=command_id, code=exc.code, message=exc.message, data=_jsonable(exc.data))
+        except Exception as exc:
+            log.exception("command %s (%s) failed unexpectedly", command_id, command.command_type)
+            return Error(command_id=command_id, code="internal", message=f"{type(exc).__name__}: {exc}")
+        return Result(command_id=command_id, data=_jsonable(data))
+
+    def _route(self, command: Command, payload: Any, progress: ProgressFn) -> dict[str, Any]:
+        kind = command.command_type
+        if kind.startswith("container."):
+            return self.executor.execute(kind, payload, command_key=command.idempotency_key, progress=progress)
+        if kind == "model.download":
+            return self.models.download(payload, progress)
+        if kind.startswith("endpoint."):
+            return self.endpoints.execute(kind, payload, progress=progress)
+        raise CommandFailed("unknown_command", f"no handler for {kind!r}")
+
+    # ---- inventory
+
+    def inventory(self, gpus: list[GpuInfo]) -> Inventory:
+        """Everything the node runs and holds, for `hello` and inventory reports."""
+        try:
+            containers = self.executor.list_containers()
+        except CommandFailed as exc:
+            log.warning("cannot list containers for the inventory: %s", exc.message)
+            containers = []
+        with self._lock:
+            keys = list(self._done)[-INVENTORY_KEYS:]
+        return Inventory(
+            containers=containers,
+            endpoints=self.endpoints.inventory(),
+            models=self.models.inventory(),
+            gpus=list(gpus),
+            completed_command_keys=keys,
+        )
+
+
+def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` made safe for a JSON frame (paths and other objects become strings)."""
+    result: dict[str, Any] = json.loads(json.dumps(data, default=str))
+    return result
+
+
+def build_executor(
+    mode: str,
+    mode_settings: dict[str, Any],
+    *,
+    docker_url: str | None = None,
+    kubeconfig: str | None = None,
+    workdir: Path | str | None = None,
+) -> Executor:
+    """The executor for the cluster's orchestration mode (from the control plane's `Welcome`)."""
+    if mode == "standalone":
+        from agent.executors.docker import DockerExecutor
+
+        return DockerExecutor(base_url=docker_url or mode_settings.get("docker_url") or None)
+    if mode == "kubernetes":
+        from agent.executors.kubernetes import KubernetesExecutor
+
+        return KubernetesExecutor(
+            kubeconfig_path=kubeconfig or mode_settings.get("kubeconfig") or None,
+            namespace=mode_settings.get("namespace") or None,
+        )
+    if mode == "argocd":
+        from agent.executors.argocd import ArgoCDExecutor
+
+        missing = [k for k in ("repo_url", "server", "app_name") if not mode_settings.get(k)]
+        if missing:
+            raise ValueError(f"argocd mode needs settings: {', '.join(missing)}")
+        if workdir is None:
+            raise ValueError("argocd mode needs a workdir for its clone")
+        return ArgoCDExecutor(
+            repo_url=mode_settings["repo_url"],
+            branch=mode_settings.get("branch") or "main",
+            server=mode_settings["server"],
+            token=mode_settings.get("token") or "",
+            app_name=mode_settings["app_name"],
+            workdir=Path(workdir),
+        )
+    raise ValueError(f"unknown orchestration mode {mode!r} (expected standalone, kubernetes or argocd)")

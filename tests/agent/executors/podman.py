@@ -1,0 +1,26 @@
+"""Where the Podman Docker-compatible socket started by `.ci/podman-setup` lives (tests skip without it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+STATE_DIR = Path(os.environ.get("CLEVERTHIS_PODMAN_DIR", "/var/tmp/cleverthis-podman"))
+TEST_IMAGE = "localhost/busybox:test"
+
+
+def podman_url() -> str | None:
+    """``unix://<socket>`` when the Podman service socket exists, else None."""
+    marker = STATE_DIR / "socket-path"
+    sock = Path(marker.read_text().strip()) if marker.exists() else STATE_DIR / "podman.sock"
+    return f"unix://{sock}" if sock.is_socket() else None
+
+
+def require_podman() -> str:
+    """The socket URL, or skip the test with the reason."""
+    url = podman_url()
+    if url is None:
+        pytest.skip(f"no Podman socket under {STATE_DIR}: run .ci/podman-setup (as root) to run these tests")
+    return url

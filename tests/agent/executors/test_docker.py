@@ -1,0 +1,182 @@
+"""DockerExecutor against a real engine: Podman's Docker-compatible API started by .ci/podman-setup."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import docker
+import pytest
+
+from agent.executors.base import CommandFailed
+from agent.executors.docker import COMMAND_KEY_LABEL, MANAGED_LABEL, DockerExecutor, split_image
+from agent.protocol import ContainerCreatePayload, ContainerRefPayload, PortMapping
+from tests.agent.executors.podman import TEST_IMAGE, require_podman
+
+RUN_LABEL = "io.cleverthis.test-run"
+
+
+class Recorder:
+    """A ProgressFn that keeps every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, float | None, dict]] = []
+
+    def __call__(self, message: str, percent: float | None = None, data: dict | None = None) -> None:
+        self.calls.append((message, percent, data or {}))
+
+
+@pytest.fixture
+def run_id() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def engine(run_id: str) -> Iterator[docker.DockerClient]:
+    """A raw docker client on the Podman socket; removes this test's containers afterwards."""
+    client = docker.DockerClient(base_url=require_podman())
+    yield client
+    for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}):
+        container.remove(force=True, v=True)
+    client.close()
+
+
+@pytest.fixture
+def executor(engine: docker.DockerClient) -> DockerExecutor:
+    return DockerExecutor(base_url=require_podman())
+
+
+def payload(run_id: str, **overrides: object) -> ContainerCreatePayload:
+    values: dict = {
+        "image": TEST_IMAGE,
+        "name": f"ct-{run_id}-{uuid.uuid4().hex[:4]}",
+        "command": ["sleep", "300"],
+        "labels": {RUN_LABEL: run_id},
+    }
+    values.update(overrides)
+    return ContainerCreatePayload(**values)
+
+
+def test_create_runs_the_container_with_requests_and_our_labels(executor, engine, run_id):
+    spec = payload(
+        run_id,
+        env={"GREETING": "hello"},
+        ports=[PortMapping(container_port=8080)],
+        cpu=0.5,
+        memory_mb=64,
+    )
+    result = executor.execute("container.create", spec, command_key=f"key-{run_id}", progress=Recorder())
+
+    assert result["status"] == "running"
+    assert result["ports"]["8080"] > 0
+    raw = engine.containers.get(result["container_id"])
+    assert raw.name == spec.name
+    assert raw.labels[MANAGED_LABEL] == "true"
+    assert raw.labels[COMMAND_KEY_LABEL] == f"key-{run_id}"
+    assert "GREETING=hello" in raw.attrs["Config"]["Env"]
+    assert raw.attrs["HostConfig"]["NanoCpus"] == 500_000_000
+    assert raw.attrs["HostConfig"]["Memory"] == 64 * 1024 * 1024
+    assert raw.attrs["Config"]["Cmd"] == ["sleep", "300"]
+
+
+def test_create_is_idempotent_on_the_command_key(executor, engine, run_id):
+    first = executor.execute("container.create", payload(run_id), command_key=f"k-{run_id}", progress=Recorder())
+    again = executor.execute(
+        "container.create", payload(run_id), command_key=f"k-{run_id}", progress=Recorder()
+    )  # a different name: the key alone decides
+    assert again["container_id"] == first["container_id"]
+    assert again["existed"] is True
+    assert first["existed"] is False
+    assert len(engine.containers.list(all=True, filters={"label": f"{COMMAND_KEY_LABEL}=k-{run_id}"})) == 1
+
+
+def test_create_without_start_leaves_it_created(executor, run_id):
+    result = executor.execute(
+        "container.create", payload(run_id, start=False), command_key=f"ns-{run_id}", progress=Recorder()
+    )
+    assert result["status"] == "created"
+
+
+def test_stop_start_destroy_lifecycle(executor, engine, run_id):
+    created = executor.execute("container.create", payload(run_id), command_key=f"l-{run_id}", progress=Recorder())
+    ref = ContainerRefPayload(container=created["container_id"], timeout_s=1)  # busybox PID 1 ignores SIGTERM
+
+    assert executor.execute("container.stop", ref, command_key="s", progress=Recorder())["status"] == "exited"
+    assert engine.containers.get(created["container_id"]).status == "exited"
+    by_name = ContainerRefPayload(container=created["name"], timeout_s=1)
+    assert executor.execute("container.start", by_name, command_key="st", progress=Recorder())["status"] == "running"
+
+    assert executor.execute("container.destroy", ref, command_key="d", progress=Recorder())["status"] == "missing"
+    with pytest.raises(docker.errors.NotFound):
+        engine.containers.get(created["container_id"])
+    # Destroying again is harmless; stopping a missing container is a documented failure.
+    assert executor.execute("container.destroy", ref, command_key="d2", progress=Recorder())["status"] == "missing"
+    with pytest.raises(CommandFailed) as err:
+        executor.execute("container.stop", ref, command_key="s2", progress=Recorder())
+    assert err.value.code == "not_found"
+
+
+def test_list_containers_reports_only_ours(executor, engine, run_id):
+    ours = executor.execute("container.create", payload(run_id), command_key=f"o-{run_id}", progress=Recorder())
+    foreign = engine.containers.create(TEST_IMAGE, ["sleep", "300"], labels={RUN_LABEL: run_id})
+
+    listed = {c.container_id: c for c in executor.list_containers()}
+    assert ours["container_id"] in listed
+    assert foreign.id not in listed
+    info = listed[ours["container_id"]]
+    assert info.command_key == f"o-{run_id}"
+    assert info.status == "running"
+    assert info.image.endswith("busybox:test")
+
+    with pytest.raises(CommandFailed) as err:
+        executor.execute(
+            "container.destroy", ContainerRefPayload(container=foreign.id), command_key="x", progress=print
+        )
+    assert err.value.code == "not_found"
+    assert engine.containers.get(foreign.id).id == foreign.id
+
+
+def test_name_taken_by_another_container_is_a_conflict(executor, engine, run_id):
+    spec = payload(run_id)
+    engine.containers.create(TEST_IMAGE, ["sleep", "1"], name=spec.name, labels={RUN_LABEL: run_id})
+    with pytest.raises(CommandFailed) as err:
+        executor.execute("container.create", spec, command_key=f"c-{run_id}", progress=Recorder())
+    assert err.value.code == "conflict"
+
+
+def test_pull_failure_from_an_unreachable_registry(executor, run_id):
+    progress = Recorder()
+    with pytest.raises(CommandFailed) as err:
+        executor.execute(
+            "container.create",
+            payload(run_id, image="127.0.0.1:1/nope:latest"),
+            command_key=f"p-{run_id}",
+            progress=progress,
+        )
+    assert err.value.code == "image_pull_failed"
+    assert "127.0.0.1:1" in err.value.message
+    assert any("pulling image" in message for message, _, _ in progress.calls)
+
+
+def test_docker_not_running_is_docker_unavailable(tmp_path):
+    executor = DockerExecutor(base_url=f"unix://{tmp_path}/no-such.sock")
+    with pytest.raises(CommandFailed) as err:
+        executor.execute("container.create", payload("x"), command_key="k", progress=Recorder())
+    assert err.value.code == "docker_unavailable"
+    with pytest.raises(CommandFailed) as err:
+        executor.list_containers()
+    assert err.value.code == "docker_unavailable"
+
+
+@pytest.mark.parametrize(
+    ("image", "expected"),
+    [
+        ("busybox", ("busybox", "latest")),
+        ("localhost/busybox:test", ("localhost/busybox", "test")),
+        ("127.0.0.1:5000/team/app", ("127.0.0.1:5000/team/app", "latest")),
+        ("127.0.0.1:5000/app:v2", ("127.0.0.1:5000/app", "v2")),
+        ("ghcr.io/a/b@sha256:abc", ("ghcr.io/a/b", "sha256:abc")),
+    ],
+)
+def test_split_image(image, expected):
+    assert split_image(image) == expected

@@ -1,0 +1,137 @@
+"""A tiny OpenAI-compatible server process standing in for vLLM's (which needs CUDA) in tests.
+
+Run it like vLLM's server: ``python -m tests.support.openai_standin --model <path> --port <port>
+--served-model-name <id> [--host H] [other vLLM flags, ignored]``. Like vLLM it refuses to start when
+the model path is not a directory holding ``config.json``. It serves ``GET /v1/models``, ``GET /health``
+and ``POST /v1/chat/completions`` (answer: ``echo: <last user message>``; with ``"stream": true`` the
+answer comes word by word as Server-Sent Events ending with ``data: [DONE]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="openai_standin")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--served-model-name", default=None)
+    args, _ignored = parser.parse_known_args(argv)
+    return args
+
+
+def make_handler(model_name: str) -> type[BaseHTTPRequestHandler]:
+    """The request handler serving `model_name`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *args: object) -> None:
+            sys.stderr.write("openai-standin: " + (fmt % args) + "\n")
+
+        def _json(self, status: int, body: object) -> None:
+            raw = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_GET(self) -> None:
+            if self.path == "/v1/models":
+                self._json(200, {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "vllm"}]})
+            elif self.path == "/health":
+                self._json(200, {})
+            else:
+                self._json(404, {"error": {"message": "not found", "type": "NotFoundError"}})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                request = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                self._json(400, {"error": {"message": "invalid JSON", "type": "BadRequestError"}})
+                return
+            if self.path != "/v1/chat/completions":
+                self._json(404, {"error": {"message": "not found", "type": "NotFoundError"}})
+                return
+            if request.get("model") != model_name:
+                self._json(404, {"error": {"message": f"model {request.get('model')!r} does not exist"}})
+                return
+            messages = request.get("messages") or [{}]
+            answer = "echo: " + str(messages[-1].get("content", ""))
+            completion_id = "chatcmpl-" + uuid.uuid4().hex
+            if request.get("stream"):
+                self._stream(completion_id, answer)
+                return
+            self._json(
+                200,
+                {
+                    "id": completion_id,
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": model_name,
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
+                    ],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": len(answer.split()), "total_tokens": 0},
+                },
+            )
+
+        def _stream(self, completion_id: str, answer: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            words = answer.split(" ")
+            for i, word in enumerate(words):
+                chunk = {
+                    "id": completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": model_name,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"content": word if i == 0 else " " + word},
+                            "finish_reason": "stop" if i == len(words) - 1 else None,
+                        }
+                    ],
+                }
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            self.close_connection = True
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    model_dir = Path(args.model)
+    if not (model_dir / "config.json").is_file():
+        print(f"ValueError: no config.json in model path {model_dir}", file=sys.stderr, flush=True)
+        return 1
+    name = args.served_model_name or args.model
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(name))
+    server.daemon_threads = True
+    print(f"openai-standin serving {name} on {args.host}:{args.port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:  # pragma: no cover - interactive use
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
