@@ -1,0 +1,230 @@
+"""Agent ↔ control plane end to end, all real processes: daphne, a Celery worker, Redis, PostgreSQL, agents.
+
+Heartbeats run every second here (AGENT_HEARTBEAT_INTERVAL_S=1) and nodes go offline after 3 s of
+silence, so the whole lifecycle fits in seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from fleet import services
+from fleet.models import Command, Node, NodeEvent
+from tests.support.hub_standin import HubStandin
+from tests.support.live import ControlPlane, agent_join, agent_run, subprocess_env
+from tests.support.processes import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def operator():
+    from cleverthis.tenancy import services as tenancy
+
+    user = get_user_model().objects.create_user("ops", password="pw-ops")
+    workspace = tenancy.workspace_create(name="E2E", owner=user)
+    return user, workspace
+
+
+@pytest.fixture
+def cluster(operator):
+    user, workspace = operator
+    return services.cluster_create(actor=user, workspace=workspace, name="lab", mode="standalone")
+
+
+@pytest.fixture
+def hub():
+    standin = HubStandin().start()
+    standin.add_repo("acme/tiny", {"config.json": b'{"layers": 1}', "weights.bin": b"w" * 4096})
+    yield standin
+    standin.stop()
+
+
+@pytest.fixture
+def control_plane(tmp_path, settings):
+    settings.NODE_OFFLINE_AFTER_S = 3
+    plane = ControlPlane(log_dir=tmp_path, env=subprocess_env(NODE_OFFLINE_AFTER_S="3"))
+    plane.start_replica()
+    plane.start_worker()
+    yield plane
+    plane.stop()
+
+
+@pytest.fixture
+def agents(tmp_path, hub):
+    started = []
+
+    def start(control_plane: ControlPlane, cluster, operator_user, name: str, *, url: str | None = None):
+        _, raw = services.join_token_create(cluster=cluster, actor=operator_user)
+        state = tmp_path / f"state-{name}"
+        joined = agent_join(url or control_plane.url, raw, state)
+        assert joined.returncode == 0, joined.stderr
+        env = {"CLEVERTHIS_MODEL_CACHE": str(tmp_path / f"models-{name}"), "HF_ENDPOINT": hub.url}
+        proc = agent_run(state, tmp_path, name=f"agent-{name}", env=env)
+        started.append(proc)
+        return proc, state, env
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def node_of(state: Path) -> Node:
+    import json
+
+    return Node.objects.get(pk=json.loads((state / "node.json").read_text())["node_id"])
+
+
+def wait_status(node: Node, status: str, timeout: float = 20) -> None:
+    wait_until(lambda: Node.objects.get(pk=node.pk).status == status, timeout=timeout, what=f"node {status}")
+
+
+def test_join_heartbeat_offline_and_back_online(control_plane, cluster, operator, agents, client):
+    user, _ = operator
+    proc, state, env = agents(control_plane, cluster, user, "a")
+    node = node_of(state)
+    wait_status(node, "online")
+    wait_until(lambda: "heartbeat sent" in proc.log(), timeout=10, what="heartbeat")
+    log = proc.log()
+    assert "connected to 127.0.0.1:" in log
+    assert "no GPU detected" in log
+
+    # heartbeats update utilization
+    wait_until(lambda: Node.objects.get(pk=node.pk).memory_percent > 0, timeout=10, what="utilization")
+    node.refresh_from_db()
+    assert node.connected
+    assert node.memory_total_mb > 0
+
+    # the node shows up online in the Nodes tab
+    client.force_login(user)
+    page = client.get(f"/compute/clusters/{cluster.pk}/nodes/").content.decode()
+    assert node.name in page
+    assert "online" in page
+
+    # kill the agent → offline after the heartbeat timeout (beat task, run here on its own)
+    proc.kill()
+    time.sleep(3.5)
+    from fleet.tasks import mark_lost_nodes_offline
+
+    wait_until(
+        lambda: mark_lost_nodes_offline() >= 0 and Node.objects.get(pk=node.pk).status == "offline",
+        timeout=15,
+        what="offline",
+    )
+    assert NodeEvent.objects.filter(node=node, kind="offline").exists()
+
+    # restart → online again without re-registering
+    restarted = agent_run(state, control_plane.log_dir, name="agent-a-restarted", env=env)
+    try:
+        wait_status(node, "online")
+        assert Node.objects.filter(cluster=cluster).count() == 1
+    finally:
+        restarted.stop()
+
+
+def test_agent_reconnects_after_control_plane_restart(control_plane, cluster, operator, agents):
+    user, _ = operator
+    proc, state, _ = agents(control_plane, cluster, user, "a")
+    node = node_of(state)
+    wait_until(lambda: proc.log().count("connected to") == 1, timeout=20, what="first connect")
+    port = control_plane.ports[0]
+    replica = control_plane.replicas.pop(0)
+    control_plane.ports.pop(0)
+    replica.kill()
+    wait_until(lambda: "disconnected" in proc.log() or "cannot connect" in proc.log(), timeout=10, what="drop")
+    time.sleep(2)  # the control plane stays down a little while the agent retries
+    restarted_at = time.monotonic()
+    control_plane.start_replica(port)
+    wait_until(lambda: proc.log().count("connected to") == 2, timeout=15, what="reconnect")
+    assert time.monotonic() - restarted_at < 10
+    assert Node.objects.get(pk=node.pk).connected
+
+
+def test_command_to_all_nodes_reaches_every_agent_once(control_plane, cluster, operator, agents, hub):
+    user, _ = operator
+    procs = [agents(control_plane, cluster, user, name)[0] for name in ("a", "b")]
+    wait_until(
+        lambda: Node.objects.filter(cluster=cluster, status="online").count() == 2, timeout=30, what="two nodes online"
+    )
+    commands = services.command_dispatch(
+        actor=user, cluster=cluster, command_type="model.download", payload={"model_id": "acme/tiny"}
+    )
+    assert len(commands) == 2
+    wait_until(
+        lambda: Command.objects.filter(pk__in=[c.pk for c in commands], status="succeeded").count() == 2,
+        timeout=60,
+        what="both downloads succeeded",
+    )
+    for proc in procs:
+        assert proc.log().count("command received: model.download") == 1
+    for command in Command.objects.filter(pk__in=[c.pk for c in commands]):
+        kinds = list(NodeEvent.objects.filter(command=command).values_list("kind", flat=True))
+        assert kinds.count("command.succeeded") == 1
+        assert "command.running" in kinds
+        assert command.result["model_id"] == "acme/tiny"
+    # the node's inventory now lists the cached model
+    wait_until(
+        lambda: all(
+            any(m["model_id"] == "acme/tiny" for m in node.inventory.get("models", []))
+            for node in Node.objects.filter(cluster=cluster)
+        ),
+        timeout=10,
+        what="inventory reports the model",
+    )
+    # the Hub was asked once per node for the weights
+    assert len(hub.gets_of("weights.bin")) == 2
+
+
+def test_commands_queued_while_offline_are_delivered_on_reconnect(control_plane, cluster, operator, agents, tmp_path):
+    user, _ = operator
+    proc, state, env = agents(control_plane, cluster, user, "a")
+    node = node_of(state)
+    wait_status(node, "online")
+    proc.stop()
+    wait_until(lambda: not Node.objects.get(pk=node.pk).connected, timeout=10, what="disconnect recorded")
+    (command,) = services.command_dispatch(
+        actor=user,
+        cluster=cluster,
+        command_type="model.download",
+        payload={"model_id": "acme/tiny"},
+        node=Node.objects.get(pk=node.pk),
+    )
+    time.sleep(1)
+    assert Command.objects.get(pk=command.pk).status == "queued"
+    restarted = agent_run(state, tmp_path, name="agent-a-again", env=env)
+    try:
+        wait_until(lambda: Command.objects.get(pk=command.pk).status == "succeeded", timeout=60, what="delivered")
+        # a second delivery of the same idempotency key does not run the work again
+        Command.objects.filter(pk=command.pk).update(status="dispatched", acked_at=None)
+        from fleet.channels import command_message, send_to_node
+
+        send_to_node(node.pk, command_message(command.pk))
+        wait_until(lambda: Command.objects.get(pk=command.pk).status == "succeeded", timeout=20, what="re-ack")
+        assert restarted.log().count("command received: model.download") == 2
+        assert restarted.log().count("command model.download succeeded") == 1
+    finally:
+        restarted.stop()
+
+
+def test_delete_closes_the_socket_on_another_replica_and_refuses_reconnect(control_plane, cluster, operator, agents):
+    user, _ = operator
+    second_port = control_plane.start_replica()
+    # the agent's tunnel lives on replica 2; the delete is handled by this process (another one)
+    proc, state, _ = agents(control_plane, cluster, user, "a", url=f"http://127.0.0.1:{second_port}")
+    node = node_of(state)
+    wait_status(node, "online")
+    started = time.monotonic()
+    services.node_delete(node=node, actor=user)
+    wait_until(lambda: not proc.alive(), timeout=60, what="agent exits after revocation")
+    assert time.monotonic() - started < 60
+    assert proc.popen.returncode == 3
+    assert "node revoked" in proc.log()
+    # the certificate is refused on every later connect
+    again = agent_run(state, control_plane.log_dir, name="agent-a-revoked")
+    wait_until(lambda: not again.alive(), timeout=30, what="revoked agent refused")
+    assert again.popen.returncode == 3
+    assert not Node.objects.filter(pk=node.pk).exists()
