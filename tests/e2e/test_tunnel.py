@@ -228,3 +228,16 @@ def test_delete_closes_the_socket_on_another_replica_and_refuses_reconnect(contr
     wait_until(lambda: not again.alive(), timeout=30, what="revoked agent refused")
     assert again.popen.returncode == 3
     assert not Node.objects.filter(pk=node.pk).exists()
+
+
+def test_backoff_broadcast_keeps_agents_away_then_they_return(control_plane, cluster, operator, agents):
+    from django.core.management import call_command
+
+    user, _ = operator
+    proc, _state, _ = agents(control_plane, cluster, user, "a")
+    wait_until(lambda: proc.log().count("connected to") == 1, timeout=20, what="connect")
+    call_command("tunnel_backoff", seconds=3, reason="deploy")
+    wait_until(lambda: "asked to back off 3.0s: deploy" in proc.log(), timeout=10, what="backoff received")
+    asked_at = time.monotonic()
+    wait_until(lambda: proc.log().count("connected to") == 2, timeout=20, what="reconnect after backoff")
+    assert time.monotonic() - asked_at >= 2.9
