@@ -1,0 +1,75 @@
+"""Fixtures for end-to-end tests: a live control plane, a workspace with a cluster, agents, a Hub stand-in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from fleet import services
+from fleet.models import Node
+from tests.support.hub_standin import HubStandin
+from tests.support.live import ControlPlane, agent_join, agent_run, subprocess_env
+from tests.support.processes import wait_until
+
+
+@pytest.fixture
+def operator():
+    from cleverthis.tenancy import services as tenancy
+
+    user = get_user_model().objects.create_user("ops", password="pw-ops")
+    workspace = tenancy.workspace_create(name="E2E", owner=user)
+    return user, workspace
+
+
+@pytest.fixture
+def cluster(operator):
+    user, workspace = operator
+    return services.cluster_create(actor=user, workspace=workspace, name="lab", mode="standalone")
+
+
+@pytest.fixture
+def hub():
+    standin = HubStandin().start()
+    standin.add_repo("acme/tiny", {"config.json": b'{"layers": 1}', "weights.bin": b"w" * 4096})
+    yield standin
+    standin.stop()
+
+
+@pytest.fixture
+def control_plane(tmp_path, settings):
+    settings.NODE_OFFLINE_AFTER_S = 3
+    plane = ControlPlane(log_dir=tmp_path, env=subprocess_env(NODE_OFFLINE_AFTER_S="3"))
+    plane.start_replica()
+    plane.start_worker()
+    yield plane
+    plane.stop()
+
+
+@pytest.fixture
+def agents(tmp_path, hub):
+    started = []
+
+    def start(control_plane: ControlPlane, cluster, operator_user, name: str, *, url=None, extra_env=None):
+        _, raw = services.join_token_create(cluster=cluster, actor=operator_user)
+        state = tmp_path / f"state-{name}"
+        joined = agent_join(url or control_plane.url, raw, state)
+        assert joined.returncode == 0, joined.stderr
+        env = {"CLEVERTHIS_MODEL_CACHE": str(tmp_path / f"models-{name}"), "HF_ENDPOINT": hub.url, **(extra_env or {})}
+        proc = agent_run(state, tmp_path, name=f"agent-{name}", env=env)
+        started.append(proc)
+        return proc, state, env
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def node_of(state: Path) -> Node:
+    return Node.objects.get(pk=json.loads((state / "node.json").read_text())["node_id"])
+
+
+def wait_status(node: Node, status: str, timeout: float = 20) -> None:
+    wait_until(lambda: Node.objects.get(pk=node.pk).status == status, timeout=timeout, what=f"node {status}")
