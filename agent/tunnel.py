@@ -132,6 +132,9 @@ class TunnelClient:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._gpus: list[p.GpuInfo] = []
         self._proxy_ports: set[int] = set()
+        self._heartbeats_in_flight: dict[str, float] = {}
+        # Round-trip times (s) of recent heartbeats: sent → acknowledged by the control plane.
+        self.heartbeat_rtts: collections.deque[float] = collections.deque(maxlen=1000)
         self.extra_proxy_ports = {
             int(port) for port in os.environ.get("CLEVERTHIS_PROXY_PORTS", "").split(",") if port.strip().isdigit()
         }
@@ -273,8 +276,10 @@ class TunnelClient:
                 streams.handle(frame)
             elif isinstance(frame, p.Command):
                 self._spawn(self._on_command(frame))
-            elif isinstance(frame, p.HeartbeatAck | p.Welcome):
-                continue
+            elif isinstance(frame, p.HeartbeatAck):
+                sent = self._heartbeats_in_flight.pop(frame.heartbeat_id, None)
+                if sent is not None:
+                    self.heartbeat_rtts.append(time.monotonic() - sent)
             else:
                 log.debug("unhandled frame %s", frame.TYPE)
 
@@ -287,6 +292,9 @@ class TunnelClient:
                 inv = await asyncio.to_thread(self.runner.inventory, [])
                 containers = sum(1 for c in inv.containers if c.status == "running")
             beat = await asyncio.to_thread(inventory.heartbeat, containers)
+            self._heartbeats_in_flight[beat.id] = time.monotonic()
+            if len(self._heartbeats_in_flight) > 100:  # acks lost with an old session
+                self._heartbeats_in_flight.clear()
             sender.send(beat)
             log.info("heartbeat sent")
             await asyncio.sleep(interval)
