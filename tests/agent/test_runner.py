@@ -212,3 +212,14 @@ def test_a_torn_journal_line_is_ignored(executor, parts, tmp_path):
     runner = CommandRunner(executor=executor, models=models, endpoints=endpoints, journal_path=journal)
     assert runner.completed("k1").data == {"x": 1}
     assert runner.completed("k2") is None
+
+
+def test_build_executor_picks_the_mode(tmp_path):
+    assert build_executor("standalone", {}, docker_url="unix:///x.sock").mode == "standalone"
+    assert build_executor("kubernetes", {}, kubeconfig=str(tmp_path / "kc")).mode == "kubernetes"
+    settings = {"repo_url": str(tmp_path / "repo.git"), "server": "http://127.0.0.1:9", "app_name": "app"}
+    assert build_executor("argocd", settings, workdir=tmp_path / "wd").mode == "argocd"
+    with pytest.raises(ValueError, match="repo_url"):
+        build_executor("argocd", {}, workdir=tmp_path)
+    with pytest.raises(ValueError, match="unknown orchestration mode"):
+        build_executor("swarm", {})

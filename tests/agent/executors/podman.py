@@ -9,6 +9,7 @@ import pytest
 
 STATE_DIR = Path(os.environ.get("CLEVERTHIS_PODMAN_DIR", "/var/tmp/cleverthis-podman"))
 TEST_IMAGE = "localhost/busybox:test"
+VOLUME_IMAGE = "localhost/busybox-vol:test"  # declares VOLUME /data
 
 
 def podman_url() -> str | None:
@@ -16,6 +17,12 @@ def podman_url() -> str | None:
     marker = STATE_DIR / "socket-path"
     sock = Path(marker.read_text().strip()) if marker.exists() else STATE_DIR / "podman.sock"
     return f"unix://{sock}" if sock.is_socket() else None
+
+
+def registry_address() -> str:
+    """The loopback registry address Podman treats as insecure (plain HTTP), from .ci/podman-setup."""
+    marker = STATE_DIR / "test-registry"
+    return marker.read_text().strip() if marker.exists() else "127.0.0.1:5790"
 
 
 def require_podman() -> str:

@@ -11,7 +11,8 @@ import pytest
 from agent.executors.base import CommandFailed
 from agent.executors.docker import COMMAND_KEY_LABEL, MANAGED_LABEL, DockerExecutor, split_image
 from agent.protocol import ContainerCreatePayload, ContainerRefPayload, PortMapping
-from tests.agent.executors.podman import TEST_IMAGE, require_podman
+from tests.agent.executors.podman import TEST_IMAGE, VOLUME_IMAGE, registry_address, require_podman
+from tests.agent.executors.registry import RegistryStandin
 
 RUN_LABEL = "io.cleverthis.test-run"
 
@@ -130,7 +131,7 @@ def test_list_containers_reports_only_ours(executor, engine, run_id):
 
     with pytest.raises(CommandFailed) as err:
         executor.execute(
-            "container.destroy", ContainerRefPayload(container=foreign.id), command_key="x", progress=print
+            "container.destroy", ContainerRefPayload(container=foreign.id), command_key="x", progress=Recorder()
         )
     assert err.value.code == "not_found"
     assert engine.containers.get(foreign.id).id == foreign.id
@@ -156,6 +157,79 @@ def test_pull_failure_from_an_unreachable_registry(executor, run_id):
     assert err.value.code == "image_pull_failed"
     assert "127.0.0.1:1" in err.value.message
     assert any("pulling image" in message for message, _, _ in progress.calls)
+
+
+def test_destroy_removes_the_anonymous_volumes(executor, engine, run_id):
+    created = executor.execute(
+        "container.create", payload(run_id, image=VOLUME_IMAGE), command_key=f"v-{run_id}", progress=Recorder()
+    )
+    [mount] = engine.containers.get(created["container_id"]).attrs["Mounts"]
+    assert mount["Destination"] == "/data"
+    assert engine.volumes.get(mount["Name"])
+
+    executor.execute(
+        "container.destroy",
+        ContainerRefPayload(container=created["container_id"], timeout_s=1),
+        command_key="d",
+        progress=Recorder(),
+    )
+    with pytest.raises(docker.errors.NotFound):
+        engine.volumes.get(mount["Name"])
+
+
+@pytest.fixture
+def registry(engine: docker.DockerClient) -> Iterator[tuple[str, RegistryStandin]]:
+    """A registry stand-in on the insecure test address serving the busybox image (no auth)."""
+    port = registry_address().rsplit(":", 1)[1]
+    saved = b"".join(engine.images.get(TEST_IMAGE).save())
+    try:
+        standin = RegistryStandin(saved, int(port)).start()
+    except OSError as exc:
+        pytest.skip(f"test registry port {port} unavailable: {exc}")
+    yield registry_address(), standin
+    standin.stop()
+    for image in engine.images.list():
+        for tag in image.tags:
+            if tag.startswith(registry_address()):  # untag only: the image is shared with TEST_IMAGE
+                engine.images.remove(tag)
+
+
+def test_missing_image_is_pulled_with_progress(executor, registry, run_id):
+    address, standin = registry
+    image = f"{address}/team/busybox:{run_id}"
+    progress = Recorder()
+    result = executor.execute(
+        "container.create", payload(run_id, image=image), command_key=f"pull-{run_id}", progress=progress
+    )
+    assert result["status"] == "running"
+    messages = [m for m, _, _ in progress.calls]
+    assert messages[0] == f"pulling image {image}"
+    assert f"pulled image {image}" in messages
+    assert any("/blobs/" in r for r in standin.requests)
+
+    served = len(standin.requests)
+    again = executor.execute(  # present now: no second pull
+        "container.create", payload(run_id, image=image), command_key=f"pull2-{run_id}", progress=Recorder()
+    )
+    assert again["status"] == "running"
+    assert len(standin.requests) == served
+
+
+def test_private_registry_needs_credentials(executor, registry, run_id):
+    address, standin = registry
+    standin.credentials = ("robot", "s3cret")
+    image = f"{address}/private/busybox:{run_id}"
+    with pytest.raises(CommandFailed) as err:
+        executor.execute(
+            "container.create", payload(run_id, image=image), command_key=f"a-{run_id}", progress=Recorder()
+        )
+    assert err.value.code == "registry_auth_failed"
+
+    with_creds = payload(run_id, image=image, registry_username="robot", registry_password="s3cret")
+    assert (
+        executor.execute("container.create", with_creds, command_key=f"b-{run_id}", progress=Recorder())["status"]
+        == "running"
+    )
 
 
 def test_docker_not_running_is_docker_unavailable(tmp_path):
