@@ -281,3 +281,6 @@ class Namespace(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+from fleet.workload_models import *  # noqa: E402,F403
