@@ -182,7 +182,7 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
         if node.status != NodeStatus.DRAINING:
             return report
         originals = list(
-            Container.objects.select_for_update()
+            Container.objects.select_for_update(of=("self",))
             .select_related("created_by_command")
             .filter(node=node, status__in=[ContainerStatus.RUNNING, ContainerStatus.STOPPING])
             .order_by("created_at", "pk")
