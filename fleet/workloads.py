@@ -651,7 +651,9 @@ def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
 
     _require_operator(actor, endpoint.cluster.workspace)
     with transaction.atomic():
-        endpoint = Endpoint.objects.select_for_update().select_related("node", "cluster").get(pk=endpoint.pk)
+        endpoint = (
+            Endpoint.objects.select_for_update(of=("self",)).select_related("node", "cluster").get(pk=endpoint.pk)
+        )
         if endpoint.status not in EndpointStatus.live() or endpoint.status == EndpointStatus.STOPPING:
             raise IllegalTransition(f"This endpoint is {endpoint.status}; only a running or starting one can stop.")
         if endpoint.node is None:
