@@ -17,7 +17,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
 from agent import protocol
@@ -476,6 +476,28 @@ def node_models_reconcile(*, node: Node, inventory: protocol.Inventory) -> dict[
     return {"created": len(new), "updated": len(changed), "removed": len(gone)}
 
 
+def node_model_record_downloaded(*, command: Command) -> NodeModel | None:
+    """A model.download succeeded: record the snapshot at once (the next inventory confirms it).
+
+    Uses the result's `path` (required) and `size_bytes` / `revision` when the agent sends them.
+    """
+    payload, data = command.payload or {}, command.result or {}
+    model_id, path = payload.get("model_id"), data.get("path")
+    revision = data.get("revision") or payload.get("revision") or "main"
+    if not isinstance(model_id, str) or not isinstance(path, str) or not path or not isinstance(revision, str):
+        return None
+    size = data.get("size_bytes", 0)
+    size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
+    row, _ = NodeModel.objects.update_or_create(
+        node_id=command.node_id,
+        model_id=model_id[:MAX_MODEL_ID],
+        revision=revision[:MAX_REVISION],
+        defaults={"path": path[:1000], "size_bytes": size},
+    )
+    _event(command.node_id, "model.downloaded", f"Model {model_id}@{revision} is in the cache", command=command)
+    return row
+
+
 def model_locations(*, user: AbstractBaseUser | AnonymousUser, model_id: str | None = None) -> QuerySet[NodeModel]:
     """Which models are cached on which node, in the user's workspaces (optionally one model id)."""
     rows = NodeModel.objects.filter(node__cluster__workspace__in=workspace_ids(user=user)).select_related(
@@ -525,57 +547,71 @@ def _validate_count(value: Any, field: str, maximum: int) -> int:
     return value
 
 
-def _fits_gpu(node: Node, gpus: int, min_vram_mb: int) -> bool:
-    return node.gpu_count >= gpus and node_free_vram_mb(node, gpus) >= min_vram_mb
+def _endpoint_load(node_ids: list[Any]) -> dict[Any, tuple[int, int]]:
+    """Per node: (live endpoints, VRAM reserved by endpoints still starting, not yet in heartbeats)."""
+    rows = (
+        Endpoint.objects.filter(node_id__in=node_ids, status__in=EndpointStatus.live())
+        .values("node_id")
+        .annotate(
+            n=Count("pk"),
+            reserved=Sum(
+                "min_vram_mb", filter=Q(status__in=[EndpointStatus.PENDING, EndpointStatus.STARTING]), default=0
+            ),
+        )
+    )
+    return {r["node_id"]: (r["n"], r["reserved"]) for r in rows}
 
 
 def _pick_endpoint_node(
     *, cluster: ComputeCluster, model_id: str, revision: str, gpus: int, min_vram_mb: int, node: Node | None
 ) -> Node:
-    """Choose a node that has the model cached and enough GPUs/VRAM; PlacementError saying why not."""
+    """Choose a node that has the model cached and enough GPUs/VRAM; PlacementError saying why not.
+
+    Free VRAM counts the VRAM promised to endpoints that are still starting (not yet visible in the
+    node's heartbeats). Among fitting nodes the one with the fewest live endpoints, then the most
+    free VRAM, wins.
+    """
     label = f"{model_id}@{revision}"
     if node is not None:
+        node = Node.objects.get(pk=node.pk)
         if node.status != NodeStatus.ONLINE or not node.connected:
             raise IllegalTransition(f"Node {node.name} is {node.status}; endpoints start only on online nodes.")
+        candidates = [node]
         if not NodeModel.objects.filter(node=node, model_id=model_id, revision=revision).exists():
             raise PlacementError(
                 f"model {label} is not downloaded on node {node.name}; run model.download on it first",
                 "weights_missing",
             )
-        if not _fits_gpu(node, gpus, min_vram_mb):
-            raise PlacementError(
-                f"insufficient VRAM: needs {min_vram_mb} MB on {gpus} GPU(s), node {node.name} has "
-                f"{node_free_vram_mb(node, gpus)} MB free on {node.gpu_count} GPU(s)",
-                "insufficient_vram",
-            )
-        return node
-    candidates = list(
-        Node.objects.filter(
-            cluster=cluster,
-            status=NodeStatus.ONLINE,
-            connected=True,
-            cached_models__model_id=model_id,
-            cached_models__revision=revision,
-        ).order_by("name", "pk")
-    )
-    if not candidates:
-        raise PlacementError(
-            f"model {label} is not downloaded on any online node; run model.download first", "model_not_downloaded"
+    else:
+        candidates = list(
+            Node.objects.filter(
+                cluster=cluster,
+                status=NodeStatus.ONLINE,
+                connected=True,
+                cached_models__model_id=model_id,
+                cached_models__revision=revision,
+            ).order_by("name", "pk")
         )
-    fitting = [n for n in candidates if _fits_gpu(n, gpus, min_vram_mb)]
+        if not candidates:
+            raise PlacementError(
+                f"model {label} is not downloaded on any online node; run model.download first",
+                "model_not_downloaded",
+            )
+    load = _endpoint_load([n.pk for n in candidates])
+
+    def free(n: Node) -> int:
+        return node_free_vram_mb(n, gpus) - load.get(n.pk, (0, 0))[1]
+
+    fitting = [n for n in candidates if n.gpu_count >= gpus and free(n) >= min_vram_mb]
     if not fitting:
-        best = max(candidates, key=lambda n: node_free_vram_mb(n, gpus))
+        best = max(candidates, key=lambda n: (n.gpu_count >= gpus, free(n)))
+        where = f"node {best.name}" if node is not None else f"best node {best.name}"
+        gpu_note = f" (and {gpus} GPU(s), it has {best.gpu_count})" if best.gpu_count < gpus else ""
         raise PlacementError(
-            f"insufficient VRAM: needs {min_vram_mb} MB, best node {best.name} has "
-            f"{node_free_vram_mb(best, gpus)} MB free",
+            f"insufficient VRAM: needs {min_vram_mb} MB{gpu_note}, {where} has {max(free(best), 0)} MB free",
             "insufficient_vram",
         )
-    live = dict(
-        Endpoint.objects.filter(node__in=fitting, status__in=EndpointStatus.live())
-        .values_list("node_id")
-        .annotate(n=Count("pk"))
-    )
-    return min(fitting, key=lambda n: (live.get(n.pk, 0), -node_free_vram_mb(n, gpus), n.name))
+    return min(fitting, key=lambda n: (load.get(n.pk, (0, 0))[0], -free(n), n.name))
 
 
 def endpoint_create(
@@ -820,6 +856,8 @@ def workloads_on_command_finished(*, command: Command) -> None:
         drain.drain_step_for_related(node_ids=[command.node_id])
     elif kind in (CommandType.ENDPOINT_START, CommandType.ENDPOINT_STOP):
         endpoint_record_command_outcome(command=command)
+    elif kind == CommandType.MODEL_DOWNLOAD and command.status == CommandStatus.SUCCEEDED:
+        node_model_record_downloaded(command=command)
     elif kind == CommandType.MODEL_DOWNLOAD and command.status == CommandStatus.FAILED:
         model = (command.payload or {}).get("model_id", "?")
         _event(

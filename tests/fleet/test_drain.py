@@ -201,3 +201,21 @@ def test_stop_that_keeps_failing_is_given_up_and_reported(owner, trio):
     assert report.blocked[0]["reason"] == f"stopping web failed {drain.MAX_STOP_ATTEMPTS} times"
     a.refresh_from_db()
     assert a.status == NodeStatus.DRAINING
+
+
+def test_worker_registers_the_drain_tasks_and_beat_runs_the_tick():
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    # A fresh interpreter, as a worker starts: only the app's own task discovery imports modules.
+    code = (
+        "import django; django.setup(); from cleverthis.celery import app; "
+        "app.loader.import_default_modules(); print(sorted(t for t in app.tasks if 'workload' in t))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert "fleet.workload_tasks.drain_tick" in out.stdout
+    assert "fleet.workload_tasks.drain_node_now" in out.stdout
+    schedule = {entry["task"]: entry["schedule"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert schedule["fleet.workload_tasks.drain_tick"] == 10.0

@@ -182,3 +182,44 @@ def test_inventory_keeps_endpoints_in_step(cluster, node, owner):
     endpoint.refresh_from_db()
     assert endpoint.status == EndpointStatus.FAILED
     assert endpoint.failure_code == "not_found"
+
+
+def test_vram_promised_to_starting_endpoints_counts_and_load_spreads(cluster, register_node, owner):
+    a = register_node(cluster, "a")
+    b = register_node(cluster, "b")
+    cache(a, LLAMA)
+    cache(b, LLAMA)
+    first = workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id, min_vram_mb=50000)
+    second = workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id, min_vram_mb=50000)
+    assert {first.node_id, second.node_id} == {a.pk, b.pk}  # each node has 79900 MB: one each
+    with pytest.raises(PlacementError, match=r"needs 50000 MB, best node \w has 29900 MB free"):
+        workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id, min_vram_mb=50000)
+    with pytest.raises(PlacementError, match="and 2 GPU"):
+        workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id, gpus=2)
+
+
+def test_model_download_result_records_the_snapshot(cluster, node, owner):
+    (command,) = services.command_dispatch(
+        actor=owner,
+        cluster=cluster,
+        command_type="model.download",
+        payload={"model_id": "org/tiny", "revision": "v1"},
+        node=node,
+    )
+    agent_side.result(command, path="/cache/org--tiny/v1", size_bytes=1234)
+    (row,) = workloads.model_locations(user=owner, model_id="org/tiny")
+    assert (row.node_id, row.revision, row.path, row.size_bytes) == (node.pk, "v1", "/cache/org--tiny/v1", 1234)
+    # Now an endpoint can start from it.
+    endpoint = workloads.endpoint_create(actor=owner, cluster=cluster, model_id="org/tiny", revision="v1")
+    assert endpoint.node_id == node.pk
+
+
+def test_failed_download_is_explained(cluster, node, owner):
+    (command,) = services.command_dispatch(
+        actor=owner, cluster=cluster, command_type="model.download", payload={"model_id": "org/nope"}, node=node
+    )
+    agent_side.error(command, "model_not_found", "404 Repository Not Found for org/nope")
+    event = NodeEvent.objects.get(node=node, kind="model.failed")
+    assert "Model not found" in event.message
+    assert "404 Repository Not Found" in event.message
+    assert not workloads.model_locations(user=owner, model_id="org/nope").exists()
