@@ -286,3 +286,6 @@ class Namespace(models.Model):
     def clean(self) -> None:
         if self.cluster_id and self.workspace_id and self.cluster.workspace_id != self.workspace_id:
             raise ValidationError({"cluster": "The cluster must belong to the namespace's workspace."})
+
+
+from fleet.workload_models import *  # noqa: E402,F403

@@ -125,9 +125,12 @@ CELERY_TASK_ROUTES = {
     "fleet.tasks.dispatch_*": {"queue": "dispatch"},
     "fleet.tasks.gitops_*": {"queue": "gitops"},
 }
+# Task modules outside `<app>.tasks` (autodiscovery only finds those).
+CELERY_IMPORTS = ["fleet.workload_tasks"]
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "fleet-mark-lost-nodes-offline": {"task": "fleet.tasks.mark_lost_nodes_offline", "schedule": 15.0},
     "fleet-expire-join-tokens": {"task": "fleet.tasks.expire_join_tokens", "schedule": 3600.0},
+    "fleet-drain-tick": {"task": "fleet.workload_tasks.drain_tick", "schedule": 10.0},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 

@@ -1,0 +1,35 @@
+"""Celery tasks for workloads: the periodic drain pass and an immediate one for a single node."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.db import DatabaseError
+
+from fleet import drain
+from fleet.models import Node, NodeStatus
+from fleet.tasks import RETRYABLE
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="fleet.workload_tasks.drain_tick", autoretry_for=(DatabaseError,), max_retries=2)
+def drain_tick() -> dict[str, str]:
+    """Beat: one drain pass for every draining node; returns {node_id: status after the pass}."""
+    out: dict[str, str] = {}
+    for node_id in Node.objects.filter(status=NodeStatus.DRAINING).order_by("pk").values_list("pk", flat=True):
+        try:
+            out[str(node_id)] = drain.drain_step(node_id=node_id).status
+        except Exception:  # one broken node must not stop the others' drains
+            logger.exception("drain pass for node %s failed", node_id)
+            out[str(node_id)] = "error"
+    return out
+
+
+@shared_task(name="fleet.workload_tasks.drain_node_now", autoretry_for=RETRYABLE, retry_backoff=5, max_retries=5)
+def drain_node_now(node_id: str) -> dict:
+    """One drain pass for `node_id` now; returns the DrainReport as a dict."""
+    from dataclasses import asdict
+
+    return asdict(drain.drain_step(node_id=node_id))

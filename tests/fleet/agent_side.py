@@ -1,0 +1,63 @@
+"""Drive the control plane the way the tunnel consumer does when agent frames arrive.
+
+Each helper calls the same fleet services the consumer calls for a frame, then the workload hooks.
+Until the lead wires the hooks into `fleet.services` (see the workloads report), they are called here;
+once wired, drop the `HOOKS_WIRED = False` calls by setting it to True.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent import protocol
+from fleet import services, workloads
+from fleet.models import Command, Node
+
+HOOKS_WIRED = False
+
+
+def ack(command: Command) -> Command:
+    """An `Ack` frame."""
+    node = Node.objects.get(pk=command.node_id)
+    done = services.command_record_ack(node=node, command_id=command.pk) or Command.objects.get(pk=command.pk)
+    if not HOOKS_WIRED:
+        workloads.workloads_on_command_acked(command=done)
+    return done
+
+
+def result(command: Command, **data: Any) -> Command:
+    """`Ack` then `Result` frames."""
+    ack(command)
+    node = Node.objects.get(pk=command.node_id)
+    done = services.command_record_result(node=node, command_id=command.pk, data=data)
+    assert done is not None
+    if not HOOKS_WIRED:
+        workloads.workloads_on_command_finished(command=done)
+    return done
+
+
+def error(command: Command, code: str, message: str) -> Command:
+    """`Ack` then `Error` frames."""
+    assert code in protocol.ERROR_CODES
+    ack(command)
+    node = Node.objects.get(pk=command.node_id)
+    done = services.command_record_error(node=node, command_id=command.pk, code=code, message=message)
+    assert done is not None
+    if not HOOKS_WIRED:
+        workloads.workloads_on_command_finished(command=done)
+    return done
+
+
+def inventory(node: Node, *, containers=(), models=(), endpoints=()) -> Node:
+    """An `InventoryReport` frame (containers/models/endpoints as protocol dataclasses)."""
+    inv = protocol.Inventory(containers=list(containers), models=list(models), endpoints=list(endpoints))
+    node = services.node_record_inventory(node=node, inventory=inv)
+    if not HOOKS_WIRED:
+        workloads.workloads_on_inventory(node=node, inventory=inv)
+    node.refresh_from_db()
+    return node
+
+
+def running(name: str, cid: str, image: str = "nginx:1.27", key: str = "", status: str = "running"):
+    """A ContainerInfo as the agent reports it."""
+    return protocol.ContainerInfo(container_id=cid, name=name, image=image, status=status, command_key=key)
