@@ -29,7 +29,7 @@ from django.utils import timezone
 from agent import protocol
 from cleverthis.tenancy.models import Workspace
 from cleverthis.tenancy.permissions import can_operate
-from fleet import ca, channels
+from fleet import ca, channels, workloads
 from fleet.exceptions import IllegalTransition, JoinTokenRejected
 from fleet.models import (
     Command,
@@ -45,6 +45,7 @@ from fleet.models import (
     RevokedSerial,
 )
 from fleet.payloads import split_secrets, validate_payload
+from fleet.signals import command_finished
 
 logger = logging.getLogger(__name__)
 
@@ -421,6 +422,7 @@ def node_record_inventory(*, node: Node, inventory: protocol.Inventory) -> Node:
             setattr(node, name, value)
         if node.status == NodeStatus.DRAINING and node.containers_count == 0:
             node = _finish_drain(node)
+        workloads.workloads_on_inventory(node=node, inventory=inventory)
     return node
 
 
@@ -668,6 +670,28 @@ def _node_command(node: Node, command_id: Any) -> bool:
     return ok
 
 
+def _after_command_acked(command: Command) -> None:
+    """Let the rows a command concerns follow its ack (endpoint pending → starting)."""
+    try:
+        workloads.workloads_on_command_acked(command=command)
+    except Exception:
+        logger.exception("workload hook failed after ack of command %s", command.pk)
+
+
+def _after_command_finished(command: Command) -> None:
+    """After a command's outcome is committed: update workloads, drains, and tell other apps (raymgr).
+
+    Runs on commit so a failing hook can never lose the recorded outcome; failures are logged.
+    """
+    try:
+        workloads.workloads_on_command_finished(command=command)
+    except Exception:
+        logger.exception("workload hook failed after command %s finished", command.pk)
+    for _receiver, outcome in command_finished.send_robust(sender=Command, command=command):
+        if isinstance(outcome, Exception):
+            logger.error("command_finished receiver failed for command %s: %r", command.pk, outcome)
+
+
 def command_record_ack(*, node: Node, command_id: uuid.UUID | str, duplicate: bool = False) -> Command | None:
     """Agent acknowledged: → running. Frames about other nodes' commands are ignored (None)."""
     with transaction.atomic():
@@ -677,6 +701,7 @@ def command_record_ack(*, node: Node, command_id: uuid.UUID | str, duplicate: bo
         if command:
             note = " (already done before: duplicate delivery)" if duplicate else ""
             _event(node.pk, "command.running", f"{command.command_type} started{note}", command=command)
+            transaction.on_commit(lambda: _after_command_acked(command))
     return command
 
 
@@ -705,6 +730,7 @@ def command_record_result(*, node: Node, command_id: uuid.UUID | str, data: dict
         command = command_transition(command_id=command_id, node_id=node.pk, to=CommandStatus.SUCCEEDED, result=data)
         if command:
             _event(node.pk, "command.succeeded", f"{command.command_type} succeeded", data=data, command=command)
+            transaction.on_commit(lambda: _after_command_finished(command))
     return command
 
 
@@ -731,6 +757,7 @@ def command_record_error(
                 data=data or {},
                 command=command,
             )
+            transaction.on_commit(lambda: _after_command_finished(command))
     return command
 
 

@@ -1,0 +1,85 @@
+"""An inference endpoint end to end: model download → endpoint.start on the node → requests through the
+control plane's tunnel proxy (daphne) to the node, which accepts no inbound connection of its own.
+
+vLLM cannot run here (its wheel pins a CUDA torch): the agent starts the OpenAI-compatible stand-in
+`tests.support.openai_standin` with the exact arguments it would give vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import requests
+from rest_framework.authtoken.models import Token
+
+from fleet import services, workloads
+from fleet.models import Endpoint
+from tests.e2e.conftest import node_of, wait_status
+from tests.support.processes import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def running_endpoint(control_plane, cluster, operator, agents):
+    user, _ = operator
+    server = f"{sys.executable} -m tests.support.openai_standin"
+    _, state, _ = agents(control_plane, cluster, user, "gpu", extra_env={"CLEVERTHIS_ENDPOINT_SERVER": server})
+    node = node_of(state)
+    wait_status(node, "online")
+    (download,) = services.command_dispatch(
+        actor=user, cluster=cluster, command_type="model.download", payload={"model_id": "acme/tiny"}, node=node
+    )
+    wait_until(lambda: type(download).objects.get(pk=download.pk).status == "succeeded", timeout=60, what="download")
+    endpoint = workloads.endpoint_create(actor=user, cluster=cluster, model_id="acme/tiny")
+    wait_until(
+        lambda: Endpoint.objects.get(pk=endpoint.pk).status in ("running", "failed"), timeout=60, what="endpoint up"
+    )
+    endpoint.refresh_from_db()
+    assert endpoint.status == "running", endpoint.failure_message
+    return endpoint, user
+
+
+def test_endpoint_answers_through_the_tunnel(control_plane, running_endpoint):
+    endpoint, user = running_endpoint
+    assert endpoint.url == f"https://endpoint-{endpoint.slug}.endpoints.localhost"
+    token = Token.objects.create(user=user)
+    auth = {"Authorization": f"Token {token.key}"}
+    base = f"{control_plane.url}/endpoints/{endpoint.slug}"
+
+    models = requests.get(f"{base}/v1/models", headers=auth, timeout=30)
+    assert models.status_code == 200, models.text
+    assert models.json()["data"][0]["id"] == "acme/tiny"
+
+    # host-based routing reaches the same endpoint
+    by_host = requests.get(f"{control_plane.url}/v1/models", headers={**auth, "Host": endpoint.hostname}, timeout=30)
+    assert by_host.status_code == 200
+    assert by_host.json()["data"][0]["id"] == "acme/tiny"
+
+    # streaming chat completion arrives as server-sent events
+    with requests.post(
+        f"{base}/v1/chat/completions",
+        headers=auth,
+        json={"model": "acme/tiny", "stream": True, "messages": [{"role": "user", "content": "hello tunnel world"}]},
+        stream=True,
+        timeout=30,
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == b"data: [DONE]"
+    words = [json.loads(line[6:])["choices"][0]["delta"].get("content", "") for line in lines[:-1]]
+    assert "".join(words).strip() == "echo: hello tunnel world"
+
+
+def test_endpoint_refuses_anonymous_and_unknown(control_plane, running_endpoint):
+    endpoint, _ = running_endpoint
+    anonymous = requests.get(f"{control_plane.url}/endpoints/{endpoint.slug}/v1/models", timeout=30)
+    assert anonymous.status_code == 401
+    assert "API token" in anonymous.text
+    unknown = requests.get(f"{control_plane.url}/endpoints/000000000000/v1/models", timeout=30)
+    assert unknown.status_code == 404
+    Endpoint.objects.filter(pk=endpoint.pk).update(public=True)
+    assert requests.get(f"{control_plane.url}/endpoints/{endpoint.slug}/v1/models", timeout=30).status_code == 200
