@@ -44,4 +44,6 @@ class WebSocketAudienceRouter:
         return await app(scope, receive, send)
 
 
-application = ProtocolTypeRouter({"http": TunnelProxyApp(django_asgi_app), "websocket": WebSocketAudienceRouter()})
+application = ProtocolTypeRouter(
+    {"http": TunnelProxyApp(django_asgi_app), "websocket": TunnelProxyApp(WebSocketAudienceRouter())}
+)

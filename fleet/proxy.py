@@ -20,6 +20,10 @@ from uuid import UUID
 
 import h11
 from django.conf import settings
+from websockets.client import ClientProtocol
+from websockets.frames import Opcode
+from websockets.protocol import State
+from websockets.uri import parse_uri
 
 from fleet.streams import StreamUnavailable, TunnelStream
 
@@ -103,12 +107,14 @@ class TunnelProxyApp:
         self.inner = inner
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.inner(scope, receive, send)
             return
         answer = await resolve(scope)
         if answer is None:
             await self.inner(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await proxy_websocket(scope, receive, send, answer)
         elif isinstance(answer, ProxyRefusal):
             await plain_response(send, answer.status, answer.message)
         elif not answer.node_online:
@@ -215,3 +221,97 @@ async def _forward_response(stream: TunnelStream, connection: h11.Connection, se
             with contextlib.suppress(Exception):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             return started
+
+
+async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any, answer: ProxyTarget | ProxyRefusal) -> None:
+    """Pass a WebSocket through: handshake upstream over a tunnel stream, then relay messages both ways.
+
+    Refusals and unreachable targets close the client's handshake (HTTP 403 from the ASGI server).
+    """
+    first = await receive()
+    if first["type"] != "websocket.connect":
+        return
+    if isinstance(answer, ProxyRefusal) or not answer.node_online:
+        await send({"type": "websocket.close", "code": 4403 if isinstance(answer, ProxyRefusal) else 1011})
+        return
+    try:
+        stream = await TunnelStream.open(node_id=answer.node_id, port=answer.port, grace_s=settings.PROXY_DIAL_GRACE_S)
+    except StreamUnavailable:
+        await send({"type": "websocket.close", "code": 1011})
+        return
+    upstream = ClientProtocol(parse_uri(f"ws://127.0.0.1:{answer.port}{answer.path}"), max_size=2**24)
+    try:
+        request = upstream.connect()
+        for name, value in scope.get("headers", []):
+            if name in (b"cookie", b"authorization", b"origin") and name.decode() not in request.headers:
+                request.headers[name.decode()] = value.decode("latin-1")
+        upstream.send_request(request)
+        await _flush(upstream, stream)
+        if not await _await_upstream_handshake(upstream, stream):
+            await send({"type": "websocket.close", "code": 1011})
+            return
+        await send({"type": "websocket.accept"})
+        down = asyncio.ensure_future(_relay_upstream(upstream, stream, send))
+        up = asyncio.ensure_future(_relay_client(receive, upstream, stream))
+        _, pending = await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await send({"type": "websocket.close", "code": upstream.close_code or 1000})
+    except (StreamUnavailable, TimeoutError, OSError) as exc:
+        log.info("websocket proxy to node %s port %s ended: %s", answer.node_id, answer.port, exc)
+        with contextlib.suppress(Exception):
+            await send({"type": "websocket.close", "code": 1011})
+    finally:
+        await stream.close()
+
+
+async def _flush(upstream: ClientProtocol, stream: TunnelStream) -> None:
+    for data in upstream.data_to_send():
+        if data:
+            await stream.write(data)
+
+
+async def _feed(upstream: ClientProtocol, stream: TunnelStream, timeout: float | None) -> bool:
+    data = await stream.read(timeout=timeout)
+    if not data:
+        upstream.receive_eof()
+        return False
+    upstream.receive_data(data)
+    await stream.consumed(len(data))
+    await _flush(upstream, stream)  # pongs and close replies
+    return True
+
+
+async def _await_upstream_handshake(upstream: ClientProtocol, stream: TunnelStream) -> bool:
+    while upstream.state is State.CONNECTING:
+        if not await _feed(upstream, stream, settings.PROXY_RESPONSE_TIMEOUT_S):
+            return False
+    upstream.events_received()  # the handshake Response
+    return upstream.state is State.OPEN
+
+
+async def _relay_upstream(upstream: ClientProtocol, stream: TunnelStream, send: Any) -> None:
+    while True:
+        more = await _feed(upstream, stream, None)
+        for event in upstream.events_received():
+            if event.opcode is Opcode.TEXT:
+                await send({"type": "websocket.send", "text": event.data.decode()})
+            elif event.opcode is Opcode.BINARY:
+                await send({"type": "websocket.send", "bytes": bytes(event.data)})
+        if not more or upstream.state is State.CLOSED:
+            return
+
+
+async def _relay_client(receive: Any, upstream: ClientProtocol, stream: TunnelStream) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            upstream.send_close(message.get("code", 1000))
+            await _flush(upstream, stream)
+            return
+        if message.get("text") is not None:
+            upstream.send_text(message["text"].encode())
+        elif message.get("bytes") is not None:
+            upstream.send_binary(message["bytes"])
+        await _flush(upstream, stream)

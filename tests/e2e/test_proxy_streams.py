@@ -112,9 +112,38 @@ async def asgi_call(app, method: str, path: str, body: bytes = b"", *, read_dela
 
 
 @pytest.fixture
-def proxied_node(control_plane, cluster, operator, agents, backend, monkeypatch):
+def ws_backend():
+    """A real WebSocket echo server on the node side (in a thread with its own event loop)."""
+    import websockets
+
+    port = free_port()
+    ready = threading.Event()
+    loop = asyncio.new_event_loop()
+    stop = loop.create_future()
+
+    async def echo(connection):
+        async for message in connection:
+            await connection.send(f"echo:{message}" if isinstance(message, str) else message[::-1])
+
+    async def serve():
+        async with websockets.serve(echo, "127.0.0.1", port):
+            ready.set()
+            await stop
+
+    thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True)
+    thread.start()
+    ready.wait(10)
+    yield port
+    loop.call_soon_threadsafe(stop.set_result, None)
+    thread.join(10)
+    loop.close()
+
+
+@pytest.fixture
+def proxied_node(control_plane, cluster, operator, agents, backend, ws_backend, monkeypatch):
     user, _ = operator
-    proc, state, _env = agents(control_plane, cluster, user, "p", extra_env={"CLEVERTHIS_PROXY_PORTS": str(backend)})
+    ports = f"{backend},{ws_backend}"
+    proc, state, _env = agents(control_plane, cluster, user, "p", extra_env={"CLEVERTHIS_PROXY_PORTS": ports})
     node = node_of(state)
     wait_status(node, "online")
 
@@ -190,3 +219,32 @@ def test_offline_node_is_a_502_with_a_clear_body(proxied_node, monkeypatch, sett
     result = asyncio.run(asgi_call(proxy.TunnelProxyApp(None), "GET", "/x"))
     assert result["status"] == 502
     assert b"offline" in result["body"]
+
+
+def test_websocket_upgrade_passes_through(proxied_node, ws_backend, monkeypatch):
+    node, _ = proxied_node
+
+    async def resolver(scope):
+        return proxy.ProxyTarget(node_id=node.pk, port=ws_backend, path="/ws")
+
+    monkeypatch.setattr(proxy, "_resolvers", [resolver])
+
+    async def scenario():
+        to_app: asyncio.Queue = asyncio.Queue()
+        from_app: asyncio.Queue = asyncio.Queue()
+        scope = {"type": "websocket", "path": "/ws", "query_string": b"", "headers": []}
+        app_task = asyncio.ensure_future(proxy.TunnelProxyApp(None)(scope, to_app.get, from_app.put))
+        await to_app.put({"type": "websocket.connect"})
+        accepted = await asyncio.wait_for(from_app.get(), 20)
+        await to_app.put({"type": "websocket.receive", "text": "ping"})
+        text = await asyncio.wait_for(from_app.get(), 20)
+        await to_app.put({"type": "websocket.receive", "bytes": b"abc"})
+        binary = await asyncio.wait_for(from_app.get(), 20)
+        await to_app.put({"type": "websocket.disconnect", "code": 1000})
+        await asyncio.wait_for(app_task, 20)
+        return accepted, text, binary
+
+    accepted, text, binary = asyncio.run(scenario())
+    assert accepted == {"type": "websocket.accept"}
+    assert text == {"type": "websocket.send", "text": "echo:ping"}
+    assert binary == {"type": "websocket.send", "bytes": b"cba"}
