@@ -197,6 +197,7 @@ class EndpointManager:
                 "pid": child.pid,
                 "log": str(log_path),
                 "gpus": [g.index for g in chosen] if payload.gpus else [],
+                "status": "starting",
                 "started_at": time.time(),
             }
             self._save(state)
@@ -209,6 +210,11 @@ class EndpointManager:
                 state.pop(payload.endpoint_id, None)
                 self._save(state)
             raise
+        with self._lock:
+            state = self._load()
+            if payload.endpoint_id in state:
+                state[payload.endpoint_id]["status"] = "running"
+                self._save(state)
         progress(f"endpoint {payload.endpoint_id} answers on port {port}", percent=100.0)
         return {"endpoint_id": payload.endpoint_id, "port": port, "pid": child.pid}
 
@@ -225,12 +231,16 @@ class EndpointManager:
         return {"endpoint_id": payload.endpoint_id, "status": "stopped", "pid": record["pid"]}
 
     def inventory(self) -> list[EndpointInfo]:
-        """The endpoints whose server process is alive."""
+        """The endpoints whose server process is alive (status starting until it answered, then running)."""
         with self._lock:
             state = self._load()
         return [
             EndpointInfo(
-                endpoint_id=endpoint_id, model_id=rec["model_id"], port=rec["port"], status="running", pid=rec["pid"]
+                endpoint_id=endpoint_id,
+                model_id=rec["model_id"],
+                port=rec["port"],
+                status=rec.get("status", "running"),
+                pid=rec["pid"],
             )
             for endpoint_id, rec in sorted(state.items())
             if _server_alive(rec)

@@ -94,6 +94,12 @@ class ArgoCDExecutor:
     def create(self, payload: ContainerCreatePayload, *, command_key: str, progress: ProgressFn) -> dict[str, Any]:
         """Commit the workload's manifests (unless this key's workload is already there) and sync."""
         wid = mf.workload_id(command_key)
+        if payload.registry_username or payload.registry_password:
+            raise CommandFailed(
+                "unsupported",
+                "argocd mode does not commit registry credentials to Git: create an imagePullSecret in the "
+                "cluster (e.g. with the cluster's secret tooling) and use a public reference or that secret",
+            )
         try:
             objects = mf.build_manifests(payload, command_key=command_key, namespace=self.namespace)
         except ValueError as exc:

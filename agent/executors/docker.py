@@ -108,12 +108,15 @@ class DockerExecutor:
     def create(self, payload: ContainerCreatePayload, *, command_key: str, progress: ProgressFn) -> dict[str, Any]:
         """Create (and by default start) the container; returns the existing one for a repeated key."""
         client = self._docker()
+        existing = self._by_command_key(command_key)
+        if existing is None:
+            # Pull outside the lock (pulls are slow and other commands must not wait behind them).
+            self._ensure_image(payload, progress)
         with self._lock:
             existing = self._by_command_key(command_key)
             if existing is not None:
                 progress(f"container for this command already exists: {existing.name}")
                 return self._result(existing, existed=True)
-            self._ensure_image(payload, progress)
             labels = {**payload.labels, MANAGED_LABEL: "true", COMMAND_KEY_LABEL: command_key}
             kwargs: dict[str, Any] = {
                 "name": payload.name,

@@ -1,5 +1,8 @@
 """Kubernetes mode: each workload is a Deployment (+ Service, + Ingress) applied with the official client.
 
+Registry credentials in the payload become a ``kubernetes.io/dockerconfigjson`` Secret referenced as the
+pod's imagePullSecret (deleted with the workload).
+
 Manifests come from `agent.executors.manifests` (shared with argocd mode). The container id is the
 stable `manifests.workload_id(command_key)`; a second create with the same key finds the Deployment by
 its ``cleverthis.io/workload-id`` label and returns it. stop scales to 0 replicas, start back to 1,
@@ -151,8 +154,11 @@ class KubernetesExecutor:
     def create(self, payload: ContainerCreatePayload, *, command_key: str, progress: ProgressFn) -> dict[str, Any]:
         """Apply Deployment, Service and Ingress; returns the existing workload for a repeated key."""
         wid = mf.workload_id(command_key)
+        secret_ref = mf.pull_secret_name(payload.name) if payload.registry_username else ""
         try:
-            objects = mf.build_manifests(payload, command_key=command_key, namespace=self.namespace)
+            objects = mf.build_manifests(
+                payload, command_key=command_key, namespace=self.namespace, pull_secret_ref=secret_ref
+            )
         except ValueError as exc:
             raise CommandFailed("invalid_payload", str(exc)) from None
         with self._lock:
@@ -163,6 +169,15 @@ class KubernetesExecutor:
                 return self._result(existing, existed=True)
             name = objects[0]["metadata"]["name"]
             apps, core, net = self._apps(), self._core(), self._net()
+            if secret_ref:
+                secret = mf.pull_secret(payload, command_key=command_key, namespace=self.namespace)
+                try:
+                    core.create_namespaced_secret(self.namespace, secret)
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise CommandFailed("internal", f"creating the pull secret failed: {exc.status}") from None
+                    core.replace_namespaced_secret(secret_ref, self.namespace, secret)
+                progress(f"stored registry credentials in secret {self.namespace}/{secret_ref}")
             try:
                 deployment = apps.create_namespaced_deployment(self.namespace, objects[0])
             except ApiException as exc:
@@ -207,9 +222,12 @@ class KubernetesExecutor:
             self._core().delete_namespaced_service,
             self._net().delete_namespaced_ingress,
         )
-        for delete in deletions:
+        targets = [(delete, name) for delete in deletions]
+        for secret in deployment.spec.template.spec.image_pull_secrets or []:
+            targets.append((self._core().delete_namespaced_secret, secret.name))
+        for delete, target in targets:
             try:
-                delete(name, self.namespace)
+                delete(target, self.namespace)
             except ApiException as exc:
                 if exc.status != 404:
                     raise

@@ -13,7 +13,9 @@ id, on any node and after restarts), fits in a label value, and the key itself i
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import re
 from typing import Any
 
@@ -49,10 +51,51 @@ def _labels(payload: ContainerCreatePayload, wid: str, name: str) -> dict[str, s
     return {**user, MANAGED_BY_LABEL: MANAGED_BY, WORKLOAD_LABEL: wid, NAME_LABEL: name}
 
 
+def registry_host(image: str) -> str:
+    """The registry an image reference points at (Docker Hub for bare names), as Docker config keys it."""
+    first = image.split("/", 1)[0]
+    if "/" in image and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "https://index.docker.io/v1/"
+
+
+def pull_secret_name(name: str) -> str:
+    """Name of the imagePullSecret holding a workload's registry credentials."""
+    return resource_name(name)[:54].rstrip("-") + "-registry"
+
+
+def pull_secret(payload: ContainerCreatePayload, *, command_key: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+    """A ``kubernetes.io/dockerconfigjson`` Secret with the payload's registry credentials."""
+    user, password = payload.registry_username, payload.registry_password
+    auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+    config = {"auths": {registry_host(payload.image): {"username": user, "password": password, "auth": auth}}}
+    wid = workload_id(command_key)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/dockerconfigjson",
+        "metadata": {
+            "name": pull_secret_name(payload.name),
+            "namespace": namespace,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY, WORKLOAD_LABEL: wid},
+        },
+        "data": {".dockerconfigjson": base64.b64encode(json.dumps(config).encode()).decode()},
+    }
+
+
 def build_manifests(
-    payload: ContainerCreatePayload, *, command_key: str, namespace: str = NAMESPACE, replicas: int | None = None
+    payload: ContainerCreatePayload,
+    *,
+    command_key: str,
+    namespace: str = NAMESPACE,
+    replicas: int | None = None,
+    pull_secret_ref: str = "",
 ) -> list[dict[str, Any]]:
-    """Deployment, then Service (if any port), then Ingress (if `endpoint_host` and a port)."""
+    """Deployment, then Service (if any port), then Ingress (if `endpoint_host` and a port).
+
+    `pull_secret_ref` names an imagePullSecret for the pod (see `pull_secret`); the Secret itself is not
+    among the returned manifests (argocd mode must not commit credentials to Git).
+    """
     wid = workload_id(command_key)
     name = resource_name(payload.name)
     labels = _labels(payload, wid, name)
@@ -89,7 +132,10 @@ def build_manifests(
             "selector": {"matchLabels": {WORKLOAD_LABEL: wid}},
             "template": {
                 "metadata": {"labels": {MANAGED_BY_LABEL: MANAGED_BY, WORKLOAD_LABEL: wid, NAME_LABEL: name}},
-                "spec": {"containers": [container]},
+                "spec": {
+                    "containers": [container],
+                    **({"imagePullSecrets": [{"name": pull_secret_ref}]} if pull_secret_ref else {}),
+                },
             },
         },
     }

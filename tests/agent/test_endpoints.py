@@ -170,3 +170,23 @@ def test_default_command_is_vllm_unless_configured(monkeypatch):
     assert VLLM_COMMAND[1:] == ["-m", "vllm.entrypoints.openai.api_server"]
     monkeypatch.setenv("CLEVERTHIS_ENDPOINT_SERVER", "/opt/py/bin/python -m my.server")
     assert default_server_command() == ["/opt/py/bin/python", "-m", "my.server"]
+
+
+def test_an_endpoint_still_loading_is_reported_as_starting(cached_models, tmp_path):
+    hang = [sys.executable, "-c", "import time; time.sleep(60)"]
+    manager = EndpointManager(cached_models, tmp_path, server_command=hang, ready_timeout_s=1, stop_timeout_s=2)
+    seen: list[list[str]] = []
+
+    def progress(message: str, *_args: object, **_kwargs: object) -> None:
+        if message.startswith("waiting for endpoint"):
+            seen.append([e.status for e in manager.inventory()])
+
+    with pytest.raises(CommandFailed):
+        manager.start(EndpointStartPayload(endpoint_id="ep9", model_id=MODEL), progress)
+    assert seen[0] == ["starting"]
+    assert manager.inventory() == []
+
+
+def test_a_ready_endpoint_is_reported_as_running(manager):
+    manager.start(EndpointStartPayload(endpoint_id="ep10", model_id=MODEL), quiet)
+    assert [e.status for e in manager.inventory()] == ["running"]

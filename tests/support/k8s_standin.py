@@ -1,7 +1,7 @@
 """A loopback stand-in for the Kubernetes API server: just the REST paths the kubernetes executor uses.
 
 Objects live in memory. Supported: namespaces (cluster scope), and per namespace deployments
-(apps/v1), services (v1) and ingresses (networking.k8s.io/v1) with list (``labelSelector`` equality
+(apps/v1), services and secrets (v1) and ingresses (networking.k8s.io/v1) with list (``labelSelector`` equality
 terms), create, read, replace, merge/strategic-merge or JSON patch, and delete. Errors are proper
 ``Status`` objects: 404 NotFound (also for a missing namespace on create), 409 AlreadyExists, 401 without
 the bearer token. Like a real controller, a deployment's ``status.replicas``/``readyReplicas`` follow
@@ -29,10 +29,11 @@ RESOURCES = {
     "deployments": ("/apis/apps/v1", "apps", "apps/v1", "Deployment"),
     "services": ("/api/v1", "", "v1", "Service"),
     "ingresses": ("/apis/networking.k8s.io/v1", "networking.k8s.io", "networking.k8s.io/v1", "Ingress"),
+    "secrets": ("/api/v1", "", "v1", "Secret"),
 }
 _NAMESPACED = re.compile(
     r"^(?P<prefix>/api/v1|/apis/apps/v1|/apis/networking\.k8s\.io/v1)/namespaces/(?P<ns>[^/]+)/"
-    r"(?P<plural>deployments|services|ingresses)(?:/(?P<name>[^/]+))?$"
+    r"(?P<plural>deployments|services|ingresses|secrets)(?:/(?P<name>[^/]+))?$"
 )
 _NAMESPACES = re.compile(r"^/api/v1/namespaces(?:/(?P<name>[^/]+))?$")
 

@@ -210,3 +210,13 @@ def test_a_rejected_push_is_reapplied_on_the_new_head(bare, argocd, tmp_path):
     assert any("rejected" in m for m in messages)
     assert tree(bare) == ["manifests/intruder.yaml", "manifests/mine.yaml"]
     assert git(bare, "rev-list", "--count", BRANCH).strip() == "2"
+
+
+def test_registry_credentials_are_never_committed(executor, bare):
+    spec = web(registry_username="robot", registry_password="pw")
+    with pytest.raises(CommandFailed) as err:
+        executor.execute("container.create", spec, command_key="k", progress=quiet)
+    assert err.value.code == "unsupported"
+    assert "pw" not in err.value.message
+    with pytest.raises(subprocess.CalledProcessError):
+        tree(bare)  # nothing was pushed at all

@@ -184,3 +184,39 @@ def test_workload_ids_are_stable_and_label_safe():
     assert mf.resource_name("My App!! v2") == "my-app-v2"
     with pytest.raises(ValueError, match="Kubernetes name"):
         mf.resource_name("!!!")
+
+
+def test_registry_credentials_become_an_image_pull_secret(executor, api):
+    import base64
+    import json
+
+    spec = web(image="registry.example.test:5000/team/app:1", registry_username="robot", registry_password="pw")
+    created = executor.execute("container.create", spec, command_key="private", progress=quiet)
+
+    secret = api.get("secrets", NS, "web-app-registry")
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    config = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    entry = config["auths"]["registry.example.test:5000"]
+    assert (entry["username"], entry["password"]) == ("robot", "pw")
+    assert base64.b64decode(entry["auth"]) == b"robot:pw"
+    pod = api.get("deployments", NS, "web-app")["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "web-app-registry"}]
+
+    executor.execute(
+        "container.destroy", ContainerRefPayload(container=created["container_id"]), command_key="d", progress=quiet
+    )
+    assert api.names("secrets", NS) == []
+
+
+@pytest.mark.parametrize(
+    ("image", "host"),
+    [
+        ("nginx", "https://index.docker.io/v1/"),
+        ("library/nginx:1", "https://index.docker.io/v1/"),
+        ("ghcr.io/a/b:1", "ghcr.io"),
+        ("localhost/x", "localhost"),
+        ("127.0.0.1:5000/x", "127.0.0.1:5000"),
+    ],
+)
+def test_registry_host(image, host):
+    assert mf.registry_host(image) == host
