@@ -175,9 +175,17 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
     from fleet import services
 
     with transaction.atomic():
-        node = Node.objects.select_for_update().select_related("cluster__workspace").filter(pk=node_id).first()
+        # skip_locked: another pass (tick, hook) holding this node is doing the work; never wait for it.
+        # Waiting here from a hook that already locked a target node could deadlock with that pass.
+        node = (
+            Node.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("cluster__workspace")
+            .filter(pk=node_id)
+            .first()
+        )
         if node is None:
-            return DrainReport(node_id=str(node_id), status="gone")
+            busy = Node.objects.filter(pk=node_id).exists()
+            return DrainReport(node_id=str(node_id), status="busy" if busy else "gone")
         report = DrainReport(node_id=str(node.pk), status=node.status)
         if node.status != NodeStatus.DRAINING:
             return report

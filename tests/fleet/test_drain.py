@@ -219,3 +219,41 @@ def test_worker_registers_the_drain_tasks_and_beat_runs_the_tick():
     assert "fleet.workload_tasks.drain_node_now" in out.stdout
     schedule = {entry["task"]: entry["schedule"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
     assert schedule["fleet.workload_tasks.drain_tick"] == 10.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_never_waits_for_another_pass_holding_the_node(owner, trio, monkeypatch):
+    import threading
+
+    from django.db import connection, transaction
+
+    from fleet import tasks
+
+    # Real commits here: keep the on-commit task sends off the broker (no worker runs in tests).
+    monkeypatch.setattr(tasks.dispatch_command, "delay", lambda *a: None)
+    monkeypatch.setattr(tasks.drain_node, "delay", lambda *a: None)
+    a, _b, _c = trio
+    run_container(owner, a, "web")
+    services.node_drain(node=a, actor=owner)
+    locked, release = threading.Event(), threading.Event()
+
+    def other_pass() -> None:
+        try:
+            with transaction.atomic():
+                list(type(a).objects.select_for_update().filter(pk=a.pk))
+                locked.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=other_pass)
+    thread.start()
+    try:
+        assert locked.wait(30)
+        report = drain.drain_step(node_id=a.pk)
+        assert report.status == "busy"
+        assert not Container.objects.filter(replacement_of__isnull=False).exists()
+    finally:
+        release.set()
+        thread.join(30)
+    assert drain.drain_step(node_id=a.pk).replacing  # once free, the next pass does the work
