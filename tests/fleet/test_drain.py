@@ -257,3 +257,26 @@ def test_a_pass_never_waits_for_another_pass_holding_the_node(owner, trio, monke
         release.set()
         thread.join(30)
     assert drain.drain_step(node_id=a.pk).replacing  # once free, the next pass does the work
+
+
+def test_replacement_that_dies_before_taking_over_is_replaced_again(owner, trio):
+    a, b, c = trio
+    web = run_container(owner, a, "web", start=False)  # created stopped, started later by hand
+    agent_side.inventory(a, containers=[agent_side.running("web", "cid-web-a")])
+    services.node_drain(node=a, actor=owner)
+    drain.drain_step(node_id=a.pk)
+    first = Container.objects.get(replacement_of=web)
+    assert first.created_by_command.payload["start"] is True
+    # The agent on the target reports it created but not yet running: the drain waits, no second copy.
+    target = first.node
+    agent_side.inventory(target, containers=[agent_side.running("web-r1", "r1", status="created")])
+    assert [w["name"] for w in drain.drain_step(node_id=a.pk).waiting] == ["web"]
+    # Then it vanishes: a fresh replacement is started, the original still runs.
+    agent_side.inventory(target, containers=[])
+    first.refresh_from_db()
+    assert first.status == ContainerStatus.MISSING
+    second = Container.objects.filter(replacement_of=web).exclude(pk=first.pk).get()
+    assert second.name == "web-r2"
+    web.refresh_from_db()
+    assert web.status == ContainerStatus.RUNNING
+    assert {b.pk, c.pk} >= {first.node_id, second.node_id}
