@@ -41,6 +41,8 @@ MAX_REPLACEMENT_ATTEMPTS = 3
 MAX_STOP_ATTEMPTS = 3
 REPLACEMENT_LABEL = "cleverthis.replacement-of"
 _SUFFIX = re.compile(r"-r\d+$")
+# Replacement states that still count as the one taking over (running, or on its way there).
+_LIVE = frozenset({ContainerStatus.PENDING, ContainerStatus.CREATED, ContainerStatus.RUNNING})
 
 
 @dataclass
@@ -125,6 +127,7 @@ def _replacement_payload(original: Container, name: str) -> dict[str, Any]:
     payload = dict(command.wire_payload() if command is not None else original.spec or {})
     payload.setdefault("image", original.image)
     payload["name"] = name
+    payload["start"] = True  # the original runs, so must its replacement
     payload["labels"] = {**(payload.get("labels") or {}), REPLACEMENT_LABEL: str(original.pk)}
     return payload
 
@@ -175,9 +178,17 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
     from fleet import services
 
     with transaction.atomic():
-        node = Node.objects.select_for_update().select_related("cluster__workspace").filter(pk=node_id).first()
+        # skip_locked: another pass (tick, hook) holding this node is doing the work; never wait for it.
+        # Waiting here from a hook that already locked a target node could deadlock with that pass.
+        node = (
+            Node.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("cluster__workspace")
+            .filter(pk=node_id)
+            .first()
+        )
         if node is None:
-            return DrainReport(node_id=str(node_id), status="gone")
+            busy = Node.objects.filter(pk=node_id).exists()
+            return DrainReport(node_id=str(node_id), status="busy" if busy else "gone")
         report = DrainReport(node_id=str(node.pk), status=node.status)
         if node.status != NodeStatus.DRAINING:
             return report
@@ -203,7 +214,7 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
             return report
         for original in originals:
             reps = replacements.get(original.pk, [])
-            live = next((r for r in reps if r.status in (ContainerStatus.RUNNING, ContainerStatus.PENDING)), None)
+            live = next((r for r in reps if r.status in _LIVE), None)
             if original.status == ContainerStatus.STOPPING:
                 report.stopping.append(_entry(original))
                 continue
@@ -240,13 +251,15 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
             if live is not None:
                 report.waiting.append(_entry(original, replacement=str(live.pk), target=str(live.node_id)))
                 continue
-            failures = [r for r in reps if r.status == ContainerStatus.FAILED]
+            failures = [r for r in reps if r.status not in _LIVE]  # failed, or died before taking over
             if len(failures) >= MAX_REPLACEMENT_ATTEMPTS:
                 last = failures[-1]
-                reason = (
-                    f"replacing {original.name} failed {len(failures)} times (last: "
-                    f"{error_sentence(last.error_code, last.error_message)})"
+                why = (
+                    error_sentence(last.error_code, last.error_message)
+                    if last.error_code
+                    else f"{last.name} ended {last.status}"
                 )
+                reason = f"replacing {original.name} failed {len(failures)} times (last: {why})"
                 _block(node, original, reason, report)
                 continue
             if targets is None:

@@ -12,6 +12,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -269,6 +270,10 @@ class EndpointViewSet(
     def get_serializer_class(self) -> type[serializers.Serializer]:
         return EndpointCreateSerializer if self.action == "create" else EndpointSerializer
 
+    @extend_schema(
+        request=EndpointCreateSerializer,
+        responses={201: EndpointSerializer, 409: OpenApiResponse(description="No node can serve the model")},
+    )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Start an endpoint for a cached model; 409 with the reason when no node can serve it."""
         data = EndpointCreateSerializer(data=request.data)
@@ -299,6 +304,7 @@ class EndpointViewSet(
         endpoint = self.get_base_queryset().get(pk=endpoint.pk)
         return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)
 
+    @extend_schema(request=None, responses={200: EndpointSerializer})
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         """Stop the endpoint (→ stopping until the agent confirms)."""

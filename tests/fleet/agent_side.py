@@ -1,8 +1,9 @@
 """Drive the control plane the way the tunnel consumer does when agent frames arrive.
 
-Each helper calls the same fleet services the consumer calls for a frame, then the workload hooks.
-Until the lead wires the hooks into `fleet.services` (see the workloads report), they are called here;
-once wired, drop the `HOOKS_WIRED = False` calls by setting it to True.
+Each helper calls the same fleet services the consumer calls for a frame (`command_record_ack`,
+`command_record_result`, `command_record_error`, `node_record_inventory`). Until the lead wires the
+workload hooks into those services (see the workloads report), the helpers call the hooks
+themselves; once wired, set `HOOKS_WIRED = True` so each hook runs exactly once per frame.
 """
 
 from __future__ import annotations

@@ -219,3 +219,64 @@ def test_worker_registers_the_drain_tasks_and_beat_runs_the_tick():
     assert "fleet.workload_tasks.drain_node_now" in out.stdout
     schedule = {entry["task"]: entry["schedule"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
     assert schedule["fleet.workload_tasks.drain_tick"] == 10.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_never_waits_for_another_pass_holding_the_node(owner, trio, monkeypatch):
+    import threading
+
+    from django.db import connection, transaction
+
+    from fleet import tasks
+
+    # Real commits here: keep the on-commit task sends off the broker (no worker runs in tests).
+    monkeypatch.setattr(tasks.dispatch_command, "delay", lambda *a: None)
+    monkeypatch.setattr(tasks.drain_node, "delay", lambda *a: None)
+    a, _b, _c = trio
+    run_container(owner, a, "web")
+    services.node_drain(node=a, actor=owner)
+    locked, release = threading.Event(), threading.Event()
+
+    def other_pass() -> None:
+        try:
+            with transaction.atomic():
+                list(type(a).objects.select_for_update().filter(pk=a.pk))
+                locked.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=other_pass)
+    thread.start()
+    try:
+        assert locked.wait(30)
+        report = drain.drain_step(node_id=a.pk)
+        assert report.status == "busy"
+        assert not Container.objects.filter(replacement_of__isnull=False).exists()
+    finally:
+        release.set()
+        thread.join(30)
+    assert drain.drain_step(node_id=a.pk).replacing  # once free, the next pass does the work
+
+
+def test_replacement_that_dies_before_taking_over_is_replaced_again(owner, trio):
+    a, b, c = trio
+    web = run_container(owner, a, "web", start=False)  # created stopped, started later by hand
+    agent_side.inventory(a, containers=[agent_side.running("web", "cid-web-a")])
+    services.node_drain(node=a, actor=owner)
+    drain.drain_step(node_id=a.pk)
+    first = Container.objects.get(replacement_of=web)
+    assert first.created_by_command.payload["start"] is True
+    # The agent on the target reports it created but not yet running: the drain waits, no second copy.
+    target = first.node
+    agent_side.inventory(target, containers=[agent_side.running("web-r1", "r1", status="created")])
+    assert [w["name"] for w in drain.drain_step(node_id=a.pk).waiting] == ["web"]
+    # Then it vanishes: a fresh replacement is started, the original still runs.
+    agent_side.inventory(target, containers=[])
+    first.refresh_from_db()
+    assert first.status == ContainerStatus.MISSING
+    second = Container.objects.filter(replacement_of=web).exclude(pk=first.pk).get()
+    assert second.name == "web-r2"
+    web.refresh_from_db()
+    assert web.status == ContainerStatus.RUNNING
+    assert {b.pk, c.pk} >= {first.node_id, second.node_id}

@@ -186,3 +186,18 @@ def test_endpoint_list_query_count_is_constant(api, cluster, node, owner, django
         workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id)
     with django_assert_num_queries(2):
         assert api.get("/api/v1/endpoints/").json()["count"] == 7
+
+
+def test_openapi_schema_describes_the_workload_api():
+    from drf_spectacular.generators import SchemaGenerator
+
+    from tests.fleet import workload_urls
+
+    schema = SchemaGenerator(patterns=workload_urls.urlpatterns).get_schema(request=None, public=True)
+    assert {"/api/v1/containers/", "/api/v1/models/", "/api/v1/endpoints/", "/api/v1/endpoints/{id}/stop/"} <= set(
+        schema["paths"]
+    )
+    post = schema["paths"]["/api/v1/endpoints/"]["post"]
+    assert "EndpointCreate" in str(post["requestBody"])
+    assert {"201", "409"} <= set(post["responses"])
+    assert "error_help" in schema["components"]["schemas"]["Endpoint"]["properties"]

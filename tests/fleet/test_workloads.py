@@ -54,6 +54,27 @@ def test_reconcile_is_idempotent_and_constant_in_queries(node, django_assert_max
     assert after == before
 
 
+def test_reconcile_updates_and_missing_marks_are_constant_in_queries(cluster, register_node):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    counts = []
+    for n, name in ((2, "small"), (30, "large")):
+        node = register_node(cluster, name)
+        workloads.containers_reconcile(
+            node=node, inventory=protocol.Inventory(containers=[running(f"w{i}", f"id{i}") for i in range(2 * n)])
+        )
+        # Half change status, half disappear.
+        changed = protocol.Inventory(containers=[running(f"w{i}", f"id{i}", status="exited") for i in range(n)])
+        with CaptureQueriesContext(connection) as queries:
+            out = workloads.containers_reconcile(node=node, inventory=changed)
+        assert out == {"created": 0, "updated": n, "missing": n}
+        counts.append(len(queries))
+        statuses = set(Container.objects.filter(node=node).values_list("status", flat=True))
+        assert statuses == {"exited", "missing"}
+    assert counts[0] == counts[1]
+
+
 def test_create_result_fills_the_row_made_at_dispatch_and_inventory_matches_by_key(node, cluster, owner):
     (command,) = services.command_dispatch(
         actor=owner, cluster=cluster, command_type="container.create", payload=CREATE, node=node
