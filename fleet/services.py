@@ -365,27 +365,6 @@ def _finish_drain(node: Node) -> Node:
     return node
 
 
-@transaction.atomic
-def node_drain_step(*, node_id: uuid.UUID | str) -> Node | None:
-    """One pass of a drain: finish it when the node is empty, otherwise record that it still waits.
-
-    Moving containers to other nodes is not implemented yet (a later issue); until then a drain only
-    completes once the node's containers are gone.
-    """
-    node = Node.objects.filter(pk=node_id).first()
-    if node is None or node.status != NodeStatus.DRAINING:
-        return node
-    if node.containers_count == 0:
-        return _finish_drain(node)
-    _event(
-        node.pk,
-        "drain_waiting",
-        f"Drain waiting: {node.containers_count} container(s) still on the node. Automatic workload "
-        "replacement is not implemented yet; stop or destroy them to finish the drain.",
-    )
-    return node
-
-
 def _node_delete(*, node: Node) -> None:
     now = timezone.now()
     serials = list(NodeCertificate.objects.filter(node=node).values_list("serial", flat=True))
@@ -409,20 +388,17 @@ def node_delete(*, node: Node, actor: AbstractBaseUser) -> None:
 
 
 def node_record_inventory(*, node: Node, inventory: protocol.Inventory) -> Node:
-    """Store the node's inventory; finishes a drain when no containers remain."""
-    fields: dict[str, Any] = {
-        "inventory": protocol.to_dict(inventory),
-        "containers_count": len(inventory.containers),
-    }
+    """Store the node's inventory and reconcile containers, cached models and endpoints from it.
+
+    The reconcile sets `containers_count` (active containers) and takes a drain's next step.
+    """
+    fields: dict[str, Any] = {"inventory": protocol.to_dict(inventory)}
     if inventory.gpus:
         fields.update(_gpu_fields(inventory.gpus))
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(**fields)
-        for name, value in fields.items():
-            setattr(node, name, value)
-        if node.status == NodeStatus.DRAINING and node.containers_count == 0:
-            node = _finish_drain(node)
         workloads.workloads_on_inventory(node=node, inventory=inventory)
+        node.refresh_from_db()
     return node
 
 
@@ -673,23 +649,27 @@ def _node_command(node: Node, command_id: Any) -> bool:
 def _after_command_acked(command: Command) -> None:
     """Let the rows a command concerns follow its ack (endpoint pending → starting)."""
     try:
-        workloads.workloads_on_command_acked(command=command)
+        with transaction.atomic():  # a savepoint: a failing hook never loses the recorded ack
+            workloads.workloads_on_command_acked(command=command)
     except Exception:
         logger.exception("workload hook failed after ack of command %s", command.pk)
 
 
 def _after_command_finished(command: Command) -> None:
-    """After a command's outcome is committed: update workloads, drains, and tell other apps (raymgr).
+    """Once an outcome is recorded: update workloads and drains, then tell other apps (raymgr).
 
-    Runs on commit so a failing hook can never lose the recorded outcome; failures are logged.
+    Each runs in its own savepoint, so a failing hook rolls back only its own writes, never the outcome.
     """
     try:
-        workloads.workloads_on_command_finished(command=command)
+        with transaction.atomic():
+            workloads.workloads_on_command_finished(command=command)
     except Exception:
         logger.exception("workload hook failed after command %s finished", command.pk)
-    for _receiver, outcome in command_finished.send_robust(sender=Command, command=command):
-        if isinstance(outcome, Exception):
-            logger.error("command_finished receiver failed for command %s: %r", command.pk, outcome)
+    try:
+        with transaction.atomic():
+            command_finished.send(sender=Command, command=command)
+    except Exception:
+        logger.exception("command_finished receiver failed for command %s", command.pk)
 
 
 def command_record_ack(*, node: Node, command_id: uuid.UUID | str, duplicate: bool = False) -> Command | None:
@@ -701,7 +681,7 @@ def command_record_ack(*, node: Node, command_id: uuid.UUID | str, duplicate: bo
         if command:
             note = " (already done before: duplicate delivery)" if duplicate else ""
             _event(node.pk, "command.running", f"{command.command_type} started{note}", command=command)
-            transaction.on_commit(lambda: _after_command_acked(command))
+            _after_command_acked(command)
     return command
 
 
@@ -730,7 +710,7 @@ def command_record_result(*, node: Node, command_id: uuid.UUID | str, data: dict
         command = command_transition(command_id=command_id, node_id=node.pk, to=CommandStatus.SUCCEEDED, result=data)
         if command:
             _event(node.pk, "command.succeeded", f"{command.command_type} succeeded", data=data, command=command)
-            transaction.on_commit(lambda: _after_command_finished(command))
+            _after_command_finished(command)
     return command
 
 
@@ -757,7 +737,7 @@ def command_record_error(
                 data=data or {},
                 command=command,
             )
-            transaction.on_commit(lambda: _after_command_finished(command))
+            _after_command_finished(command)
     return command
 
 

@@ -32,8 +32,9 @@ def dispatch_command(command_id: str) -> bool:
 @shared_task(name="fleet.tasks.drain_node", autoretry_for=RETRYABLE, retry_backoff=5, max_retries=5)
 def drain_node(node_id: str) -> str | None:
     """One drain pass for `node_id`; returns the node's status afterwards (None if it is gone)."""
-    node = services.node_drain_step(node_id=node_id)
-    return node.status if node else None
+    from fleet import drain
+
+    return drain.drain_step(node_id=node_id).status
 
 
 @shared_task(name="fleet.tasks.mark_lost_nodes_offline", autoretry_for=(DatabaseError,), max_retries=2)

@@ -14,7 +14,7 @@ from agent import protocol
 from fleet import services, workloads
 from fleet.models import Command, Node
 
-HOOKS_WIRED = False
+HOOKS_WIRED = True
 
 
 def ack(command: Command) -> Command:

@@ -62,19 +62,22 @@ def test_drain_of_empty_node_goes_straight_to_cordoned(node, owner, django_captu
     assert NodeEvent.objects.filter(node=node, kind="drained").exists()
 
 
-def test_drain_with_containers_waits_then_finishes_when_empty(node, owner, django_capture_on_commit_callbacks):
-    Node.objects.filter(pk=node.pk).update(containers_count=2)
+def test_drain_with_a_container_and_no_other_node_waits_then_finishes_when_empty(
+    node, owner, django_capture_on_commit_callbacks
+):
+    running = protocol.ContainerInfo(container_id="c1", name="web", image="busybox", status="running")
+    services.node_record_inventory(node=node, inventory=protocol.Inventory(containers=[running]))
     node.refresh_from_db()
+    assert node.containers_count == 1
     with django_capture_on_commit_callbacks() as callbacks:
         services.node_drain(node=node, actor=owner)
     assert _status(node) == NodeStatus.DRAINING
     assert len(callbacks) == 1
     with pytest.raises(IllegalTransition, match="Cannot drain a node that is draining"):
         services.node_drain(node=node, actor=owner)
-    # The task run while containers remain records an honest waiting event.
+    # No other node fits: the container stays, the drain says so and keeps waiting.
     assert drain_node(str(node.pk)) == NodeStatus.DRAINING
-    waiting = NodeEvent.objects.get(node=node, kind="drain_waiting")
-    assert "not implemented yet" in waiting.message
+    assert NodeEvent.objects.filter(node=node, kind="drain.no_fit").exists()
     # Inventory shows the node empty: the drain completes.
     services.node_record_inventory(node=node, inventory=protocol.Inventory())
     assert _status(node) == NodeStatus.CORDONED
