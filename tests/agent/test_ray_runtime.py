@@ -162,6 +162,15 @@ print("HOLD", ray.get(blocker, timeout=120), flush=True)
 """
 
 
+PG_DRIVER = """
+import sys, time, ray
+from ray.util.placement_group import placement_group
+ray.init(address=sys.argv[1])
+group = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
+time.sleep(120)
+"""
+
+
 def as_autoscaler_input(status: RayClusterStatus, shape: dict[str, float]) -> tuple[list[WorkerState], ClusterDemand]:
     """What the control plane feeds `decide()` from the agent's report (the field mapping the lead reuses)."""
     workers = [
@@ -251,7 +260,13 @@ def test_process_runtime_scales_a_real_ray_cluster(ray_runtime: RayProcessRuntim
 
         wait_until(lambda: "QUICK" in driver_output(), timeout=60, interval=0.5, what="the pending task to run")
         assert f"QUICK {worker.node_id}" in driver_output()
-        assert ray_runtime.cluster_status(head.address).demand.bundles == []
+        # The head's demand report catches up within a few resource-report periods.
+        wait_until(
+            lambda: ray_runtime.cluster_status(head.address).demand.bundles == [],
+            timeout=30,
+            interval=0.5,
+            what="the pending demand to clear",
+        )
         # An idle drain is refused for a busy node (the head runs the blocker), so a raced decision is safe.
         accepted, message = ray_runtime.drain_worker(head.node_id, address=head.address)
         assert not accepted
@@ -289,7 +304,33 @@ def test_process_runtime_scales_a_real_ray_cluster(ray_runtime: RayProcessRuntim
             driver.wait()
         driver_log.close()
 
-    # 5. Stop the head from a fresh runtime (as after an agent restart): nothing of ours is left running.
+    # 5. A placement group (how Tune trials and Train workers ask) that exceeds capacity is demand too.
+    pg_driver = subprocess.Popen(
+        [sys.executable, "-c", PG_DRIVER, head.address],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    try:
+
+        def pending_group() -> bool:
+            return len(ray_runtime.cluster_status(head.address).demand.placement_groups) == 1
+
+        wait_until(pending_group, timeout=60, interval=0.5, what="a pending placement group")
+        status = ray_runtime.cluster_status(head.address)
+        (group,) = status.demand.placement_groups
+        assert group["strategy"] == "PACK"
+        assert group["bundles"] == [{"CPU": 1.0}, {"CPU": 1.0}]
+        assert status.demand.bundles == [{"CPU": 1.0}, {"CPU": 1.0}]
+        workers, demand = as_autoscaler_input(status, shape)
+        assert decide(policy, workers, demand).add == 1  # one bundle fits the idle head, one needs a worker
+    finally:
+        os.killpg(pg_driver.pid, 9)
+        pg_driver.wait()
+
+    # 6. Stop the head from a fresh runtime (as after an agent restart): nothing of ours is left running.
     temp_dirs = [head.temp_dir, worker.temp_dir]
     restarted = RayProcessRuntime(RAY_BIN, tmp_path / "ray")
     assert head.pid in restarted.processes(head)
