@@ -346,7 +346,7 @@ class RayProcessRuntime:
             self._nodes[name] = node
             node = self._wait_registered(node, timeout)
         except BaseException:
-            self.stop(node)
+            self.stop(node, grace_s=3.0)  # nothing ran on it yet: no drain to wait for
             raise
         self._nodes[name] = node
         return node
@@ -391,7 +391,7 @@ class RayProcessRuntime:
             self._wait_started(pid, log_path, timeout)
             node = self._wait_registered(node, timeout)
         except BaseException:
-            self.stop(node)
+            self.stop(node, grace_s=3.0)  # nothing ran on it yet: no drain to wait for
             raise
         self._nodes[name] = node
         return node

@@ -16,6 +16,7 @@ from agent.ray_runtime import (
     RayClusterStatus,
     RayNodeProcess,
     RayProcessRuntime,
+    RayRuntimeError,
     docker_run_spec,
     free_port,
     ray_start_args,
@@ -341,3 +342,14 @@ def test_process_runtime_scales_a_real_ray_cluster(ray_runtime: RayProcessRuntim
     assert session_pids(head.pid) == []
     assert session_pids(worker.pid) == []
     assert our_processes(temp_dirs) == []
+
+
+@pytest.mark.integration
+def test_worker_that_cannot_join_fails_cleanly(tmp_path: Path):
+    runtime = RayProcessRuntime(RAY_BIN, tmp_path / "ray")
+    dead_head = f"127.0.0.1:{free_port()}"
+    with pytest.raises(RayRuntimeError) as failure:
+        runtime.start_worker(head_address=dead_head, num_cpus=1, dashboard_agent_listen_port=free_port(), timeout=5)
+    assert "ray start" in str(failure.value) or "did not" in str(failure.value)
+    assert runtime.nodes() == []
+    assert our_processes([str(tmp_path)]) == []
