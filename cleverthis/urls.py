@@ -11,6 +11,7 @@ from cleverthis.tenancy import views as tenancy_views
 
 api_v1 = [
     path("", include("cleverthis.tenancy.api.urls")),
+    path("ray/", include("raymgr.api.urls")),
 ]
 
 urlpatterns = [
