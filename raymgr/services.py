@@ -537,6 +537,15 @@ def _on_drain(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool
         return
     if ok:
         _event(cluster, "worker_drained", f"Worker on {ray_node.node.name} drained; stopping it")
+    elif command.error_code == "conflict":
+        # Ray refuses an idle drain once the worker has picked up work again: keep it.
+        _ray_node_status(ray_node, RayNodeStatus.RUNNING, pending_command=None)
+        _event(
+            cluster,
+            "drain_refused",
+            f"Ray refused to drain the worker on {ray_node.node.name} ({command.error_message}); keeping it",
+        )
+        return
     else:
         _event(
             cluster,
@@ -609,7 +618,7 @@ def ray_cluster_record_status(*, cluster: RayCluster, status: dict[str, Any], at
     at = at or timezone.now()
     RayCluster.objects.filter(pk=cluster.pk).update(last_status=status, last_status_at=at)
     cluster.last_status, cluster.last_status_at = status, at
-    ours = {str(r.pk): r for r in cluster.ray_nodes.filter(status__in=RayNodeStatus.live())}
+    ours = {str(r.pk): r for r in cluster.ray_nodes.filter(status__in=RayNodeStatus.live()).select_related("node")}
     by_ray_id = {r.ray_node_id: r for r in ours.values() if r.ray_node_id}
     for entry in status.get("nodes", []) if isinstance(status.get("nodes"), list) else []:
         if not isinstance(entry, dict) or entry.get("alive") is False:
@@ -617,12 +626,13 @@ def ray_cluster_record_status(*, cluster: RayCluster, status: dict[str, Any], at
         ray_node = ours.get(str(entry.get("member_id", ""))) or by_ray_id.get(str(entry.get("ray_node_id", "")))
         if ray_node is None:
             continue
+        host = ray_node.node  # the fleet node's own heartbeat figures, unless the agent reported per Ray node
         fields: dict[str, Any] = {
-            "cpu_percent": _num(entry.get("cpu_percent")),
-            "memory_percent": _num(entry.get("memory_percent")),
-            "gpu_count": int(_num(entry.get("gpu_count"))),
-            "vram_used_mb": int(_num(entry.get("vram_used_mb"))),
-            "vram_total_mb": int(_num(entry.get("vram_total_mb"))),
+            "cpu_percent": _num(entry.get("cpu_percent"), host.cpu_percent),
+            "memory_percent": _num(entry.get("memory_percent"), host.memory_percent),
+            "gpu_count": int(_num(entry.get("gpu_count"), host.gpu_count)),
+            "vram_used_mb": int(_num(entry.get("vram_used_mb"), host.vram_used_mb)),
+            "vram_total_mb": int(_num(entry.get("vram_total_mb"), host.vram_total_mb)),
             "running_tasks": int(_num(entry.get("running_tasks"))),
             "idle_s": _num(entry.get("idle_s")),
             "resources": _resources(entry.get("resources")),

@@ -146,3 +146,35 @@ def test_stopped_clusters_are_not_autoscaled(running, owner):
     services.ray_cluster_stop(actor=owner, cluster=running)
     assert services.autoscale_pass() == 0
     assert not running.events.filter(kind="autoscaler").exists()
+
+
+def test_a_drain_ray_refuses_keeps_the_worker(running):
+    services.ray_cluster_update(actor=running.created_by, cluster=running, min_workers=1)
+    services.ray_cluster_autoscale(cluster=running)
+    start = last_command("ray.worker.start", cluster_id=str(running.pk))
+    finish(start, data={"container_id": "c-w1", "ray_node_id": "cd" * 28})
+    worker = RayNode.objects.get(pk=start.payload["member_id"])
+    services.ray_cluster_update(actor=running.created_by, cluster=running, min_workers=0)
+    idle = {"member_id": str(worker.pk), "alive": True, "resources": {"CPU": 16.0}, "idle_s": 90.0}
+    feed_status(running, status(running, workers=[idle]))
+    services.ray_cluster_autoscale(cluster=running)
+    drain = last_command("ray.node.drain", member_id=str(worker.pk))
+    finish(drain, ok=False, code="conflict", message="node is not idle")
+    worker.refresh_from_db()
+    assert worker.status == RayNodeStatus.RUNNING
+    assert not Command.objects.filter(command_type="ray.node.stop").exists()
+    assert running.events.filter(kind="drain_refused").exists()
+
+
+def test_worker_usage_falls_back_to_its_fleet_nodes_heartbeat(running):
+    services.ray_cluster_update(actor=running.created_by, cluster=running, min_workers=1)
+    services.ray_cluster_autoscale(cluster=running)
+    start = last_command("ray.worker.start", cluster_id=str(running.pk))
+    finish(start, data={"ray_node_id": "ef" * 28})
+    worker = RayNode.objects.select_related("node").get(pk=start.payload["member_id"])
+    entry = {"ray_node_id": "ef" * 28, "alive": True, "resources": {"CPU": 16.0}, "running_tasks": 3}
+    feed_status(running, status(running, workers=[entry]))
+    worker.refresh_from_db()
+    assert worker.running_tasks == 3
+    assert worker.cpu_percent == worker.node.cpu_percent == 5.0
+    assert worker.memory_percent == pytest.approx(worker.node.memory_percent)
