@@ -19,7 +19,16 @@ class RaymgrConfig(AppConfig):
 
 
 def _on_command_finished(sender: object, command: object, **kwargs: object) -> None:
-    """Adapter from the signal's (sender, **kwargs) to the keyword-only service."""
+    """Adapter from the signal's (sender, **kwargs) to the keyword-only service.
+
+    Never lets a Ray failure break the recording of the command result itself (the service runs in its
+    own savepoint; the error is logged).
+    """
+    import logging
+
     from raymgr import services
 
-    services.ray_on_command_finished(command=command)
+    try:
+        services.ray_on_command_finished(command=command)
+    except Exception:
+        logging.getLogger("raymgr").exception("Ray follow-up of command %s failed", getattr(command, "pk", "?"))

@@ -157,6 +157,8 @@ def ray_cluster_create(
         errors["runtime"] = f"Choose one of {', '.join(RayRuntime.values)}."
     if gcs_port == dashboard_port:
         errors["dashboard_port"] = "Must differ from the GCS port."
+    if runtime == RayRuntime.PROCESS and gcs_port == 6379:
+        errors["gcs_port"] = "The process runtime cannot use 6379 (Redis's port on shared machines); choose another."
     if errors:
         raise ValidationError(errors)
     cluster = RayCluster(
@@ -217,6 +219,7 @@ def ray_cluster_start(*, actor: AbstractBaseUser, cluster: RayCluster) -> RayClu
     cluster = ray_cluster_transition(
         cluster=cluster, to=S.PENDING, head_node=None, head_ip="", head_hostname="", head_container_id=""
     )
+    _stop_all(cluster, actor, why="left over from before the restart")
     _launch_head(cluster, actor)
     cluster.refresh_from_db()
     return cluster
@@ -572,7 +575,15 @@ def _on_stop(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool)
     )
     if ray_node.role == RayNodeRole.HEAD and cluster.status == S.RUNNING and cluster.head_node_id == ray_node.node_id:
         ray_cluster_transition(cluster=cluster, to=S.FAILED, reason="The head was stopped.")
+        _stop_orphans(cluster)
     _finish_delete_if_done(cluster)
+
+
+def _stop_orphans(cluster: RayCluster) -> None:
+    """The head is gone: its workers cannot do anything useful, stop them."""
+    actor = _operator_for(cluster)
+    if actor is not None:
+        _stop_all(cluster, actor, why="the head is gone")
 
 
 def _on_status(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool) -> None:
@@ -583,6 +594,7 @@ def _on_status(cluster: RayCluster, ray_node: RayNode, command: Command, ok: boo
             ray_cluster_transition(
                 cluster=cluster, to=S.FAILED, reason=f"The head is not running: {_error_text(command)}"
             )
+            _stop_orphans(cluster)
         return
     if cluster.last_status_at and command.finished_at and command.finished_at < cluster.last_status_at:
         return  # an older status arriving late

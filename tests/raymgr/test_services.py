@@ -225,3 +225,46 @@ def test_version_is_immutable_while_running(compute, add_node, make_ray, owner):
     services.ray_cluster_stop(actor=owner, cluster=cluster)
     cluster = services.ray_cluster_update(actor=owner, cluster=cluster, ray_version="2.61.0")
     assert (cluster.ray_version, cluster.max_workers) == ("2.61.0", 4)
+
+
+def test_a_head_that_dies_fails_the_cluster_and_stops_its_workers(compute, add_node, make_ray, owner):
+    add_node(compute, "cpu-1")
+    add_node(compute, "cpu-2")
+    cluster = make_ray(min_workers=1)
+    start_head(cluster)
+    finish(last_command("ray.worker.start", cluster_id=str(cluster.pk)), data={"container_id": "c-w"})
+    services.autoscale_pass()
+    status = last_command("ray.status", cluster_id=str(cluster.pk))
+    finish(status, ok=False, code="not_found", message="the Ray head is not running here")
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.FAILED
+    assert "not running" in cluster.failure_reason
+    stop = last_command("ray.node.stop", container="c-w")
+    assert stop is not None
+    # Start again: a new head is placed; nothing from the old run is left running afterwards.
+    finish(stop)
+    cluster = services.ray_cluster_start(actor=owner, cluster=cluster)
+    assert cluster.status == RayClusterStatus.PENDING
+    assert RayNode.objects.filter(ray_cluster=cluster, status="starting", role="head").count() == 1
+
+
+def test_process_runtime_refuses_the_redis_port(compute, make_ray):
+    with pytest.raises(ValidationError) as err:
+        make_ray(runtime="process", gcs_port=6379)
+    assert "gcs_port" in err.value.message_dict
+
+
+def test_without_owners_or_admins_results_still_advance_state_but_start_nothing(
+    compute, add_node, make_ray, workspace, owner
+):
+    from cleverthis.tenancy import services as tenancy_services
+
+    add_node(compute, "cpu-1")
+    cluster = make_ray(min_workers=1)
+    command = last_command("ray.head.start", cluster_id=str(cluster.pk))
+    tenancy_services.membership_set(workspace=workspace, user=owner, role="viewer")  # no operator left
+    done = finish(command, data={"container_id": "c-head", "ip": "10.0.0.1"})
+    assert done.status == "succeeded"
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.RUNNING  # no Owner/Admin: no worker follow-ups, no error
+    assert not Command.objects.filter(command_type="ray.worker.start").exists()
