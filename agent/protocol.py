@@ -39,6 +39,11 @@ CommandType = Literal[
     "model.download",
     "endpoint.start",
     "endpoint.stop",
+    "ray.head.start",
+    "ray.worker.start",
+    "ray.node.drain",
+    "ray.node.stop",
+    "ray.status",
 ]
 COMMAND_TYPES: tuple[str, ...] = get_args(CommandType)
 
@@ -216,6 +221,77 @@ class EndpointStopPayload:
     endpoint_id: str
 
 
+# ---- managed Ray (ray.*): `runtime` "docker" runs rayproject/ray containers, "process" runs `ray start`
+# on the host (tests, single machines without Docker). `member_id` names one Ray node of a managed
+# cluster (the control plane's RayNode id) and is used for container names and the node's Ray label.
+
+
+@dataclass(frozen=True)
+class RayHeadStartPayload:
+    """ray.head.start: start the head of managed Ray cluster `cluster_id` on this node."""
+
+    cluster_id: str
+    member_id: str
+    ray_version: str
+    image: str
+    runtime: Literal["docker", "process"] = "docker"
+    gcs_port: int = 6379
+    dashboard_port: int = 8265
+    num_cpus: float = 0.0  # 0 = what Ray detects
+    num_gpus: int = 0
+
+
+@dataclass(frozen=True)
+class RayWorkerStartPayload:
+    """ray.worker.start: start a worker joining the head at `head_address` (ip:gcs_port)."""
+
+    cluster_id: str
+    member_id: str
+    ray_version: str
+    image: str
+    head_address: str
+    runtime: Literal["docker", "process"] = "docker"
+    num_cpus: float = 0.0
+    num_gpus: int = 0
+
+
+@dataclass(frozen=True)
+class RayNodeDrainPayload:
+    """ray.node.drain (sent to the head's node): ask Ray to drain worker `ray_node_id` before it stops."""
+
+    cluster_id: str
+    member_id: str  # the worker being drained
+    ray_node_id: str
+    runtime: Literal["docker", "process"] = "docker"
+    head_member_id: str = ""
+    gcs_port: int = 6379
+    reason: str = "idle"
+    deadline_s: int = 60
+
+
+@dataclass(frozen=True)
+class RayNodeStopPayload:
+    """ray.node.stop: stop (and remove) one Ray node of a managed cluster on this node."""
+
+    cluster_id: str
+    member_id: str
+    runtime: Literal["docker", "process"] = "docker"
+    container: str = ""
+    timeout_s: int = 30
+
+
+@dataclass(frozen=True)
+class RayStatusPayload:
+    """ray.status (sent to the head's node): nodes, usage, pending demand and, optionally, log tails."""
+
+    cluster_id: str
+    member_id: str  # the head
+    runtime: Literal["docker", "process"] = "docker"
+    gcs_port: int = 6379
+    include_logs: bool = False
+    log_lines: int = 200
+
+
 PAYLOAD_TYPES: dict[str, type] = {
     "container.create": ContainerCreatePayload,
     "container.start": ContainerRefPayload,
@@ -224,6 +300,11 @@ PAYLOAD_TYPES: dict[str, type] = {
     "model.download": ModelDownloadPayload,
     "endpoint.start": EndpointStartPayload,
     "endpoint.stop": EndpointStopPayload,
+    "ray.head.start": RayHeadStartPayload,
+    "ray.worker.start": RayWorkerStartPayload,
+    "ray.node.drain": RayNodeDrainPayload,
+    "ray.node.stop": RayNodeStopPayload,
+    "ray.status": RayStatusPayload,
 }
 
 

@@ -15,6 +15,7 @@ api_v1 = [
     path("", include("cleverthis.tenancy.api.urls")),
     path("", include("fleet.api.urls")),
     path("", include(workload_router.urls)),
+    path("ray/", include("raymgr.api.urls")),
 ]
 
 urlpatterns = [

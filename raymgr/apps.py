@@ -9,3 +9,26 @@ class RaymgrConfig(AppConfig):
     name = "raymgr"
     verbose_name = "Ray"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from fleet.signals import command_finished
+        from raymgr import payloads
+
+        payloads.register()
+        command_finished.connect(_on_command_finished, dispatch_uid="raymgr.ray_on_command_finished")
+
+
+def _on_command_finished(sender: object, command: object, **kwargs: object) -> None:
+    """Adapter from the signal's (sender, **kwargs) to the keyword-only service.
+
+    Never lets a Ray failure break the recording of the command result itself (the service runs in its
+    own savepoint; the error is logged).
+    """
+    import logging
+
+    from raymgr import services
+
+    try:
+        services.ray_on_command_finished(command=command)
+    except Exception:
+        logging.getLogger("raymgr").exception("Ray follow-up of command %s failed", getattr(command, "pk", "?"))

@@ -1,1 +1,172 @@
-"""Ray models (RayCluster, RayNode, jobs, deployments, experiments) arrive with the Ray issues."""
+"""Managed Ray: clusters on compute clusters, their head/worker nodes, and their event log."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+
+from cleverthis.tenancy.models import Workspace
+from fleet.models import Command, ComputeCluster, Node
+
+# The Ray release the control plane pins (matches requirements/ray.txt); images are rayproject/ray:<v>[-gpu].
+DEFAULT_RAY_VERSION = "2.60.0"
+RAY_IMAGE = "rayproject/ray"
+
+
+class RayClusterStatus(models.TextChoices):
+    """Lifecycle of a managed Ray cluster (transitions only through `services.ray_cluster_transition`)."""
+
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    FAILED = "failed", "Failed"
+    STOPPED = "stopped", "Stopped"
+    DELETING = "deleting", "Deleting"
+
+
+class RayRuntime(models.TextChoices):
+    """How the agent runs Ray nodes: containers (production) or host processes (tests, no Docker)."""
+
+    DOCKER = "docker", "Docker containers"
+    PROCESS = "process", "Host processes"
+
+
+class RayCluster(models.Model):
+    """A Ray cluster (one head, autoscaled workers) running on the nodes of one compute cluster."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="ray_clusters")
+    compute_cluster = models.ForeignKey(ComputeCluster, on_delete=models.CASCADE, related_name="ray_clusters")
+    name = models.CharField(
+        max_length=63,
+        validators=[
+            RegexValidator(
+                r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "Use lower-case letters, digits and hyphens (a DNS label)."
+            )
+        ],
+    )
+    ray_version = models.CharField(
+        max_length=32,
+        default=DEFAULT_RAY_VERSION,
+        validators=[RegexValidator(r"^[0-9]+\.[0-9]+\.[0-9]+$", "A Ray release such as 2.60.0.")],
+    )
+    runtime = models.CharField(max_length=16, choices=RayRuntime.choices, default=RayRuntime.DOCKER)
+    min_workers = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(1000)])
+    max_workers = models.PositiveIntegerField(
+        default=10, validators=[MaxValueValidator(1000)], help_text="At most the cluster's nodes minus one."
+    )
+    idle_timeout_s = models.PositiveIntegerField(default=60, validators=[MinValueValidator(1)])
+    checkpoint_on_stop = models.BooleanField(default=False)
+    status = models.CharField(max_length=16, choices=RayClusterStatus.choices, default=RayClusterStatus.PENDING)
+    status_changed_at = models.DateTimeField(auto_now_add=True)
+    failure_reason = models.TextField(blank=True, default="")
+    head_node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    head_hostname = models.CharField(max_length=253, blank=True, default="")
+    head_ip = models.CharField(max_length=64, blank=True, default="")
+    head_container_id = models.CharField(max_length=128, blank=True, default="")
+    gcs_port = models.PositiveIntegerField(default=6379, validators=[MinValueValidator(1), MaxValueValidator(65535)])
+    dashboard_port = models.PositiveIntegerField(
+        default=8265, validators=[MinValueValidator(1), MaxValueValidator(65535)]
+    )
+    # The latest `ray.status` result from the head (nodes, pending demand, log tails) and when it came.
+    last_status = models.JSONField(default=dict, blank=True)
+    last_status_at = models.DateTimeField(null=True, blank=True)
+    # The `last_status_at` the autoscaler last decided on, so one status feeds one decision.
+    last_decided_status_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="raycluster_unique_workspace_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def image_for(self, node: Node) -> str:
+        """The Ray image for a Ray node placed on `node` (the -gpu variant on GPU nodes)."""
+        return f"{RAY_IMAGE}:{self.ray_version}{'-gpu' if node.gpu_count else ''}"
+
+    @property
+    def gcs_address(self) -> str:
+        """ip:port workers join."""
+        return f"{self.head_ip}:{self.gcs_port}" if self.head_ip else ""
+
+
+class RayNodeRole(models.TextChoices):
+    """Head or worker."""
+
+    HEAD = "head", "Head"
+    WORKER = "worker", "Worker"
+
+
+class RayNodeStatus(models.TextChoices):
+    """Lifecycle of one Ray node (container or process) of a managed cluster."""
+
+    STARTING = "starting", "Starting"
+    RUNNING = "running", "Running"
+    DRAINING = "draining", "Draining"
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+    FAILED = "failed", "Failed"
+
+    @classmethod
+    def live(cls) -> frozenset[str]:
+        """States in which the Ray node occupies its fleet node."""
+        return frozenset({cls.STARTING, cls.RUNNING, cls.DRAINING, cls.STOPPING})
+
+
+class RayNode(models.Model):
+    """One Ray head or worker of a managed cluster, placed on one fleet node; its latest usage."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    ray_cluster = models.ForeignKey(RayCluster, on_delete=models.CASCADE, related_name="ray_nodes")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="ray_nodes")
+    role = models.CharField(max_length=8, choices=RayNodeRole.choices)
+    status = models.CharField(max_length=16, choices=RayNodeStatus.choices, default=RayNodeStatus.STARTING)
+    status_changed_at = models.DateTimeField(auto_now_add=True)
+    failure_reason = models.TextField(blank=True, default="")
+    container_id = models.CharField(max_length=128, blank=True, default="")
+    ray_node_id = models.CharField(max_length=128, blank=True, default="")
+    ip = models.CharField(max_length=64, blank=True, default="")
+    cpu_percent = models.FloatField(default=0.0)
+    memory_percent = models.FloatField(default=0.0)
+    gpu_count = models.PositiveIntegerField(default=0)
+    vram_used_mb = models.PositiveBigIntegerField(default=0)
+    vram_total_mb = models.PositiveBigIntegerField(default=0)
+    running_tasks = models.PositiveIntegerField(default=0)
+    idle_s = models.FloatField(default=0.0)
+    resources = models.JSONField(default=dict, blank=True)
+    available = models.JSONField(default=dict, blank=True)
+    start_command = models.ForeignKey(Command, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # The drain or stop command in flight for this Ray node (cleared when its result is handled).
+    pending_command = models.ForeignKey(Command, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["ray_cluster", "-role", "created_at"]
+        indexes = [models.Index(fields=["ray_cluster", "status"], name="raynode_cluster_status")]
+
+    def __str__(self) -> str:
+        return f"{self.role} of {self.ray_cluster_id} on {self.node_id} ({self.status})"
+
+
+class RayClusterEvent(models.Model):
+    """One line of a Ray cluster's event log (status changes, placement, autoscaler decisions)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    ray_cluster = models.ForeignKey(RayCluster, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=40)
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["ray_cluster", "-created_at"], name="rayevent_cluster_created")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"

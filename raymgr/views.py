@@ -1,13 +1,159 @@
-"""Ray pages."""
+"""Ray pages: dashboard, Clusters list, create form, detail with htmx tabs, start/stop/delete actions.
+
+A view renders the full page, or for htmx requests only its partial. The summary partial polls while
+the cluster is pending or deleting and stops (HTTP 286) once it is not.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from cleverthis.tenancy.permissions import can_operate
+from fleet.exceptions import IllegalTransition
+from raymgr import selectors, services
+from raymgr.api.serializers import dashboard_path
+from raymgr.forms import RayClusterCreateForm
+from raymgr.models import RayCluster, RayClusterStatus
+
+TABS = ("summary", "nodes", "jobs", "logs", "events")
+IN_PROGRESS = (RayClusterStatus.PENDING, RayClusterStatus.DELETING)
 
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    """Ray → Dashboard."""
-    return render(request, "raymgr/dashboard.html", {})
+    """Ray → Dashboard (the real cards come with another issue): cluster counts by status."""
+    clusters = selectors.ray_cluster_list(user=request.user)
+    counts = {status: 0 for status in RayClusterStatus.values}
+    for status in clusters.values_list("status", flat=True):
+        counts[status] += 1
+    return render(request, "raymgr/dashboard.html", {"total": sum(counts.values()), "counts": counts})
+
+
+@login_required
+def cluster_list(request: HttpRequest) -> HttpResponse:
+    """Ray → Clusters."""
+    clusters = list(selectors.ray_cluster_list(user=request.user))
+    can_create = RayClusterCreateForm(user=request.user).fields["compute_cluster"].queryset.exists()
+    template = "raymgr/_cluster_rows.html" if request.htmx else "raymgr/cluster_list.html"
+    return render(request, template, {"clusters": clusters, "can_create": can_create})
+
+
+@login_required
+def cluster_create(request: HttpRequest) -> HttpResponse:
+    """Ray → Clusters → New."""
+    form = RayClusterCreateForm(request.POST or None, user=request.user)
+    if request.method == "POST" and not form.fields["compute_cluster"].queryset.exists():
+        raise PermissionDenied("Only workspace Owners and Admins can create Ray clusters.")
+    if request.method == "POST" and form.is_valid():
+        data = dict(form.cleaned_data)
+        compute = data.pop("compute_cluster")
+        try:
+            cluster = services.ray_cluster_create(
+                actor=request.user, workspace=compute.workspace, compute_cluster=compute, **data
+            )
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+        else:
+            messages.success(request, f"Ray cluster {cluster.name} created ({cluster.get_status_display()}).")
+            return redirect("raymgr:cluster_detail", pk=cluster.pk)
+    return render(request, "raymgr/cluster_form.html", {"form": form})
+
+
+def _cluster_for(request: HttpRequest, pk: Any) -> RayCluster:
+    """The cluster if it is in one of the user's workspaces; 404 otherwise."""
+    return get_object_or_404(selectors.ray_cluster_list(user=request.user), pk=pk)
+
+
+def _tab_context(cluster: RayCluster, tab: str) -> dict[str, Any]:
+    context: dict[str, Any] = {"cluster": cluster, "tab": tab, "dashboard_url": dashboard_path(cluster)}
+    status = cluster.last_status or {}
+    if tab == "summary":
+        context["uptime"] = (
+            timezone.now() - cluster.started_at
+            if cluster.started_at and cluster.status == RayClusterStatus.RUNNING
+            else None
+        )
+        context["polling"] = cluster.status in IN_PROGRESS
+        context["workers"] = cluster.ray_nodes.filter(role="worker").exclude(status="stopped").count()
+    elif tab == "nodes":
+        context["ray_nodes"] = list(selectors.ray_node_list(cluster=cluster))
+    elif tab == "jobs":
+        jobs = status.get("jobs")
+        context["jobs"] = jobs if isinstance(jobs, list) else []
+    elif tab == "logs":
+        logs = status.get("logs") if isinstance(status.get("logs"), dict) else {}
+        context["gcs_log"] = str(logs.get("gcs", ""))
+        context["autoscaler_log"] = str(logs.get("autoscaler", ""))
+    elif tab == "events":
+        context["events"] = list(selectors.ray_event_list(cluster=cluster)[:100])
+    return context
+
+
+@login_required
+def cluster_detail(request: HttpRequest, pk: Any) -> HttpResponse:
+    """A Ray cluster: Summary, Nodes, Jobs, Logs, Events tabs (?tab=); htmx gets only the tab partial."""
+    cluster = _cluster_for(request, pk)
+    tab = request.GET.get("tab", "summary")
+    if tab not in TABS:
+        raise Http404("No such tab.")
+    context = _tab_context(cluster, tab)
+    if request.htmx:
+        response = render(request, f"raymgr/_tab_{tab}.html", context)
+        if tab == "summary" and not context["polling"] and request.headers.get("HX-Trigger") == "ray-summary":
+            response.status_code = 286  # htmx: stop polling
+        return response
+    context.update(tabs=TABS, can_operate=can_operate(request.user, cluster.workspace))
+    return render(request, "raymgr/cluster_detail.html", context)
+
+
+def _act(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
+    cluster = _cluster_for(request, pk)
+    fn = {"start": services.ray_cluster_start, "stop": services.ray_cluster_stop}[action]
+    try:
+        cluster = fn(actor=request.user, cluster=cluster)
+    except IllegalTransition as exc:
+        messages.error(request, str(exc))
+        return HttpResponse(str(exc), status=409) if request.htmx else redirect("raymgr:cluster_detail", pk=pk)
+    messages.success(request, f"Ray cluster {cluster.name}: {cluster.get_status_display()}.")
+    return redirect("raymgr:cluster_detail", pk=pk)
+
+
+@login_required
+@require_POST
+def cluster_start(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Start: head back, workers up to min_workers."""
+    return _act(request, pk, "start")
+
+
+@login_required
+@require_POST
+def cluster_stop(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Stop: interrupts running jobs (checkpointed first when enabled)."""
+    return _act(request, pk, "stop")
+
+
+@login_required
+@require_POST
+def cluster_delete(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Delete (after the page's confirm dialog): head, workers and what references the cluster."""
+    cluster = _cluster_for(request, pk)
+    name = cluster.name
+    try:
+        remaining = services.ray_cluster_delete(actor=request.user, cluster=cluster)
+    except IllegalTransition as exc:
+        messages.error(request, str(exc))
+        return redirect("raymgr:cluster_detail", pk=pk)
+    if remaining is None:
+        messages.success(request, f"Ray cluster {name} deleted.")
+    else:
+        messages.success(request, f"Ray cluster {name} is being deleted: its Ray nodes are stopping.")
+    return redirect("raymgr:cluster_list")

@@ -1,0 +1,50 @@
+"""Admin for managed Ray (read-mostly: state changes go through the services)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from raymgr.models import RayCluster, RayClusterEvent, RayNode
+
+
+class RayNodeInline(admin.TabularInline):
+    """A cluster's Ray nodes."""
+
+    model = RayNode
+    extra = 0
+    fields = ["role", "node", "status", "container_id", "ray_node_id", "ip", "running_tasks", "idle_s"]
+    readonly_fields = fields
+    can_delete = False
+
+
+@admin.register(RayCluster)
+class RayClusterAdmin(admin.ModelAdmin):
+    """Ray clusters; status fields are read-only (use Start/Stop/Delete on the page or API)."""
+
+    list_display = ["name", "workspace", "compute_cluster", "status", "status_changed_at", "ray_version", "runtime"]
+    list_filter = ["status", "runtime"]
+    search_fields = ["name", "head_hostname"]
+    readonly_fields = [
+        "status",
+        "status_changed_at",
+        "failure_reason",
+        "head_node",
+        "head_hostname",
+        "head_ip",
+        "head_container_id",
+        "last_status",
+        "last_status_at",
+        "last_decided_status_at",
+        "created_at",
+        "started_at",
+    ]
+    inlines = [RayNodeInline]
+
+
+@admin.register(RayClusterEvent)
+class RayClusterEventAdmin(admin.ModelAdmin):
+    """Ray cluster events."""
+
+    list_display = ["created_at", "ray_cluster", "kind", "message"]
+    list_filter = ["kind"]
+    readonly_fields = ["ray_cluster", "kind", "message", "data", "created_at"]

@@ -1,0 +1,128 @@
+"""Ray API: clusters (create, inspect, change bounds, start, stop, delete), their nodes and events.
+
+Views are thin: serializers parse, services decide. Service errors map to HTTP: ValidationError → 400
+with field messages, PermissionDenied → 403 (Owners/Admins only write), IllegalTransition → 409; rows of
+other workspaces are 404 through `WorkspaceScopedMixin`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import QuerySet
+from rest_framework import exceptions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from cleverthis.tenancy.mixins import WorkspaceScopedMixin
+from fleet.exceptions import IllegalTransition
+from fleet.models import ComputeCluster
+from raymgr import selectors, services
+from raymgr.api import serializers as s
+from raymgr.models import RayCluster
+
+
+class Conflict(exceptions.APIException):
+    """HTTP 409: the Ray cluster state machine refused the change."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+
+
+class ServiceErrorsMixin:
+    """Turn service exceptions into DRF ones so they render as 400/409, never 500."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, DjangoValidationError):
+            detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+            exc = exceptions.ValidationError(detail)
+        elif isinstance(exc, IllegalTransition):
+            exc = Conflict(str(exc))
+        return super().handle_exception(exc)  # type: ignore[misc]
+
+
+def _valid(serializer_class: type, data: Any, **kwargs: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise exceptions.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+    serializer = serializer_class(data=data, **kwargs)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+class RayClusterViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ModelViewSet):
+    """Ray clusters of the caller's workspaces (filter: ?workspace=, ?status=); writes for Owners/Admins."""
+
+    serializer_class = s.RayClusterSerializer
+    queryset = RayCluster.objects.all()
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_base_queryset(self) -> QuerySet[RayCluster]:
+        rows = selectors.ray_cluster_base()
+        if self.action == "list":
+            params = self.request.query_params
+            if params.get("workspace"):
+                rows = rows.filter(workspace_id=_uuid_param(params["workspace"], "workspace"))
+            if params.get("status"):
+                rows = rows.filter(status=params["status"])
+        return rows
+
+    def _read(self, cluster: RayCluster) -> dict[str, Any]:
+        return s.RayClusterSerializer(self.get_queryset().get(pk=cluster.pk)).data
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        data = _valid(s.RayClusterCreateSerializer, request.data)
+        workspace = self.get_workspace_from_request(data.pop("workspace"))
+        compute = ComputeCluster.objects.filter(pk=data.pop("compute_cluster"), workspace=workspace).first()
+        if compute is None:
+            raise exceptions.ValidationError({"compute_cluster": ["No such compute cluster in this workspace."]})
+        cluster = services.ray_cluster_create(actor=request.user, workspace=workspace, compute_cluster=compute, **data)
+        return Response(self._read(cluster), status=201)
+
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        cluster = self.get_object()
+        data = _valid(s.RayClusterUpdateSerializer, request.data, partial=True)
+        cluster = services.ray_cluster_update(actor=request.user, cluster=cluster, **data)
+        return Response(self._read(cluster))
+
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self.partial_update(request, *args, **kwargs)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        remaining = services.ray_cluster_delete(actor=request.user, cluster=self.get_object())
+        if remaining is None:
+            return Response(status=204)
+        return Response(self._read(remaining), status=202)
+
+    @action(detail=True, methods=["post"])
+    def start(self, request: Request, pk: str | None = None) -> Response:
+        """stopped/failed → pending (head placed again, then workers up to min_workers)."""
+        return Response(self._read(services.ray_cluster_start(actor=request.user, cluster=self.get_object())))
+
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, pk: str | None = None) -> Response:
+        """→ stopped: every Ray node is stopped; running jobs are interrupted."""
+        return Response(self._read(services.ray_cluster_stop(actor=request.user, cluster=self.get_object())))
+
+    @action(detail=True, methods=["get"], serializer_class=s.RayNodeSerializer)
+    def nodes(self, request: Request, pk: str | None = None) -> Response:
+        """Head and workers with usage (?all=1 includes stopped ones)."""
+        cluster = self.get_object()
+        rows = selectors.ray_node_list(cluster=cluster, include_stopped=request.query_params.get("all") == "1")
+        return Response(s.RayNodeSerializer(rows, many=True).data)
+
+    @action(detail=True, methods=["get"], serializer_class=s.RayClusterEventSerializer)
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        """The cluster's event log (status changes, placement, autoscaler decisions), newest first."""
+        page = self.paginate_queryset(selectors.ray_event_list(cluster=self.get_object()))
+        return self.get_paginated_response(s.RayClusterEventSerializer(page, many=True).data)
+
+
+def _uuid_param(value: str, field: str) -> uuid.UUID:
+    """A UUID query parameter, or 400."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise exceptions.ValidationError({field: ["Must be a UUID."]}) from None

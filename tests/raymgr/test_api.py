@@ -1,0 +1,143 @@
+"""The Ray API: create/list/inspect, start/stop with 409s, nodes, events, 400/403/404."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet import services as fleet_services
+from fleet.models import Command
+from tests.raymgr.conftest import start_head
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/ray/clusters/"
+
+
+def body(workspace, compute, **extra):
+    return {"workspace": str(workspace.pk), "compute_cluster": str(compute.pk), "name": "train", **extra}
+
+
+def test_create_defaults_and_read_back(api_client_for, owner, workspace, compute, add_node):
+    add_node(compute, "cpu-1")
+    client = api_client_for(owner)
+    response = client.post(URL, body(workspace, compute, gcs_port=6381), format="json")
+    assert response.status_code == 201, response.content
+    data = response.json()
+    assert data["status"] == "pending"
+    assert (data["ray_version"], data["min_workers"], data["max_workers"], data["idle_timeout_s"]) == (
+        "2.60.0",
+        0,
+        10,
+        60,
+    )
+    assert data["head_hostname"] == "cpu-1"
+    assert data["dashboard_url"] == f"/ray/clusters/{data['id']}/dashboard/"
+    assert Command.objects.get().command_type == "ray.head.start"
+    detail = client.get(f"{URL}{data['id']}/").json()
+    assert detail["name"] == "train"
+
+
+def test_field_errors_are_400(api_client_for, owner, workspace, compute):
+    client = api_client_for(owner)
+    response = client.post(URL, body(workspace, compute, name="Not A Label", max_workers=-1), format="json")
+    assert response.status_code == 400
+    assert "max_workers" in response.json()
+    response = client.post(URL, body(workspace, compute, name="ok", min_workers=5, max_workers=2), format="json")
+    assert response.status_code == 400
+    assert "max_workers" in response.json()
+    response = client.post(URL, body(workspace, compute, name="Bad Name"), format="json")
+    assert response.status_code == 400
+    assert "name" in response.json()
+    client.post(URL, body(workspace, compute, name="dup"), format="json")
+    response = client.post(URL, body(workspace, compute, name="dup"), format="json")
+    assert response.status_code == 400
+    assert "already exists" in response.json()["name"][0]
+    assert client.post(URL, ["not", "an", "object"], format="json").status_code == 400
+
+
+def test_viewers_and_members_cannot_write(api_client_for, workspace, compute, member_of, owner):
+    cluster_id = api_client_for(owner).post(URL, body(workspace, compute), format="json").json()["id"]
+    for role in ("viewer", "member"):
+        client = api_client_for(member_of(workspace, role))
+        assert client.post(URL, body(workspace, compute, name="x"), format="json").status_code == 403
+        assert client.post(f"{URL}{cluster_id}/stop/").status_code == 403
+        assert client.delete(f"{URL}{cluster_id}/").status_code == 403
+        assert client.get(f"{URL}{cluster_id}/").status_code == 200
+
+
+def test_other_workspaces_are_404(api_client_for, owner, workspace, compute, other_workspace):
+    theirs_owner = other_workspace.memberships.get().user
+    theirs_compute = fleet_services.cluster_create(actor=theirs_owner, workspace=other_workspace, name="c")
+    theirs = api_client_for(theirs_owner).post(URL, body(other_workspace, theirs_compute), format="json").json()
+    client = api_client_for(owner)
+    assert client.get(f"{URL}{theirs['id']}/").status_code == 404
+    assert client.post(f"{URL}{theirs['id']}/stop/").status_code == 404
+    assert client.get(f"{URL}{theirs['id']}/nodes/").status_code == 404
+    assert client.get(URL).json()["results"] == []
+    assert client.post(URL, body(other_workspace, theirs_compute), format="json").status_code == 404
+    # Own workspace, foreign compute cluster: a field error.
+    response = client.post(URL, body(workspace, theirs_compute), format="json")
+    assert response.status_code == 400
+    assert "compute_cluster" in response.json()
+
+
+def test_start_stop_and_illegal_transitions_are_409(api_client_for, owner, workspace, compute, add_node):
+    add_node(compute, "cpu-1")
+    client = api_client_for(owner)
+    cluster_id = client.post(URL, body(workspace, compute, gcs_port=6381), format="json").json()["id"]
+    response = client.post(f"{URL}{cluster_id}/start/")
+    assert response.status_code == 409
+    assert "pending Ray cluster cannot become pending" in response.json()["detail"]
+    assert client.post(f"{URL}{cluster_id}/stop/").json()["status"] == "stopped"
+    assert client.post(f"{URL}{cluster_id}/stop/").status_code == 409
+    assert client.post(f"{URL}{cluster_id}/start/").json()["status"] == "pending"
+
+
+def test_version_change_while_running_is_400(api_client_for, owner, workspace, compute, add_node):
+    from raymgr.models import RayCluster
+
+    add_node(compute, "cpu-1")
+    client = api_client_for(owner)
+    cluster_id = client.post(URL, body(workspace, compute, gcs_port=6381), format="json").json()["id"]
+    start_head(RayCluster.objects.get(pk=cluster_id))
+    response = client.patch(f"{URL}{cluster_id}/", {"ray_version": "2.61.0"}, format="json")
+    assert response.status_code == 400
+    assert "ray_version" in response.json()
+    response = client.patch(f"{URL}{cluster_id}/", {"max_workers": 3}, format="json")
+    assert response.json()["max_workers"] == 3
+
+
+def test_nodes_and_events(api_client_for, owner, workspace, compute, add_node):
+    from raymgr.models import RayCluster
+
+    add_node(compute, "cpu-1")
+    client = api_client_for(owner)
+    cluster_id = client.post(URL, body(workspace, compute, gcs_port=6381), format="json").json()["id"]
+    start_head(RayCluster.objects.get(pk=cluster_id), ip="10.9.9.9")
+    nodes = client.get(f"{URL}{cluster_id}/nodes/").json()
+    assert [(n["role"], n["status"], n["ip"], n["hostname"]) for n in nodes] == [
+        ("head", "running", "10.9.9.9", "cpu-1")
+    ]
+    kinds = [e["kind"] for e in client.get(f"{URL}{cluster_id}/events/").json()["results"]]
+    assert kinds[0] == "status"
+    assert {"created", "placement", "status"} <= set(kinds)
+
+
+def test_delete_is_202_while_nodes_stop_and_204_when_nothing_runs(api_client_for, owner, workspace, compute, add_node):
+    client = api_client_for(owner)
+    failed = client.post(URL, body(workspace, compute, name="nothing"), format="json").json()
+    assert failed["status"] == "failed"
+    assert client.delete(f"{URL}{failed['id']}/").status_code == 204
+    add_node(compute, "cpu-1")
+    live = client.post(URL, body(workspace, compute, gcs_port=6381), format="json").json()
+    response = client.delete(f"{URL}{live['id']}/")
+    assert response.status_code == 202
+    assert response.json()["status"] == "deleting"
+
+
+def test_list_query_count_is_constant(api_client_for, owner, workspace, compute, add_node, django_assert_num_queries):
+    client = api_client_for(owner)
+    for i in range(3):
+        client.post(URL, body(workspace, compute, name=f"c{i}"), format="json")
+    with django_assert_num_queries(2):  # count + page (scoping is a subquery)
+        assert len(client.get(URL).json()["results"]) == 3
