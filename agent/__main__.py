@@ -21,6 +21,7 @@ def make_runner_factory(config: AgentConfig) -> Any:
     def factory(mode: str, mode_settings: dict[str, Any]) -> RunnerLike:
         from agent.endpoints import EndpointManager
         from agent.models import ModelCache
+        from agent.ray_commands import default_handler
         from agent.runner import CommandRunner, build_executor
 
         work_dir = config.work_dir
@@ -35,7 +36,11 @@ def make_runner_factory(config: AgentConfig) -> Any:
         )
         endpoints = EndpointManager(models=models, state_dir=work_dir / "endpoints")
         return CommandRunner(
-            executor=executor, models=models, endpoints=endpoints, journal_path=work_dir / "journal.jsonl"
+            executor=executor,
+            models=models,
+            endpoints=endpoints,
+            journal_path=work_dir / "journal.jsonl",
+            ray=default_handler(work_dir),
         )
 
     return factory

@@ -220,6 +220,18 @@ class RayCommandHandler:
         self.register_timeout_s = register_timeout_s
         self._lock = threading.Lock()
 
+    def dashboard_ports(self) -> set[int]:
+        """Ports of the Ray dashboards this node runs (the control plane may proxy to them)."""
+        with self._lock:
+            members = self._load()
+        ports = set()
+        for data in members.values():
+            url = data.get("dashboard_url") or ""
+            tail = url.rstrip("/").rsplit(":", 1)[-1]
+            if tail.isdigit():
+                ports.add(int(tail))
+        return ports
+
     def handles(self, command_type: str) -> bool:
         """True for the `ray.*` command types."""
         return command_type in RAY_COMMAND_TYPES

@@ -23,6 +23,7 @@ from agent.endpoints import EndpointManager
 from agent.executors.base import CommandFailed, Executor, ProgressFn
 from agent.models import ModelCache
 from agent.protocol import Command, Error, GpuInfo, Inventory, ProtocolError, Result, parse_payload
+from agent.ray_commands import RayCommandHandler
 
 log = logging.getLogger(__name__)
 # How many finished keys the inventory reports (the journal itself keeps all of them).
@@ -33,9 +34,16 @@ class CommandRunner:
     """Executes commands for one node and remembers which idempotency keys are finished."""
 
     def __init__(
-        self, *, executor: Executor, models: ModelCache, endpoints: EndpointManager, journal_path: Path
+        self,
+        *,
+        executor: Executor,
+        models: ModelCache,
+        endpoints: EndpointManager,
+        journal_path: Path,
+        ray: RayCommandHandler | None = None,
     ) -> None:
         self.executor = executor
+        self.ray = ray
         self.models = models
         self.endpoints = endpoints
         self.journal_path = Path(journal_path)
@@ -141,9 +149,20 @@ class CommandRunner:
             return self.models.download(payload, progress)
         if kind.startswith("endpoint."):
             return self.endpoints.execute(kind, payload, progress=progress)
+        if kind.startswith("ray."):
+            if self.ray is None:
+                raise CommandFailed("unsupported", "this agent has no Ray support (install the agent's ray extra)")
+            return self.ray.run(kind, payload, progress)
         raise CommandFailed("unknown_command", f"no handler for {kind!r}")
 
     # ---- inventory
+
+    def proxy_ports(self) -> set[int]:
+        """Local ports the control plane may open streams to: running endpoints and Ray dashboards."""
+        ports = {e.port for e in self.endpoints.inventory() if e.port}
+        if self.ray is not None:
+            ports |= self.ray.dashboard_ports()
+        return ports
 
     def inventory(self, gpus: list[GpuInfo]) -> Inventory:
         """Everything the node runs and holds, for `hello` and inventory reports."""

@@ -47,6 +47,8 @@ class RunnerLike(Protocol):
 
     def inventory(self, gpus: list[p.GpuInfo]) -> p.Inventory: ...
 
+    def proxy_ports(self) -> set[int]: ...
+
 
 RunnerFactory = Callable[[str, dict[str, Any]], RunnerLike]
 
@@ -218,7 +220,7 @@ class TunnelClient:
             writer = asyncio.ensure_future(sender.run())
             beater = asyncio.ensure_future(self._heartbeats(sender, interval))
             inv = await self._inventory(gpus)
-            self._proxy_ports = {e.port for e in inv.endpoints}
+            await self._refresh_proxy_ports()
             sender.send(p.InventoryReport(inventory=inv))
             streams = StreamManager(sender.send, allowed_port=self._port_is_proxied)
             try:
@@ -255,6 +257,10 @@ class TunnelClient:
         if code == 4403:
             return SessionEnded(reason or "revoked", revoked=True)
         return SessionEnded(f"closed ({code}): {reason}")
+
+    async def _refresh_proxy_ports(self) -> None:
+        if self.runner is not None:
+            self._proxy_ports = await asyncio.to_thread(self.runner.proxy_ports)
 
     def _port_is_proxied(self, port: int) -> bool:
         """Only ports of workloads this agent runs (plus CLEVERTHIS_PROXY_PORTS) can be reached by streams."""
@@ -356,7 +362,7 @@ class TunnelClient:
         )
         self._send(outcome)
         inv = await self._inventory(self._gpus)
-        self._proxy_ports = {e.port for e in inv.endpoints}
+        await self._refresh_proxy_ports()
         self._send(p.InventoryReport(inventory=inv))
 
 

@@ -64,6 +64,9 @@ class InstantRunner:
     def inventory(self, gpus: list[p.GpuInfo]) -> p.Inventory:
         return p.Inventory(gpus=gpus)
 
+    def proxy_ports(self) -> set[int]:
+        return set()
+
 
 def reset_database() -> None:
     import psycopg

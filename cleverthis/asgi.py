@@ -24,6 +24,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 import fleet.endpoint_proxy  # noqa: E402,F401  (registers the endpoint resolver)
+import raymgr.dashboard_proxy  # noqa: E402,F401  (registers the Ray Dashboard resolver)
 from cleverthis.routing import (  # noqa: E402
     AGENT_PATH_PREFIX,
     agent_websocket_urlpatterns,

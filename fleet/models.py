@@ -198,6 +198,11 @@ class CommandType(models.TextChoices):
     MODEL_DOWNLOAD = "model.download", "model.download"
     ENDPOINT_START = "endpoint.start", "endpoint.start"
     ENDPOINT_STOP = "endpoint.stop", "endpoint.stop"
+    RAY_HEAD_START = "ray.head.start", "ray.head.start"
+    RAY_WORKER_START = "ray.worker.start", "ray.worker.start"
+    RAY_NODE_DRAIN = "ray.node.drain", "ray.node.drain"
+    RAY_NODE_STOP = "ray.node.stop", "ray.node.stop"
+    RAY_STATUS = "ray.status", "ray.status"
 
 
 class Command(models.Model):

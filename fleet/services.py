@@ -54,7 +54,9 @@ JOIN_TOKEN_TTL = dt.timedelta(hours=24)
 ARGOCD_FIELDS = ("argocd_server", "argocd_token", "git_repo_url", "git_branch")
 CLUSTER_FIELDS = ("name", "description", *ARGOCD_FIELDS)
 # Commands that put new work on a node; refused for cordoned and draining nodes.
-SCHEDULING_COMMANDS = frozenset({"container.create", "endpoint.start", "model.download"})
+SCHEDULING_COMMANDS = frozenset(
+    {"container.create", "endpoint.start", "model.download", "ray.head.start", "ray.worker.start"}
+)
 
 
 def _require_operator(actor: Any, workspace: Workspace) -> None:
