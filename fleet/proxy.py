@@ -202,8 +202,10 @@ async def _forward_response(stream: TunnelStream, connection: h11.Connection, se
         event = connection.next_event()
         if event is h11.NEED_DATA:
             data = await stream.read(timeout=timeout)
-            if not data and stream.error and not started:
-                raise StreamUnavailable(stream.error)
+            if not data and not started:
+                raise StreamUnavailable(
+                    stream.error or "the service on the node closed the connection without answering"
+                )
             connection.receive_data(data)
             if data:
                 await stream.consumed(len(data))
