@@ -19,7 +19,7 @@ from agent import protocol as p
 
 log = logging.getLogger("agent.proxy")
 
-CHUNK_BYTES = 64 * 1024
+CHUNK_BYTES = 256 * 1024
 MAX_STREAMS = 512
 
 

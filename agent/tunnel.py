@@ -80,8 +80,8 @@ class FrameSender:
 
     def __init__(self, ws: Any) -> None:
         self._ws = ws
-        self._control: collections.deque[str] = collections.deque()
-        self._bulk: collections.deque[str] = collections.deque()
+        self._control: collections.deque[str | bytes] = collections.deque()
+        self._bulk: collections.deque[str | bytes] = collections.deque()
         self._wakeup = asyncio.Event()
         self.closed = False
 
@@ -302,7 +302,10 @@ class TunnelClient:
             if len(self._heartbeats_in_flight) > 100:  # acks lost with an old session
                 self._heartbeats_in_flight.clear()
             sender.send(beat)
-            log.info("heartbeat sent")
+            if self.heartbeat_rtts:
+                log.info("heartbeat sent (last round trip %.1f ms)", self.heartbeat_rtts[-1] * 1000)
+            else:
+                log.info("heartbeat sent")
             await asyncio.sleep(interval)
 
     async def _inventory(self, gpus: list[p.GpuInfo]) -> p.Inventory:

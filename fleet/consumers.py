@@ -47,6 +47,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
 
     node_id: UUID | None = None
     certificate_serial: str | None = None
+    _relay_task: asyncio.Future[Any] | None = None
+    _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
     streams: dict[int, str]  # stream id → reply channel of the process proxying it
 
     async def connect(self) -> None:
@@ -69,7 +71,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHORIZED, reason="no hello received")
 
     async def disconnect(self, code: int) -> None:
-        for task in (getattr(self, "_hello_timer", None), getattr(self, "_revocation_watch", None)):
+        for task in (getattr(self, "_hello_timer", None), getattr(self, "_revocation_watch", None), self._relay_task):
             if task is not None:
                 task.cancel()
         for stream_id, reply in list(self.streams.items()):
@@ -287,7 +289,11 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         await self._send_frame(command_frame(command))
 
     async def _send_frame(self, frame: p.Frame) -> None:
-        await self.send(text_data=p.encode(frame))
+        encoded = p.encode(frame)
+        if isinstance(encoded, bytes):
+            await self.send(bytes_data=encoded)
+        else:
+            await self.send(text_data=encoded)
 
 
 def _connect_node(node_id: UUID, hello: p.Hello) -> Node | None:

@@ -25,7 +25,7 @@ from agent.protocol import DEFAULT_STREAM_WINDOW
 from fleet.channels import node_group
 
 # Bytes per message sent through the channel layer.
-CHUNK_BYTES = 64 * 1024
+CHUNK_BYTES = 256 * 1024
 
 
 class StreamUnavailable(Exception):
