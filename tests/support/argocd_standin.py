@@ -11,8 +11,10 @@ import json
 import re
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.loopback import LoopbackHTTPServer
 
 _SYNC = re.compile(r"^/api/v1/applications/(?P<app>[^/]+)/sync$")
 
@@ -26,8 +28,10 @@ class SyncCall:
     body: dict[str, Any]
 
 
-class ArgoCDStandin:
+class ArgoCDStandin(LoopbackHTTPServer):
     """Threaded HTTP server on 127.0.0.1 serving the sync endpoint for `apps`."""
+
+    methods = ("POST",)
 
     def __init__(self, token: str = "argocd-token", apps: tuple[str, ...] = ("workloads",)) -> None:
         self.token = token
@@ -35,32 +39,10 @@ class ArgoCDStandin:
         self.calls: list[SyncCall] = []
         self.fail_status: int | None = None
         self._lock = threading.Lock()
-        standin = self
+        super().__init__(0)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                standin._post(self)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def start(self) -> ArgoCDStandin:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def handle(self, method: str, request: BaseHTTPRequestHandler) -> None:
+        self._post(request)
 
     def fail_with(self, status: int | None) -> None:
         """Answer every following sync with `status` (None: behave normally again)."""

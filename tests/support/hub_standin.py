@@ -17,8 +17,10 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import unquote, urlsplit
+
+from tests.support.loopback import LoopbackHTTPServer
 
 _INFO = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/revision/(?P<rev>[^/]+)$")
 _TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)(?P<sub>/.*)?$")
@@ -44,43 +46,20 @@ class RecordedRequest:
     headers: dict[str, str]  # lower-cased names
 
 
-class HubStandin:
+class HubStandin(LoopbackHTTPServer):
     """Threaded HTTP server on 127.0.0.1 that behaves like the Hub for the endpoints above."""
+
+    methods = ("GET", "HEAD")
 
     def __init__(self) -> None:
         self.repos: dict[str, HubRepo] = {}
         self.requests: list[RecordedRequest] = []
         self._drops: dict[tuple[str, str], list[int]] = {}
         self._lock = threading.Lock()
-        standin = self
+        super().__init__(0)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                standin._handle(self, head=False)
-
-            def do_HEAD(self) -> None:
-                standin._handle(self, head=True)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def start(self) -> HubStandin:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def handle(self, method: str, request: BaseHTTPRequestHandler) -> None:
+        self._handle(request, head=method == "HEAD")
 
     def add_repo(self, repo_id: str, files: dict[str, bytes]) -> str:
         """Publish `files` as the `main` branch of `repo_id`; returns the commit sha."""

@@ -17,12 +17,14 @@ import threading
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
+
+from tests.support.loopback import LoopbackHTTPServer
 
 # (url prefix, group, version, plural, kind)
 RESOURCES = {
@@ -47,8 +49,10 @@ class Call:
     status: int
 
 
-class K8sStandin:
+class K8sStandin(LoopbackHTTPServer):
     """Threaded HTTP server on 127.0.0.1 speaking enough of the Kubernetes API."""
+
+    methods = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
     def __init__(self, token: str = "standin-token") -> None:
         self.token = token
@@ -57,44 +61,10 @@ class K8sStandin:
         self.calls: list[Call] = []
         self._lock = threading.Lock()
         self._version = 0
-        standin = self
+        super().__init__(0)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                standin._dispatch(self)
-
-            def do_POST(self) -> None:
-                standin._dispatch(self)
-
-            def do_PUT(self) -> None:
-                standin._dispatch(self)
-
-            def do_PATCH(self) -> None:
-                standin._dispatch(self)
-
-            def do_DELETE(self) -> None:
-                standin._dispatch(self)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def start(self) -> K8sStandin:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def handle(self, method: str, request: BaseHTTPRequestHandler) -> None:
+        self._dispatch(request)
 
     def write_kubeconfig(self, path: Path, *, token: str | None = None) -> Path:
         """A kubeconfig whose current context points at this stand-in."""

@@ -15,8 +15,9 @@ import io
 import json
 import re
 import tarfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.support.loopback import LoopbackHTTPServer
 
 _MANIFEST = re.compile(r"^/v2/(?P<name>.+)/manifests/(?P<ref>[^/]+)$")
 _BLOB = re.compile(r"^/v2/(?P<name>.+)/blobs/(?P<digest>sha256:[0-9a-f]{64})$")
@@ -27,8 +28,10 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-class RegistryStandin:
+class RegistryStandin(LoopbackHTTPServer):
     """Serves the image from `saved` (a ``docker save`` tarball) on 127.0.0.1:`port`."""
+
+    methods = ("GET", "HEAD")
 
     def __init__(self, saved: bytes, port: int, *, credentials: tuple[str, str] | None = None) -> None:
         archive = tarfile.open(fileobj=io.BytesIO(saved))
@@ -52,31 +55,10 @@ class RegistryStandin:
         self.manifest = json.dumps(manifest).encode()
         self.credentials = credentials
         self.requests: list[str] = []
-        standin = self
+        super().__init__(port)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                standin._handle(self, head=False)
-
-            def do_HEAD(self) -> None:
-                standin._handle(self, head=True)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def start(self) -> RegistryStandin:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def handle(self, method: str, request: BaseHTTPRequestHandler) -> None:
+        self._handle(request, head=method == "HEAD")
 
     def _handle(self, req: BaseHTTPRequestHandler, *, head: bool) -> None:
         self.requests.append(f"{req.command} {req.path}")
