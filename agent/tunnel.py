@@ -183,7 +183,9 @@ class TunnelClient:
             except (OSError, InvalidHandshake, ConnectionClosed, TimeoutError, p.ProtocolError) as exc:
                 attempt += 1
                 delay = self.policy.delay(attempt - 1)
-                log.warning("cannot connect to %s (%s); retrying in %.2fs", self.host, exc, delay)
+                log.warning(
+                    "cannot connect to %s (%s: %s); retrying in %.2fs", self.host, type(exc).__name__, exc, delay
+                )
             self._sender = None
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
