@@ -48,3 +48,17 @@ class RayClusterEventAdmin(admin.ModelAdmin):
     list_display = ["created_at", "ray_cluster", "kind", "message"]
     list_filter = ["kind"]
     readonly_fields = ["ray_cluster", "kind", "message", "data", "created_at"]
+
+
+@admin.register(RayNode)
+class RayNodeAdmin(admin.ModelAdmin):
+    """Heads and workers of every Ray cluster (written by the Ray services from command results)."""
+
+    list_display = ["ray_cluster", "role", "node", "status", "container_id"]
+    list_filter = ["role", "status"]
+
+    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False

@@ -130,3 +130,13 @@ def test_admin_namespace_binding_refuses_a_cluster_of_another_workspace(
     )
     assert ok.status_code == 302
     assert Namespace.objects.get().cluster == cluster
+
+
+@pytest.mark.django_db
+def test_every_project_model_is_registered_in_admin():
+    from django.apps import apps
+    from django.contrib import admin as django_admin
+
+    ours = [m for m in apps.get_models() if m._meta.app_label in ("tenancy", "fleet", "raymgr")]
+    missing = [m.__name__ for m in ours if not django_admin.site.is_registered(m)]
+    assert missing == []
