@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 
 import pytest
 import requests
@@ -17,6 +19,7 @@ from rest_framework.authtoken.models import Token
 from fleet import services, workloads
 from fleet.models import Endpoint
 from tests.e2e.conftest import node_of, wait_status
+from tests.support.live import agent_run
 from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -26,7 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 def running_endpoint(control_plane, cluster, operator, agents):
     user, _ = operator
     server = f"{sys.executable} -m tests.support.openai_standin"
-    _, state, _ = agents(control_plane, cluster, user, "gpu", extra_env={"CLEVERTHIS_ENDPOINT_SERVER": server})
+    proc, state, env = agents(control_plane, cluster, user, "gpu", extra_env={"CLEVERTHIS_ENDPOINT_SERVER": server})
     node = node_of(state)
     wait_status(node, "online")
     (download,) = services.command_dispatch(
@@ -39,11 +42,11 @@ def running_endpoint(control_plane, cluster, operator, agents):
     )
     endpoint.refresh_from_db()
     assert endpoint.status == "running", endpoint.failure_message
-    return endpoint, user
+    return endpoint, user, (proc, state, env)
 
 
 def test_endpoint_answers_through_the_tunnel(control_plane, running_endpoint):
-    endpoint, user = running_endpoint
+    endpoint, user, _ = running_endpoint
     assert endpoint.url == f"https://endpoint-{endpoint.slug}.endpoints.localhost"
     token = Token.objects.create(user=user)
     auth = {"Authorization": f"Token {token.key}"}
@@ -75,7 +78,7 @@ def test_endpoint_answers_through_the_tunnel(control_plane, running_endpoint):
 
 
 def test_endpoint_refuses_anonymous_and_unknown(control_plane, running_endpoint):
-    endpoint, _ = running_endpoint
+    endpoint, _, _ = running_endpoint
     anonymous = requests.get(f"{control_plane.url}/endpoints/{endpoint.slug}/v1/models", timeout=30)
     assert anonymous.status_code == 401
     assert "API token" in anonymous.text
@@ -83,3 +86,38 @@ def test_endpoint_refuses_anonymous_and_unknown(control_plane, running_endpoint)
     assert unknown.status_code == 404
     Endpoint.objects.filter(pk=endpoint.pk).update(public=True)
     assert requests.get(f"{control_plane.url}/endpoints/{endpoint.slug}/v1/models", timeout=30).status_code == 200
+
+
+def test_proxy_waits_for_a_reconnecting_agent_instead_of_failing(control_plane, running_endpoint, tmp_path):
+    endpoint, user, (proc, state, env) = running_endpoint
+    token = Token.objects.create(user=user)
+    proc.kill()  # the agent dies; its endpoint server (own session) keeps running
+    restarted = []
+    timer = threading.Timer(2.0, lambda: restarted.append(agent_run(state, tmp_path, name="agent-back", env=env)))
+    timer.start()
+    try:
+        started = time.monotonic()
+        response = requests.get(
+            f"{control_plane.url}/endpoints/{endpoint.slug}/v1/models",
+            headers={"Authorization": f"Token {token.key}"},
+            timeout=60,
+        )
+        assert response.status_code == 200, response.text
+        assert time.monotonic() - started >= 1.5  # it really waited for the reconnect
+    finally:
+        timer.join()
+        for agent in restarted:
+            agent.stop()
+
+
+def test_request_body_over_the_limit_is_413(control_plane, running_endpoint):
+    endpoint, user, _ = running_endpoint
+    token = Token.objects.create(user=user)
+    response = requests.post(
+        f"{control_plane.url}/endpoints/{endpoint.slug}/v1/chat/completions",
+        headers={"Authorization": f"Token {token.key}", "Content-Type": "application/json"},
+        data=b"x" * (9 * 1024 * 1024),
+        timeout=60,
+    )
+    assert response.status_code == 413
+    assert "exceeds" in response.text

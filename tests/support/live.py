@@ -27,6 +27,7 @@ def subprocess_env(**overrides: str) -> dict[str, str]:
         "AGENT_HEARTBEAT_INTERVAL_S": "1",
         "AGENT_REVOCATION_RECHECK_S": "5",
         "AGENT_HELLO_TIMEOUT_S": "10",
+        "PROXY_MAX_BODY_BYTES": str(8 * 1024 * 1024),
     }
     env.update(overrides)
     return env
