@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -96,12 +97,22 @@ def _ca_row() -> CertificateAuthority:
         return CertificateAuthority.objects.get(name="default")
 
 
+_loaded: dict[tuple[Any, str], _LoadedCA] = {}
+
+
 def _load_ca() -> _LoadedCA:
+    """The CA, parsed and with its key decrypted once per process (one cheap query checks it is current)."""
+    current = CertificateAuthority.objects.filter(name="default").values_list("pk", "certificate_pem").first()
+    if current is not None and current in _loaded:
+        return _loaded[current]
     row = _ca_row()
     key = serialization.load_pem_private_key(row.private_key.encode("ascii"), password=None)
     assert isinstance(key, ec.EllipticCurvePrivateKey)
     cert = x509.load_pem_x509_certificate(row.certificate_pem.encode("ascii"))
-    return _LoadedCA(certificate=cert, key=key, certificate_pem=row.certificate_pem)
+    loaded = _LoadedCA(certificate=cert, key=key, certificate_pem=row.certificate_pem)
+    _loaded.clear()
+    _loaded[(row.pk, row.certificate_pem)] = loaded
+    return loaded
 
 
 def ca_certificate_pem() -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import parse_qs
 from uuid import UUID
 
-from channels.db import database_sync_to_async
+from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
@@ -32,6 +32,16 @@ from fleet.exceptions import IllegalTransition
 from fleet.models import Command, Node
 
 log = logging.getLogger("fleet.tunnel")
+
+
+def database_sync_to_async(func: Any) -> Any:
+    """Run ORM work for tunnels on the thread pool, not daphne's one shared sync thread.
+
+    Each tunnel's calls still run one at a time (the consumer awaits them in order), but hundreds of
+    tunnels no longer queue behind one another; Django gives each pool thread its own connection.
+    """
+    return DatabaseSyncToAsync(func, thread_sensitive=False)
+
 
 # Every authenticated tunnel also joins this group, for broadcasts such as "back off during a deploy".
 AGENTS_GROUP = "agents.all"
