@@ -227,7 +227,7 @@ class RayCommandHandler:
         """Ports of the Ray dashboards this node runs (the control plane may proxy to them)."""
         with self._lock:
             members = self._load()
-        ports = set()
+        ports = set(self.jobs.serve_ports())  # Serve HTTP ports of deployments made here
         for data in members.values():
             url = data.get("dashboard_url") or ""
             tail = url.rstrip("/").rsplit(":", 1)[-1]

@@ -68,6 +68,23 @@ class RayJobsHandler:
         self.host = host
         self.timeout_s = timeout_s
 
+    def serve_ports(self) -> set[int]:
+        """Serve HTTP ports of the deployments submitted from this node (the control plane may proxy to them)."""
+        try:
+            return {int(p) for p in json.loads((self.work_dir / "serve-ports.json").read_text())}
+        except (OSError, ValueError, TypeError):
+            return set()
+
+    def _remember_serve_port(self, files: dict[str, str]) -> None:
+        try:
+            port = json.loads(files.get("ctfleet_spec.json", "{}")).get("http_port")
+        except ValueError:
+            return
+        if isinstance(port, int) and 0 < port < 65536:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            path = self.work_dir / "serve-ports.json"
+            path.write_text(json.dumps(sorted(self.serve_ports() | {port})))
+
     def handles(self, command_type: str) -> bool:
         """True for the workload command types."""
         return command_type in RAY_JOB_COMMAND_TYPES
@@ -117,6 +134,8 @@ class RayJobsHandler:
         if info is not None:
             return {"submission_id": p.submission_id, "status": str(info.status.value), "already_submitted": True}
         runtime_env = dict(p.runtime_env)
+        if p.submission_id.startswith("serve-"):
+            self._remember_serve_port(p.files)
         if p.files:
             job_dir = self.work_dir / p.submission_id
             job_dir.mkdir(parents=True, exist_ok=True)

@@ -170,6 +170,11 @@ class ServeDeployment(_Workload):
         constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="servedeployment_unique_ws_name")]
 
     @property
+    def proxy_path(self) -> str:
+        """The endpoint through the control plane (tunnel proxy, token or member session)."""
+        return f"/ray/serving/{self.pk}/endpoint/"
+
+    @property
     def app_name(self) -> str:
         """The Serve application name on the cluster."""
         return f"app-{self.name}"

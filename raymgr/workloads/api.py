@@ -141,12 +141,18 @@ class TuneExperimentSerializer(serializers.ModelSerializer):
 
 
 class ServeDeploymentSerializer(serializers.ModelSerializer):
-    """A Serve deployment as read."""
+    """A Serve deployment as read; `proxy_url` reaches it through the control plane, `endpoint_url` on the node."""
+
+    proxy_url = serializers.SerializerMethodField()
 
     class Meta:
         model = ServeDeployment
         fields = "__all__"
         read_only_fields = [f.name for f in ServeDeployment._meta.fields]
+
+    def get_proxy_url(self, obj: ServeDeployment) -> str:
+        request = self.context.get("request")
+        return request.build_absolute_uri(obj.proxy_path) if request is not None else obj.proxy_path
 
 
 class _WorkloadViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):

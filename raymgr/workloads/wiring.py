@@ -9,7 +9,7 @@ from typing import Any
 def connect() -> None:
     """Called from `RaymgrConfig.ready()` (idempotent)."""
     from fleet.signals import command_finished
-    from raymgr.workloads import payloads, tasks  # noqa: F401  (tasks: registers the beat task)
+    from raymgr.workloads import payloads, serve_proxy, tasks  # noqa: F401  (registers the task and resolver)
 
     payloads.register()
     command_finished.connect(_on_command_finished, dispatch_uid="raymgr.workloads_on_command_finished")

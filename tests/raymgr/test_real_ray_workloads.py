@@ -140,6 +140,8 @@ def test_tune_train_serve_with_real_ray(agent, compute, add_node, make_ray, owne
     pump(agent, serving, timeout=180, what="the Serve deployment to run")
     assert deployment.status == ServeStatus.RUNNING, deployment.failure_reason
     assert deployment.endpoint_url.endswith("/best-model")
+    # The agent lets the control plane's tunnel proxy reach the Serve port (deployment.proxy_path).
+    assert deployment.http_port in agent.dashboard_ports()
     request = urllib.request.Request(
         deployment.endpoint_url,
         data=json.dumps({"prompt": "hello there"}).encode(),
