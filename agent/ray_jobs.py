@@ -75,12 +75,13 @@ class RayJobsHandler:
         except (OSError, ValueError, TypeError):
             return set()
 
-    def _remember_serve_port(self, files: dict[str, str]) -> None:
-        try:
-            port = json.loads(files.get("ctfleet_spec.json", "{}")).get("http_port")
-        except ValueError:
-            return
-        if isinstance(port, int) and 0 < port < 65536:
+    def _remember_serve_port(self, files: dict[str, str] | None = None, *, port: Any = None) -> None:
+        if files is not None:
+            try:
+                port = json.loads(files.get("ctfleet_spec.json", "{}")).get("http_port")
+            except ValueError:
+                return
+        if isinstance(port, int) and 0 < port < 65536 and port not in self.serve_ports():
             self.work_dir.mkdir(parents=True, exist_ok=True)
             path = self.work_dir / "serve-ports.json"
             path.write_text(json.dumps(sorted(self.serve_ports() | {port})))
@@ -228,6 +229,8 @@ class RayJobsHandler:
                 "replica_logs": self._replica_logs(p, deployments),
             }
         http = details.get("http_options") or {}
+        if result_apps:
+            self._remember_serve_port(port=http.get("port"))  # the port Serve really listens on
         return {
             "applications": result_apps,
             "http_port": http.get("port"),

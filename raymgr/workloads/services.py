@@ -541,10 +541,12 @@ def serve_deployment_create(
         created_by=actor,
     )
     _full_clean(deployment, errors)
-    if ServeDeployment.objects.filter(
-        ray_cluster=ray_cluster, route_prefix=route, status__in=ServeStatus.live()
-    ).exists():
+    neighbours = ServeDeployment.objects.filter(ray_cluster=ray_cluster, status__in=ServeStatus.live())
+    if neighbours.filter(route_prefix=route).exists():
         raise ValidationError({"route_prefix": "Another deployment on this Ray cluster serves this route."})
+    other_port = neighbours.exclude(http_port=http_port).values_list("http_port", flat=True).first()
+    if other_port is not None:
+        raise ValidationError({"http_port": f"Serve on this Ray cluster listens on port {other_port}; use it."})
     _save_new(deployment)
     _deploy(deployment, actor)
     return deployment
@@ -605,13 +607,16 @@ def _record_serve_status(deployment: ServeDeployment, data: dict[str, Any]) -> N
     app = apps.get(deployment.app_name)
     status, reason = health.serve_health(app, deploying=deployment.status == ServeStatus.DEPLOYING)
     fields: dict[str, Any] = {
-        "last_status": {k: v for k, v in (app or {}).items() if k != "replica_logs"},
+        "last_status": {
+            **{k: v for k, v in (app or {}).items() if k != "replica_logs"},
+            "http_port": data.get("http_port"),
+        },
         "last_status_at": timezone.now(),
-        "failure_reason": reason,
     }
     if app:
         fields["replica_logs"] = app.get("replica_logs") or {}
     if deployment.status not in (ServeStatus.STOPPING, ServeStatus.STOPPED, ServeStatus.FAILED):
+        fields["failure_reason"] = reason
         if status != deployment.status:
             fields.update(status=status, status_changed_at=timezone.now())
         port = data.get("http_port") or deployment.http_port

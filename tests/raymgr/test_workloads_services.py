@@ -358,3 +358,25 @@ def test_submit_failure_fails_the_job(owner, workspace, running):
     assert job.status == JobStatus.FAILED
     assert "no dashboard" in job.failure_reason
     assert Command.objects.get(command_type="ray.job.submit").status == CommandStatus.FAILED
+
+
+def test_serve_deployments_on_one_cluster_share_its_serve_port(owner, workspace, running):
+    _serve(owner, workspace, running, name="one", http_port=8200)
+    with pytest.raises(ValidationError) as info:
+        _serve(owner, workspace, running, name="two", http_port=8201)
+    assert "port 8200" in info.value.message_dict["http_port"][0]
+    assert _serve(owner, workspace, running, name="three", http_port=8200).status == ServeStatus.DEPLOYING
+
+
+def test_vllm_deployment_renders_an_llm_config_with_autoscaling(owner, workspace, running):
+    deployment = _serve(
+        owner, workspace, running, engine="vllm", model="org/llm", autoscaling=True, min_replicas=1, max_replicas=4
+    )
+    spec = render.serve_submission(deployment).spec
+    assert (spec["engine"], spec["model"], spec["app_name"]) == ("vllm", "org/llm", "app-svc")
+    assert spec["deployment_config"] == {
+        "autoscaling_config": {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 2.0}
+    }
+    script = render.serve_submission(deployment).files["serve_deploy.py"]
+    assert "build_openai_app" in script
+    assert "LLMConfig" in script
