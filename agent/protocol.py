@@ -44,6 +44,10 @@ CommandType = Literal[
     "ray.node.drain",
     "ray.node.stop",
     "ray.status",
+    "ray.job.submit",
+    "ray.job.status",
+    "ray.job.stop",
+    "ray.serve.status",
 ]
 COMMAND_TYPES: tuple[str, ...] = get_args(CommandType)
 
@@ -292,6 +296,53 @@ class RayStatusPayload:
     log_lines: int = 200
 
 
+# ---- Ray workloads (ray.job.*, ray.serve.*), all sent to the head's node and run against the head's
+# dashboard (Job API / Serve REST API) at 127.0.0.1:`dashboard_port`. Training jobs, Tune experiments and
+# Serve deploys are Ray jobs; `files` become the job's working_dir; the job's stdout carries result
+# markers (lines starting with "CTFLEET ") that `ray.job.status` parses.
+
+
+@dataclass(frozen=True)
+class RayJobSubmitPayload:
+    """ray.job.submit: submit Ray job `submission_id` (idempotent: an existing submission is reported)."""
+
+    cluster_id: str
+    member_id: str  # the head
+    submission_id: str
+    entrypoint: str
+    runtime: Literal["docker", "process"] = "docker"
+    dashboard_port: int = 8265
+    files: dict[str, str] = field(default_factory=dict)
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+    entrypoint_num_cpus: float = 0.0
+    entrypoint_num_gpus: float = 0.0
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RayJobRefPayload:
+    """ray.job.status (state, log tail, traceback, result markers) / ray.job.stop of one Ray job."""
+
+    cluster_id: str
+    member_id: str
+    submission_id: str
+    runtime: Literal["docker", "process"] = "docker"
+    dashboard_port: int = 8265
+    log_lines: int = 200
+
+
+@dataclass(frozen=True)
+class RayServeStatusPayload:
+    """ray.serve.status: Serve applications, deployments, replica states and replica log tails."""
+
+    cluster_id: str
+    member_id: str
+    runtime: Literal["docker", "process"] = "docker"
+    dashboard_port: int = 8265
+    app_name: str = ""
+    log_lines: int = 50
+
+
 PAYLOAD_TYPES: dict[str, type] = {
     "container.create": ContainerCreatePayload,
     "container.start": ContainerRefPayload,
@@ -305,6 +356,10 @@ PAYLOAD_TYPES: dict[str, type] = {
     "ray.node.drain": RayNodeDrainPayload,
     "ray.node.stop": RayNodeStopPayload,
     "ray.status": RayStatusPayload,
+    "ray.job.submit": RayJobSubmitPayload,
+    "ray.job.status": RayJobRefPayload,
+    "ray.job.stop": RayJobRefPayload,
+    "ray.serve.status": RayServeStatusPayload,
 }
 
 

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from agent import protocol, ray_runtime
 from agent.executors.base import CommandFailed, ProgressFn
+from agent.ray_jobs import RayJobsHandler
 from agent.ray_runtime import RayNodeProcess, RayProcessRuntime, RayRuntimeError, docker_run_spec
 
 RAY_COMMAND_TYPES = frozenset({"ray.head.start", "ray.worker.start", "ray.node.drain", "ray.node.stop", "ray.status"})
@@ -211,7 +212,9 @@ class RayCommandHandler:
         hostname: str | None = None,
         default_num_cpus: float | None = None,
         register_timeout_s: float = 90.0,
+        jobs: RayJobsHandler | None = None,
     ) -> None:
+        self.jobs = jobs or RayJobsHandler(work_dir=process_runtime.work_dir / "jobs" if process_runtime else None)
         self.process_runtime = process_runtime
         self.containers = containers
         self.state_path = state_path or (process_runtime.work_dir / "ray-members.json" if process_runtime else None)
@@ -224,7 +227,7 @@ class RayCommandHandler:
         """Ports of the Ray dashboards this node runs (the control plane may proxy to them)."""
         with self._lock:
             members = self._load()
-        ports = set()
+        ports = set(self.jobs.serve_ports())  # Serve HTTP ports of deployments made here
         for data in members.values():
             url = data.get("dashboard_url") or ""
             tail = url.rstrip("/").rsplit(":", 1)[-1]
@@ -233,13 +236,15 @@ class RayCommandHandler:
         return ports
 
     def handles(self, command_type: str) -> bool:
-        """True for the `ray.*` command types."""
-        return command_type in RAY_COMMAND_TYPES
+        """True for the `ray.*` command types (workload ones go to `self.jobs`)."""
+        return command_type in RAY_COMMAND_TYPES or self.jobs.handles(command_type)
 
     def run(self, command_type: str, payload: Any, progress: ProgressFn) -> dict[str, Any]:
         """Run one `ray.*` command; returns the result data or raises `CommandFailed`."""
         if not self.handles(command_type):
             raise CommandFailed("unknown_command", f"{command_type} is not a Ray command")
+        if self.jobs.handles(command_type):
+            return self.jobs.run(command_type, payload, progress)
         if isinstance(payload, dict):
             try:
                 payload = protocol.parse_payload(command_type, payload)

@@ -203,6 +203,10 @@ class CommandType(models.TextChoices):
     RAY_NODE_DRAIN = "ray.node.drain", "ray.node.drain"
     RAY_NODE_STOP = "ray.node.stop", "ray.node.stop"
     RAY_STATUS = "ray.status", "ray.status"
+    RAY_JOB_SUBMIT = "ray.job.submit", "ray.job.submit"
+    RAY_JOB_STATUS = "ray.job.status", "ray.job.status"
+    RAY_JOB_STOP = "ray.job.stop", "ray.job.stop"
+    RAY_SERVE_STATUS = "ray.serve.status", "ray.serve.status"
 
 
 class Command(models.Model):

@@ -16,6 +16,9 @@ class RaymgrConfig(AppConfig):
 
         payloads.register()
         command_finished.connect(_on_command_finished, dispatch_uid="raymgr.ray_on_command_finished")
+        from raymgr.workloads import wiring
+
+        wiring.connect()
 
 
 def _on_command_finished(sender: object, command: object, **kwargs: object) -> None:

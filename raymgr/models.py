@@ -170,3 +170,6 @@ class RayClusterEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"
+
+
+from raymgr.workload_models import *  # noqa: E402,F403  (training jobs, Serve deployments, Tune experiments)

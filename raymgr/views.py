@@ -29,12 +29,10 @@ IN_PROGRESS = (RayClusterStatus.PENDING, RayClusterStatus.DELETING)
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    """Ray → Dashboard (the real cards come with another issue): cluster counts by status."""
-    clusters = selectors.ray_cluster_list(user=request.user)
-    counts = {status: 0 for status in RayClusterStatus.values}
-    for status in clusters.values_list("status", flat=True):
-        counts[status] += 1
-    return render(request, "raymgr/dashboard.html", {"total": sum(counts.values()), "counts": counts})
+    """Ray → Dashboard: Clusters, Deployments, Training Jobs, Tune Experiments cards (htmx refresh 30 s)."""
+    from raymgr.workloads.views import cards_context
+
+    return render(request, "raymgr/dashboard.html", cards_context(request.user))
 
 
 @login_required

@@ -1,0 +1,1 @@
+"""Ray workloads: training jobs, Tune experiments and Serve deployments on managed Ray clusters."""

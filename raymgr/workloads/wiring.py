@@ -1,0 +1,30 @@
+"""Connects Ray workloads to fleet at app start: payload validation, command results, the beat task."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+
+def connect() -> None:
+    """Called from `RaymgrConfig.ready()` (idempotent)."""
+    from fleet.signals import command_finished
+    from raymgr.workloads import payloads, serve_proxy, tasks  # noqa: F401  (registers the task and resolver)
+
+    payloads.register()
+    command_finished.connect(_on_command_finished, dispatch_uid="raymgr.workloads_on_command_finished")
+
+
+def _on_command_finished(sender: object, command: Any, **kwargs: object) -> None:
+    """Adapter to the keyword-only service; a workload failure never breaks result recording."""
+    from django.db import transaction
+
+    from raymgr.workloads import services
+
+    try:
+        with transaction.atomic():
+            services.workload_on_command_finished(command=command)
+    except Exception:
+        logging.getLogger("raymgr").exception(
+            "Ray workload follow-up of command %s failed", getattr(command, "pk", "?")
+        )
