@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from raymgr.models import RayCluster, RayClusterEvent, RayNode
+from raymgr.models import RayCluster, RayClusterEvent, RayNode, ServeDeployment, TrainingJob, TuneExperiment, TuneTrial
 
 
 class RayNodeInline(admin.TabularInline):
@@ -62,3 +62,39 @@ class RayNodeAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
         return False
+
+
+@admin.register(TrainingJob)
+class TrainingJobAdmin(admin.ModelAdmin):
+    """Training jobs submitted to Ray clusters."""
+
+    list_display = ["name", "ray_cluster", "status", "created_at"]
+    list_filter = ["status"]
+
+
+@admin.register(ServeDeployment)
+class ServeDeploymentAdmin(admin.ModelAdmin):
+    """Ray Serve deployments."""
+
+    list_display = ["name", "ray_cluster", "status", "created_at"]
+    list_filter = ["status"]
+
+
+class TuneTrialInline(admin.TabularInline):
+    """An experiment's trials."""
+
+    model = TuneTrial
+    extra = 0
+    can_delete = False
+
+
+@admin.register(TuneExperiment)
+class TuneExperimentAdmin(admin.ModelAdmin):
+    """Tune experiments and their trials."""
+
+    list_display = ["name", "ray_cluster", "status", "created_at"]
+    list_filter = ["status"]
+    inlines = [TuneTrialInline]
+
+
+admin.site.register(TuneTrial)
