@@ -108,9 +108,8 @@ class StreamManager:
         while True:
             chunk = await stream.inbound.get()
             if chunk is None:
-                with contextlib.suppress(OSError):
-                    if writer.can_write_eof():
-                        writer.write_eof()
+                # The request is complete. No half-close: servers such as uvicorn read EOF as "client
+                # gone" and cancel streaming responses; the server ends the connection itself.
                 return
             writer.write(chunk)
             await writer.drain()

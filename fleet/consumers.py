@@ -286,7 +286,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             await self._send_frame(p.StreamWindow(stream_id=message["stream_id"], increment=int(message["increment"])))
 
     async def stream_end(self, message: dict[str, Any]) -> None:
-        """`stream.end`: the request is complete (half-close) or aborted (`error` set)."""
+        """`stream.end`: the request is complete or aborted (`error` set)."""
         stream_id = message["stream_id"]
         if stream_id in self.streams:
             if message.get("error"):

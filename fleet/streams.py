@@ -104,7 +104,7 @@ class TunnelStream:
             view = view[size:]
 
     async def finish_writing(self) -> None:
-        """Half-close: the request is complete."""
+        """The request is complete (the agent keeps the upstream socket open for the response)."""
         await self._to_consumer({"type": "stream.end", "error": ""})
 
     async def read(self, timeout: float | None = None) -> bytes:

@@ -641,7 +641,9 @@ def workloads_poll() -> int:
                 if row.submitted_at is None:
                     submit = _try_submit_training if model is TrainingJob else _try_submit_tune
                     sent += int(submit(row, actor))
-                elif not _in_flight("ray.job.status", row.submission_id):
+                elif not _in_flight("ray.job.submit", row.submission_id) and not _in_flight(
+                    "ray.job.status", row.submission_id
+                ):  # never ask about a job before the head has confirmed its submission
                     command = _send(
                         actor, row.ray_cluster, "ray.job.status", submission_id=row.submission_id, log_lines=LOG_LINES
                     )
@@ -654,6 +656,8 @@ def workloads_poll() -> int:
                 _deploy(deployment, actor)
                 sent += deployment.status == ServeStatus.DEPLOYING
                 continue
+            if _in_flight("ray.job.submit", deployment.submission_id):
+                continue  # the deploy (or delete) job is not on the head yet
             busy = deployment.status in (ServeStatus.DEPLOYING, ServeStatus.STOPPING)
             if busy and not _in_flight("ray.job.status", deployment.submission_id):
                 command = _send(actor, deployment.ray_cluster, "ray.job.status", submission_id=deployment.submission_id)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
 
+from agent.ray_runtime import RayNodeProcess, RayProcessRuntime
 from fleet import services
 from fleet.models import Node
 from tests.support.hub_standin import HubStandin
 from tests.support.live import ControlPlane, agent_join, agent_run, subprocess_env
-from tests.support.processes import wait_until
+from tests.support.processes import VENV_BIN, wait_until
 
 
 @pytest.fixture
@@ -73,3 +75,14 @@ def node_of(state: Path) -> Node:
 
 def wait_status(node: Node, status: str, timeout: float = 20) -> None:
     wait_until(lambda: Node.objects.get(pk=node.pk).status == status, timeout=timeout, what=f"node {status}")
+
+
+@pytest.fixture
+def no_leftover_ray(tmp_path):
+    """Whatever happens, stop the Ray processes the agents started (never a machine-wide `ray stop`)."""
+    yield
+    for members in tmp_path.glob("state-*/work/ray/ray-members.json"):
+        runtime = RayProcessRuntime(VENV_BIN / "ray", members.parent)
+        for data in json.loads(members.read_text() or "{}").values():
+            with contextlib.suppress(Exception):
+                runtime.stop(RayNodeProcess(**data))

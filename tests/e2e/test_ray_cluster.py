@@ -8,8 +8,6 @@ pass is the beat task's function, called here on a short loop instead of every 1
 
 from __future__ import annotations
 
-import contextlib
-import json
 import subprocess
 import sys
 import textwrap
@@ -19,7 +17,7 @@ import requests
 from django.conf import settings as django_settings
 from django.test import Client
 
-from agent.ray_runtime import RayNodeProcess, RayProcessRuntime, free_port
+from agent.ray_runtime import free_port
 from fleet.models import Node
 from raymgr import services as ray_services
 from raymgr.models import RayCluster, RayNode
@@ -48,17 +46,6 @@ DRIVER = textwrap.dedent(
 
 def ray_cluster(pk) -> RayCluster:
     return RayCluster.objects.get(pk=pk)
-
-
-@pytest.fixture
-def no_leftover_ray(tmp_path):
-    """Whatever happens, stop the Ray processes the agents started (never a machine-wide `ray stop`)."""
-    yield
-    for members in tmp_path.glob("state-*/work/ray/ray-members.json"):
-        runtime = RayProcessRuntime(VENV_BIN / "ray", members.parent)
-        for data in json.loads(members.read_text() or "{}").values():
-            with contextlib.suppress(Exception):
-                runtime.stop(RayNodeProcess(**data))
 
 
 @pytest.mark.timeout(600)
