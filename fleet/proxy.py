@@ -43,6 +43,31 @@ HOP_BY_HOP = {
 }
 
 
+def upstream_headers(scope: dict[str, Any]) -> list[tuple[bytes, bytes]]:
+    """The client's headers minus hop-by-hop ones and the control plane's own credentials.
+
+    The workload on the node must never see the caller's control-plane API token or session cookie
+    (it could act as the user): `Authorization` is dropped and our cookies are cut from `Cookie`.
+    """
+    own_cookies = {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME}
+    headers = []
+    for name, value in scope.get("headers", []):
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower == b"authorization":
+            continue
+        if lower == b"cookie":
+            kept = [
+                part.strip()
+                for part in value.decode("latin-1").split(";")
+                if part.strip() and part.split("=", 1)[0].strip() not in own_cookies
+            ]
+            if not kept:
+                continue
+            value = "; ".join(kept).encode("latin-1")
+        headers.append((lower, value))
+    return headers
+
+
 @dataclass(frozen=True)
 class ProxyTarget:
     """Where a request goes: a port on a node, and the path to send upstream."""
@@ -133,7 +158,7 @@ async def proxy_http(scope: dict[str, Any], receive: Any, send: Any, target: Pro
     connection = h11.Connection(h11.CLIENT)
     response_started = False
     try:
-        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() not in HOP_BY_HOP]
+        headers = upstream_headers(scope)
         headers += [(b"host", f"127.0.0.1:{target.port}".encode()), (b"connection", b"close")]
         forwarded_host = header(scope, b"host")
         if forwarded_host:
@@ -244,8 +269,8 @@ async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any, answer
     upstream = ClientProtocol(parse_uri(f"ws://127.0.0.1:{answer.port}{answer.path}"), max_size=2**24)
     try:
         request = upstream.connect()
-        for name, value in scope.get("headers", []):
-            if name in (b"cookie", b"authorization", b"origin") and name.decode() not in request.headers:
+        for name, value in upstream_headers(scope):
+            if name in (b"cookie", b"origin") and name.decode() not in request.headers:
                 request.headers[name.decode()] = value.decode("latin-1")
         upstream.send_request(request)
         await _flush(upstream, stream)
