@@ -575,12 +575,16 @@ def encode(frame: Frame) -> str:
     return json.dumps(to_dict(frame), separators=(",", ":"))
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def decode(raw: str | bytes) -> Frame:
     """Parse and validate one frame; raise `ProtocolError` with a reason on anything malformed."""
     if len(raw) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(raw)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_refuse_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"frame is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
