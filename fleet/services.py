@@ -425,9 +425,9 @@ def node_connected(*, node: Node, facts: protocol.HostFacts, inventory: protocol
 @transaction.atomic
 def node_disconnected(*, node: Node) -> None:
     """The node's tunnel closed. Status is left alone: the beat task marks it offline after a timeout."""
-    Node.objects.filter(pk=node.pk).update(connected=False)
     node.connected = False
-    _event(node.pk, "disconnected", "Agent disconnected")
+    if Node.objects.filter(pk=node.pk).update(connected=False):  # a deleted node gets no event
+        _event(node.pk, "disconnected", "Agent disconnected")
 
 
 def node_record_heartbeat(*, node_id: uuid.UUID | str, heartbeat: protocol.Heartbeat) -> None:
