@@ -23,7 +23,7 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, Count, F, Value, When
 from django.utils import timezone
 
 from agent import protocol
@@ -32,6 +32,7 @@ from cleverthis.tenancy.permissions import can_operate
 from fleet import ca, channels, workloads
 from fleet.exceptions import IllegalTransition, JoinTokenRejected
 from fleet.models import (
+    ClusterEvent,
     Command,
     CommandStatus,
     ComputeCluster,
@@ -451,18 +452,25 @@ def node_record_heartbeat(*, node_id: uuid.UUID | str, heartbeat: protocol.Heart
 
 
 def nodes_mark_lost_offline() -> int:
-    """Nodes silent for NODE_OFFLINE_AFTER_S: online → offline (with an event); all are marked disconnected."""
+    """Nodes silent for NODE_OFFLINE_AFTER_S: online → offline (with an event); all are marked disconnected.
+
+    Partition safety: a cluster that loses more than FLEET_PARTITION_THRESHOLD of its nodes (and at
+    least FLEET_PARTITION_MIN_NODES) in this one pass most likely lost its network, not its machines.
+    The nodes still go offline, but the cluster's automatic drains and rescheduling pause for
+    FLEET_PARTITION_PAUSE_S (`ComputeCluster.automation_paused_until`) and a `partition.suspected`
+    cluster event records it.
+    """
     cutoff = timezone.now() - dt.timedelta(seconds=settings.NODE_OFFLINE_AFTER_S)
     with transaction.atomic():
         stale = Node.objects.select_for_update(skip_locked=True).filter(
             status__in=[NodeStatus.ONLINE, NodeStatus.CORDONED, NodeStatus.DRAINING],
             last_heartbeat_at__lt=cutoff,
         )
-        rows = list(stale.order_by("pk").values_list("pk", "status"))
+        rows = list(stale.order_by("pk").values_list("pk", "status", "cluster_id"))
         if not rows:
             return 0
-        Node.objects.filter(pk__in=[pk for pk, _ in rows]).update(connected=False)
-        online = [pk for pk, status in rows if status == NodeStatus.ONLINE]
+        Node.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(connected=False)
+        online = [pk for pk, status, _ in rows if status == NodeStatus.ONLINE]
         Node.objects.filter(pk__in=online, status=NodeStatus.ONLINE).update(
             status=NodeStatus.OFFLINE, status_changed_at=timezone.now()
         )
@@ -476,7 +484,54 @@ def nodes_mark_lost_offline() -> int:
                 for pk in online
             ]
         )
+        _pause_partitioned_clusters(rows)
     return len(online)
+
+
+def _pause_partitioned_clusters(lost: list[tuple[Any, str, Any]]) -> list[uuid.UUID]:
+    """Pause automation of each cluster that lost more than the threshold of its nodes in one pass."""
+    lost_by_cluster: dict[Any, int] = {}
+    for _, _, cluster_id in lost:
+        lost_by_cluster[cluster_id] = lost_by_cluster.get(cluster_id, 0) + 1
+    totals = dict(
+        Node.objects.filter(cluster_id__in=list(lost_by_cluster))
+        .values("cluster_id")
+        .annotate(n=Count("pk"))
+        .values_list("cluster_id", "n")
+    )
+    threshold = settings.FLEET_PARTITION_THRESHOLD
+    paused = []
+    now = timezone.now()
+    until = now + dt.timedelta(seconds=settings.FLEET_PARTITION_PAUSE_S)
+    for cluster_id, count in sorted(lost_by_cluster.items(), key=lambda item: str(item[0])):
+        total = totals.get(cluster_id, 0)
+        if count < settings.FLEET_PARTITION_MIN_NODES or total == 0 or count / total <= threshold:
+            continue
+        ComputeCluster.objects.filter(pk=cluster_id).update(automation_paused_until=until)
+        ClusterEvent.objects.create(
+            cluster_id=cluster_id,
+            kind="partition.suspected",
+            message=(
+                f"{count} of {total} nodes went silent at once (more than {threshold:.0%}): suspected network "
+                f"partition; automatic drains and rescheduling paused until {until:%Y-%m-%d %H:%M:%S} UTC"
+            ),
+            data={"lost": count, "total": total, "threshold": threshold, "paused_until": until.isoformat()},
+        )
+        logger.warning("cluster %s: %s of %s nodes lost in one pass; automation paused", cluster_id, count, total)
+        paused.append(cluster_id)
+    return paused
+
+
+@transaction.atomic
+def cluster_resume_automation(*, actor: AbstractBaseUser, cluster: ComputeCluster) -> ComputeCluster:
+    """End a partition pause early (Owner/Admin): drains and rescheduling run again from the next pass."""
+    _require_operator(actor, cluster.workspace)
+    ComputeCluster.objects.filter(pk=cluster.pk).update(automation_paused_until=None)
+    ClusterEvent.objects.create(
+        cluster=cluster, kind="automation.resumed", message=f"Automation resumed by {actor.get_username()}"
+    )
+    cluster.refresh_from_db()
+    return cluster
 
 
 # --------------------------------------------------------------------------------------------------

@@ -24,6 +24,12 @@ ENDPOINT_DOMAIN = env_str("ENDPOINT_DOMAIN", "endpoints.localhost")
 FIELD_ENCRYPTION_KEY = env_str("FIELD_ENCRYPTION_KEY", "")
 # A node whose last heartbeat is older than this many seconds is marked offline by the beat task.
 NODE_OFFLINE_AFTER_S = env_int("NODE_OFFLINE_AFTER_S", 90)
+# Partition safety: when one beat pass finds more than this fraction of a cluster's nodes lost (and
+# at least FLEET_PARTITION_MIN_NODES of them), the nodes are marked offline but automatic drains and
+# rescheduling pause for FLEET_PARTITION_PAUSE_S seconds, with a cluster event. 1.0 disables it.
+FLEET_PARTITION_THRESHOLD = env_float("FLEET_PARTITION_THRESHOLD", 0.5)
+FLEET_PARTITION_MIN_NODES = env_int("FLEET_PARTITION_MIN_NODES", 3)
+FLEET_PARTITION_PAUSE_S = env_int("FLEET_PARTITION_PAUSE_S", 900)
 
 # Agent tunnel timing (seconds).
 AGENT_HEARTBEAT_INTERVAL_S = env_float("AGENT_HEARTBEAT_INTERVAL_S", 30.0)
