@@ -652,17 +652,26 @@ def command_claim_and_send(*, command_id: uuid.UUID | str) -> bool:
     """Claim a queued command (queued → dispatched) and send it to its node's tunnel.
 
     Returns False and does nothing when the row is gone, already claimed, or its node is not
-    connected (then it stays queued and `command_pending_for_node` delivers it on reconnect). If the
-    send fails the claim is undone and the error re-raised for the task to retry.
+    connected (then it stays queued and `command_pending_for_node` delivers it on reconnect). A
+    command claimed more than COMMAND_RESEND_AFTER_S ago and still unacknowledged is sent again (the
+    task was redelivered after its worker died between claim and send; the agent deduplicates). If
+    the send fails the claim is undone and the error re-raised for the task to retry.
     """
     row = Command.objects.filter(pk=command_id).values("node_id", "status", "node__connected").first()
-    if row is None or row["status"] != CommandStatus.QUEUED:
+    if row is None or row["status"] not in (CommandStatus.QUEUED, CommandStatus.DISPATCHED):
         return False
     if not row["node__connected"]:
         return False
+    now = timezone.now()
     claimed = Command.objects.filter(pk=command_id, status=CommandStatus.QUEUED).update(
-        status=CommandStatus.DISPATCHED, dispatched_at=timezone.now(), attempts=F("attempts") + 1
+        status=CommandStatus.DISPATCHED, dispatched_at=now, attempts=F("attempts") + 1
     )
+    if not claimed:
+        # Redelivered after a crash between claim and send: claimed long ago, never acknowledged.
+        stale = now - dt.timedelta(seconds=settings.COMMAND_RESEND_AFTER_S)
+        claimed = Command.objects.filter(
+            pk=command_id, status=CommandStatus.DISPATCHED, acked_at__isnull=True, dispatched_at__lt=stale
+        ).update(dispatched_at=now, attempts=F("attempts") + 1)
     if not claimed:
         return False
     try:

@@ -30,6 +30,9 @@ NODE_OFFLINE_AFTER_S = env_int("NODE_OFFLINE_AFTER_S", 90)
 FLEET_PARTITION_THRESHOLD = env_float("FLEET_PARTITION_THRESHOLD", 0.5)
 FLEET_PARTITION_MIN_NODES = env_int("FLEET_PARTITION_MIN_NODES", 3)
 FLEET_PARTITION_PAUSE_S = env_int("FLEET_PARTITION_PAUSE_S", 900)
+# A dispatch task that finds its command claimed this long ago but unacknowledged (its first run died
+# between claim and send, and the broker redelivered it) sends the command again.
+COMMAND_RESEND_AFTER_S = env_int("COMMAND_RESEND_AFTER_S", 30)
 
 # Agent tunnel timing (seconds).
 AGENT_HEARTBEAT_INTERVAL_S = env_float("AGENT_HEARTBEAT_INTERVAL_S", 30.0)
@@ -127,6 +130,8 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A task whose worker died before acking (acks_late) is handed to another worker after this long.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600)}
 CELERY_TASK_ROUTES = {
     "fleet.tasks.dispatch_*": {"queue": "dispatch"},
     "fleet.tasks.gitops_*": {"queue": "gitops"},
