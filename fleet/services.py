@@ -160,9 +160,9 @@ def hash_join_token(raw: str) -> str:
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
-def join_command(raw_token: str) -> str:
-    """The one-line install command an operator pastes on the new node."""
-    base = settings.CONTROL_PLANE_URL.rstrip("/")
+def join_command(raw_token: str, base_url: str | None = None) -> str:
+    """The one-line install command an operator pastes on the new node (at `base_url` if given)."""
+    base = (base_url or settings.CONTROL_PLANE_URL).rstrip("/")
     return f"curl -fsSL {base}/agent/install.sh | CLUSTER_TOKEN={raw_token} sh"
 
 
