@@ -253,6 +253,9 @@ def test_dispatch_resumes_after_redis_restarts(tmp_path, cluster, operator, agen
         wait_until(lambda: _all_succeeded(later), timeout=60, what="command after the redis restart")
         _assert_each_ran_once([*ids, *later])
         assert proc.log().count("command model.download succeeded") == 2
+        # how it recovered: the tunnel's channel-layer receive broke with Redis, daphne closed the
+        # socket, and the agent's reconnect joined its node group again in the new, empty Redis
+        assert proc.log().count("connected to") >= 2
         assert plane.worker is not None
         assert plane.worker.alive()
     finally:
