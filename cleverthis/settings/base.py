@@ -105,7 +105,10 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [REDIS_URL],
+            # redis-py 8 defaults socket_timeout to 5 s, the same as channels_redis's blocking BZPOPMIN in
+            # receive(): an idle consumer's read then times out and the consumer (a tunnel!) crashes
+            # with 1011. Keep the read timeout well above the blocking pop.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5}],
             "prefix": env_str("CHANNELS_PREFIX", "cleverthis:channels:"),
             "capacity": 1000,
             "expiry": 60,
