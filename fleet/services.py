@@ -594,8 +594,9 @@ def command_dispatch(
 ) -> list[Command]:
     """Queue `command_type` for one node or for every online node of `cluster`; returns at once.
 
-    Owner/Admin only. One Command row per target node (shared `batch_id`, own idempotency key); a
-    Celery task per row is enqueued on commit. A single offline node still gets its command: it stays
+    Owner/Admin only. One Command row per target node (shared `batch_id`, own idempotency key); on
+    commit one Celery task is enqueued: `dispatch_command` for a single target, `dispatch_batch` for
+    several. A single offline node still gets its command: it stays
     queued and is delivered when the node reconnects. Cordoned and draining nodes refuse new work.
     """
     _require_operator(actor, cluster.workspace)
@@ -643,8 +644,11 @@ def command_dispatch(
         )
         from fleet import tasks
 
-        ids = [str(c.pk) for c in commands]
-        transaction.on_commit(lambda: [tasks.dispatch_command.delay(i) for i in ids])
+        if len(commands) == 1:
+            command_id = str(commands[0].pk)
+            transaction.on_commit(lambda: tasks.dispatch_command.delay(command_id))
+        else:  # one task claims and sends the whole batch (fan-out to All nodes)
+            transaction.on_commit(lambda: tasks.dispatch_batch.delay(str(batch_id)))
     return commands
 
 
@@ -683,6 +687,50 @@ def command_claim_and_send(*, command_id: uuid.UUID | str) -> bool:
         node_id=row["node_id"], kind="command.dispatched", message="Command sent to the node", command_id=command_id
     )
     return True
+
+
+_BATCH_CLAIM_SQL = """
+UPDATE fleet_command AS c
+   SET status = 'dispatched', dispatched_at = %(now)s, attempts = c.attempts + 1
+  FROM fleet_node AS n
+ WHERE c.node_id = n.id AND n.connected AND c.batch_id = %(batch)s
+   AND (c.status = 'queued'
+        OR (c.status = 'dispatched' AND c.acked_at IS NULL AND c.dispatched_at < %(stale)s))
+RETURNING c.id, c.node_id
+"""
+
+
+def command_batch_claim_and_send(*, batch_id: uuid.UUID | str) -> int:
+    """Claim all sendable commands of a batch with one conditional UPDATE … RETURNING, then send each.
+
+    Sendable: queued on a connected node, or (a redelivered task) claimed more than
+    COMMAND_RESEND_AFTER_S ago and never acknowledged. Commands of disconnected nodes stay queued
+    for `command_pending_for_node`. Commands whose send fails are un-claimed (back to queued) and
+    the task is failed for a retry. Returns how many were sent.
+    """
+    from django.db import connection
+
+    now = timezone.now()
+    stale = now - dt.timedelta(seconds=settings.COMMAND_RESEND_AFTER_S)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_BATCH_CLAIM_SQL, {"now": now, "batch": str(batch_id), "stale": stale})
+        claimed = cursor.fetchall()
+    if not claimed:
+        return 0
+    sent = channels.send_to_nodes([(node_id, channels.command_message(pk)) for pk, node_id in claimed])
+    failed = [pk for (pk, _), ok in zip(claimed, sent, strict=True) if not ok]
+    if failed:
+        Command.objects.filter(pk__in=failed, status=CommandStatus.DISPATCHED).update(status=CommandStatus.QUEUED)
+    NodeEvent.objects.bulk_create(
+        [
+            NodeEvent(node_id=node_id, kind="command.dispatched", message="Command sent to the node", command_id=pk)
+            for (pk, node_id), ok in zip(claimed, sent, strict=True)
+            if ok
+        ]
+    )
+    if failed:
+        raise ConnectionError(f"{len(failed)} of {len(claimed)} commands of batch {batch_id} could not be sent")
+    return len(claimed)
 
 
 def command_pending_for_node(*, node: Node) -> list[Command]:

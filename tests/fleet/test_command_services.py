@@ -10,21 +10,21 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from fleet import channels, services
 from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus, Node, NodeEvent
-from fleet.tasks import dispatch_command
+from fleet.tasks import dispatch_batch, dispatch_command
 
 pytestmark = pytest.mark.django_db
 
 CREATE = {"image": "nginx:1.27", "name": "web", "ports": [{"container_port": 80}]}
 
 
-def test_dispatch_to_all_online_nodes_one_row_each_enqueued_on_commit(
+def test_dispatch_to_all_online_nodes_one_row_each_one_batch_task_on_commit(
     cluster, register_node, owner, django_capture_on_commit_callbacks, monkeypatch
 ):
     a = register_node(cluster, "a")
     b = register_node(cluster, "b")
     register_node(cluster, "offline", online=False)
     sent: list[str] = []
-    monkeypatch.setattr(dispatch_command, "delay", lambda command_id: sent.append(command_id))
+    monkeypatch.setattr(dispatch_batch, "delay", lambda batch_id: sent.append(batch_id))
     with django_capture_on_commit_callbacks() as callbacks:
         commands = services.command_dispatch(
             actor=owner, cluster=cluster, command_type="container.create", payload=CREATE
@@ -38,7 +38,7 @@ def test_dispatch_to_all_online_nodes_one_row_each_enqueued_on_commit(
     assert commands[0].payload["ports"] == [{"container_port": 80, "host_port": 0, "protocol": "tcp"}]
     for cb in callbacks:
         cb()
-    assert sorted(sent) == sorted(str(c.pk) for c in commands)
+    assert sent == [str(commands[0].batch_id)]  # one task for the whole batch
     assert NodeEvent.objects.filter(kind="command.queued").count() == 2
 
 
