@@ -734,10 +734,14 @@ def command_batch_claim_and_send(*, batch_id: uuid.UUID | str) -> int:
 
 
 def command_pending_for_node(*, node: Node) -> list[Command]:
-    """Queued or dispatched, not yet acknowledged commands of `node`, oldest first (sent on reconnect)."""
+    """Unfinished commands of `node` (queued, dispatched or running), oldest first: sent on reconnect.
+
+    Running ones too: their outcome may have been lost with the old socket. The agent deduplicates by
+    idempotency key: one still running is only re-acknowledged, one already done re-sends its outcome.
+    """
     return list(
         Command.objects.filter(
-            node=node, status__in=[CommandStatus.QUEUED, CommandStatus.DISPATCHED], acked_at__isnull=True
+            node=node, status__in=[CommandStatus.QUEUED, CommandStatus.DISPATCHED, CommandStatus.RUNNING]
         ).order_by("created_at", "pk")
     )
 
