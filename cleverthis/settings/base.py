@@ -133,8 +133,13 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# A task whose worker died before acking (acks_late) is handed to another worker after this long.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600)}
+# A task whose worker died before acking (acks_late) is handed to another worker after this long;
+# workers sweep for such tasks every interval x throttle seconds (kombu's defaults: 10 x 10).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600),
+    "unacked_restore_interval": env_int("CELERY_UNACKED_RESTORE_INTERVAL_S", 10),
+    "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
+}
 CELERY_TASK_ROUTES = {
     "fleet.tasks.dispatch_*": {"queue": "dispatch"},
     "fleet.tasks.gitops_*": {"queue": "gitops"},

@@ -277,7 +277,12 @@ def test_worker_killed_mid_dispatch_redelivers_the_command_once(tmp_path, cluste
     session ended, as a crash would. The redelivered task claims and sends; the agent runs it once.
     """
     user, _ = operator
-    env = subprocess_env(CELERY_VISIBILITY_TIMEOUT_S="3", NODE_OFFLINE_AFTER_S="30")
+    env = subprocess_env(
+        CELERY_VISIBILITY_TIMEOUT_S="3",
+        CELERY_UNACKED_RESTORE_INTERVAL_S="1",
+        CELERY_UNACKED_RESTORE_THROTTLE="1",
+        NODE_OFFLINE_AFTER_S="30",
+    )
     plane = ControlPlane(log_dir=tmp_path, env=env)
     try:
         plane.start_replica()
