@@ -653,6 +653,10 @@ def _decode_binary(raw: bytes) -> StreamData:
     return StreamData(stream_id=stream_id, data=raw[_BINARY_HEADER.size :], id="")
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def decode(raw: str | bytes) -> Frame:
     """Parse and validate one frame; raise `ProtocolError` with a reason on anything malformed.
 
@@ -663,7 +667,7 @@ def decode(raw: str | bytes) -> Frame:
     if isinstance(raw, bytes | bytearray | memoryview):
         return _decode_binary(bytes(raw))
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_refuse_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"frame is not valid JSON: {exc}") from None
     if not isinstance(data, dict):

@@ -15,7 +15,7 @@ _sdist_lock = threading.Lock()
 _built: dict[str, Path] = {}
 
 
-def _control_plane_url(request: HttpRequest) -> str:
+def control_plane_url(request: HttpRequest) -> str:
     """The URL nodes should use: CONTROL_PLANE_URL when configured, else the one this request came to."""
     configured = getattr(settings, "CONTROL_PLANE_URL_EXPLICIT", "")
     return configured or request.build_absolute_uri("/").rstrip("/")
@@ -24,7 +24,7 @@ def _control_plane_url(request: HttpRequest) -> str:
 @require_GET
 def install_script(request: HttpRequest) -> HttpResponse:
     """`curl -fsSL <url>/agent/install.sh | CLUSTER_TOKEN=… sh`: the installer with this control plane's URL."""
-    script = render_install_script(_control_plane_url(request))
+    script = render_install_script(control_plane_url(request))
     return HttpResponse(script, content_type="text/x-shellscript; charset=utf-8")
 
 

@@ -42,6 +42,30 @@ def send_to_node(node_id: uuid.UUID | str, message: dict[str, Any]) -> None:
     async_to_sync(layer.group_send)(node_group(node_id), message)
 
 
+def send_to_nodes(messages: list[tuple[uuid.UUID | str, dict[str, Any]]], *, concurrency: int = 64) -> list[bool]:
+    """Send many (node_id, message) pairs from synchronous code in one event loop; True per success."""
+    import asyncio
+
+    layer = get_channel_layer()
+    if layer is None:  # pragma: no cover - CHANNEL_LAYERS is always configured
+        raise RuntimeError("no channel layer configured")
+
+    async def send_all() -> list[bool]:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(node_id: uuid.UUID | str, message: dict[str, Any]) -> bool:
+            async with gate:
+                try:
+                    await layer.group_send(node_group(node_id), message)
+                except Exception:  # reported per message; the caller un-claims those
+                    return False
+                return True
+
+        return list(await asyncio.gather(*(one(n, m) for n, m in messages)))
+
+    return async_to_sync(send_all)()
+
+
 def command_frame(command: Any) -> protocol.Command:
     """The `Command` frame for a `fleet.models.Command` row (secrets merged back into the payload)."""
     return protocol.Command(

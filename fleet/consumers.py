@@ -24,6 +24,8 @@ from uuid import UUID
 from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import DataError
 
 from agent import protocol as p
 from fleet import ca, services, tunnel_auth
@@ -118,6 +120,9 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             await handler(self, frame)
         except IllegalTransition as exc:  # e.g. a late ack for a command that already finished
             log.info("node %s: %s frame ignored: %s", self.node_id, frame.TYPE, exc)
+        except (ValidationError, DataError, ValueError) as exc:  # well-formed JSON, values we cannot take
+            log.warning("closing tunnel of node %s: bad %s frame: %s", self.node_id, frame.TYPE, exc)
+            await self.close(code=CLOSE_PROTOCOL_ERROR, reason=f"bad {frame.TYPE} frame"[:120])
 
     async def _on_hello(self, hello: p.Hello) -> None:
         try:

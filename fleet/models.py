@@ -35,6 +35,9 @@ class ComputeCluster(models.Model):
     argocd_token = EncryptedTextField(blank=True, default="")
     git_repo_url = models.CharField(max_length=500, blank=True, default="")
     git_branch = models.CharField(max_length=200, blank=True, default="main")
+    # Set when a suspected network partition took many nodes offline at once: automatic drains and
+    # rescheduling (drain passes, the Ray autoscaler) leave this cluster alone until then.
+    automation_paused_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -45,6 +48,12 @@ class ComputeCluster(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def automation_paused(self, now: Any = None) -> bool:
+        """True while automatic drain/rescheduling is paused after a suspected partition."""
+        from django.utils import timezone
+
+        return self.automation_paused_until is not None and self.automation_paused_until > (now or timezone.now())
 
     def mode_settings(self) -> dict[str, Any]:
         """Settings the agent needs for this cluster's mode (sent in `Welcome`; the token is decrypted)."""
@@ -261,6 +270,24 @@ class NodeEvent(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["node", "-created_at"], name="nodeevent_node_created")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+class ClusterEvent(models.Model):
+    """One line of a cluster's own event log (e.g. a suspected network partition)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    cluster = models.ForeignKey(ComputeCluster, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=40)
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["cluster", "-created_at"], name="clusterevent_cluster_created")]
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"

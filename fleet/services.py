@@ -23,7 +23,7 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, Count, F, Value, When
 from django.utils import timezone
 
 from agent import protocol
@@ -32,6 +32,7 @@ from cleverthis.tenancy.permissions import can_operate
 from fleet import ca, channels, workloads
 from fleet.exceptions import IllegalTransition, JoinTokenRejected
 from fleet.models import (
+    ClusterEvent,
     Command,
     CommandStatus,
     ComputeCluster,
@@ -159,9 +160,9 @@ def hash_join_token(raw: str) -> str:
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
-def join_command(raw_token: str) -> str:
-    """The one-line install command an operator pastes on the new node."""
-    base = settings.CONTROL_PLANE_URL.rstrip("/")
+def join_command(raw_token: str, base_url: str | None = None) -> str:
+    """The one-line install command an operator pastes on the new node (at `base_url` if given)."""
+    base = (base_url or settings.CONTROL_PLANE_URL).rstrip("/")
     return f"curl -fsSL {base}/agent/install.sh | CLUSTER_TOKEN={raw_token} sh"
 
 
@@ -425,9 +426,9 @@ def node_connected(*, node: Node, facts: protocol.HostFacts, inventory: protocol
 @transaction.atomic
 def node_disconnected(*, node: Node) -> None:
     """The node's tunnel closed. Status is left alone: the beat task marks it offline after a timeout."""
-    Node.objects.filter(pk=node.pk).update(connected=False)
     node.connected = False
-    _event(node.pk, "disconnected", "Agent disconnected")
+    if Node.objects.filter(pk=node.pk).update(connected=False):  # a deleted node gets no event
+        _event(node.pk, "disconnected", "Agent disconnected")
 
 
 def node_record_heartbeat(*, node_id: uuid.UUID | str, heartbeat: protocol.Heartbeat) -> None:
@@ -451,18 +452,25 @@ def node_record_heartbeat(*, node_id: uuid.UUID | str, heartbeat: protocol.Heart
 
 
 def nodes_mark_lost_offline() -> int:
-    """Nodes silent for NODE_OFFLINE_AFTER_S: online → offline (with an event); all are marked disconnected."""
+    """Nodes silent for NODE_OFFLINE_AFTER_S: online → offline (with an event); all are marked disconnected.
+
+    Partition safety: a cluster that loses more than FLEET_PARTITION_THRESHOLD of its nodes (and at
+    least FLEET_PARTITION_MIN_NODES) in this one pass most likely lost its network, not its machines.
+    The nodes still go offline, but the cluster's automatic drains and rescheduling pause for
+    FLEET_PARTITION_PAUSE_S (`ComputeCluster.automation_paused_until`) and a `partition.suspected`
+    cluster event records it.
+    """
     cutoff = timezone.now() - dt.timedelta(seconds=settings.NODE_OFFLINE_AFTER_S)
     with transaction.atomic():
         stale = Node.objects.select_for_update(skip_locked=True).filter(
             status__in=[NodeStatus.ONLINE, NodeStatus.CORDONED, NodeStatus.DRAINING],
             last_heartbeat_at__lt=cutoff,
         )
-        rows = list(stale.order_by("pk").values_list("pk", "status"))
+        rows = list(stale.order_by("pk").values_list("pk", "status", "cluster_id"))
         if not rows:
             return 0
-        Node.objects.filter(pk__in=[pk for pk, _ in rows]).update(connected=False)
-        online = [pk for pk, status in rows if status == NodeStatus.ONLINE]
+        Node.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(connected=False)
+        online = [pk for pk, status, _ in rows if status == NodeStatus.ONLINE]
         Node.objects.filter(pk__in=online, status=NodeStatus.ONLINE).update(
             status=NodeStatus.OFFLINE, status_changed_at=timezone.now()
         )
@@ -476,7 +484,54 @@ def nodes_mark_lost_offline() -> int:
                 for pk in online
             ]
         )
+        _pause_partitioned_clusters(rows)
     return len(online)
+
+
+def _pause_partitioned_clusters(lost: list[tuple[Any, str, Any]]) -> list[uuid.UUID]:
+    """Pause automation of each cluster that lost more than the threshold of its nodes in one pass."""
+    lost_by_cluster: dict[Any, int] = {}
+    for _, _, cluster_id in lost:
+        lost_by_cluster[cluster_id] = lost_by_cluster.get(cluster_id, 0) + 1
+    totals = dict(
+        Node.objects.filter(cluster_id__in=list(lost_by_cluster))
+        .values("cluster_id")
+        .annotate(n=Count("pk"))
+        .values_list("cluster_id", "n")
+    )
+    threshold = settings.FLEET_PARTITION_THRESHOLD
+    paused = []
+    now = timezone.now()
+    until = now + dt.timedelta(seconds=settings.FLEET_PARTITION_PAUSE_S)
+    for cluster_id, count in sorted(lost_by_cluster.items(), key=lambda item: str(item[0])):
+        total = totals.get(cluster_id, 0)
+        if count < settings.FLEET_PARTITION_MIN_NODES or total == 0 or count / total <= threshold:
+            continue
+        ComputeCluster.objects.filter(pk=cluster_id).update(automation_paused_until=until)
+        ClusterEvent.objects.create(
+            cluster_id=cluster_id,
+            kind="partition.suspected",
+            message=(
+                f"{count} of {total} nodes went silent at once (more than {threshold:.0%}): suspected network "
+                f"partition; automatic drains and rescheduling paused until {until:%Y-%m-%d %H:%M:%S} UTC"
+            ),
+            data={"lost": count, "total": total, "threshold": threshold, "paused_until": until.isoformat()},
+        )
+        logger.warning("cluster %s: %s of %s nodes lost in one pass; automation paused", cluster_id, count, total)
+        paused.append(cluster_id)
+    return paused
+
+
+@transaction.atomic
+def cluster_resume_automation(*, actor: AbstractBaseUser, cluster: ComputeCluster) -> ComputeCluster:
+    """End a partition pause early (Owner/Admin): drains and rescheduling run again from the next pass."""
+    _require_operator(actor, cluster.workspace)
+    ComputeCluster.objects.filter(pk=cluster.pk).update(automation_paused_until=None)
+    ClusterEvent.objects.create(
+        cluster=cluster, kind="automation.resumed", message=f"Automation resumed by {actor.get_username()}"
+    )
+    cluster.refresh_from_db()
+    return cluster
 
 
 # --------------------------------------------------------------------------------------------------
@@ -539,8 +594,9 @@ def command_dispatch(
 ) -> list[Command]:
     """Queue `command_type` for one node or for every online node of `cluster`; returns at once.
 
-    Owner/Admin only. One Command row per target node (shared `batch_id`, own idempotency key); a
-    Celery task per row is enqueued on commit. A single offline node still gets its command: it stays
+    Owner/Admin only. One Command row per target node (shared `batch_id`, own idempotency key); on
+    commit one Celery task is enqueued: `dispatch_command` for a single target, `dispatch_batch` for
+    several. A single offline node still gets its command: it stays
     queued and is delivered when the node reconnects. Cordoned and draining nodes refuse new work.
     """
     _require_operator(actor, cluster.workspace)
@@ -588,8 +644,11 @@ def command_dispatch(
         )
         from fleet import tasks
 
-        ids = [str(c.pk) for c in commands]
-        transaction.on_commit(lambda: [tasks.dispatch_command.delay(i) for i in ids])
+        if len(commands) == 1:
+            command_id = str(commands[0].pk)
+            transaction.on_commit(lambda: tasks.dispatch_command.delay(command_id))
+        else:  # one task claims and sends the whole batch (fan-out to All nodes)
+            transaction.on_commit(lambda: tasks.dispatch_batch.delay(str(batch_id)))
     return commands
 
 
@@ -597,17 +656,26 @@ def command_claim_and_send(*, command_id: uuid.UUID | str) -> bool:
     """Claim a queued command (queued → dispatched) and send it to its node's tunnel.
 
     Returns False and does nothing when the row is gone, already claimed, or its node is not
-    connected (then it stays queued and `command_pending_for_node` delivers it on reconnect). If the
-    send fails the claim is undone and the error re-raised for the task to retry.
+    connected (then it stays queued and `command_pending_for_node` delivers it on reconnect). A
+    command claimed more than COMMAND_RESEND_AFTER_S ago and still unacknowledged is sent again (the
+    task was redelivered after its worker died between claim and send; the agent deduplicates). If
+    the send fails the claim is undone and the error re-raised for the task to retry.
     """
     row = Command.objects.filter(pk=command_id).values("node_id", "status", "node__connected").first()
-    if row is None or row["status"] != CommandStatus.QUEUED:
+    if row is None or row["status"] not in (CommandStatus.QUEUED, CommandStatus.DISPATCHED):
         return False
     if not row["node__connected"]:
         return False
+    now = timezone.now()
     claimed = Command.objects.filter(pk=command_id, status=CommandStatus.QUEUED).update(
-        status=CommandStatus.DISPATCHED, dispatched_at=timezone.now(), attempts=F("attempts") + 1
+        status=CommandStatus.DISPATCHED, dispatched_at=now, attempts=F("attempts") + 1
     )
+    if not claimed:
+        # Redelivered after a crash between claim and send: claimed long ago, never acknowledged.
+        stale = now - dt.timedelta(seconds=settings.COMMAND_RESEND_AFTER_S)
+        claimed = Command.objects.filter(
+            pk=command_id, status=CommandStatus.DISPATCHED, acked_at__isnull=True, dispatched_at__lt=stale
+        ).update(dispatched_at=now, attempts=F("attempts") + 1)
     if not claimed:
         return False
     try:
@@ -621,11 +689,59 @@ def command_claim_and_send(*, command_id: uuid.UUID | str) -> bool:
     return True
 
 
+_BATCH_CLAIM_SQL = """
+UPDATE fleet_command AS c
+   SET status = 'dispatched', dispatched_at = %(now)s, attempts = c.attempts + 1
+  FROM fleet_node AS n
+ WHERE c.node_id = n.id AND n.connected AND c.batch_id = %(batch)s
+   AND (c.status = 'queued'
+        OR (c.status = 'dispatched' AND c.acked_at IS NULL AND c.dispatched_at < %(stale)s))
+RETURNING c.id, c.node_id
+"""
+
+
+def command_batch_claim_and_send(*, batch_id: uuid.UUID | str) -> int:
+    """Claim all sendable commands of a batch with one conditional UPDATE … RETURNING, then send each.
+
+    Sendable: queued on a connected node, or (a redelivered task) claimed more than
+    COMMAND_RESEND_AFTER_S ago and never acknowledged. Commands of disconnected nodes stay queued
+    for `command_pending_for_node`. Commands whose send fails are un-claimed (back to queued) and
+    the task is failed for a retry. Returns how many were sent.
+    """
+    from django.db import connection
+
+    now = timezone.now()
+    stale = now - dt.timedelta(seconds=settings.COMMAND_RESEND_AFTER_S)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_BATCH_CLAIM_SQL, {"now": now, "batch": str(batch_id), "stale": stale})
+        claimed = cursor.fetchall()
+    if not claimed:
+        return 0
+    sent = channels.send_to_nodes([(node_id, channels.command_message(pk)) for pk, node_id in claimed])
+    failed = [pk for (pk, _), ok in zip(claimed, sent, strict=True) if not ok]
+    if failed:
+        Command.objects.filter(pk__in=failed, status=CommandStatus.DISPATCHED).update(status=CommandStatus.QUEUED)
+    NodeEvent.objects.bulk_create(
+        [
+            NodeEvent(node_id=node_id, kind="command.dispatched", message="Command sent to the node", command_id=pk)
+            for (pk, node_id), ok in zip(claimed, sent, strict=True)
+            if ok
+        ]
+    )
+    if failed:
+        raise ConnectionError(f"{len(failed)} of {len(claimed)} commands of batch {batch_id} could not be sent")
+    return len(claimed)
+
+
 def command_pending_for_node(*, node: Node) -> list[Command]:
-    """Queued or dispatched, not yet acknowledged commands of `node`, oldest first (sent on reconnect)."""
+    """Unfinished commands of `node` (queued, dispatched or running), oldest first: sent on reconnect.
+
+    Running ones too: their outcome may have been lost with the old socket. The agent deduplicates by
+    idempotency key: one still running is only re-acknowledged, one already done re-sends its outcome.
+    """
     return list(
         Command.objects.filter(
-            node=node, status__in=[CommandStatus.QUEUED, CommandStatus.DISPATCHED], acked_at__isnull=True
+            node=node, status__in=[CommandStatus.QUEUED, CommandStatus.DISPATCHED, CommandStatus.RUNNING]
         ).order_by("created_at", "pk")
     )
 

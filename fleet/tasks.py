@@ -29,6 +29,20 @@ def dispatch_command(command_id: str) -> bool:
     return services.command_claim_and_send(command_id=command_id)
 
 
+@shared_task(
+    name="fleet.tasks.dispatch_batch",
+    autoretry_for=RETRYABLE,
+    retry_backoff=2,
+    retry_backoff_max=60,
+    retry_jitter=True,
+    max_retries=8,
+    acks_late=True,
+)
+def dispatch_batch(batch_id: str) -> int:
+    """Claim every queued command of batch `batch_id` at once and send each; returns how many were sent."""
+    return services.command_batch_claim_and_send(batch_id=batch_id)
+
+
 @shared_task(name="fleet.tasks.drain_node", autoretry_for=RETRYABLE, retry_backoff=5, max_retries=5)
 def drain_node(node_id: str) -> str | None:
     """One drain pass for `node_id`; returns the node's status afterwards (None if it is gone)."""

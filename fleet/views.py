@@ -20,7 +20,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from cleverthis.tenancy.models import Role
 from cleverthis.tenancy.permissions import can_operate
 from cleverthis.tenancy.selectors import workspace_list
-from fleet import selectors, services
+from fleet import agent_views, selectors, services
 from fleet.exceptions import IllegalTransition
 from fleet.filters import COMMAND_FILTERS, NODE_FILTERS
 from fleet.forms import COMMAND_FORMS, ClusterForm, ClusterSettingsForm, RenameForm, TargetForm, apply_service_errors
@@ -220,7 +220,8 @@ def join_token_create(request: HttpRequest, pk: Any) -> HttpResponse:
     """Generate a join token; the dialog shows the one-line join command exactly once."""
     cluster = _cluster(request, pk)
     token, raw = services.join_token_create(cluster=cluster, actor=request.user)
-    context = {"cluster": cluster, "join_command": services.join_command(raw), "token": token}
+    base_url = agent_views.control_plane_url(request)  # the URL the operator reached us at, unless configured
+    context = {"cluster": cluster, "join_command": services.join_command(raw, base_url), "token": token}
     if request.htmx:
         return render(request, "fleet/_join_token.html", context)
     return render(request, "fleet/join_token.html", context)

@@ -6,6 +6,7 @@ import logging
 
 from celery import shared_task
 from django.db import DatabaseError
+from django.utils import timezone
 
 from fleet import drain
 from fleet.models import Node, NodeStatus
@@ -16,9 +17,15 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="fleet.workload_tasks.drain_tick", autoretry_for=(DatabaseError,), max_retries=2)
 def drain_tick() -> dict[str, str]:
-    """Beat: one drain pass for every draining node; returns {node_id: status after the pass}."""
+    """Beat: one drain pass for every draining node (not in partition-paused clusters); {node_id: status}."""
     out: dict[str, str] = {}
-    for node_id in Node.objects.filter(status=NodeStatus.DRAINING).order_by("pk").values_list("pk", flat=True):
+    draining = (
+        Node.objects.filter(status=NodeStatus.DRAINING)
+        .exclude(cluster__automation_paused_until__gt=timezone.now())  # partition pause: hands off
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    for node_id in draining:
         try:
             out[str(node_id)] = drain.drain_step(node_id=node_id).status
         except Exception:  # one broken node must not stop the others' drains

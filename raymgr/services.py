@@ -779,10 +779,15 @@ def _request_status(cluster: RayCluster, head: RayNode, actor: Any) -> Command |
 def autoscale_pass() -> int:
     """Beat: one autoscaler pass over every running Ray cluster, and the sweep of stuck deletions.
 
+    Ray clusters on a compute cluster whose automation is paused (suspected partition) are skipped.
+
     Returns how many clusters were autoscaled.
     """
     done = 0
-    for cluster in RayCluster.objects.filter(status=S.RUNNING).order_by("pk"):
+    running = RayCluster.objects.filter(status=S.RUNNING).exclude(
+        compute_cluster__automation_paused_until__gt=timezone.now()  # partition pause: no rescheduling
+    )
+    for cluster in running.order_by("pk"):
         try:
             if ray_cluster_autoscale(cluster=cluster) is not None:
                 done += 1

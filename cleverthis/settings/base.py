@@ -24,6 +24,15 @@ ENDPOINT_DOMAIN = env_str("ENDPOINT_DOMAIN", "endpoints.localhost")
 FIELD_ENCRYPTION_KEY = env_str("FIELD_ENCRYPTION_KEY", "")
 # A node whose last heartbeat is older than this many seconds is marked offline by the beat task.
 NODE_OFFLINE_AFTER_S = env_int("NODE_OFFLINE_AFTER_S", 90)
+# Partition safety: when one beat pass finds more than this fraction of a cluster's nodes lost (and
+# at least FLEET_PARTITION_MIN_NODES of them), the nodes are marked offline but automatic drains and
+# rescheduling pause for FLEET_PARTITION_PAUSE_S seconds, with a cluster event. 1.0 disables it.
+FLEET_PARTITION_THRESHOLD = env_float("FLEET_PARTITION_THRESHOLD", 0.5)
+FLEET_PARTITION_MIN_NODES = env_int("FLEET_PARTITION_MIN_NODES", 3)
+FLEET_PARTITION_PAUSE_S = env_int("FLEET_PARTITION_PAUSE_S", 900)
+# A dispatch task that finds its command claimed this long ago but unacknowledged (its first run died
+# between claim and send, and the broker redelivered it) sends the command again.
+COMMAND_RESEND_AFTER_S = env_int("COMMAND_RESEND_AFTER_S", 30)
 
 # Agent tunnel timing (seconds).
 AGENT_HEARTBEAT_INTERVAL_S = env_float("AGENT_HEARTBEAT_INTERVAL_S", 30.0)
@@ -96,7 +105,10 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [REDIS_URL],
+            # redis-py 8 defaults socket_timeout to 5 s, the same as channels_redis's blocking BZPOPMIN in
+            # receive(): an idle consumer's read then times out and the consumer (a tunnel!) crashes
+            # with 1011. Keep the read timeout well above the blocking pop.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5}],
             "prefix": env_str("CHANNELS_PREFIX", "cleverthis:channels:"),
             "capacity": 1000,
             "expiry": 60,
@@ -121,6 +133,13 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A task whose worker died before acking (acks_late) is handed to another worker after this long;
+# workers sweep for such tasks every interval x throttle seconds (kombu's defaults: 10 x 10).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600),
+    "unacked_restore_interval": env_int("CELERY_UNACKED_RESTORE_INTERVAL_S", 10),
+    "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
+}
 CELERY_TASK_ROUTES = {
     "fleet.tasks.dispatch_*": {"queue": "dispatch"},
     "fleet.tasks.gitops_*": {"queue": "gitops"},

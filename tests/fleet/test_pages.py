@@ -131,7 +131,7 @@ def test_generate_join_token_dialog_shows_command_once(browser, cluster):
     assert response.status_code == 200
     body = response.content.decode()
     (command,) = re.findall(
-        r"curl -fsSL http://127\.0\.0\.1:8000/agent/install\.sh \| CLUSTER_TOKEN=(ct_node_[\w-]+) sh", body
+        r"curl -fsSL http://testserver/agent/install\.sh \| CLUSTER_TOKEN=(ct_node_[\w-]+) sh", body
     )
     token = JoinToken.objects.get()
     assert token.token_hash == services.hash_join_token(command)

@@ -105,7 +105,21 @@ def celery_worker(
     return ManagedProcess(name, argv, log_dir=log_dir, env=env)
 
 
+# As in the Procfile: daphne lets tunnel frames somewhat over the protocol's 1 MiB limit through, so the
+# consumer (not the server) refuses them, closing that socket with 4400 and a reason.
+DAPHNE_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
 def daphne(log_dir: Path, port: int, *, env: dict[str, str] | None = None, name: str = "daphne") -> ManagedProcess:
     """A real daphne serving the project's ASGI app on 127.0.0.1:`port`."""
-    argv = [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "cleverthis.asgi:application"]
+    argv = [
+        str(VENV_BIN / "daphne"),
+        "-b",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        f"--websocket-max-message-size={DAPHNE_MAX_MESSAGE_BYTES}",
+        f"--websocket-max-frame-size={DAPHNE_MAX_MESSAGE_BYTES}",
+        "cleverthis.asgi:application",
+    ]
     return ManagedProcess(name, argv, log_dir=log_dir, env=env)

@@ -1,0 +1,280 @@
+"""Fleet scale benchmark: N simulated agents against 2 daphne replicas + Celery + Redis + PostgreSQL.
+
+    .venv/bin/python bench/fleet_scale.py                    # N = 100 and 1000
+    .venv/bin/python bench/fleet_scale.py --sizes 50 --heartbeat 5 --window 10
+
+Agents are the real `agent.tunnel.TunnelClient` (real keys, registration over HTTP, WebSocket
+tunnels, CA pinning, signed challenges), all in this process with asyncio, half of them dialing
+each replica; only their executor is simulated (answers at once). Each size runs in a fresh
+database and a private redis-server on a free port (the shared Redis is never touched).
+
+Printed per size:
+- heartbeats/s held over a window (and the expected rate), heartbeat round trip p50/p99;
+- control-plane RSS per connected agent (both daphnes' RSS growth / connected agents);
+- fan-out of one command to All nodes: time until every command is acknowledged, and until every
+  one succeeded;
+- API latency p50/p95 of the Nodes list (`/api/v1/nodes/?cluster=…`, first page) and node detail
+  with N nodes registered;
+- database queries per heartbeat, counted in-process around the service the consumer calls for a
+  heartbeat frame (`node_record_heartbeat`), and how many of them are writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+os.environ.setdefault("BENCH_DB", "cleverthis_fleet_scale")
+os.environ.setdefault("LOG_LEVEL", "WARNING")
+
+from tests.support.processes import (  # noqa: E402
+    ManagedProcess,
+    celery_worker,
+    daphne,
+    free_port,
+    port_open,
+    wait_until,
+)
+
+REDIS_PORT = free_port()
+os.environ["REDIS_URL"] = f"redis://127.0.0.1:{REDIS_PORT}/0"
+
+import tunnel_dispatch as td  # noqa: E402  (django.setup() on the bench database and our Redis)
+
+from agent import protocol as p  # noqa: E402
+from agent.registration import join  # noqa: E402
+from agent.tunnel import ReconnectPolicy, TunnelClient  # noqa: E402
+
+
+def start_redis(workdir: Path) -> ManagedProcess:
+    argv = [shutil.which("redis-server") or "redis-server", "--port", str(REDIS_PORT), "--bind", "127.0.0.1"]
+    argv += ["--save", "", "--appendonly", "no", "--maxclients", "20000"]
+    proc = ManagedProcess("redis", argv, log_dir=workdir)
+    wait_until(lambda: port_open(REDIS_PORT), timeout=10, what="redis")
+    return proc
+
+
+def queries_per_heartbeat(node_id: str, samples: int = 20) -> tuple[float, float]:
+    """(queries, writes) per `node_record_heartbeat` call, averaged over `samples` calls."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from fleet import services
+
+    beat = p.Heartbeat(cpu_percent=12.5, memory_percent=40.0, memory_used_mb=1000, memory_total_mb=32768)
+    with CaptureQueriesContext(connection) as ctx:
+        for _ in range(samples):
+            services.node_record_heartbeat(node_id=node_id, heartbeat=beat)
+    sql = [q["sql"].lstrip().upper() for q in ctx.captured_queries]
+    writes = [s for s in sql if s.startswith(("UPDATE", "INSERT", "DELETE"))]
+    return len(sql) / samples, len(writes) / samples
+
+
+def api_latency(url: str, token: str, samples: int) -> tuple[float, float]:
+    session = requests.Session()
+    session.headers["Authorization"] = f"Token {token}"
+    times = []
+    for _ in range(samples):
+        started = time.monotonic()
+        response = session.get(url, timeout=60)
+        times.append(time.monotonic() - started)
+        response.raise_for_status()
+    return statistics.median(times) * 1000, td.percentile(times, 95) * 1000
+
+
+async def run_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    from cleverthis.tenancy.services import workspace_create
+    from fleet import services
+    from fleet.models import Command, Node
+
+    redis = await asyncio.to_thread(start_redis, workdir)
+    await sync_to_async(td.reset_database)()
+    user = await sync_to_async(get_user_model().objects.create_user)("bench", password="x")
+    token = (await sync_to_async(Token.objects.create)(user=user)).key
+    workspace = await sync_to_async(workspace_create)(name="Bench", owner=user)
+    cluster = await sync_to_async(services.cluster_create)(actor=user, workspace=workspace, name="bench")
+
+    env = {
+        "DATABASE_URL": os.environ["DATABASE_URL"],
+        "REDIS_URL": os.environ["REDIS_URL"],
+        "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
+        "AGENT_HEARTBEAT_INTERVAL_S": str(args.heartbeat),
+        "AGENT_HELLO_TIMEOUT_S": "120",
+        "NODE_OFFLINE_AFTER_S": "3600",
+        "DEBUG": "0",
+        "LOG_LEVEL": "WARNING",
+    }
+    ports = [free_port(), free_port()]
+    webs = [daphne(workdir, port, env=env, name=f"daphne-{n}-{i}") for i, port in enumerate(ports)]
+    worker = celery_worker(workdir, env={**env, "LOG_LEVEL": "WARNING"}, name=f"worker-{n}")
+    stop = asyncio.Event()
+    tasks: list[asyncio.Future] = []
+    try:
+        for port in ports:
+            await asyncio.to_thread(wait_until, lambda port=port: port_open(port), timeout=30, what="daphne")
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        procs = [psutil.Process(w.popen.pid) for w in webs]
+        for url in urls:  # warm both replicas up (imports, first queries) before the RSS baseline
+            await asyncio.to_thread(api_latency, f"{url}/api/v1/nodes/", token, 3)
+        rss_before = sum(proc.memory_info().rss for proc in procs)
+
+        async def register(i: int):
+            _, raw = await sync_to_async(services.join_token_create)(cluster=cluster, actor=user)
+            facts = p.HostFacts(hostname=f"sim-{i:04d}", cpu_count=8, memory_total_mb=32768)
+            return await asyncio.to_thread(
+                join, url=urls[i % 2], token=raw, state_dir=workdir / f"agent-{n}-{i}", facts=facts
+            )
+
+        started = time.monotonic()
+        configs = []
+        for chunk in range(0, n, 50):
+            configs += await asyncio.gather(*(register(i) for i in range(chunk, min(n, chunk + 50))))
+        register_s = time.monotonic() - started
+        clients = [
+            TunnelClient(
+                c,
+                lambda mode, settings: td.InstantRunner(),
+                policy=ReconnectPolicy(base_s=1.0, cap_s=10),
+                hello_timeout_s=120,
+            )
+            for c in configs
+        ]
+        for i, client in enumerate(clients):
+            tasks.append(asyncio.ensure_future(client.run(stop)))
+            if i % 50 == 49:
+                await asyncio.sleep(0.5)  # a gentle connect ramp
+        deadline = time.monotonic() + 300
+        while sum(1 for c in clients if c.sessions) < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        connected = sum(1 for c in clients if c.sessions)
+        await asyncio.sleep(args.heartbeat * 1.5)
+
+        acks_start = sum(len(c.heartbeat_rtts) for c in clients)
+        window_start = time.monotonic()
+        await asyncio.sleep(args.window)
+        elapsed = time.monotonic() - window_start
+        acks = sum(len(c.heartbeat_rtts) for c in clients) - acks_start
+        rtts = [r for c in clients for r in list(c.heartbeat_rtts)[-5:]]
+        rss_after = sum(proc.memory_info().rss for proc in procs)
+
+        # fan-out to All nodes
+        started = time.monotonic()
+        commands = await sync_to_async(services.command_dispatch)(
+            actor=user, cluster=cluster, command_type="model.download", payload={"model_id": "bench/all"}
+        )
+        ids = [c.pk for c in commands]
+        acked_s = succeeded_s = float("nan")
+        while time.monotonic() - started < 600:
+            pending_ack = await sync_to_async(Command.objects.filter(pk__in=ids, acked_at__isnull=True).count)()
+            if pending_ack == 0 and acked_s != acked_s:
+                acked_s = time.monotonic() - started
+            not_done = await sync_to_async(Command.objects.filter(pk__in=ids).exclude(status="succeeded").count)()
+            if not_done == 0:
+                succeeded_s = time.monotonic() - started
+                if acked_s != acked_s:
+                    acked_s = succeeded_s
+                break
+            await asyncio.sleep(0.05)
+        done = await sync_to_async(Command.objects.filter(pk__in=ids, status="succeeded").count)()
+
+        # API latency with N nodes
+        node_id = await sync_to_async(lambda: str(Node.objects.filter(cluster=cluster).order_by("name").first().pk))()
+        list_p50, list_p95 = await asyncio.to_thread(
+            api_latency, f"{urls[0]}/api/v1/nodes/?cluster={cluster.pk}", token, args.samples
+        )
+        detail_p50, detail_p95 = await asyncio.to_thread(
+            api_latency, f"{urls[1]}/api/v1/nodes/{node_id}/", token, args.samples
+        )
+        queries, writes = await sync_to_async(queries_per_heartbeat)(node_id)
+
+        return {
+            "agents": n,
+            "connected": connected,
+            "register_s": register_s,
+            "hb_per_s": acks / elapsed,
+            "hb_expected": connected / args.heartbeat,
+            "hb_rtt_p50_ms": statistics.median(rtts) * 1000 if rtts else float("nan"),
+            "hb_rtt_p99_ms": td.percentile(rtts, 99) * 1000 if rtts else float("nan"),
+            "rss_kib_per_agent": (rss_after - rss_before) / max(connected, 1) / 1024,
+            "rss_total_mib": rss_after / 2**20,
+            "fanout_acked_s": acked_s,
+            "fanout_done_s": succeeded_s,
+            "fanout_done": done,
+            "fanout_targets": len(ids),
+            "list_p50_ms": list_p50,
+            "list_p95_ms": list_p95,
+            "detail_p50_ms": detail_p50,
+            "detail_p95_ms": detail_p95,
+            "queries_per_hb": queries,
+            "writes_per_hb": writes,
+        }
+    finally:
+        stop.set()
+        if tasks:
+            await asyncio.wait(tasks, timeout=30)
+        for proc in [*webs, worker]:
+            proc.stop()
+        redis.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--heartbeat", type=float, default=10.0, help="heartbeat interval (s)")
+    parser.add_argument("--window", type=float, default=20.0, help="heartbeat measurement window (s)")
+    parser.add_argument("--samples", type=int, default=40, help="API requests per endpoint")
+    args = parser.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+        for n in args.sizes:
+            print(f"running N={n} ...", flush=True)
+            rows.append(asyncio.run(run_size(n, args, Path(tmp))))
+            print(rows[-1], flush=True)
+    print(f"\nheartbeat interval {args.heartbeat}s, window {args.window}s, {args.samples} API samples, 2 daphnes")
+    print(
+        "agents conn  hb/s held (exp)  hb rtt p50/p99 ms  RSS KiB/agent  fan-out acked/done s (ok)  "
+        "nodes list p50/p95 ms  node detail p50/p95 ms  queries(writes)/hb"
+    )
+    for r in rows:
+        print(
+            f"{r['agents']:>6} {r['connected']:>4}  {r['hb_per_s']:>7.1f} ({r['hb_expected']:>6.1f})  "
+            f"{r['hb_rtt_p50_ms']:>7.1f}/{r['hb_rtt_p99_ms']:<8.1f}  {r['rss_kib_per_agent']:>12.1f}  "
+            f"{r['fanout_acked_s']:>8.2f}/{r['fanout_done_s']:<6.2f} ({r['fanout_done']}/{r['fanout_targets']})  "
+            f"{r['list_p50_ms']:>10.1f}/{r['list_p95_ms']:<9.1f}  "
+            f"{r['detail_p50_ms']:>11.1f}/{r['detail_p95_ms']:<9.1f}  "
+            f"{r['queries_per_hb']:.1f}({r['writes_per_hb']:.1f})"
+        )
+    if len(rows) > 1:
+        a, b = rows[0], rows[-1]
+        k = b["agents"] / a["agents"]
+        print(
+            f"\nx{k:.0f} nodes: fan-out done x{b['fanout_done_s'] / a['fanout_done_s']:.1f}, "
+            f"nodes list p50 x{b['list_p50_ms'] / a['list_p50_ms']:.2f}, "
+            f"node detail p50 x{b['detail_p50_ms'] / a['detail_p50_ms']:.2f}, "
+            f"RSS/agent x{b['rss_kib_per_agent'] / max(a['rss_kib_per_agent'], 1e-9):.2f}, "
+            f"queries/heartbeat {a['queries_per_hb']:.1f} → {b['queries_per_hb']:.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,506 @@
+"""Faults: a daphne replica killed, Redis restarted, the Celery worker killed mid-dispatch, a partition.
+
+The process tests (marked `integration`) run the real thing: daphne replicas, a Celery worker, real
+agents (`python -m agent run`), PostgreSQL and Redis. The partition-safety tests at the end are
+plain database tests of the beat pass (`nodes_mark_lost_offline`) and the passes it pauses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from django.db import connection
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+
+from fleet import services
+from fleet.models import ClusterEvent, Command, ComputeCluster, Node, NodeEvent
+from fleet.workload_tasks import drain_tick
+from tests.e2e.conftest import node_of
+from tests.support.live import ControlPlane, subprocess_env
+from tests.support.processes import ManagedProcess, free_port, port_open, wait_until
+
+# --------------------------------------------------------------------------------------------------
+# a tiny TCP load balancer (asyncio, loopback only)
+
+
+class LoadBalancer:
+    """Forwards each TCP connection on 127.0.0.1:`port` to the first backend that accepts it.
+
+    Backends are tried in order, so every connection lands on backend 0 while it is up and fails over
+    to the next one when it is gone: the agents see one URL, like behind a real load balancer.
+    `routed` counts connections per backend port.
+    """
+
+    def __init__(self, backends: list[int]) -> None:
+        self.backends = backends
+        self.port = free_port()
+        self.routed: dict[int, int] = {b: 0 for b in backends}
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> LoadBalancer:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for backend in self.backends:
+            try:
+                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", backend)
+            except OSError:
+                continue
+            self.routed[backend] += 1
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+            return
+        writer.close()
+
+    @staticmethod
+    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    def stop(self) -> None:
+        async def shutdown() -> None:
+            self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._loop.stop()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop)
+        self._thread.join(5)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def _all_succeeded(ids: list) -> bool:
+    return Command.objects.filter(pk__in=ids, status="succeeded").count() == len(ids)
+
+
+def _assert_each_ran_once(ids: list) -> None:
+    for command in Command.objects.filter(pk__in=ids):
+        kinds = list(NodeEvent.objects.filter(command=command).values_list("kind", flat=True))
+        assert kinds.count("command.succeeded") == 1, (command.pk, kinds)
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_killing_the_replica_holding_the_tunnels_loses_no_command(tmp_path, cluster, operator, agents, hub, settings):
+    """kill -9 the daphne holding every tunnel: agents reconnect through the balancer to the other one.
+
+    Commands dispatched right after the kill (while the dead replica still looks connected in the
+    database) are delivered after the reconnect, once each, and each runs once on its node.
+    """
+    user, _ = operator
+    hub.add_repo("acme/second", {"config.json": b"{}", "weights.bin": b"2" * 2048})
+    settings.NODE_OFFLINE_AFTER_S = 30
+    plane = ControlPlane(log_dir=tmp_path, env=subprocess_env(NODE_OFFLINE_AFTER_S="30"))
+    first, second = plane.start_replica(), plane.start_replica()
+    plane.start_worker()
+    balancer = LoadBalancer([first, second]).start()
+    try:
+        procs = [agents(plane, cluster, user, name, url=balancer.url)[0] for name in ("a", "b", "c")]
+        wait_until(
+            lambda: Node.objects.filter(cluster=cluster, status="online", connected=True).count() == 3,
+            timeout=40,
+            what="three nodes online",
+        )
+        before = services.command_dispatch(
+            actor=user, cluster=cluster, command_type="model.download", payload={"model_id": "acme/tiny"}
+        )
+        wait_until(lambda: _all_succeeded([c.pk for c in before]), timeout=60, what="first batch")
+        assert balancer.routed[second] == 0  # every tunnel is on the first replica
+
+        plane.replicas[0].kill()
+        killed_at = time.monotonic()
+        after = services.command_dispatch(
+            actor=user, cluster=cluster, command_type="model.download", payload={"model_id": "acme/second"}
+        )
+        assert len(after) == 3
+        # every agent is back, on the surviving replica, within 10 s of the kill
+        wait_until(
+            lambda: all(p.log().count("connected to") >= 2 for p in procs), timeout=10, what="all agents reconnect"
+        )
+        reconnect_s = time.monotonic() - killed_at
+        assert balancer.routed[second] >= 3
+        wait_until(lambda: _all_succeeded([c.pk for c in after]), timeout=60, what="second batch after failover")
+        _assert_each_ran_once([c.pk for c in [*before, *after]])
+        for proc in procs:
+            assert proc.log().count("command model.download succeeded") == 2, proc.log()[-2000:]
+        assert len(hub.gets_of("weights.bin")) == 6  # each node downloaded each model once
+        print(f"reconnect after kill -9: {reconnect_s:.1f} s")
+    finally:
+        balancer.stop()
+        plane.stop()
+
+
+# --------------------------------------------------------------------------------------------------
+# Redis restart
+
+
+class PrivateRedis:
+    """A redis-server of this test's own on a free port (the shared one on 6379 is never touched)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.port = free_port()
+        self.log_dir = log_dir
+        self.proc: ManagedProcess | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        argv = [
+            shutil.which("redis-server") or "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        self.starts += 1
+        self.proc = ManagedProcess(f"redis-{self.starts}", argv, log_dir=self.log_dir)
+        wait_until(lambda: port_open(self.port), timeout=10, what="private redis")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.popen.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+
+def _api_dispatch(base_url: str, token: str, cluster: ComputeCluster, model: str) -> list[str]:
+    response = requests.post(
+        f"{base_url}/api/v1/clusters/{cluster.pk}/commands/",
+        json={"command_type": "model.download", "payload": {"model_id": model}},
+        headers={"Authorization": f"Token {token}"},
+        timeout=30,
+    )
+    assert response.status_code in (200, 201, 202), response.text
+    body = response.json()
+    rows = body if isinstance(body, list) else body.get("commands", body.get("results", []))
+    return [row["id"] for row in rows]
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_dispatch_resumes_after_redis_restarts(tmp_path, cluster, operator, agents, hub):
+    """Redis (broker + channel layer) dies and comes back empty: commands flow again afterwards.
+
+    The control plane's processes all use a private Redis; commands go in through the API of the
+    running daphne, so this test process never needs Redis itself.
+    """
+    user, _ = operator
+    hub.add_repo("acme/second", {"config.json": b"{}", "weights.bin": b"2" * 2048})
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    plane = ControlPlane(log_dir=tmp_path, env=subprocess_env(TEST_REDIS_URL=redis.url, NODE_OFFLINE_AFTER_S="30"))
+    try:
+        plane.start_replica()
+        plane.start_worker()
+        token = Token.objects.create(user=user).key
+        proc, state, _ = agents(plane, cluster, user, "a")
+        node = node_of(state)
+        wait_until(lambda: Node.objects.get(pk=node.pk).connected, timeout=30, what="online")
+        ids = _api_dispatch(plane.url, token, cluster, "acme/tiny")
+        wait_until(lambda: _all_succeeded(ids), timeout=60, what="command before the restart")
+
+        redis.kill()
+        time.sleep(1)
+        redis.start()  # empty: queues, groups and results are gone
+        deadline = time.monotonic() + 60
+        later: list[str] = []
+        while not later and time.monotonic() < deadline:
+            with contextlib.suppress(AssertionError, requests.RequestException):
+                later = _api_dispatch(plane.url, token, cluster, "acme/second")
+            if not later:
+                time.sleep(1)
+        assert later, plane.logs()
+        wait_until(lambda: _all_succeeded(later), timeout=60, what="command after the redis restart")
+        _assert_each_ran_once([*ids, *later])
+        assert proc.log().count("command model.download succeeded") == 2
+        # how it recovered: the tunnel's channel-layer receive broke with Redis, daphne closed the
+        # socket, and the agent's reconnect joined its node group again in the new, empty Redis
+        assert proc.log().count("connected to") >= 2
+        assert plane.worker is not None
+        assert plane.worker.alive()
+    finally:
+        plane.stop()
+        redis.stop()
+
+
+# --------------------------------------------------------------------------------------------------
+# Celery worker killed mid-dispatch
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_worker_killed_mid_dispatch_redelivers_the_command_once(tmp_path, cluster, operator, agents):
+    """The worker dies while its dispatch task runs (acks_late): a new worker gets the task again.
+
+    The task is held mid-flight deterministically: the test locks the command row, so the worker's
+    claim (a conditional UPDATE) blocks; then the worker is killed with SIGKILL and its database
+    session ended, as a crash would. The redelivered task claims and sends; the agent runs it once.
+    """
+    user, _ = operator
+    env = subprocess_env(
+        CELERY_VISIBILITY_TIMEOUT_S="3",
+        CELERY_UNACKED_RESTORE_INTERVAL_S="1",
+        CELERY_UNACKED_RESTORE_THROTTLE="1",
+        NODE_OFFLINE_AFTER_S="30",
+    )
+    plane = ControlPlane(log_dir=tmp_path, env=env)
+    try:
+        plane.start_replica()
+        plane.start_worker()
+        proc, state, _ = agents(plane, cluster, user, "a")
+        node = node_of(state)
+        wait_until(lambda: Node.objects.get(pk=node.pk).connected, timeout=30, what="online")
+
+        from django.db import connections
+
+        locker = connections.create_connection("default")
+        locker.set_autocommit(False)
+        with locker.cursor() as cursor:
+            (command,) = services.command_dispatch(
+                actor=user,
+                cluster=cluster,
+                command_type="model.download",
+                payload={"model_id": "acme/tiny"},
+                node=node,
+            )
+            cursor.execute("SELECT id FROM fleet_command WHERE id = %s FOR UPDATE", [command.pk])
+
+            def worker_blocked() -> bool:
+                with connection.cursor() as c:
+                    c.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND wait_event_type = 'Lock' AND query LIKE 'UPDATE \"fleet_command\"%%'"
+                    )
+                    return bool(c.fetchall())
+
+            wait_until(worker_blocked, timeout=30, what="the worker's claim waits on the row lock")
+            assert plane.worker is not None
+            plane.worker.kill()
+            plane.worker.popen.wait(10)
+            with connection.cursor() as c:  # the crashed worker's session goes with it
+                c.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE 'UPDATE \"fleet_command\"%%'"
+                )
+        locker.rollback()
+        locker.close()
+        assert Command.objects.get(pk=command.pk).status == "queued"
+
+        plane.worker = None
+        plane.start_worker()
+        wait_until(
+            lambda: Command.objects.get(pk=command.pk).status == "succeeded", timeout=60, what="redelivered command"
+        )
+        assert proc.log().count("command received: model.download") == 1
+        assert proc.log().count("command model.download succeeded") == 1
+        assert Command.objects.get(pk=command.pk).attempts == 1
+        assert plane.worker.log().count("fleet.tasks.dispatch_command") >= 1
+    finally:
+        plane.stop()
+
+
+# --------------------------------------------------------------------------------------------------
+# partition safety (database tests of the beat pass)
+
+
+def _nodes(cluster: ComputeCluster, n: int, status: str = "online") -> list[Node]:
+    now = timezone.now()
+    return [
+        Node.objects.create(
+            cluster=cluster,
+            name=f"{cluster.name}-{i}",
+            hostname=f"h{i}",
+            status=status,
+            connected=True,
+            last_heartbeat_at=now,
+        )
+        for i in range(n)
+    ]
+
+
+def _silence(nodes: list[Node], seconds: float = 600) -> None:
+    Node.objects.filter(pk__in=[n.pk for n in nodes]).update(
+        last_heartbeat_at=timezone.now() - dt.timedelta(seconds=seconds)
+    )
+
+
+@pytest.fixture
+def fleet_cluster(owner, workspace):
+    return services.cluster_create(actor=owner, workspace=workspace, name="part")
+
+
+@pytest.mark.django_db
+def test_mass_loss_marks_offline_but_pauses_automation_with_a_cluster_event(fleet_cluster, owner, workspace):
+    nodes = _nodes(fleet_cluster, 4)
+    other = services.cluster_create(actor=owner, workspace=workspace, name="calm")
+    calm = _nodes(other, 4)
+    draining_here = Node.objects.create(
+        cluster=fleet_cluster,
+        name="draining",
+        hostname="d",
+        status="draining",
+        connected=True,
+        last_heartbeat_at=timezone.now(),
+    )
+    draining_there = Node.objects.create(
+        cluster=other,
+        name="draining2",
+        hostname="d2",
+        status="draining",
+        connected=True,
+        last_heartbeat_at=timezone.now(),
+    )
+    _silence(nodes[:4])
+    _silence(calm[:1])
+
+    assert services.nodes_mark_lost_offline() == 5
+    # the lost nodes are all offline, in both clusters
+    assert Node.objects.filter(pk__in=[n.pk for n in nodes], status="offline", connected=False).count() == 4
+    assert Node.objects.get(pk=calm[0].pk).status == "offline"
+    fleet_cluster.refresh_from_db()
+    other.refresh_from_db()
+    assert fleet_cluster.automation_paused()
+    assert not other.automation_paused()
+    (event,) = ClusterEvent.objects.filter(cluster=fleet_cluster, kind="partition.suspected")
+    assert (event.data["lost"], event.data["total"]) == (4, 5)
+    assert not ClusterEvent.objects.filter(cluster=other).exists()
+    # drain passes leave the paused cluster alone, and carry on elsewhere
+    out = drain_tick()
+    assert str(draining_here.pk) not in out
+    assert out[str(draining_there.pk)] == "cordoned"
+    assert Node.objects.get(pk=draining_here.pk).status == "draining"
+
+
+@pytest.mark.django_db
+def test_pause_expires_and_can_be_lifted(fleet_cluster, owner, settings):
+    nodes = _nodes(fleet_cluster, 3)
+    draining = Node.objects.create(
+        cluster=fleet_cluster,
+        name="dr",
+        hostname="dr",
+        status="draining",
+        connected=True,
+        last_heartbeat_at=timezone.now(),
+    )
+    _silence(nodes)
+    services.nodes_mark_lost_offline()
+    fleet_cluster.refresh_from_db()
+    assert fleet_cluster.automation_paused()
+    assert str(draining.pk) not in drain_tick()
+    later = timezone.now() + dt.timedelta(seconds=settings.FLEET_PARTITION_PAUSE_S + 1)
+    assert not fleet_cluster.automation_paused(now=later)
+    services.cluster_resume_automation(actor=owner, cluster=fleet_cluster)
+    assert not ComputeCluster.objects.get(pk=fleet_cluster.pk).automation_paused()
+    assert drain_tick()[str(draining.pk)] == "cordoned"
+    assert ClusterEvent.objects.filter(cluster=fleet_cluster, kind="automation.resumed").exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("total", "lost", "threshold", "paused"),
+    [
+        (10, 5, 0.5, False),  # exactly the threshold: not more than it
+        (10, 6, 0.5, True),
+        (10, 3, 0.2, True),
+        (2, 2, 0.5, False),  # below FLEET_PARTITION_MIN_NODES (3): a small cluster just goes offline
+        (4, 4, 1.0, False),  # 1.0 disables the safety
+    ],
+)
+def test_threshold_and_minimum(fleet_cluster, settings, total, lost, threshold, paused):
+    settings.FLEET_PARTITION_THRESHOLD = threshold
+    settings.FLEET_PARTITION_MIN_NODES = 3
+    nodes = _nodes(fleet_cluster, total)
+    _silence(nodes[:lost])
+    assert services.nodes_mark_lost_offline() == lost
+    assert ComputeCluster.objects.get(pk=fleet_cluster.pk).automation_paused() is paused
+    assert ClusterEvent.objects.filter(cluster=fleet_cluster, kind="partition.suspected").exists() is paused
+
+
+@pytest.mark.django_db
+def test_losses_spread_over_passes_do_not_pause(fleet_cluster):
+    """One node at a time over several passes is ordinary churn, not a partition."""
+    nodes = _nodes(fleet_cluster, 6)
+    for node in nodes[:4]:
+        _silence([node])
+        assert services.nodes_mark_lost_offline() == 1
+    assert not ComputeCluster.objects.get(pk=fleet_cluster.pk).automation_paused()
+
+
+@pytest.mark.django_db
+def test_paused_compute_cluster_is_skipped_by_the_ray_autoscaler(fleet_cluster, owner, workspace):
+    from raymgr import services as ray_services
+    from raymgr.models import RayCluster
+
+    nodes = _nodes(fleet_cluster, 3)
+    ray = ray_services.ray_cluster_create(actor=owner, workspace=workspace, compute_cluster=fleet_cluster, name="r")
+    RayCluster.objects.filter(pk=ray.pk).update(status="running")
+    assert ray_services.autoscale_pass() == 1
+    _silence(nodes)
+    services.nodes_mark_lost_offline()
+    assert ray_services.autoscale_pass() == 0
+    assert RayCluster.objects.get(pk=ray.pk).status == "running"
+
+
+@pytest.mark.django_db
+def test_a_redelivered_dispatch_of_a_claimed_but_unacknowledged_command_sends_it_again(fleet_cluster, owner):
+    """A worker that died after its claim committed but before the send: the redelivered task re-sends.
+
+    The agent deduplicates by idempotency key, so a second send never runs the work twice.
+    """
+    (node,) = _nodes(fleet_cluster, 1)
+    (command,) = services.command_dispatch(
+        actor=owner, cluster=fleet_cluster, command_type="model.download", payload={"model_id": "a/b"}, node=node
+    )
+    Command.objects.filter(pk=command.pk).update(
+        status="dispatched", attempts=1, dispatched_at=timezone.now() - dt.timedelta(seconds=120)
+    )
+    assert services.command_claim_and_send(command_id=command.pk) is True
+    row = Command.objects.get(pk=command.pk)
+    assert (row.status, row.attempts) == ("dispatched", 2)
+    assert NodeEvent.objects.filter(command=command, kind="command.dispatched").count() == 1
+    # a fresh claim (another task racing the first) is not re-sent, nor an acknowledged command
+    assert services.command_claim_and_send(command_id=command.pk) is False
+    Command.objects.filter(pk=command.pk).update(
+        status="running", acked_at=timezone.now(), dispatched_at=timezone.now() - dt.timedelta(seconds=120)
+    )
+    assert services.command_claim_and_send(command_id=command.pk) is False
