@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from agent import protocol
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
-from fleet import ca, selectors, services
+from fleet import agent_views, ca, selectors, services
 from fleet.api import serializers as s
 from fleet.exceptions import IllegalTransition, JoinTokenRejected
 from fleet.filters import CLUSTER_FILTERS, COMMAND_FILTERS, NAMESPACE_FILTERS, NODE_FILTERS, FilterSet
@@ -109,7 +109,7 @@ class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, vi
         body = {
             "id": token.pk,
             "token": raw,
-            "join_command": services.join_command(raw),
+            "join_command": services.join_command(raw, agent_views.control_plane_url(request)),
             "expires_at": token.expires_at,
         }
         return Response(s.JoinTokenSerializer(body).data, status=201, headers={"Cache-Control": "no-store"})

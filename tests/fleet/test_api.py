@@ -135,9 +135,7 @@ def test_join_token_then_register_then_node_listed(api, cluster):
     assert response.status_code == 201
     body = response.json()
     assert body["token"].startswith("ct_node_")
-    assert body["join_command"] == (
-        f"curl -fsSL http://127.0.0.1:8000/agent/install.sh | CLUSTER_TOKEN={body['token']} sh"
-    )
+    assert body["join_command"] == (f"curl -fsSL http://testserver/agent/install.sh | CLUSTER_TOKEN={body['token']} sh")
     assert JoinToken.objects.get().token_hash != body["token"]
 
     registered = _register(APIClient(), body["token"])  # no user authentication
