@@ -17,6 +17,7 @@ from fleet import services
 from fleet.exceptions import IllegalTransition
 from fleet.models import (
     CertificateAuthority,
+    ClusterEvent,
     Command,
     CommandType,
     ComputeCluster,
@@ -336,3 +337,11 @@ class EndpointAdmin(ReadOnlyAdmin):
     list_display = ["slug", "model_id", "node", "status", "port", "public", "created_at"]
     list_filter = ["status", "public"]
     search_fields = ["slug", "model_id"]
+
+
+@admin.register(ClusterEvent)
+class ClusterEventAdmin(ReadOnlyAdmin):
+    """Cluster-wide events (partition safety pauses and resumes)."""
+
+    list_display = ["cluster", "kind", "message", "created_at"]
+    list_filter = ["kind"]

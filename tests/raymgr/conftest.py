@@ -116,3 +116,14 @@ def start_head(cluster: RayCluster, *, ip: str = "10.0.0.1") -> Command:
     finish(command, data={"container_id": "c-head", "ray_node_id": "aa" * 28, "ip": ip})
     cluster.refresh_from_db()
     return command
+
+
+def confirm_submissions() -> None:
+    """Answer every in-flight `ray.job.submit` as the head would (accepted, PENDING).
+
+    The control plane polls a job's status only once its submission is confirmed.
+    """
+    for command in Command.objects.filter(
+        command_type="ray.job.submit", status__in=["queued", "dispatched", "running"]
+    ):
+        finish(command, data={"submission_id": command.payload.get("submission_id", ""), "status": "PENDING"})

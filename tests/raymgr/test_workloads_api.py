@@ -6,7 +6,7 @@ import pytest
 
 from fleet.models import Command
 from raymgr.workload_models import TuneExperiment
-from tests.raymgr.conftest import finish, last_command, start_head
+from tests.raymgr.conftest import confirm_submissions, finish, last_command, start_head
 
 pytestmark = pytest.mark.django_db
 
@@ -82,6 +82,8 @@ def test_finished_job_cancel_is_409(api_client_for, owner, workspace, running):
     client = api_client_for(owner)
     job_id = client.post(f"{API}training-jobs/", body(workspace, running, script=SCRIPT), format="json").json()["id"]
     from raymgr.workloads import services
+
+    confirm_submissions()
 
     services.workloads_poll()
     finish(last_command("ray.job.status"), data={"status": "SUCCEEDED"})

@@ -11,7 +11,7 @@ from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus
 from raymgr.workload_models import JobStatus, ServeStatus, TrainingJob, TuneTrial
 from raymgr.workloads import render, services
-from tests.raymgr.conftest import finish, last_command, start_head
+from tests.raymgr.conftest import confirm_submissions, finish, last_command, start_head
 
 pytestmark = pytest.mark.django_db
 
@@ -78,6 +78,7 @@ def test_job_status_results_move_the_state_and_record_checkpoints(owner, workspa
 
 def test_failed_job_keeps_the_traceback(owner, workspace, running):
     job = _job(owner, workspace, running)
+    confirm_submissions()
     services.workloads_poll()
     tb = 'Traceback (most recent call last):\n  File "train.py", line 1\nZeroDivisionError: division by zero'
     finish(last_command("ray.job.status"), data={"status": "FAILED", "message": "exit 1", "traceback": tb})
@@ -122,6 +123,7 @@ def test_cancel_unsubmitted_and_submitted(owner, workspace, running, make_ray):
     assert cancelled.status == JobStatus.QUEUED
     stop = last_command("ray.job.stop", submission_id=job.submission_id)
     finish(stop, data={"stopped": True})
+    confirm_submissions()
     services.workloads_poll()
     finish(last_command("ray.job.status"), data={"status": "STOPPED"})
     job.refresh_from_db()
@@ -216,6 +218,7 @@ def test_tune_experiment_trials_best_and_train_with_best(owner, workspace, runni
     assert (spec["scheduler"], spec["num_samples"], spec["search_space"]) == ("asha", 2, SPACE)
     with pytest.raises(IllegalTransition):
         services.tune_train_with_best(actor=owner, experiment=experiment, name="best")
+    confirm_submissions()
     services.workloads_poll()
     markers = [
         {"kind": "trial", "trial_id": "t1", "status": "RUNNING", "config": {"x": 1.0}},
@@ -276,6 +279,7 @@ def test_serve_checkpoint_deploys_then_health_from_serve_status(owner, workspace
     spec = json.loads(submit.payload["files"]["ctfleet_spec.json"])
     assert (spec["checkpoint_path"], spec["num_replicas"], spec["http_port"]) == ("/ck/b", 2, 8123)
     compile(submit.payload["files"]["serve_deploy.py"], "serve_deploy.py", "exec")
+    confirm_submissions()
     services.workloads_poll()
     finish(last_command("ray.job.status", submission_id=deployment.submission_id), data={"status": "SUCCEEDED"})
     app = {
@@ -290,6 +294,7 @@ def test_serve_checkpoint_deploys_then_health_from_serve_status(owner, workspace
     assert deployment.endpoint_url == "http://10.0.0.1:8123/svc"
     assert deployment.replica_logs == {"r1": "INFO ready"}
     app["deployments"]["model"]["replicas"].append({"state": "RUNNING"})
+    confirm_submissions()
     services.workloads_poll()
     finish(last_command("ray.serve.status"), data={"applications": {"app-svc": app}, "http_port": 8123})
     deployment.refresh_from_db()
@@ -303,6 +308,7 @@ def test_serve_checkpoint_deploys_then_health_from_serve_status(owner, workspace
         )["action"]
         == "delete"
     )
+    confirm_submissions()
     services.workloads_poll()
     finish(last_command("ray.job.status", submission_id=stopped.submission_id), data={"status": "SUCCEEDED"})
     deployment.refresh_from_db()
@@ -312,6 +318,7 @@ def test_serve_checkpoint_deploys_then_health_from_serve_status(owner, workspace
 
 def test_failed_deploy_job_shows_traceback(owner, workspace, running):
     deployment = _serve(owner, workspace, running, engine="vllm", model="org/llm")
+    confirm_submissions()
     services.workloads_poll()
     tb = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'vllm'"
     finish(
@@ -380,3 +387,12 @@ def test_vllm_deployment_renders_an_llm_config_with_autoscaling(owner, workspace
     script = render.serve_submission(deployment).files["serve_deploy.py"]
     assert "build_openai_app" in script
     assert "LLMConfig" in script
+
+
+def test_status_is_not_asked_before_the_head_confirms_the_submission(owner, workspace, running):
+    job = _job(owner, workspace, running)
+    assert services.workloads_poll() == 0  # the submit is still in flight: Ray may not know the job yet
+    assert not Command.objects.filter(command_type="ray.job.status").exists()
+    confirm_submissions()
+    assert services.workloads_poll() == 1
+    assert last_command("ray.job.status", submission_id=job.submission_id) is not None
