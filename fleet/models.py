@@ -12,6 +12,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 
 from cleverthis.crypto import EncryptedTextField
+from cleverthis.eventlog import EventLogEntry
 from cleverthis.tenancy.models import Workspace
 
 
@@ -256,41 +257,23 @@ class Command(models.Model):
         return payload
 
 
-class NodeEvent(models.Model):
+class NodeEvent(EventLogEntry):
     """One line of a node's event log (status changes, command steps, connections)."""
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="events")
-    kind = models.CharField(max_length=40)
-    message = models.TextField()
-    data = models.JSONField(default=dict, blank=True)
     command = models.ForeignKey(Command, null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
-    created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["-created_at"]
+    class Meta(EventLogEntry.Meta):
         indexes = [models.Index(fields=["node", "-created_at"], name="nodeevent_node_created")]
 
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.message}"
 
-
-class ClusterEvent(models.Model):
+class ClusterEvent(EventLogEntry):
     """One line of a cluster's own event log (e.g. a suspected network partition)."""
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     cluster = models.ForeignKey(ComputeCluster, on_delete=models.CASCADE, related_name="events")
-    kind = models.CharField(max_length=40)
-    message = models.TextField()
-    data = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["-created_at"]
+    class Meta(EventLogEntry.Meta):
         indexes = [models.Index(fields=["cluster", "-created_at"], name="clusterevent_cluster_created")]
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.message}"
 
 
 class Namespace(models.Model):

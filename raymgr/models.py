@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
+from cleverthis.eventlog import EventLogEntry
 from cleverthis.tenancy.models import Workspace
 from fleet.models import Command, ComputeCluster, Node
 
@@ -154,22 +155,13 @@ class RayNode(models.Model):
         return f"{self.role} of {self.ray_cluster_id} on {self.node_id} ({self.status})"
 
 
-class RayClusterEvent(models.Model):
+class RayClusterEvent(EventLogEntry):
     """One line of a Ray cluster's event log (status changes, placement, autoscaler decisions)."""
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     ray_cluster = models.ForeignKey(RayCluster, on_delete=models.CASCADE, related_name="events")
-    kind = models.CharField(max_length=40)
-    message = models.TextField()
-    data = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["-created_at"]
+    class Meta(EventLogEntry.Meta):
         indexes = [models.Index(fields=["ray_cluster", "-created_at"], name="rayevent_cluster_created")]
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.message}"
 
 
 from raymgr.workload_models import *  # noqa: E402,F403  (training jobs, Serve deployments, Tune experiments)
