@@ -53,6 +53,9 @@ async def test_user_websocket_from_foreign_origin_is_refused(settings):
     communicator = WebsocketCommunicator(router, "/ws/ping/", headers=[(b"origin", b"http://evil.example")])
     connected, _ = await communicator.connect()
     assert not connected
+    # The denying consumer still listens on the channel layer until the socket is gone: end it cleanly
+    # so no Redis receive is left to be cancelled when the event loop closes.
+    await communicator.disconnect()
 
 
 async def test_unknown_websocket_route_is_rejected():
