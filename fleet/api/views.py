@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agent import protocol
+from cleverthis.api import validated
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from fleet import agent_views, ca, selectors, services
 from fleet.api import serializers as s
@@ -67,14 +68,6 @@ class FilteredMixin:
         return queryset
 
 
-def _valid(serializer_class: type, data: Any, **kwargs: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise exceptions.ValidationError({"non_field_errors": ["Expected a JSON object."]})
-    serializer = serializer_class(data=data, **kwargs)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
-
-
 class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, viewsets.ModelViewSet):
     """Compute clusters of the caller's workspaces; writes for Owners/Admins."""
 
@@ -86,7 +79,7 @@ class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, vi
         return selectors.cluster_base()
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        data = _valid(s.ClusterCreateSerializer, request.data)
+        data = validated(s.ClusterCreateSerializer, request.data)
         workspace = self.get_workspace_from_request(data.pop("workspace"))
         cluster = services.cluster_create(actor=request.user, workspace=workspace, **data)
         return Response(s.ClusterSerializer(self.get_queryset().get(pk=cluster.pk)).data, status=201)
@@ -94,7 +87,7 @@ class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, vi
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         cluster = self.get_object()
         partial = kwargs.get("partial", False)
-        data = _valid(s.ClusterUpdateSerializer, request.data, partial=partial)
+        data = validated(s.ClusterUpdateSerializer, request.data, partial=partial)
         services.cluster_update(actor=request.user, cluster=cluster, **data)
         return Response(s.ClusterSerializer(self.get_queryset().get(pk=cluster.pk)).data)
 
@@ -124,7 +117,7 @@ class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, vi
             )
             page = self.paginate_queryset(commands)
             return self.get_paginated_response(s.CommandSerializer(page, many=True).data)
-        data = _valid(s.CommandDispatchSerializer, request.data)
+        data = validated(s.CommandDispatchSerializer, request.data)
         node = None
         if data["node_id"] is not None:
             node = selectors.node_list(user=request.user, cluster=cluster).filter(pk=data["node_id"]).first()
@@ -164,7 +157,7 @@ class NodeViewSet(
 
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         node = self.get_object()
-        data = _valid(s.NodeRenameSerializer, request.data)
+        data = validated(s.NodeRenameSerializer, request.data)
         services.node_rename(node=node, actor=request.user, name=data["name"])
         return Response(s.NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
@@ -222,7 +215,7 @@ class NamespaceViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, 
         return selectors.namespace_base()
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        data = _valid(s.NamespaceCreateSerializer, request.data)
+        data = validated(s.NamespaceCreateSerializer, request.data)
         workspace = self.get_workspace_from_request(data["workspace"])
         namespace = services.namespace_create(
             actor=request.user, workspace=workspace, name=data["name"], cluster_id=data["cluster"]
@@ -231,7 +224,7 @@ class NamespaceViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, 
 
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         namespace = self.get_object()
-        data = _valid(s.NamespaceBindSerializer, request.data)
+        data = validated(s.NamespaceBindSerializer, request.data)
         namespace = services.namespace_bind(actor=request.user, namespace=namespace, cluster_id=data["cluster"])
         return Response(s.NamespaceSerializer(namespace).data)
 
@@ -248,7 +241,7 @@ class AgentRegisterView(ServiceErrorsMixin, APIView):
     serializer_class = s.AgentRegisterSerializer
 
     def post(self, request: Request) -> Response:
-        data = _valid(s.AgentRegisterSerializer, request.data)
+        data = validated(s.AgentRegisterSerializer, request.data)
         node, cert_pem = services.node_register(
             token=data["token"], csr_pem=data["csr_pem"], facts=data["facts"], cluster_id=data["cluster_id"]
         )

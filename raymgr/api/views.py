@@ -17,6 +17,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from cleverthis.api import validated
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from fleet.exceptions import IllegalTransition
 from fleet.models import ComputeCluster
@@ -44,14 +45,6 @@ class ServiceErrorsMixin:
         return super().handle_exception(exc)  # type: ignore[misc]
 
 
-def _valid(serializer_class: type, data: Any, **kwargs: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise exceptions.ValidationError({"non_field_errors": ["Expected a JSON object."]})
-    serializer = serializer_class(data=data, **kwargs)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
-
-
 class RayClusterViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ModelViewSet):
     """Ray clusters of the caller's workspaces (filter: ?workspace=, ?status=); writes for Owners/Admins."""
 
@@ -73,7 +66,7 @@ class RayClusterViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.Model
         return s.RayClusterSerializer(self.get_queryset().get(pk=cluster.pk)).data
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        data = _valid(s.RayClusterCreateSerializer, request.data)
+        data = validated(s.RayClusterCreateSerializer, request.data)
         workspace = self.get_workspace_from_request(data.pop("workspace"))
         compute = ComputeCluster.objects.filter(pk=data.pop("compute_cluster"), workspace=workspace).first()
         if compute is None:
@@ -83,7 +76,7 @@ class RayClusterViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.Model
 
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         cluster = self.get_object()
-        data = _valid(s.RayClusterUpdateSerializer, request.data, partial=True)
+        data = validated(s.RayClusterUpdateSerializer, request.data, partial=True)
         cluster = services.ray_cluster_update(actor=request.user, cluster=cluster, **data)
         return Response(self._read(cluster))
 

@@ -14,8 +14,9 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from cleverthis.api import validated
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
-from raymgr.api.views import ServiceErrorsMixin, _valid
+from raymgr.api.views import ServiceErrorsMixin
 from raymgr.models import RayCluster
 from raymgr.workload_models import ServeDeployment, TrainingJob, TuneExperiment, TuneTrial
 from raymgr.workloads import health, services
@@ -187,7 +188,7 @@ class TrainingJobViewSet(_WorkloadViewSet):
     serializer_class = TrainingJobSerializer
 
     def create(self, request: Request) -> Response:
-        data = _valid(TrainingJobCreateSerializer, request.data)
+        data = validated(TrainingJobCreateSerializer, request.data)
         workspace, cluster = self._cluster(data)
         job = services.training_job_create(actor=request.user, workspace=workspace, ray_cluster=cluster, **data)
         return Response(self._read(job), status=201)
@@ -205,7 +206,7 @@ class TuneExperimentViewSet(_WorkloadViewSet):
     serializer_class = TuneExperimentSerializer
 
     def create(self, request: Request) -> Response:
-        data = _valid(TuneExperimentCreateSerializer, request.data)
+        data = validated(TuneExperimentCreateSerializer, request.data)
         workspace, cluster = self._cluster(data)
         experiment = services.tune_experiment_create(
             actor=request.user, workspace=workspace, ray_cluster=cluster, **data
@@ -222,7 +223,7 @@ class TuneExperimentViewSet(_WorkloadViewSet):
     def train(self, request: Request, pk: str | None = None) -> Response:
         """Train with best config: creates a training job."""
         experiment = self.get_object()
-        data = _valid(TrainWithBestSerializer, request.data)
+        data = validated(TrainWithBestSerializer, request.data)
         job = services.tune_train_with_best(actor=request.user, experiment=experiment, **data)
         return Response(TrainingJobSerializer(job).data, status=201)
 
@@ -234,7 +235,7 @@ class ServeDeploymentViewSet(_WorkloadViewSet):
     serializer_class = ServeDeploymentSerializer
 
     def create(self, request: Request) -> Response:
-        data = _valid(ServeDeploymentCreateSerializer, request.data)
+        data = validated(ServeDeploymentCreateSerializer, request.data)
         workspace, cluster = self._cluster(data)
         job_id = data.pop("checkpoint_job", None)
         job = None
