@@ -133,6 +133,7 @@ class TunnelClient:
         self._sender: FrameSender | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._gpus: list[p.GpuInfo] = []
+        self._reported_inventory: p.Inventory | None = None  # what the control plane last got
         self._proxy_ports: set[int] = set()
         self._heartbeats_in_flight: dict[str, float] = {}
         # Round-trip times (s) of recent heartbeats: sent → acknowledged by the control plane.
@@ -221,9 +222,8 @@ class TunnelClient:
             interval = self.heartbeat_override or welcome.heartbeat_interval_s
             writer = asyncio.ensure_future(sender.run())
             beater = asyncio.ensure_future(self._heartbeats(sender, interval))
-            inv = await self._inventory(gpus)
-            await self._refresh_proxy_ports()
-            sender.send(p.InventoryReport(inventory=inv))
+            self._reported_inventory = hello.inventory
+            await self._report_inventory()
             streams = StreamManager(sender.send, allowed_port=self._port_is_proxied)
             try:
                 await self._receive_loop(ws, streams)
@@ -366,9 +366,19 @@ class TunnelClient:
             time.monotonic() - started,
         )
         self._send(outcome)
+        await self._report_inventory()
+
+    async def _report_inventory(self) -> None:
+        """Send the inventory if it changed since the last one this session reported (Hello included).
+
+        A command that changed nothing on the node (or a fan-out to a thousand of them) then costs the
+        control plane no reconcile; a reconnect always starts with the full inventory in the Hello.
+        """
         inv = await self._inventory(self._gpus)
         await self._refresh_proxy_ports()
-        self._send(p.InventoryReport(inventory=inv))
+        if inv != self._reported_inventory:
+            self._reported_inventory = inv
+            self._send(p.InventoryReport(inventory=inv))
 
 
 def run_agent(config: AgentConfig, runner_factory: RunnerFactory) -> int:

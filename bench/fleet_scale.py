@@ -83,6 +83,32 @@ def queries_per_heartbeat(node_id: str, samples: int = 20) -> tuple[float, float
     return len(sql) / samples, len(writes) / samples
 
 
+def _cpu_s(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def _start_profilers(directory: str, watched: dict[str, list[psutil.Process]], n: int) -> list:
+    """py-spy flame graphs of the daphnes, the worker and this process during the fan-out (--profile)."""
+    import subprocess
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    out = []
+    for role in ("daphne", "celery", "agents"):
+        for i, proc in enumerate(watched[role]):
+            target = Path(directory) / f"{role}-{i}-n{n}.svg"
+            argv = ["py-spy", "record", "-d", "15", "-r", "50", "-p", str(proc.pid), "-o", str(target), "--nonblocking"]
+            out.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(1.0)
+    return out
+
+
 def api_latency(url: str, token: str, samples: int) -> tuple[float, float]:
     session = requests.Session()
     session.headers["Authorization"] = f"Token {token}"
@@ -175,6 +201,10 @@ async def run_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str,
         rss_after = sum(proc.memory_info().rss for proc in procs)
 
         # fan-out to All nodes
+        watched = {"daphne": procs, "celery": [psutil.Process(worker.popen.pid)], "agents": [psutil.Process()]}
+        watched["postgres"] = [q for q in psutil.process_iter(["name"]) if q.info["name"] == "postgres"]
+        cpu_before = {k: _cpu_s(v) for k, v in watched.items()}
+        profilers = _start_profilers(args.profile, watched, n) if args.profile else []
         started = time.monotonic()
         commands = await sync_to_async(services.command_dispatch)(
             actor=user, cluster=cluster, command_type="model.download", payload={"model_id": "bench/all"}
@@ -193,6 +223,9 @@ async def run_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str,
                 break
             await asyncio.sleep(0.05)
         done = await sync_to_async(Command.objects.filter(pk__in=ids, status="succeeded").count)()
+        cpu_fanout = {k: _cpu_s(v) - cpu_before[k] for k, v in watched.items()}
+        for profiler in profilers:
+            profiler.wait(timeout=120)
 
         # API latency with N nodes
         node_id = await sync_to_async(lambda: str(Node.objects.filter(cluster=cluster).order_by("name").first().pk))()
@@ -218,6 +251,7 @@ async def run_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str,
             "fanout_done_s": succeeded_s,
             "fanout_done": done,
             "fanout_targets": len(ids),
+            "fanout_cpu_s": cpu_fanout,
             "list_p50_ms": list_p50,
             "list_p95_ms": list_p95,
             "detail_p50_ms": detail_p50,
@@ -240,6 +274,7 @@ def main() -> None:
     parser.add_argument("--heartbeat", type=float, default=10.0, help="heartbeat interval (s)")
     parser.add_argument("--window", type=float, default=20.0, help="heartbeat measurement window (s)")
     parser.add_argument("--samples", type=int, default=40, help="API requests per endpoint")
+    parser.add_argument("--profile", metavar="DIR", help="write py-spy flame graphs of the fan-out into DIR")
     args = parser.parse_args()
     import logging
 
@@ -264,6 +299,9 @@ def main() -> None:
             f"{r['detail_p50_ms']:>11.1f}/{r['detail_p95_ms']:<9.1f}  "
             f"{r['queries_per_hb']:.1f}({r['writes_per_hb']:.1f})"
         )
+    for r in rows:
+        cpu = ", ".join(f"{k} {v:.1f}" for k, v in r["fanout_cpu_s"].items())
+        print(f"CPU seconds during the fan-out at {r['agents']}: {cpu}")
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
         k = b["agents"] / a["agents"]

@@ -11,6 +11,8 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cleverthis.settings.base")
+# A connection pool per ASGI process (see DATABASE_POOL_MAX_SIZE in settings); 0 in the env turns it off.
+os.environ.setdefault("DATABASE_POOL_MAX_SIZE", "12")
 django_asgi_app = get_asgi_application()
 
 from django.conf import settings  # noqa: E402

@@ -24,9 +24,16 @@ def node_group(node_id: uuid.UUID | str) -> str:
     return f"node.{node_id}"
 
 
-def command_message(command_id: uuid.UUID | str) -> dict[str, Any]:
-    """Deliver command `command_id` (the consumer loads the row and sends the `Command` frame)."""
-    return {"type": NODE_COMMAND, "command_id": str(command_id)}
+def command_message(command_id: uuid.UUID | str, frame: protocol.Command | None = None) -> dict[str, Any]:
+    """Deliver command `command_id`: the consumer sends `frame` as it is, or loads the row when None.
+
+    Pass the frame only for commands without secrets: what goes through Redis is not encrypted, and
+    secrets stay in the database until the consumer itself reads them.
+    """
+    message: dict[str, Any] = {"type": NODE_COMMAND, "command_id": str(command_id)}
+    if frame is not None:
+        message["frame"] = protocol.encode(frame)
+    return message
 
 
 def revoke_message(reason: str = "node deleted") -> dict[str, Any]:

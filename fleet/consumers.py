@@ -29,9 +29,11 @@ from django.db import DataError
 
 from agent import protocol as p
 from fleet import ca, services, tunnel_auth
+from fleet.batching import Coalescer
 from fleet.channels import command_frame, node_group
 from fleet.exceptions import IllegalTransition
 from fleet.models import Command, Node
+from fleet.streams import TunnelStream, local_tunnels
 
 log = logging.getLogger("fleet.tunnel")
 
@@ -44,6 +46,13 @@ def database_sync_to_async(func: Any) -> Any:
     """
     return DatabaseSyncToAsync(func, thread_sensitive=False)
 
+
+async def _write_acks(acks: list[tuple[UUID, str, bool]]) -> list[Any]:
+    return await database_sync_to_async(services.command_record_acks)(acks=acks)
+
+
+# Acks from all tunnels of this process, written together when they arrive together (fan-out).
+ACKS: Coalescer[tuple[UUID, str, bool], Command | None] = Coalescer(_write_acks)
 
 # Every authenticated tunnel also joins this group, for broadcasts such as "back off during a deploy".
 AGENTS_GROUP = "agents.all"
@@ -61,7 +70,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     certificate_serial: str | None = None
     _relay_task: asyncio.Future[Any] | None = None
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
-    streams: dict[int, str]  # stream id → reply channel of the process proxying it
+    # stream id → reply channel of the process proxying it, or the stream itself when that is this process
+    streams: dict[int, str | TunnelStream]
 
     async def connect(self) -> None:
         self.streams = {}
@@ -86,12 +96,12 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         for task in (getattr(self, "_hello_timer", None), getattr(self, "_revocation_watch", None), self._relay_task):
             if task is not None:
                 task.cancel()
-        for stream_id, reply in list(self.streams.items()):
-            await self.channel_layer.send(
-                reply, {"type": "stream.end", "stream_id": stream_id, "error": "tunnel closed"}
-            )
+        for stream_id in list(self.streams):
+            await self._to_stream(stream_id, {"type": "stream.end", "error": "tunnel closed"})
         self.streams.clear()
         if self.node_id is not None:
+            if local_tunnels.get(str(self.node_id)) is self:
+                del local_tunnels[str(self.node_id)]
             await self.channel_layer.group_discard(node_group(self.node_id), self.channel_name)
             await self.channel_layer.group_discard(AGENTS_GROUP, self.channel_name)
             await database_sync_to_async(services.node_disconnected)(node=self.node)
@@ -158,6 +168,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         self._hello_timer.cancel()
         await self.channel_layer.group_add(node_group(node.id), self.channel_name)
         await self.channel_layer.group_add(AGENTS_GROUP, self.channel_name)
+        local_tunnels[str(node.id)] = self
         await self._send_frame(
             p.Welcome(
                 node_id=str(node.id),
@@ -185,9 +196,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         await self._send_frame(p.HeartbeatAck(heartbeat_id=frame.id))
 
     async def _on_ack(self, frame: p.Ack) -> None:
-        await database_sync_to_async(services.command_record_ack)(
-            node=self.node, command_id=frame.command_id, duplicate=frame.duplicate
-        )
+        assert self.node_id is not None
+        await ACKS.submit((self.node_id, frame.command_id, frame.duplicate))
 
     async def _on_progress(self, frame: p.Progress) -> None:
         await database_sync_to_async(services.command_record_progress)(
@@ -212,25 +222,22 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         await database_sync_to_async(_record_inventory)(self.node_id, frame.inventory)
 
     async def _on_stream_data(self, frame: p.StreamData) -> None:
-        reply = self.streams.get(frame.stream_id)
-        if reply is not None:
-            await self.channel_layer.send(
-                reply, {"type": "stream.data", "stream_id": frame.stream_id, "data": frame.payload()}
-            )
+        await self._to_stream(frame.stream_id, {"type": "stream.data", "data": frame.payload()})
 
     async def _on_stream_window(self, frame: p.StreamWindow) -> None:
-        reply = self.streams.get(frame.stream_id)
-        if reply is not None:
-            await self.channel_layer.send(
-                reply, {"type": "stream.window", "stream_id": frame.stream_id, "increment": frame.increment}
-            )
+        await self._to_stream(frame.stream_id, {"type": "stream.window", "increment": frame.increment})
 
     async def _on_stream_end(self, frame: p.StreamEnd) -> None:
-        reply = self.streams.pop(frame.stream_id, None)
-        if reply is not None:
-            await self.channel_layer.send(
-                reply, {"type": "stream.end", "stream_id": frame.stream_id, "error": frame.error}
-            )
+        await self._to_stream(frame.stream_id, {"type": "stream.end", "error": frame.error})
+        self.streams.pop(frame.stream_id, None)
+
+    async def _to_stream(self, stream_id: int, message: dict[str, Any]) -> None:
+        """Hand a message to the process proxying stream `stream_id`: in memory if it is this one."""
+        target = self.streams.get(stream_id)
+        if isinstance(target, TunnelStream):
+            target.deliver({**message, "stream_id": stream_id})
+        elif target is not None:
+            await self.channel_layer.send(target, {**message, "stream_id": stream_id})
 
     _handlers: dict[type, Any] = {
         p.Heartbeat: _on_heartbeat,
@@ -247,8 +254,11 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     # ---- messages from the channel layer (any replica, any Celery worker)
 
     async def node_command(self, message: dict[str, Any]) -> None:
-        """`{"type": "node.command", "command_id": ...}`: forward that command to the agent."""
+        """`{"type": "node.command", "command_id": ..., "frame"?: ...}`: forward that command to the agent."""
         if self.node_id is None:
+            return
+        if message.get("frame"):  # encoded by the dispatcher (a command without secrets)
+            await self.send(text_data=message["frame"])
             return
         command = await database_sync_to_async(_load_command)(self.node_id, message["command_id"])
         if command is not None:
@@ -279,6 +289,16 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         await self._send_frame(
             p.StreamOpen(stream_id=stream_id, port=int(message["port"]), window=int(message["window"]))
         )
+
+    async def open_local_stream(self, stream: TunnelStream, port: int, window: int) -> None:
+        """A stream opened by a request in this process (`fleet.streams.local_tunnels`): no Redis."""
+        self.streams[stream.stream_id] = stream
+        await self._send_frame(p.StreamOpen(stream_id=stream.stream_id, port=port, window=window))
+
+    async def stream_message(self, message: dict[str, Any]) -> None:
+        """A message from a stream in this process: the same handlers as the channel-layer ones."""
+        handler = {"stream.data": self.stream_data, "stream.window": self.stream_window, "stream.end": self.stream_end}
+        await handler[message["type"]](message)
 
     async def stream_data(self, message: dict[str, Any]) -> None:
         """`stream.data`: request bytes for the agent."""

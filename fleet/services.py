@@ -696,7 +696,7 @@ UPDATE fleet_command AS c
  WHERE c.node_id = n.id AND n.connected AND c.batch_id = %(batch)s
    AND (c.status = 'queued'
         OR (c.status = 'dispatched' AND c.acked_at IS NULL AND c.dispatched_at < %(stale)s))
-RETURNING c.id, c.node_id
+RETURNING c.id, c.node_id, c.command_type, c.idempotency_key, c.payload, c.secrets
 """
 
 
@@ -717,7 +717,18 @@ def command_batch_claim_and_send(*, batch_id: uuid.UUID | str) -> int:
         claimed = cursor.fetchall()
     if not claimed:
         return 0
-    sent = channels.send_to_nodes([(node_id, channels.command_message(pk)) for pk, node_id in claimed])
+    messages = []
+    for pk, node_id, command_type, key, payload, secret in claimed:
+        # The frame travels with the message (no read per node in the consumer) unless it has secrets.
+        frame = None
+        if not secret:
+            payload = json.loads(payload) if isinstance(payload, str) else payload
+            frame = protocol.Command(
+                command_id=str(pk), idempotency_key=key, command_type=command_type, payload=payload
+            )
+        messages.append((node_id, channels.command_message(pk, frame)))
+    claimed = [(pk, node_id) for pk, node_id, *_ in claimed]
+    sent = channels.send_to_nodes(messages)
     failed = [pk for (pk, _), ok in zip(claimed, sent, strict=True) if not ok]
     if failed:
         Command.objects.filter(pk__in=failed, status=CommandStatus.DISPATCHED).update(status=CommandStatus.QUEUED)
@@ -766,6 +777,8 @@ def _node_command(node: Node, command_id: Any) -> bool:
 
 def _after_command_acked(command: Command) -> None:
     """Let the rows a command concerns follow its ack (endpoint pending → starting)."""
+    if not workloads.has_ack_hook(command):
+        return
     try:
         with transaction.atomic():  # a savepoint: a failing hook never loses the recorded ack
             workloads.workloads_on_command_acked(command=command)
@@ -792,15 +805,70 @@ def _after_command_finished(command: Command) -> None:
 
 def command_record_ack(*, node: Node, command_id: uuid.UUID | str, duplicate: bool = False) -> Command | None:
     """Agent acknowledged: → running. Frames about other nodes' commands are ignored (None)."""
+    outcome = command_record_acks(acks=[(node.pk, command_id, duplicate)])[0]
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+def command_record_acks(*, acks: list[tuple[uuid.UUID, Any, bool]]) -> list[Command | Exception | None]:
+    """Record many agents' acks (node_id, command_id, duplicate) at once: each → running.
+
+    The batched form of `command_record_ack` for tunnels that ack at the same moment (a fan-out to
+    All nodes): one locking SELECT, one UPDATE and one INSERT of events for the whole batch, in one
+    transaction. Per ack the same outcome as the single form: the running Command, None (unknown,
+    another node's, or already running), or the exception it would have raised (IllegalTransition,
+    ValidationError) — returned, not raised, so one bad ack never fails the others.
+    """
+    outcomes: list[Command | Exception | None] = [None] * len(acks)
+    wanted: dict[int, uuid.UUID] = {}
+    for i, (_, command_id, _) in enumerate(acks):
+        try:
+            wanted[i] = uuid.UUID(str(command_id))
+        except (ValueError, TypeError):
+            outcomes[i] = ValidationError({"command_id": "Must be a UUID."})
+    if not wanted:
+        return outcomes
+    movable = _COMMAND_MOVES[CommandStatus.RUNNING]
     with transaction.atomic():
-        if not _node_command(node, command_id):
-            return None
-        command = command_transition(command_id=command_id, node_id=node.pk, to=CommandStatus.RUNNING)
-        if command:
-            note = " (already done before: duplicate delivery)" if duplicate else ""
-            _event(node.pk, "command.running", f"{command.command_type} started{note}", command=command)
+        rows = {c.pk: c for c in Command.objects.select_for_update().filter(pk__in=set(wanted.values())).order_by("pk")}
+        now = timezone.now()
+        moving: dict[int, Command] = {}
+        moved: set[uuid.UUID] = set()
+        for i, command_id in wanted.items():
+            node_id, _, _ = acks[i]
+            command = rows.get(command_id)
+            if command is None or command.node_id != node_id:
+                logger.warning("node %s reported on command %s that is not its own; ignored", node_id, command_id)
+            elif command_id in moved or command.status == CommandStatus.RUNNING:
+                pass  # a duplicate ack: nothing changes
+            elif command.status in movable:
+                moving[i] = command
+                moved.add(command_id)
+            else:
+                outcomes[i] = IllegalTransition(f"A {command.status} command cannot become running.")
+        if not moving:
+            return outcomes
+        Command.objects.filter(pk__in=[c.pk for c in moving.values()]).update(
+            status=CommandStatus.RUNNING, acked_at=now
+        )
+        events = []
+        for i, command in moving.items():
+            command.status, command.acked_at = CommandStatus.RUNNING, now
+            note = " (already done before: duplicate delivery)" if acks[i][2] else ""
+            events.append(
+                NodeEvent(
+                    node_id=command.node_id,
+                    kind="command.running",
+                    message=f"{command.command_type} started{note}",
+                    command=command,
+                )
+            )
+            outcomes[i] = command
+        NodeEvent.objects.bulk_create(events)
+        for command in moving.values():
             _after_command_acked(command)
-    return command
+    return outcomes
 
 
 def command_record_progress(

@@ -9,6 +9,10 @@ Flow control is end to end and credit based: the agent may send only as many res
 side granted (initial `window`, then `stream.window` increments once bytes were handed to the client),
 and this side sends request bytes only against credit the agent returned after writing them locally.
 So neither Redis nor the agent ever holds more than one window per stream, however slow the client.
+
+When this very process holds the node's tunnel (one replica, or the request landed on the replica
+with the tunnel) the stream skips Redis: it talks to the tunnel consumer in memory (`local_tunnels`),
+with the same messages and the same flow control, and no serialisation or network round trip per chunk.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
 
@@ -26,6 +30,18 @@ from fleet.channels import node_group
 
 # Bytes per message sent through the channel layer.
 CHUNK_BYTES = 256 * 1024
+
+
+class LocalTunnel(Protocol):
+    """What a tunnel consumer held by this process offers to streams opened in the same process."""
+
+    async def open_local_stream(self, stream: TunnelStream, port: int, window: int) -> None: ...
+
+    async def stream_message(self, message: dict[str, Any]) -> None: ...
+
+
+# Authenticated tunnels of this process by node id (str); the consumer adds and removes itself.
+local_tunnels: dict[str, LocalTunnel] = {}
 
 
 class StreamUnavailable(Exception):
@@ -41,6 +57,7 @@ class TunnelStream:
         self.stream_id = stream_id
         self.window = window
         self._consumer: str | None = None
+        self._local: LocalTunnel | None = None
         self._send_credit = DEFAULT_STREAM_WINDOW
         self._credit_changed = asyncio.Event()
         self._incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -54,6 +71,12 @@ class TunnelStream:
         cls, *, node_id: Any, port: int, grace_s: float = 10.0, window: int = DEFAULT_STREAM_WINDOW
     ) -> TunnelStream:
         """Open a stream; while no tunnel answers (agent reconnecting), retry until `grace_s` runs out."""
+        tunnel = local_tunnels.get(str(node_id))
+        if tunnel is not None:
+            stream = cls(None, "", secrets.randbits(52), window)
+            stream._local = tunnel
+            await tunnel.open_local_stream(stream, port, window)
+            return stream
         layer = get_channel_layer()
         reply = await layer.new_channel()
         stream = cls(layer, reply, secrets.randbits(52), window)
@@ -80,14 +103,17 @@ class TunnelStream:
     async def _receive_loop(self) -> None:
         while True:
             message = await self._layer.receive(self._reply)
-            kind = message.get("type")
-            if kind == "stream.window":
-                self._send_credit += int(message.get("increment", 0))
-                self._credit_changed.set()
-            else:
-                await self._incoming.put(message)
-                if kind == "stream.end":
-                    return
+            self.deliver(message)
+            if message.get("type") == "stream.end":
+                return
+
+    def deliver(self, message: dict[str, Any]) -> None:
+        """A message from the tunnel consumer: response bytes, returned credit, or the end."""
+        if message.get("type") == "stream.window":
+            self._send_credit += int(message.get("increment", 0))
+            self._credit_changed.set()
+        else:
+            self._incoming.put_nowait(message)
 
     async def write(self, data: bytes) -> None:
         """Send request bytes, waiting for credit from the agent when the window is used up."""
@@ -138,5 +164,8 @@ class TunnelStream:
             self._pump.cancel()
 
     async def _to_consumer(self, message: dict[str, Any]) -> None:
+        if self._local is not None:
+            await self._local.stream_message({**message, "stream_id": self.stream_id})
+            return
         assert self._consumer is not None
         await self._layer.send(self._consumer, {**message, "stream_id": self.stream_id})

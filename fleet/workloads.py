@@ -828,6 +828,11 @@ def workloads_on_inventory(*, node: Node, inventory: protocol.Inventory) -> None
     drain.drain_step_for_related(node_ids=[node.pk])
 
 
+def has_ack_hook(command: Command) -> bool:
+    """Whether `workloads_on_command_acked` does anything for this command (saves a savepoint if not)."""
+    return command.command_type == CommandType.ENDPOINT_START
+
+
 def workloads_on_command_acked(*, command: Command) -> None:
     """A command was acknowledged by the agent (endpoint.start: pending → starting)."""
     if command.command_type == CommandType.ENDPOINT_START:

@@ -96,7 +96,11 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cleverthis")
-DATABASES = {"default": database_from_url(DATABASE_URL)}
+# 0 = no pool. The ASGI entry point turns a pool on by default (cleverthis/asgi.py): there hundreds of
+# tunnels make short ORM calls from a thread pool, and a new PostgreSQL connection per call (a backend
+# fork each) costs more than the query. Prefork Celery workers keep plain per-process connections.
+DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 0)
+DATABASES = {"default": database_from_url(DATABASE_URL, pool_max_size=DATABASE_POOL_MAX_SIZE)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")

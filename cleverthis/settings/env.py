@@ -50,12 +50,16 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def database_from_url(url: str) -> dict[str, Any]:
-    """Turn `postgres://user:pass@host:port/name` into a Django DATABASES entry."""
+def database_from_url(url: str, *, pool_max_size: int = 0) -> dict[str, Any]:
+    """Turn `postgres://user:pass@host:port/name` into a Django DATABASES entry.
+
+    `pool_max_size` > 0 gives the process a psycopg connection pool of that size instead of one new
+    connection per request or per thread-pool call (`CONN_MAX_AGE` stays 0, as Django requires).
+    """
     parsed = urlparse(url)
     if parsed.scheme not in {"postgres", "postgresql", "pgsql"}:
         raise ValueError(f"DATABASE_URL must be a PostgreSQL URL, got scheme {parsed.scheme!r}")
-    return {
+    database: dict[str, Any] = {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parsed.path.lstrip("/")) or "cleverthis",
         "USER": unquote(parsed.username or "") or "postgres",
@@ -65,3 +69,6 @@ def database_from_url(url: str) -> dict[str, Any]:
         "CONN_MAX_AGE": 0,
         "TEST": {"NAME": f"test_{unquote(parsed.path.lstrip('/')) or 'cleverthis'}"},
     }
+    if pool_max_size > 0:
+        database["OPTIONS"] = {"pool": {"min_size": 1, "max_size": pool_max_size, "timeout": 30}}
+    return database

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import uuid
+from dataclasses import replace
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -17,6 +18,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from agent import protocol
 from fleet import channels, services
 from fleet.models import Command, CommandStatus, Node, NodeEvent
 from fleet.tasks import dispatch_batch, dispatch_command
@@ -82,8 +84,12 @@ def test_batch_claims_connected_nodes_in_one_update_and_sends_each_once(cluster,
     assert len(updates) == 1  # one conditional UPDATE … RETURNING for the whole batch
 
     for node in nodes[:3]:
-        assert _received(listening[node.pk]) == [channels.command_message(by_node[node.pk].pk)]
         row = Command.objects.get(pk=by_node[node.pk].pk)
+        # the frame rides along (no read per node in the consumer), exactly as the consumer would build it
+        (message,) = _received(listening[node.pk])
+        assert message["command_id"] == str(row.pk)
+        sent = protocol.decode(message["frame"])
+        assert sent == replace(channels.command_frame(row), id=sent.id)
         assert (row.status, row.attempts) == (CommandStatus.DISPATCHED, 1)
     assert _received(listening[nodes[3].pk]) == []
     assert Command.objects.get(pk=by_node[nodes[3].pk].pk).status == CommandStatus.QUEUED
@@ -107,7 +113,52 @@ def test_redelivered_batch_resends_only_stale_unacknowledged_claims(cluster, reg
     Command.objects.filter(pk=stale.pk).update(dispatched_at=long_ago)
     Command.objects.filter(pk=acked.pk).update(dispatched_at=long_ago, status="running", acked_at=timezone.now())
     assert services.command_batch_claim_and_send(batch_id=commands[0].batch_id) == 1
-    assert _received(listening[stale.node_id]) == [channels.command_message(stale.pk)]
+    (message,) = _received(listening[stale.node_id])
+    assert message["command_id"] == str(stale.pk)
+    assert protocol.decode(message["frame"]).command_id == str(stale.pk)
     assert _received(listening[acked.node_id]) == []
     assert _received(listening[fresh.node_id]) == []
     assert Command.objects.get(pk=stale.pk).attempts == 2
+
+
+def test_batch_with_secrets_sends_only_the_command_id_through_redis(cluster, register_node, owner):
+    nodes = [register_node(cluster, f"s{i}") for i in range(2)]
+    listening = {n.pk: _listen(n) for n in nodes}
+    payload = {"name": "web", "image": "registry.local/web:1", "registry_password": "hunter2"}
+    commands = services.command_dispatch(actor=owner, cluster=cluster, command_type="container.create", payload=payload)
+    assert services.command_batch_claim_and_send(batch_id=commands[0].batch_id) == 2
+    for command in commands:
+        assert _received(listening[command.node_id]) == [channels.command_message(command.pk)]  # no "frame"
+
+
+def test_batched_acks_move_every_command_with_three_queries_and_isolate_bad_ones(cluster, register_node, owner):
+    nodes = [register_node(cluster, f"a{i}") for i in range(5)]
+    commands = services.command_dispatch(actor=owner, cluster=cluster, command_type="model.download", payload=PAYLOAD)
+    dispatch_batch(str(commands[0].batch_id))
+    by_node = {c.node_id: c for c in commands}
+    done = by_node[nodes[4].pk]
+    services.command_record_ack(node=nodes[4], command_id=done.pk)
+    services.command_record_result(node=nodes[4], command_id=done.pk, data={})
+    acks = [(n.pk, str(by_node[n.pk].pk), False) for n in nodes[:3]]
+    acks += [
+        (nodes[3].pk, str(by_node[nodes[0].pk].pk), False),  # another node's command
+        (nodes[3].pk, "not-a-uuid", False),
+        (nodes[4].pk, str(done.pk), False),  # already succeeded
+        (nodes[0].pk, str(by_node[nodes[0].pk].pk), True),  # the same ack twice in one batch
+    ]
+    with CaptureQueriesContext(connection) as ctx:
+        outcomes = services.command_record_acks(acks=acks)
+    statements = [q["sql"].split()[0].upper() for q in ctx.captured_queries]
+    assert [s for s in statements if s in ("SELECT", "UPDATE", "INSERT")] == ["SELECT", "UPDATE", "INSERT"]
+    assert [o.status for o in outcomes[:3]] == [CommandStatus.RUNNING] * 3
+    assert outcomes[3] is None
+    assert outcomes[6] is None
+    assert "command_id" in outcomes[4].message_dict
+    assert isinstance(outcomes[5], services.IllegalTransition)
+    for node in nodes[:3]:
+        row = Command.objects.get(pk=by_node[node.pk].pk)
+        assert row.status == CommandStatus.RUNNING
+        assert row.acked_at is not None
+        assert NodeEvent.objects.filter(command=row, kind="command.running").count() == 1
+    assert Command.objects.get(pk=by_node[nodes[3].pk].pk).status == CommandStatus.DISPATCHED
+    assert Command.objects.get(pk=done.pk).status == CommandStatus.SUCCEEDED
