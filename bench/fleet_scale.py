@@ -274,6 +274,7 @@ def main() -> None:
     parser.add_argument("--heartbeat", type=float, default=10.0, help="heartbeat interval (s)")
     parser.add_argument("--window", type=float, default=20.0, help="heartbeat measurement window (s)")
     parser.add_argument("--samples", type=int, default=40, help="API requests per endpoint")
+    parser.add_argument("--keep", metavar="DIR", help="work in DIR (daphne/celery logs) instead of a temp dir")
     parser.add_argument("--profile", metavar="DIR", help="write py-spy flame graphs of the fan-out into DIR")
     args = parser.parse_args()
     import logging
@@ -281,6 +282,9 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+        if args.keep:  # process logs and agent state stay there for a look afterwards
+            tmp = args.keep
+            Path(tmp).mkdir(parents=True, exist_ok=True)
         for n in args.sizes:
             print(f"running N={n} ...", flush=True)
             rows.append(asyncio.run(run_size(n, args, Path(tmp))))

@@ -21,8 +21,9 @@ class Coalescer(Generic[Item, Outcome]):
     """Run `write(items)` for whatever was submitted while the previous write ran.
 
     `write` gets a list of items and returns one outcome per item, in order; an outcome that is an
-    exception is raised to that item's submitter only. If `write` itself raises, every submitter of
-    that batch gets the error.
+    exception is raised to that item's submitter only. If `write` raises for a batch of several
+    items (one bad value can fail a whole statement), each item is written again on its own, so
+    only the submitter of the bad one gets the error.
     """
 
     def __init__(self, write: Callable[[list[Item]], Awaitable[list[Outcome | Exception]]], max_batch: int = 500):
@@ -58,7 +59,11 @@ class Coalescer(Generic[Item, Outcome]):
     async def _write_batch(self, batch: list[tuple[Item, asyncio.Future[Outcome]]]) -> None:
         try:
             outcomes = await self._write([item for item, _ in batch])
-        except Exception as exc:  # the whole batch failed: every submitter sees it
+        except Exception as exc:
+            if len(batch) > 1:  # find the bad item: one at a time
+                for one in batch:
+                    await self._write_batch([one])
+                return
             for _, future in batch:
                 if not future.done():
                     future.set_exception(exc)

@@ -23,6 +23,7 @@ from uuid import UUID
 
 from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.consumer import get_handler_name
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DataError
@@ -47,12 +48,22 @@ def database_sync_to_async(func: Any) -> Any:
     return DatabaseSyncToAsync(func, thread_sensitive=False)
 
 
-async def _write_acks(acks: list[tuple[UUID, str, bool]]) -> list[Any]:
-    return await database_sync_to_async(services.command_record_acks)(acks=acks)
+async def _write_reports(reports: list[services.CommandReport]) -> list[Any]:
+    return await database_sync_to_async(services.command_record_reports)(reports=reports)
 
 
-# Acks from all tunnels of this process, written together when they arrive together (fan-out).
-ACKS: Coalescer[tuple[UUID, str, bool], Command | None] = Coalescer(_write_acks)
+# Acks, results and errors from all tunnels of this process, written together when they arrive
+# together (a fan-out to All nodes); each tunnel still awaits its own, so its frames stay in order.
+REPORTS: Coalescer[services.CommandReport, Command | None] = Coalescer(_write_reports)
+
+
+async def _write_heartbeats(beats: list[tuple[UUID, p.Heartbeat]]) -> list[Any]:
+    await database_sync_to_async(services.node_record_heartbeats)(beats=beats)
+    return [None] * len(beats)
+
+
+# Heartbeats of all tunnels of this process: those that arrive together are one UPDATE together.
+HEARTBEATS: Coalescer[tuple[UUID, p.Heartbeat], None] = Coalescer(_write_heartbeats)
 
 # Every authenticated tunnel also joins this group, for broadcasts such as "back off during a deploy".
 AGENTS_GROUP = "agents.all"
@@ -72,6 +83,18 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
     # stream id → reply channel of the process proxying it, or the stream itself when that is this process
     streams: dict[int, str | TunnelStream]
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Route a message to its handler, without Channels' `close_old_connections` hop per message.
+
+        `AsyncConsumer.dispatch` runs `close_old_connections` on daphne's one sync thread before every
+        message; with hundreds of tunnels every frame queued behind the others on that thread. All ORM
+        work of this consumer goes through `database_sync_to_async`, which cleans up around each call.
+        """
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def connect(self) -> None:
         self.streams = {}
@@ -192,12 +215,13 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
                 return
 
     async def _on_heartbeat(self, frame: p.Heartbeat) -> None:
-        await database_sync_to_async(services.node_record_heartbeat)(node_id=self.node_id, heartbeat=frame)
+        assert self.node_id is not None
+        await HEARTBEATS.submit((self.node_id, frame))
         await self._send_frame(p.HeartbeatAck(heartbeat_id=frame.id))
 
     async def _on_ack(self, frame: p.Ack) -> None:
         assert self.node_id is not None
-        await ACKS.submit((self.node_id, frame.command_id, frame.duplicate))
+        await REPORTS.submit(services.CommandReport.ack(self.node_id, frame.command_id, duplicate=frame.duplicate))
 
     async def _on_progress(self, frame: p.Progress) -> None:
         await database_sync_to_async(services.command_record_progress)(
@@ -209,14 +233,15 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         )
 
     async def _on_result(self, frame: p.Result) -> None:
-        await database_sync_to_async(services.command_record_result)(
-            node=self.node, command_id=frame.command_id, data=frame.data
-        )
+        assert self.node_id is not None
+        await REPORTS.submit(services.CommandReport.result(self.node_id, frame.command_id, frame.data))
 
     async def _on_error(self, frame: p.Error) -> None:
-        await database_sync_to_async(services.command_record_error)(
-            node=self.node, command_id=frame.command_id, code=frame.code, message=frame.message, data=frame.data
+        assert self.node_id is not None
+        report = services.CommandReport.error(
+            self.node_id, frame.command_id, code=frame.code, message=frame.message, data=frame.data
         )
+        await REPORTS.submit(report)
 
     async def _on_inventory(self, frame: p.InventoryReport) -> None:
         await database_sync_to_async(_record_inventory)(self.node_id, frame.inventory)

@@ -17,13 +17,14 @@ import logging
 import secrets
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Case, Count, F, Value, When
+from django.db.models import Count, F
 from django.utils import timezone
 
 from agent import protocol
@@ -433,22 +434,56 @@ def node_disconnected(*, node: Node) -> None:
 
 def node_record_heartbeat(*, node_id: uuid.UUID | str, heartbeat: protocol.Heartbeat) -> None:
     """Store a heartbeat's utilization and flip offline → online, in exactly one UPDATE."""
+    node_record_heartbeats(beats=[(node_id, heartbeat)])
+
+
+_HEARTBEAT_SQL = """
+UPDATE {table} AS n
+   SET cpu_percent = v.cpu, memory_percent = v.mem, memory_used_mb = v.used,
+       memory_total_mb = CASE WHEN v.total > 0 THEN v.total ELSE n.memory_total_mb END,
+       gpus = COALESCE(v.gpus, n.gpus),
+       vram_used_mb = COALESCE(v.vram_used, n.vram_used_mb),
+       vram_total_mb = COALESCE(v.vram_total, n.vram_total_mb),
+       gpu_utilization_percent = COALESCE(v.gpu_util, n.gpu_utilization_percent),
+       last_heartbeat_at = %s,
+       status = CASE WHEN n.status = 'offline' THEN 'online' ELSE n.status END,
+       status_changed_at = CASE WHEN n.status = 'offline' THEN %s ELSE n.status_changed_at END
+  FROM (VALUES {rows}) AS v(id, cpu, mem, used, total, gpus, vram_used, vram_total, gpu_util)
+ WHERE n.id = v.id
+"""
+_HEARTBEAT_ROW = (
+    "(%s::uuid, %s::float8, %s::float8, %s::bigint, %s::bigint, %s::jsonb, %s::bigint, %s::bigint, %s::float8)"
+)
+
+
+def node_record_heartbeats(*, beats: list[tuple[uuid.UUID | str, protocol.Heartbeat]]) -> None:
+    """Store many nodes' heartbeats (utilization; offline → online) in one UPDATE … FROM (VALUES …).
+
+    The batched form for a process holding hundreds of tunnels: heartbeats that arrive together
+    cost one statement and one commit together. GPU columns change only for beats that carry GPUs.
+    """
+    if not beats:
+        return
+    from django.db import connection
+
     now = timezone.now()
-    gpus = heartbeat.gpus
-    fields: dict[str, Any] = {
-        "cpu_percent": heartbeat.cpu_percent,
-        "memory_percent": heartbeat.memory_percent,
-        "memory_used_mb": max(heartbeat.memory_used_mb, 0),
-        "last_heartbeat_at": now,
-        "status": Case(When(status=NodeStatus.OFFLINE, then=Value(NodeStatus.ONLINE)), default=F("status")),
-        "status_changed_at": Case(When(status=NodeStatus.OFFLINE, then=Value(now)), default=F("status_changed_at")),
-    }
-    if heartbeat.memory_total_mb > 0:
-        fields["memory_total_mb"] = heartbeat.memory_total_mb
-    if gpus:
-        gpu = _gpu_fields(gpus)
-        fields.update({k: gpu[k] for k in ("gpus", "vram_used_mb", "vram_total_mb", "gpu_utilization_percent")})
-    Node.objects.filter(pk=node_id).update(**fields)
+    params: list[Any] = [now, now]
+    for node_id, beat in beats:
+        gpu = _gpu_fields(beat.gpus) if beat.gpus else None
+        params += [
+            str(node_id),
+            beat.cpu_percent,
+            beat.memory_percent,
+            max(beat.memory_used_mb, 0),
+            beat.memory_total_mb,
+            json.dumps(gpu["gpus"]) if gpu else None,
+            gpu["vram_used_mb"] if gpu else None,
+            gpu["vram_total_mb"] if gpu else None,
+            gpu["gpu_utilization_percent"] if gpu else None,
+        ]
+    sql = _HEARTBEAT_SQL.format(table=Node._meta.db_table, rows=", ".join([_HEARTBEAT_ROW] * len(beats)))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 def nodes_mark_lost_offline() -> int:
@@ -768,13 +803,6 @@ def command_record_delivered(*, node: Node, command_id: uuid.UUID | str) -> Comm
     return command
 
 
-def _node_command(node: Node, command_id: Any) -> bool:
-    ok = Command.objects.filter(pk=command_id, node_id=node.pk).exists()
-    if not ok:
-        logger.warning("node %s reported on command %s that is not its own; ignored", node.pk, command_id)
-    return ok
-
-
 def _after_command_acked(command: Command) -> None:
     """Let the rows a command concerns follow its ack (endpoint pending → starting)."""
     if not workloads.has_ack_hook(command):
@@ -805,70 +833,7 @@ def _after_command_finished(command: Command) -> None:
 
 def command_record_ack(*, node: Node, command_id: uuid.UUID | str, duplicate: bool = False) -> Command | None:
     """Agent acknowledged: → running. Frames about other nodes' commands are ignored (None)."""
-    outcome = command_record_acks(acks=[(node.pk, command_id, duplicate)])[0]
-    if isinstance(outcome, Exception):
-        raise outcome
-    return outcome
-
-
-def command_record_acks(*, acks: list[tuple[uuid.UUID, Any, bool]]) -> list[Command | Exception | None]:
-    """Record many agents' acks (node_id, command_id, duplicate) at once: each → running.
-
-    The batched form of `command_record_ack` for tunnels that ack at the same moment (a fan-out to
-    All nodes): one locking SELECT, one UPDATE and one INSERT of events for the whole batch, in one
-    transaction. Per ack the same outcome as the single form: the running Command, None (unknown,
-    another node's, or already running), or the exception it would have raised (IllegalTransition,
-    ValidationError) — returned, not raised, so one bad ack never fails the others.
-    """
-    outcomes: list[Command | Exception | None] = [None] * len(acks)
-    wanted: dict[int, uuid.UUID] = {}
-    for i, (_, command_id, _) in enumerate(acks):
-        try:
-            wanted[i] = uuid.UUID(str(command_id))
-        except (ValueError, TypeError):
-            outcomes[i] = ValidationError({"command_id": "Must be a UUID."})
-    if not wanted:
-        return outcomes
-    movable = _COMMAND_MOVES[CommandStatus.RUNNING]
-    with transaction.atomic():
-        rows = {c.pk: c for c in Command.objects.select_for_update().filter(pk__in=set(wanted.values())).order_by("pk")}
-        now = timezone.now()
-        moving: dict[int, Command] = {}
-        moved: set[uuid.UUID] = set()
-        for i, command_id in wanted.items():
-            node_id, _, _ = acks[i]
-            command = rows.get(command_id)
-            if command is None or command.node_id != node_id:
-                logger.warning("node %s reported on command %s that is not its own; ignored", node_id, command_id)
-            elif command_id in moved or command.status == CommandStatus.RUNNING:
-                pass  # a duplicate ack: nothing changes
-            elif command.status in movable:
-                moving[i] = command
-                moved.add(command_id)
-            else:
-                outcomes[i] = IllegalTransition(f"A {command.status} command cannot become running.")
-        if not moving:
-            return outcomes
-        Command.objects.filter(pk__in=[c.pk for c in moving.values()]).update(
-            status=CommandStatus.RUNNING, acked_at=now
-        )
-        events = []
-        for i, command in moving.items():
-            command.status, command.acked_at = CommandStatus.RUNNING, now
-            note = " (already done before: duplicate delivery)" if acks[i][2] else ""
-            events.append(
-                NodeEvent(
-                    node_id=command.node_id,
-                    kind="command.running",
-                    message=f"{command.command_type} started{note}",
-                    command=command,
-                )
-            )
-            outcomes[i] = command
-        NodeEvent.objects.bulk_create(events)
-        for command in moving.values():
-            _after_command_acked(command)
-    return outcomes
+    return _record_one(CommandReport.ack(node.pk, command_id, duplicate=duplicate))
 
 
 def command_record_progress(
@@ -890,41 +855,123 @@ def command_record_progress(
 
 def command_record_result(*, node: Node, command_id: uuid.UUID | str, data: dict[str, Any]) -> Command | None:
     """Command succeeded: → succeeded with `data` stored as its result."""
-    with transaction.atomic():
-        if not _node_command(node, command_id):
-            return None
-        command = command_transition(command_id=command_id, node_id=node.pk, to=CommandStatus.SUCCEEDED, result=data)
-        if command:
-            _event(node.pk, "command.succeeded", f"{command.command_type} succeeded", data=data, command=command)
-            _after_command_finished(command)
-    return command
+    return _record_one(CommandReport.result(node.pk, command_id, data))
 
 
 def command_record_error(
     *, node: Node, command_id: uuid.UUID | str, code: str, message: str, data: dict[str, Any] | None = None
 ) -> Command | None:
     """Command failed: → failed with its error code and message."""
+    return _record_one(CommandReport.error(node.pk, command_id, code=code, message=message, data=data))
+
+
+@dataclass(frozen=True)
+class CommandReport:
+    """What an agent reported about one of its commands: ack (→ running), result (→ succeeded), error."""
+
+    node_id: uuid.UUID
+    command_id: Any
+    to: str
+    fields: dict[str, Any]
+    event_suffix: str  # the event message is the command type followed by this
+    event_data: dict[str, Any]
+
+    @classmethod
+    def ack(cls, node_id: uuid.UUID, command_id: Any, *, duplicate: bool = False) -> CommandReport:
+        note = " (already done before: duplicate delivery)" if duplicate else ""
+        return cls(node_id, command_id, CommandStatus.RUNNING, {}, f" started{note}", {})
+
+    @classmethod
+    def result(cls, node_id: uuid.UUID, command_id: Any, data: dict[str, Any]) -> CommandReport:
+        return cls(node_id, command_id, CommandStatus.SUCCEEDED, {"result": data}, " succeeded", data)
+
+    @classmethod
+    def error(
+        cls, node_id: uuid.UUID, command_id: Any, *, code: str, message: str, data: dict[str, Any] | None = None
+    ) -> CommandReport:
+        fields = {"error_code": code[:64], "error_message": message[:4000], "result": data or {}}
+        return cls(node_id, command_id, CommandStatus.FAILED, fields, f" failed: {code}: {message[:500]}", data or {})
+
+
+_REPORT_COLUMNS = {
+    CommandStatus.RUNNING: ["status", "acked_at"],
+    CommandStatus.SUCCEEDED: ["status", "finished_at", "result"],
+    CommandStatus.FAILED: ["status", "finished_at", "error_code", "error_message", "result"],
+}
+
+
+def command_record_reports(*, reports: list[CommandReport]) -> list[Command | Exception | None]:
+    """Record many agents' reports at once, in one transaction: the batched form of the three above.
+
+    For tunnels that report at the same moment (a fan-out to All nodes): one locking SELECT, one
+    UPDATE per kind of report and one INSERT of events for the whole batch, then each command's
+    follow-up hooks. Per report the same outcome as its single form: the updated Command, None
+    (unknown, another node's command, or already in that state), or the exception the single form
+    raises (IllegalTransition, ValidationError) — returned, not raised, so one bad report never fails
+    the others. Reports are applied in order, so an ack and a result of one command may share a batch.
+    """
+    outcomes: list[Command | Exception | None] = [None] * len(reports)
+    wanted: dict[int, uuid.UUID] = {}
+    for i, report in enumerate(reports):
+        try:
+            wanted[i] = uuid.UUID(str(report.command_id))
+        except (ValueError, TypeError):
+            outcomes[i] = ValidationError({"command_id": "Must be a UUID."})
+    if not wanted:
+        return outcomes
     with transaction.atomic():
-        if not _node_command(node, command_id):
-            return None
-        command = command_transition(
-            command_id=command_id,
-            node_id=node.pk,
-            to=CommandStatus.FAILED,
-            error_code=code[:64],
-            error_message=message[:4000],
-            result=data or {},
+        ids = set(wanted.values())
+        rows = {c.pk: c for c in Command.objects.select_for_update().filter(pk__in=ids).order_by("pk")}
+        now = timezone.now()
+        changed: dict[str, dict[uuid.UUID, Command]] = {to: {} for to in _REPORT_COLUMNS}
+        moves: list[tuple[CommandReport, Command]] = []
+        for i, command_id in wanted.items():
+            report = reports[i]
+            command = rows.get(command_id)
+            if command is None or command.node_id != report.node_id:
+                logger.warning(
+                    "node %s reported on command %s that is not its own; ignored", report.node_id, command_id
+                )
+            elif command.status == report.to:
+                pass  # a duplicate report: nothing changes
+            elif command.status not in _COMMAND_MOVES[report.to]:
+                outcomes[i] = IllegalTransition(f"A {command.status} command cannot become {report.to}.")
+            else:
+                command.status = report.to
+                setattr(command, _COMMAND_TIMESTAMP[report.to], now)
+                for name, value in report.fields.items():
+                    setattr(command, name, value)
+                changed[report.to][command.pk] = command
+                moves.append((report, command))
+                outcomes[i] = command
+        for to, commands in changed.items():
+            if commands:
+                Command.objects.bulk_update(list(commands.values()), _REPORT_COLUMNS[to])
+        NodeEvent.objects.bulk_create(
+            [
+                NodeEvent(
+                    node_id=command.node_id,
+                    kind=f"command.{report.to}",
+                    message=command.command_type + report.event_suffix,
+                    data=report.event_data,
+                    command=command,
+                )
+                for report, command in moves
+            ]
         )
-        if command:
-            _event(
-                node.pk,
-                "command.failed",
-                f"{command.command_type} failed: {code}: {message[:500]}",
-                data=data or {},
-                command=command,
-            )
-            _after_command_finished(command)
-    return command
+        for report, command in moves:
+            if report.to == CommandStatus.RUNNING:
+                _after_command_acked(command)
+            else:
+                _after_command_finished(command)
+    return outcomes
+
+
+def _record_one(report: CommandReport) -> Command | None:
+    outcome = command_record_reports(reports=[report])[0]
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
 
 # --------------------------------------------------------------------------------------------------

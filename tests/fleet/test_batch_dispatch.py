@@ -131,34 +131,79 @@ def test_batch_with_secrets_sends_only_the_command_id_through_redis(cluster, reg
         assert _received(listening[command.node_id]) == [channels.command_message(command.pk)]  # no "frame"
 
 
-def test_batched_acks_move_every_command_with_three_queries_and_isolate_bad_ones(cluster, register_node, owner):
-    nodes = [register_node(cluster, f"a{i}") for i in range(5)]
-    commands = services.command_dispatch(actor=owner, cluster=cluster, command_type="model.download", payload=PAYLOAD)
+def test_batched_reports_use_one_select_one_update_per_kind_one_insert_and_isolate_bad_ones(
+    cluster, register_node, owner
+):
+    nodes = [register_node(cluster, f"a{i}") for i in range(6)]
+    commands = services.command_dispatch(
+        actor=owner, cluster=cluster, command_type="container.stop", payload={"container": "web"}
+    )
     dispatch_batch(str(commands[0].batch_id))
     by_node = {c.node_id: c for c in commands}
     done = by_node[nodes[4].pk]
     services.command_record_ack(node=nodes[4], command_id=done.pk)
     services.command_record_result(node=nodes[4], command_id=done.pk, data={})
-    acks = [(n.pk, str(by_node[n.pk].pk), False) for n in nodes[:3]]
-    acks += [
-        (nodes[3].pk, str(by_node[nodes[0].pk].pk), False),  # another node's command
-        (nodes[3].pk, "not-a-uuid", False),
-        (nodes[4].pk, str(done.pk), False),  # already succeeded
-        (nodes[0].pk, str(by_node[nodes[0].pk].pk), True),  # the same ack twice in one batch
+    first, second, third, fourth, _, sixth = (by_node[n.pk] for n in nodes)
+    report = services.CommandReport
+    reports = [
+        report.ack(nodes[0].pk, str(first.pk)),
+        report.ack(nodes[1].pk, str(second.pk)),
+        report.ack(nodes[2].pk, str(third.pk)),
+        report.ack(nodes[3].pk, str(first.pk)),  # another node's command
+        report.ack(nodes[3].pk, "not-a-uuid"),
+        report.ack(nodes[4].pk, str(done.pk)),  # already succeeded
+        report.ack(nodes[0].pk, str(first.pk), duplicate=True),  # the same ack twice in one batch
+        report.result(nodes[1].pk, str(second.pk), {"ok": 1}),  # ack and result of one command, in order
+        report.error(nodes[5].pk, str(sixth.pk), code="not_found", message="no such container {x}"),
     ]
     with CaptureQueriesContext(connection) as ctx:
-        outcomes = services.command_record_acks(acks=acks)
+        outcomes = services.command_record_reports(reports=reports)
     statements = [q["sql"].split()[0].upper() for q in ctx.captured_queries]
-    assert [s for s in statements if s in ("SELECT", "UPDATE", "INSERT")] == ["SELECT", "UPDATE", "INSERT"]
-    assert [o.status for o in outcomes[:3]] == [CommandStatus.RUNNING] * 3
+    data_statements = [s for s in statements if s in ("SELECT", "UPDATE", "INSERT")]
+    # one locking SELECT, one UPDATE each for running / succeeded / failed, one INSERT of all events,
+    # and the container hooks' own reads for the two finished commands
+    assert data_statements[:5] == ["SELECT", "UPDATE", "UPDATE", "UPDATE", "INSERT"]
+    assert [o.status for o in outcomes[:3]] == [CommandStatus.RUNNING, CommandStatus.SUCCEEDED, CommandStatus.RUNNING]
     assert outcomes[3] is None
     assert outcomes[6] is None
     assert "command_id" in outcomes[4].message_dict
     assert isinstance(outcomes[5], services.IllegalTransition)
-    for node in nodes[:3]:
-        row = Command.objects.get(pk=by_node[node.pk].pk)
-        assert row.status == CommandStatus.RUNNING
-        assert row.acked_at is not None
-        assert NodeEvent.objects.filter(command=row, kind="command.running").count() == 1
-    assert Command.objects.get(pk=by_node[nodes[3].pk].pk).status == CommandStatus.DISPATCHED
+    assert Command.objects.get(pk=first.pk).status == CommandStatus.RUNNING
+    assert Command.objects.get(pk=third.pk).status == CommandStatus.RUNNING
+    finished = Command.objects.get(pk=second.pk)
+    assert (finished.status, finished.result) == (CommandStatus.SUCCEEDED, {"ok": 1})
+    assert finished.acked_at is not None
+    assert finished.finished_at is not None
+    failed = Command.objects.get(pk=sixth.pk)
+    assert (failed.status, failed.error_code, failed.error_message) == ("failed", "not_found", "no such container {x}")
+    kinds = list(NodeEvent.objects.filter(command=second).order_by("created_at", "id").values_list("kind", flat=True))
+    assert kinds == ["command.queued", "command.dispatched", "command.running", "command.succeeded"]
+    assert NodeEvent.objects.get(command=sixth, kind="command.failed").message == (
+        "container.stop failed: not_found: no such container {x}"
+    )
+    assert Command.objects.get(pk=fourth.pk).status == CommandStatus.DISPATCHED
     assert Command.objects.get(pk=done.pk).status == CommandStatus.SUCCEEDED
+
+
+def test_heartbeats_of_many_nodes_are_one_update_and_bring_offline_nodes_online(cluster, register_node):
+    from agent import protocol as p
+
+    nodes = [register_node(cluster, f"h{i}") for i in range(3)]
+    Node.objects.filter(pk=nodes[2].pk).update(status="offline", memory_total_mb=2048)
+    gpu = p.GpuInfo(index=0, name="H100", memory_total_mb=81920, memory_used_mb=1024, utilization_percent=40.0)
+    beats = [
+        (nodes[0].pk, p.Heartbeat(cpu_percent=10.0, memory_percent=20.0, memory_used_mb=100, memory_total_mb=1000)),
+        (nodes[1].pk, p.Heartbeat(cpu_percent=30.0, memory_percent=40.0, memory_used_mb=-5, gpus=[gpu])),
+        (nodes[2].pk, p.Heartbeat(cpu_percent=50.0, memory_percent=60.0, memory_used_mb=300, memory_total_mb=0)),
+    ]
+    with CaptureQueriesContext(connection) as ctx:
+        services.node_record_heartbeats(beats=beats)
+    assert len(ctx.captured_queries) == 1
+    first, second, third = (Node.objects.get(pk=n.pk) for n in nodes)
+    assert (first.cpu_percent, first.memory_used_mb, first.memory_total_mb) == (10.0, 100, 1000)
+    assert (second.memory_used_mb, second.vram_total_mb, second.vram_used_mb) == (0, 81920, 1024)
+    assert second.gpu_utilization_percent == 40.0
+    assert second.gpus[0]["name"] == "H100"
+    assert first.gpus == nodes[0].gpus  # no GPUs in the beat: GPU columns untouched
+    assert (third.status, third.memory_total_mb) == ("online", 2048)  # offline → online; 0 total kept
+    assert third.last_heartbeat_at > nodes[2].last_heartbeat_at

@@ -93,3 +93,30 @@ def test_cancelling_the_writer_cancels_its_waiters_instead_of_hanging_them():
             await asyncio.wait_for(waiter, timeout=1)
 
     asyncio.run(scenario())
+
+
+def test_a_batch_that_fails_as_a_whole_is_retried_one_by_one_so_only_the_bad_item_fails():
+    seen: list[list[str]] = []
+    gate = asyncio.Event()
+
+    async def write(items: list[str]) -> list[str | Exception]:
+        seen.append(list(items))
+        if items == ["first"]:
+            await gate.wait()
+        if "bad" in items:  # like one value PostgreSQL refuses failing the whole statement
+            raise ValueError("refused")
+        return [item.upper() for item in items]
+
+    async def scenario() -> list[object]:
+        coalescer: Coalescer[str, str] = Coalescer(write)
+        first = asyncio.ensure_future(coalescer.submit("first"))
+        await asyncio.sleep(0)
+        rest = [asyncio.ensure_future(coalescer.submit(i)) for i in ("ok", "bad", "fine")]
+        await asyncio.sleep(0.01)
+        gate.set()
+        return await asyncio.gather(first, *rest, return_exceptions=True)
+
+    first, ok, bad, fine = asyncio.run(scenario())
+    assert (first, ok, fine) == ("FIRST", "OK", "FINE")
+    assert isinstance(bad, ValueError)
+    assert seen == [["first"], ["ok", "bad", "fine"], ["ok"], ["bad"], ["fine"]]
