@@ -73,6 +73,20 @@ def send_to_nodes(messages: list[tuple[uuid.UUID | str, dict[str, Any]]], *, con
     return async_to_sync(send_all)()
 
 
+def send_to_inbox(inbox: str, messages: list[tuple[uuid.UUID | str, dict[str, Any]]]) -> bool:
+    """Send many nodes' `node.command` messages as one message to a process inbox; True on success."""
+    from fleet.local_tunnels import inbox_commands_message
+
+    layer = get_channel_layer()
+    if layer is None:  # pragma: no cover - CHANNEL_LAYERS is always configured
+        raise RuntimeError("no channel layer configured")
+    try:
+        async_to_sync(layer.send)(inbox, inbox_commands_message(messages))
+    except Exception:  # the caller un-claims these commands
+        return False
+    return True
+
+
 def command_frame(command: Any) -> protocol.Command:
     """The `Command` frame for a `fleet.models.Command` row (secrets merged back into the payload)."""
     return protocol.Command(

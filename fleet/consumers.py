@@ -21,20 +21,20 @@ from typing import Any
 from urllib.parse import parse_qs
 from uuid import UUID
 
+from channels.consumer import get_handler_name
 from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
-from channels.consumer import get_handler_name
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DataError
 
 from agent import protocol as p
-from fleet import ca, services, tunnel_auth
+from fleet import ca, local_tunnels, services, tunnel_auth
 from fleet.batching import Coalescer
 from fleet.channels import command_frame, node_group
 from fleet.exceptions import IllegalTransition
 from fleet.models import Command, Node
-from fleet.streams import TunnelStream, local_tunnels
+from fleet.streams import TunnelStream
 
 log = logging.getLogger("fleet.tunnel")
 
@@ -78,6 +78,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     """One agent's tunnel: authenticate, then relay commands down and records frames up."""
 
     node_id: UUID | None = None
+    inbox = ""  # this process's tunnel inbox, once authenticated
     certificate_serial: str | None = None
     _relay_task: asyncio.Future[Any] | None = None
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
@@ -123,11 +124,10 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             await self._to_stream(stream_id, {"type": "stream.end", "error": "tunnel closed"})
         self.streams.clear()
         if self.node_id is not None:
-            if local_tunnels.get(str(self.node_id)) is self:
-                del local_tunnels[str(self.node_id)]
+            local_tunnels.discard(self.node_id, self)
             await self.channel_layer.group_discard(node_group(self.node_id), self.channel_name)
             await self.channel_layer.group_discard(AGENTS_GROUP, self.channel_name)
-            await database_sync_to_async(services.node_disconnected)(node=self.node)
+            await database_sync_to_async(services.node_disconnected)(node=self.node, inbox=self.inbox)
 
     # ---- frames from the agent
 
@@ -180,7 +180,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             log.warning("refusing tunnel: %s", exc)
             await self.close(code=CLOSE_UNAUTHORIZED, reason=str(exc)[:120])
             return
-        node = await database_sync_to_async(_connect_node)(certificate_node_id, hello)
+        self.inbox = await local_tunnels.inbox()
+        node = await database_sync_to_async(_connect_node)(certificate_node_id, hello, self.inbox)
         if node is None:
             await self._send_frame(p.Revoked(reason="node no longer exists"))
             await self.close(code=CLOSE_REVOKED, reason="node deleted")
@@ -191,7 +192,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         self._hello_timer.cancel()
         await self.channel_layer.group_add(node_group(node.id), self.channel_name)
         await self.channel_layer.group_add(AGENTS_GROUP, self.channel_name)
-        local_tunnels[str(node.id)] = self
+        local_tunnels.add(node.id, self)
         await self._send_frame(
             p.Welcome(
                 node_id=str(node.id),
@@ -316,7 +317,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         )
 
     async def open_local_stream(self, stream: TunnelStream, port: int, window: int) -> None:
-        """A stream opened by a request in this process (`fleet.streams.local_tunnels`): no Redis."""
+        """A stream opened by a request in this process (`fleet.local_tunnels`): no Redis."""
         self.streams[stream.stream_id] = stream
         await self._send_frame(p.StreamOpen(stream_id=stream.stream_id, port=port, window=window))
 
@@ -356,11 +357,11 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=encoded)
 
 
-def _connect_node(node_id: UUID, hello: p.Hello) -> Node | None:
+def _connect_node(node_id: UUID, hello: p.Hello, inbox: str) -> Node | None:
     node = Node.objects.select_related("cluster").filter(pk=node_id).first()
     if node is None:
         return None
-    services.node_connected(node=node, facts=hello.facts, inventory=hello.inventory)
+    services.node_connected(node=node, facts=hello.facts, inventory=hello.inventory, inbox=inbox)
     return Node.objects.select_related("cluster").get(pk=node_id)
 
 

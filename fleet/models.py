@@ -108,6 +108,8 @@ class Node(models.Model):
     status_changed_at = models.DateTimeField(auto_now_add=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     connected = models.BooleanField(default=False)
+    # The channel-layer inbox of the control-plane process holding the tunnel (fleet.local_tunnels).
+    tunnel_inbox = models.CharField(max_length=200, blank=True, default="")
     cpu_count = models.PositiveIntegerField(default=0)
     memory_total_mb = models.PositiveBigIntegerField(default=0)
     cpu_percent = models.FloatField(default=0.0)

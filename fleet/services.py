@@ -407,14 +407,15 @@ def node_record_inventory(*, node: Node, inventory: protocol.Inventory) -> Node:
 
 
 @transaction.atomic
-def node_connected(*, node: Node, facts: protocol.HostFacts, inventory: protocol.Inventory) -> None:
+def node_connected(*, node: Node, facts: protocol.HostFacts, inventory: protocol.Inventory, inbox: str = "") -> None:
     """The node's agent authenticated on a tunnel: connected, offline → online, facts and inventory stored.
 
+    `inbox` is the channel-layer inbox of the process holding the tunnel (`fleet.local_tunnels`).
     Call it before `command_pending_for_node` so no command queued meanwhile is missed.
     """
     now = timezone.now()
     fields = _fact_fields(_facts(facts))
-    Node.objects.filter(pk=node.pk).update(connected=True, last_heartbeat_at=now, **fields)
+    Node.objects.filter(pk=node.pk).update(connected=True, tunnel_inbox=inbox, last_heartbeat_at=now, **fields)
     became_online = Node.objects.filter(pk=node.pk, status=NodeStatus.OFFLINE).update(
         status=NodeStatus.ONLINE, status_changed_at=now
     )
@@ -425,10 +426,17 @@ def node_connected(*, node: Node, facts: protocol.HostFacts, inventory: protocol
 
 
 @transaction.atomic
-def node_disconnected(*, node: Node) -> None:
-    """The node's tunnel closed. Status is left alone: the beat task marks it offline after a timeout."""
+def node_disconnected(*, node: Node, inbox: str = "") -> None:
+    """The node's tunnel closed. Status is left alone: the beat task marks it offline after a timeout.
+
+    With `inbox` (the closing tunnel's process) the node stays connected if its agent already came back
+    through another process: an old socket noticed late must not hide the new one.
+    """
     node.connected = False
-    if Node.objects.filter(pk=node.pk).update(connected=False):  # a deleted node gets no event
+    rows = Node.objects.filter(pk=node.pk)
+    if inbox:
+        rows = rows.filter(tunnel_inbox__in=[inbox, ""])
+    if rows.update(connected=False, tunnel_inbox=""):  # a deleted node gets no event
         _event(node.pk, "disconnected", "Agent disconnected")
 
 
@@ -481,7 +489,7 @@ def node_record_heartbeats(*, beats: list[tuple[uuid.UUID | str, protocol.Heartb
             gpu["vram_total_mb"] if gpu else None,
             gpu["gpu_utilization_percent"] if gpu else None,
         ]
-    sql = _HEARTBEAT_SQL.format(table=Node._meta.db_table, rows=", ".join([_HEARTBEAT_ROW] * len(beats)))
+    sql = _HEARTBEAT_SQL.format(table=Node._meta.db_table, rows=", ".join([_HEARTBEAT_ROW] * len(beats))).strip()
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
 
@@ -731,7 +739,7 @@ UPDATE fleet_command AS c
  WHERE c.node_id = n.id AND n.connected AND c.batch_id = %(batch)s
    AND (c.status = 'queued'
         OR (c.status = 'dispatched' AND c.acked_at IS NULL AND c.dispatched_at < %(stale)s))
-RETURNING c.id, c.node_id, c.command_type, c.idempotency_key, c.payload, c.secrets
+RETURNING c.id, c.node_id, c.command_type, c.idempotency_key, c.payload, c.secrets, n.tunnel_inbox
 """
 
 
@@ -752,8 +760,9 @@ def command_batch_claim_and_send(*, batch_id: uuid.UUID | str) -> int:
         claimed = cursor.fetchall()
     if not claimed:
         return 0
+    by_inbox: dict[str, list[int]] = {}
     messages = []
-    for pk, node_id, command_type, key, payload, secret in claimed:
+    for i, (pk, node_id, command_type, key, payload, secret, inbox) in enumerate(claimed):
         # The frame travels with the message (no read per node in the consumer) unless it has secrets.
         frame = None
         if not secret:
@@ -762,8 +771,17 @@ def command_batch_claim_and_send(*, batch_id: uuid.UUID | str) -> int:
                 command_id=str(pk), idempotency_key=key, command_type=command_type, payload=payload
             )
         messages.append((node_id, channels.command_message(pk, frame)))
+        by_inbox.setdefault(inbox or "", []).append(i)
     claimed = [(pk, node_id) for pk, node_id, *_ in claimed]
-    sent = channels.send_to_nodes(messages)
+    # One message per control-plane process holding tunnels; nodes with no known process, one each.
+    sent = [False] * len(claimed)
+    direct = by_inbox.pop("", [])
+    for i, ok in zip(direct, channels.send_to_nodes([messages[i] for i in direct]), strict=True):
+        sent[i] = ok
+    for inbox, indexes in by_inbox.items():
+        ok = channels.send_to_inbox(inbox, [messages[i] for i in indexes])
+        for i in indexes:
+            sent[i] = ok
     failed = [pk for (pk, _), ok in zip(claimed, sent, strict=True) if not ok]
     if failed:
         Command.objects.filter(pk__in=failed, status=CommandStatus.DISPATCHED).update(status=CommandStatus.QUEUED)

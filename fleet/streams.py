@@ -11,7 +11,7 @@ and this side sends request bytes only against credit the agent returned after w
 So neither Redis nor the agent ever holds more than one window per stream, however slow the client.
 
 When this very process holds the node's tunnel (one replica, or the request landed on the replica
-with the tunnel) the stream skips Redis: it talks to the tunnel consumer in memory (`local_tunnels`),
+with the tunnel) the stream skips Redis: it talks to the tunnel consumer in memory (`fleet.local_tunnels`),
 with the same messages and the same flow control, and no serialisation or network round trip per chunk.
 """
 
@@ -21,27 +21,16 @@ import asyncio
 import contextlib
 import secrets
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from channels.layers import get_channel_layer
 
 from agent.protocol import DEFAULT_STREAM_WINDOW
+from fleet import local_tunnels
 from fleet.channels import node_group
 
 # Bytes per message sent through the channel layer.
 CHUNK_BYTES = 256 * 1024
-
-
-class LocalTunnel(Protocol):
-    """What a tunnel consumer held by this process offers to streams opened in the same process."""
-
-    async def open_local_stream(self, stream: TunnelStream, port: int, window: int) -> None: ...
-
-    async def stream_message(self, message: dict[str, Any]) -> None: ...
-
-
-# Authenticated tunnels of this process by node id (str); the consumer adds and removes itself.
-local_tunnels: dict[str, LocalTunnel] = {}
 
 
 class StreamUnavailable(Exception):
@@ -57,7 +46,7 @@ class TunnelStream:
         self.stream_id = stream_id
         self.window = window
         self._consumer: str | None = None
-        self._local: LocalTunnel | None = None
+        self._local: local_tunnels.LocalTunnel | None = None
         self._send_credit = DEFAULT_STREAM_WINDOW
         self._credit_changed = asyncio.Event()
         self._incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -71,7 +60,7 @@ class TunnelStream:
         cls, *, node_id: Any, port: int, grace_s: float = 10.0, window: int = DEFAULT_STREAM_WINDOW
     ) -> TunnelStream:
         """Open a stream; while no tunnel answers (agent reconnecting), retry until `grace_s` runs out."""
-        tunnel = local_tunnels.get(str(node_id))
+        tunnel = local_tunnels.get(node_id)
         if tunnel is not None:
             stream = cls(None, "", secrets.randbits(52), window)
             stream._local = tunnel

@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agent import protocol
-from fleet import channels, services
+from fleet import channels, local_tunnels, services
 from fleet.models import Command, CommandStatus, Node, NodeEvent
 from fleet.tasks import dispatch_batch, dispatch_command
 
@@ -207,3 +207,49 @@ def test_heartbeats_of_many_nodes_are_one_update_and_bring_offline_nodes_online(
     assert first.gpus == nodes[0].gpus  # no GPUs in the beat: GPU columns untouched
     assert (third.status, third.memory_total_mb) == ("online", 2048)  # offline → online; 0 total kept
     assert third.last_heartbeat_at > nodes[2].last_heartbeat_at
+
+
+def test_batch_sends_one_message_per_process_inbox_and_group_messages_for_the_rest(cluster, register_node, owner):
+    nodes = [register_node(cluster, f"i{i}") for i in range(5)]
+    inbox_a, inbox_b = f"inbox-a-{uuid.uuid4().hex}", f"inbox-b-{uuid.uuid4().hex}"
+    Node.objects.filter(pk__in=[nodes[0].pk, nodes[1].pk, nodes[2].pk]).update(tunnel_inbox=inbox_a)
+    Node.objects.filter(pk=nodes[3].pk).update(tunnel_inbox=inbox_b)
+    unknown = _listen(nodes[4])  # no inbox recorded (e.g. connected before the upgrade): its node group
+    commands = services.command_dispatch(actor=owner, cluster=cluster, command_type="model.download", payload=PAYLOAD)
+    by_node = {c.node_id: c for c in commands}
+    assert services.command_batch_claim_and_send(batch_id=commands[0].batch_id) == 5
+
+    (to_a,) = _received(inbox_a)
+    (to_b,) = _received(inbox_b)
+    assert to_a["type"] == local_tunnels.INBOX_COMMANDS
+    assert {node_id for node_id, _ in to_a["commands"]} == {str(n.pk) for n in nodes[:3]}
+    assert [m["command_id"] for _, m in to_b["commands"]] == [str(by_node[nodes[3].pk].pk)]
+    for node_id, message in to_a["commands"] + to_b["commands"]:
+        assert protocol.decode(message["frame"]).command_id == str(by_node[uuid.UUID(node_id)].pk)
+    (direct,) = _received(unknown)
+    assert direct["command_id"] == str(by_node[nodes[4].pk].pk)
+
+
+def test_inbox_hands_commands_to_tunnels_of_this_process_and_the_rest_to_their_node_groups(cluster, register_node):
+    here, moved = register_node(cluster, "here"), register_node(cluster, "moved")
+    got: list[dict] = []
+
+    class Tunnel:
+        async def node_command(self, message: dict) -> None:
+            got.append(message)
+
+    listening = _listen(moved)
+    tunnel = Tunnel()
+    local_tunnels.add(here.pk, tunnel)
+    try:
+        layer = channel_layers.make_backend("default")
+        commands = [
+            (here.pk, channels.command_message(uuid.uuid4())),
+            (moved.pk, channels.command_message(uuid.uuid4())),
+        ]
+        async_to_sync(local_tunnels.deliver_commands)(layer, local_tunnels.inbox_commands_message(commands)["commands"])
+    finally:
+        local_tunnels.discard(here.pk, tunnel)
+    assert got == [commands[0][1]]
+    assert _received(listening) == [commands[1][1]]
+    assert local_tunnels.get(here.pk) is None

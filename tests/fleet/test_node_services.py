@@ -137,6 +137,20 @@ def test_connected_disconnected_and_inventory(cluster, register_node):
     ]
 
 
+def test_a_late_disconnect_of_an_old_socket_does_not_hide_the_agents_new_tunnel(cluster, register_node):
+    node = register_node(cluster, online=False)
+    facts, inventory = protocol.HostFacts(hostname="h"), protocol.Inventory()
+    services.node_connected(node=node, facts=facts, inventory=inventory, inbox="specific.replica-a!x")
+    # the agent reconnected through replica B before replica A noticed the old socket closed
+    services.node_connected(node=node, facts=facts, inventory=inventory, inbox="specific.replica-b!y")
+    services.node_disconnected(node=node, inbox="specific.replica-a!x")
+    node.refresh_from_db()
+    assert (node.connected, node.tunnel_inbox) == (True, "specific.replica-b!y")
+    services.node_disconnected(node=node, inbox="specific.replica-b!y")
+    node.refresh_from_db()
+    assert (node.connected, node.tunnel_inbox) == (False, "")
+
+
 def test_connected_keeps_cordoned_status(node, owner):
     services.node_cordon(node=node, actor=owner)
     services.node_connected(node=node, facts=protocol.HostFacts(hostname="h"), inventory=protocol.Inventory())
