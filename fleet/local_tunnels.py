@@ -60,7 +60,9 @@ async def inbox() -> str:
     loop = asyncio.get_running_loop()
     if _inbox["loop"] is not loop or _inbox["task"] is None or _inbox["task"].done():
         layer = get_channel_layer()
-        name = await layer.new_channel(prefix="tunnels")
+        # the default "specific" prefix: channels_redis reads all of a process's own channels through
+        # one shared loop that pops only that prefix, so a custom prefix would never be read
+        name = await layer.new_channel()
         _inbox.update(loop=loop, name=name, task=loop.create_task(_read_inbox(layer, name)))
     return _inbox["name"]
 

@@ -253,3 +253,43 @@ def test_inbox_hands_commands_to_tunnels_of_this_process_and_the_rest_to_their_n
     assert got == [commands[0][1]]
     assert _received(listening) == [commands[1][1]]
     assert local_tunnels.get(here.pk) is None
+
+
+def test_process_inbox_is_read_while_tunnel_channels_of_the_same_process_wait_for_messages(cluster, register_node):
+    """The inbox shares the layer's per-process receive loop with the consumers' own channels."""
+    node = register_node(cluster, "inbox-reader")
+    got: list[dict] = []
+
+    class Tunnel:
+        async def node_command(self, message: dict) -> None:
+            got.append(message)
+
+    async def scenario() -> None:
+        from channels.layers import get_channel_layer
+
+        layer = get_channel_layer()
+        consumer_channel = await layer.new_channel()  # like a tunnel consumer waiting on its channel
+        waiting = asyncio.ensure_future(layer.receive(consumer_channel))
+        await asyncio.sleep(0.1)
+        inbox = await local_tunnels.inbox()
+        tunnel = Tunnel()
+        local_tunnels.add(node.pk, tunnel)
+        try:
+            message = channels.command_message(uuid.uuid4())
+            await layer.send(inbox, local_tunnels.inbox_commands_message([(node.pk, message)]))
+            for _ in range(100):
+                if got:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            local_tunnels.discard(node.pk, tunnel)
+            waiting.cancel()
+        assert got == [message]
+
+    layer_backup = channel_layers.backends.pop("default", None)  # a layer bound to this test's loop
+    try:
+        async_to_sync(scenario)()
+    finally:
+        channel_layers.backends.pop("default", None)
+        if layer_backup is not None:
+            channel_layers.backends["default"] = layer_backup
