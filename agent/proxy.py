@@ -88,7 +88,10 @@ class StreamManager:
 
     async def _run(self, stream: _Stream) -> None:
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", stream.port), timeout=10)
+            # a read buffer of a few chunks, so bulk responses go out in full CHUNK_BYTES frames
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection("127.0.0.1", stream.port, limit=4 * CHUNK_BYTES), timeout=10
+            )
         except (OSError, TimeoutError) as exc:
             self._send(p.StreamEnd(stream_id=stream.stream_id, error=f"cannot connect to port {stream.port}: {exc}"))
             self._streams.pop(stream.stream_id, None)

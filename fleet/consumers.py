@@ -120,14 +120,21 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         for task in (getattr(self, "_hello_timer", None), getattr(self, "_revocation_watch", None), self._relay_task):
             if task is not None:
                 task.cancel()
-        for stream_id in list(self.streams):
-            await self._to_stream(stream_id, {"type": "stream.end", "error": "tunnel closed"})
-        self.streams.clear()
         if self.node_id is not None:
+            # The database first: when many sockets drop at once (a partition, a deploy) Redis may
+            # refuse some of the clean-up below, and the node must not stay "connected" because of it.
             local_tunnels.discard(self.node_id, self)
-            await self.channel_layer.group_discard(node_group(self.node_id), self.channel_name)
-            await self.channel_layer.group_discard(AGENTS_GROUP, self.channel_name)
             await database_sync_to_async(services.node_disconnected)(node=self.node, inbox=self.inbox)
+        try:
+            for stream_id in list(self.streams):
+                await self._to_stream(stream_id, {"type": "stream.end", "error": "tunnel closed"})
+            if self.node_id is not None:
+                await self.channel_layer.group_discard(node_group(self.node_id), self.channel_name)
+                await self.channel_layer.group_discard(AGENTS_GROUP, self.channel_name)
+        except Exception as exc:  # stale group entries expire; a message sent to them is dropped unread
+            log.warning("tunnel of node %s: channel-layer clean-up failed: %s", self.node_id, exc)
+        finally:
+            self.streams.clear()
 
     # ---- frames from the agent
 

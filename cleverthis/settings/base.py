@@ -112,7 +112,16 @@ CHANNEL_LAYERS = {
             # redis-py 8 defaults socket_timeout to 5 s, the same as channels_redis's blocking BZPOPMIN in
             # receive(): an idle consumer's read then times out and the consumer (a tunnel!) crashes
             # with 1011. Keep the read timeout well above the blocking pop.
-            "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5}],
+            # max_connections: redis-py refuses (does not queue) operations beyond its pool size, and
+            # a thousand tunnels closing at once each clean up their groups at the same moment.
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": 30,
+                    "socket_connect_timeout": 5,
+                    "max_connections": env_int("CHANNELS_REDIS_MAX_CONNECTIONS", 1000),
+                }
+            ],
             "prefix": env_str("CHANNELS_PREFIX", "cleverthis:channels:"),
             "capacity": 1000,
             "expiry": 60,
