@@ -89,7 +89,10 @@ class FrameSender:
         """Queue `frame`; never blocks."""
         if self.closed:
             return
-        queue = self._bulk if isinstance(frame, p.StreamData) else self._control
+        # A stream's normal end queues behind its data (it must not overtake the last chunks); an
+        # abort (StreamEnd with an error) and every other control frame go first.
+        bulk = isinstance(frame, p.StreamData) or (isinstance(frame, p.StreamEnd) and not frame.error)
+        queue = self._bulk if bulk else self._control
         queue.append(p.encode(frame))
         self._wakeup.set()
 

@@ -156,7 +156,7 @@ async def proxy_http(scope: dict[str, Any], receive: Any, send: Any, target: Pro
         await plain_response(send, 502, f"Bad gateway: {exc}.")
         return
     connection = h11.Connection(h11.CLIENT)
-    response_started = False
+    relay_state = _RelayState()
     try:
         headers = upstream_headers(scope)
         headers += [(b"host", f"127.0.0.1:{target.port}".encode()), (b"connection", b"close")]
@@ -175,20 +175,20 @@ async def proxy_http(scope: dict[str, Any], receive: Any, send: Any, target: Pro
         await stream.write(connection.send(request))
         if not await _forward_body(receive, stream, connection, send):
             return
-        relay = asyncio.ensure_future(_forward_response(stream, connection, send))
+        relay = asyncio.ensure_future(_forward_response(stream, connection, send, relay_state))
         client_gone = asyncio.ensure_future(_wait_for_disconnect(receive))
         done, _ = await asyncio.wait({relay, client_gone}, return_when=asyncio.FIRST_COMPLETED)
         client_gone.cancel()
         if relay not in done:  # the client left mid-response (e.g. closed an SSE stream)
             relay.cancel()
             return
-        response_started = relay.result()
+        relay.result()
     except TimeoutError:
-        if not response_started:
+        if not relay_state.started:
             await plain_response(send, 504, "Gateway timeout: the service on the node did not answer in time.")
     except (h11.ProtocolError, StreamUnavailable) as exc:
         log.info("proxy stream to node %s port %s broke: %s", target.node_id, target.port, exc)
-        if not response_started:
+        if not relay_state.started:  # mid-response the client sees the body cut short instead
             await plain_response(send, 502, f"Bad gateway: {exc}.")
     finally:
         await stream.close()
@@ -219,8 +219,18 @@ async def _forward_body(receive: Any, stream: TunnelStream, connection: h11.Conn
             return True
 
 
-async def _forward_response(stream: TunnelStream, connection: h11.Connection, send: Any) -> bool:
+@dataclass
+class _RelayState:
+    """Whether the response head already went to the client (then no error page can follow)."""
+
+    started: bool = False
+
+
+async def _forward_response(
+    stream: TunnelStream, connection: h11.Connection, send: Any, state: _RelayState | None = None
+) -> bool:
     """Relay the response as it arrives; returns whether a response head was sent."""
+    state = state or _RelayState()
     started = False
     timeout: float | None = settings.PROXY_RESPONSE_TIMEOUT_S
     while True:
@@ -240,7 +250,7 @@ async def _forward_response(stream: TunnelStream, connection: h11.Connection, se
         if isinstance(event, h11.Response):
             headers = [(k, v) for k, v in event.headers if k.lower() not in HOP_BY_HOP - {b"content-length"}]
             await send({"type": "http.response.start", "status": event.status_code, "headers": headers})
-            started = True
+            started = state.started = True
             timeout = settings.PROXY_IDLE_TIMEOUT_S  # long-lived (SSE) responses may pause between events
         elif isinstance(event, h11.Data):
             await send({"type": "http.response.body", "body": bytes(event.data), "more_body": True})
