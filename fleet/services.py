@@ -23,7 +23,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.db.models import Count, F
 from django.utils import timezone
 
@@ -795,6 +795,34 @@ def command_batch_claim_and_send(*, batch_id: uuid.UUID | str) -> int:
     if failed:
         raise ConnectionError(f"{len(failed)} of {len(claimed)} commands of batch {batch_id} could not be sent")
     return len(claimed)
+
+
+def commands_resend_stuck(*, limit: int = 500) -> int:
+    """Beat: send again what should have reached a connected node by now; returns how many were sent.
+
+    Catches dispatch tasks lost with the broker (enqueued while Redis was down) and sends lost with a
+    process: commands still queued COMMAND_RESEND_AFTER_S after creation, or claimed that long ago
+    and never acknowledged, on nodes whose tunnel is up. Each goes through `command_claim_and_send`
+    (the agent deduplicates by idempotency key); a failing send stops this pass for the next one.
+    """
+    stale = timezone.now() - dt.timedelta(seconds=settings.COMMAND_RESEND_AFTER_S)
+    stuck = (
+        Command.objects.filter(node__connected=True)
+        .filter(
+            models.Q(status=CommandStatus.QUEUED, created_at__lt=stale)
+            | models.Q(status=CommandStatus.DISPATCHED, acked_at__isnull=True, dispatched_at__lt=stale)
+        )
+        .order_by("created_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    sent = 0
+    for command_id in list(stuck):
+        try:
+            sent += command_claim_and_send(command_id=command_id)
+        except Exception:  # the channel layer is still away: the next pass tries again
+            logger.warning("re-sending stuck command %s failed; retrying on the next pass", command_id)
+            break
+    return sent
 
 
 def command_pending_for_node(*, node: Node) -> list[Command]:

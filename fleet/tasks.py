@@ -61,3 +61,9 @@ def mark_lost_nodes_offline() -> int:
 def expire_join_tokens() -> int:
     """Beat: delete expired, unused join tokens; returns how many."""
     return services.join_tokens_expire()
+
+
+@shared_task(name="fleet.tasks.resend_stuck_commands", autoretry_for=(DatabaseError,), max_retries=2)
+def resend_stuck_commands() -> int:
+    """Beat: re-send commands that should have reached their connected node by now; returns how many."""
+    return services.commands_resend_stuck()

@@ -14,6 +14,7 @@ urlpatterns = [
     path("clusters/<uuid:pk>/commands/form/", views.command_form, name="command_form"),
     path("clusters/<uuid:pk>/settings/", views.cluster_settings, name="cluster_settings"),
     path("clusters/<uuid:pk>/join-tokens/", views.join_token_create, name="join_token_create"),
+    path("clusters/<uuid:pk>/resume-automation/", views.cluster_resume_automation, name="cluster_resume_automation"),
     path("nodes/<uuid:pk>/", views.node_detail, name="node_detail"),
     path("nodes/<uuid:pk>/rename/", views.node_rename, name="node_rename"),
     path("nodes/<uuid:pk>/<slug:action>/", views.node_action, name="node_action"),

@@ -228,6 +228,16 @@ def join_token_create(request: HttpRequest, pk: Any) -> HttpResponse:
 
 
 @login_required
+@require_POST
+def cluster_resume_automation(request: HttpRequest, pk: Any) -> HttpResponse:
+    """End a partition pause now (Owner/Admin); back to the Nodes tab."""
+    cluster = _cluster(request, pk)
+    services.cluster_resume_automation(actor=request.user, cluster=cluster)
+    messages.success(request, "Automation resumed: drains and rescheduling run again.")
+    return redirect("fleet:cluster_nodes", pk=cluster.pk)
+
+
+@login_required
 def node_detail(request: HttpRequest, pk: Any) -> HttpResponse:
     """A node: facts, utilization, rename form and its event log (htmx: just the log)."""
     node = _node(request, pk)

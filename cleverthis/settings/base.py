@@ -161,6 +161,7 @@ CELERY_TASK_ROUTES = {
 CELERY_IMPORTS = ["fleet.workload_tasks"]
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "fleet-mark-lost-nodes-offline": {"task": "fleet.tasks.mark_lost_nodes_offline", "schedule": 15.0},
+    "fleet-resend-stuck-commands": {"task": "fleet.tasks.resend_stuck_commands", "schedule": 30.0},
     "fleet-expire-join-tokens": {"task": "fleet.tasks.expire_join_tokens", "schedule": 3600.0},
     "fleet-drain-tick": {"task": "fleet.workload_tasks.drain_tick", "schedule": 10.0},
     "raymgr-autoscale": {"task": "raymgr.tasks.autoscale", "schedule": float(env_int("RAY_AUTOSCALE_EVERY_S", 15))},

@@ -28,6 +28,7 @@ class ClusterSerializer(serializers.ModelSerializer):
             "git_repo_url",
             "git_branch",
             "node_count",
+            "automation_paused_until",
             "created_at",
         ]
         read_only_fields = fields

@@ -107,6 +107,12 @@ class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, vi
         }
         return Response(s.JoinTokenSerializer(body).data, status=201, headers={"Cache-Control": "no-store"})
 
+    @action(detail=True, methods=["post"], url_path="resume-automation", serializer_class=s.ClusterSerializer)
+    def resume_automation(self, request: Request, pk: str | None = None) -> Response:
+        """End a partition pause now (Owner/Admin): automatic drains and rescheduling run again."""
+        cluster = services.cluster_resume_automation(actor=request.user, cluster=self.get_object())
+        return Response(s.ClusterSerializer(self.get_queryset().get(pk=cluster.pk)).data)
+
     @action(detail=True, methods=["get", "post"], serializer_class=s.CommandSerializer)
     def commands(self, request: Request, pk: str | None = None) -> Response:
         """GET: the cluster's commands. POST: dispatch a command to one node or every online node."""

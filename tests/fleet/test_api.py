@@ -386,3 +386,22 @@ def test_schema_lists_fleet_routes(client, owner):
     assert schema.status_code == 200
     for route in (b"/api/v1/clusters/", b"/api/v1/nodes/", b"/api/v1/agent/register", b"join-tokens"):
         assert route in schema.content
+
+
+def test_operators_resume_a_partition_pause_members_cannot(api, api_client_for, workspace, cluster, member_of):
+    from fleet.models import ClusterEvent
+
+    until = timezone.now() + dt.timedelta(minutes=10)
+    ComputeCluster.objects.filter(pk=cluster.pk).update(automation_paused_until=until)
+    assert api.get(f"/api/v1/clusters/{cluster.pk}/").json()["automation_paused_until"] is not None
+    member = api_client_for(member_of(workspace, "member"))
+    assert member.post(f"/api/v1/clusters/{cluster.pk}/resume-automation/").status_code == 403
+    cluster.refresh_from_db()
+    assert cluster.automation_paused()
+
+    response = api.post(f"/api/v1/clusters/{cluster.pk}/resume-automation/")
+    assert response.status_code == 200
+    assert response.json()["automation_paused_until"] is None
+    cluster.refresh_from_db()
+    assert not cluster.automation_paused()
+    assert ClusterEvent.objects.filter(cluster=cluster, kind="automation.resumed").exists()

@@ -293,3 +293,34 @@ def test_process_inbox_is_read_while_tunnel_channels_of_the_same_process_wait_fo
         channel_layers.backends.pop("default", None)
         if layer_backup is not None:
             channel_layers.backends["default"] = layer_backup
+
+
+def test_sweeper_resends_what_never_reached_a_connected_node_and_leaves_the_rest(cluster, register_node, owner):
+    from fleet.tasks import resend_stuck_commands
+
+    up, down = register_node(cluster, "up"), register_node(cluster, "down")
+    Node.objects.filter(pk=down.pk).update(connected=False)
+    listening = _listen(up)
+    long_ago = timezone.now() - dt.timedelta(seconds=300)
+
+    def command(node: Node, **fields) -> Command:
+        (row,) = services.command_dispatch(
+            actor=owner, cluster=cluster, command_type="model.download", payload=PAYLOAD, node=node
+        )
+        Command.objects.filter(pk=row.pk).update(**fields)
+        return row
+
+    lost_task = command(up, created_at=long_ago)  # its dispatch task died with the broker
+    lost_send = command(up, status="dispatched", dispatched_at=long_ago, created_at=long_ago)
+    fresh = command(up)  # its task may still be on its way
+    acked = command(up, status="running", dispatched_at=long_ago, acked_at=long_ago, created_at=long_ago)
+    offline = command(down, created_at=long_ago)  # delivered on reconnect instead
+
+    assert resend_stuck_commands() == 2
+    assert sorted(m["command_id"] for m in _received(listening)) == sorted([str(lost_task.pk), str(lost_send.pk)])
+    assert Command.objects.get(pk=lost_task.pk).status == CommandStatus.DISPATCHED
+    assert Command.objects.get(pk=lost_send.pk).attempts == 1
+    assert Command.objects.get(pk=fresh.pk).status == CommandStatus.QUEUED
+    assert Command.objects.get(pk=acked.pk).status == CommandStatus.RUNNING
+    assert Command.objects.get(pk=offline.pk).status == CommandStatus.QUEUED
+    assert resend_stuck_commands() == 0  # just claimed: not stale yet

@@ -289,3 +289,26 @@ def test_duplicate_cluster_name_on_the_page_is_400(browser, workspace, cluster):
     response = browser.post("/compute/", {"workspace": str(workspace.pk), "name": "prod", "mode": "standalone"})
     assert response.status_code == 400
     assert b"already exists in the workspace" in response.content
+
+
+def test_partition_pause_banner_and_resume_button(browser, client, owner, cluster, workspace, member_of):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    url = f"/compute/clusters/{cluster.pk}/nodes/"
+    assert "are paused until" not in browser.get(url).content.decode()
+    ComputeCluster.objects.filter(pk=cluster.pk).update(automation_paused_until=timezone.now() + dt.timedelta(hours=1))
+    page = browser.get(url).content.decode()
+    assert "Automatic drains and rescheduling are paused until" in page
+    assert f"/compute/clusters/{cluster.pk}/resume-automation/" in page
+
+    client.force_login(member_of(workspace, "member"))
+    assert client.post(f"/compute/clusters/{cluster.pk}/resume-automation/").status_code == 403
+    cluster.refresh_from_db()
+    assert cluster.automation_paused()
+    client.force_login(owner)
+    response = client.post(f"/compute/clusters/{cluster.pk}/resume-automation/", follow=True)
+    assert "Automation resumed" in response.content.decode()
+    cluster.refresh_from_db()
+    assert not cluster.automation_paused()
