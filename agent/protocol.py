@@ -26,7 +26,9 @@ PROTOCOL_VERSION = 1
 # Frames larger than this are refused by both sides (proxied bodies are chunked well below it).
 MAX_FRAME_BYTES = 1024 * 1024 + 64
 # Default flow-control window per proxied stream (bytes the receiver lets the sender have in flight).
-DEFAULT_STREAM_WINDOW = 4 * 1024 * 1024
+# It also bounds the stream bytes queued in the tunnel's TCP buffers ahead of a heartbeat or command:
+# at 4 MiB a bulk transfer added ~20 ms to heartbeat round trips, at 1 MiB ~3 ms, at the same MB/s.
+DEFAULT_STREAM_WINDOW = 1024 * 1024
 HEARTBEAT_INTERVAL_S = 30.0
 # Agent → control plane WebSocket path.
 TUNNEL_PATH = "/agent/tunnel"

@@ -192,12 +192,14 @@ async def run_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str,
         connected = sum(1 for c in clients if c.sessions)
         await asyncio.sleep(args.heartbeat * 1.5)
 
-        acks_start = sum(len(c.heartbeat_rtts) for c in clients)
+        starts = [len(c.heartbeat_rtts) for c in clients]
+        acks_start = sum(starts)
         window_start = time.monotonic()
         await asyncio.sleep(args.window)
         elapsed = time.monotonic() - window_start
         acks = sum(len(c.heartbeat_rtts) for c in clients) - acks_start
-        rtts = [r for c in clients for r in list(c.heartbeat_rtts)[-5:]]
+        # round trips of heartbeats answered inside the window only (not those of the connect storm)
+        rtts = [r for c, start in zip(clients, starts, strict=True) for r in list(c.heartbeat_rtts)[start:]]
         rss_after = sum(proc.memory_info().rss for proc in procs)
 
         # fan-out to All nodes
