@@ -12,8 +12,15 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cleverthis.settings.base")
 # A connection pool per ASGI process (see DATABASE_POOL_MAX_SIZE in settings); 0 in the env turns it off.
-os.environ.setdefault("DATABASE_POOL_MAX_SIZE", "12")
-django_asgi_app = get_asgi_application()
+# Set only while the settings load, so processes this one starts (workers, tests) do not inherit it.
+_pool_default = "DATABASE_POOL_MAX_SIZE" not in os.environ
+if _pool_default:
+    os.environ["DATABASE_POOL_MAX_SIZE"] = "12"
+try:
+    django_asgi_app = get_asgi_application()
+finally:
+    if _pool_default:
+        del os.environ["DATABASE_POOL_MAX_SIZE"]
 
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
