@@ -78,7 +78,11 @@ async def _read_inbox(layer: Any, name: str) -> None:
             message = await layer.receive(name)
         except asyncio.CancelledError:
             raise
-        except Exception:  # Redis away: keep trying, the tunnels' own groups still work
+        except Exception:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # shutting down (the cancel surfaced as an error)
+                raise asyncio.CancelledError from None
+            # Redis away: keep trying, the tunnels' own groups still work
             log.exception("tunnel inbox %s: receive failed; retrying", name)
             await asyncio.sleep(1.0)
             continue

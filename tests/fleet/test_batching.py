@@ -120,3 +120,25 @@ def test_a_batch_that_fails_as_a_whole_is_retried_one_by_one_so_only_the_bad_ite
     assert (first, ok, fine) == ("FIRST", "OK", "FINE")
     assert isinstance(bad, ValueError)
     assert seen == [["first"], ["ok", "bad", "fine"], ["ok"], ["bad"], ["fine"]]
+
+
+def test_inbox_reader_stops_when_cancelled_even_if_redis_turns_the_cancel_into_an_error():
+    """channels_redis may answer a cancelled BZPOPMIN with ConnectionError; the reader must still end."""
+    from fleet import local_tunnels
+
+    class Layer:
+        async def receive(self, name: str) -> dict:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                raise ConnectionError("Connection closed by server.") from None
+            return {}
+
+    async def scenario() -> bool:
+        reader = asyncio.ensure_future(local_tunnels._read_inbox(Layer(), "inbox"))
+        await asyncio.sleep(0.01)
+        reader.cancel()
+        done, _ = await asyncio.wait({reader}, timeout=3)
+        return reader in done and reader.cancelled()
+
+    assert asyncio.run(scenario())
