@@ -19,6 +19,13 @@ NODE_COMMAND = "node.command"
 NODE_REVOKE = "node.revoke"
 
 
+def _layer() -> Any:
+    layer = get_channel_layer()
+    if layer is None:  # pragma: no cover - CHANNEL_LAYERS is always configured
+        raise RuntimeError("no channel layer configured")
+    return layer
+
+
 def node_group(node_id: uuid.UUID | str) -> str:
     """The channel-layer group of one node's tunnel."""
     return f"node.{node_id}"
@@ -43,9 +50,7 @@ def revoke_message(reason: str = "node deleted") -> dict[str, Any]:
 
 def send_to_node(node_id: uuid.UUID | str, message: dict[str, Any]) -> None:
     """Send `message` to the node's group from synchronous code."""
-    layer = get_channel_layer()
-    if layer is None:  # pragma: no cover - CHANNEL_LAYERS is always configured
-        raise RuntimeError("no channel layer configured")
+    layer = _layer()
     async_to_sync(layer.group_send)(node_group(node_id), message)
 
 
@@ -53,9 +58,7 @@ def send_to_nodes(messages: list[tuple[uuid.UUID | str, dict[str, Any]]], *, con
     """Send many (node_id, message) pairs from synchronous code in one event loop; True per success."""
     import asyncio
 
-    layer = get_channel_layer()
-    if layer is None:  # pragma: no cover - CHANNEL_LAYERS is always configured
-        raise RuntimeError("no channel layer configured")
+    layer = _layer()
 
     async def send_all() -> list[bool]:
         gate = asyncio.Semaphore(concurrency)
@@ -77,9 +80,7 @@ def send_to_inbox(inbox: str, messages: list[tuple[uuid.UUID | str, dict[str, An
     """Send many nodes' `node.command` messages as one message to a process inbox; True on success."""
     from fleet.local_tunnels import inbox_commands_message
 
-    layer = get_channel_layer()
-    if layer is None:  # pragma: no cover - CHANNEL_LAYERS is always configured
-        raise RuntimeError("no channel layer configured")
+    layer = _layer()
     try:
         async_to_sync(layer.send)(inbox, inbox_commands_message(messages))
     except Exception:  # the caller un-claims these commands

@@ -328,10 +328,13 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         self.streams[stream.stream_id] = stream
         await self._send_frame(p.StreamOpen(stream_id=stream.stream_id, port=port, window=window))
 
+    _LOCAL_STREAM_MESSAGES = frozenset({"stream.data", "stream.window", "stream.end"})
+
     async def stream_message(self, message: dict[str, Any]) -> None:
         """A message from a stream in this process: the same handlers as the channel-layer ones."""
-        handler = {"stream.data": self.stream_data, "stream.window": self.stream_window, "stream.end": self.stream_end}
-        await handler[message["type"]](message)
+        if message["type"] not in self._LOCAL_STREAM_MESSAGES:
+            raise ValueError(f"not a stream message: {message['type']}")
+        await getattr(self, get_handler_name(message))(message)
 
     async def stream_data(self, message: dict[str, Any]) -> None:
         """`stream.data`: request bytes for the agent."""

@@ -76,9 +76,7 @@ async def _read_inbox(layer: Any, name: str) -> None:
     while True:
         try:
             message = await layer.receive(name)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
+        except Exception:  # (a CancelledError is no Exception and ends the loop as usual)
             task = asyncio.current_task()
             if task is not None and task.cancelling():  # shutting down (the cancel surfaced as an error)
                 raise asyncio.CancelledError from None

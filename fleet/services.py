@@ -767,9 +767,8 @@ def command_batch_claim_and_send(*, batch_id: uuid.UUID | str) -> int:
         frame = None
         if not secret:
             payload = json.loads(payload) if isinstance(payload, str) else payload
-            frame = protocol.Command(
-                command_id=str(pk), idempotency_key=key, command_type=command_type, payload=payload
-            )
+            row = Command(pk=pk, idempotency_key=key, command_type=command_type, payload=payload)
+            frame = channels.command_frame(row)
         messages.append((node_id, channels.command_message(pk, frame)))
         by_inbox.setdefault(inbox or "", []).append(i)
     claimed = [(pk, node_id) for pk, node_id, *_ in claimed]
