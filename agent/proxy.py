@@ -11,7 +11,6 @@ socket. Stream bytes go out as bulk frames, which the tunnel's sender always put
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -30,10 +29,78 @@ class _Stream:
         self.stream_id = stream_id
         self.port = port
         self.send_credit = send_credit
-        self.credit_changed = asyncio.Event()
         self.inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.tasks: list[asyncio.Task[None]] = []
+        self.upstream: _Upstream | None = None
         self.ended = False
+
+
+class _Upstream(asyncio.BufferedProtocol):
+    """The local socket of one stream: response bytes go straight from the kernel into frames.
+
+    Reads land in a reusable buffer no larger than the credit left (so the agent never holds or sends
+    more than the control plane granted), and reading pauses while the credit is zero. There is no
+    StreamReader in between: one copy per chunk, out of the buffer into the frame.
+    """
+
+    def __init__(self, stream: _Stream, send: Callable[[p.Frame], None]) -> None:
+        self.stream = stream
+        self._send = send
+        self._buffer = bytearray(CHUNK_BYTES)
+        self._paused = False
+        self.transport: asyncio.Transport | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    # -- reading (local socket → control plane)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self._pause_if_no_credit()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self._buffer)[: max(1, min(CHUNK_BYTES, self.stream.send_credit))]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.stream.send_credit -= nbytes
+        self._send(p.StreamData(stream_id=self.stream.stream_id, data=bytes(self._buffer[:nbytes])))
+        self._pause_if_no_credit()
+
+    def credit_granted(self) -> None:
+        if self._paused and self.stream.send_credit > 0 and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _pause_if_no_credit(self) -> None:
+        if not self._paused and self.stream.send_credit <= 0 and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        return False  # close our end too: the response is complete
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._drained.set()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    # -- writing (control plane → local socket)
+
+    def pause_writing(self) -> None:
+        self._drained.clear()
+
+    def resume_writing(self) -> None:
+        self._drained.set()
+
+    async def write(self, data: bytes) -> None:
+        """Write request bytes and wait until the socket took them (credit goes back only then)."""
+        assert self.transport is not None
+        self.transport.write(data)
+        await self._drained.wait()
+        if self.transport.is_closing():
+            raise ConnectionResetError("local connection closed")
 
 
 class StreamManager:
@@ -60,7 +127,8 @@ class StreamManager:
             stream.inbound.put_nowait(frame.payload())
         elif isinstance(frame, p.StreamWindow):
             stream.send_credit += max(0, frame.increment)
-            stream.credit_changed.set()
+            if stream.upstream is not None:
+                stream.upstream.credit_granted()
         elif isinstance(frame, p.StreamEnd):
             if frame.error:
                 self._close(stream)
@@ -87,48 +155,40 @@ class StreamManager:
         stream.tasks.append(asyncio.ensure_future(self._run(stream)))
 
     async def _run(self, stream: _Stream) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            # a read buffer of a few chunks, so bulk responses go out in full CHUNK_BYTES frames
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection("127.0.0.1", stream.port, limit=4 * CHUNK_BYTES), timeout=10
+            _, upstream = await asyncio.wait_for(
+                loop.create_connection(lambda: _Upstream(stream, self._send), "127.0.0.1", stream.port), timeout=10
             )
         except (OSError, TimeoutError) as exc:
             self._send(p.StreamEnd(stream_id=stream.stream_id, error=f"cannot connect to port {stream.port}: {exc}"))
             self._streams.pop(stream.stream_id, None)
             return
-        upstream = asyncio.ensure_future(self._pump_to_local(stream, writer))
-        stream.tasks.append(upstream)
+        stream.upstream = upstream
+        pump = asyncio.ensure_future(self._pump_to_local(stream, upstream))
+        stream.tasks.append(pump)
         try:
-            await self._pump_from_local(stream, reader)
+            await upstream.closed  # the response went out frame by frame as it arrived
         finally:
-            upstream.cancel()
-            with contextlib.suppress(Exception):
-                writer.close()
+            pump.cancel()
+            if upstream.transport is not None:
+                upstream.transport.close()
             self._close(stream)
 
-    async def _pump_to_local(self, stream: _Stream, writer: asyncio.StreamWriter) -> None:
+    async def _pump_to_local(self, stream: _Stream, upstream: _Upstream) -> None:
         """Request bytes from the control plane → local socket; credit goes back once written."""
-        while True:
-            chunk = await stream.inbound.get()
-            if chunk is None:
-                # The request is complete. No half-close: servers such as uvicorn read EOF as "client
-                # gone" and cancel streaming responses; the server ends the connection itself.
-                return
-            writer.write(chunk)
-            await writer.drain()
-            self._send(p.StreamWindow(stream_id=stream.stream_id, increment=len(chunk)))
-
-    async def _pump_from_local(self, stream: _Stream, reader: asyncio.StreamReader) -> None:
-        """Local socket → control plane, never more than the granted credit in flight."""
-        while True:
-            while stream.send_credit <= 0:
-                stream.credit_changed.clear()
-                await stream.credit_changed.wait()
-            data = await reader.read(min(CHUNK_BYTES, stream.send_credit))
-            if not data:
-                return
-            stream.send_credit -= len(data)
-            self._send(p.StreamData.of(stream.stream_id, data))
+        try:
+            while True:
+                chunk = await stream.inbound.get()
+                if chunk is None:
+                    # The request is complete. No half-close: servers such as uvicorn read EOF as "client
+                    # gone" and cancel streaming responses; the server ends the connection itself.
+                    return
+                await upstream.write(chunk)
+                self._send(p.StreamWindow(stream_id=stream.stream_id, increment=len(chunk)))
+        except ConnectionError:
+            if upstream.transport is not None:
+                upstream.transport.close()
 
     def _close(self, stream: _Stream, *, notify: bool = True) -> None:
         if stream.ended:
@@ -137,6 +197,8 @@ class StreamManager:
         self._streams.pop(stream.stream_id, None)
         if notify:
             self._send(p.StreamEnd(stream_id=stream.stream_id))
+        if stream.upstream is not None and stream.upstream.transport is not None:
+            stream.upstream.transport.close()
         current = asyncio.current_task()
         for task in stream.tasks:
             if task is not current:

@@ -18,7 +18,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from fleet import proxy
-from fleet.models import Node
+from fleet.models import Endpoint, Node
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.processes import free_port
 
@@ -27,14 +27,32 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 BIG = bytes(range(256)) * 8192  # 2 MiB
 
 
+HUGE_BYTES = 48 * 1024 * 1024
+
+
 class Backend(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    huge_written = 0  # bytes of /huge the server managed to hand to its socket so far
 
     def log_message(self, *args: Any) -> None:
         pass
 
     def do_GET(self) -> None:
-        if self.path == "/big":
+        if self.path == "/huge":
+            self.send_response(200)
+            self.send_header("Content-Length", str(HUGE_BYTES))
+            self.end_headers()
+            piece = bytes(range(256)) * 1024
+            for _ in range(HUGE_BYTES // len(piece)):
+                self.wfile.write(piece)
+                Backend.huge_written += len(piece)
+        elif self.path == "/short":  # announces more than it sends, then hangs up
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b"only-this")
+            self.close_connection = True
+        elif self.path == "/big":
             self.send_response(200)
             self.send_header("Content-Length", str(len(BIG)))
             self.end_headers()
@@ -195,6 +213,49 @@ def test_slow_client_still_gets_everything(proxied_node):
     app = proxy.TunnelProxyApp(None)
     result = asyncio.run(asgi_call(app, "GET", "/test-proxy/big", read_delay=0.002))
     assert result["body"] == BIG
+
+
+def test_a_client_that_stops_reading_stops_the_node_instead_of_filling_the_control_plane(
+    proxied_node, control_plane, backend
+):
+    """Real daphne: the response waits for the client's socket, so credit stops and the agent stops reading.
+
+    Daphne's own `send` never waits for the socket; without the proxy's write pressure the control
+    plane would take the whole body from the node into memory while the client reads nothing.
+    """
+    import socket
+
+    node, _ = proxied_node
+    cluster = Node.objects.get(pk=node.pk).cluster
+    endpoint = Endpoint.objects.create(
+        cluster=cluster, node=node, model_id="t/m", status="running", port=backend, public=True
+    )
+    Backend.huge_written = 0
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    client.connect(("127.0.0.1", control_plane.ports[0]))
+    client.sendall(f"GET /endpoints/{endpoint.slug}/huge HTTP/1.1\r\nHost: cp\r\nConnection: close\r\n\r\n".encode())
+    head = client.recv(4096)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    time.sleep(3)  # the client reads nothing meanwhile
+    stalled_at = Backend.huge_written
+    # the socket buffers on the way plus one stream window, far from the whole body
+    assert stalled_at < HUGE_BYTES // 2, stalled_at
+    received = len(head.split(b"\r\n\r\n", 1)[1])
+    client.settimeout(30)
+    while chunk := client.recv(1 << 20):
+        received += len(chunk)
+    client.close()
+    assert received == HUGE_BYTES
+    assert Backend.huge_written == HUGE_BYTES
+
+
+def test_a_body_cut_short_by_the_node_ends_the_response_without_an_error_page(proxied_node):
+    app = proxy.TunnelProxyApp(None)
+    result = asyncio.run(asgi_call(app, "GET", "/test-proxy/short"))
+    assert result["status"] == 200  # the head had gone out: the client sees the body end early instead
+    assert result["body"] == b"only-this"
+    assert (b"content-length", b"1000") in [(k.lower(), v) for k, v in result["headers"]]
 
 
 def test_port_not_served_by_the_agent_is_a_502(proxied_node, monkeypatch):
