@@ -44,6 +44,7 @@ PROXY_DIAL_GRACE_S = env_float("PROXY_DIAL_GRACE_S", 10.0)  # retry opening a st
 PROXY_MAX_BODY_BYTES = env_int("PROXY_MAX_BODY_BYTES", 256 * 1024 * 1024)
 PROXY_RESPONSE_TIMEOUT_S = env_float("PROXY_RESPONSE_TIMEOUT_S", 60.0)  # until the response head
 PROXY_IDLE_TIMEOUT_S = env_float("PROXY_IDLE_TIMEOUT_S", 300.0)  # between response chunks
+PROXY_ROUTE_CACHE_S = env_float("PROXY_ROUTE_CACHE_S", 2.0)  # how long an endpoint route is cached per process
 
 INSTALLED_APPS = [
     "daphne",

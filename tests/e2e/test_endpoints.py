@@ -84,8 +84,13 @@ def test_endpoint_refuses_anonymous_and_unknown(control_plane, running_endpoint)
     assert "API token" in anonymous.text
     unknown = requests.get(f"{control_plane.url}/endpoints/000000000000/v1/models", timeout=30)
     assert unknown.status_code == 404
+    # made public by another process: daphne sees it once its cached route expires (PROXY_ROUTE_CACHE_S)
     Endpoint.objects.filter(pk=endpoint.pk).update(public=True)
-    assert requests.get(f"{control_plane.url}/endpoints/{endpoint.slug}/v1/models", timeout=30).status_code == 200
+    url = f"{control_plane.url}/endpoints/{endpoint.slug}/v1/models"
+    wait_until(lambda: requests.get(url, timeout=30).status_code == 200, timeout=10, interval=0.5, what="public")
+    # and private again: anonymous callers are refused again within the same bound
+    Endpoint.objects.filter(pk=endpoint.pk).update(public=False)
+    wait_until(lambda: requests.get(url, timeout=30).status_code == 401, timeout=10, interval=0.5, what="private")
 
 
 def test_proxy_waits_for_a_reconnecting_agent_instead_of_failing(control_plane, running_endpoint, tmp_path):
