@@ -7,8 +7,9 @@ Sets up, on this machine: PostgreSQL + Redis (running), a real daphne, a real ag
 it, and an HTTP server on the "node" side. Then measures the same workloads against the server directly
 and through the control plane (`/endpoints/<slug>/…` → tunnel → agent → server):
 - small requests: requests/s and p50/p99 latency at a fixed concurrency;
-- one large body (default 100 MB): MB/s;
-- heartbeat round trips reported by the agent while the large transfer runs, against idle.
+- one large body (default 100 MB), repeated for a few seconds: median MB/s, and the CPU seconds each
+  process spent per GB moved (the benchmark's own client and node server, daphne, the agent);
+- heartbeat round trips reported by the agent while the large transfers run, against idle.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ async def fetch(host: str, port: int, path: str, *, host_header: str = "node") -
     return size
 
 
-async def small_requests(port: int, path: str, total: int, concurrency: int) -> dict[str, float]:
+async def small_requests(port: int, path: str, total: int, concurrency: int) -> tuple[list[float], float]:
+    """`total` GETs on fresh connections, `concurrency` at a time: (latencies, elapsed seconds)."""
     latencies: list[float] = []
     queue = list(range(total))
 
@@ -104,12 +106,15 @@ async def small_requests(port: int, path: str, total: int, concurrency: int) -> 
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
-    ordered = sorted(latencies)
+    return latencies, time.perf_counter() - started
+
+
+def summarize_small(rounds: list[tuple[list[float], float]]) -> dict[str, float]:
+    latencies = sorted(value for round_latencies, _ in rounds for value in round_latencies)
     return {
-        "rps": total / elapsed,
-        "p50_ms": statistics.median(ordered) * 1000,
-        "p99_ms": ordered[int(0.99 * (len(ordered) - 1))] * 1000,
+        "rps": len(latencies) / sum(elapsed for _, elapsed in rounds),
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[int(0.99 * (len(latencies) - 1))] * 1000,
     }
 
 
@@ -119,6 +124,68 @@ async def big_transfer(port: int, path: str, expected: int) -> float:
     elapsed = time.perf_counter() - started
     assert size == expected, (size, expected)
     return size / elapsed / 1e6
+
+
+def cpu_seconds(pids: dict[str, list[int]]) -> dict[str, float]:
+    """User + system CPU seconds used so far by the processes of each role."""
+    import psutil
+
+    used = {}
+    for role, role_pids in pids.items():
+        used[role] = sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in role_pids)
+    return used
+
+
+async def big_transfers(
+    port: int, path: str, expected: int, min_seconds: float, pids: dict[str, list[int]]
+) -> dict[str, object]:
+    """Repeat the large transfer for at least `min_seconds`: median MB/s and CPU seconds per GB per process."""
+    rates = []
+    before = cpu_seconds(pids)
+    started = time.perf_counter()
+    while not rates or time.perf_counter() - started < min_seconds:
+        rates.append(await big_transfer(port, path, expected))
+    after = cpu_seconds(pids)
+    gigabytes = len(rates) * expected / 1e9
+    return {
+        "mb_s": statistics.median(rates),
+        "transfers": len(rates),
+        "cpu_s_per_gb": {role: (after[role] - before[role]) / gigabytes for role in pids},
+    }
+
+
+def run_relay(listen_port: int, target_port: int) -> None:
+    """A bare byte relay (asyncio, no framing, no parsing): one hop of the ceiling column."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(1 << 18):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target_port, limit=1 << 20)
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def serve() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", listen_port, limit=1 << 20, backlog=256)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(serve())
+
+
+def start_relays(node_port: int) -> tuple[int, list[object]]:
+    """Two bare relays in their own processes, chained in front of the node server: (entry port, procs)."""
+    import subprocess
+
+    inner, outer = free_port(), free_port()
+    procs = [
+        subprocess.Popen([sys.executable, __file__, "--relay", str(inner), str(node_port)]),
+        subprocess.Popen([sys.executable, __file__, "--relay", str(outer), str(inner)]),
+    ]
+    wait_until(lambda: port_open(inner) and port_open(outer), timeout=30, what="relays")
+    return outer, procs
 
 
 RTT = re.compile(r"^(\S+ \S+) INFO agent.tunnel heartbeat sent \(last round trip ([\d.]+) ms\)")
@@ -155,10 +222,42 @@ def prepare_database() -> tuple[object, object]:
     return user, services.cluster_create(actor=user, workspace=workspace, name="bench")
 
 
-def describe(label: str, direct: float, proxied: float, unit: str, higher_is_better: bool = True) -> str:
-    ratio = proxied / direct if direct else float("nan")
-    better = "proxied/direct" if higher_is_better else "proxied/direct (lower is better)"
-    return f"{label:<34} {direct:>12.1f} {proxied:>12.1f}  {unit:<8} {better} = {ratio:.2f}"
+async def profile_proxied(directory: str, pids: list[int], port: int, prefix: str) -> None:
+    """Raw py-spy stacks of daphne and the agent while big transfers, then small requests, repeat (--profile)."""
+    import subprocess
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    for phase in ("big", "small"):
+        profilers = [
+            subprocess.Popen(
+                [
+                    str(Path(sys.executable).parent / "py-spy"),
+                    "record",
+                    "-d",
+                    "8",
+                    "-r",
+                    "200",
+                    "-p",
+                    str(pid),
+                    "--format",
+                    "raw",
+                    "--nonblocking",
+                    "-o",
+                    str(Path(directory) / f"{phase}-{role}.txt"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for role, pid in zip(("daphne", "agent"), pids, strict=True)
+        ]
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            if phase == "big":
+                await big_transfer(port, prefix + "/big", len(Node.big))
+            else:
+                await small_requests(port, prefix + "/small", 100, 8)
+        for profiler in profilers:
+            await asyncio.to_thread(profiler.wait)
 
 
 def main() -> None:
@@ -166,6 +265,16 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--big-mb", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds of small requests")
+    parser.add_argument(
+        "--big-seconds", type=float, default=3.0, help="repeat each large transfer for at least this long"
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="after measuring, repeat the proxied workloads under py-spy and write collapsed stacks of daphne "
+        "and the agent into DIR (needs py-spy)",
+    )
     args = parser.parse_args()
 
     from fleet import services
@@ -207,28 +316,49 @@ def main() -> None:
             )
             proxied_prefix = f"/endpoints/{endpoint.slug}"
 
+            relay_port, relays = start_relays(node_port)
+            targets = {
+                "direct": (node_port, ""),
+                "2 bare relays": (relay_port, ""),
+                "proxied": (web_port, proxied_prefix),
+            }
+            pids = {
+                "bench (client+server)": [os.getpid()],
+                "bare relays": [relay.pid for relay in relays],
+                "daphne": [web.popen.pid],
+                "agent": [agent.popen.pid],
+            }
+
             async def run() -> dict[str, object]:
                 results: dict[str, object] = {}
-                await small_requests(node_port, "/small", 50, args.concurrency)  # warm up
-                await small_requests(web_port, proxied_prefix + "/small", 50, args.concurrency)
-                results["direct_small"] = await small_requests(node_port, "/small", args.requests, args.concurrency)
-                results["proxied_small"] = await small_requests(
-                    web_port, proxied_prefix + "/small", args.requests, args.concurrency
-                )
+                for port, prefix in targets.values():  # warm up
+                    await small_requests(port, prefix + "/small", 50, args.concurrency)
+                rounds: dict[str, list[tuple[list[float], float]]] = {label: [] for label in targets}
+                for _ in range(args.rounds):  # interleaved, so a busy moment of the machine hits all three
+                    for label, (port, prefix) in targets.items():
+                        per_round = max(1, args.requests // args.rounds)
+                        rounds[label].append(await small_requests(port, prefix + "/small", per_round, args.concurrency))
+                results["small"] = {label: summarize_small(rounds[label]) for label in targets}
                 expected = len(Node.big)
-                results["direct_big"] = await big_transfer(node_port, "/big", expected)
-                idle_start = time.time()
-                await asyncio.sleep(3)
-                results["idle_window"] = (idle_start, time.time())
-                big_start = time.time()
-                results["proxied_big"] = await big_transfer(web_port, proxied_prefix + "/big", expected)
+                results["big"] = {}
+                for label, (port, prefix) in targets.items():
+                    if label == "proxied":
+                        idle_start = time.time()
+                        await asyncio.sleep(3)
+                        results["idle_window"] = (idle_start, time.time())
+                        big_start = time.time()
+                    results["big"][label] = await big_transfers(port, prefix + "/big", expected, args.big_seconds, pids)
                 results["big_window"] = (big_start, time.time())
+                if args.profile:
+                    await profile_proxied(args.profile, [web.popen.pid, agent.popen.pid], web_port, proxied_prefix)
                 return results
 
             results = asyncio.run(run())
             time.sleep(0.5)
             log = agent.log()
         finally:
+            for relay in locals().get("relays", []):
+                relay.kill()
             if agent is not None:
                 agent.stop()
             web.stop()
@@ -236,23 +366,43 @@ def main() -> None:
 
     idle = heartbeat_rtts(log, *results["idle_window"])
     during = heartbeat_rtts(log, *results["big_window"])
-    ds, ps = results["direct_small"], results["proxied_small"]
-    print(f"\nsmall GETs: {args.requests} at concurrency {args.concurrency}; large body: {args.big_mb} MB")
-    print(f"{'':<34} {'direct':>12} {'proxied':>12}")
-    print(describe("small requests/s", ds["rps"], ps["rps"], "req/s"))
-    print(describe("small p50 latency", ds["p50_ms"], ps["p50_ms"], "ms", False))
-    print(describe("small p99 latency", ds["p99_ms"], ps["p99_ms"], "ms", False))
-    print(describe(f"{args.big_mb} MB body throughput", results["direct_big"], results["proxied_big"], "MB/s"))
+    small, big = results["small"], results["big"]
+    labels = list(small)
+    print(
+        f"\nsmall GETs: {args.requests} per target in {args.rounds} interleaved rounds at concurrency "
+        f"{args.concurrency}; large body: {args.big_mb} MB, repeated for {args.big_seconds:g} s per target"
+    )
+    print(f"{'':<30}" + "".join(f"{label:>15}" for label in labels) + "   proxied/direct  proxied/relays")
+
+    def row(name: str, values: list[float], unit: str) -> None:
+        direct, relays, proxied = values
+        print(
+            f"{name:<30}"
+            + "".join(f"{value:>15.1f}" for value in values)
+            + f"   {proxied / direct:>14.2f}  {proxied / relays:>14.2f}   {unit}"
+        )
+
+    row("small requests/s", [small[label]["rps"] for label in labels], "req/s")
+    row("small p50 latency", [small[label]["p50_ms"] for label in labels], "ms (lower is better)")
+    row("small p99 latency", [small[label]["p99_ms"] for label in labels], "ms (lower is better)")
+    row(f"{args.big_mb} MB body (median)", [big[label]["mb_s"] for label in labels], "MB/s")
+    row("  CPU s per GB, all processes", [sum(big[label]["cpu_s_per_gb"].values()) for label in labels], "s/GB")
+    print("  of which (s/GB):")
+    for role in big["proxied"]["cpu_s_per_gb"]:
+        print(f"    {role:<26}" + "".join(f"{big[label]['cpu_s_per_gb'][role]:>15.2f}" for label in labels))
 
     def pct(values: list[float], q: float) -> float:
         return sorted(values)[int(q * (len(values) - 1))] if values else float("nan")
 
     print(
         f"\nheartbeat round trip (agent-measured, every 0.2 s): idle p50 {pct(idle, 0.5):.1f} ms / p99 "
-        f"{pct(idle, 0.99):.1f} ms ({len(idle)} samples); during the {args.big_mb} MB transfer p50 "
+        f"{pct(idle, 0.99):.1f} ms ({len(idle)} samples); during the proxied large transfers p50 "
         f"{pct(during, 0.5):.1f} ms / p99 {pct(during, 0.99):.1f} ms ({len(during)} samples)"
     )
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 4 and sys.argv[1] == "--relay":
+        run_relay(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        main()
