@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import functools
 import logging
 import secrets
 from typing import Any
@@ -75,19 +74,6 @@ CLOSE_REVOKED = 4403
 CLOSE_BACKOFF = 4429
 
 
-# Bytes per read from a tunnel socket. Twisted reads 64 KiB at a time; proxied response bodies arrive in
-# 256 KiB frames, and every read costs a pass through Twisted's reactor and autobahn's frame parser.
-TUNNEL_READ_BYTES = 256 * 1024
-
-
-def _read_in_larger_pieces(send: Any) -> None:
-    """Raise the read size of the Twisted transport behind daphne's `send` (a tunnel socket only)."""
-    protocol = send.args[0] if isinstance(send, functools.partial) and send.args else None
-    transport = getattr(protocol, "transport", None)
-    if transport is not None and isinstance(getattr(transport, "bufferSize", None), int):
-        transport.bufferSize = TUNNEL_READ_BYTES
-
-
 class AgentTunnelConsumer(AsyncWebsocketConsumer):
     """One agent's tunnel: authenticate, then relay commands down and records frames up."""
 
@@ -114,7 +100,6 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.streams = {}
         await self.accept()
-        _read_in_larger_pieces(self.base_send)
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         agent_nonce = (query.get("agent_nonce") or [""])[0][:128]
         self.nonce = secrets.token_hex(32)

@@ -177,9 +177,7 @@ async def proxy_http(scope: dict[str, Any], receive: Any, send: Any, target: Pro
         await stream.write(connection.send(request))
         if not await _forward_body(receive, stream, connection, send):
             return
-        relay = asyncio.ensure_future(
-            _forward_response(stream, connection, send, relay_state, method=scope["method"], pressure=pressure)
-        )
+        relay = asyncio.ensure_future(_forward_response(stream, connection, send, relay_state, pressure=pressure))
         client_gone = asyncio.ensure_future(_wait_for_disconnect(receive))
         done, _ = await asyncio.wait({relay, client_gone}, return_when=asyncio.FIRST_COMPLETED)
         client_gone.cancel()
@@ -231,31 +229,18 @@ class _RelayState:
     started: bool = False
 
 
-def _fixed_body_length(event: h11.Response, method: str) -> int | None:
-    """The body size a response announces with Content-Length, when it has a body at all."""
-    if method == "HEAD" or event.status_code in (204, 304):
-        return None
-    for name, value in event.headers:
-        if name.lower() == b"content-length" and value.isdigit():
-            return int(value)
-    return None
-
-
 async def _forward_response(
     stream: TunnelStream,
     connection: h11.Connection,
     send: Any,
     state: _RelayState | None = None,
     *,
-    method: str = "GET",
     pressure: WritePressure | None = None,
 ) -> bool:
     """Relay the response as it arrives; returns whether a response head was sent.
 
     Each body message waits for the client's socket to drain (`WritePressure`) before the next read,
-    so a slow client slows the agent down instead of filling the control plane's memory. A body of
-    known length is passed through as it comes from the tunnel; others (chunked, SSE, read until
-    close) are decoded by h11 and re-framed by the server.
+    so a slow client slows the agent down instead of filling the control plane's memory.
     """
     state = state or _RelayState()
     pressure = pressure or WritePressure(None)
@@ -281,11 +266,6 @@ async def _forward_response(
             started = state.started = True
             pressure.start()
             timeout = settings.PROXY_IDLE_TIMEOUT_S  # long-lived (SSE) responses may pause between events
-            length = _fixed_body_length(event, method)
-            if length is not None:
-                buffered, _ = connection.trailing_data
-                await _relay_fixed_body(stream, send, pressure, bytes(buffered), length, timeout)
-                return started
         elif isinstance(event, h11.Data):
             await send({"type": "http.response.body", "body": bytes(event.data), "more_body": True})
             await pressure.wait()
@@ -294,33 +274,6 @@ async def _forward_response(
             with contextlib.suppress(Exception):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             return started
-
-
-async def _relay_fixed_body(
-    stream: TunnelStream, send: Any, pressure: WritePressure, buffered: bytes, length: int, timeout: float | None
-) -> None:
-    """Pass `length` body bytes through unparsed (`buffered` already arrived with the head)."""
-    remaining = length
-    data = buffered
-    while True:
-        if data:
-            body = data if len(data) <= remaining else data[:remaining]
-            remaining -= len(body)
-            await send({"type": "http.response.body", "body": body, "more_body": remaining > 0})
-            if remaining == 0:
-                pressure.stop()
-                return
-            await pressure.wait()
-        elif remaining == 0:
-            pressure.stop()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-            return
-        data = await stream.read(timeout=timeout)
-        if not data:
-            raise h11.RemoteProtocolError(
-                f"the service on the node closed the connection {remaining} bytes before the end of the body"
-            )
-        await stream.consumed(len(data))
 
 
 async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any, answer: ProxyTarget | ProxyRefusal) -> None:

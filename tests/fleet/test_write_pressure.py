@@ -1,4 +1,4 @@
-"""How the proxy reaches behind daphne's `send`: write pressure on responses, read size of tunnels.
+"""How the proxy reaches behind daphne's `send` to wait for the client's socket.
 
 The real thing (daphne holding a response back for a client that stops reading) is tested end to end
 in tests/e2e/test_proxy_streams.py; these pin the contract with Twisted's producer interface.
@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import functools
 
-from fleet.consumers import TUNNEL_READ_BYTES, _read_in_larger_pieces
 from fleet.write_pressure import WritePressure
 
 
@@ -86,17 +85,3 @@ def test_other_asgi_servers_never_wait():
     pressure.pauseProducing()  # not registered anywhere; nothing will ever resume it
     pressure.stop()
     asyncio.run(asyncio.wait_for(pressure.wait(), 1))
-
-
-def test_tunnel_sockets_read_in_larger_pieces():
-    class Transport:
-        bufferSize = 65536
-
-    class Protocol:
-        transport = Transport()
-
-    protocol = Protocol()
-    _read_in_larger_pieces(functools.partial(handle_reply, protocol))
-    assert protocol.transport.bufferSize == TUNNEL_READ_BYTES
-    assert Transport.bufferSize == 65536  # only this socket, not every Twisted connection
-    _read_in_larger_pieces(handle_reply)  # not daphne: nothing to do, no error
