@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rest_framework import exceptions
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+from fleet.exceptions import IllegalTransition
 
 
 def validated(serializer_class: type, data: Any, **kwargs: Any) -> dict[str, Any]:
@@ -14,3 +19,41 @@ def validated(serializer_class: type, data: Any, **kwargs: Any) -> dict[str, Any
     serializer = serializer_class(data=data, **kwargs)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
+
+
+class Conflict(exceptions.APIException):
+    """HTTP 409: a state machine refused the change."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+    default_detail = "The change conflicts with the current state."
+
+
+def validation_detail(exc: DjangoValidationError) -> Any:
+    """A Django ValidationError as DRF field messages (`non_field_errors` when it names no field)."""
+    if hasattr(exc, "error_dict"):
+        return exc.message_dict
+    return {"non_field_errors": exc.messages}
+
+
+class ServiceErrorsMixin:
+    """Turn service exceptions into API answers, never a 500: Django's ValidationError → 400 with field
+    messages, PermissionDenied → 403 with its reason, IllegalTransition → 409.
+
+    A viewset with exceptions of its own overrides `translate_exception` and calls super() for the rest.
+    """
+
+    def translate_exception(self, exc: Exception) -> Exception | Response:
+        if isinstance(exc, DjangoValidationError):
+            return exceptions.ValidationError(validation_detail(exc))
+        if isinstance(exc, DjangoPermissionDenied):
+            return exceptions.PermissionDenied(str(exc) or None)
+        if isinstance(exc, IllegalTransition):
+            return Conflict(str(exc))
+        return exc
+
+    def handle_exception(self, exc: Exception) -> Response:
+        translated = self.translate_exception(exc)
+        if isinstance(translated, Response):
+            return translated
+        return super().handle_exception(translated)  # type: ignore[misc]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -19,10 +18,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
+from cleverthis.api import ServiceErrorsMixin as BaseServiceErrorsMixin
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from cleverthis.tenancy.selectors import workspace_ids
 from fleet import workloads
-from fleet.exceptions import IllegalTransition
 from fleet.models import ComputeCluster, Node
 from fleet.workload_models import Container, ContainerStatus, Endpoint, EndpointStatus, NodeModel
 from fleet.workloads import PlacementError, error_help
@@ -161,24 +160,16 @@ class EndpointCreateSerializer(serializers.Serializer):
 # Views
 
 
-class ServiceErrorsMixin:
-    """Turn service exceptions into API answers: ValidationError → 400, PermissionDenied → 403,
-    IllegalTransition → 409 (with `code` and `error_help` for placement refusals)."""
+class ServiceErrorsMixin(BaseServiceErrorsMixin):
+    """The shared translation, plus placement refusals → 409 with `code` and `error_help`."""
 
-    def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, DjangoValidationError):
-            detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
-            exc = exceptions.ValidationError(detail)
-        elif isinstance(exc, DjangoPermissionDenied):
-            exc = exceptions.PermissionDenied(str(exc) or None)
-        elif isinstance(exc, PlacementError):
+    def translate_exception(self, exc: Exception) -> Exception | Response:
+        if isinstance(exc, PlacementError):
             return Response(
                 {"detail": str(exc), "code": exc.code, "error_help": error_help(exc.code)},
                 status=status.HTTP_409_CONFLICT,
             )
-        elif isinstance(exc, IllegalTransition):
-            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
-        return super().handle_exception(exc)  # type: ignore[misc]
+        return super().translate_exception(exc)
 
 
 def _uuid_param(request: Request, name: str) -> uuid.UUID | None:

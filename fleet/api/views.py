@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
-from rest_framework import exceptions, mixins, status, viewsets
+from rest_framework import exceptions, mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -19,39 +18,23 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agent import protocol
+from cleverthis.api import ServiceErrorsMixin as BaseServiceErrorsMixin
 from cleverthis.api import validated
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from fleet import agent_views, ca, selectors, services
 from fleet.api import serializers as s
-from fleet.exceptions import IllegalTransition, JoinTokenRejected
+from fleet.exceptions import JoinTokenRejected
 from fleet.filters import CLUSTER_FILTERS, COMMAND_FILTERS, NAMESPACE_FILTERS, NODE_FILTERS, FilterSet
 from fleet.models import Command, ComputeCluster, Namespace, Node
 
 
-class Conflict(exceptions.APIException):
-    """HTTP 409: the state machine refused the change."""
+class ServiceErrorsMixin(BaseServiceErrorsMixin):
+    """The shared translation, plus a refused join token → 403 with its reason code."""
 
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
-
-
-def _validation_detail(exc: DjangoValidationError) -> Any:
-    if hasattr(exc, "error_dict"):
-        return exc.message_dict
-    return {"non_field_errors": exc.messages}
-
-
-class ServiceErrorsMixin:
-    """Turn service exceptions into DRF ones so they render as 400/403/409, never 500."""
-
-    def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, DjangoValidationError):
-            exc = exceptions.ValidationError(_validation_detail(exc))
-        elif isinstance(exc, IllegalTransition):
-            exc = Conflict(str(exc))
-        elif isinstance(exc, JoinTokenRejected):
-            exc = exceptions.PermissionDenied({"detail": exc.message, "code": exc.code})
-        return super().handle_exception(exc)  # type: ignore[misc]
+    def translate_exception(self, exc: Exception) -> Exception | Response:
+        if isinstance(exc, JoinTokenRejected):
+            return exceptions.PermissionDenied({"detail": exc.message, "code": exc.code})
+        return super().translate_exception(exc)
 
 
 class FilteredMixin:

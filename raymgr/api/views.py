@@ -10,39 +10,18 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
-from rest_framework import exceptions, status, viewsets
+from rest_framework import exceptions, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from cleverthis.api import validated
+from cleverthis.api import ServiceErrorsMixin, validated
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
-from fleet.exceptions import IllegalTransition
 from fleet.models import ComputeCluster
 from raymgr import selectors, services
 from raymgr.api import serializers as s
 from raymgr.models import RayCluster
-
-
-class Conflict(exceptions.APIException):
-    """HTTP 409: the Ray cluster state machine refused the change."""
-
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
-
-
-class ServiceErrorsMixin:
-    """Turn service exceptions into DRF ones so they render as 400/409, never 500."""
-
-    def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, DjangoValidationError):
-            detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
-            exc = exceptions.ValidationError(detail)
-        elif isinstance(exc, IllegalTransition):
-            exc = Conflict(str(exc))
-        return super().handle_exception(exc)  # type: ignore[misc]
 
 
 class RayClusterViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ModelViewSet):

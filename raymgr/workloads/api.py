@@ -14,9 +14,8 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from cleverthis.api import validated
+from cleverthis.api import ServiceErrorsMixin, validated
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
-from raymgr.api.views import ServiceErrorsMixin
 from raymgr.models import RayCluster
 from raymgr.workload_models import ServeDeployment, TrainingJob, TuneExperiment, TuneTrial
 from raymgr.workloads import health, services
