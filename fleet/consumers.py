@@ -29,7 +29,7 @@ from django.core.exceptions import ValidationError
 from django.db import DataError
 
 from agent import protocol as p
-from fleet import ca, local_tunnels, services, tunnel_auth
+from fleet import ca, local_tunnels, services, stream_pipes, tunnel_auth
 from fleet.batching import Coalescer
 from fleet.channels import command_frame, node_group
 from fleet.exceptions import IllegalTransition
@@ -82,8 +82,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     certificate_serial: str | None = None
     _relay_task: asyncio.Future[Any] | None = None
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
-    # stream id → reply channel of the process proxying it, or the stream itself when that is this process
-    streams: dict[int, str | TunnelStream]
+    # stream id → the pipe back to the process proxying it, or the stream itself when that is this process
+    streams: dict[int, stream_pipes.PipeWriter | TunnelStream]
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Route a message to its handler, without Channels' `close_old_connections` hop per message.
@@ -270,7 +270,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if isinstance(target, TunnelStream):
             target.deliver({**message, "stream_id": stream_id})
         elif target is not None:
-            await self.channel_layer.send(target, {**message, "stream_id": stream_id})
+            target.send(message)
 
     _handlers: dict[type, Any] = {
         p.Heartbeat: _on_heartbeat,
@@ -315,18 +315,25 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if self.node_id is None:
             return
         stream_id = int(message["stream_id"])
-        self.streams[stream_id] = message["reply"]
-        await self.channel_layer.send(
-            message["reply"], {"type": "stream.opened", "stream_id": stream_id, "consumer": self.channel_name}
-        )
-        await self._send_frame(
-            p.StreamOpen(stream_id=stream_id, port=int(message["port"]), window=int(message["window"]))
-        )
+        pipe = stream_pipes.PipeWriter(message["pipe"])
+        self.streams[stream_id] = pipe
+        pipe.send({"type": "stream.opened", "consumer": self.channel_name})
+        await self._open_stream(stream_id, message)
 
-    async def open_local_stream(self, stream: TunnelStream, port: int, window: int) -> None:
+    async def open_local_stream(self, stream: TunnelStream, opening: dict[str, Any]) -> None:
         """A stream opened by a request in this process (`fleet.local_tunnels`): no Redis."""
         self.streams[stream.stream_id] = stream
-        await self._send_frame(p.StreamOpen(stream_id=stream.stream_id, port=port, window=window))
+        await self._open_stream(stream.stream_id, opening)
+
+    async def _open_stream(self, stream_id: int, opening: dict[str, Any]) -> None:
+        """Tell the agent: open, then the first request bytes and the request's end if they came along."""
+        await self._send_frame(
+            p.StreamOpen(stream_id=stream_id, port=int(opening["port"]), window=int(opening["window"]))
+        )
+        if opening.get("data"):
+            await self._send_frame(p.StreamData.of(stream_id, opening["data"]))
+        if opening.get("end"):
+            await self._send_frame(p.StreamEnd(stream_id=stream_id))
 
     _LOCAL_STREAM_MESSAGES = frozenset({"stream.data", "stream.window", "stream.end"})
 

@@ -25,7 +25,7 @@ from websockets.frames import Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
-from fleet.streams import StreamUnavailable, TunnelStream
+from fleet.streams import FIRST_BYTES_MAX, StreamUnavailable, TunnelStream
 from fleet.write_pressure import WritePressure
 
 log = logging.getLogger("fleet.proxy")
@@ -149,33 +149,58 @@ class TunnelProxyApp:
             await proxy_http(scope, receive, send, answer)
 
 
+def _upstream_request(scope: dict[str, Any], target: ProxyTarget) -> h11.Request:
+    headers = upstream_headers(scope)
+    headers += [(b"host", f"127.0.0.1:{target.port}".encode()), (b"connection", b"close")]
+    forwarded_host = header(scope, b"host")
+    if forwarded_host:
+        headers.append((b"x-forwarded-host", forwarded_host.encode("latin-1")))
+    length = header(scope, b"content-length")
+    if length.isdigit():
+        headers.append((b"content-length", length.encode()))
+    elif scope["method"] not in ("GET", "HEAD", "OPTIONS", "DELETE"):
+        headers.append((b"transfer-encoding", b"chunked"))
+    return h11.Request(method=scope["method"], target=target.path.encode("latin-1"), headers=headers)
+
+
 async def proxy_http(scope: dict[str, Any], receive: Any, send: Any, target: ProxyTarget) -> None:
-    """Forward one HTTP request to `target` through the tunnel and stream the response back."""
+    """Forward one HTTP request to `target` through the tunnel and stream the response back.
+
+    A request whose body arrived whole in the first message (most API calls) travels with the
+    stream's opening message; larger ones stream up under the agent's credit.
+    """
+    length = header(scope, b"content-length")
+    if length.isdigit() and int(length) > settings.PROXY_MAX_BODY_BYTES:
+        await plain_response(send, 413, f"Request body exceeds {settings.PROXY_MAX_BODY_BYTES} bytes.")
+        return
+    connection = h11.Connection(h11.CLIENT)
+    head = connection.send(_upstream_request(scope, target))
+    first = await receive()
+    if first["type"] == "http.disconnect":
+        return
+    body = first.get("body", b"")
+    # (chunked framing adds a few bytes around the body)
+    whole = not first.get("more_body", False) and len(head) + len(body) + 32 <= FIRST_BYTES_MAX
+    if whole:
+        first_bytes = head + (connection.send(h11.Data(data=body)) if body else b"")
+        first_bytes += connection.send(h11.EndOfMessage())
+    else:
+        first_bytes = head
     try:
-        stream = await TunnelStream.open(node_id=target.node_id, port=target.port, grace_s=settings.PROXY_DIAL_GRACE_S)
+        stream = await TunnelStream.open(
+            node_id=target.node_id,
+            port=target.port,
+            grace_s=settings.PROXY_DIAL_GRACE_S,
+            first_bytes=first_bytes,
+            finished=whole,
+        )
     except StreamUnavailable as exc:
         await plain_response(send, 502, f"Bad gateway: {exc}.")
         return
-    connection = h11.Connection(h11.CLIENT)
     relay_state = _RelayState()
     pressure = WritePressure.of(send)
     try:
-        headers = upstream_headers(scope)
-        headers += [(b"host", f"127.0.0.1:{target.port}".encode()), (b"connection", b"close")]
-        forwarded_host = header(scope, b"host")
-        if forwarded_host:
-            headers.append((b"x-forwarded-host", forwarded_host.encode("latin-1")))
-        length = header(scope, b"content-length")
-        if length.isdigit():
-            if int(length) > settings.PROXY_MAX_BODY_BYTES:
-                await plain_response(send, 413, f"Request body exceeds {settings.PROXY_MAX_BODY_BYTES} bytes.")
-                return
-            headers.append((b"content-length", length.encode()))
-        elif scope["method"] not in ("GET", "HEAD", "OPTIONS", "DELETE"):
-            headers.append((b"transfer-encoding", b"chunked"))
-        request = h11.Request(method=scope["method"], target=target.path.encode("latin-1"), headers=headers)
-        await stream.write(connection.send(request))
-        if not await _forward_body(receive, stream, connection, send):
+        if not whole and not await _forward_body(first, receive, stream, connection, send):
             return
         relay = asyncio.ensure_future(_forward_response(stream, connection, send, relay_state, pressure=pressure))
         client_gone = asyncio.ensure_future(_wait_for_disconnect(receive))
@@ -202,11 +227,13 @@ async def _wait_for_disconnect(receive: Any) -> None:
         pass
 
 
-async def _forward_body(receive: Any, stream: TunnelStream, connection: h11.Connection, send: Any) -> bool:
-    """Send the request body up the stream; False (after answering 413) when it is too large."""
+async def _forward_body(
+    message: dict[str, Any], receive: Any, stream: TunnelStream, connection: h11.Connection, send: Any
+) -> bool:
+    """Send the request body up the stream, starting with `message` (the first one the client sent);
+    False (after answering 413) when it is too large, or when the client left."""
     total = 0
     while True:
-        message = await receive()
         if message["type"] == "http.disconnect":
             return False
         chunk = message.get("body", b"")
@@ -220,6 +247,7 @@ async def _forward_body(receive: Any, stream: TunnelStream, connection: h11.Conn
             await stream.write(connection.send(h11.EndOfMessage()))
             await stream.finish_writing()
             return True
+        message = await receive()
 
 
 @dataclass

@@ -3,7 +3,9 @@
 The process handling an HTTP request may not be the daphne replica that holds the node's tunnel, so a
 stream is set up through Redis: `TunnelStream.open` sends `stream.open` to the node's group; the tunnel
 consumer that holds the socket answers `stream.opened` with its own channel name, and from then on both
-sides talk directly (`stream.data`, `stream.window`, `stream.end`).
+sides talk directly (`stream.data`, `stream.window`, `stream.end`): towards the tunnel through the
+Channels layer to the consumer's channel, back from it through the stream's own Redis list
+(`fleet.stream_pipes`), which carries the response bytes without the channel layer's per-message cost.
 
 Flow control is end to end and credit based: the agent may send only as many response bytes as this
 side granted (initial `window`, then `stream.window` increments once bytes were handed to the client),
@@ -26,11 +28,13 @@ from typing import Any
 from channels.layers import get_channel_layer
 
 from agent.protocol import DEFAULT_STREAM_WINDOW
-from fleet import local_tunnels
+from fleet import local_tunnels, stream_pipes
 from fleet.channels import node_group
 
 # Bytes per message sent through the channel layer.
 CHUNK_BYTES = 256 * 1024
+# Request bytes that may travel with the stream's opening message.
+FIRST_BYTES_MAX = 64 * 1024
 
 
 class StreamUnavailable(Exception):
@@ -40,9 +44,9 @@ class StreamUnavailable(Exception):
 class TunnelStream:
     """One proxied byte stream to `port` on a node."""
 
-    def __init__(self, layer: Any, reply_channel: str, stream_id: int, window: int) -> None:
+    def __init__(self, layer: Any, pipe: str, stream_id: int, window: int) -> None:
         self._layer = layer
-        self._reply = reply_channel
+        self._reply = pipe  # the Redis list the tunnel's replica answers into (fleet.stream_pipes)
         self.stream_id = stream_id
         self.window = window
         self._consumer: str | None = None
@@ -57,44 +61,66 @@ class TunnelStream:
 
     @classmethod
     async def open(
-        cls, *, node_id: Any, port: int, grace_s: float = 10.0, window: int = DEFAULT_STREAM_WINDOW
+        cls,
+        *,
+        node_id: Any,
+        port: int,
+        grace_s: float = 10.0,
+        window: int = DEFAULT_STREAM_WINDOW,
+        first_bytes: bytes = b"",
+        finished: bool = False,
     ) -> TunnelStream:
-        """Open a stream; while no tunnel answers (agent reconnecting), retry until `grace_s` runs out."""
+        """Open a stream; while no tunnel answers (agent reconnecting), retry until `grace_s` runs out.
+
+        `first_bytes` (at most `FIRST_BYTES_MAX`) travel with the open, and `finished` says they are
+        the whole request: a small request then costs no further message towards the tunnel.
+        """
+        if len(first_bytes) > FIRST_BYTES_MAX:
+            raise ValueError(f"first_bytes over {FIRST_BYTES_MAX} bytes")
+        opening = {"port": port, "window": window, "data": first_bytes, "end": finished}
         tunnel = local_tunnels.get(node_id)
         if tunnel is not None:
             stream = cls(None, "", secrets.randbits(52), window)
             stream._local = tunnel
-            await tunnel.open_local_stream(stream, port, window)
+            stream._after_open(opening)
+            await tunnel.open_local_stream(stream, opening)
             return stream
         layer = get_channel_layer()
-        reply = await layer.new_channel()
-        stream = cls(layer, reply, secrets.randbits(52), window)
+        pipe = stream_pipes.new_pipe_key()
+        stream = cls(layer, pipe, secrets.randbits(52), window)
+        stream._after_open(opening)
         deadline = time.monotonic() + grace_s
-        message = {"type": "stream.open", "stream_id": stream.stream_id, "port": port, "reply": reply, "window": window}
-        while True:
-            await layer.group_send(node_group(node_id), message)
-            try:
-                answer = await asyncio.wait_for(
-                    layer.receive(reply), timeout=min(1.0, max(0.05, deadline - time.monotonic()))
-                )
-            except TimeoutError:
-                if time.monotonic() >= deadline:
-                    raise StreamUnavailable("the node's agent is not connected") from None
-                continue
-            if answer.get("type") == "stream.opened" and answer.get("stream_id") == stream.stream_id:
-                stream._consumer = answer["consumer"]
-                break
-            if answer.get("type") == "stream.end":
-                raise StreamUnavailable(answer.get("error") or "the agent refused the stream")
+        message = {"type": "stream.open", "stream_id": stream.stream_id, "pipe": pipe, **opening}
+        try:
+            while True:
+                await layer.group_send(node_group(node_id), message)
+                answers = await stream_pipes.pop(pipe, timeout=min(1.0, max(0.05, deadline - time.monotonic())), most=1)
+                if not answers:
+                    if time.monotonic() >= deadline:
+                        raise StreamUnavailable("the node's agent is not connected")
+                    continue
+                answer = answers[0]
+                if answer["type"] == "stream.opened":
+                    stream._consumer = answer["consumer"]
+                    break
+                if answer["type"] == "stream.end":
+                    raise StreamUnavailable(answer.get("error") or "the agent refused the stream")
+        except StreamUnavailable:
+            await stream_pipes.remove(pipe)
+            raise
         stream._pump = asyncio.ensure_future(stream._receive_loop())
         return stream
 
+    def _after_open(self, opening: dict[str, Any]) -> None:
+        self._send_credit -= len(opening["data"])  # the first bytes count against the agent's window
+
     async def _receive_loop(self) -> None:
+        """Messages from the tunnel's replica, popped from this stream's Redis list until its end."""
         while True:
-            message = await self._layer.receive(self._reply)
-            self.deliver(message)
-            if message.get("type") == "stream.end":
-                return
+            for message in await stream_pipes.pop(self._reply, timeout=5.0):
+                self.deliver(message)
+                if message["type"] == "stream.end":
+                    return
 
     def deliver(self, message: dict[str, Any]) -> None:
         """A message from the tunnel consumer: response bytes, returned credit, or the end."""
@@ -151,6 +177,8 @@ class TunnelStream:
                 await self._to_consumer({"type": "stream.end", "error": "closed by control plane"})
         if self._pump is not None:
             self._pump.cancel()
+            with contextlib.suppress(Exception):
+                await stream_pipes.remove(self._reply)
 
     async def _to_consumer(self, message: dict[str, Any]) -> None:
         if self._local is not None:

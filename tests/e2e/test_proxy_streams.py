@@ -198,6 +198,21 @@ def test_large_response_and_request_bodies_stream_through(proxied_node):
     assert (b"x-seen-path", b"/echo") in [(k.lower(), v) for k, v in echoed["headers"]]
 
 
+def test_a_small_request_travels_with_the_opening_message(proxied_node):
+    """Body complete in the first ASGI message: sent along with `stream.open`, no further messages up."""
+    app = proxy.TunnelProxyApp(None)
+
+    async def scenario():
+        return await asyncio.gather(
+            *(asgi_call(app, "POST", f"/test-proxy/echo{i}", body=b"small %d" % i) for i in range(5))
+        )
+
+    for i, answer in enumerate(asyncio.run(scenario())):
+        assert answer["status"] == 201
+        assert answer["body"] == (b"small %d" % i)[::-1]
+        assert (b"x-seen-path", f"/echo{i}".encode()) in [(k.lower(), v) for k, v in answer["headers"]]
+
+
 def test_sse_events_arrive_as_they_are_produced(proxied_node):
     app = proxy.TunnelProxyApp(None)
     result = asyncio.run(asgi_call(app, "GET", "/test-proxy/sse"))
