@@ -9,7 +9,8 @@ and through the control plane (`/endpoints/<slug>/…` → tunnel → agent → 
 - small requests: requests/s and p50/p99 latency at a fixed concurrency;
 - one large body (default 100 MB), repeated for a few seconds: median MB/s, and the CPU seconds each
   process spent per GB moved (the benchmark's own client and node server, daphne, the agent);
-- heartbeat round trips reported by the agent while the large transfers run, against idle.
+- heartbeat round trips reported by the agent while the large transfers run, against idle;
+- the same through a second daphne replica that does not hold the tunnel (bytes via Redis).
 """
 
 from __future__ import annotations
@@ -154,6 +155,20 @@ async def big_transfers(
     }
 
 
+def redis_pid() -> int:
+    """The Redis server's process (the channel layer carries the other replica's stream bytes)."""
+    import psutil
+
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] == "redis-server":
+            return proc.pid
+    raise RuntimeError("no redis-server process found")
+
+
+def pids_roles(big: dict[str, dict[str, object]]) -> list[str]:
+    return list(next(iter(big.values()))["cpu_s_per_gb"])
+
+
 def run_relay(listen_port: int, target_port: int) -> None:
     """A bare byte relay (asyncio, no framing, no parsing): one hop of the ceiling column."""
 
@@ -222,42 +237,43 @@ def prepare_database() -> tuple[object, object]:
     return user, services.cluster_create(actor=user, workspace=workspace, name="bench")
 
 
-async def profile_proxied(directory: str, pids: list[int], port: int, prefix: str) -> None:
-    """Raw py-spy stacks of daphne and the agent while big transfers, then small requests, repeat (--profile)."""
+async def profile_proxied(directory: str, processes: dict[str, int], targets: dict[str, tuple[int, str]]) -> None:
+    """Raw py-spy stacks of `processes` while big transfers, then small requests, repeat (--profile)."""
     import subprocess
 
     Path(directory).mkdir(parents=True, exist_ok=True)
-    for phase in ("big", "small"):
-        profilers = [
-            subprocess.Popen(
-                [
-                    str(Path(sys.executable).parent / "py-spy"),
-                    "record",
-                    "-d",
-                    "8",
-                    "-r",
-                    "200",
-                    "-p",
-                    str(pid),
-                    "--format",
-                    "raw",
-                    "--nonblocking",
-                    "-o",
-                    str(Path(directory) / f"{phase}-{role}.txt"),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for role, pid in zip(("daphne", "agent"), pids, strict=True)
-        ]
-        deadline = time.monotonic() + 8
-        while time.monotonic() < deadline:
-            if phase == "big":
-                await big_transfer(port, prefix + "/big", len(Node.big))
-            else:
-                await small_requests(port, prefix + "/small", 100, 8)
-        for profiler in profilers:
-            await asyncio.to_thread(profiler.wait)
+    for target, (port, prefix) in targets.items():
+        for phase in ("big", "small"):
+            profilers = [
+                subprocess.Popen(
+                    [
+                        str(Path(sys.executable).parent / "py-spy"),
+                        "record",
+                        "-d",
+                        "8",
+                        "-r",
+                        "200",
+                        "-p",
+                        str(pid),
+                        "--format",
+                        "raw",
+                        "--nonblocking",
+                        "-o",
+                        str(Path(directory) / f"{target}-{phase}-{role}.txt"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                for role, pid in processes.items()
+            ]
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline:
+                if phase == "big":
+                    await big_transfer(port, prefix + "/big", len(Node.big))
+                else:
+                    await small_requests(port, prefix + "/small", 100, 8)
+            for profiler in profilers:
+                await asyncio.to_thread(profiler.wait)
 
 
 def main() -> None:
@@ -272,8 +288,8 @@ def main() -> None:
     parser.add_argument(
         "--profile",
         metavar="DIR",
-        help="after measuring, repeat the proxied workloads under py-spy and write collapsed stacks of daphne "
-        "and the agent into DIR (needs py-spy)",
+        help="after measuring, repeat the proxied workloads (through each replica) under py-spy and write "
+        "collapsed stacks of both daphnes and the agent into DIR (needs py-spy)",
     )
     args = parser.parse_args()
 
@@ -317,16 +333,24 @@ def main() -> None:
             proxied_prefix = f"/endpoints/{endpoint.slug}"
 
             relay_port, relays = start_relays(node_port)
+            # a second replica, started after the agent connected to the first: its requests reach the
+            # tunnel through the Redis channel layer, as most requests do when several replicas run
+            other_port = free_port()
+            other = daphne(tmp_path, other_port, env=env, name="daphne-other")
+            wait_until(lambda: port_open(other_port), timeout=30, what="second daphne")
             targets = {
                 "direct": (node_port, ""),
                 "2 bare relays": (relay_port, ""),
                 "proxied": (web_port, proxied_prefix),
+                "other replica": (other_port, proxied_prefix),
             }
             pids = {
                 "bench (client+server)": [os.getpid()],
                 "bare relays": [relay.pid for relay in relays],
-                "daphne": [web.popen.pid],
+                "daphne (tunnel)": [web.popen.pid],
+                "daphne (other)": [other.popen.pid],
                 "agent": [agent.popen.pid],
+                "redis": [redis_pid()],
             }
 
             async def run() -> dict[str, object]:
@@ -348,9 +372,15 @@ def main() -> None:
                         results["idle_window"] = (idle_start, time.time())
                         big_start = time.time()
                     results["big"][label] = await big_transfers(port, prefix + "/big", expected, args.big_seconds, pids)
-                results["big_window"] = (big_start, time.time())
+                    if label == "proxied":
+                        results["big_window"] = (big_start, time.time())
                 if args.profile:
-                    await profile_proxied(args.profile, [web.popen.pid, agent.popen.pid], web_port, proxied_prefix)
+                    processes = {"daphne": web.popen.pid, "other": other.popen.pid, "agent": agent.popen.pid}
+                    await profile_proxied(
+                        args.profile,
+                        processes,
+                        {"local": (web_port, proxied_prefix), "remote": (other_port, proxied_prefix)},
+                    )
                 return results
 
             results = asyncio.run(run())
@@ -359,6 +389,8 @@ def main() -> None:
         finally:
             for relay in locals().get("relays", []):
                 relay.kill()
+            if "other" in locals():
+                other.stop()
             if agent is not None:
                 agent.stop()
             web.stop()
@@ -372,14 +404,14 @@ def main() -> None:
         f"\nsmall GETs: {args.requests} per target in {args.rounds} interleaved rounds at concurrency "
         f"{args.concurrency}; large body: {args.big_mb} MB, repeated for {args.big_seconds:g} s per target"
     )
-    print(f"{'':<30}" + "".join(f"{label:>15}" for label in labels) + "   proxied/direct  proxied/relays")
+    print(f"{'':<30}" + "".join(f"{label:>15}" for label in labels) + "  proxied/direct proxied/relays other/direct")
 
     def row(name: str, values: list[float], unit: str) -> None:
-        direct, relays, proxied = values
+        direct, relays, proxied, other = values
         print(
             f"{name:<30}"
             + "".join(f"{value:>15.1f}" for value in values)
-            + f"   {proxied / direct:>14.2f}  {proxied / relays:>14.2f}   {unit}"
+            + f"  {proxied / direct:>14.2f} {proxied / relays:>14.2f} {other / direct:>12.2f}   {unit}"
         )
 
     row("small requests/s", [small[label]["rps"] for label in labels], "req/s")
@@ -388,7 +420,7 @@ def main() -> None:
     row(f"{args.big_mb} MB body (median)", [big[label]["mb_s"] for label in labels], "MB/s")
     row("  CPU s per GB, all processes", [sum(big[label]["cpu_s_per_gb"].values()) for label in labels], "s/GB")
     print("  of which (s/GB):")
-    for role in big["proxied"]["cpu_s_per_gb"]:
+    for role in pids_roles(big):
         print(f"    {role:<26}" + "".join(f"{big[label]['cpu_s_per_gb'][role]:>15.2f}" for label in labels))
 
     def pct(values: list[float], q: float) -> float:
