@@ -315,6 +315,9 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if self.node_id is None:
             return
         stream_id = int(message["stream_id"])
+        if not message.get("pipe"):  # from a replica of an older version (rolling deploy): it will retry
+            log.warning("ignoring stream.open without a pipe for stream %s", stream_id)
+            return
         pipe = stream_pipes.PipeWriter(message["pipe"])
         self.streams[stream_id] = pipe
         pipe.send({"type": "stream.opened", "consumer": self.channel_name})

@@ -229,6 +229,20 @@ async def test_reports_about_another_nodes_command_are_ignored_not_applied(clust
     await comm.disconnect()
 
 
+@pytest.mark.asyncio
+async def test_a_stream_open_from_an_older_replica_is_ignored_not_fatal(node_identity):
+    """During a rolling deploy an old replica's `stream.open` has a `reply` channel instead of a `pipe`."""
+    from channels.layers import get_channel_layer
+
+    from fleet.channels import node_group
+
+    comm = await _authenticated(node_identity)
+    old_style = {"type": "stream.open", "stream_id": 7, "port": 8000, "reply": "specific.x!y", "window": 1024}
+    await get_channel_layer().group_send(node_group(node_identity.node_id), old_style)
+    assert await _heartbeat_answered(comm)  # the tunnel lives on
+    await comm.disconnect()
+
+
 # --------------------------------------------------------------------------------------------------
 # authentication: forged, mismatched, expired and revoked certificates
 
