@@ -179,8 +179,12 @@ async def proxy_http(scope: dict[str, Any], receive: Any, send: Any, target: Pro
     if first["type"] == "http.disconnect":
         return
     body = first.get("body", b"")
-    # (chunked framing adds a few bytes around the body)
-    whole = not first.get("more_body", False) and len(head) + len(body) + 32 <= FIRST_BYTES_MAX
+    # (chunked framing adds a few bytes around the body; a body over the limit takes _forward_body's 413)
+    whole = (
+        not first.get("more_body", False)
+        and len(body) <= settings.PROXY_MAX_BODY_BYTES
+        and len(head) + len(body) + 32 <= FIRST_BYTES_MAX
+    )
     if whole:
         first_bytes = head + (connection.send(h11.Data(data=body)) if body else b"")
         first_bytes += connection.send(h11.EndOfMessage())
@@ -263,7 +267,7 @@ async def _forward_response(
     send: Any,
     state: _RelayState | None = None,
     *,
-    pressure: WritePressure | None = None,
+    pressure: WritePressure,
 ) -> bool:
     """Relay the response as it arrives; returns whether a response head was sent.
 
@@ -271,7 +275,6 @@ async def _forward_response(
     so a slow client slows the agent down instead of filling the control plane's memory.
     """
     state = state or _RelayState()
-    pressure = pressure or WritePressure(None)
     started = False
     timeout: float | None = settings.PROXY_RESPONSE_TIMEOUT_S
     while True:

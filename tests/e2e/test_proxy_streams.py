@@ -91,14 +91,19 @@ def backend():
     server.shutdown()
 
 
-async def asgi_call(app, method: str, path: str, body: bytes = b"", *, read_delay: float = 0.0) -> dict[str, Any]:
+async def asgi_call(
+    app, method: str, path: str, body: bytes = b"", *, read_delay: float = 0.0, announce_length: bool = True
+) -> dict[str, Any]:
+    headers = [(b"host", b"proxy.test")]
+    if body and announce_length:
+        headers.append((b"content-length", str(len(body)).encode()))
     scope = {
         "type": "http",
         "method": method,
         "path": path,
         "raw_path": path.encode(),
         "query_string": b"",
-        "headers": [(b"host", b"proxy.test"), (b"content-length", str(len(body)).encode())] if body else [],
+        "headers": headers if body else [],
         "scheme": "http",
     }
     sent = asyncio.Event()
@@ -271,6 +276,15 @@ def test_a_body_cut_short_by_the_node_ends_the_response_without_an_error_page(pr
     assert result["status"] == 200  # the head had gone out: the client sees the body end early instead
     assert result["body"] == b"only-this"
     assert (b"content-length", b"1000") in [(k.lower(), v) for k, v in result["headers"]]
+
+
+def test_a_small_body_without_a_length_still_keeps_to_the_body_limit(proxied_node, settings):
+    """No Content-Length to refuse up front: a body over the limit is refused, even if it is small."""
+    settings.PROXY_MAX_BODY_BYTES = 10
+    app = proxy.TunnelProxyApp(None)
+    over = asyncio.run(asgi_call(app, "POST", "/test-proxy/echo", body=b"eleven byte", announce_length=False))
+    assert over["status"] == 413
+    assert b"exceeds 10 bytes" in over["body"]
 
 
 def test_port_not_served_by_the_agent_is_a_502(proxied_node, monkeypatch):
