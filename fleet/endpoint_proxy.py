@@ -115,10 +115,17 @@ def _target(
     )
 
 
-def _decide(scope: dict[str, Any], slug: str, path: str, route: _Route | None = None) -> ProxyTarget | ProxyRefusal:
+def _public_answer_from_cache(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyRefusal | None:
+    """The answer for a public endpoint whose route is cached (no database needed), else None."""
+    route = _cached_route(slug)
+    if route is None or not route.public:
+        return None
+    return _target(route, scope, path, caller_may_view=False)
+
+
+def _decide(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyRefusal:
     """The answer for one request (sync: reads the database when the route or the caller needs it)."""
-    if route is None:
-        route = _load_route(slug)
+    route = _cached_route(slug) or _load_route(slug)
     if route is None or route.public:
         return _target(route, scope, path, caller_may_view=False)
     user = user_from_scope(scope)
@@ -133,8 +140,5 @@ async def resolve_endpoint(scope: dict[str, Any]) -> ProxyTarget | ProxyRefusal 
     found = _slug_and_path(scope)
     if found is None:
         return None
-    slug, path = found
-    route = _cached_route(slug)
-    if route is not None and route.public:  # nothing left to look up: answer without a thread hop
-        return _target(route, scope, path, caller_may_view=False)
-    return await database_sync_to_async(_decide)(scope, slug, path, route)
+    # a cached public route leaves nothing to look up: answer without a thread hop
+    return _public_answer_from_cache(scope, *found) or await database_sync_to_async(_decide)(scope, *found)

@@ -46,7 +46,7 @@ class TunnelStream:
 
     def __init__(self, layer: Any, pipe: str, stream_id: int, window: int) -> None:
         self._layer = layer
-        self._reply = pipe  # the Redis list the tunnel's replica answers into (fleet.stream_pipes)
+        self._pipe = pipe  # the Redis list the tunnel's replica answers into (fleet.stream_pipes)
         self.stream_id = stream_id
         self.window = window
         self._consumer: str | None = None
@@ -117,7 +117,7 @@ class TunnelStream:
     async def _receive_loop(self) -> None:
         """Messages from the tunnel's replica, popped from this stream's Redis list until its end."""
         while True:
-            for message in await stream_pipes.pop(self._reply, timeout=5.0):
+            for message in await stream_pipes.pop(self._pipe, timeout=5.0):
                 self.deliver(message)
                 if message["type"] == "stream.end":
                     return
@@ -178,7 +178,7 @@ class TunnelStream:
         if self._pump is not None:
             self._pump.cancel()
             with contextlib.suppress(Exception):
-                await stream_pipes.remove(self._reply)
+                await stream_pipes.remove(self._pipe)
 
     async def _to_consumer(self, message: dict[str, Any]) -> None:
         if self._local is not None:
