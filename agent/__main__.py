@@ -10,7 +10,7 @@ from typing import Any
 
 from agent.config import AgentConfig, state_dir_from_env
 from agent.registration import RegistrationError, join
-from agent.tunnel import RunnerLike, run_agent
+from agent.transport.tunnel import RunnerLike, run_agent
 
 log = logging.getLogger("agent")
 
@@ -19,10 +19,10 @@ def make_runner_factory(config: AgentConfig) -> Any:
     """Build the CommandRunner for the cluster's orchestration mode (told by the control plane on connect)."""
 
     def factory(mode: str, mode_settings: dict[str, Any]) -> RunnerLike:
-        from agent.endpoints import EndpointManager
-        from agent.models import ModelCache
-        from agent.ray_commands import default_handler
+        from agent.ray.commands import default_handler
         from agent.runner import CommandRunner, build_executor
+        from agent.workloads.endpoints import EndpointManager
+        from agent.workloads.models import ModelCache
 
         work_dir = config.work_dir
         work_dir.mkdir(parents=True, exist_ok=True)

@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.endpoints import EndpointManager
 from agent.executors.base import CommandFailed, Executor, ProgressFn
-from agent.models import ModelCache
 from agent.protocol import Command, Error, GpuInfo, Inventory, ProtocolError, Result, parse_payload
-from agent.ray_commands import RayCommandHandler
+from agent.ray.commands import RayCommandHandler
+from agent.workloads.endpoints import EndpointManager
+from agent.workloads.models import ModelCache
 
 log = logging.getLogger(__name__)
 # How many finished keys the inventory reports (the journal itself keeps all of them).

@@ -3,7 +3,7 @@
     .venv/bin/python bench/fleet_scale.py                    # N = 100 and 1000
     .venv/bin/python bench/fleet_scale.py --sizes 50 --heartbeat 5 --window 10
 
-Agents are the real `agent.tunnel.TunnelClient` (real keys, registration over HTTP, WebSocket
+Agents are the real `agent.transport.tunnel.TunnelClient` (real keys, registration over HTTP, WebSocket
 tunnels, CA pinning, signed challenges), all in this process with asyncio, half of them dialing
 each replica; only their executor is simulated (answers at once). Each size runs in a fresh
 database and a private redis-server on a free port (the shared Redis is never touched).
@@ -56,7 +56,7 @@ import tunnel_dispatch as td  # noqa: E402  (django.setup() on the bench databas
 
 from agent import protocol as p  # noqa: E402
 from agent.registration import join  # noqa: E402
-from agent.tunnel import ReconnectPolicy, TunnelClient  # noqa: E402
+from agent.transport.tunnel import ReconnectPolicy, TunnelClient  # noqa: E402
 
 
 def start_redis(workdir: Path) -> ManagedProcess:

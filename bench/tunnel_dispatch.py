@@ -3,7 +3,7 @@
     .venv/bin/python bench/tunnel_dispatch.py            # N = 1, 100, 500
     .venv/bin/python bench/tunnel_dispatch.py --sizes 1 50 --heartbeat 2 --samples 20
 
-Each size runs in a fresh database. Agents are the real `agent.tunnel.TunnelClient` (real keys, real
+Each size runs in a fresh database. Agents are the real `agent.transport.tunnel.TunnelClient` (real keys, real
 registration over HTTP, real WebSocket tunnels, CA pinning, signed challenges), all in this process
 with asyncio; only their executor is simulated (answers at once), so the numbers measure the control
 plane's path: service → Celery task → channel layer → consumer → agent → result recorded.
@@ -43,7 +43,7 @@ from django.db import connection  # noqa: E402
 from agent import protocol as p  # noqa: E402
 from agent.config import AgentConfig  # noqa: E402
 from agent.registration import join  # noqa: E402
-from agent.tunnel import ReconnectPolicy, TunnelClient  # noqa: E402
+from agent.transport.tunnel import ReconnectPolicy, TunnelClient  # noqa: E402
 from tests.support.processes import ManagedProcess, celery_worker, daphne, free_port, port_open, wait_until  # noqa: E402
 
 

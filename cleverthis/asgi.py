@@ -32,14 +32,14 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-import fleet.endpoint_proxy  # noqa: E402,F401  (registers the endpoint resolver)
+import fleet.proxy.endpoint_routes  # noqa: E402,F401  (registers the endpoint resolver)
 import raymgr.dashboard_proxy  # noqa: E402,F401  (registers the Ray Dashboard resolver)
 from cleverthis.routing import (  # noqa: E402
     AGENT_PATH_PREFIX,
     agent_websocket_urlpatterns,
     user_websocket_urlpatterns,
 )
-from fleet.proxy import TunnelProxyApp  # noqa: E402
+from fleet.proxy.relay import TunnelProxyApp  # noqa: E402
 
 
 class WebSocketAudienceRouter:

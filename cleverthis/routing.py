@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.urls import URLPattern, re_path
 
 from cleverthis.consumers import PingConsumer
-from fleet.consumers import AgentTunnelConsumer
+from fleet.tunnel.consumer import AgentTunnelConsumer
 
 AGENT_PATH_PREFIX = "/agent/"
 

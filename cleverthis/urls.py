@@ -9,7 +9,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from cleverthis.tenancy import views as tenancy_views
 from fleet import agent_views
-from fleet.workload_api import router as workload_router
+from fleet.workloads.api import router as workload_router
 
 api_v1 = [
     path("", include("cleverthis.tenancy.api.urls")),

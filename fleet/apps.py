@@ -9,3 +9,8 @@ class FleetConfig(AppConfig):
     name = "fleet"
     verbose_name = "Compute fleet"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from fleet.workloads import receivers
+
+        receivers.connect()

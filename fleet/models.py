@@ -108,7 +108,7 @@ class Node(models.Model):
     status_changed_at = models.DateTimeField(auto_now_add=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     connected = models.BooleanField(default=False)
-    # The channel-layer inbox of the control-plane process holding the tunnel (fleet.local_tunnels).
+    # The channel-layer inbox of the control-plane process holding the tunnel (fleet.tunnel.local_tunnels).
     tunnel_inbox = models.CharField(max_length=200, blank=True, default="")
     cpu_count = models.PositiveIntegerField(default=0)
     memory_total_mb = models.PositiveBigIntegerField(default=0)
@@ -309,4 +309,4 @@ class Namespace(models.Model):
             raise ValidationError({"cluster": "The cluster must belong to the namespace's workspace."})
 
 
-from fleet.workload_models import *  # noqa: E402,F403
+from fleet.workloads.models import *  # noqa: E402,F403

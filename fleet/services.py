@@ -30,7 +30,7 @@ from django.utils import timezone
 from agent import protocol
 from cleverthis.tenancy.models import Workspace
 from cleverthis.tenancy.permissions import can_operate
-from fleet import ca, channels, workloads
+from fleet import ca, enqueue, signals
 from fleet.exceptions import IllegalTransition, JoinTokenRejected
 from fleet.models import (
     ClusterEvent,
@@ -47,7 +47,7 @@ from fleet.models import (
     RevokedSerial,
 )
 from fleet.payloads import split_secrets, validate_payload
-from fleet.signals import command_finished
+from fleet.tunnel import groups
 
 logger = logging.getLogger(__name__)
 
@@ -352,10 +352,7 @@ def node_drain(*, node: Node, actor: AbstractBaseUser) -> Node:
     )
     if node.containers_count == 0:
         return _finish_drain(node)
-    from fleet import tasks
-
-    node_id = str(node.pk)
-    transaction.on_commit(lambda: tasks.drain_node.delay(node_id))
+    enqueue.drain_node(node.pk)
     return node
 
 
@@ -378,7 +375,7 @@ def _node_delete(*, node: Node) -> None:
     )
     node_id = node.pk
     Node.objects.filter(pk=node_id).delete()
-    transaction.on_commit(lambda: channels.send_to_node(node_id, channels.revoke_message("node deleted")))
+    transaction.on_commit(lambda: groups.send_to_node(node_id, groups.revoke_message("node deleted")))
 
 
 @transaction.atomic
@@ -401,7 +398,7 @@ def node_record_inventory(*, node: Node, inventory: protocol.Inventory) -> Node:
         fields.update(_gpu_fields(inventory.gpus))
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(**fields)
-        workloads.workloads_on_inventory(node=node, inventory=inventory)
+        signals.inventory_received.send(sender=Node, node=node, inventory=inventory)
         node.refresh_from_db()
     return node
 
@@ -410,7 +407,7 @@ def node_record_inventory(*, node: Node, inventory: protocol.Inventory) -> Node:
 def node_connected(*, node: Node, facts: protocol.HostFacts, inventory: protocol.Inventory, inbox: str = "") -> None:
     """The node's agent authenticated on a tunnel: connected, offline → online, facts and inventory stored.
 
-    `inbox` is the channel-layer inbox of the process holding the tunnel (`fleet.local_tunnels`).
+    `inbox` is the channel-layer inbox of the process holding the tunnel (`fleet.tunnel.local_tunnels`).
     Call it before `command_pending_for_node` so no command queued meanwhile is missed.
     """
     now = timezone.now()
@@ -685,13 +682,10 @@ def command_dispatch(
                 for c in commands
             ]
         )
-        from fleet import tasks
-
         if len(commands) == 1:
-            command_id = str(commands[0].pk)
-            transaction.on_commit(lambda: tasks.dispatch_command.delay(command_id))
+            enqueue.dispatch_command(commands[0].pk)
         else:  # one task claims and sends the whole batch (fan-out to All nodes)
-            transaction.on_commit(lambda: tasks.dispatch_batch.delay(str(batch_id)))
+            enqueue.dispatch_batch(batch_id)
     return commands
 
 
@@ -722,7 +716,7 @@ def command_claim_and_send(*, command_id: uuid.UUID | str) -> bool:
     if not claimed:
         return False
     try:
-        channels.send_to_node(row["node_id"], channels.command_message(command_id))
+        groups.send_to_node(row["node_id"], groups.command_message(command_id))
     except Exception:
         Command.objects.filter(pk=command_id, status=CommandStatus.DISPATCHED).update(status=CommandStatus.QUEUED)
         raise
@@ -768,17 +762,17 @@ def command_batch_claim_and_send(*, batch_id: uuid.UUID | str) -> int:
         if not secret:
             payload = json.loads(payload) if isinstance(payload, str) else payload
             row = Command(pk=pk, idempotency_key=key, command_type=command_type, payload=payload)
-            frame = channels.command_frame(row)
-        messages.append((node_id, channels.command_message(pk, frame)))
+            frame = groups.command_frame(row)
+        messages.append((node_id, groups.command_message(pk, frame)))
         by_inbox.setdefault(inbox or "", []).append(i)
     claimed = [(pk, node_id) for pk, node_id, *_ in claimed]
     # One message per control-plane process holding tunnels; nodes with no known process, one each.
     sent = [False] * len(claimed)
     direct = by_inbox.pop("", [])
-    for i, ok in zip(direct, channels.send_to_nodes([messages[i] for i in direct]), strict=True):
+    for i, ok in zip(direct, groups.send_to_nodes([messages[i] for i in direct]), strict=True):
         sent[i] = ok
     for inbox, indexes in by_inbox.items():
-        ok = channels.send_to_inbox(inbox, [messages[i] for i in indexes])
+        ok = groups.send_to_inbox(inbox, [messages[i] for i in indexes])
         for i in indexes:
             sent[i] = ok
     failed = [pk for (pk, _), ok in zip(claimed, sent, strict=True) if not ok]
@@ -849,29 +843,19 @@ def command_record_delivered(*, node: Node, command_id: uuid.UUID | str) -> Comm
 
 
 def _after_command_acked(command: Command) -> None:
-    """Let the rows a command concerns follow its ack (endpoint pending → starting)."""
-    if not workloads.has_ack_hook(command):
-        return
-    try:
-        with transaction.atomic():  # a savepoint: a failing hook never loses the recorded ack
-            workloads.workloads_on_command_acked(command=command)
-    except Exception:
-        logger.exception("workload hook failed after ack of command %s", command.pk)
+    """Let the rows a command concerns follow its ack (receivers of `fleet.signals.command_acked`)."""
+    signals.command_acked.send(sender=Command, command=command)
 
 
 def _after_command_finished(command: Command) -> None:
-    """Once an outcome is recorded: update workloads and drains, then tell other apps (raymgr).
+    """Once an outcome is recorded: workloads, drains and other apps (raymgr) follow it.
 
-    Each runs in its own savepoint, so a failing hook rolls back only its own writes, never the outcome.
+    Every receiver of `fleet.signals.command_finished` runs in a savepoint of its own and logs its
+    failures, so a failing follow-up rolls back only its own writes, never the outcome.
     """
     try:
         with transaction.atomic():
-            workloads.workloads_on_command_finished(command=command)
-    except Exception:
-        logger.exception("workload hook failed after command %s finished", command.pk)
-    try:
-        with transaction.atomic():
-            command_finished.send(sender=Command, command=command)
+            signals.command_finished.send(sender=Command, command=command)
     except Exception:
         logger.exception("command_finished receiver failed for command %s", command.pk)
 

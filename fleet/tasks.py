@@ -13,42 +13,27 @@ from fleet import services
 logger = logging.getLogger(__name__)
 
 RETRYABLE = (DatabaseError, RedisError, ConnectionError, OSError)
+# Sending a command: retried with jittered backoff up to ~8 minutes, acknowledged only once sent.
+DISPATCH_RETRY = {
+    "autoretry_for": RETRYABLE,
+    "retry_backoff": 2,
+    "retry_backoff_max": 60,
+    "retry_jitter": True,
+    "max_retries": 8,
+    "acks_late": True,
+}
 
 
-@shared_task(
-    name="fleet.tasks.dispatch_command",
-    autoretry_for=RETRYABLE,
-    retry_backoff=2,
-    retry_backoff_max=60,
-    retry_jitter=True,
-    max_retries=8,
-    acks_late=True,
-)
+@shared_task(name="fleet.tasks.dispatch_command", **DISPATCH_RETRY)
 def dispatch_command(command_id: str) -> bool:
     """Claim command `command_id` and send it to its node's tunnel; a no-op if already claimed or gone."""
     return services.command_claim_and_send(command_id=command_id)
 
 
-@shared_task(
-    name="fleet.tasks.dispatch_batch",
-    autoretry_for=RETRYABLE,
-    retry_backoff=2,
-    retry_backoff_max=60,
-    retry_jitter=True,
-    max_retries=8,
-    acks_late=True,
-)
+@shared_task(name="fleet.tasks.dispatch_batch", **DISPATCH_RETRY)
 def dispatch_batch(batch_id: str) -> int:
     """Claim every queued command of batch `batch_id` at once and send each; returns how many were sent."""
     return services.command_batch_claim_and_send(batch_id=batch_id)
-
-
-@shared_task(name="fleet.tasks.drain_node", autoretry_for=RETRYABLE, retry_backoff=5, max_retries=5)
-def drain_node(node_id: str) -> str | None:
-    """One drain pass for `node_id`; returns the node's status afterwards (None if it is gone)."""
-    from fleet import drain
-
-    return drain.drain_step(node_id=node_id).status
 
 
 @shared_task(name="fleet.tasks.mark_lost_nodes_offline", autoretry_for=(DatabaseError,), max_retries=2)

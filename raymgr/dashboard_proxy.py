@@ -14,7 +14,7 @@ from channels.db import database_sync_to_async
 from cleverthis.tenancy.asgi_auth import user_from_scope
 from cleverthis.tenancy.permissions import can_view
 from fleet.models import NodeStatus
-from fleet.proxy import ProxyRefusal, ProxyTarget, header, register_resolver
+from fleet.proxy.relay import ProxyRefusal, ProxyTarget, header, register_resolver
 from raymgr.models import RayCluster, RayClusterStatus
 
 DASHBOARD_PATH = re.compile(r"^/ray/clusters/(?P<id>[0-9a-f-]{36})/dashboard(?P<rest>/.*)?$")

@@ -164,4 +164,4 @@ class RayClusterEvent(EventLogEntry):
         indexes = [models.Index(fields=["ray_cluster", "-created_at"], name="rayevent_cluster_created")]
 
 
-from raymgr.workload_models import *  # noqa: E402,F403  (training jobs, Serve deployments, Tune experiments)
+from raymgr.workloads.models import *  # noqa: E402,F403  (training jobs, Serve deployments, Tune experiments)

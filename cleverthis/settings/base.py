@@ -159,7 +159,7 @@ CELERY_TASK_ROUTES = {
     "fleet.tasks.gitops_*": {"queue": "gitops"},
 }
 # Task modules outside `<app>.tasks` (autodiscovery only finds those).
-CELERY_IMPORTS = ["fleet.workload_tasks"]
+CELERY_IMPORTS = ["fleet.workloads.tasks"]
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "fleet-mark-lost-nodes-offline": {"task": "fleet.tasks.mark_lost_nodes_offline", "schedule": 15.0},
     "fleet-resend-stuck-commands": {"task": "fleet.tasks.resend_stuck_commands", "schedule": 30.0},

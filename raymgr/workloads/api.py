@@ -6,6 +6,7 @@ PermissionDenied → 403, IllegalTransition → 409; other workspaces' rows → 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models import QuerySet
@@ -17,8 +18,8 @@ from rest_framework.response import Response
 from cleverthis.api import ServiceErrorsMixin, validated
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from raymgr.models import RayCluster
-from raymgr.workload_models import ServeDeployment, TrainingJob, TuneExperiment, TuneTrial
 from raymgr.workloads import health, services
+from raymgr.workloads.models import ServeDeployment, TrainingJob, TuneExperiment, TuneTrial
 
 
 class _Create(serializers.Serializer):
@@ -89,17 +90,7 @@ class TrainWithBestSerializer(serializers.Serializer):
 def _hints(obj: TrainingJob | TuneExperiment) -> list[dict[str, str]]:
     from django.utils import timezone
 
-    found = health.job_hints(
-        status=obj.status,
-        queue_reason=getattr(obj, "queue_reason", "") or obj.failure_reason,
-        submitted_at=obj.submitted_at,
-        created_at=obj.created_at,
-        finished_at=obj.finished_at,
-        traceback=obj.traceback,
-        failure_reason=obj.failure_reason,
-        cluster_status=obj.ray_cluster.last_status,
-        now=timezone.now(),
-    )
+    found = health.row_job_hints(obj, now=timezone.now())
     return [{"problem": h.problem, "cause": h.cause, "severity": h.severity} for h in found]
 
 
@@ -156,7 +147,12 @@ class ServeDeploymentSerializer(serializers.ModelSerializer):
 
 
 class _WorkloadViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
-    """List/retrieve scoped to the caller's workspaces (?workspace=, ?status=, ?ray_cluster=)."""
+    """One generic API for the three kinds: list/retrieve scoped to the caller's workspaces (?workspace=,
+    ?status=, ?ray_cluster=), create, and the kind's stop action. Subclasses only say what differs."""
+
+    create_input: type[serializers.Serializer]  # the POST body
+    create_service: Callable[..., Any]  # service(actor=, workspace=, ray_cluster=, **fields) → row
+    stop_service: Callable[[Any, Any], Any]  # (actor, row) → row: the kind's cancel / stop service
 
     def get_base_queryset(self) -> QuerySet:
         rows = self.queryset.select_related("ray_cluster", "workspace")  # type: ignore[union-attr]
@@ -176,8 +172,22 @@ class _WorkloadViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ReadOn
             raise exceptions.ValidationError({"ray_cluster": ["No such Ray cluster in this workspace."]})
         return workspace, cluster
 
+    def prepare(self, data: dict[str, Any], workspace: Any) -> dict[str, Any]:
+        """Turn validated input into the service's keyword arguments (ids into rows, say)."""
+        return data
+
     def _read(self, obj: Any) -> dict[str, Any]:
         return self.get_serializer(self.get_queryset().get(pk=obj.pk)).data
+
+    def create(self, request: Request) -> Response:
+        data = validated(self.create_input, request.data)
+        workspace, cluster = self._cluster(data)
+        fields = self.prepare(data, workspace)
+        row = type(self).create_service(actor=request.user, workspace=workspace, ray_cluster=cluster, **fields)
+        return Response(self._read(row), status=201)
+
+    def _stop(self, request: Request) -> Response:
+        return Response(self._read(type(self).stop_service(request.user, self.get_object())))
 
 
 class TrainingJobViewSet(_WorkloadViewSet):
@@ -185,17 +195,14 @@ class TrainingJobViewSet(_WorkloadViewSet):
 
     queryset = TrainingJob.objects.all()
     serializer_class = TrainingJobSerializer
-
-    def create(self, request: Request) -> Response:
-        data = validated(TrainingJobCreateSerializer, request.data)
-        workspace, cluster = self._cluster(data)
-        job = services.training_job_create(actor=request.user, workspace=workspace, ray_cluster=cluster, **data)
-        return Response(self._read(job), status=201)
+    create_input = TrainingJobCreateSerializer
+    create_service = services.training_job_create
+    stop_service = staticmethod(lambda actor, job: services.training_job_cancel(actor=actor, job=job))
 
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Cancel a queued or running job."""
-        return Response(self._read(services.training_job_cancel(actor=request.user, job=self.get_object())))
+        return self._stop(request)
 
 
 class TuneExperimentViewSet(_WorkloadViewSet):
@@ -203,20 +210,16 @@ class TuneExperimentViewSet(_WorkloadViewSet):
 
     queryset = TuneExperiment.objects.prefetch_related("trials")
     serializer_class = TuneExperimentSerializer
-
-    def create(self, request: Request) -> Response:
-        data = validated(TuneExperimentCreateSerializer, request.data)
-        workspace, cluster = self._cluster(data)
-        experiment = services.tune_experiment_create(
-            actor=request.user, workspace=workspace, ray_cluster=cluster, **data
-        )
-        return Response(self._read(experiment), status=201)
+    create_input = TuneExperimentCreateSerializer
+    create_service = services.tune_experiment_create
+    stop_service = staticmethod(
+        lambda actor, experiment: services.tune_experiment_cancel(actor=actor, experiment=experiment)
+    )
 
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Cancel the experiment's Ray job."""
-        experiment = services.tune_experiment_cancel(actor=request.user, experiment=self.get_object())
-        return Response(self._read(experiment))
+        return self._stop(request)
 
     @action(detail=True, methods=["post"])
     def train(self, request: Request, pk: str | None = None) -> Response:
@@ -232,23 +235,22 @@ class ServeDeploymentViewSet(_WorkloadViewSet):
 
     queryset = ServeDeployment.objects.all()
     serializer_class = ServeDeploymentSerializer
+    create_input = ServeDeploymentCreateSerializer
+    create_service = services.serve_deployment_create
+    stop_service = staticmethod(
+        lambda actor, deployment: services.serve_deployment_stop(actor=actor, deployment=deployment)
+    )
 
-    def create(self, request: Request) -> Response:
-        data = validated(ServeDeploymentCreateSerializer, request.data)
-        workspace, cluster = self._cluster(data)
+    def prepare(self, data: dict[str, Any], workspace: Any) -> dict[str, Any]:
         job_id = data.pop("checkpoint_job", None)
         job = None
         if job_id is not None:
             job = TrainingJob.objects.filter(pk=job_id, workspace=workspace).first()
             if job is None:
                 raise exceptions.ValidationError({"checkpoint_job": ["No such training job in this workspace."]})
-        deployment = services.serve_deployment_create(
-            actor=request.user, workspace=workspace, ray_cluster=cluster, checkpoint_job=job, **data
-        )
-        return Response(self._read(deployment), status=201)
+        return {**data, "checkpoint_job": job}
 
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         """Delete the Serve application from the cluster."""
-        deployment = services.serve_deployment_stop(actor=request.user, deployment=self.get_object())
-        return Response(self._read(deployment))
+        return self._stop(request)

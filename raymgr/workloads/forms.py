@@ -9,7 +9,7 @@ from django import forms
 from cleverthis.tenancy.models import Role
 from cleverthis.tenancy.selectors import workspace_ids
 from raymgr.models import RayCluster
-from raymgr.workload_models import Framework, ServeEngine, TrainingJob, TrainingKind, TuneMode, TuneScheduler
+from raymgr.workloads.models import Framework, ServeEngine, TrainingJob, TrainingKind, TuneMode, TuneScheduler
 
 
 class _OnCluster(forms.Form):

@@ -97,6 +97,21 @@ def job_hints(
     return hints
 
 
+def row_job_hints(row: Any, *, now: dt.datetime) -> list[Hint]:
+    """`job_hints` for a training job or Tune experiment row (reads its fields, nothing else)."""
+    return job_hints(
+        status=row.status,
+        queue_reason=getattr(row, "queue_reason", "") or row.failure_reason,
+        submitted_at=row.submitted_at,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+        traceback=row.traceback,
+        failure_reason=row.failure_reason,
+        cluster_status=row.ray_cluster.last_status,
+        now=now,
+    )
+
+
 def cluster_hints(*, cluster_status: dict[str, Any] | None, live_workers: int, max_workers: int) -> list[Hint]:
     """Hints from a Ray cluster's latest status: workers not scaling, high object-store memory."""
     status = cluster_status or {}

@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from raymgr.workload_models import Framework, ServeDeployment, TrainingJob, TrainingKind, TuneExperiment
 from raymgr.workloads import scripts
+from raymgr.workloads.models import Framework, ServeDeployment, TrainingJob, TrainingKind, TuneExperiment
 
 SEARCH_TYPES = ("uniform", "loguniform", "randint", "choice", "grid", "constant")
 

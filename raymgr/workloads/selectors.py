@@ -8,7 +8,7 @@ from django.db.models import Count, Q, QuerySet
 
 from cleverthis.tenancy.selectors import scope_to_user
 from raymgr.models import RayCluster, RayClusterStatus
-from raymgr.workload_models import JobStatus, ServeDeployment, ServeStatus, TrainingJob, TuneExperiment
+from raymgr.workloads.models import JobStatus, ServeDeployment, ServeStatus, TrainingJob, TuneExperiment
 
 
 def training_job_list(*, user: Any) -> QuerySet[TrainingJob]:

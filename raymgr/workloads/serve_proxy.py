@@ -14,8 +14,8 @@ from channels.db import database_sync_to_async
 from cleverthis.tenancy.asgi_auth import user_from_scope
 from cleverthis.tenancy.permissions import can_view
 from fleet.models import NodeStatus
-from fleet.proxy import ProxyRefusal, ProxyTarget, register_resolver
-from raymgr.workload_models import ServeDeployment, ServeStatus
+from fleet.proxy.relay import ProxyRefusal, ProxyTarget, register_resolver
+from raymgr.workloads.models import ServeDeployment, ServeStatus
 
 SERVE_PATH = re.compile(r"^/ray/serving/(?P<id>[0-9a-f-]{36})/endpoint(?P<rest>/.*)?$")
 ANSWERING = (ServeStatus.RUNNING, ServeStatus.DEGRADED)

@@ -29,7 +29,8 @@ from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus, Node
 from raymgr import services as ray_services
 from raymgr.models import RayCluster, RayClusterStatus, RayNode
-from raymgr.workload_models import (
+from raymgr.workloads import health, render
+from raymgr.workloads.models import (
     Framework,
     JobStatus,
     ServeDeployment,
@@ -42,7 +43,6 @@ from raymgr.workload_models import (
     TuneScheduler,
     TuneTrial,
 )
-from raymgr.workloads import health, render
 
 logger = logging.getLogger(__name__)
 

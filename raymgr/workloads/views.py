@@ -1,8 +1,13 @@
-"""Ray pages for workloads: Training, Tune, Model Serving (list, new, detail, actions) and dashboard cards."""
+"""Ray pages for workloads: Training, Tune, Model Serving (list, new, detail, stop) and dashboard cards.
+
+The three kinds share one set of views; what differs between them is data (`WorkloadPages`), and
+`urls_for` gives each kind its routes under the names the templates use (`raymgr:training_list`, …).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from django import forms
@@ -11,6 +16,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import URLPattern, path
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
@@ -61,17 +67,7 @@ def _create(
 
 
 def _hints(row: Any) -> list[health.Hint]:
-    hints = health.job_hints(
-        status=row.status,
-        queue_reason=getattr(row, "queue_reason", "") or row.failure_reason,
-        submitted_at=row.submitted_at,
-        created_at=row.created_at,
-        finished_at=row.finished_at,
-        traceback=row.traceback,
-        failure_reason=row.failure_reason,
-        cluster_status=row.ray_cluster.last_status,
-        now=timezone.now(),
-    )
+    hints = health.row_job_hints(row, now=timezone.now())
     cluster = row.ray_cluster
     workers = cluster.ray_nodes.filter(role="worker", status__in=RayNodeStatus.live()).count()
     if row.status in ("queued", "running"):
@@ -92,93 +88,126 @@ def _act(request: HttpRequest, fn: Callable[[], Any], back: str, pk: Any) -> Htt
     return redirect(back, pk=pk)
 
 
-# ---- Training
+# ---- One generic set of views for the three kinds
 
 
-@login_required
-def training_list(request: HttpRequest) -> HttpResponse:
-    """Ray → Training."""
-    jobs = list(selectors.training_job_list(user=request.user)[:200])
-    return render(request, "raymgr/workloads/training_list.html", {"jobs": jobs})
+@dataclass(frozen=True)
+class WorkloadPages:
+    """What the pages of one kind of workload need; everything else is shared."""
+
+    name: str  # URL segment prefix of the route names: "<name>_list", "<name>_detail", …
+    url: str  # URL segment: "training/", "tune/", "serving/"
+    select: Callable[..., Any]  # selector(user=) → the user's rows
+    form: type[forms.Form]
+    create: Callable[..., Any]  # service(actor=, workspace=, ray_cluster=, **fields) → row
+    stop: Callable[[Any, Any], Any]  # (actor, row) → row: the kind's cancel / stop service
+    stop_action: str  # "cancel" or "stop": the route and the button
+    new_title: str
+    list_template: str
+    list_key: str  # the template's name for the rows
+    detail_template: str
+    detail_key: str  # the template's name for the row
+    detail_extra: Callable[[Any], dict[str, Any]] = field(default=lambda row: {"hints": _hints(row)})
 
 
-@login_required
-def training_create(request: HttpRequest) -> HttpResponse:
-    """Ray → Training → New."""
-    return _create(
-        request,
-        wforms.TrainingJobForm,
-        services.training_job_create,
-        title="New training job",
-        detail="raymgr:training_detail",
-    )
+def _list(kind: WorkloadPages) -> Callable[[HttpRequest], HttpResponse]:
+    @login_required
+    def view(request: HttpRequest) -> HttpResponse:
+        rows = list(kind.select(user=request.user)[:200])
+        return render(request, kind.list_template, {kind.list_key: rows})
+
+    view.__doc__ = f"Ray → {kind.name}: the list."
+    return view
 
 
-@login_required
-def training_detail(request: HttpRequest, pk: Any) -> HttpResponse:
-    """A training job: status, logs, traceback, checkpoints (serve one), troubleshooting."""
-    job = get_object_or_404(selectors.training_job_list(user=request.user), pk=pk)
-    context = {"job": job, "hints": _hints(job), "can_operate": can_operate(request.user, job.workspace)}
-    return render(request, "raymgr/workloads/training_detail.html", context)
+def _new(kind: WorkloadPages) -> Callable[[HttpRequest], HttpResponse]:
+    @login_required
+    def view(request: HttpRequest) -> HttpResponse:
+        return _create(request, kind.form, kind.create, title=kind.new_title, detail=f"raymgr:{kind.name}_detail")
+
+    view.__doc__ = f"Ray → {kind.name} → New."
+    return view
 
 
-@login_required
-@require_POST
-def training_cancel(request: HttpRequest, pk: Any) -> HttpResponse:
-    """Cancel a queued or running job."""
-    job = get_object_or_404(selectors.training_job_list(user=request.user), pk=pk)
-    return _act(
-        request, lambda: services.training_job_cancel(actor=request.user, job=job), "raymgr:training_detail", pk
-    )
+def _detail(kind: WorkloadPages) -> Callable[..., HttpResponse]:
+    @login_required
+    def view(request: HttpRequest, pk: Any) -> HttpResponse:
+        row = get_object_or_404(kind.select(user=request.user), pk=pk)
+        context = {kind.detail_key: row, "can_operate": can_operate(request.user, row.workspace)}
+        return render(request, kind.detail_template, context | kind.detail_extra(row))
+
+    view.__doc__ = f"One {kind.name} row: status, logs, troubleshooting."
+    return view
 
 
-# ---- Tune
+def _stop(kind: WorkloadPages) -> Callable[..., HttpResponse]:
+    @login_required
+    @require_POST
+    def view(request: HttpRequest, pk: Any) -> HttpResponse:
+        row = get_object_or_404(kind.select(user=request.user), pk=pk)
+        return _act(request, lambda: kind.stop(request.user, row), f"raymgr:{kind.name}_detail", pk)
+
+    view.__doc__ = f"{kind.stop_action.capitalize()} one {kind.name} row."
+    return view
 
 
-@login_required
-def tune_list(request: HttpRequest) -> HttpResponse:
-    """Ray → Tune."""
-    experiments = list(selectors.tune_experiment_list(user=request.user)[:200])
-    return render(request, "raymgr/workloads/tune_list.html", {"experiments": experiments})
+def urls_for(kind: WorkloadPages) -> list[URLPattern]:
+    """The kind's list, new, detail and stop routes, named `<name>_list` etc."""
+    return [
+        path(kind.url, _list(kind), name=f"{kind.name}_list"),
+        path(f"{kind.url}new/", _new(kind), name=f"{kind.name}_create"),
+        path(f"{kind.url}<uuid:pk>/", _detail(kind), name=f"{kind.name}_detail"),
+        path(f"{kind.url}<uuid:pk>/{kind.stop_action}/", _stop(kind), name=f"{kind.name}_{kind.stop_action}"),
+    ]
 
 
-@login_required
-def tune_create(request: HttpRequest) -> HttpResponse:
-    """Ray → Tune → New."""
-    return _create(
-        request,
-        wforms.TuneExperimentForm,
-        services.tune_experiment_create,
-        title="New Tune experiment",
-        detail="raymgr:tune_detail",
-    )
+TRAINING = WorkloadPages(
+    name="training",
+    url="training/",
+    select=selectors.training_job_list,
+    form=wforms.TrainingJobForm,
+    create=services.training_job_create,
+    stop=lambda actor, job: services.training_job_cancel(actor=actor, job=job),
+    stop_action="cancel",
+    new_title="New training job",
+    list_template="raymgr/workloads/training_list.html",
+    list_key="jobs",
+    detail_template="raymgr/workloads/training_detail.html",
+    detail_key="job",
+)
+TUNE = WorkloadPages(
+    name="tune",
+    url="tune/",
+    select=selectors.tune_experiment_list,
+    form=wforms.TuneExperimentForm,
+    create=services.tune_experiment_create,
+    stop=lambda actor, experiment: services.tune_experiment_cancel(actor=actor, experiment=experiment),
+    stop_action="cancel",
+    new_title="New Tune experiment",
+    list_template="raymgr/workloads/tune_list.html",
+    list_key="experiments",
+    detail_template="raymgr/workloads/tune_detail.html",
+    detail_key="experiment",
+    detail_extra=lambda experiment: {"trials": list(experiment.trials.all()), "hints": _hints(experiment)},
+)
+SERVE = WorkloadPages(
+    name="serve",
+    url="serving/",
+    select=selectors.serve_deployment_list,
+    form=wforms.ServeDeploymentForm,  # ?checkpoint_job= preselects a training job's checkpoint
+    create=services.serve_deployment_create,
+    stop=lambda actor, deployment: services.serve_deployment_stop(actor=actor, deployment=deployment),
+    stop_action="stop",
+    new_title="New Serve deployment",
+    list_template="raymgr/workloads/serve_list.html",
+    list_key="deployments",
+    detail_template="raymgr/workloads/serve_detail.html",
+    detail_key="deployment",
+    detail_extra=lambda deployment: {"deployments": (deployment.last_status or {}).get("deployments") or {}},
+)
 
 
-@login_required
-def tune_detail(request: HttpRequest, pk: Any) -> HttpResponse:
-    """A Tune experiment: trial table with progress, best config, Train with best config."""
-    experiment = get_object_or_404(selectors.tune_experiment_list(user=request.user), pk=pk)
-    trials = list(experiment.trials.all())
-    context = {
-        "experiment": experiment,
-        "trials": trials,
-        "hints": _hints(experiment),
-        "can_operate": can_operate(request.user, experiment.workspace),
-    }
-    return render(request, "raymgr/workloads/tune_detail.html", context)
-
-
-@login_required
-@require_POST
-def tune_cancel(request: HttpRequest, pk: Any) -> HttpResponse:
-    """Cancel the experiment."""
-    experiment = get_object_or_404(selectors.tune_experiment_list(user=request.user), pk=pk)
-    return _act(
-        request,
-        lambda: services.tune_experiment_cancel(actor=request.user, experiment=experiment),
-        "raymgr:tune_detail",
-        pk,
-    )
+# ---- Tune's own action
 
 
 @login_required
@@ -197,51 +226,3 @@ def tune_train(request: HttpRequest, pk: Any) -> HttpResponse:
         return redirect("raymgr:tune_detail", pk=pk)
     messages.success(request, f"Training job {job.name} created with the best config.")
     return redirect("raymgr:training_detail", pk=job.pk)
-
-
-# ---- Serving
-
-
-@login_required
-def serve_list(request: HttpRequest) -> HttpResponse:
-    """Ray → Model Serving."""
-    deployments = list(selectors.serve_deployment_list(user=request.user)[:200])
-    return render(request, "raymgr/workloads/serve_list.html", {"deployments": deployments})
-
-
-@login_required
-def serve_create(request: HttpRequest) -> HttpResponse:
-    """Ray → Model Serving → New (?checkpoint_job= preselects a training job's checkpoint)."""
-    return _create(
-        request,
-        wforms.ServeDeploymentForm,
-        services.serve_deployment_create,
-        title="New Serve deployment",
-        detail="raymgr:serve_detail",
-    )
-
-
-@login_required
-def serve_detail(request: HttpRequest, pk: Any) -> HttpResponse:
-    """A Serve deployment: status, replicas, replica logs, endpoint URL."""
-    deployment = get_object_or_404(selectors.serve_deployment_list(user=request.user), pk=pk)
-    status = deployment.last_status or {}
-    context = {
-        "deployment": deployment,
-        "deployments": (status.get("deployments") or {}),
-        "can_operate": can_operate(request.user, deployment.workspace),
-    }
-    return render(request, "raymgr/workloads/serve_detail.html", context)
-
-
-@login_required
-@require_POST
-def serve_stop(request: HttpRequest, pk: Any) -> HttpResponse:
-    """Delete the Serve application."""
-    deployment = get_object_or_404(selectors.serve_deployment_list(user=request.user), pk=pk)
-    return _act(
-        request,
-        lambda: services.serve_deployment_stop(actor=request.user, deployment=deployment),
-        "raymgr:serve_detail",
-        pk,
-    )

@@ -8,7 +8,7 @@ from pathlib import Path
 from agent import identity
 from agent import protocol as p
 from agent.config import AgentConfig
-from agent.tunnel import TunnelClient
+from agent.transport.tunnel import TunnelClient
 
 
 class Runner:

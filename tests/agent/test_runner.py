@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.endpoints import EndpointManager
 from agent.executors.base import Executor
-from agent.models import ModelCache
 from agent.protocol import Command, Error, GpuInfo, Result
 from agent.runner import CommandRunner, build_executor
+from agent.workloads.endpoints import EndpointManager
+from agent.workloads.models import ModelCache
 from tests.agent.executors.podman import TEST_IMAGE, podman_url
 from tests.support.hub_standin import HubStandin
 from tests.support.processes import REPO_ROOT

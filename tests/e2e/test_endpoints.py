@@ -16,8 +16,9 @@ import pytest
 import requests
 from rest_framework.authtoken.models import Token
 
-from fleet import services, workloads
+from fleet import services
 from fleet.models import Endpoint
+from fleet.workloads import services as workload_services
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.live import agent_run
 from tests.support.processes import wait_until
@@ -36,7 +37,7 @@ def running_endpoint(control_plane, cluster, operator, agents):
         actor=user, cluster=cluster, command_type="model.download", payload={"model_id": "acme/tiny"}, node=node
     )
     wait_until(lambda: type(download).objects.get(pk=download.pk).status == "succeeded", timeout=60, what="download")
-    endpoint = workloads.endpoint_create(actor=user, cluster=cluster, model_id="acme/tiny")
+    endpoint = workload_services.endpoint_create(actor=user, cluster=cluster, model_id="acme/tiny")
     wait_until(
         lambda: Endpoint.objects.get(pk=endpoint.pk).status in ("running", "failed"), timeout=60, what="endpoint up"
     )

@@ -23,7 +23,7 @@ from rest_framework.authtoken.models import Token
 
 from fleet import services
 from fleet.models import ClusterEvent, Command, ComputeCluster, Node, NodeEvent
-from fleet.workload_tasks import drain_tick
+from fleet.workloads.tasks import drain_tick
 from tests.e2e.conftest import node_of
 from tests.support.live import ControlPlane, subprocess_env
 from tests.support.processes import ManagedProcess, free_port, port_open, wait_until

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
-from fleet import proxy
 from fleet.models import Endpoint, Node
+from fleet.proxy import relay
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.processes import free_port
 
@@ -94,7 +94,7 @@ def backend():
 async def asgi_call(
     app, method: str, path: str, body: bytes = b"", *, read_delay: float = 0.0, announce_length: bool = True
 ) -> dict[str, Any]:
-    headers = [(b"host", b"proxy.test")]
+    headers = [(b"host", b"relay.test")]
     if body and announce_length:
         headers.append((b"content-length", str(len(body)).encode()))
     scope = {
@@ -175,19 +175,19 @@ def proxied_node(control_plane, cluster, operator, agents, backend, ws_backend, 
             return None
         online = Node.objects.filter(pk=node.pk, connected=True).exists
 
-        return proxy.ProxyTarget(
+        return relay.ProxyTarget(
             node_id=node.pk,
             port=backend,
             path=scope["path"][len("/test-proxy") :],
             node_online=await database_sync_to_async(online)(),
         )
 
-    monkeypatch.setattr(proxy, "_resolvers", [resolver])
+    monkeypatch.setattr(relay, "_resolvers", [resolver])
     return node, proc
 
 
 def test_large_response_and_request_bodies_stream_through(proxied_node):
-    app = proxy.TunnelProxyApp(None)
+    app = relay.TunnelProxyApp(None)
 
     async def scenario():
         big = await asgi_call(app, "GET", "/test-proxy/big")
@@ -205,7 +205,7 @@ def test_large_response_and_request_bodies_stream_through(proxied_node):
 
 def test_a_small_request_travels_with_the_opening_message(proxied_node):
     """Body complete in the first ASGI message: sent along with `stream.open`, no further messages up."""
-    app = proxy.TunnelProxyApp(None)
+    app = relay.TunnelProxyApp(None)
 
     async def scenario():
         return await asyncio.gather(
@@ -219,7 +219,7 @@ def test_a_small_request_travels_with_the_opening_message(proxied_node):
 
 
 def test_sse_events_arrive_as_they_are_produced(proxied_node):
-    app = proxy.TunnelProxyApp(None)
+    app = relay.TunnelProxyApp(None)
     result = asyncio.run(asgi_call(app, "GET", "/test-proxy/sse"))
     assert result["status"] == 200
     events = [json.loads(line[6:]) for line in result["body"].decode().split("\n") if line.startswith("data: ")]
@@ -230,7 +230,7 @@ def test_sse_events_arrive_as_they_are_produced(proxied_node):
 
 
 def test_slow_client_still_gets_everything(proxied_node):
-    app = proxy.TunnelProxyApp(None)
+    app = relay.TunnelProxyApp(None)
     result = asyncio.run(asgi_call(app, "GET", "/test-proxy/big", read_delay=0.002))
     assert result["body"] == BIG
 
@@ -271,7 +271,7 @@ def test_a_client_that_stops_reading_stops_the_node_instead_of_filling_the_contr
 
 
 def test_a_body_cut_short_by_the_node_ends_the_response_without_an_error_page(proxied_node):
-    app = proxy.TunnelProxyApp(None)
+    app = relay.TunnelProxyApp(None)
     result = asyncio.run(asgi_call(app, "GET", "/test-proxy/short"))
     assert result["status"] == 200  # the head had gone out: the client sees the body end early instead
     assert result["body"] == b"only-this"
@@ -281,7 +281,7 @@ def test_a_body_cut_short_by_the_node_ends_the_response_without_an_error_page(pr
 def test_a_small_body_without_a_length_still_keeps_to_the_body_limit(proxied_node, settings):
     """No Content-Length to refuse up front: a body over the limit is refused, even if it is small."""
     settings.PROXY_MAX_BODY_BYTES = 10
-    app = proxy.TunnelProxyApp(None)
+    app = relay.TunnelProxyApp(None)
     over = asyncio.run(asgi_call(app, "POST", "/test-proxy/echo", body=b"eleven byte", announce_length=False))
     assert over["status"] == 413
     assert b"exceeds 10 bytes" in over["body"]
@@ -291,10 +291,10 @@ def test_port_not_served_by_the_agent_is_a_502(proxied_node, monkeypatch):
     node, _ = proxied_node
 
     async def resolver(scope):
-        return proxy.ProxyTarget(node_id=node.pk, port=1, path="/")
+        return relay.ProxyTarget(node_id=node.pk, port=1, path="/")
 
-    monkeypatch.setattr(proxy, "_resolvers", [resolver])
-    result = asyncio.run(asgi_call(proxy.TunnelProxyApp(None), "GET", "/anything"))
+    monkeypatch.setattr(relay, "_resolvers", [resolver])
+    result = asyncio.run(asgi_call(relay.TunnelProxyApp(None), "GET", "/anything"))
     assert result["status"] == 502
     assert b"not proxied" in result["body"]
 
@@ -303,10 +303,10 @@ def test_offline_node_is_a_502_with_a_clear_body(proxied_node, monkeypatch, sett
     node, _ = proxied_node
 
     async def resolver(scope):
-        return proxy.ProxyTarget(node_id=node.pk, port=80, path="/", node_online=False)
+        return relay.ProxyTarget(node_id=node.pk, port=80, path="/", node_online=False)
 
-    monkeypatch.setattr(proxy, "_resolvers", [resolver])
-    result = asyncio.run(asgi_call(proxy.TunnelProxyApp(None), "GET", "/x"))
+    monkeypatch.setattr(relay, "_resolvers", [resolver])
+    result = asyncio.run(asgi_call(relay.TunnelProxyApp(None), "GET", "/x"))
     assert result["status"] == 502
     assert b"offline" in result["body"]
 
@@ -315,15 +315,15 @@ def test_websocket_upgrade_passes_through(proxied_node, ws_backend, monkeypatch)
     node, _ = proxied_node
 
     async def resolver(scope):
-        return proxy.ProxyTarget(node_id=node.pk, port=ws_backend, path="/ws")
+        return relay.ProxyTarget(node_id=node.pk, port=ws_backend, path="/ws")
 
-    monkeypatch.setattr(proxy, "_resolvers", [resolver])
+    monkeypatch.setattr(relay, "_resolvers", [resolver])
 
     async def scenario():
         to_app: asyncio.Queue = asyncio.Queue()
         from_app: asyncio.Queue = asyncio.Queue()
         scope = {"type": "websocket", "path": "/ws", "query_string": b"", "headers": []}
-        app_task = asyncio.ensure_future(proxy.TunnelProxyApp(None)(scope, to_app.get, from_app.put))
+        app_task = asyncio.ensure_future(relay.TunnelProxyApp(None)(scope, to_app.get, from_app.put))
         await to_app.put({"type": "websocket.connect"})
         accepted = await asyncio.wait_for(from_app.get(), 20)
         await to_app.put({"type": "websocket.receive", "text": "ping"})

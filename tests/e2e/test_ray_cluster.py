@@ -17,7 +17,7 @@ import requests
 from django.conf import settings as django_settings
 from django.test import Client
 
-from agent.ray_runtime import free_port
+from agent.ray.runtime import free_port
 from fleet.models import Node
 from raymgr import services as ray_services
 from raymgr.models import RayCluster, RayNode

@@ -12,12 +12,12 @@ import pytest
 import requests
 from rest_framework.authtoken.models import Token
 
-from agent.ray_runtime import free_port
+from agent.ray.runtime import free_port
 from fleet.models import Node
 from raymgr import services as ray_services
 from raymgr.models import RayCluster
-from raymgr.workload_models import JobStatus, ServeDeployment, ServeStatus, TrainingJob
 from raymgr.workloads import services
+from raymgr.workloads.models import JobStatus, ServeDeployment, ServeStatus, TrainingJob
 from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

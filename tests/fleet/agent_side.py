@@ -1,9 +1,8 @@
 """Drive the control plane the way the tunnel consumer does when agent frames arrive.
 
 Each helper calls the same fleet services the consumer calls for a frame (`command_record_ack`,
-`command_record_result`, `command_record_error`, `node_record_inventory`). Until the lead wires the
-workload hooks into those services (see the workloads report), the helpers call the hooks
-themselves; once wired, set `HOOKS_WIRED = True` so each hook runs exactly once per frame.
+`command_record_result`, `command_record_error`, `node_record_inventory`); the workload receivers
+(`fleet.workloads.receivers`) follow through the fleet's signals, exactly once per frame.
 """
 
 from __future__ import annotations
@@ -11,18 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from agent import protocol
-from fleet import services, workloads
+from fleet import services
 from fleet.models import Command, Node
-
-HOOKS_WIRED = True
 
 
 def ack(command: Command) -> Command:
     """An `Ack` frame."""
     node = Node.objects.get(pk=command.node_id)
     done = services.command_record_ack(node=node, command_id=command.pk) or Command.objects.get(pk=command.pk)
-    if not HOOKS_WIRED:
-        workloads.workloads_on_command_acked(command=done)
     return done
 
 
@@ -32,8 +27,6 @@ def result(command: Command, **data: Any) -> Command:
     node = Node.objects.get(pk=command.node_id)
     done = services.command_record_result(node=node, command_id=command.pk, data=data)
     assert done is not None
-    if not HOOKS_WIRED:
-        workloads.workloads_on_command_finished(command=done)
     return done
 
 
@@ -44,8 +37,6 @@ def error(command: Command, code: str, message: str) -> Command:
     node = Node.objects.get(pk=command.node_id)
     done = services.command_record_error(node=node, command_id=command.pk, code=code, message=message)
     assert done is not None
-    if not HOOKS_WIRED:
-        workloads.workloads_on_command_finished(command=done)
     return done
 
 
@@ -53,8 +44,6 @@ def inventory(node: Node, *, containers=(), models=(), endpoints=()) -> Node:
     """An `InventoryReport` frame (containers/models/endpoints as protocol dataclasses)."""
     inv = protocol.Inventory(containers=list(containers), models=list(models), endpoints=list(endpoints))
     node = services.node_record_inventory(node=node, inventory=inv)
-    if not HOOKS_WIRED:
-        workloads.workloads_on_inventory(node=node, inventory=inv)
     node.refresh_from_db()
     return node
 

@@ -7,10 +7,11 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from fleet import channels, services
+from fleet import enqueue, services
 from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus, Node, NodeEvent
-from fleet.tasks import dispatch_batch, dispatch_command
+from fleet.tasks import dispatch_command
+from fleet.tunnel import groups
 
 pytestmark = pytest.mark.django_db
 
@@ -24,7 +25,9 @@ def test_dispatch_to_all_online_nodes_one_row_each_one_batch_task_on_commit(
     b = register_node(cluster, "b")
     register_node(cluster, "offline", online=False)
     sent: list[str] = []
-    monkeypatch.setattr(dispatch_batch, "delay", lambda batch_id: sent.append(batch_id))
+    monkeypatch.setattr(
+        enqueue, "send", lambda name, batch_id: sent.append(batch_id) if name == enqueue.DISPATCH_BATCH else None
+    )
     with django_capture_on_commit_callbacks() as callbacks:
         commands = services.command_dispatch(
             actor=owner, cluster=cluster, command_type="container.create", payload=CREATE
@@ -123,7 +126,7 @@ def test_node_of_another_cluster_and_cordoned_nodes(cluster, other_cluster, regi
 def test_task_claims_once_and_sends_to_the_node_group(node, cluster, owner):
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(channels.node_group(node.pk), channel)
+    async_to_sync(layer.group_add)(groups.node_group(node.pk), channel)
     (command,) = services.command_dispatch(
         actor=owner, cluster=cluster, command_type="model.download", payload={"model_id": "org/model"}, node=node
     )
@@ -216,7 +219,7 @@ def test_command_frame_carries_secrets_and_key(node, cluster, owner):
         payload={**CREATE, "registry_password": "pw"},
         node=node,
     )
-    frame = channels.command_frame(Command.objects.get(pk=command.pk))
+    frame = groups.command_frame(Command.objects.get(pk=command.pk))
     decoded = protocol.decode(protocol.encode(frame))
     assert decoded.command_id == str(command.pk)
     assert decoded.idempotency_key == command.idempotency_key

@@ -9,8 +9,9 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection
 
-from fleet import channels, services
+from fleet import services
 from fleet.models import Command, CommandStatus
+from fleet.tunnel import groups
 from tests.fleet.conftest import facts_dict, make_csr_pem, make_key
 from tests.support.processes import celery_worker, wait_until
 
@@ -35,7 +36,7 @@ def test_command_is_claimed_by_the_worker_and_reaches_the_node_group(worker, own
     services.node_connected(node=node, facts=protocol.HostFacts(hostname="gpu-box-1"), inventory=protocol.Inventory())
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(channels.node_group(node.pk), channel)
+    async_to_sync(layer.group_add)(groups.node_group(node.pk), channel)
 
     (command,) = services.command_dispatch(
         actor=owner, cluster=cluster, command_type="container.stop", payload={"container": "web"}, node=node

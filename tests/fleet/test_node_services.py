@@ -11,10 +11,12 @@ from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
 from agent import protocol
-from fleet import ca, channels, services
+from fleet import ca, services
 from fleet.exceptions import IllegalTransition
 from fleet.models import Node, NodeCertificate, NodeEvent, NodeStatus, RevokedSerial
-from fleet.tasks import drain_node, mark_lost_nodes_offline
+from fleet.tasks import mark_lost_nodes_offline
+from fleet.tunnel import groups
+from fleet.workloads.tasks import drain_node
 
 pytestmark = pytest.mark.django_db
 
@@ -101,7 +103,7 @@ def test_delete_revokes_certificates_and_closes_the_tunnel(node, owner, django_c
     cert = NodeCertificate.objects.get(node=node)
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(channels.node_group(node.pk), channel)
+    async_to_sync(layer.group_add)(groups.node_group(node.pk), channel)
     with django_capture_on_commit_callbacks(execute=True):
         services.node_delete(node=node, actor=owner)
     assert not Node.objects.filter(pk=node.pk).exists()

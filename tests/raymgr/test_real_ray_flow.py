@@ -1,6 +1,6 @@
 """Control plane + agent handler with real Ray processes, without the tunnel.
 
-Each command the services dispatch is executed by `agent.ray_commands.RayCommandHandler` (process runtime)
+Each command the services dispatch is executed by `agent.ray.commands.RayCommandHandler` (process runtime)
 with the payload exactly as the agent receives it (`Command.wire_payload()`), and its outcome recorded
 through fleet's `command_record_result` / `command_record_error`, as the tunnel consumer does.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent.executors.base import CommandFailed
-from agent.ray_commands import RayCommandHandler
-from agent.ray_runtime import RayProcessRuntime, free_port
+from agent.ray.commands import RayCommandHandler
+from agent.ray.runtime import RayProcessRuntime, free_port
 from fleet.models import Command, CommandStatus
 from raymgr import services
 from raymgr.models import RayNode, RayNodeStatus

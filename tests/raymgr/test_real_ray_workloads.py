@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from agent.executors.base import CommandFailed
-from agent.ray_commands import RayCommandHandler
-from agent.ray_runtime import RayProcessRuntime, free_port
+from agent.ray.commands import RayCommandHandler
+from agent.ray.runtime import RayProcessRuntime, free_port
 from fleet.models import Command, CommandStatus
-from raymgr.workload_models import JobStatus, ServeStatus, TrainingJob, TuneExperiment
 from raymgr.workloads import services
+from raymgr.workloads.models import JobStatus, ServeStatus, TrainingJob, TuneExperiment
 from tests.raymgr.conftest import finish
 from tests.support.processes import VENV_BIN, wait_until
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fleet.models import Command
-from raymgr.workload_models import TuneExperiment
+from raymgr.workloads.models import TuneExperiment
 from tests.raymgr.conftest import confirm_submissions, finish, last_command, start_head
 
 pytestmark = pytest.mark.django_db

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from agent.ray_jobs import extract_traceback, parse_markers
+from agent.ray.jobs import extract_traceback, parse_markers
 from raymgr.workloads import health, render
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)

@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 
 from raymgr.models import RayCluster
-from raymgr.workload_models import ServeDeployment, TrainingJob, TuneExperiment, TuneTrial
 from raymgr.workloads import services
+from raymgr.workloads.models import ServeDeployment, TrainingJob, TuneExperiment, TuneTrial
 from tests.raymgr.conftest import last_command, start_head
 
 pytestmark = pytest.mark.django_db
@@ -196,7 +196,7 @@ def test_viewer_cannot_create_and_strangers_get_404(owner, workspace, other_work
 def test_serve_proxy_resolver_decisions(owner, workspace, running, other_workspace, member_of):
     from rest_framework.authtoken.models import Token
 
-    from fleet.proxy import ProxyRefusal, ProxyTarget
+    from fleet.proxy.relay import ProxyRefusal, ProxyTarget
     from raymgr.workloads.serve_proxy import SERVE_PATH, decide
 
     deployment = services.serve_deployment_create(

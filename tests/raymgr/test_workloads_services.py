@@ -9,8 +9,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 
 from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus
-from raymgr.workload_models import JobStatus, ServeStatus, TrainingJob, TuneTrial
 from raymgr.workloads import render, services
+from raymgr.workloads.models import JobStatus, ServeStatus, TrainingJob, TuneTrial
 from tests.raymgr.conftest import confirm_submissions, finish, last_command, start_head
 
 pytestmark = pytest.mark.django_db

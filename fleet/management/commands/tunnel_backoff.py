@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.core.management.base import BaseCommand, CommandParser
 
-from fleet.consumers import AGENTS_GROUP
+from fleet.tunnel import groups
 
 
 class Command(BaseCommand):
@@ -23,7 +21,5 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["seconds"] <= 0:
             raise ValueError("--seconds must be positive")
-        async_to_sync(get_channel_layer().group_send)(
-            AGENTS_GROUP, {"type": "agents.backoff", "retry_after_s": options["seconds"], "reason": options["reason"]}
-        )
+        groups.ask_all_agents_to_back_off(options["seconds"], options["reason"])
         self.stdout.write(f"asked agents to back off for {options['seconds']:.0f}s")

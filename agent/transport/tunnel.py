@@ -1,0 +1,389 @@
+"""The agent's outbound tunnel: one WebSocket to the control plane, kept open forever.
+
+A session: connect with a fresh nonce, check the control plane's CA signature over it (the CA is
+pinned at join time), answer the challenge with a signature made by the node key, send `Hello` with
+facts and inventory, then heartbeat every `heartbeat_interval_s` and run the commands that arrive.
+Commands run in worker threads; their progress and results go out through `FrameSender`, which always
+sends control frames before bulk stream data. On any disconnect the client reconnects with exponential
+backoff and full jitter (first retry under a second, capped a few seconds out), honours `Backoff`
+frames, and stops for good on `Revoked`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import random
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+import websockets
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from agent import identity, inventory
+from agent import protocol as p
+from agent.config import AgentConfig
+from agent.transport.proxy import StreamManager
+
+log = logging.getLogger("agent.tunnel")
+
+EXIT_STOPPED = 0
+EXIT_REVOKED = 3
+
+
+class RunnerLike(Protocol):
+    """What the tunnel needs from `agent.runner.CommandRunner`."""
+
+    def run(self, command: p.Command, progress: Callable[..., None]) -> p.Result | p.Error: ...
+
+    def completed(self, idempotency_key: str) -> p.Result | p.Error | None: ...
+
+    def inventory(self, gpus: list[p.GpuInfo]) -> p.Inventory: ...
+
+    def proxy_ports(self) -> set[int]: ...
+
+
+RunnerFactory = Callable[[str, dict[str, Any]], RunnerLike]
+
+
+@dataclass
+class ReconnectPolicy:
+    """Exponential backoff with full jitter: delay = uniform(0, min(cap, base * 2**attempt))."""
+
+    base_s: float = 0.5
+    cap_s: float = 5.0
+    rng: random.Random = random.Random()  # noqa: RUF009 - shared default RNG is fine
+
+    def delay(self, attempt: int) -> float:
+        return self.rng.uniform(0, min(self.cap_s, self.base_s * (2**attempt)))
+
+
+class SessionEnded(Exception):
+    """A session ended; `retry_after_s` set when the server asked us to back off."""
+
+    def __init__(self, reason: str, *, retry_after_s: float | None = None, revoked: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+        self.revoked = revoked
+
+
+class FrameSender:
+    """Single writer for one socket; control frames always jump ahead of queued bulk stream data."""
+
+    def __init__(self, ws: Any) -> None:
+        self._ws = ws
+        self._control: collections.deque[str | bytes] = collections.deque()
+        self._bulk: collections.deque[str | bytes] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self.closed = False
+
+    def send(self, frame: p.Frame) -> None:
+        """Queue `frame`; never blocks."""
+        if self.closed:
+            return
+        # A stream's normal end queues behind its data (it must not overtake the last chunks); an
+        # abort (StreamEnd with an error) and every other control frame go first.
+        bulk = isinstance(frame, p.StreamData) or (isinstance(frame, p.StreamEnd) and not frame.error)
+        queue = self._bulk if bulk else self._control
+        queue.append(p.encode(frame))
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        """Drain the queues onto the socket until it closes."""
+        try:
+            while True:
+                if not self._control and not self._bulk:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                text = self._control.popleft() if self._control else self._bulk.popleft()
+                await self._ws.send(text)
+        finally:
+            self.closed = True
+
+
+class TunnelClient:
+    """Keeps this node connected to the control plane and executes what it is told."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        runner_factory: RunnerFactory,
+        *,
+        policy: ReconnectPolicy | None = None,
+        heartbeat_interval_s: float | None = None,
+        hello_timeout_s: float = 15.0,
+    ) -> None:
+        self.config = config
+        self.runner_factory = runner_factory
+        self.policy = policy or ReconnectPolicy()
+        self.heartbeat_override = heartbeat_interval_s
+        self.hello_timeout_s = hello_timeout_s
+        self.key = identity.load_private_key(config.key_path)
+        self.certificate_pem = config.cert_path.read_text()
+        self.ca_pem = config.ca_path.read_text()
+        self.host = urlparse(config.control_plane_url).netloc
+        self.runner: RunnerLike | None = None
+        self._runner_mode: tuple[str, str] | None = None
+        self._running_keys: set[str] = set()
+        self._sender: FrameSender | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._gpus: list[p.GpuInfo] = []
+        self._reported_inventory: p.Inventory | None = None  # what the control plane last got
+        self._proxy_ports: set[int] = set()
+        self._heartbeats_in_flight: dict[str, float] = {}
+        # Round-trip times (s) of recent heartbeats: sent → acknowledged by the control plane.
+        self.heartbeat_rtts: collections.deque[float] = collections.deque(maxlen=1000)
+        self.extra_proxy_ports = {
+            int(port) for port in os.environ.get("CLEVERTHIS_PROXY_PORTS", "").split(",") if port.strip().isdigit()
+        }
+        self.sessions = 0
+
+    # ---- lifecycle
+
+    async def run(self, stop: asyncio.Event | None = None) -> int:
+        """Connect, and reconnect after every disconnect, until `stop` is set or the node is revoked."""
+        stop = stop or asyncio.Event()
+        gpus = await asyncio.to_thread(inventory.detect_gpus)
+        for gpu in gpus:
+            log.info("GPU detected: %s", gpu.name)
+        if not gpus:
+            log.info("no GPU detected")
+        attempt = 0
+        while not stop.is_set():
+            session = asyncio.ensure_future(self._session())
+            stopper = asyncio.ensure_future(stop.wait())
+            done, _ = await asyncio.wait({session, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if stopper in done:
+                session.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await session
+                break
+            stopper.cancel()
+            try:
+                session.result()
+                delay = self.policy.delay(0)
+            except SessionEnded as ended:
+                if ended.revoked:
+                    log.error("node revoked by the control plane: %s; not reconnecting", ended.reason)
+                    return EXIT_REVOKED
+                if ended.retry_after_s is not None:
+                    delay = ended.retry_after_s * (1 + 0.2 * self.policy.rng.random())
+                    log.warning("control plane asked to back off %.1fs: %s", ended.retry_after_s, ended.reason)
+                else:
+                    if self._sender is None:  # never got as far as a live session
+                        attempt += 1
+                    else:
+                        attempt = 0
+                    delay = self.policy.delay(attempt)
+                    log.warning("disconnected (%s); reconnecting in %.2fs", ended.reason, delay)
+            except (OSError, InvalidHandshake, ConnectionClosed, TimeoutError, p.ProtocolError) as exc:
+                attempt += 1
+                delay = self.policy.delay(attempt - 1)
+                log.warning(
+                    "cannot connect to %s (%s: %s); retrying in %.2fs", self.host, type(exc).__name__, exc, delay
+                )
+            self._sender = None
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+        return EXIT_STOPPED
+
+    async def _session(self) -> None:
+        agent_nonce = secrets.token_hex(16)
+        url = f"{self.config.tunnel_url}?node={self.config.node_id}&agent_nonce={agent_nonce}"
+        try:
+            ws = await websockets.connect(url, open_timeout=10, max_size=p.MAX_FRAME_BYTES, ping_interval=20)
+        except InvalidStatus as exc:
+            raise SessionEnded(f"handshake refused with HTTP {exc.response.status_code}") from exc
+        async with ws:
+            challenge = await self._expect(ws, p.Challenge)
+            if not identity.verify_ca_signature(self.ca_pem, agent_nonce, challenge.server_signature_b64):
+                raise SessionEnded("control plane failed CA pinning check (wrong or impostor server)")
+            gpus = await asyncio.to_thread(inventory.detect_gpus)
+            self._gpus = gpus
+            hello = p.Hello(
+                node_id=self.config.node_id,
+                certificate_pem=self.certificate_pem,
+                signature_b64=identity.sign_nonce(self.key, challenge.nonce),
+                facts=replace(await asyncio.to_thread(inventory.host_facts), gpus=gpus),
+                inventory=await self._inventory(gpus),
+            )
+            await ws.send(p.encode(hello))
+            welcome = await self._expect(ws, p.Welcome)
+            self._ensure_runner(welcome.mode, welcome.mode_settings)
+            log.info("connected to %s", self.host)
+            self.sessions += 1
+            sender = FrameSender(ws)
+            self._sender = sender
+            interval = self.heartbeat_override or welcome.heartbeat_interval_s
+            writer = asyncio.ensure_future(sender.run())
+            beater = asyncio.ensure_future(self._heartbeats(sender, interval))
+            self._reported_inventory = hello.inventory
+            await self._report_inventory()
+            streams = StreamManager(sender.send, allowed_port=self._port_is_proxied)
+            try:
+                await self._receive_loop(ws, streams)
+            finally:
+                streams.close_all()
+                beater.cancel()
+                writer.cancel()
+                for task in (beater, writer):
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+
+    async def _expect(self, ws: Any, frame_type: type[p.Frame]) -> Any:
+        try:
+            raw = await asyncio.wait_for(ws.recv(), timeout=self.hello_timeout_s)
+        except ConnectionClosed as exc:
+            raise self._ended_by_close(exc) from exc
+        frame = p.decode(raw)
+        self._raise_if_terminal(frame)
+        if not isinstance(frame, frame_type):
+            raise SessionEnded(f"expected {frame_type.TYPE}, got {frame.TYPE}")
+        return frame
+
+    def _raise_if_terminal(self, frame: p.Frame) -> None:
+        if isinstance(frame, p.Revoked):
+            raise SessionEnded(frame.reason, revoked=True)
+        if isinstance(frame, p.Backoff):
+            raise SessionEnded(frame.reason or "backoff", retry_after_s=frame.retry_after_s)
+
+    @staticmethod
+    def _ended_by_close(exc: ConnectionClosed) -> SessionEnded:
+        code = exc.rcvd.code if exc.rcvd else None
+        reason = exc.rcvd.reason if exc.rcvd else "connection lost"
+        if code == 4403:
+            return SessionEnded(reason or "revoked", revoked=True)
+        return SessionEnded(f"closed ({code}): {reason}")
+
+    async def _refresh_proxy_ports(self) -> None:
+        if self.runner is not None:
+            self._proxy_ports = await asyncio.to_thread(self.runner.proxy_ports)
+
+    def _port_is_proxied(self, port: int) -> bool:
+        """Only ports of workloads this agent runs (plus CLEVERTHIS_PROXY_PORTS) can be reached by streams."""
+        return port in self._proxy_ports or port in self.extra_proxy_ports
+
+    async def _receive_loop(self, ws: Any, streams: StreamManager) -> None:
+        while True:
+            try:
+                raw = await ws.recv()
+            except ConnectionClosed as exc:
+                raise self._ended_by_close(exc) from exc
+            try:
+                frame = p.decode(raw)
+            except p.ProtocolError as exc:
+                log.warning("ignoring malformed frame from control plane: %s", exc)
+                continue
+            self._raise_if_terminal(frame)
+            if isinstance(frame, p.StreamOpen | p.StreamData | p.StreamWindow | p.StreamEnd):
+                streams.handle(frame)
+            elif isinstance(frame, p.Command):
+                self._spawn(self._on_command(frame))
+            elif isinstance(frame, p.HeartbeatAck):
+                sent = self._heartbeats_in_flight.pop(frame.heartbeat_id, None)
+                if sent is not None:
+                    self.heartbeat_rtts.append(time.monotonic() - sent)
+            else:
+                log.debug("unhandled frame %s", frame.TYPE)
+
+    # ---- heartbeats and inventory
+
+    async def _heartbeats(self, sender: FrameSender, interval: float) -> None:
+        while not sender.closed:
+            containers = 0
+            if self.runner is not None:
+                inv = await asyncio.to_thread(self.runner.inventory, [])
+                containers = sum(1 for c in inv.containers if c.status == "running")
+            beat = await asyncio.to_thread(inventory.heartbeat, containers)
+            self._heartbeats_in_flight[beat.id] = time.monotonic()
+            if len(self._heartbeats_in_flight) > 100:  # acks lost with an old session
+                self._heartbeats_in_flight.clear()
+            sender.send(beat)
+            if self.heartbeat_rtts:
+                log.info("heartbeat sent (last round trip %.1f ms)", self.heartbeat_rtts[-1] * 1000)
+            else:
+                log.info("heartbeat sent")
+            await asyncio.sleep(interval)
+
+    async def _inventory(self, gpus: list[p.GpuInfo]) -> p.Inventory:
+        if self.runner is None:
+            return p.Inventory(gpus=gpus)
+        return await asyncio.to_thread(self.runner.inventory, gpus)
+
+    def _ensure_runner(self, mode: str, mode_settings: dict[str, Any]) -> None:
+        key = (mode, repr(sorted(mode_settings.items())))
+        if self.runner is None or self._runner_mode != key:
+            self.runner = self.runner_factory(mode, mode_settings)
+            self._runner_mode = key
+
+    # ---- commands
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _send(self, frame: p.Frame) -> None:
+        """Send on the current session, if any (results of a lost session stay in the runner's journal)."""
+        if self._sender is not None:
+            self._sender.send(frame)
+
+    async def _on_command(self, command: p.Command) -> None:
+        log.info("command received: %s", command.command_type)
+        assert self.runner is not None
+        runner = self.runner
+        key = command.idempotency_key
+        if key in self._running_keys:
+            self._send(p.Ack(command_id=command.command_id, duplicate=True))
+            return
+        previous = await asyncio.to_thread(runner.completed, key)
+        if previous is not None:
+            self._send(p.Ack(command_id=command.command_id, duplicate=True))
+            self._send(replace(previous, command_id=command.command_id, id=p.new_id()))
+            return
+        self._running_keys.add(key)
+        self._send(p.Ack(command_id=command.command_id))
+        loop = asyncio.get_running_loop()
+
+        def progress(message: str, percent: float | None = None, data: dict[str, Any] | None = None) -> None:
+            frame = p.Progress(command_id=command.command_id, message=message, percent=percent, data=data or {})
+            loop.call_soon_threadsafe(self._send, frame)
+
+        started = time.monotonic()
+        try:
+            outcome = await asyncio.to_thread(runner.run, command, progress)
+        finally:
+            self._running_keys.discard(key)
+        log.info(
+            "command %s %s in %.2fs",
+            command.command_type,
+            "succeeded" if isinstance(outcome, p.Result) else "failed",
+            time.monotonic() - started,
+        )
+        self._send(outcome)
+        await self._report_inventory()
+
+    async def _report_inventory(self) -> None:
+        """Send the inventory if it changed since the last one this session reported (Hello included).
+
+        A command that changed nothing on the node (or a fan-out to a thousand of them) then costs the
+        control plane no reconcile; a reconnect always starts with the full inventory in the Hello.
+        """
+        inv = await self._inventory(self._gpus)
+        await self._refresh_proxy_ports()
+        if inv != self._reported_inventory:
+            self._reported_inventory = inv
+            self._send(p.InventoryReport(inventory=inv))
+
+
+def run_agent(config: AgentConfig, runner_factory: RunnerFactory) -> int:
+    """Blocking entry point for `python -m agent run`; returns the process exit code."""
+    return asyncio.run(TunnelClient(config, runner_factory).run())

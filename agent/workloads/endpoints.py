@@ -1,0 +1,349 @@
+"""Inference endpoints: OpenAI-compatible servers (vLLM by default) started from cached models.
+
+Each endpoint is a child process in its own session, listening on 127.0.0.1:<port> (the control plane
+reaches it through the tunnel's proxied streams). Its record (pid, port, model, log file) is kept in
+``<state_dir>/endpoints.json`` so that an agent restart still knows, reports and can stop the servers it
+started. The server command is vLLM's by default; ``server_command`` (or the environment variable
+``CLEVERTHIS_ENDPOINT_SERVER``, split like a shell line) replaces its program part, and the manager
+always appends ``--model <path> --port <port> --served-model-name <model_id> --host 127.0.0.1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from agent.executors.base import CommandFailed, ProgressFn
+from agent.protocol import EndpointInfo, EndpointStartPayload, EndpointStopPayload, GpuInfo
+from agent.workloads.models import ModelCache
+
+VLLM_COMMAND = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+STATE_FILE = "endpoints.json"
+LOG_TAIL_BYTES = 4000
+
+
+def default_server_command() -> list[str]:
+    """The program part of the server command: CLEVERTHIS_ENDPOINT_SERVER if set, else vLLM's."""
+    configured = os.environ.get("CLEVERTHIS_ENDPOINT_SERVER", "").strip()
+    return shlex.split(configured) if configured else list(VLLM_COMMAND)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited child not reaped yet) is not alive
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"
+
+
+def _server_alive(record: dict[str, Any]) -> bool:
+    """The recorded server still runs: its pid is alive and its command line still names its port."""
+    pid = record.get("pid", 0)
+    if not _pid_alive(pid):
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # no /proc: trust the pid
+    return str(record.get("port")).encode() in argv
+
+
+def select_gpus(gpus: list[GpuInfo], count: int) -> list[GpuInfo]:
+    """The `count` GPUs with the most free memory (all indices stable-sorted by free memory, descending)."""
+    ranked = sorted(gpus, key=lambda g: (-(g.memory_total_mb - g.memory_used_mb), g.index))
+    return ranked[:count]
+
+
+class EndpointManager:
+    """Starts, stops and reports inference endpoint processes (thread-safe)."""
+
+    def __init__(
+        self,
+        models: ModelCache,
+        state_dir: Path | str,
+        server_command: list[str] | None = None,
+        gpus_fn: Callable[[], list[GpuInfo]] | None = None,
+        *,
+        ready_timeout_s: float = 600.0,
+        stop_timeout_s: float = 15.0,
+    ) -> None:
+        self.models = models
+        self.state_dir = Path(state_dir)
+        self.server_command = list(server_command) if server_command else default_server_command()
+        self.gpus_fn = gpus_fn or (lambda: [])
+        self.ready_timeout_s = ready_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self._lock = threading.RLock()
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ---- state file
+
+    def _state_path(self) -> Path:
+        return self.state_dir / STATE_FILE
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        try:
+            return json.loads(self._state_path().read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self, state: dict[str, dict[str, Any]]) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self._state_path().with_suffix(".tmp")
+        with tmp.open("w") as fh:
+            json.dump(state, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self._state_path())
+
+    # ---- commands
+
+    def execute(self, command_type: str, payload: Any, *, progress: ProgressFn) -> dict[str, Any]:
+        """Run endpoint.start / endpoint.stop."""
+        if command_type == "endpoint.start":
+            return self.start(payload, progress)
+        if command_type == "endpoint.stop":
+            return self.stop(payload)
+        raise CommandFailed("unknown_command", f"the endpoint manager does not run {command_type!r}")
+
+    def start(self, payload: EndpointStartPayload, progress: ProgressFn) -> dict[str, Any]:
+        """Start serving a cached model; returns endpoint_id, port and pid (the running one if already up)."""
+        with self._lock:
+            state = self._load()
+            current = state.get(payload.endpoint_id)
+            if current and _server_alive(current):
+                if current["model_id"] != payload.model_id:
+                    raise CommandFailed(
+                        "conflict", f"endpoint {payload.endpoint_id} already serves {current['model_id']}"
+                    )
+                return {"endpoint_id": payload.endpoint_id, "port": current["port"], "pid": current["pid"]}
+            model_path = self.models.path_for(payload.model_id, payload.revision)
+            if model_path is None:
+                raise CommandFailed(
+                    "weights_missing",
+                    f"{payload.model_id}@{payload.revision} is not in this node's model cache: download it first",
+                    model_id=payload.model_id,
+                )
+            chosen = self._check_gpus(payload)
+            port = payload.port or _free_port()
+            if payload.port and _port_in_use(port):
+                raise CommandFailed("conflict", f"port {port} is already in use on this node")
+            argv = [
+                *self.server_command,
+                "--model",
+                str(model_path),
+                "--port",
+                str(port),
+                "--served-model-name",
+                payload.model_id,
+                "--host",
+                "127.0.0.1",
+            ]
+            if payload.gpus > 1:
+                argv += ["--tensor-parallel-size", str(payload.gpus)]
+            argv += list(payload.extra_args)
+            env = dict(os.environ)
+            if payload.gpus > 0:
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in chosen)
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            log_path = self.state_dir / f"endpoint-{payload.endpoint_id}.log"
+            progress(f"starting endpoint {payload.endpoint_id} for {payload.model_id} on port {port}")
+            with log_path.open("wb") as log:
+                child = subprocess.Popen(
+                    argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,
+                )
+            self._children[child.pid] = child
+            state[payload.endpoint_id] = {
+                "model_id": payload.model_id,
+                "revision": payload.revision,
+                "port": port,
+                "pid": child.pid,
+                "log": str(log_path),
+                "gpus": [g.index for g in chosen] if payload.gpus else [],
+                "status": "starting",
+                "started_at": time.time(),
+            }
+            self._save(state)
+        try:
+            self._wait_ready(payload, child, port, log_path, progress)
+        except CommandFailed:
+            with self._lock:
+                self._terminate(child.pid)
+                state = self._load()
+                state.pop(payload.endpoint_id, None)
+                self._save(state)
+            raise
+        with self._lock:
+            state = self._load()
+            if payload.endpoint_id in state:
+                state[payload.endpoint_id]["status"] = "running"
+                self._save(state)
+        progress(f"endpoint {payload.endpoint_id} answers on port {port}", percent=100.0)
+        return {"endpoint_id": payload.endpoint_id, "port": port, "pid": child.pid}
+
+    def stop(self, payload: EndpointStopPayload) -> dict[str, Any]:
+        """Stop the endpoint's server (SIGTERM, then SIGKILL); stopping an unknown one is a no-op."""
+        with self._lock:
+            state = self._load()
+            record = state.pop(payload.endpoint_id, None)
+            if record is None:
+                return {"endpoint_id": payload.endpoint_id, "status": "stopped"}
+            if _server_alive(record) or record["pid"] in self._children:
+                self._terminate(record["pid"])
+            self._save(state)
+        return {"endpoint_id": payload.endpoint_id, "status": "stopped", "pid": record["pid"]}
+
+    def inventory(self) -> list[EndpointInfo]:
+        """The endpoints whose server process is alive (status starting until it answered, then running)."""
+        with self._lock:
+            state = self._load()
+        return [
+            EndpointInfo(
+                endpoint_id=endpoint_id,
+                model_id=rec["model_id"],
+                port=rec["port"],
+                status=rec.get("status", "running"),
+                pid=rec["pid"],
+            )
+            for endpoint_id, rec in sorted(state.items())
+            if _server_alive(rec)
+        ]
+
+    def stop_all(self) -> None:
+        """Stop every endpoint this manager knows (agent shutdown with workloads to be drained)."""
+        for endpoint_id in list(self._load()):
+            self.stop(EndpointStopPayload(endpoint_id=endpoint_id))
+
+    # ---- helpers
+
+    def _check_gpus(self, payload: EndpointStartPayload) -> list[GpuInfo]:
+        if payload.gpus <= 0 and payload.min_vram_mb <= 0:
+            return []
+        gpus = self.gpus_fn()
+        if payload.gpus > len(gpus):
+            raise CommandFailed(
+                "insufficient_vram",
+                f"endpoint needs {payload.gpus} GPU(s), this node has {len(gpus)}",
+                gpus_requested=payload.gpus,
+                gpus_available=len(gpus),
+            )
+        chosen = select_gpus(gpus, max(payload.gpus, 1))
+        free_mb = sum(g.memory_total_mb - g.memory_used_mb for g in chosen)
+        if payload.min_vram_mb > free_mb:
+            raise CommandFailed(
+                "insufficient_vram",
+                f"endpoint needs {payload.min_vram_mb} MB of free VRAM, the selected GPU(s) have {free_mb} MB",
+                min_vram_mb=payload.min_vram_mb,
+                free_vram_mb=free_mb,
+            )
+        return chosen
+
+    def _wait_ready(
+        self,
+        payload: EndpointStartPayload,
+        child: subprocess.Popen[bytes],
+        port: int,
+        log_path: Path,
+        progress: ProgressFn,
+    ) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        url = f"http://127.0.0.1:{port}/v1/models"
+        last_note = 0.0
+        while True:
+            code = child.poll()
+            if code is not None:
+                raise CommandFailed(
+                    "internal",
+                    f"endpoint server exited with status {code} before answering; log tail:\n{_tail(log_path)}",
+                    exit_code=code,
+                    log_tail=_tail(log_path),
+                )
+            try:
+                response = requests.get(url, timeout=2)
+                if response.status_code == 200:
+                    served = [m.get("id") for m in response.json().get("data", [])]
+                    if payload.model_id in served:
+                        return
+            except (requests.RequestException, ValueError):
+                pass
+            now = time.monotonic()
+            if now >= deadline:
+                raise CommandFailed(
+                    "internal",
+                    f"endpoint server did not answer GET /v1/models within {self.ready_timeout_s:g}s; "
+                    f"log tail:\n{_tail(log_path)}",
+                    log_tail=_tail(log_path),
+                )
+            if now - last_note >= 10:
+                last_note = now
+                progress(f"waiting for endpoint {payload.endpoint_id} to load {payload.model_id}")
+            time.sleep(0.2)
+
+    def _terminate(self, pid: int) -> None:
+        child = self._children.pop(pid, None)
+        if not _pid_alive(pid):
+            if child is not None:
+                child.wait()
+            return
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + self.stop_timeout_s
+        while time.monotonic() < deadline:
+            if child is not None and child.poll() is not None:
+                return
+            if child is None and not _pid_alive(pid):
+                return
+            time.sleep(0.05)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if child is not None:
+            child.wait()
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-LOG_TAIL_BYTES:].decode(errors="replace")

@@ -1,0 +1,10 @@
+"""The HTTP/WebSocket proxy through agent tunnels: node content reached via the control plane.
+
+Here: the ASGI relay and its resolvers registry (`relay`), endpoint routing (`endpoint_routes`),
+byte streams over a tunnel with credit flow control (`streams`), the Redis lists that carry a
+stream's bytes between replicas (`stream_pipes`), and backpressure behind daphne's `send`
+(`write_pressure`).
+
+Not here: tunnel sessions themselves (`fleet.tunnel`) or the rows being routed to (endpoints live in
+`fleet.workloads`, Ray dashboards and Serve routes register their resolvers from `raymgr`).
+"""

@@ -1,0 +1,144 @@
+"""Route endpoint URLs to their node through the tunnel proxy.
+
+Two forms reach the same endpoint: the host `endpoint-<slug>.<ENDPOINT_DOMAIN>` (production, behind a
+wildcard DNS record and certificate) and the path `/endpoints/<slug>/…` (local use). Endpoints need an
+API token or a session of a workspace member unless they are marked public.
+
+Where an endpoint leads (its node, port, status and whether it is public) is kept in process memory for
+`PROXY_ROUTE_CACHE_S` (default 2 s), so a stream of requests to one endpoint costs no database query
+each: saving or deleting an endpoint or a node in this process forgets the cached routes at once, and
+changes made elsewhere (another replica, a worker) are seen within that time. Credentials are still
+checked on every request.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.db.models.signals import post_delete, post_save
+
+from cleverthis.tenancy.asgi_auth import user_from_scope
+from cleverthis.tenancy.models import Workspace
+from cleverthis.tenancy.permissions import can_view
+from fleet.models import Endpoint, EndpointStatus, Node, NodeStatus
+from fleet.proxy.relay import ProxyRefusal, ProxyTarget, header, register_resolver
+
+PATH_FORM = re.compile(r"^/endpoints/(?P<slug>[0-9a-f]{12})(?P<rest>/.*)?$")
+
+
+def _slug_and_path(scope: dict[str, Any]) -> tuple[str, str] | None:
+    host = header(scope, b"host").split(":", 1)[0].lower()
+    suffix = "." + settings.ENDPOINT_DOMAIN.lower()
+    if host.startswith("endpoint-") and host.endswith(suffix):
+        return host[len("endpoint-") : -len(suffix)], scope["path"]
+    match = PATH_FORM.match(scope["path"])
+    if match:
+        return match["slug"], match["rest"] or "/"
+    return None
+
+
+@dataclass(frozen=True)
+class _Route:
+    """What a request to one endpoint needs to know, read from the database at `loaded_at`."""
+
+    public: bool
+    workspace: Workspace
+    status: str
+    node_id: UUID | None
+    port: int
+    node_online: bool
+    loaded_at: float
+
+
+_ROUTE_CACHE_MAX = 10_000
+_routes: dict[str, _Route] = {}  # slug → route of an existing endpoint (unknown slugs are not kept)
+
+
+def forget_routes(**_: Any) -> None:
+    """Drop every cached route (an endpoint or a node changed in this process)."""
+    _routes.clear()
+
+
+for _model in (Endpoint, Node):
+    post_save.connect(forget_routes, sender=_model, dispatch_uid=f"endpoint-routes-{_model.__name__}-save")
+    post_delete.connect(forget_routes, sender=_model, dispatch_uid=f"endpoint-routes-{_model.__name__}-delete")
+
+
+def _cached_route(slug: str) -> _Route | None:
+    """The cached route of `slug` if it is younger than PROXY_ROUTE_CACHE_S."""
+    route = _routes.get(slug)
+    if route is None or time.monotonic() - route.loaded_at >= settings.PROXY_ROUTE_CACHE_S:
+        return None
+    return route
+
+
+def _load_route(slug: str) -> _Route | None:
+    endpoint = Endpoint.objects.select_related("cluster__workspace", "node").filter(slug=slug).first()
+    route = None
+    if endpoint is not None:
+        node = endpoint.node
+        route = _Route(
+            public=endpoint.public,
+            workspace=endpoint.cluster.workspace,
+            status=endpoint.status,
+            node_id=node.pk if node is not None else None,
+            port=endpoint.port,
+            node_online=node is not None and node.status != NodeStatus.OFFLINE,
+            loaded_at=time.monotonic(),
+        )
+    if route is not None and settings.PROXY_ROUTE_CACHE_S > 0:
+        if len(_routes) >= _ROUTE_CACHE_MAX:
+            _routes.clear()
+        _routes[slug] = route
+    return route
+
+
+def _target(
+    route: _Route | None, scope: dict[str, Any], path: str, *, caller_may_view: bool
+) -> ProxyTarget | ProxyRefusal:
+    if route is None or (not route.public and not caller_may_view):
+        return ProxyRefusal(404, "No such endpoint.")
+    if route.status != EndpointStatus.RUNNING or route.node_id is None or not route.port:
+        return ProxyRefusal(503, f"Endpoint is {route.status}, not running.")
+    query = scope.get("query_string", b"").decode("latin-1")
+    return ProxyTarget(
+        node_id=route.node_id,
+        port=route.port,
+        path=path + (f"?{query}" if query else ""),
+        node_online=route.node_online,
+    )
+
+
+def _public_answer_from_cache(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyRefusal | None:
+    """The answer for a public endpoint whose route is cached (no database needed), else None."""
+    route = _cached_route(slug)
+    if route is None or not route.public:
+        return None
+    return _target(route, scope, path, caller_may_view=False)
+
+
+def _decide(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyRefusal:
+    """The answer for one request (sync: reads the database when the route or the caller needs it)."""
+    route = _cached_route(slug) or _load_route(slug)
+    if route is None or route.public:
+        return _target(route, scope, path, caller_may_view=False)
+    user = user_from_scope(scope)
+    if not user.is_authenticated:
+        return ProxyRefusal(401, "This endpoint needs an API token (Authorization: Token <key>) or a session.")
+    return _target(route, scope, path, caller_may_view=can_view(user, route.workspace))
+
+
+@register_resolver
+async def resolve_endpoint(scope: dict[str, Any]) -> ProxyTarget | ProxyRefusal | None:
+    """Claim requests for endpoint hosts and `/endpoints/<slug>/` paths."""
+    found = _slug_and_path(scope)
+    if found is None:
+        return None
+    # a cached public route leaves nothing to look up: answer without a thread hop
+    return _public_answer_from_cache(scope, *found) or await database_sync_to_async(_decide)(scope, *found)

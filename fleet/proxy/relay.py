@@ -1,0 +1,401 @@
+"""HTTP (and WebSocket) proxying to ports on nodes, through the nodes' outbound tunnels.
+
+`TunnelProxyApp` sits in front of Django in the ASGI stack. For requests that a registered resolver
+claims (endpoint hosts `endpoint-<slug>.<ENDPOINT_DOMAIN>`, the path form `/endpoints/<slug>/`, Ray
+dashboards), it authenticates the caller, opens a `TunnelStream` to the target port on the node and
+speaks HTTP/1.1 over it with h11: request bodies stream up under credit, responses stream down as
+they arrive (chunked, SSE and long-lived responses pass through), with body-size and time limits.
+Everything else goes to Django untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import h11
+from django.conf import settings
+from websockets.client import ClientProtocol
+from websockets.frames import Opcode
+from websockets.protocol import State
+from websockets.uri import parse_uri
+
+from fleet.proxy.streams import FIRST_BYTES_MAX, StreamUnavailable, TunnelStream
+from fleet.proxy.write_pressure import WritePressure
+
+log = logging.getLogger("fleet.proxy")
+
+HOP_BY_HOP = {
+    b"connection",
+    b"keep-alive",
+    b"proxy-authenticate",
+    b"proxy-authorization",
+    b"te",
+    b"trailer",
+    b"transfer-encoding",
+    b"upgrade",
+    b"host",
+    b"content-length",
+}
+
+
+def upstream_headers(scope: dict[str, Any]) -> list[tuple[bytes, bytes]]:
+    """The client's headers minus hop-by-hop ones and the control plane's own credentials.
+
+    The workload on the node must never see the caller's control-plane API token or session cookie
+    (it could act as the user): `Authorization` is dropped and our cookies are cut from `Cookie`.
+    """
+    own_cookies = {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME}
+    headers = []
+    for name, value in scope.get("headers", []):
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower == b"authorization":
+            continue
+        if lower == b"cookie":
+            kept = [
+                part.strip()
+                for part in value.decode("latin-1").split(";")
+                if part.strip() and part.split("=", 1)[0].strip() not in own_cookies
+            ]
+            if not kept:
+                continue
+            value = "; ".join(kept).encode("latin-1")
+        headers.append((lower, value))
+    return headers
+
+
+@dataclass(frozen=True)
+class ProxyTarget:
+    """Where a request goes: a port on a node, and the path to send upstream."""
+
+    node_id: UUID
+    port: int
+    path: str
+    node_online: bool = True
+
+
+@dataclass(frozen=True)
+class ProxyRefusal:
+    """A resolver's answer when the request is recognised but must not be proxied."""
+
+    status: int
+    message: str
+
+
+Resolver = Callable[[dict[str, Any]], Awaitable[ProxyTarget | ProxyRefusal | None]]
+_resolvers: list[Resolver] = []
+
+
+def register_resolver(resolver: Resolver) -> Resolver:
+    """Add a resolver; each returns a target, a refusal, or None when the request is not its business."""
+    _resolvers.append(resolver)
+    return resolver
+
+
+async def resolve(scope: dict[str, Any]) -> ProxyTarget | ProxyRefusal | None:
+    for resolver in _resolvers:
+        answer = await resolver(scope)
+        if answer is not None:
+            return answer
+    return None
+
+
+def header(scope: dict[str, Any], name: bytes) -> str:
+    """The first value of request header `name` (lower-case bytes), decoded, or ""."""
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin-1")
+    return ""
+
+
+async def plain_response(send: Callable[..., Awaitable[None]], status: int, message: str) -> None:
+    """A short text/plain answer (used for 4xx/5xx produced by the proxy itself)."""
+    body = (message.rstrip("\n") + "\n").encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class TunnelProxyApp:
+    """ASGI wrapper: proxy what a resolver claims, pass everything else to `inner`."""
+
+    def __init__(self, inner: Callable[..., Awaitable[None]]) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.inner(scope, receive, send)
+            return
+        answer = await resolve(scope)
+        if answer is None:
+            await self.inner(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await proxy_websocket(scope, receive, send, answer)
+        elif isinstance(answer, ProxyRefusal):
+            await plain_response(send, answer.status, answer.message)
+        elif not answer.node_online:
+            await plain_response(send, 502, "Bad gateway: the node serving this endpoint is offline.")
+        else:
+            await proxy_http(scope, receive, send, answer)
+
+
+def _upstream_request(scope: dict[str, Any], target: ProxyTarget) -> h11.Request:
+    headers = upstream_headers(scope)
+    headers += [(b"host", f"127.0.0.1:{target.port}".encode()), (b"connection", b"close")]
+    forwarded_host = header(scope, b"host")
+    if forwarded_host:
+        headers.append((b"x-forwarded-host", forwarded_host.encode("latin-1")))
+    length = header(scope, b"content-length")
+    if length.isdigit():
+        headers.append((b"content-length", length.encode()))
+    elif scope["method"] not in ("GET", "HEAD", "OPTIONS", "DELETE"):
+        headers.append((b"transfer-encoding", b"chunked"))
+    return h11.Request(method=scope["method"], target=target.path.encode("latin-1"), headers=headers)
+
+
+async def proxy_http(scope: dict[str, Any], receive: Any, send: Any, target: ProxyTarget) -> None:
+    """Forward one HTTP request to `target` through the tunnel and stream the response back.
+
+    A request whose body arrived whole in the first message (most API calls) travels with the
+    stream's opening message; larger ones stream up under the agent's credit.
+    """
+    length = header(scope, b"content-length")
+    if length.isdigit() and int(length) > settings.PROXY_MAX_BODY_BYTES:
+        await plain_response(send, 413, f"Request body exceeds {settings.PROXY_MAX_BODY_BYTES} bytes.")
+        return
+    connection = h11.Connection(h11.CLIENT)
+    head = connection.send(_upstream_request(scope, target))
+    first = await receive()
+    if first["type"] == "http.disconnect":
+        return
+    body = first.get("body", b"")
+    # (chunked framing adds a few bytes around the body; a body over the limit takes _forward_body's 413)
+    whole = (
+        not first.get("more_body", False)
+        and len(body) <= settings.PROXY_MAX_BODY_BYTES
+        and len(head) + len(body) + 32 <= FIRST_BYTES_MAX
+    )
+    if whole:
+        first_bytes = head + (connection.send(h11.Data(data=body)) if body else b"")
+        first_bytes += connection.send(h11.EndOfMessage())
+    else:
+        first_bytes = head
+    try:
+        stream = await TunnelStream.open(
+            node_id=target.node_id,
+            port=target.port,
+            grace_s=settings.PROXY_DIAL_GRACE_S,
+            first_bytes=first_bytes,
+            finished=whole,
+        )
+    except StreamUnavailable as exc:
+        await plain_response(send, 502, f"Bad gateway: {exc}.")
+        return
+    relay_state = _RelayState()
+    pressure = WritePressure.of(send)
+    try:
+        if not whole and not await _forward_body(first, receive, stream, connection, send):
+            return
+        relay = asyncio.ensure_future(_forward_response(stream, connection, send, relay_state, pressure=pressure))
+        client_gone = asyncio.ensure_future(_wait_for_disconnect(receive))
+        done, _ = await asyncio.wait({relay, client_gone}, return_when=asyncio.FIRST_COMPLETED)
+        client_gone.cancel()
+        if relay not in done:  # the client left mid-response (e.g. closed an SSE stream)
+            relay.cancel()
+            return
+        relay.result()
+    except TimeoutError:
+        if not relay_state.started:
+            await plain_response(send, 504, "Gateway timeout: the service on the node did not answer in time.")
+    except (h11.ProtocolError, StreamUnavailable) as exc:
+        log.info("proxy stream to node %s port %s broke: %s", target.node_id, target.port, exc)
+        if not relay_state.started:  # mid-response the client sees the body cut short instead
+            await plain_response(send, 502, f"Bad gateway: {exc}.")
+    finally:
+        pressure.stop()
+        await stream.close()
+
+
+async def _wait_for_disconnect(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _forward_body(
+    message: dict[str, Any], receive: Any, stream: TunnelStream, connection: h11.Connection, send: Any
+) -> bool:
+    """Send the request body up the stream, starting with `message` (the first one the client sent);
+    False (after answering 413) when it is too large, or when the client left."""
+    total = 0
+    while True:
+        if message["type"] == "http.disconnect":
+            return False
+        chunk = message.get("body", b"")
+        total += len(chunk)
+        if total > settings.PROXY_MAX_BODY_BYTES:
+            await plain_response(send, 413, f"Request body exceeds {settings.PROXY_MAX_BODY_BYTES} bytes.")
+            return False
+        if chunk:
+            await stream.write(connection.send(h11.Data(data=chunk)))
+        if not message.get("more_body", False):
+            await stream.write(connection.send(h11.EndOfMessage()))
+            await stream.finish_writing()
+            return True
+        message = await receive()
+
+
+@dataclass
+class _RelayState:
+    """Whether the response head already went to the client (then no error page can follow)."""
+
+    started: bool = False
+
+
+async def _forward_response(
+    stream: TunnelStream,
+    connection: h11.Connection,
+    send: Any,
+    state: _RelayState | None = None,
+    *,
+    pressure: WritePressure,
+) -> bool:
+    """Relay the response as it arrives; returns whether a response head was sent.
+
+    Each body message waits for the client's socket to drain (`WritePressure`) before the next read,
+    so a slow client slows the agent down instead of filling the control plane's memory.
+    """
+    state = state or _RelayState()
+    started = False
+    timeout: float | None = settings.PROXY_RESPONSE_TIMEOUT_S
+    while True:
+        event = connection.next_event()
+        if event is h11.NEED_DATA:
+            data = await stream.read(timeout=timeout)
+            if not data and not started:
+                raise StreamUnavailable(
+                    stream.error or "the service on the node closed the connection without answering"
+                )
+            connection.receive_data(data)
+            if data:
+                await stream.consumed(len(data))
+            continue
+        if isinstance(event, h11.InformationalResponse):
+            continue
+        if isinstance(event, h11.Response):
+            headers = [(k, v) for k, v in event.headers if k.lower() not in HOP_BY_HOP - {b"content-length"}]
+            await send({"type": "http.response.start", "status": event.status_code, "headers": headers})
+            started = state.started = True
+            pressure.start()
+            timeout = settings.PROXY_IDLE_TIMEOUT_S  # long-lived (SSE) responses may pause between events
+        elif isinstance(event, h11.Data):
+            await send({"type": "http.response.body", "body": bytes(event.data), "more_body": True})
+            await pressure.wait()
+        elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+            pressure.stop()
+            with contextlib.suppress(Exception):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return started
+
+
+async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any, answer: ProxyTarget | ProxyRefusal) -> None:
+    """Pass a WebSocket through: handshake upstream over a tunnel stream, then relay messages both ways.
+
+    Refusals and unreachable targets close the client's handshake (HTTP 403 from the ASGI server).
+    """
+    first = await receive()
+    if first["type"] != "websocket.connect":
+        return
+    if isinstance(answer, ProxyRefusal) or not answer.node_online:
+        await send({"type": "websocket.close", "code": 4403 if isinstance(answer, ProxyRefusal) else 1011})
+        return
+    try:
+        stream = await TunnelStream.open(node_id=answer.node_id, port=answer.port, grace_s=settings.PROXY_DIAL_GRACE_S)
+    except StreamUnavailable:
+        await send({"type": "websocket.close", "code": 1011})
+        return
+    upstream = ClientProtocol(parse_uri(f"ws://127.0.0.1:{answer.port}{answer.path}"), max_size=2**24)
+    try:
+        request = upstream.connect()
+        for name, value in upstream_headers(scope):
+            if name in (b"cookie", b"origin") and name.decode() not in request.headers:
+                request.headers[name.decode()] = value.decode("latin-1")
+        upstream.send_request(request)
+        await _flush(upstream, stream)
+        if not await _await_upstream_handshake(upstream, stream):
+            await send({"type": "websocket.close", "code": 1011})
+            return
+        await send({"type": "websocket.accept"})
+        down = asyncio.ensure_future(_relay_upstream(upstream, stream, send))
+        up = asyncio.ensure_future(_relay_client(receive, upstream, stream))
+        _, pending = await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await send({"type": "websocket.close", "code": upstream.close_code or 1000})
+    except (StreamUnavailable, TimeoutError, OSError) as exc:
+        log.info("websocket proxy to node %s port %s ended: %s", answer.node_id, answer.port, exc)
+        with contextlib.suppress(Exception):
+            await send({"type": "websocket.close", "code": 1011})
+    finally:
+        await stream.close()
+
+
+async def _flush(upstream: ClientProtocol, stream: TunnelStream) -> None:
+    for data in upstream.data_to_send():
+        if data:
+            await stream.write(data)
+
+
+async def _feed(upstream: ClientProtocol, stream: TunnelStream, timeout: float | None) -> bool:
+    data = await stream.read(timeout=timeout)
+    if not data:
+        upstream.receive_eof()
+        return False
+    upstream.receive_data(data)
+    await stream.consumed(len(data))
+    await _flush(upstream, stream)  # pongs and close replies
+    return True
+
+
+async def _await_upstream_handshake(upstream: ClientProtocol, stream: TunnelStream) -> bool:
+    while upstream.state is State.CONNECTING:
+        if not await _feed(upstream, stream, settings.PROXY_RESPONSE_TIMEOUT_S):
+            return False
+    upstream.events_received()  # the handshake Response
+    return upstream.state is State.OPEN
+
+
+async def _relay_upstream(upstream: ClientProtocol, stream: TunnelStream, send: Any) -> None:
+    while True:
+        more = await _feed(upstream, stream, None)
+        for event in upstream.events_received():
+            if event.opcode is Opcode.TEXT:
+                await send({"type": "websocket.send", "text": event.data.decode()})
+            elif event.opcode is Opcode.BINARY:
+                await send({"type": "websocket.send", "bytes": bytes(event.data)})
+        if not more or upstream.state is State.CLOSED:
+            return
+
+
+async def _relay_client(receive: Any, upstream: ClientProtocol, stream: TunnelStream) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            upstream.send_close(message.get("code", 1000))
+            await _flush(upstream, stream)
+            return
+        if message.get("text") is not None:
+            upstream.send_text(message["text"].encode())
+        elif message.get("bytes") is not None:
+            upstream.send_binary(message["bytes"])
+        await _flush(upstream, stream)

@@ -1,0 +1,10 @@
+"""The agent tunnel: transport between the control plane and its nodes' agents.
+
+Here: the WebSocket consumer that terminates a tunnel (`consumer`), tunnel authentication
+(`auth`), the channel-layer groups and message shapes every other process uses to reach a tunnel
+(`groups`: the one seam domain code calls), the tunnels and inbox of this process
+(`local_tunnels`), and the batching of reports and heartbeats into shared writes (`batching`).
+
+Not here: what a command or a node *means* (that is `fleet.services` and `fleet.models`), and proxied
+HTTP (`fleet.proxy`, which rides on these tunnels).
+"""

@@ -1,0 +1,395 @@
+"""The control-plane end of the agent tunnel (`/agent/tunnel`).
+
+Authentication happens inside the socket, not through the user-session stack: the consumer signs the
+agent's nonce with the CA key (so the agent can check its pinned CA), sends a `Challenge`, and accepts
+only a `Hello` whose certificate our CA issued, is unrevoked, names this node, and whose signature over
+the challenge nonce verifies with the certificate's key. After that the socket joins the group
+`node.<uuid>`; Celery tasks reach it through the Redis channel layer from any replica.
+
+Every frame from the agent is validated by `agent.protocol.decode`; a malformed or oversized frame
+closes this one socket with a reason (close code 4400) and never affects other sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import secrets
+from typing import Any
+from urllib.parse import parse_qs
+from uuid import UUID
+
+from channels.consumer import get_handler_name
+from channels.db import DatabaseSyncToAsync
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import DataError
+
+from agent import protocol as p
+from fleet import ca, services
+from fleet.exceptions import IllegalTransition
+from fleet.models import Command, Node
+from fleet.proxy import stream_pipes
+from fleet.proxy.streams import TunnelStream
+from fleet.tunnel import auth as tunnel_auth
+from fleet.tunnel import local_tunnels
+from fleet.tunnel.batching import Coalescer
+from fleet.tunnel.groups import AGENTS_GROUP, command_frame, node_group
+
+log = logging.getLogger("fleet.tunnel")
+
+
+def database_sync_to_async(func: Any) -> Any:
+    """Run ORM work for tunnels on the thread pool, not daphne's one shared sync thread.
+
+    Each tunnel's calls still run one at a time (the consumer awaits them in order), but hundreds of
+    tunnels no longer queue behind one another; Django gives each pool thread its own connection.
+    """
+    return DatabaseSyncToAsync(func, thread_sensitive=False)
+
+
+async def _write_reports(reports: list[services.CommandReport]) -> list[Any]:
+    return await database_sync_to_async(services.command_record_reports)(reports=reports)
+
+
+# Acks, results and errors from all tunnels of this process, written together when they arrive
+# together (a fan-out to All nodes); each tunnel still awaits its own, so its frames stay in order.
+REPORTS: Coalescer[services.CommandReport, Command | None] = Coalescer(_write_reports)
+
+
+async def _write_heartbeats(beats: list[tuple[UUID, p.Heartbeat]]) -> list[Any]:
+    await database_sync_to_async(services.node_record_heartbeats)(beats=beats)
+    return [None] * len(beats)
+
+
+# Heartbeats of all tunnels of this process: those that arrive together are one UPDATE together.
+HEARTBEATS: Coalescer[tuple[UUID, p.Heartbeat], None] = Coalescer(_write_heartbeats)
+
+CLOSE_PROTOCOL_ERROR = 4400
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_REVOKED = 4403
+CLOSE_BACKOFF = 4429
+
+
+class AgentTunnelConsumer(AsyncWebsocketConsumer):
+    """One agent's tunnel: authenticate, then relay commands down and records frames up."""
+
+    node_id: UUID | None = None
+    inbox = ""  # this process's tunnel inbox, once authenticated
+    certificate_serial: str | None = None
+    _relay_task: asyncio.Future[Any] | None = None
+    _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
+    # stream id → the pipe back to the process proxying it, or the stream itself when that is this process
+    streams: dict[int, stream_pipes.PipeWriter | TunnelStream]
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Route a message to its handler, without Channels' `close_old_connections` hop per message.
+
+        `AsyncConsumer.dispatch` runs `close_old_connections` on daphne's one sync thread before every
+        message; with hundreds of tunnels every frame queued behind the others on that thread. All ORM
+        work of this consumer goes through `database_sync_to_async`, which cleans up around each call.
+        """
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    async def connect(self) -> None:
+        self.streams = {}
+        await self.accept()
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        agent_nonce = (query.get("agent_nonce") or [""])[0][:128]
+        self.nonce = secrets.token_hex(32)
+        server_signature = (
+            await database_sync_to_async(tunnel_auth.sign_with_ca)(agent_nonce.encode()) if agent_nonce else b""
+        )
+        challenge = p.Challenge(nonce=self.nonce, server_signature_b64=base64.b64encode(server_signature).decode())
+        await self._send_frame(challenge)
+        self._hello_timer = asyncio.ensure_future(self._close_if_silent())
+        self._revocation_watch: asyncio.Future[Any] | None = None
+
+    async def _close_if_silent(self) -> None:
+        await asyncio.sleep(settings.AGENT_HELLO_TIMEOUT_S)
+        if self.node_id is None:
+            await self.close(code=CLOSE_UNAUTHORIZED, reason="no hello received")
+
+    async def disconnect(self, code: int) -> None:
+        for task in (getattr(self, "_hello_timer", None), getattr(self, "_revocation_watch", None), self._relay_task):
+            if task is not None:
+                task.cancel()
+        if self.node_id is not None:
+            # The database first: when many sockets drop at once (a partition, a deploy) Redis may
+            # refuse some of the clean-up below, and the node must not stay "connected" because of it.
+            local_tunnels.discard(self.node_id, self)
+            await database_sync_to_async(services.node_disconnected)(node=self.node, inbox=self.inbox)
+        try:
+            for stream_id in list(self.streams):
+                await self._to_stream(stream_id, {"type": "stream.end", "error": "tunnel closed"})
+            if self.node_id is not None:
+                await self.channel_layer.group_discard(node_group(self.node_id), self.channel_name)
+                await self.channel_layer.group_discard(AGENTS_GROUP, self.channel_name)
+        except Exception as exc:  # stale group entries expire; a message sent to them is dropped unread
+            log.warning("tunnel of node %s: channel-layer clean-up failed: %s", self.node_id, exc)
+        finally:
+            self.streams.clear()
+
+    # ---- frames from the agent
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        raw = text_data if text_data is not None else (bytes_data or b"")
+        try:
+            frame = p.decode(raw)
+        except p.ProtocolError as exc:
+            log.warning("closing tunnel of node %s: %s", self.node_id, exc)
+            await self.close(code=CLOSE_PROTOCOL_ERROR, reason=str(exc)[:120])
+            return
+        if self.node_id is None:
+            if not isinstance(frame, p.Hello):
+                await self.close(code=CLOSE_UNAUTHORIZED, reason="hello expected first")
+                return
+            await self._on_hello(frame)
+            return
+        handler = self._handlers.get(type(frame))
+        if handler is None:
+            log.debug("node %s sent unexpected %s frame", self.node_id, frame.TYPE)
+            return
+        try:
+            await handler(self, frame)
+        except IllegalTransition as exc:  # e.g. a late ack for a command that already finished
+            log.info("node %s: %s frame ignored: %s", self.node_id, frame.TYPE, exc)
+        except (ValidationError, DataError, ValueError) as exc:  # well-formed JSON, values we cannot take
+            log.warning("closing tunnel of node %s: bad %s frame: %s", self.node_id, frame.TYPE, exc)
+            await self.close(code=CLOSE_PROTOCOL_ERROR, reason=f"bad {frame.TYPE} frame"[:120])
+
+    async def _on_hello(self, hello: p.Hello) -> None:
+        try:
+            serial = tunnel_auth.certificate_serial(hello.certificate_pem)
+        except ValueError:
+            await self.close(code=CLOSE_UNAUTHORIZED, reason="unreadable certificate")
+            return
+        if await database_sync_to_async(tunnel_auth.is_serial_revoked)(serial):
+            await self._send_frame(p.Revoked(reason="certificate revoked"))
+            await self.close(code=CLOSE_REVOKED, reason="certificate revoked")
+            return
+        try:
+            certificate_node_id = await database_sync_to_async(ca.verify_node_certificate)(hello.certificate_pem)
+            ca.verify_signature(
+                certificate_pem=hello.certificate_pem,
+                data=self.nonce.encode(),
+                signature=base64.b64decode(hello.signature_b64, validate=True),
+            )
+            if str(certificate_node_id) != hello.node_id:
+                raise ca.CertificateRejected("certificate does not belong to this node")
+        except (ca.CertificateRejected, ValueError) as exc:
+            log.warning("refusing tunnel: %s", exc)
+            await self.close(code=CLOSE_UNAUTHORIZED, reason=str(exc)[:120])
+            return
+        self.inbox = await local_tunnels.inbox()
+        node = await database_sync_to_async(_connect_node)(certificate_node_id, hello, self.inbox)
+        if node is None:
+            await self._send_frame(p.Revoked(reason="node no longer exists"))
+            await self.close(code=CLOSE_REVOKED, reason="node deleted")
+            return
+        self.node = node
+        self.node_id = node.id
+        self.certificate_serial = serial
+        self._hello_timer.cancel()
+        await self.channel_layer.group_add(node_group(node.id), self.channel_name)
+        await self.channel_layer.group_add(AGENTS_GROUP, self.channel_name)
+        local_tunnels.add(node.id, self)
+        await self._send_frame(
+            p.Welcome(
+                node_id=str(node.id),
+                heartbeat_interval_s=settings.AGENT_HEARTBEAT_INTERVAL_S,
+                mode=node.cluster.mode,
+                mode_settings=await database_sync_to_async(node.cluster.mode_settings)(),
+            )
+        )
+        self._revocation_watch = asyncio.ensure_future(self._watch_revocation())
+        for command in await database_sync_to_async(services.command_pending_for_node)(node=node):
+            await self._send_command(command)
+            if command.status == "queued":
+                await database_sync_to_async(services.command_record_delivered)(node=node, command_id=command.id)
+
+    async def _watch_revocation(self) -> None:
+        """Belt and braces for a missed revoke broadcast: re-check the revocation list periodically."""
+        while True:
+            await asyncio.sleep(settings.AGENT_REVOCATION_RECHECK_S)
+            if await database_sync_to_async(tunnel_auth.is_serial_revoked)(self.certificate_serial or ""):
+                await self.node_revoke({"reason": "certificate revoked"})
+                return
+
+    async def _on_heartbeat(self, frame: p.Heartbeat) -> None:
+        assert self.node_id is not None
+        await HEARTBEATS.submit((self.node_id, frame))
+        await self._send_frame(p.HeartbeatAck(heartbeat_id=frame.id))
+
+    async def _on_ack(self, frame: p.Ack) -> None:
+        assert self.node_id is not None
+        await REPORTS.submit(services.CommandReport.ack(self.node_id, frame.command_id, duplicate=frame.duplicate))
+
+    async def _on_progress(self, frame: p.Progress) -> None:
+        await database_sync_to_async(services.command_record_progress)(
+            node=self.node,
+            command_id=frame.command_id,
+            message=frame.message,
+            percent=frame.percent,
+            data=frame.data,
+        )
+
+    async def _on_result(self, frame: p.Result) -> None:
+        assert self.node_id is not None
+        await REPORTS.submit(services.CommandReport.result(self.node_id, frame.command_id, frame.data))
+
+    async def _on_error(self, frame: p.Error) -> None:
+        assert self.node_id is not None
+        report = services.CommandReport.error(
+            self.node_id, frame.command_id, code=frame.code, message=frame.message, data=frame.data
+        )
+        await REPORTS.submit(report)
+
+    async def _on_inventory(self, frame: p.InventoryReport) -> None:
+        await database_sync_to_async(_record_inventory)(self.node_id, frame.inventory)
+
+    async def _on_stream_data(self, frame: p.StreamData) -> None:
+        await self._to_stream(frame.stream_id, {"type": "stream.data", "data": frame.payload()})
+
+    async def _on_stream_window(self, frame: p.StreamWindow) -> None:
+        await self._to_stream(frame.stream_id, {"type": "stream.window", "increment": frame.increment})
+
+    async def _on_stream_end(self, frame: p.StreamEnd) -> None:
+        await self._to_stream(frame.stream_id, {"type": "stream.end", "error": frame.error})
+        self.streams.pop(frame.stream_id, None)
+
+    async def _to_stream(self, stream_id: int, message: dict[str, Any]) -> None:
+        """Hand a message to the process proxying stream `stream_id`: in memory if it is this one."""
+        target = self.streams.get(stream_id)
+        if isinstance(target, TunnelStream):
+            target.deliver({**message, "stream_id": stream_id})
+        elif target is not None:
+            target.send(message)
+
+    _handlers: dict[type, Any] = {
+        p.Heartbeat: _on_heartbeat,
+        p.Ack: _on_ack,
+        p.Progress: _on_progress,
+        p.Result: _on_result,
+        p.Error: _on_error,
+        p.InventoryReport: _on_inventory,
+        p.StreamData: _on_stream_data,
+        p.StreamWindow: _on_stream_window,
+        p.StreamEnd: _on_stream_end,
+    }
+
+    # ---- messages from the channel layer (any replica, any Celery worker)
+
+    async def node_command(self, message: dict[str, Any]) -> None:
+        """`{"type": "node.command", "command_id": ..., "frame"?: ...}`: forward that command to the agent."""
+        if self.node_id is None:
+            return
+        if message.get("frame"):  # encoded by the dispatcher (a command without secrets)
+            await self.send(text_data=message["frame"])
+            return
+        command = await database_sync_to_async(_load_command)(self.node_id, message["command_id"])
+        if command is not None:
+            await self._send_command(command)
+
+    async def node_revoke(self, message: dict[str, Any]) -> None:
+        """`{"type": "node.revoke"}`: the node was deleted; tell the agent and close within the second."""
+        with contextlib.suppress(Exception):
+            await self._send_frame(p.Revoked(reason=message.get("reason", "node deleted")))
+        await self.close(code=CLOSE_REVOKED, reason="revoked")
+
+    async def agents_backoff(self, message: dict[str, Any]) -> None:
+        """`{"type": "agents.backoff", "retry_after_s": N}`: ask the agent to reconnect later (deploys)."""
+        await self._send_frame(
+            p.Backoff(retry_after_s=float(message["retry_after_s"]), reason=message.get("reason", ""))
+        )
+        await self.close(code=CLOSE_BACKOFF, reason="backoff")
+
+    async def stream_open(self, message: dict[str, Any]) -> None:
+        """`stream.open` (group): a process wants a byte stream to a port on this node."""
+        if self.node_id is None:
+            return
+        stream_id = int(message["stream_id"])
+        if not message.get("pipe"):  # from a replica of an older version (rolling deploy): it will retry
+            log.warning("ignoring stream.open without a pipe for stream %s", stream_id)
+            return
+        pipe = stream_pipes.PipeWriter(message["pipe"])
+        self.streams[stream_id] = pipe
+        pipe.send({"type": "stream.opened", "consumer": self.channel_name})
+        await self._open_stream(stream_id, message)
+
+    async def open_local_stream(self, stream: TunnelStream, opening: dict[str, Any]) -> None:
+        """A stream opened by a request in this process (`fleet.tunnel.local_tunnels`): no Redis."""
+        self.streams[stream.stream_id] = stream
+        await self._open_stream(stream.stream_id, opening)
+
+    async def _open_stream(self, stream_id: int, opening: dict[str, Any]) -> None:
+        """Tell the agent: open, then the first request bytes and the request's end if they came along."""
+        await self._send_frame(
+            p.StreamOpen(stream_id=stream_id, port=int(opening["port"]), window=int(opening["window"]))
+        )
+        if opening.get("data"):
+            await self._send_frame(p.StreamData.of(stream_id, opening["data"]))
+        if opening.get("end"):
+            await self._send_frame(p.StreamEnd(stream_id=stream_id))
+
+    _LOCAL_STREAM_MESSAGES = frozenset({"stream.data", "stream.window", "stream.end"})
+
+    async def stream_message(self, message: dict[str, Any]) -> None:
+        """A message from a stream in this process: the same handlers as the channel-layer ones."""
+        if message["type"] not in self._LOCAL_STREAM_MESSAGES:
+            raise ValueError(f"not a stream message: {message['type']}")
+        await getattr(self, get_handler_name(message))(message)
+
+    async def stream_data(self, message: dict[str, Any]) -> None:
+        """`stream.data`: request bytes for the agent."""
+        if message["stream_id"] in self.streams:
+            await self._send_frame(p.StreamData.of(message["stream_id"], message["data"]))
+
+    async def stream_window(self, message: dict[str, Any]) -> None:
+        """`stream.window`: the proxying process returns response credit to the agent."""
+        if message["stream_id"] in self.streams:
+            await self._send_frame(p.StreamWindow(stream_id=message["stream_id"], increment=int(message["increment"])))
+
+    async def stream_end(self, message: dict[str, Any]) -> None:
+        """`stream.end`: the request is complete or aborted (`error` set)."""
+        stream_id = message["stream_id"]
+        if stream_id in self.streams:
+            if message.get("error"):
+                self.streams.pop(stream_id, None)
+            await self._send_frame(p.StreamEnd(stream_id=stream_id, error=message.get("error", "")))
+
+    # ---- helpers
+
+    async def _send_command(self, command: Command) -> None:
+        await self._send_frame(command_frame(command))
+
+    async def _send_frame(self, frame: p.Frame) -> None:
+        encoded = p.encode(frame)
+        if isinstance(encoded, bytes):
+            await self.send(bytes_data=encoded)
+        else:
+            await self.send(text_data=encoded)
+
+
+def _connect_node(node_id: UUID, hello: p.Hello, inbox: str) -> Node | None:
+    node = Node.objects.select_related("cluster").filter(pk=node_id).first()
+    if node is None:
+        return None
+    services.node_connected(node=node, facts=hello.facts, inventory=hello.inventory, inbox=inbox)
+    return Node.objects.select_related("cluster").get(pk=node_id)
+
+
+def _record_inventory(node_id: UUID, inventory: p.Inventory) -> None:
+    node = Node.objects.filter(pk=node_id).first()
+    if node is not None:
+        services.node_record_inventory(node=node, inventory=inventory)
+
+
+def _load_command(node_id: UUID, command_id: str) -> Command | None:
+    return Command.objects.filter(id=command_id, node_id=node_id).first()

@@ -1,0 +1,311 @@
+"""REST API for workloads: /containers/, /models/ (model locations), /endpoints/ (+ POST .../stop/).
+
+Exported as `router` (a SimpleRouter, no API root view) for inclusion under /api/v1/. Every queryset
+is scoped by `WorkspaceScopedMixin`; service errors map to 400 (field messages), 403, 409.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import exceptions, mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.routers import SimpleRouter
+
+from cleverthis.api import ServiceErrorsMixin as BaseServiceErrorsMixin
+from cleverthis.tenancy.mixins import WorkspaceScopedMixin
+from cleverthis.tenancy.selectors import workspace_ids
+from fleet.models import ComputeCluster, Node
+from fleet.workloads import services as workload_services
+from fleet.workloads.errors import error_help
+from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointStatus, NodeModel
+from fleet.workloads.services import PlacementError
+
+# --------------------------------------------------------------------------------------------------
+# Serializers
+
+
+class ContainerSerializer(serializers.ModelSerializer):
+    """A workload container on a node; `error_help` explains `error_code`."""
+
+    node_name = serializers.CharField(source="node.name", read_only=True)
+    error_help = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Container
+        fields = [
+            "id",
+            "node",
+            "node_name",
+            "cluster",
+            "container_id",
+            "name",
+            "image",
+            "status",
+            "spec",
+            "replacement_of",
+            "created_by_command",
+            "error_code",
+            "error_message",
+            "error_help",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    def get_error_help(self, obj: Container) -> dict[str, str] | None:
+        return error_help(obj.error_code)
+
+
+class ModelLocationSerializer(serializers.ModelSerializer):
+    """One model snapshot cached on one node."""
+
+    node_name = serializers.CharField(source="node.name", read_only=True)
+    node_status = serializers.CharField(source="node.status", read_only=True)
+    cluster = serializers.UUIDField(source="node.cluster_id", read_only=True)
+    cluster_name = serializers.CharField(source="node.cluster.name", read_only=True)
+
+    class Meta:
+        model = NodeModel
+        fields = [
+            "id",
+            "model_id",
+            "revision",
+            "node",
+            "node_name",
+            "node_status",
+            "cluster",
+            "cluster_name",
+            "path",
+            "size_bytes",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class EndpointSerializer(serializers.ModelSerializer):
+    """An inference endpoint, its public URL, and on failure the agent's code with `error_help`."""
+
+    url = serializers.CharField(read_only=True)
+    node_name = serializers.CharField(source="node.name", read_only=True, default=None)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    error_help = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Endpoint
+        fields = [
+            "id",
+            "slug",
+            "url",
+            "cluster",
+            "node",
+            "node_name",
+            "model_id",
+            "revision",
+            "gpus",
+            "min_vram_mb",
+            "status",
+            "port",
+            "public",
+            "failure_code",
+            "failure_message",
+            "error_help",
+            "start_command",
+            "stop_command",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    def get_error_help(self, obj: Endpoint) -> dict[str, str] | None:
+        return error_help(obj.failure_code)
+
+
+class EndpointCreateSerializer(serializers.Serializer):
+    """Input of POST /endpoints/."""
+
+    cluster = serializers.UUIDField()
+    node = serializers.UUIDField(required=False, allow_null=True)
+    model_id = serializers.CharField(max_length=workload_services.MAX_MODEL_ID)
+    revision = serializers.CharField(max_length=workload_services.MAX_REVISION, required=False, default="main")
+    gpus = serializers.IntegerField(min_value=0, max_value=64, required=False, default=0)
+    min_vram_mb = serializers.IntegerField(min_value=0, max_value=16 * 1024 * 1024, required=False, default=0)
+    public = serializers.BooleanField(required=False, default=False)
+
+    def validate_model_id(self, value: str) -> str:
+        try:
+            return workload_services.validate_model_id(value)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict["model_id"]) from None
+
+    def validate_revision(self, value: str) -> str:
+        if not workload_services.REVISION_RE.match(value) or ".." in value:
+            raise serializers.ValidationError("Not a valid revision (a branch, tag or commit hash).")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: "Unknown field." for name in unknown})
+        return attrs
+
+
+# --------------------------------------------------------------------------------------------------
+# Views
+
+
+class ServiceErrorsMixin(BaseServiceErrorsMixin):
+    """The shared translation, plus placement refusals → 409 with `code` and `error_help`."""
+
+    def translate_exception(self, exc: Exception) -> Exception | Response:
+        if isinstance(exc, PlacementError):
+            return Response(
+                {"detail": str(exc), "code": exc.code, "error_help": error_help(exc.code)},
+                status=status.HTTP_409_CONFLICT,
+            )
+        return super().translate_exception(exc)
+
+
+def _uuid_param(request: Request, name: str) -> uuid.UUID | None:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise exceptions.ValidationError({name: "Must be a UUID."}) from None
+
+
+def _choice_param(request: Request, name: str, choices: list[str]) -> str | None:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return None
+    if raw not in choices:
+        raise exceptions.ValidationError({name: f"Choose one of {', '.join(choices)}."})
+    return raw
+
+
+class ContainerViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
+    """Containers in the caller's workspaces; filter with ?node=, ?cluster=, ?status=."""
+
+    serializer_class = ContainerSerializer
+    queryset = Container.objects.all()
+    workspace_field = "cluster__workspace"
+
+    def get_base_queryset(self) -> QuerySet[Container]:
+        rows = Container.objects.select_related("node").order_by("node__name", "name", "created_at", "pk")
+        node, cluster = _uuid_param(self.request, "node"), _uuid_param(self.request, "cluster")
+        state = _choice_param(self.request, "status", ContainerStatus.values)
+        if node:
+            rows = rows.filter(node_id=node)
+        if cluster:
+            rows = rows.filter(cluster_id=cluster)
+        if state:
+            rows = rows.filter(status=state)
+        return rows
+
+
+class ModelLocationViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
+    """Which models are cached on which node; filter with ?model_id=, ?node=, ?cluster=."""
+
+    serializer_class = ModelLocationSerializer
+    queryset = NodeModel.objects.all()
+    workspace_field = "node__cluster__workspace"
+
+    def get_base_queryset(self) -> QuerySet[NodeModel]:
+        rows = NodeModel.objects.select_related("node", "node__cluster").order_by(
+            "model_id", "revision", "node__name", "pk"
+        )
+        model_id = self.request.query_params.get("model_id")
+        node, cluster = _uuid_param(self.request, "node"), _uuid_param(self.request, "cluster")
+        if model_id:
+            rows = rows.filter(model_id=model_id)
+        if node:
+            rows = rows.filter(node_id=node)
+        if cluster:
+            rows = rows.filter(node__cluster_id=cluster)
+        return rows
+
+
+class EndpointViewSet(
+    ServiceErrorsMixin,
+    WorkspaceScopedMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Inference endpoints: list, retrieve, create (Owner/Admin), POST .../stop/ (Owner/Admin)."""
+
+    serializer_class = EndpointSerializer
+    queryset = Endpoint.objects.all()
+    workspace_field = "cluster__workspace"
+
+    def get_base_queryset(self) -> QuerySet[Endpoint]:
+        rows = Endpoint.objects.select_related("node", "created_by").order_by("-created_at", "pk")
+        node, cluster = _uuid_param(self.request, "node"), _uuid_param(self.request, "cluster")
+        state = _choice_param(self.request, "status", EndpointStatus.values)
+        if node:
+            rows = rows.filter(node_id=node)
+        if cluster:
+            rows = rows.filter(cluster_id=cluster)
+        if state:
+            rows = rows.filter(status=state)
+        return rows
+
+    def get_serializer_class(self) -> type[serializers.Serializer]:
+        return EndpointCreateSerializer if self.action == "create" else EndpointSerializer
+
+    @extend_schema(
+        request=EndpointCreateSerializer,
+        responses={201: EndpointSerializer, 409: OpenApiResponse(description="No node can serve the model")},
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Start an endpoint for a cached model; 409 with the reason when no node can serve it."""
+        data = EndpointCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        cluster = (
+            ComputeCluster.objects.select_related("workspace")
+            .filter(pk=values["cluster"], workspace__in=workspace_ids(user=request.user))
+            .first()
+        )
+        if cluster is None:
+            raise exceptions.NotFound("Cluster not found.")
+        node = None
+        if values.get("node"):
+            node = Node.objects.filter(pk=values["node"], cluster=cluster).first()
+            if node is None:
+                raise exceptions.ValidationError({"node": "No such node in this cluster."})
+        endpoint = workload_services.endpoint_create(
+            actor=request.user,
+            cluster=cluster,
+            model_id=values["model_id"],
+            revision=values["revision"],
+            node=node,
+            gpus=values["gpus"],
+            min_vram_mb=values["min_vram_mb"],
+            public=values["public"],
+        )
+        endpoint = self.get_base_queryset().get(pk=endpoint.pk)
+        return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: EndpointSerializer})
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, pk: str | None = None) -> Response:
+        """Stop the endpoint (→ stopping until the agent confirms)."""
+        endpoint = self.get_object()
+        endpoint = workload_services.endpoint_stop(actor=request.user, endpoint=endpoint)
+        return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
+
+
+router = SimpleRouter()
+router.register("containers", ContainerViewSet, basename="container")
+router.register("models", ModelLocationViewSet, basename="model-location")
+router.register("endpoints", EndpointViewSet, basename="endpoint")

@@ -1,0 +1,131 @@
+"""Agent error codes → what they mean and what the operator can do (the API's `error_help`, event lines)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ErrorHelp:
+    """What an agent error code means and what the operator can do about it."""
+
+    code: str
+    title: str
+    explanation: str
+    fix: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"code": self.code, "title": self.title, "explanation": self.explanation, "fix": self.fix}
+
+
+_HELP: dict[str, tuple[str, str, str]] = {
+    "docker_unavailable": (
+        "Docker is not running",
+        "The agent could not reach the Docker engine on the node.",
+        "Start Docker on the node (`systemctl start docker`) and check that the agent's user may use "
+        "/var/run/docker.sock, then retry.",
+    ),
+    "image_pull_failed": (
+        "Image pull failed",
+        "The node could not pull the container image (wrong name or tag, or the registry is unreachable).",
+        "Check the image name and tag, and that the node can reach the registry; then retry.",
+    ),
+    "registry_auth_failed": (
+        "Registry login failed",
+        "The registry refused the credentials given for this image.",
+        "Check the registry username and password (or token) and retry.",
+    ),
+    "kubernetes_unavailable": (
+        "Kubernetes API unreachable",
+        "The agent could not talk to the Kubernetes API of the node's cluster.",
+        "Check the agent's kubeconfig / service account and that the API server is up.",
+    ),
+    "gitops_failed": (
+        "GitOps commit failed",
+        "The workload manifest could not be committed to the cluster's Git repository.",
+        "Check the repository URL, branch and the deploy credentials of the cluster.",
+    ),
+    "argocd_sync_failed": (
+        "ArgoCD sync failed",
+        "ArgoCD did not bring the application to a healthy, synced state.",
+        "Open the application in ArgoCD to see which resource failed, fix the manifest and retry.",
+    ),
+    "hub_unreachable": (
+        "Model hub unreachable",
+        "The node could not reach the Hugging Face Hub (no network, proxy, or the Hub is down).",
+        "Check the node's internet access or HF_ENDPOINT mirror setting, then retry the download.",
+    ),
+    "model_not_found": (
+        "Model not found",
+        "The Hub has no model with this id or revision, or it is gated/private for the node's token.",
+        "Check the model id (owner/name) and revision; for gated models set a Hub token on the node.",
+    ),
+    "weights_missing": (
+        "Model weights missing",
+        "The model is not (fully) downloaded in the node's cache.",
+        "Run model.download for this model and revision on the node first, then start the endpoint.",
+    ),
+    "insufficient_vram": (
+        "Not enough GPU memory",
+        "The node's GPUs do not have enough free memory (VRAM) for this model.",
+        "Stop other GPU workloads on the node, pick a node with more free VRAM, or a smaller model.",
+    ),
+    "not_found": (
+        "Not found",
+        "The node has no such container, endpoint or model.",
+        "Refresh the inventory; the object may already have been removed.",
+    ),
+    "conflict": (
+        "Conflict",
+        "Something with this name already exists on the node, or it is in a state that forbids this.",
+        "Choose another name, or stop/remove the existing object first.",
+    ),
+    "invalid_payload": (
+        "Invalid command",
+        "The agent rejected the command's parameters.",
+        "Check the values sent; the agent may be older or newer than the control plane.",
+    ),
+    "unknown_command": (
+        "Unknown command",
+        "The agent does not know this command type.",
+        "Upgrade the agent on the node to the control plane's version.",
+    ),
+    "unsupported": (
+        "Not supported in this mode",
+        "The node's orchestration mode cannot run this command.",
+        "Use a cluster whose mode supports it (e.g. standalone for local endpoints).",
+    ),
+    "internal": (
+        "Agent error",
+        "The agent hit an unexpected error.",
+        "Look at the agent's log on the node (`journalctl -u cleverthis-agent`) and retry.",
+    ),
+    # Control-plane placement refusals (no command was sent).
+    "model_not_downloaded": (
+        "Model not downloaded",
+        "No online node of the cluster has this model and revision in its cache.",
+        "Run model.download on a node first, then start the endpoint.",
+    ),
+}
+
+
+def error_help(code: str | None) -> dict[str, str] | None:
+    """The explanation and fix for an error code, or None for an empty code; unknown codes get a generic one."""
+    if not code:
+        return None
+    title, explanation, fix = _HELP.get(
+        code,
+        (
+            f"Error {code}",
+            "The node reported an error the control plane has no explanation for.",
+            "Read the error message and the agent's log on the node.",
+        ),
+    )
+    return ErrorHelp(code, title, explanation, fix).as_dict()
+
+
+def error_sentence(code: str, message: str) -> str:
+    """One line for the event log: '<title>: <message>. Fix: <fix>'."""
+    help_ = error_help(code) or {}
+    text = f"{help_.get('title', code)}: {message[:500]}".rstrip()
+    return f"{text}. Fix: {help_['fix']}" if help_.get("fix") else text

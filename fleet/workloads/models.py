@@ -1,0 +1,168 @@
+"""Workload models: containers on nodes, models cached on nodes, and inference endpoints.
+
+Imported at the end of `fleet/models.py` so Django finds them in the `fleet` app.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+__all__ = ["Container", "ContainerStatus", "Endpoint", "EndpointStatus", "NodeModel"]
+
+
+class ContainerStatus(models.TextChoices):
+    """Lifecycle of a workload container as the control plane knows it.
+
+    `created`, `running`, `exited`, `stopped`, `missing` are what the agent reports; `pending` (create
+    queued, not yet confirmed), `stopping` (stop sent), `failed` (create failed) and `removed`
+    (destroyed on our command) are control-plane states.
+    """
+
+    PENDING = "pending", "Pending"
+    CREATED = "created", "Created"
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    EXITED = "exited", "Exited"
+    STOPPED = "stopped", "Stopped"
+    MISSING = "missing", "Missing"
+    FAILED = "failed", "Failed"
+    REMOVED = "removed", "Removed"
+
+    @classmethod
+    def active(cls) -> frozenset[str]:
+        """States that occupy the node (counted in `Node.containers_count`; a drain moves these)."""
+        return frozenset({cls.PENDING, cls.RUNNING, cls.STOPPING})
+
+    @classmethod
+    def reported(cls) -> frozenset[str]:
+        """States the agent's inventory may report."""
+        return frozenset({cls.CREATED, cls.RUNNING, cls.EXITED, cls.STOPPED, cls.MISSING})
+
+
+class Container(models.Model):
+    """A workload container (or Deployment) on one node, kept in step with the agent's inventory."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    node = models.ForeignKey("fleet.Node", on_delete=models.CASCADE, related_name="containers")
+    cluster = models.ForeignKey("fleet.ComputeCluster", on_delete=models.CASCADE, related_name="containers")
+    container_id = models.CharField(max_length=128, blank=True, default="")
+    name = models.CharField(max_length=128)
+    image = models.CharField(max_length=500)
+    status = models.CharField(max_length=16, choices=ContainerStatus.choices, default=ContainerStatus.PENDING)
+    spec = models.JSONField(default=dict, blank=True)
+    command_key = models.CharField(max_length=64, blank=True, default="")
+    created_by_command = models.ForeignKey(
+        "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="created_containers"
+    )
+    stop_command = models.ForeignKey(
+        "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    replacement_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replacements"
+    )
+    error_code = models.CharField(max_length=64, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["node_id", "name", "created_at"]
+        indexes = [models.Index(fields=["node", "status"], name="container_node_status")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "container_id"],
+                condition=~models.Q(container_id=""),
+                name="container_unique_node_container_id",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.node_id} ({self.status})"
+
+
+class NodeModel(models.Model):
+    """A model snapshot in one node's cache, as the agent's inventory reports it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    node = models.ForeignKey("fleet.Node", on_delete=models.CASCADE, related_name="cached_models")
+    model_id = models.CharField(max_length=200)
+    revision = models.CharField(max_length=200, default="main")
+    path = models.CharField(max_length=1000, blank=True, default="")
+    size_bytes = models.PositiveBigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["model_id", "revision", "node_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "model_id", "revision"], name="nodemodel_unique_node_model_rev")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_id}@{self.revision} on {self.node_id}"
+
+
+class EndpointStatus(models.TextChoices):
+    """Lifecycle of an inference endpoint."""
+
+    PENDING = "pending", "Pending"
+    STARTING = "starting", "Starting"
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+    FAILED = "failed", "Failed"
+
+    @classmethod
+    def live(cls) -> frozenset[str]:
+        """States in which the endpoint holds (or is about to hold) resources on its node."""
+        return frozenset({cls.PENDING, cls.STARTING, cls.RUNNING, cls.STOPPING})
+
+
+def _new_slug() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+class Endpoint(models.Model):
+    """An OpenAI-compatible inference endpoint serving a cached model on one node."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.CharField(max_length=12, unique=True, default=_new_slug, editable=False)
+    cluster = models.ForeignKey("fleet.ComputeCluster", on_delete=models.CASCADE, related_name="endpoints")
+    node = models.ForeignKey("fleet.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="endpoints")
+    model_id = models.CharField(max_length=200)
+    revision = models.CharField(max_length=200, default="main")
+    gpus = models.PositiveIntegerField(default=0)
+    min_vram_mb = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=EndpointStatus.choices, default=EndpointStatus.PENDING)
+    port = models.PositiveIntegerField(default=0)
+    public = models.BooleanField(default=False)
+    failure_code = models.CharField(max_length=64, blank=True, default="")
+    failure_message = models.TextField(blank=True, default="")
+    start_command = models.ForeignKey(
+        "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    stop_command = models.ForeignKey(
+        "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["node", "status"], name="endpoint_node_status")]
+
+    def __str__(self) -> str:
+        return f"endpoint-{self.slug} ({self.model_id}, {self.status})"
+
+    @property
+    def hostname(self) -> str:
+        """`endpoint-<slug>.<ENDPOINT_DOMAIN>`."""
+        return f"endpoint-{self.slug}.{settings.ENDPOINT_DOMAIN}"
+
+    @property
+    def url(self) -> str:
+        """The public URL the control plane's proxy serves this endpoint on."""
+        return f"https://{self.hostname}"

@@ -1,0 +1,109 @@
+"""How workloads follow the fleet core: receivers of the core's signals, connected at app start.
+
+The core services (`fleet.services`) never import workloads: they send `fleet.signals` and these
+receivers reconcile containers, cached models and endpoints from inventories, follow command acks and
+outcomes, and let drains take their next step.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from agent import protocol
+from fleet import signals
+from fleet.models import Command, CommandStatus, CommandType, Node
+from fleet.workloads import drain
+from fleet.workloads.models import Container
+from fleet.workloads.services import (
+    REF_OUTCOME,
+    container_record_create_failed,
+    container_record_created,
+    container_record_ref_outcome,
+    containers_reconcile,
+    endpoint_record_acked,
+    endpoint_record_command_outcome,
+    endpoints_reconcile,
+    node_model_record_download_failed,
+    node_model_record_downloaded,
+    node_models_reconcile,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def connect() -> None:
+    """Connect the receivers (called from `FleetConfig.ready()`; idempotent)."""
+    signals.inventory_received.connect(_on_inventory, dispatch_uid="fleet.workloads.inventory")
+    signals.command_acked.connect(_on_command_acked, dispatch_uid="fleet.workloads.command_acked")
+    signals.command_finished.connect(_on_command_finished, dispatch_uid="fleet.workloads.command_finished")
+
+
+def _on_inventory(sender: object, node: Node, inventory: protocol.Inventory, **kwargs: object) -> None:
+    """Inside the inventory's transaction: a failure here fails the inventory write too, as it must."""
+    workloads_on_inventory(node=node, inventory=inventory)
+
+
+def _on_command_acked(sender: object, command: Command, **kwargs: object) -> None:
+    if not has_ack_hook(command):  # saves a savepoint for every other ack
+        return
+    try:
+        with transaction.atomic():  # a savepoint: a failing hook never loses the recorded ack
+            workloads_on_command_acked(command=command)
+    except Exception:
+        logger.exception("workload hook failed after ack of command %s", command.pk)
+
+
+def _on_command_finished(sender: object, command: Command, **kwargs: object) -> None:
+    try:
+        with transaction.atomic():  # a savepoint: a failing hook never loses the recorded outcome
+            workloads_on_command_finished(command=command)
+    except Exception:
+        logger.exception("workload hook failed after command %s finished", command.pk)
+
+
+
+def workloads_on_inventory(*, node: Node, inventory: protocol.Inventory) -> None:
+    """Reconcile containers, cached models and endpoints from an inventory (hello or inventory frame)."""
+    containers_reconcile(node=node, inventory=inventory)
+    node_models_reconcile(node=node, inventory=inventory)
+    endpoints_reconcile(node=node, inventory=inventory)
+    drain.drain_step_for_related(node_ids=[node.pk])
+
+
+def has_ack_hook(command: Command) -> bool:
+    """Whether `workloads_on_command_acked` does anything for this command (saves a savepoint if not)."""
+    return command.command_type == CommandType.ENDPOINT_START
+
+
+def workloads_on_command_acked(*, command: Command) -> None:
+    """A command was acknowledged by the agent (endpoint.start: pending → starting)."""
+    if command.command_type == CommandType.ENDPOINT_START:
+        endpoint_record_acked(command=command)
+
+
+def workloads_on_command_finished(*, command: Command) -> None:
+    """Route a finished (succeeded or failed) command to the recorder of the rows it concerns, then let
+    any drain it belongs to take its next step."""
+    if command.status not in CommandStatus.terminal():
+        return
+    kind = command.command_type
+    if kind == CommandType.CONTAINER_CREATE:
+        row = (
+            container_record_created(command=command)
+            if command.status == CommandStatus.SUCCEEDED
+            else container_record_create_failed(command=command)
+        )
+        if row is not None and row.replacement_of_id:
+            original_node = Container.objects.filter(pk=row.replacement_of_id).values_list("node_id", flat=True)
+            drain.drain_step_for_related(node_ids=list(original_node))
+    elif kind in REF_OUTCOME:
+        container_record_ref_outcome(command=command)
+        drain.drain_step_for_related(node_ids=[command.node_id])
+    elif kind in (CommandType.ENDPOINT_START, CommandType.ENDPOINT_STOP):
+        endpoint_record_command_outcome(command=command)
+    elif kind == CommandType.MODEL_DOWNLOAD and command.status == CommandStatus.SUCCEEDED:
+        node_model_record_downloaded(command=command)
+    elif kind == CommandType.MODEL_DOWNLOAD and command.status == CommandStatus.FAILED:
+        node_model_record_download_failed(command=command)

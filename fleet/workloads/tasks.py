@@ -1,0 +1,50 @@
+"""Celery tasks for workloads: drain passes (one node on request, every draining node on the beat).
+
+Task names are wire names and stay as they were when these lived in `fleet.tasks` / `fleet.workload_tasks`."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.db import DatabaseError
+from django.utils import timezone
+
+from fleet.models import Node, NodeStatus
+from fleet.tasks import RETRYABLE
+from fleet.workloads import drain
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="fleet.tasks.drain_node", autoretry_for=RETRYABLE, retry_backoff=5, max_retries=5)
+def drain_node(node_id: str) -> str | None:
+    """One drain pass for `node_id`; returns the node's status afterwards (None if it is gone)."""
+    return drain.drain_step(node_id=node_id).status
+
+
+@shared_task(name="fleet.workload_tasks.drain_tick", autoretry_for=(DatabaseError,), max_retries=2)
+def drain_tick() -> dict[str, str]:
+    """Beat: one drain pass for every draining node (not in partition-paused clusters); {node_id: status}."""
+    out: dict[str, str] = {}
+    draining = (
+        Node.objects.filter(status=NodeStatus.DRAINING)
+        .exclude(cluster__automation_paused_until__gt=timezone.now())  # partition pause: hands off
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    for node_id in draining:
+        try:
+            out[str(node_id)] = drain.drain_step(node_id=node_id).status
+        except Exception:  # one broken node must not stop the others' drains
+            logger.exception("drain pass for node %s failed", node_id)
+            out[str(node_id)] = "error"
+    return out
+
+
+@shared_task(name="fleet.workload_tasks.drain_node_now", autoretry_for=RETRYABLE, retry_backoff=5, max_retries=5)
+def drain_node_now(node_id: str) -> dict:
+    """One drain pass for `node_id` now; returns the DrainReport as a dict."""
+    from dataclasses import asdict
+
+    return asdict(drain.drain_step(node_id=node_id))

@@ -1,0 +1,192 @@
+"""EndpointManager with real processes: an OpenAI-compatible stand-in server replaces vLLM (needs CUDA)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from agent.executors.base import CommandFailed
+from agent.protocol import EndpointStartPayload, EndpointStopPayload, GpuInfo, ModelDownloadPayload
+from agent.workloads.endpoints import VLLM_COMMAND, EndpointManager, _pid_alive, default_server_command
+from agent.workloads.models import ModelCache
+from tests.support.hub_standin import HubStandin
+from tests.support.processes import REPO_ROOT, wait_until
+
+STANDIN = [sys.executable, "-m", "tests.support.openai_standin"]
+MODEL = "acme/tiny-chat"
+
+
+def quiet(*_args: object, **_kwargs: object) -> None:
+    """A ProgressFn that ignores its calls."""
+
+
+@pytest.fixture(scope="module")
+def cached_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelCache]:
+    """A model cache holding MODEL, downloaded for real from the Hub stand-in."""
+    hub = HubStandin().start()
+    hub.add_repo(MODEL, {"config.json": b'{"model_type": "llama"}', "model.safetensors": b"\0" * 1024})
+    cache = ModelCache(tmp_path_factory.mktemp("models"), endpoint=hub.url)
+    cache.download(ModelDownloadPayload(model_id=MODEL), quiet)
+    yield cache
+    hub.stop()
+
+
+@pytest.fixture
+def manager(cached_models: ModelCache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EndpointManager]:
+    monkeypatch.chdir(REPO_ROOT)  # so `-m tests.support.openai_standin` resolves
+    manager = EndpointManager(cached_models, tmp_path / "state", server_command=STANDIN, ready_timeout_s=30)
+    yield manager
+    manager.stop_all()
+
+
+def test_start_serves_the_cached_model_and_stop_ends_it(manager, cached_models):
+    result = manager.start(EndpointStartPayload(endpoint_id="ep1", model_id=MODEL), quiet)
+    base = f"http://127.0.0.1:{result['port']}"
+
+    models = requests.get(f"{base}/v1/models", timeout=5).json()
+    assert [m["id"] for m in models["data"]] == [MODEL]
+    reply = requests.post(
+        f"{base}/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hi there"}]},
+        timeout=5,
+    ).json()
+    assert reply["choices"][0]["message"]["content"] == "echo: hi there"
+    with requests.post(
+        f"{base}/v1/chat/completions",
+        json={"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "a b c"}]},
+        stream=True,
+        timeout=5,
+    ) as stream:
+        events = [line.removeprefix(b"data: ") for line in stream.iter_lines() if line]
+    assert events[-1] == b"[DONE]"
+    assert "".join(json.loads(e)["choices"][0]["delta"]["content"] for e in events[:-1]) == "echo: a b c"
+
+    cmdline = Path(f"/proc/{result['pid']}/cmdline").read_bytes().split(b"\0")
+    assert str(cached_models.path_for(MODEL)).encode() in cmdline
+    [info] = manager.inventory()
+    assert (info.endpoint_id, info.model_id, info.port, info.pid, info.status) == (
+        "ep1",
+        MODEL,
+        result["port"],
+        result["pid"],
+        "running",
+    )
+
+    assert manager.stop(EndpointStopPayload(endpoint_id="ep1"))["status"] == "stopped"
+    assert not _pid_alive(result["pid"])
+    assert manager.inventory() == []
+    assert manager.stop(EndpointStopPayload(endpoint_id="ep1"))["status"] == "stopped"
+
+
+def test_start_again_returns_the_running_endpoint(manager):
+    first = manager.start(EndpointStartPayload(endpoint_id="ep2", model_id=MODEL), quiet)
+    again = manager.start(EndpointStartPayload(endpoint_id="ep2", model_id=MODEL), quiet)
+    assert again == first
+    assert len(manager.inventory()) == 1
+
+
+def test_a_restarted_manager_still_knows_and_stops_its_endpoints(manager, cached_models, tmp_path):
+    result = manager.start(EndpointStartPayload(endpoint_id="ep3", model_id=MODEL), quiet)
+    restarted = EndpointManager(cached_models, tmp_path / "state", server_command=STANDIN)
+    assert [e.endpoint_id for e in restarted.inventory()] == ["ep3"]
+    restarted.stop(EndpointStopPayload(endpoint_id="ep3"))
+    wait_until(lambda: not _pid_alive(result["pid"]), timeout=10, what="endpoint process to exit")
+    assert manager.inventory() == []
+
+
+def test_model_not_downloaded_is_weights_missing(manager):
+    with pytest.raises(CommandFailed) as err:
+        manager.start(EndpointStartPayload(endpoint_id="ep4", model_id="acme/other"), quiet)
+    assert err.value.code == "weights_missing"
+    assert manager.inventory() == []
+
+
+def gpu(index: int, total: int, used: int) -> GpuInfo:
+    return GpuInfo(index=index, name="NVIDIA H100", memory_total_mb=total, memory_used_mb=used)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "request_gpus", "min_vram_mb"),
+    [
+        ([], 1, 0),
+        ([gpu(0, 80_000, 0)], 2, 0),
+        ([gpu(0, 80_000, 70_000)], 1, 20_000),
+        ([gpu(0, 24_000, 0), gpu(1, 24_000, 20_000)], 2, 40_000),
+        ([], 0, 1),
+    ],
+)
+def test_not_enough_gpu_is_insufficient_vram(cached_models, tmp_path, gpus, request_gpus, min_vram_mb):
+    manager = EndpointManager(cached_models, tmp_path, server_command=STANDIN, gpus_fn=lambda: gpus)
+    payload = EndpointStartPayload(endpoint_id="ep5", model_id=MODEL, gpus=request_gpus, min_vram_mb=min_vram_mb)
+    with pytest.raises(CommandFailed) as err:
+        manager.start(payload, quiet)
+    assert err.value.code == "insufficient_vram"
+
+
+def test_gpus_with_most_free_memory_are_given_to_the_server(cached_models, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    gpus = [gpu(0, 80_000, 79_000), gpu(1, 80_000, 1_000), gpu(2, 80_000, 0)]
+    manager = EndpointManager(cached_models, tmp_path, server_command=STANDIN, gpus_fn=lambda: gpus)
+    try:
+        result = manager.start(
+            EndpointStartPayload(endpoint_id="ep6", model_id=MODEL, gpus=2, min_vram_mb=100_000), quiet
+        )
+        environ = Path(f"/proc/{result['pid']}/environ").read_bytes().split(b"\0")
+        assert b"CUDA_VISIBLE_DEVICES=2,1" in environ
+        cmdline = Path(f"/proc/{result['pid']}/cmdline").read_bytes().split(b"\0")
+        assert cmdline[cmdline.index(b"--tensor-parallel-size") + 1] == b"2"
+    finally:
+        manager.stop_all()
+
+
+def test_server_that_dies_reports_its_log_tail(cached_models, tmp_path):
+    crash = [sys.executable, "-c", "import sys; print('RuntimeError: CUDA out of memory', flush=True); sys.exit(3)"]
+    manager = EndpointManager(cached_models, tmp_path, server_command=crash)
+    with pytest.raises(CommandFailed) as err:
+        manager.start(EndpointStartPayload(endpoint_id="ep7", model_id=MODEL), quiet)
+    assert "status 3" in err.value.message
+    assert "CUDA out of memory" in err.value.data["log_tail"]
+    assert manager.inventory() == []
+
+
+def test_server_that_never_answers_times_out_and_is_killed(cached_models, tmp_path):
+    hang = [sys.executable, "-c", "import os, time; print('loading', os.getpid(), flush=True); time.sleep(60)"]
+    manager = EndpointManager(cached_models, tmp_path, server_command=hang, ready_timeout_s=1, stop_timeout_s=2)
+    with pytest.raises(CommandFailed) as err:
+        manager.start(EndpointStartPayload(endpoint_id="ep8", model_id=MODEL), quiet)
+    assert "did not answer" in err.value.message
+    pid = int(err.value.data["log_tail"].split()[1])
+    assert not _pid_alive(pid)
+
+
+def test_default_command_is_vllm_unless_configured(monkeypatch):
+    monkeypatch.delenv("CLEVERTHIS_ENDPOINT_SERVER", raising=False)
+    assert default_server_command() == VLLM_COMMAND
+    assert VLLM_COMMAND[1:] == ["-m", "vllm.entrypoints.openai.api_server"]
+    monkeypatch.setenv("CLEVERTHIS_ENDPOINT_SERVER", "/opt/py/bin/python -m my.server")
+    assert default_server_command() == ["/opt/py/bin/python", "-m", "my.server"]
+
+
+def test_an_endpoint_still_loading_is_reported_as_starting(cached_models, tmp_path):
+    hang = [sys.executable, "-c", "import time; time.sleep(60)"]
+    manager = EndpointManager(cached_models, tmp_path, server_command=hang, ready_timeout_s=1, stop_timeout_s=2)
+    seen: list[list[str]] = []
+
+    def progress(message: str, *_args: object, **_kwargs: object) -> None:
+        if message.startswith("waiting for endpoint"):
+            seen.append([e.status for e in manager.inventory()])
+
+    with pytest.raises(CommandFailed):
+        manager.start(EndpointStartPayload(endpoint_id="ep9", model_id=MODEL), progress)
+    assert seen[0] == ["starting"]
+    assert manager.inventory() == []
+
+
+def test_a_ready_endpoint_is_reported_as_running(manager):
+    manager.start(EndpointStartPayload(endpoint_id="ep10", model_id=MODEL), quiet)
+    assert [e.status for e in manager.inventory()] == ["running"]

@@ -1,0 +1,115 @@
+"""Endpoint routing for the tunnel proxy: cached routes, what invalidates them, credentials every time."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from fleet.models import Endpoint, NodeStatus
+from fleet.proxy import endpoint_routes
+from fleet.proxy.relay import ProxyRefusal, ProxyTarget
+from fleet.workloads.models import EndpointStatus
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _empty_route_cache():
+    endpoint_routes.forget_routes()
+    yield
+    endpoint_routes.forget_routes()
+
+
+@pytest.fixture
+def endpoint(cluster, node) -> Endpoint:
+    return Endpoint.objects.create(
+        cluster=cluster, node=node, model_id="org/m", status=EndpointStatus.RUNNING, port=8123, public=True
+    )
+
+
+def scope(slug: str, token: str = "") -> dict:
+    headers = [(b"host", b"cp.test")]
+    if token:
+        headers.append((b"authorization", f"Token {token}".encode()))
+    return {"type": "http", "path": f"/endpoints/{slug}/v1/models", "query_string": b"a=1", "headers": headers}
+
+
+def decide(request_scope: dict):
+    """The resolver's answer, computed on this thread (so the query counts see it)."""
+    return endpoint_routes._decide(request_scope, *endpoint_routes._slug_and_path(request_scope))
+
+
+def test_a_cached_public_route_costs_no_query(endpoint, node, django_assert_num_queries):
+    first = decide(scope(endpoint.slug))
+    assert first == ProxyTarget(node_id=node.pk, port=8123, path="/v1/models?a=1", node_online=True)
+    with django_assert_num_queries(0):
+        assert decide(scope(endpoint.slug)) == first
+
+
+def test_the_async_resolver_answers_from_the_cache_without_a_thread_hop(endpoint, monkeypatch):
+    decide(scope(endpoint.slug))  # warm the cache
+
+    def no_database(*args, **kwargs):
+        raise AssertionError("the database was consulted")
+
+    monkeypatch.setattr(endpoint_routes, "_decide", no_database)
+    answer = asyncio.run(endpoint_routes.resolve_endpoint(scope(endpoint.slug)))
+    assert isinstance(answer, ProxyTarget)
+    assert answer.port == 8123
+
+
+def test_saving_the_endpoint_or_its_node_in_this_process_is_seen_at_once(endpoint, node):
+    decide(scope(endpoint.slug))
+    endpoint.public = False
+    endpoint.save()
+    assert decide(scope(endpoint.slug)) == ProxyRefusal(401, endpoint_proxy_message())
+    endpoint.public = True
+    endpoint.save()
+    assert isinstance(decide(scope(endpoint.slug)), ProxyTarget)
+    node.status = NodeStatus.OFFLINE
+    node.save()
+    assert decide(scope(endpoint.slug)).node_online is False
+    endpoint.delete()
+    assert decide(scope(endpoint.slug)) == ProxyRefusal(404, "No such endpoint.")
+
+
+def test_a_change_made_elsewhere_is_seen_once_the_route_expires(endpoint, settings, monkeypatch):
+    settings.PROXY_ROUTE_CACHE_S = 2.0
+    clock = [1000.0]
+    monkeypatch.setattr(endpoint_routes.time, "monotonic", lambda: clock[0])
+    decide(scope(endpoint.slug))
+    Endpoint.objects.filter(pk=endpoint.pk).update(status=EndpointStatus.STOPPED)  # no signal: "another process"
+    clock[0] += 1.9
+    assert isinstance(decide(scope(endpoint.slug)), ProxyTarget)
+    clock[0] += 0.2
+    assert decide(scope(endpoint.slug)) == ProxyRefusal(503, "Endpoint is stopped, not running.")
+
+
+def test_zero_turns_the_cache_off(endpoint, settings, django_assert_num_queries):
+    settings.PROXY_ROUTE_CACHE_S = 0
+    decide(scope(endpoint.slug))
+    with django_assert_num_queries(1):
+        decide(scope(endpoint.slug))
+
+
+def test_credentials_of_a_private_endpoint_are_checked_on_every_request(endpoint, owner, make_user):
+    Endpoint.objects.filter(pk=endpoint.pk).update(public=False)
+    token = Token.objects.create(user=owner).key
+    stranger = Token.objects.create(user=make_user("stranger")).key
+    assert isinstance(decide(scope(endpoint.slug, token)), ProxyTarget)
+    # the route is cached now; the next callers are still judged one by one
+    assert decide(scope(endpoint.slug)) == ProxyRefusal(401, endpoint_proxy_message())
+    assert decide(scope(endpoint.slug, stranger)) == ProxyRefusal(404, "No such endpoint.")
+    Token.objects.filter(key=token).delete()
+    assert decide(scope(endpoint.slug, token)) == ProxyRefusal(401, endpoint_proxy_message())
+
+
+def test_unknown_slugs_are_not_cached(db):
+    assert decide(scope("0" * 12)) == ProxyRefusal(404, "No such endpoint.")
+    assert endpoint_routes._routes == {}
+
+
+def endpoint_proxy_message() -> str:
+    return "This endpoint needs an API token (Authorization: Token <key>) or a session."

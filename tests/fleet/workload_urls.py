@@ -1,7 +1,0 @@
-"""URLconf for workload API tests: the workload router under /api/v1/ as the lead will mount it."""
-
-from django.urls import include, path
-
-from fleet.workload_api import router
-
-urlpatterns = [path("api/v1/", include(router.urls))]
