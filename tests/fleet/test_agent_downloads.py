@@ -33,6 +33,7 @@ def test_agent_package_is_an_sdist_of_the_agent(client, settings, tmp_path):
     path.write_bytes(b"".join(response.streaming_content))
     with tarfile.open(path) as archive:
         names = archive.getnames()
-    assert any(name.endswith("agent/tunnel.py") for name in names)
+    for module in ("agent/transport/tunnel.py", "agent/ray/runtime.py", "agent/workloads/models.py"):
+        assert any(name.endswith(module) for name in names), module
     assert any(name.endswith("agent/protocol.py") for name in names)
     assert not any("/fleet/" in name for name in names)
