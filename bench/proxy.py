@@ -5,7 +5,7 @@
 
 Sets up, on this machine: PostgreSQL + Redis (running), a real daphne, a real agent process joined to
 it, and an HTTP server on the "node" side. Then measures the same workloads against the server directly
-and through the control plane (`/endpoints/<slug>/…` → tunnel → agent → server):
+and through the control plane (`endpoint-<slug>.<ENDPOINT_DOMAIN>` → tunnel → agent → server):
 - small requests: requests/s and p50/p99 latency at a fixed concurrency;
 - one large body (default 100 MB), repeated for a few seconds: median MB/s, and the CPU seconds each
   process spent per GB moved (the benchmark's own client and node server, daphne, the agent);
@@ -93,7 +93,9 @@ async def fetch(host: str, port: int, path: str, *, host_header: str = "node") -
     return size
 
 
-async def small_requests(port: int, path: str, total: int, concurrency: int) -> tuple[list[float], float]:
+async def small_requests(
+    port: int, path: str, total: int, concurrency: int, *, host: str = "node"
+) -> tuple[list[float], float]:
     """`total` GETs on fresh connections, `concurrency` at a time: (latencies, elapsed seconds)."""
     latencies: list[float] = []
     queue = list(range(total))
@@ -102,7 +104,7 @@ async def small_requests(port: int, path: str, total: int, concurrency: int) -> 
         while queue:
             queue.pop()
             started = time.perf_counter()
-            await fetch("127.0.0.1", port, path)
+            await fetch("127.0.0.1", port, path, host_header=host)
             latencies.append(time.perf_counter() - started)
 
     started = time.perf_counter()
@@ -119,9 +121,9 @@ def summarize_small(rounds: list[tuple[list[float], float]]) -> dict[str, float]
     }
 
 
-async def big_transfer(port: int, path: str, expected: int) -> float:
+async def big_transfer(port: int, path: str, expected: int, *, host: str = "node") -> float:
     started = time.perf_counter()
-    size = await fetch("127.0.0.1", port, path)
+    size = await fetch("127.0.0.1", port, path, host_header=host)
     elapsed = time.perf_counter() - started
     assert size == expected, (size, expected)
     return size / elapsed / 1e6
@@ -138,14 +140,14 @@ def cpu_seconds(pids: dict[str, list[int]]) -> dict[str, float]:
 
 
 async def big_transfers(
-    port: int, path: str, expected: int, min_seconds: float, pids: dict[str, list[int]]
+    port: int, path: str, expected: int, min_seconds: float, pids: dict[str, list[int]], *, host: str = "node"
 ) -> dict[str, object]:
     """Repeat the large transfer for at least `min_seconds`: median MB/s and CPU seconds per GB per process."""
     rates = []
     before = cpu_seconds(pids)
     started = time.perf_counter()
     while not rates or time.perf_counter() - started < min_seconds:
-        rates.append(await big_transfer(port, path, expected))
+        rates.append(await big_transfer(port, path, expected, host=host))
     after = cpu_seconds(pids)
     gigabytes = len(rates) * expected / 1e9
     return {
@@ -242,7 +244,7 @@ async def profile_proxied(directory: str, processes: dict[str, int], targets: di
     import subprocess
 
     Path(directory).mkdir(parents=True, exist_ok=True)
-    for target, (port, prefix) in targets.items():
+    for target, (port, host) in targets.items():
         for phase in ("big", "small"):
             profilers = [
                 subprocess.Popen(
@@ -269,9 +271,9 @@ async def profile_proxied(directory: str, processes: dict[str, int], targets: di
             deadline = time.monotonic() + 8
             while time.monotonic() < deadline:
                 if phase == "big":
-                    await big_transfer(port, prefix + "/big", len(Node.big))
+                    await big_transfer(port, "/big", len(Node.big), host=host)
                 else:
-                    await small_requests(port, prefix + "/small", 100, 8)
+                    await small_requests(port, "/small", 100, 8, host=host)
             for profiler in profilers:
                 await asyncio.to_thread(profiler.wait)
 
@@ -330,7 +332,7 @@ def main() -> None:
             endpoint = Endpoint.objects.create(
                 cluster=cluster, node=node, model_id="bench/m", status="running", port=node_port, public=True
             )
-            proxied_prefix = f"/endpoints/{endpoint.slug}"
+            origin = endpoint.hostname  # node content is proxied on its own origin only
 
             relay_port, relays = start_relays(node_port)
             # a second replica, started after the agent connected to the first: its requests reach the
@@ -339,10 +341,10 @@ def main() -> None:
             other = daphne(tmp_path, other_port, env=env, name="daphne-other")
             wait_until(lambda: port_open(other_port), timeout=30, what="second daphne")
             targets = {
-                "direct": (node_port, ""),
-                "2 bare relays": (relay_port, ""),
-                "proxied": (web_port, proxied_prefix),
-                "other replica": (other_port, proxied_prefix),
+                "direct": (node_port, "node"),
+                "2 bare relays": (relay_port, "node"),
+                "proxied": (web_port, origin),
+                "other replica": (other_port, origin),
             }
             pids = {
                 "bench (client+server)": [os.getpid()],
@@ -355,23 +357,27 @@ def main() -> None:
 
             async def run() -> dict[str, object]:
                 results: dict[str, object] = {}
-                for port, prefix in targets.values():  # warm up
-                    await small_requests(port, prefix + "/small", 50, args.concurrency)
+                for port, host in targets.values():  # warm up
+                    await small_requests(port, "/small", 50, args.concurrency, host=host)
                 rounds: dict[str, list[tuple[list[float], float]]] = {label: [] for label in targets}
                 for _ in range(args.rounds):  # interleaved, so a busy moment of the machine hits all three
-                    for label, (port, prefix) in targets.items():
+                    for label, (port, host) in targets.items():
                         per_round = max(1, args.requests // args.rounds)
-                        rounds[label].append(await small_requests(port, prefix + "/small", per_round, args.concurrency))
+                        rounds[label].append(
+                            await small_requests(port, "/small", per_round, args.concurrency, host=host)
+                        )
                 results["small"] = {label: summarize_small(rounds[label]) for label in targets}
                 expected = len(Node.big)
                 results["big"] = {}
-                for label, (port, prefix) in targets.items():
+                for label, (port, host) in targets.items():
                     if label == "proxied":
                         idle_start = time.time()
                         await asyncio.sleep(3)
                         results["idle_window"] = (idle_start, time.time())
                         big_start = time.time()
-                    results["big"][label] = await big_transfers(port, prefix + "/big", expected, args.big_seconds, pids)
+                    results["big"][label] = await big_transfers(
+                        port, "/big", expected, args.big_seconds, pids, host=host
+                    )
                     if label == "proxied":
                         results["big_window"] = (big_start, time.time())
                 if args.profile:
@@ -379,7 +385,7 @@ def main() -> None:
                     await profile_proxied(
                         args.profile,
                         processes,
-                        {"local": (web_port, proxied_prefix), "remote": (other_port, proxied_prefix)},
+                        {"local": (web_port, origin), "remote": (other_port, origin)},
                     )
                 return results
 

@@ -1,7 +1,10 @@
-"""Route `/ray/clusters/<id>/dashboard/…` to the cluster head's Ray Dashboard through the tunnel.
+"""Route Ray Dashboards through the tunnel, on origins of their own (`ray-<id>.<RAY_DASHBOARD_DOMAIN>`).
 
-The dashboard can submit jobs, i.e. run code on the cluster, so it always needs the session of a member
-of the cluster's workspace (API tokens and public access are not accepted here).
+The dashboard can submit jobs, i.e. run code on the cluster, so it always needs a member of the cluster's
+workspace, signed in through the browser (API tokens and public access are not accepted). The control
+plane's path `/ray/clusters/<id>/dashboard/…` checks the member's session and sends the browser to the
+dashboard's origin with a single-use ticket; there the origin cookie it was exchanged for is checked on
+every request (`fleet.proxy.origins`). The control plane's session cookie never reaches that origin.
 """
 
 from __future__ import annotations
@@ -14,36 +17,62 @@ from channels.db import database_sync_to_async
 from cleverthis.tenancy.asgi_auth import user_from_scope
 from cleverthis.tenancy.permissions import can_view
 from fleet.models import NodeStatus
-from fleet.proxy.relay import ProxyRefusal, ProxyTarget, header, register_resolver
+from fleet.proxy import origins
+from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, header, redirect_to_origin, register_resolver
 from raymgr.models import RayCluster, RayClusterStatus
 
 DASHBOARD_PATH = re.compile(r"^/ray/clusters/(?P<id>[0-9a-f-]{36})/dashboard(?P<rest>/.*)?$")
+NO_TOKENS = "The Ray Dashboard needs a signed-in session of a workspace member, not a token."
 
 
-def _decide(scope: dict[str, Any], cluster_id: str, rest: str) -> ProxyTarget | ProxyRefusal:
-    if header(scope, b"authorization"):
-        return ProxyRefusal(401, "The Ray Dashboard needs a signed-in session of a workspace member, not a token.")
-    user = user_from_scope(scope)
-    if not user.is_authenticated:
-        return ProxyRefusal(401, "Sign in to open the Ray Dashboard.")
+def _cluster_answer(user: Any, cluster_id: Any) -> RayCluster | ProxyRefusal:
     cluster = RayCluster.objects.select_related("workspace", "head_node").filter(pk=cluster_id).first()
     if cluster is None or not can_view(user, cluster.workspace):
         return ProxyRefusal(404, "No such Ray cluster.")
     if cluster.status != RayClusterStatus.RUNNING or cluster.head_node is None:
         return ProxyRefusal(503, f"The Ray cluster is {cluster.status}; its dashboard is not available.")
+    return cluster
+
+
+def _open_from_control_plane(scope: dict[str, Any], cluster_id: str, rest: str) -> Answer:
+    """The path form: a member's session → a ticket redirect to the dashboard's origin."""
+    if header(scope, b"authorization"):
+        return ProxyRefusal(401, NO_TOKENS)
+    user = user_from_scope(scope)
+    if not user.is_authenticated:
+        return ProxyRefusal(401, "Sign in to open the Ray Dashboard.")
+    found = _cluster_answer(user, cluster_id)
+    if isinstance(found, ProxyRefusal):
+        return found
+    return redirect_to_origin(scope, origins.DASHBOARD.host(found.pk), rest)
+
+
+def _decide(scope: dict[str, Any], cluster_id: str) -> ProxyTarget | ProxyRefusal:
+    """A request on the dashboard's own origin: the origin cookie's member, then the head's dashboard."""
+    if header(scope, b"authorization"):
+        return ProxyRefusal(401, NO_TOKENS)
+    user = origins.caller_on_origin(scope, tokens=False)
+    if not user.is_authenticated:
+        return ProxyRefusal(401, "Open the Ray Dashboard from the control plane while signed in.")
+    found = _cluster_answer(user, cluster_id)
+    if isinstance(found, ProxyRefusal):
+        return found
     query = scope.get("query_string", b"").decode("latin-1")
     return ProxyTarget(
-        node_id=cluster.head_node.pk,
-        port=cluster.dashboard_port,
-        path=rest + (f"?{query}" if query else ""),
-        node_online=cluster.head_node.status != NodeStatus.OFFLINE,
+        node_id=found.head_node.pk,
+        port=found.dashboard_port,
+        path=scope["path"] + (f"?{query}" if query else ""),
+        node_online=found.head_node.status != NodeStatus.OFFLINE,
     )
 
 
 @register_resolver
-async def resolve_dashboard(scope: dict[str, Any]) -> ProxyTarget | ProxyRefusal | None:
-    """Claim Ray Dashboard paths."""
+async def resolve_dashboard(scope: dict[str, Any]) -> Answer | None:
+    """Claim Ray Dashboard origins, and the control plane's dashboard paths (to redirect them)."""
+    cluster_id = origins.DASHBOARD.ident(origins.request_host(scope))
+    if cluster_id is not None:
+        return await database_sync_to_async(_decide)(scope, cluster_id)
     match = DASHBOARD_PATH.match(scope["path"])
-    if match is None:
+    if match is None or origins.is_node_origin(scope):
         return None
-    return await database_sync_to_async(_decide)(scope, match["id"], match["rest"] or "/")
+    return await database_sync_to_async(_open_from_control_plane)(scope, match["id"], match["rest"] or "/")

@@ -18,8 +18,19 @@ CONTROL_PLANE_URL_EXPLICIT = env_str("CONTROL_PLANE_URL", "")
 CONTROL_PLANE_URL = CONTROL_PLANE_URL_EXPLICIT or "http://127.0.0.1:8000"
 # Where the agent sdist served at /agent/package.tar.gz is built (once per release).
 AGENT_PACKAGE_CACHE_DIR = env_str("AGENT_PACKAGE_CACHE_DIR", "/tmp/cleverthis-agent-package")
-# Endpoints are served at https://endpoint-<id>.<ENDPOINT_DOMAIN>.
+# What nodes serve is proxied only on origins of its own, never on the control plane's (fleet.proxy.origins):
+# endpoints at endpoint-<id>.<ENDPOINT_DOMAIN>, Serve deployments at serve-<id>.<ENDPOINT_DOMAIN>, Ray
+# Dashboards at ray-<id>.<RAY_DASHBOARD_DOMAIN> (wildcard DNS and certificate; *.localhost needs none).
 ENDPOINT_DOMAIN = env_str("ENDPOINT_DOMAIN", "endpoints.localhost")
+RAY_DASHBOARD_DOMAIN = env_str("RAY_DASHBOARD_DOMAIN", "ray.localhost")
+# Scheme and port of those origins in the URLs the API shows ("" port: the scheme's default); redirects
+# from the control plane keep the scheme and port the request came in with unless the scheme is set.
+NODE_ORIGIN_SCHEME = env_str("NODE_ORIGIN_SCHEME", "")
+NODE_ORIGIN_PORT = env_str("NODE_ORIGIN_PORT", "")
+# A signed-in member reaches a node origin with a single-use ticket valid this long, exchanged for a
+# host-only cookie on that origin valid this long.
+ORIGIN_TICKET_MAX_AGE_S = env_int("ORIGIN_TICKET_MAX_AGE_S", 60)
+ORIGIN_SESSION_MAX_AGE_S = env_int("ORIGIN_SESSION_MAX_AGE_S", 8 * 3600)
 # Key used to encrypt secrets at rest (CA key, ArgoCD tokens); defaults to one derived from SECRET_KEY.
 FIELD_ENCRYPTION_KEY = env_str("FIELD_ENCRYPTION_KEY", "")
 # A node whose last heartbeat is older than this many seconds is marked offline by the beat task.

@@ -1,6 +1,7 @@
 """The HTTP/WebSocket proxy through agent tunnels: node content reached via the control plane.
 
-Here: the ASGI relay and its resolvers registry (`relay`), endpoint routing (`endpoint_routes`),
+Here: the ASGI relay and its resolvers registry (`relay`), the origins of their own that node content
+is served on and how members get in there (`origins`), endpoint routing (`endpoint_routes`),
 byte streams over a tunnel with credit flow control (`streams`), the Redis lists that carry a
 stream's bytes between replicas (`stream_pipes`), and backpressure behind daphne's `send`
 (`write_pressure`).

@@ -1,8 +1,10 @@
 """Route endpoint URLs to their node through the tunnel proxy.
 
-Two forms reach the same endpoint: the host `endpoint-<slug>.<ENDPOINT_DOMAIN>` (production, behind a
-wildcard DNS record and certificate) and the path `/endpoints/<slug>/…` (local use). Endpoints need an
-API token or a session of a workspace member unless they are marked public.
+An endpoint is served only on its own origin `endpoint-<slug>.<ENDPOINT_DOMAIN>` (behind a wildcard DNS
+record and certificate; `*.localhost` locally). The older path form `/endpoints/<slug>/…` on the control
+plane's host redirects there (`relay.redirect_to_origin`) and is never proxied. Endpoints need an API
+token, or the origin cookie a signed-in member gets through a ticket (`fleet.proxy.origins`), unless
+they are marked public; the control plane's session cookie is never accepted on an endpoint's origin.
 
 Where an endpoint leads (its node, port, status and whether it is public) is kept in process memory for
 `PROXY_ROUTE_CACHE_S` (default 2 s), so a stream of requests to one endpoint costs no database query
@@ -23,24 +25,23 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models.signals import post_delete, post_save
 
-from cleverthis.tenancy.asgi_auth import user_from_scope
 from cleverthis.tenancy.models import Workspace
 from cleverthis.tenancy.permissions import can_view
 from fleet.models import Endpoint, EndpointStatus, Node, NodeStatus
-from fleet.proxy.relay import ProxyRefusal, ProxyTarget, header, register_resolver
+from fleet.proxy import origins
+from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 
 PATH_FORM = re.compile(r"^/endpoints/(?P<slug>[0-9a-f]{12})(?P<rest>/.*)?$")
+UNAUTHENTICATED = (
+    "This endpoint needs an API token (Authorization: Token <key>), or open it from the control plane "
+    "while signed in."
+)
 
 
 def _slug_and_path(scope: dict[str, Any]) -> tuple[str, str] | None:
-    host = header(scope, b"host").split(":", 1)[0].lower()
-    suffix = "." + settings.ENDPOINT_DOMAIN.lower()
-    if host.startswith("endpoint-") and host.endswith(suffix):
-        return host[len("endpoint-") : -len(suffix)], scope["path"]
-    match = PATH_FORM.match(scope["path"])
-    if match:
-        return match["slug"], match["rest"] or "/"
-    return None
+    """(slug, path) of a request made to an endpoint's own origin, else None."""
+    slug = origins.ENDPOINT.ident(origins.request_host(scope))
+    return (slug, scope["path"]) if slug else None
 
 
 @dataclass(frozen=True)
@@ -128,17 +129,21 @@ def _decide(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyR
     route = _cached_route(slug) or _load_route(slug)
     if route is None or route.public:
         return _target(route, scope, path, caller_may_view=False)
-    user = user_from_scope(scope)
+    user = origins.caller_on_origin(scope)
     if not user.is_authenticated:
-        return ProxyRefusal(401, "This endpoint needs an API token (Authorization: Token <key>) or a session.")
+        return ProxyRefusal(401, UNAUTHENTICATED)
     return _target(route, scope, path, caller_may_view=can_view(user, route.workspace))
 
 
 @register_resolver
-async def resolve_endpoint(scope: dict[str, Any]) -> ProxyTarget | ProxyRefusal | None:
-    """Claim requests for endpoint hosts and `/endpoints/<slug>/` paths."""
+async def resolve_endpoint(scope: dict[str, Any]) -> Answer | None:
+    """Claim requests for endpoint origins; send `/endpoints/<slug>/` paths elsewhere to the origin."""
     found = _slug_and_path(scope)
     if found is None:
-        return None
+        match = PATH_FORM.match(scope["path"])
+        if match is None or origins.is_node_origin(scope):
+            return None
+        host = origins.ENDPOINT.host(match["slug"])
+        return await database_sync_to_async(redirect_to_origin)(scope, host, match["rest"] or "/")
     # a cached public route leaves nothing to look up: answer without a thread hop
     return _public_answer_from_cache(scope, *found) or await database_sync_to_async(_decide)(scope, *found)

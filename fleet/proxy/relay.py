@@ -1,11 +1,15 @@
 """HTTP (and WebSocket) proxying to ports on nodes, through the nodes' outbound tunnels.
 
 `TunnelProxyApp` sits in front of Django in the ASGI stack. For requests that a registered resolver
-claims (endpoint hosts `endpoint-<slug>.<ENDPOINT_DOMAIN>`, the path form `/endpoints/<slug>/`, Ray
-dashboards), it authenticates the caller, opens a `TunnelStream` to the target port on the node and
-speaks HTTP/1.1 over it with h11: request bodies stream up under credit, responses stream down as
-they arrive (chunked, SSE and long-lived responses pass through), with body-size and time limits.
+claims (on the node origins of `fleet.proxy.origins`: endpoints, Serve deployments, Ray Dashboards), it
+authenticates the caller, opens a `TunnelStream` to the target port on the node and speaks HTTP/1.1
+over it with h11: request bodies stream up under credit, responses stream down as they arrive
+(chunked, SSE and long-lived responses pass through), with body-size and time limits. The older path
+forms on the control plane's own host are answered with a redirect to the node origin, never proxied.
 Everything else goes to Django untouched.
+
+Credentials of the control plane (Authorization, its cookies, the CSRF header) are never forwarded to
+a node, and no `Set-Cookie` of a node may name a control-plane cookie or reach beyond the node's host.
 """
 
 from __future__ import annotations
@@ -16,15 +20,19 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs
 from uuid import UUID
 
 import h11
+from channels.db import database_sync_to_async
 from django.conf import settings
 from websockets.client import ClientProtocol
 from websockets.frames import Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
+from cleverthis.tenancy.asgi_auth import user_from_scope
+from fleet.proxy import origins
 from fleet.proxy.streams import FIRST_BYTES_MAX, StreamUnavailable, TunnelStream
 from fleet.proxy.write_pressure import WritePressure
 
@@ -47,14 +55,16 @@ HOP_BY_HOP = {
 def upstream_headers(scope: dict[str, Any]) -> list[tuple[bytes, bytes]]:
     """The client's headers minus hop-by-hop ones and the control plane's own credentials.
 
-    The workload on the node must never see the caller's control-plane API token or session cookie
-    (it could act as the user): `Authorization` is dropped and our cookies are cut from `Cookie`.
+    The workload on the node must never see the caller's control-plane API token, cookies or CSRF
+    token (it could act as the user): `Authorization` and the CSRF header are dropped and our cookies
+    (session, CSRF, the node origin's own cookie) are cut from `Cookie`.
     """
-    own_cookies = {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME}
+    own_cookies = origins.protected_cookie_names()
+    dropped = {b"authorization", origins.csrf_header_name()}
     headers = []
     for name, value in scope.get("headers", []):
         lower = name.lower()
-        if lower in HOP_BY_HOP or lower == b"authorization":
+        if lower in HOP_BY_HOP or lower in dropped:
             continue
         if lower == b"cookie":
             kept = [
@@ -87,7 +97,16 @@ class ProxyRefusal:
     message: str
 
 
-Resolver = Callable[[dict[str, Any]], Awaitable[ProxyTarget | ProxyRefusal | None]]
+@dataclass(frozen=True)
+class ProxyRedirect:
+    """A resolver's answer for a path form on the control plane's host: go to the node origin instead."""
+
+    location: str
+    status: int = 307
+
+
+Answer = ProxyTarget | ProxyRefusal | ProxyRedirect
+Resolver = Callable[[dict[str, Any]], Awaitable[Answer | None]]
 _resolvers: list[Resolver] = []
 
 
@@ -97,12 +116,28 @@ def register_resolver(resolver: Resolver) -> Resolver:
     return resolver
 
 
-async def resolve(scope: dict[str, Any]) -> ProxyTarget | ProxyRefusal | None:
+async def resolve(scope: dict[str, Any]) -> Answer | None:
     for resolver in _resolvers:
         answer = await resolver(scope)
         if answer is not None:
             return answer
     return None
+
+
+def redirect_to_origin(scope: dict[str, Any], host: str, path: str) -> ProxyRedirect:
+    """The answer to a path form on the control plane's host: the same path on the node origin `host`.
+
+    A signed-in member's GET goes through a ticket (so the browser arrives signed in there); anything else
+    is sent on as it is (307 keeps method and body; API clients send their token to the origin).
+    Sync: reads the session.
+    """
+    query = scope.get("query_string", b"").decode("latin-1")
+    path = origins.safe_next(path) + (f"?{query}" if query else "")
+    if scope.get("method") in ("GET", "HEAD") and not header(scope, b"authorization"):
+        user = user_from_scope(scope)
+        if user.is_authenticated:
+            return ProxyRedirect(origins.ticket_redirect(scope, user_id=user.pk, host=host, next_path=path), 302)
+    return ProxyRedirect(origins.origin_url(scope, host) + path)
 
 
 def header(scope: dict[str, Any], name: bytes) -> str:
@@ -113,16 +148,13 @@ def header(scope: dict[str, Any], name: bytes) -> str:
     return ""
 
 
-async def plain_response(send: Callable[..., Awaitable[None]], status: int, message: str) -> None:
-    """A short text/plain answer (used for 4xx/5xx produced by the proxy itself)."""
+async def plain_response(
+    send: Callable[..., Awaitable[None]], status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """A short text/plain answer (used for 4xx/5xx and redirects produced by the proxy itself)."""
     body = (message.rstrip("\n") + "\n").encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())],
-        }
-    )
+    head = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -136,17 +168,42 @@ class TunnelProxyApp:
         if scope["type"] not in ("http", "websocket"):
             await self.inner(scope, receive, send)
             return
+        if scope["type"] == "http" and scope["path"] == origins.TICKET_PATH and origins.is_node_origin(scope):
+            await exchange_ticket(scope, send)
+            return
         answer = await resolve(scope)
         if answer is None:
             await self.inner(scope, receive, send)
         elif scope["type"] == "websocket":
             await proxy_websocket(scope, receive, send, answer)
+        elif isinstance(answer, ProxyRedirect):
+            location = [(b"location", answer.location.encode("latin-1"))]
+            await plain_response(send, answer.status, f"See {answer.location}", location)
         elif isinstance(answer, ProxyRefusal):
             await plain_response(send, answer.status, answer.message)
         elif not answer.node_online:
             await plain_response(send, 502, "Bad gateway: the node serving this endpoint is offline.")
         else:
             await proxy_http(scope, receive, send, answer)
+
+
+async def exchange_ticket(scope: dict[str, Any], send: Any) -> None:
+    """`GET <node origin>/__cleverthis/ticket?ticket=…&next=…`: trade a fresh single-use ticket for the
+    origin cookie of this host, then go to `next`; any other request here gets 403."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    host = origins.request_host(scope)
+    user_id = None
+    if scope.get("method") == "GET":
+        user_id = await database_sync_to_async(origins.redeem_ticket)((query.get("ticket") or [""])[0], host=host)
+    if not user_id:
+        await plain_response(send, 403, "This link expired or was used already: open it again from the control plane.")
+        return
+    secure = origins.origin_url(scope, host).startswith("https:")
+    cookie = origins.origin_cookie_header(user_id=user_id, host=host, secure=secure)
+    location = origins.safe_next((query.get("next") or ["/"])[0]).encode("latin-1")
+    await plain_response(
+        send, 302, "Signed in.", [(b"location", location), (b"set-cookie", cookie), (b"cache-control", b"no-store")]
+    )
 
 
 def _upstream_request(scope: dict[str, Any], target: ProxyTarget) -> h11.Request:
@@ -292,7 +349,7 @@ async def _forward_response(
         if isinstance(event, h11.InformationalResponse):
             continue
         if isinstance(event, h11.Response):
-            headers = [(k, v) for k, v in event.headers if k.lower() not in HOP_BY_HOP - {b"content-length"}]
+            headers = _downstream_headers(event.headers)
             await send({"type": "http.response.start", "status": event.status_code, "headers": headers})
             started = state.started = True
             pressure.start()
@@ -307,16 +364,35 @@ async def _forward_response(
             return started
 
 
-async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any, answer: ProxyTarget | ProxyRefusal) -> None:
+def _downstream_headers(headers: Any) -> list[tuple[bytes, bytes]]:
+    """The node's response headers the client may see: no hop-by-hop ones, no control-plane cookies."""
+    out = []
+    for name, value in headers:
+        lower = name.lower()
+        if lower in HOP_BY_HOP - {b"content-length"}:
+            continue
+        if lower == b"set-cookie":
+            value = origins.node_set_cookie(bytes(value))
+            if value is None:
+                continue
+        out.append((name, bytes(value)))
+    return out
+
+
+async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any, answer: Answer) -> None:
     """Pass a WebSocket through: handshake upstream over a tunnel stream, then relay messages both ways.
 
-    Refusals and unreachable targets close the client's handshake (HTTP 403 from the ASGI server).
+    Refusals, redirects (path forms), upgrades a browser made from another origin and unreachable targets
+    close the client's handshake (HTTP 403 from the ASGI server).
     """
     first = await receive()
     if first["type"] != "websocket.connect":
         return
-    if isinstance(answer, ProxyRefusal) or not answer.node_online:
-        await send({"type": "websocket.close", "code": 4403 if isinstance(answer, ProxyRefusal) else 1011})
+    if not isinstance(answer, ProxyTarget) or not origins.websocket_origin_allowed(scope):
+        await send({"type": "websocket.close", "code": 4403})
+        return
+    if not answer.node_online:
+        await send({"type": "websocket.close", "code": 1011})
         return
     try:
         stream = await TunnelStream.open(node_id=answer.node_id, port=answer.port, grace_s=settings.PROXY_DIAL_GRACE_S)

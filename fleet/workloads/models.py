@@ -10,6 +10,8 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from fleet.proxy import origins
+
 __all__ = ["Container", "ContainerStatus", "Endpoint", "EndpointStatus", "NodeModel"]
 
 
@@ -159,10 +161,10 @@ class Endpoint(models.Model):
 
     @property
     def hostname(self) -> str:
-        """`endpoint-<slug>.<ENDPOINT_DOMAIN>`."""
-        return f"endpoint-{self.slug}.{settings.ENDPOINT_DOMAIN}"
+        """`endpoint-<slug>.<ENDPOINT_DOMAIN>`: the endpoint's own origin."""
+        return origins.ENDPOINT.host(self.slug)
 
     @property
     def url(self) -> str:
         """The public URL the control plane's proxy serves this endpoint on."""
-        return f"https://{self.hostname}"
+        return origins.public_url(self.hostname)

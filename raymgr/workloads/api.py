@@ -132,7 +132,8 @@ class TuneExperimentSerializer(serializers.ModelSerializer):
 
 
 class ServeDeploymentSerializer(serializers.ModelSerializer):
-    """A Serve deployment as read; `proxy_url` reaches it through the control plane, `endpoint_url` on the node."""
+    """A Serve deployment as read; `proxy_url` reaches it through the tunnel proxy on its own origin,
+    `endpoint_url` on the node."""
 
     proxy_url = serializers.SerializerMethodField()
 
@@ -142,8 +143,7 @@ class ServeDeploymentSerializer(serializers.ModelSerializer):
         read_only_fields = [f.name for f in ServeDeployment._meta.fields]
 
     def get_proxy_url(self, obj: ServeDeployment) -> str:
-        request = self.context.get("request")
-        return request.build_absolute_uri(obj.proxy_path) if request is not None else obj.proxy_path
+        return obj.url
 
 
 class _WorkloadViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):

@@ -13,6 +13,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 
 from cleverthis.tenancy.models import Workspace
+from fleet.proxy import origins
 
 NAME_VALIDATOR = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "Use lower-case letters, digits and hyphens (a DNS label)."
@@ -171,8 +172,13 @@ class ServeDeployment(_Workload):
 
     @property
     def proxy_path(self) -> str:
-        """The endpoint through the control plane (tunnel proxy, token or member session)."""
+        """The control plane's path for the endpoint: it redirects to the deployment's own origin."""
         return f"/ray/serving/{self.pk}/endpoint/"
+
+    @property
+    def url(self) -> str:
+        """The endpoint through the tunnel proxy, on its own origin `serve-<id>.<ENDPOINT_DOMAIN>`."""
+        return origins.public_url(origins.SERVE.host(self.pk))
 
     @property
     def app_name(self) -> str:

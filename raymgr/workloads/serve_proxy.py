@@ -1,7 +1,10 @@
-"""Route `/ray/serving/<id>/endpoint/…` to the deployment's Serve HTTP port on the head, through the tunnel.
+"""Route a Serve deployment's HTTP endpoint to its port on the head, through the tunnel, on an origin of
+its own: `serve-<deployment id>.<ENDPOINT_DOMAIN>`.
 
 Like fleet endpoints, a Serve deployment answers an API token (``Authorization: Token <key>``) or the
-session of a member of its workspace. The path after ``endpoint`` is appended to the route prefix.
+origin cookie a signed-in member of its workspace gets through a ticket (`fleet.proxy.origins`); the
+request's path is appended to the route prefix. The older path `/ray/serving/<id>/endpoint/…` on the
+control plane's host redirects to that origin and is never proxied.
 """
 
 from __future__ import annotations
@@ -11,21 +14,23 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from cleverthis.tenancy.asgi_auth import user_from_scope
 from cleverthis.tenancy.permissions import can_view
 from fleet.models import NodeStatus
-from fleet.proxy.relay import ProxyRefusal, ProxyTarget, register_resolver
+from fleet.proxy import origins
+from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from raymgr.workloads.models import ServeDeployment, ServeStatus
 
 SERVE_PATH = re.compile(r"^/ray/serving/(?P<id>[0-9a-f-]{36})/endpoint(?P<rest>/.*)?$")
 ANSWERING = (ServeStatus.RUNNING, ServeStatus.DEGRADED)
 
 
-def decide(scope: dict[str, Any], deployment_id: str, rest: str) -> ProxyTarget | ProxyRefusal:
-    """Where a request for a deployment's endpoint goes, or why it is refused (sync: ORM)."""
-    user = user_from_scope(scope)
+def decide(scope: dict[str, Any], deployment_id: str) -> ProxyTarget | ProxyRefusal:
+    """Where a request on a deployment's origin goes, or why it is refused (sync: ORM)."""
+    user = origins.caller_on_origin(scope)
     if not user.is_authenticated:
-        return ProxyRefusal(401, "This endpoint needs an API token (Authorization: Token <key>) or a session.")
+        return ProxyRefusal(
+            401, "This endpoint needs an API token (Authorization: Token <key>), or open it from the control plane."
+        )
     deployment = (
         ServeDeployment.objects.select_related("workspace", "ray_cluster__head_node").filter(pk=deployment_id).first()
     )
@@ -36,7 +41,7 @@ def decide(scope: dict[str, Any], deployment_id: str, rest: str) -> ProxyTarget 
         return ProxyRefusal(503, f"The deployment is {deployment.status}, not serving.")
     port = (deployment.last_status or {}).get("http_port") or deployment.http_port
     query = scope.get("query_string", b"").decode("latin-1")
-    path = deployment.route_prefix.rstrip("/") + rest
+    path = deployment.route_prefix.rstrip("/") + scope["path"]
     return ProxyTarget(
         node_id=head.pk,
         port=int(port),
@@ -46,9 +51,13 @@ def decide(scope: dict[str, Any], deployment_id: str, rest: str) -> ProxyTarget 
 
 
 @register_resolver
-async def resolve_serve(scope: dict[str, Any]) -> ProxyTarget | ProxyRefusal | None:
-    """Claim Serve endpoint paths."""
+async def resolve_serve(scope: dict[str, Any]) -> Answer | None:
+    """Claim Serve deployment origins, and the control plane's Serve paths (to redirect them)."""
+    deployment_id = origins.SERVE.ident(origins.request_host(scope))
+    if deployment_id is not None:
+        return await database_sync_to_async(decide)(scope, deployment_id)
     match = SERVE_PATH.match(scope["path"])
-    if match is None:
+    if match is None or origins.is_node_origin(scope):
         return None
-    return await database_sync_to_async(decide)(scope, match["id"], match["rest"] or "/")
+    host = origins.SERVE.host(match["id"])
+    return await database_sync_to_async(redirect_to_origin)(scope, host, match["rest"] or "/")

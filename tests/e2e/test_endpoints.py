@@ -14,6 +14,7 @@ import time
 
 import pytest
 import requests
+from django.conf import settings
 from rest_framework.authtoken.models import Token
 
 from fleet import services
@@ -50,17 +51,24 @@ def test_endpoint_answers_through_the_tunnel(control_plane, running_endpoint):
     endpoint, user, _ = running_endpoint
     assert endpoint.url == f"https://endpoint-{endpoint.slug}.endpoints.localhost"
     token = Token.objects.create(user=user)
-    auth = {"Authorization": f"Token {token.key}"}
-    base = f"{control_plane.url}/endpoints/{endpoint.slug}"
+    # on the endpoint's own origin (its host name; daphne answers every name on this address)
+    auth = {"Authorization": f"Token {token.key}", "Host": endpoint.hostname}
+    base = control_plane.url
 
     models = requests.get(f"{base}/v1/models", headers=auth, timeout=30)
     assert models.status_code == 200, models.text
     assert models.json()["data"][0]["id"] == "acme/tiny"
 
-    # host-based routing reaches the same endpoint
-    by_host = requests.get(f"{control_plane.url}/v1/models", headers={**auth, "Host": endpoint.hostname}, timeout=30)
-    assert by_host.status_code == 200
-    assert by_host.json()["data"][0]["id"] == "acme/tiny"
+    # the path form on the control plane's own host is never proxied: it redirects to the origin
+    path_form = requests.get(
+        f"{control_plane.url}/endpoints/{endpoint.slug}/v1/models?a=1",
+        headers=auth | {"Host": "127.0.0.1"},
+        allow_redirects=False,
+        timeout=30,
+    )
+    assert path_form.status_code == 307
+    assert path_form.headers["location"] == f"http://{endpoint.hostname}/v1/models?a=1"
+    assert "acme/tiny" not in path_form.text
 
     # streaming chat completion arrives as server-sent events
     with requests.post(
@@ -80,18 +88,23 @@ def test_endpoint_answers_through_the_tunnel(control_plane, running_endpoint):
 
 def test_endpoint_refuses_anonymous_and_unknown(control_plane, running_endpoint):
     endpoint, _, _ = running_endpoint
-    anonymous = requests.get(f"{control_plane.url}/endpoints/{endpoint.slug}/v1/models", timeout=30)
+    url = f"{control_plane.url}/v1/models"
+    on_origin = {"Host": endpoint.hostname}
+    anonymous = requests.get(url, headers=on_origin, timeout=30)
     assert anonymous.status_code == 401
     assert "API token" in anonymous.text
-    unknown = requests.get(f"{control_plane.url}/endpoints/000000000000/v1/models", timeout=30)
+    unknown = requests.get(url, headers={"Host": f"endpoint-000000000000.{settings.ENDPOINT_DOMAIN}"}, timeout=30)
     assert unknown.status_code == 404
     # made public by another process: daphne sees it once its cached route expires (PROXY_ROUTE_CACHE_S)
     Endpoint.objects.filter(pk=endpoint.pk).update(public=True)
-    url = f"{control_plane.url}/endpoints/{endpoint.slug}/v1/models"
-    wait_until(lambda: requests.get(url, timeout=30).status_code == 200, timeout=10, interval=0.5, what="public")
+
+    def status() -> int:
+        return requests.get(url, headers=on_origin, timeout=30).status_code
+
+    wait_until(lambda: status() == 200, timeout=10, interval=0.5, what="public")
     # and private again: anonymous callers are refused again within the same bound
     Endpoint.objects.filter(pk=endpoint.pk).update(public=False)
-    wait_until(lambda: requests.get(url, timeout=30).status_code == 401, timeout=10, interval=0.5, what="private")
+    wait_until(lambda: status() == 401, timeout=10, interval=0.5, what="private")
 
 
 def test_proxy_waits_for_a_reconnecting_agent_instead_of_failing(control_plane, running_endpoint, tmp_path):
@@ -104,8 +117,8 @@ def test_proxy_waits_for_a_reconnecting_agent_instead_of_failing(control_plane, 
     try:
         started = time.monotonic()
         response = requests.get(
-            f"{control_plane.url}/endpoints/{endpoint.slug}/v1/models",
-            headers={"Authorization": f"Token {token.key}"},
+            f"{control_plane.url}/v1/models",
+            headers={"Authorization": f"Token {token.key}", "Host": endpoint.hostname},
             timeout=60,
         )
         assert response.status_code == 200, response.text
@@ -120,8 +133,8 @@ def test_request_body_over_the_limit_is_413(control_plane, running_endpoint):
     endpoint, user, _ = running_endpoint
     token = Token.objects.create(user=user)
     response = requests.post(
-        f"{control_plane.url}/endpoints/{endpoint.slug}/v1/chat/completions",
-        headers={"Authorization": f"Token {token.key}", "Content-Type": "application/json"},
+        f"{control_plane.url}/v1/chat/completions",
+        headers={"Authorization": f"Token {token.key}", "Content-Type": "application/json", "Host": endpoint.hostname},
         data=b"x" * (9 * 1024 * 1024),
         timeout=60,
     )

@@ -254,7 +254,8 @@ def test_a_client_that_stops_reading_stops_the_node_instead_of_filling_the_contr
     client = socket.socket()
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
     client.connect(("127.0.0.1", control_plane.ports[0]))
-    client.sendall(f"GET /endpoints/{endpoint.slug}/huge HTTP/1.1\r\nHost: cp\r\nConnection: close\r\n\r\n".encode())
+    request = f"GET /huge HTTP/1.1\r\nHost: {endpoint.hostname}\r\nConnection: close\r\n\r\n"
+    client.sendall(request.encode())
     head = client.recv(4096)
     assert head.startswith(b"HTTP/1.1 200"), head
     time.sleep(3)  # the client reads nothing meanwhile

@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -19,9 +20,11 @@ from django.test import Client
 
 from agent.ray.runtime import free_port
 from fleet.models import Node
+from fleet.proxy import origins
 from raymgr import services as ray_services
 from raymgr.models import RayCluster, RayNode
 from raymgr.tasks import autoscale
+from tests.support.origin_client import redeem_ticket_redirect
 from tests.support.processes import REPO_ROOT, VENV_BIN, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -79,17 +82,33 @@ def test_ray_cluster_scales_up_for_work_then_down_and_stops_starts_deletes(
     browser = Client()
     browser.force_login(user)
     cookie = {django_settings.SESSION_COOKIE_NAME: browser.cookies[django_settings.SESSION_COOKIE_NAME].value}
-    dashboard = f"{control_plane.url}/ray/clusters/{ray.pk}/dashboard"
+    # The control plane's dashboard link checks the session and sends the browser, with a single-use
+    # ticket, to the dashboard's own origin; the session cookie never goes there.
+    opened = requests.get(
+        f"{control_plane.url}/ray/clusters/{ray.pk}/dashboard/api/version",
+        cookies=cookie,
+        allow_redirects=False,
+        timeout=30,
+    )
+    assert opened.status_code == 302, opened.text
+    assert opened.headers["location"].startswith(f"http://{origins.DASHBOARD.host(ray.pk)}:")
+    on_origin = redeem_ticket_redirect(control_plane.url, opened.headers["location"])
     answers: list[requests.Response] = []
 
     def dashboard_answers() -> bool:  # the dashboard comes up a few seconds after the head
-        answers.append(requests.get(f"{dashboard}/api/version", cookies=cookie, timeout=60))
+        answers.append(requests.get(f"{control_plane.url}/api/version", headers=on_origin, timeout=60))
         return answers[-1].status_code == 200
 
     wait_until(dashboard_answers, timeout=60, interval=1, what="the Ray Dashboard through the proxy")
     version = answers[-1]
     assert version.json()["ray_version"] == "2.60.0"
-    assert requests.get(f"{dashboard}/api/version", timeout=30).status_code == 401
+    anonymous = {"Host": on_origin["Host"]}
+    assert requests.get(f"{control_plane.url}/api/version", headers=anonymous, timeout=30).status_code == 401
+    with_session = requests.get(f"{control_plane.url}/api/version", headers=anonymous, cookies=cookie, timeout=30)
+    assert with_session.status_code == 401  # the control plane's session is no key to the dashboard's origin
+    ticket = urlsplit(opened.headers["location"])
+    again = requests.get(f"{control_plane.url}{ticket.path}?{ticket.query}", headers=anonymous, timeout=30)
+    assert again.status_code == 403  # a ticket lets one browser in, once
 
     # Work that exceeds the head's capacity → the autoscaler adds a worker on the other node.
     cpus = str(float(head_node.cpu_count))

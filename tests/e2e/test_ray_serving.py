@@ -14,6 +14,7 @@ from rest_framework.authtoken.models import Token
 
 from agent.ray.runtime import free_port
 from fleet.models import Node
+from fleet.proxy import origins
 from raymgr import services as ray_services
 from raymgr.models import RayCluster
 from raymgr.workloads import services
@@ -90,13 +91,20 @@ def test_train_then_serve_answers_through_the_tunnel(
     assert deployment.status == ServeStatus.RUNNING, deployment.failure_reason
 
     token = Token.objects.create(user=user)
-    url = control_plane.url + deployment.proxy_path
+    # on the deployment's own origin; its control-plane path only redirects there
+    origin = {"Host": origins.SERVE.host(deployment.pk)}
+    url = control_plane.url + "/"
+    moved = requests.post(control_plane.url + deployment.proxy_path, json={}, allow_redirects=False, timeout=30)
+    assert (moved.status_code, moved.headers["location"]) == (
+        307,
+        f"http://{origins.SERVE.host(deployment.pk)}:{control_plane.ports[0]}/",
+    )
     answers: list[requests.Response] = []
 
     def answered() -> bool:  # the agent learns the Serve port with the next inventory report
         answers.append(
             requests.post(
-                url, json={"prompt": "hi tunnel"}, headers={"Authorization": f"Token {token.key}"}, timeout=60
+                url, json={"prompt": "hi tunnel"}, headers={"Authorization": f"Token {token.key}", **origin}, timeout=60
             )
         )
         return answers[-1].status_code == 200
@@ -112,11 +120,11 @@ def test_train_then_serve_answers_through_the_tunnel(
         json={"prompt": "hi tunnel"},
         stream=True,
         timeout=60,
-        headers={"Authorization": f"Token {token.key}", "Accept": "text/event-stream"},
+        headers={"Authorization": f"Token {token.key}", "Accept": "text/event-stream", **origin},
     ) as stream:
         assert stream.headers["content-type"].startswith("text/event-stream"), (stream.status_code, stream.text)
         events = [line[6:].decode() for line in stream.iter_lines() if line.startswith(b"data: ")]
     assert events[:2] == ['{"token": "hi"}', '{"token": "tunnel"}'], events
     assert events[-1] == "[DONE]"
 
-    assert requests.post(url, json={}, timeout=30).status_code == 401
+    assert requests.post(url, json={}, headers=origin, timeout=30).status_code == 401

@@ -196,6 +196,7 @@ def test_viewer_cannot_create_and_strangers_get_404(owner, workspace, other_work
 def test_serve_proxy_resolver_decisions(owner, workspace, running, other_workspace, member_of):
     from rest_framework.authtoken.models import Token
 
+    from fleet.proxy import origins
     from fleet.proxy.relay import ProxyRefusal, ProxyTarget
     from raymgr.workloads.serve_proxy import SERVE_PATH, decide
 
@@ -205,19 +206,19 @@ def test_serve_proxy_resolver_decisions(owner, workspace, running, other_workspa
     match = SERVE_PATH.match(f"{deployment.proxy_path}v1/chat")
     assert (match["id"], match["rest"]) == (str(deployment.pk), "/v1/chat")
 
-    def scope(user=None, query=b""):
-        headers = []
+    def scope(user=None, query=b"", path="/"):
+        headers = [(b"host", origins.SERVE.host(deployment.pk).encode())]
         if user is not None:
             headers.append((b"authorization", f"Token {Token.objects.get_or_create(user=user)[0].key}".encode()))
-        return {"type": "http", "path": "/", "headers": headers, "query_string": query}
+        return {"type": "http", "path": path, "headers": headers, "query_string": query}
 
-    refused = decide(scope(), str(deployment.pk), "/")
+    refused = decide(scope(), str(deployment.pk))
     assert isinstance(refused, ProxyRefusal)
     assert refused.status == 401
-    assert decide(scope(owner), str(deployment.pk), "/").status == 503  # still deploying
+    assert decide(scope(owner), str(deployment.pk)).status == 503  # still deploying
     ServeDeployment.objects.filter(pk=deployment.pk).update(status="running", last_status={"http_port": 8124})
-    target = decide(scope(member_of(workspace, "viewer"), b"a=1"), str(deployment.pk), "/v1/chat")
+    target = decide(scope(member_of(workspace, "viewer"), b"a=1", "/v1/chat"), str(deployment.pk))
     assert isinstance(target, ProxyTarget)
     assert (target.node_id, target.port, target.path) == (running.head_node_id, 8124, "/svc/v1/chat?a=1")
     stranger = other_workspace.memberships.get(role="owner").user
-    assert decide(scope(stranger), str(deployment.pk), "/").status == 404
+    assert decide(scope(stranger), str(deployment.pk)).status == 404

@@ -8,7 +8,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from fleet.models import Endpoint, NodeStatus
-from fleet.proxy import endpoint_routes
+from fleet.proxy import endpoint_routes, origins
 from fleet.proxy.relay import ProxyRefusal, ProxyTarget
 from fleet.workloads.models import EndpointStatus
 
@@ -30,10 +30,11 @@ def endpoint(cluster, node) -> Endpoint:
 
 
 def scope(slug: str, token: str = "") -> dict:
-    headers = [(b"host", b"cp.test")]
+    """A request on the endpoint's own origin."""
+    headers = [(b"host", f"{origins.ENDPOINT.host(slug)}:8000".encode())]
     if token:
         headers.append((b"authorization", f"Token {token}".encode()))
-    return {"type": "http", "path": f"/endpoints/{slug}/v1/models", "query_string": b"a=1", "headers": headers}
+    return {"type": "http", "path": "/v1/models", "query_string": b"a=1", "headers": headers}
 
 
 def decide(request_scope: dict):
@@ -112,4 +113,4 @@ def test_unknown_slugs_are_not_cached(db):
 
 
 def endpoint_proxy_message() -> str:
-    return "This endpoint needs an API token (Authorization: Token <key>) or a session."
+    return endpoint_routes.UNAUTHENTICATED

@@ -1,0 +1,232 @@
+"""Origins of their own for everything nodes serve, and how a member's browser gets in.
+
+What a node serves (an inference endpoint, a Ray Serve deployment, a Ray Dashboard) is proxied only on a
+hostname of its own, never on the control plane's:
+
+- `endpoint-<slug>.<ENDPOINT_DOMAIN>` for endpoints,
+- `serve-<deployment id>.<ENDPOINT_DOMAIN>` for Serve deployments,
+- `ray-<cluster id>.<RAY_DASHBOARD_DOMAIN>` for Ray Dashboards,
+
+so a workload's script runs on an origin that holds none of the control plane's cookies and cannot act
+with a visitor's session. `*.localhost` names work in browsers without DNS for local use.
+
+On those origins the control plane's session cookie is never used. Callers present an API token, or
+a browser presents the origin cookie: a member who is signed in on the control plane follows a link
+there, the control plane mints a short-lived single-use signed ticket for that one host and redirects
+to `<origin>/__cleverthis/ticket?ticket=…&next=…`, and the proxy redeems it for a host-only cookie
+(`ORIGIN_COOKIE`) naming the user and the host, checked again (signature, host, age, membership) on
+every request. Neither the ticket nor the cookie can be used on another host.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import uuid
+from dataclasses import dataclass
+from http.cookies import SimpleCookie
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AnonymousUser
+from django.core import signing
+from django.core.cache import cache
+
+TICKET_PATH = "/__cleverthis/ticket"
+ORIGIN_COOKIE = "cleverthis_origin"
+_TICKET_SALT = "cleverthis.proxy.origin-ticket"
+_COOKIE_SALT = "cleverthis.proxy.origin-cookie"
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+
+@dataclass(frozen=True)
+class OriginKind:
+    """One family of node origins: `<prefix>-<id>.<domain>`."""
+
+    prefix: str
+    id_pattern: str
+    domain_setting: str
+
+    @property
+    def domain(self) -> str:
+        return str(getattr(settings, self.domain_setting)).lower().strip(".")
+
+    def host(self, ident: Any) -> str:
+        """The hostname (no port) of the origin of `ident`."""
+        return f"{self.prefix}-{ident}.{self.domain}"
+
+    def ident(self, host: str) -> str | None:
+        """The id in `host` when it is an origin of this kind, else None."""
+        match = re.fullmatch(rf"{self.prefix}-({self.id_pattern})\.{re.escape(self.domain)}", host)
+        return match.group(1) if match else None
+
+
+ENDPOINT = OriginKind("endpoint", r"[0-9a-f]{12}", "ENDPOINT_DOMAIN")
+SERVE = OriginKind("serve", _UUID, "ENDPOINT_DOMAIN")
+DASHBOARD = OriginKind("ray", _UUID, "RAY_DASHBOARD_DOMAIN")
+KINDS = (ENDPOINT, SERVE, DASHBOARD)
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin-1")
+    return ""
+
+
+def request_host(scope: dict[str, Any]) -> str:
+    """The request's Host without its port, lower-case."""
+    host = _header(scope, b"host").strip().lower()
+    if host.startswith("["):  # an IPv6 literal
+        return host.split("]", 1)[0] + "]"
+    return host.rsplit(":", 1)[0] if ":" in host else host
+
+
+def is_node_origin(scope: dict[str, Any]) -> bool:
+    """Whether the request was made to an origin of node content (any kind)."""
+    host = request_host(scope)
+    return any(kind.ident(host) for kind in KINDS)
+
+
+def origin_url(scope: dict[str, Any], host: str) -> str:
+    """`scheme://host[:port]` for `host`, reached the way this request reached the control plane."""
+    scheme = settings.NODE_ORIGIN_SCHEME or ("https" if scope.get("scheme") in ("https", "wss") else "http")
+    raw = _header(scope, b"host").strip()
+    port = raw.rsplit(":", 1)[1] if ":" in raw and not raw.endswith("]") else ""
+    return f"{scheme}://{host}" + (f":{port}" if port.isdigit() else "")
+
+
+def public_url(host: str) -> str:
+    """The URL shown for a node origin: NODE_ORIGIN_SCHEME (https unless set) and NODE_ORIGIN_PORT."""
+    scheme = settings.NODE_ORIGIN_SCHEME or "https"
+    port = settings.NODE_ORIGIN_PORT
+    return f"{scheme}://{host}" + (f":{port}" if port else "")
+
+
+def safe_next(path: str) -> str:
+    """`path` if it is a path on the same host (no scheme, no host, no `//`), else "/"."""
+    if not path.startswith("/") or path.startswith("//") or "\\" in path:
+        return "/"
+    parts = urlsplit(path)
+    if parts.scheme or parts.netloc:
+        return "/"
+    return path
+
+
+# ---- tickets: minted on the control plane, redeemed once on the node origin
+
+
+def ticket_for(*, user_id: Any, host: str) -> str:
+    """A signed ticket letting `user_id` into `host` once, within ORIGIN_TICKET_MAX_AGE_S."""
+    return signing.dumps({"u": str(user_id), "h": host, "n": secrets.token_urlsafe(16)}, salt=_TICKET_SALT)
+
+
+def ticket_redirect(scope: dict[str, Any], *, user_id: Any, host: str, next_path: str) -> str:
+    """Where to send a signed-in member so that `host` lets them in and shows `next_path`."""
+    ticket = ticket_for(user_id=user_id, host=host)
+    return f"{origin_url(scope, host)}{TICKET_PATH}?ticket={quote(ticket)}&next={quote(safe_next(next_path))}"
+
+
+def redeem_ticket(ticket: str, *, host: str) -> str | None:
+    """The user id a valid, fresh, unused ticket for `host` names; None otherwise (it is used up now)."""
+    try:
+        data = signing.loads(ticket, salt=_TICKET_SALT, max_age=settings.ORIGIN_TICKET_MAX_AGE_S)
+    except signing.BadSignature:
+        return None
+    if not isinstance(data, dict) or data.get("h") != host or not data.get("n"):
+        return None
+    # single use: the first redemption claims the nonce; the key outlives the ticket's validity
+    if not cache.add(f"origin-ticket:{data['n']}", 1, timeout=settings.ORIGIN_TICKET_MAX_AGE_S + 5):
+        return None
+    return str(data.get("u", ""))
+
+
+def origin_cookie_header(*, user_id: str, host: str, secure: bool) -> bytes:
+    """The `Set-Cookie` value of the origin cookie: host-only (no Domain), HttpOnly, SameSite=Lax."""
+    value = signing.dumps({"u": user_id, "h": host}, salt=_COOKIE_SALT)
+    attributes = f"; Path=/; Max-Age={settings.ORIGIN_SESSION_MAX_AGE_S}; HttpOnly; SameSite=Lax"
+    return f"{ORIGIN_COOKIE}={value}{attributes}{'; Secure' if secure else ''}".encode("latin-1")
+
+
+def user_from_origin_cookie(scope: dict[str, Any]) -> Any:
+    """The user the origin cookie of this request's host names, or AnonymousUser (sync: reads the DB)."""
+    cookie = SimpleCookie()
+    try:
+        cookie.load(_header(scope, b"cookie"))
+    except Exception:
+        return AnonymousUser()
+    morsel = cookie.get(ORIGIN_COOKIE)
+    if morsel is None:
+        return AnonymousUser()
+    try:
+        data = signing.loads(morsel.value, salt=_COOKIE_SALT, max_age=settings.ORIGIN_SESSION_MAX_AGE_S)
+    except signing.BadSignature:
+        return AnonymousUser()
+    if not isinstance(data, dict) or data.get("h") != request_host(scope):
+        return AnonymousUser()
+    user = get_user_model().objects.filter(pk=data.get("u"), is_active=True).first()
+    return user or AnonymousUser()
+
+
+def user_from_token(scope: dict[str, Any]) -> Any:
+    """The user of an `Authorization: Token <key>` (or Bearer) header, or AnonymousUser (sync)."""
+    scheme, _, key = _header(scope, b"authorization").partition(" ")
+    if scheme.lower() not in ("token", "bearer") or not key.strip():
+        return AnonymousUser()
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.select_related("user").filter(key=key.strip()).first()
+    return token.user if token is not None and token.user.is_active else AnonymousUser()
+
+
+def caller_on_origin(scope: dict[str, Any], *, tokens: bool = True) -> Any:
+    """Who calls a node origin: an API token (when `tokens`), else the origin cookie; never a session."""
+    if _header(scope, b"authorization"):
+        return user_from_token(scope) if tokens else AnonymousUser()
+    return user_from_origin_cookie(scope)
+
+
+def parse_uuid(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+# ---- what the proxy never lets through
+
+
+def protected_cookie_names() -> frozenset[str]:
+    """Cookies that belong to the control plane: never forwarded to a node, never set by one."""
+    return frozenset(
+        {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME, settings.LANGUAGE_COOKIE_NAME, ORIGIN_COOKIE}
+    )
+
+
+def csrf_header_name() -> bytes:
+    """The request header carrying Django's CSRF token (`X-CSRFToken` by default), lower-case."""
+    name = settings.CSRF_HEADER_NAME.removeprefix("HTTP_").replace("_", "-").lower()
+    return name.encode("latin-1")
+
+
+def node_set_cookie(value: bytes) -> bytes | None:
+    """A node's `Set-Cookie` as the browser may see it: None for a control-plane cookie's name; any
+    `Domain` attribute removed, so the cookie stays host-only on the node's own origin."""
+    text = value.decode("latin-1")
+    name_value, _, attributes = text.partition(";")
+    name = name_value.split("=", 1)[0].strip()
+    if not name or name in protected_cookie_names():
+        return None
+    kept = [a for a in attributes.split(";") if a.strip() and not a.strip().lower().startswith("domain")]
+    return ";".join([name_value, *kept]).encode("latin-1")
+
+
+def websocket_origin_allowed(scope: dict[str, Any]) -> bool:
+    """A browser's WebSocket upgrade must come from the same node origin (no Origin: not a browser)."""
+    origin = _header(scope, b"origin").strip().lower()
+    if not origin:
+        return True
+    host = urlsplit(origin).hostname or ""
+    return host == request_host(scope)

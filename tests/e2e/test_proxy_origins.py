@@ -1,0 +1,167 @@
+"""Node content on origins of its own, through real daphne, a real agent and a real server on the node.
+
+The server on the node plays a hostile workload: it tries to set the control plane's cookies and a
+cookie for the parent domain, and echoes every request header it receives, so the test sees exactly
+what reached the node.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+import requests
+from django.test import Client
+from rest_framework.authtoken.models import Token
+
+from fleet.models import Endpoint
+from fleet.proxy import origins
+from tests.e2e.conftest import node_of, wait_status
+from tests.support.origin_client import redeem_ticket_redirect
+from tests.support.processes import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+class HostileWorkload(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = json.dumps({k.lower(): v for k, v in self.headers.items()}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Set-Cookie", "sessionid=planted; Path=/")
+        self.send_header("Set-Cookie", "csrftoken=planted; Path=/; Domain=localhost")
+        self.send_header("Set-Cookie", "pref=dark; Path=/; Domain=endpoints.localhost")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def hostile_endpoint(control_plane, cluster, operator, agents):
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), HostileWorkload)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    user, _ = operator
+    _proc, state, _env = agents(control_plane, cluster, user, "n", extra_env={"CLEVERTHIS_PROXY_PORTS": str(port)})
+    node = node_of(state)
+    wait_status(node, "online")
+    endpoint = Endpoint.objects.create(cluster=cluster, node=node, model_id="t/m", status="running", port=port)
+    yield endpoint, user
+    server.shutdown()
+    server.server_close()
+
+
+def test_node_content_is_served_only_on_its_own_origin(control_plane, hostile_endpoint):
+    endpoint, user = hostile_endpoint
+    token = Token.objects.create(user=user).key
+    browser = Client()
+    browser.force_login(user)
+    session = browser.cookies["sessionid"].value
+
+    # the control plane's own host: a redirect, and none of the node's body
+    path_form = requests.get(
+        f"{control_plane.url}/endpoints/{endpoint.slug}/echo",
+        headers={"Authorization": f"Token {token}"},
+        allow_redirects=False,
+        timeout=30,
+    )
+    assert path_form.status_code == 307
+    assert path_form.headers["location"] == f"http://{endpoint.hostname}:{control_plane.ports[0]}/echo"
+    assert "set-cookie" not in path_form.headers
+    assert "user-agent" not in path_form.text
+
+    # on the endpoint's origin, with every control-plane credential a browser or client might carry
+    echoed = requests.get(
+        f"{control_plane.url}/echo",
+        headers={
+            "Host": endpoint.hostname,
+            "Authorization": f"Token {token}",
+            "X-CSRFToken": "the-callers-csrf-token",
+            "Cookie": f"sessionid={session}; csrftoken=the-callers-csrf; app=1",
+        },
+        timeout=30,
+    )
+    assert echoed.status_code == 200, echoed.text
+    seen = echoed.json()
+    assert "authorization" not in seen
+    assert "x-csrftoken" not in seen
+    assert seen["cookie"] == "app=1"
+    set_cookies = echoed.raw.headers.getlist("Set-Cookie")
+    assert set_cookies == ["pref=dark; Path=/"]  # no control-plane cookie, none beyond the endpoint's host
+
+
+def test_a_signed_in_member_reaches_a_private_endpoint_through_a_ticket(control_plane, hostile_endpoint):
+    endpoint, user = hostile_endpoint
+    browser = Client()
+    browser.force_login(user)
+    session = {"sessionid": browser.cookies["sessionid"].value}
+    opened = requests.get(
+        f"{control_plane.url}/endpoints/{endpoint.slug}/echo?x=1", cookies=session, allow_redirects=False, timeout=30
+    )
+    assert opened.status_code == 302
+    assert opened.headers["location"].startswith(f"http://{endpoint.hostname}:{control_plane.ports[0]}/__cleverthis/")
+    signed_in = redeem_ticket_redirect(control_plane.url, opened.headers["location"])
+    echoed = requests.get(f"{control_plane.url}/echo?x=1", headers=signed_in, timeout=30)
+    assert echoed.status_code == 200
+    assert "cookie" not in echoed.json()  # the origin cookie itself is not forwarded either
+    # the same cookie is no key on another node origin
+    elsewhere = {**signed_in, "Host": origins.ENDPOINT.host("0" * 12)}
+    assert requests.get(f"{control_plane.url}/echo", headers=elsewhere, timeout=30).status_code == 404
+
+
+def test_websocket_upgrades_from_a_foreign_origin_are_refused(control_plane, cluster, operator, agents):
+    """Browsers send ambient credentials (the origin cookie) with WebSocket upgrades from any page."""
+    import asyncio
+    import socket
+
+    import websockets
+
+    port = free_port()
+    ready, loop = threading.Event(), asyncio.new_event_loop()
+    stop = loop.create_future()
+
+    async def serve() -> None:
+        async with websockets.serve(lambda connection: connection.wait_closed(), "127.0.0.1", port):
+            ready.set()
+            await stop
+
+    thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        user, _ = operator
+        _proc, state, _env = agents(control_plane, cluster, user, "w", extra_env={"CLEVERTHIS_PROXY_PORTS": str(port)})
+        node = node_of(state)
+        wait_status(node, "online")
+        endpoint = Endpoint.objects.create(
+            cluster=cluster, node=node, model_id="t/ws", status="running", port=port, public=True
+        )
+
+        def upgrade(origin: str) -> bytes:
+            with socket.create_connection(("127.0.0.1", control_plane.ports[0]), timeout=30) as sock:
+                sock.sendall(
+                    (
+                        f"GET /ws HTTP/1.1\r\nHost: {endpoint.hostname}\r\nUpgrade: websocket\r\n"
+                        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                        "Sec-WebSocket-Version: 13\r\n" + (f"Origin: {origin}\r\n" if origin else "") + "\r\n"
+                    ).encode()
+                )
+                return sock.recv(200).split(b"\r\n", 1)[0]
+
+        assert upgrade(f"http://{endpoint.hostname}:{control_plane.ports[0]}").startswith(b"HTTP/1.1 101")
+        assert upgrade("").startswith(b"HTTP/1.1 101")  # not a browser: nothing ambient to abuse
+        assert upgrade("http://evil.example") == b"HTTP/1.1 403 Access denied"
+        assert upgrade(f"http://127.0.0.1:{control_plane.ports[0]}") == b"HTTP/1.1 403 Access denied"
+    finally:
+        loop.call_soon_threadsafe(stop.set_result, None)
+        thread.join(10)
+        loop.close()
