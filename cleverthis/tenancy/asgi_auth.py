@@ -14,6 +14,8 @@ from django.conf import settings
 from django.contrib.auth import get_user
 from django.contrib.auth.models import AnonymousUser
 
+from cleverthis.asgi_scope import header
+
 
 class _SessionOnly:
     """The one attribute `django.contrib.auth.get_user` reads from a request."""
@@ -22,16 +24,9 @@ class _SessionOnly:
         self.session = session
 
 
-def _header(scope: dict[str, Any], name: bytes) -> str:
-    for key, value in scope.get("headers", []):
-        if key == name:
-            return value.decode("latin-1")
-    return ""
-
-
 def user_from_scope(scope: dict[str, Any]) -> Any:
     """The authenticated user of an ASGI HTTP scope, or AnonymousUser (call from sync code)."""
-    authorization = _header(scope, b"authorization")
+    authorization = header(scope, b"authorization")
     if authorization:
         scheme, _, key = authorization.partition(" ")
         if scheme.lower() in ("token", "bearer") and key.strip():
@@ -43,7 +38,7 @@ def user_from_scope(scope: dict[str, Any]) -> Any:
         return AnonymousUser()
     cookie = SimpleCookie()
     try:
-        cookie.load(_header(scope, b"cookie"))
+        cookie.load(header(scope, b"cookie"))
     except Exception:
         return AnonymousUser()
     morsel = cookie.get(settings.SESSION_COOKIE_NAME)

@@ -34,6 +34,8 @@ from django.contrib.auth.models import AnonymousUser
 from django.core import signing
 from django.core.cache import cache
 
+from cleverthis.asgi_scope import header
+
 TICKET_PATH = "/__cleverthis/ticket"
 ORIGIN_COOKIE = "cleverthis_origin"
 _TICKET_SALT = "cleverthis.proxy.origin-ticket"
@@ -69,16 +71,9 @@ DASHBOARD = OriginKind("ray", _UUID, "RAY_DASHBOARD_DOMAIN")
 KINDS = (ENDPOINT, SERVE, DASHBOARD)
 
 
-def _header(scope: dict[str, Any], name: bytes) -> str:
-    for key, value in scope.get("headers", []):
-        if key == name:
-            return value.decode("latin-1")
-    return ""
-
-
 def request_host(scope: dict[str, Any]) -> str:
     """The request's Host without its port, lower-case."""
-    host = _header(scope, b"host").strip().lower()
+    host = header(scope, b"host").strip().lower()
     if host.startswith("["):  # an IPv6 literal
         return host.split("]", 1)[0] + "]"
     return host.rsplit(":", 1)[0] if ":" in host else host
@@ -93,7 +88,7 @@ def is_node_origin(scope: dict[str, Any]) -> bool:
 def origin_url(scope: dict[str, Any], host: str) -> str:
     """`scheme://host[:port]` for `host`, reached the way this request reached the control plane."""
     scheme = settings.NODE_ORIGIN_SCHEME or ("https" if scope.get("scheme") in ("https", "wss") else "http")
-    raw = _header(scope, b"host").strip()
+    raw = header(scope, b"host").strip()
     port = raw.rsplit(":", 1)[1] if ":" in raw and not raw.endswith("]") else ""
     return f"{scheme}://{host}" + (f":{port}" if port.isdigit() else "")
 
@@ -154,7 +149,7 @@ def user_from_origin_cookie(scope: dict[str, Any]) -> Any:
     """The user the origin cookie of this request's host names, or AnonymousUser (sync: reads the DB)."""
     cookie = SimpleCookie()
     try:
-        cookie.load(_header(scope, b"cookie"))
+        cookie.load(header(scope, b"cookie"))
     except Exception:
         return AnonymousUser()
     morsel = cookie.get(ORIGIN_COOKIE)
@@ -172,7 +167,7 @@ def user_from_origin_cookie(scope: dict[str, Any]) -> Any:
 
 def user_from_token(scope: dict[str, Any]) -> Any:
     """The user of an `Authorization: Token <key>` (or Bearer) header, or AnonymousUser (sync)."""
-    scheme, _, key = _header(scope, b"authorization").partition(" ")
+    scheme, _, key = header(scope, b"authorization").partition(" ")
     if scheme.lower() not in ("token", "bearer") or not key.strip():
         return AnonymousUser()
     from rest_framework.authtoken.models import Token
@@ -183,7 +178,7 @@ def user_from_token(scope: dict[str, Any]) -> Any:
 
 def caller_on_origin(scope: dict[str, Any], *, tokens: bool = True) -> Any:
     """Who calls a node origin: an API token (when `tokens`), else the origin cookie; never a session."""
-    if _header(scope, b"authorization"):
+    if header(scope, b"authorization"):
         return user_from_token(scope) if tokens else AnonymousUser()
     return user_from_origin_cookie(scope)
 
@@ -225,7 +220,7 @@ def node_set_cookie(value: bytes) -> bytes | None:
 
 def websocket_origin_allowed(scope: dict[str, Any]) -> bool:
     """A browser's WebSocket upgrade must come from the same node origin (no Origin: not a browser)."""
-    origin = _header(scope, b"origin").strip().lower()
+    origin = header(scope, b"origin").strip().lower()
     if not origin:
         return True
     host = urlsplit(origin).hostname or ""

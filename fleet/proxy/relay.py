@@ -31,6 +31,7 @@ from websockets.frames import Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
+from cleverthis.asgi_scope import header
 from cleverthis.tenancy.asgi_auth import user_from_scope
 from fleet.proxy import origins
 from fleet.proxy.streams import FIRST_BYTES_MAX, StreamUnavailable, TunnelStream
@@ -138,14 +139,6 @@ def redirect_to_origin(scope: dict[str, Any], host: str, path: str) -> ProxyRedi
         if user.is_authenticated:
             return ProxyRedirect(origins.ticket_redirect(scope, user_id=user.pk, host=host, next_path=path), 302)
     return ProxyRedirect(origins.origin_url(scope, host) + path)
-
-
-def header(scope: dict[str, Any], name: bytes) -> str:
-    """The first value of request header `name` (lower-case bytes), decoded, or ""."""
-    for key, value in scope.get("headers", []):
-        if key == name:
-            return value.decode("latin-1")
-    return ""
 
 
 async def plain_response(
