@@ -94,7 +94,14 @@ class ContainerCreateForm(CommandForm):
     image = forms.CharField(max_length=500, help_text="e.g. nginx:1.27")
     name = forms.CharField(max_length=128)
     command = forms.CharField(max_length=2000, required=False, help_text="Command line (shell-style quoting)")
-    env = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="KEY=VALUE per line")
+    command_secret = forms.BooleanField(
+        required=False, label="Command line is secret", help_text="Stored encrypted and shown masked, like env values"
+    )
+    env = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="KEY=VALUE per line; values are stored encrypted and shown masked",
+    )
     ports = forms.CharField(
         max_length=500, required=False, help_text="container port, or host:container[/udp], comma separated"
     )
@@ -109,6 +116,12 @@ class ContainerCreateForm(CommandForm):
             return shlex.split(self.cleaned_data["command"])
         except ValueError as exc:
             raise ValidationError(f"Cannot parse the command line: {exc}") from None
+
+    def to_payload(self) -> dict[str, Any]:
+        payload = super().to_payload()
+        if payload.pop("command_secret", False):
+            payload["secret_fields"] = ["command"]
+        return payload
 
     def clean_env(self) -> dict[str, str]:
         return _lines(self.cleaned_data["env"], sep="=", what="KEY=VALUE")

@@ -14,6 +14,7 @@ from django.db import models
 from cleverthis.crypto import EncryptedTextField
 from cleverthis.eventlog import EventLogEntry
 from cleverthis.tenancy.models import Workspace
+from fleet import payloads
 
 
 class Mode(models.TextChoices):
@@ -230,7 +231,8 @@ class Command(models.Model):
     batch_id = models.UUIDField(default=uuid.uuid4, db_index=True)
     command_type = models.CharField(max_length=32, choices=CommandType.choices)
     payload = models.JSONField(default=dict, blank=True)
-    # Secret payload fields (registry password) kept out of `payload`, encrypted JSON.
+    # Secret payload values (registry password, env values, fields marked secret) kept out of
+    # `payload` (which shows them masked), as encrypted JSON; see `fleet.payloads.split_secrets`.
     secrets = EncryptedTextField(blank=True, default="")
     idempotency_key = models.CharField(max_length=64, unique=True)
     status = models.CharField(max_length=16, choices=CommandStatus.choices, default=CommandStatus.QUEUED)
@@ -251,12 +253,13 @@ class Command(models.Model):
     def __str__(self) -> str:
         return f"{self.command_type} on {self.node_id} ({self.status})"
 
+    def submitted_payload(self) -> dict[str, Any]:
+        """The payload as it was submitted: secrets merged back in, `secret_fields` marks kept."""
+        return payloads.join_secrets(dict(self.payload), json.loads(self.secrets) if self.secrets else {})
+
     def wire_payload(self) -> dict[str, Any]:
         """The payload as the agent must receive it (secrets merged back in)."""
-        payload = dict(self.payload)
-        if self.secrets:
-            payload.update(json.loads(self.secrets))
-        return payload
+        return payloads.wire(self.submitted_payload())
 
 
 class NodeEvent(EventLogEntry):

@@ -2,6 +2,11 @@
 
 `validate_payload` gives field messages (a `ValidationError` keyed by payload field) and then checks
 the result against `agent.protocol.parse_payload`, so what is stored is exactly what the agent accepts.
+
+Secrets: `split_secrets` takes out of the stored payload what must stay secret: `registry_password`
+(dropped), every value of `env` and of `runtime_env.env_vars` (keys kept, values masked), and the
+fields the caller lists in `secret_fields` (masked; only the free-text fields in `MARKABLE_FIELDS`).
+The originals go to `Command.secrets` (encrypted) and come back only in `Command.wire_payload()`.
 """
 
 from __future__ import annotations
@@ -15,7 +20,15 @@ from agent import protocol
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 MODEL_ID_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$"
-SECRET_FIELDS = frozenset({"registry_password"})
+SECRET_FIELDS = frozenset({"registry_password"})  # never kept in the payload, not even masked
+# Mappings whose every value is secret (their keys stay visible): container env, a Ray job's env_vars.
+SECRET_MAPPINGS: tuple[tuple[str, str | None], ...] = (("env", None), ("runtime_env", "env_vars"))
+# Fields a caller may mark secret with `"secret_fields": [...]`: free text the control plane never reads.
+MARKABLE_FIELDS = frozenset(
+    {"command", "registry_username", "extra_args", "entrypoint", "files", "metadata", "runtime_env"}
+)
+MARKS = "secret_fields"
+MASK = "••••••"
 MAX_LIST = 64
 
 
@@ -119,6 +132,8 @@ def validate_payload(command_type: Any, payload: Any) -> dict[str, Any]:
         )
     if not isinstance(payload, dict):
         raise ValidationError({"payload": "The payload must be a JSON object."})
+    payload = dict(payload)
+    marks = payload.pop(MARKS, [])
     serializer = PAYLOAD_SERIALIZERS[command_type](data=payload)
     errors: dict[str, Any] = {}
     if not serializer.is_valid():
@@ -126,6 +141,7 @@ def validate_payload(command_type: Any, payload: Any) -> dict[str, Any]:
     unknown = sorted(set(payload) - set(serializer.fields))
     for name in unknown:
         errors[f"payload.{name}"] = ["Unknown field."]
+    marked = _check_marks(marks, set(serializer.fields), errors)
     if errors:
         raise ValidationError(errors)
     data = _plain(dict(serializer.validated_data))
@@ -133,11 +149,77 @@ def validate_payload(command_type: Any, payload: Any) -> dict[str, Any]:
         parsed = protocol.parse_payload(command_type, data)
     except protocol.ProtocolError as exc:
         raise ValidationError({"payload": str(exc)}) from None
-    return protocol.to_dict(parsed)
+    clean = protocol.to_dict(parsed)
+    if marked:
+        clean[MARKS] = marked
+    return clean
+
+
+def _check_marks(marks: Any, fields: set[str], errors: dict[str, Any]) -> list[str]:
+    """The sorted field names of a valid `secret_fields`; messages for a bad one go into `errors`."""
+    if not isinstance(marks, list) or not all(isinstance(m, str) for m in marks):
+        errors[f"payload.{MARKS}"] = ["Must be a list of payload field names."]
+        return []
+    markable = sorted(fields & MARKABLE_FIELDS)
+    bad = sorted({m for m in marks if m not in markable})
+    if bad:
+        allowed = ", ".join(markable) if markable else "none for this command type"
+        errors[f"payload.{MARKS}"] = [f"Cannot mark {', '.join(bad)} secret; markable fields: {allowed}."]
+        return []
+    return sorted(set(marks))
+
+
+def mask(value: Any) -> Any:
+    """`value` with every secret string replaced by `MASK` (mapping keys and list lengths kept)."""
+    if isinstance(value, dict):
+        return {k: MASK for k in value}
+    if isinstance(value, list):
+        return [MASK for _ in value]
+    return MASK
 
 
 def split_secrets(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Separate secret fields (stored encrypted) from the rest of the payload."""
+    """Separate a validated payload into what may be stored and shown, and its secrets.
+
+    Returns `(public, secrets)`: `secrets` maps top-level field names to their original values (stored
+    encrypted; `join_secrets` puts them back), `public` has `registry_password` dropped and the secret
+    values masked. Empty values have nothing to hide and stay as they are.
+    """
     public = {k: v for k, v in payload.items() if k not in SECRET_FIELDS}
     secrets = {k: v for k, v in payload.items() if k in SECRET_FIELDS and v}
+    for head, key in SECRET_MAPPINGS:
+        value = payload.get(head)
+        inner = value.get(key) if key and isinstance(value, dict) else value
+        if not isinstance(inner, dict) or not inner:
+            continue
+        secrets[head] = value
+        # runtime_env: only env_vars is masked, the rest (pip, …) stays visible
+        public[head] = {**value, key: mask(inner)} if key else mask(inner)
+    for name in payload.get(MARKS, ()):
+        if payload.get(name) not in (None, "", [], {}):
+            secrets[name] = payload[name]
+            public[name] = mask(payload[name])
     return public, secrets
+
+
+def join_secrets(public: dict[str, Any], secrets: dict[str, Any]) -> dict[str, Any]:
+    """The payload as submitted (what `split_secrets` was given), `secret_fields` included."""
+    return {**public, **secrets}
+
+
+def wire(payload: dict[str, Any]) -> dict[str, Any]:
+    """`payload` as the agent accepts it: without the control plane's `secret_fields` marks."""
+    return {k: v for k, v in payload.items() if k != MARKS}
+
+
+def has_masked_secrets(public: dict[str, Any]) -> bool:
+    """Whether a stored (public) payload had secrets taken out: sending it again would send masks."""
+    if public.get(MARKS):
+        return True
+    for head, key in SECRET_MAPPINGS:
+        inner = public.get(head)
+        if key and isinstance(inner, dict):
+            inner = inner.get(key)
+        if isinstance(inner, dict) and MASK in inner.values():
+            return True
+    return False

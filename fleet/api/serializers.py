@@ -115,7 +115,7 @@ class NodeRenameSerializer(serializers.Serializer):
 
 
 class CommandSerializer(serializers.ModelSerializer):
-    """A command on one node (secret payload fields are never returned)."""
+    """A command on one node (secret payload values are never returned: masked, or left out)."""
 
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
     node_name = serializers.CharField(source="node.name", read_only=True)
@@ -149,7 +149,17 @@ class CommandDispatchSerializer(serializers.Serializer):
     """Input of POST /clusters/{id}/commands; `node_id` null means every online node."""
 
     command_type = serializers.CharField(max_length=32)
-    payload = serializers.DictField(required=False, default=dict)
+    payload = serializers.DictField(
+        required=False,
+        default=dict,
+        help_text=(
+            "The command's fields. Secrets are stored encrypted and shown back masked (••••••): "
+            "registry_password, every env value (container.create) and runtime_env.env_vars value "
+            "(ray.job.submit), and the fields listed in payload.secret_fields, e.g. "
+            '"secret_fields": ["command"]; markable: command, registry_username, extra_args, '
+            "entrypoint, files, metadata, runtime_env."
+        ),
+    )
     node_id = serializers.UUIDField(required=False, allow_null=True, default=None)
 
 

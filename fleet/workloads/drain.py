@@ -29,7 +29,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
 
-from fleet import services
+from fleet import payloads, services
 from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus, CommandType, Node, NodeEvent, NodeStatus
 from fleet.workloads.errors import error_sentence
@@ -124,9 +124,12 @@ def _replacement_name(original: Container) -> str:
     return f"{base}-r{max(numbers, default=0) + 1}"
 
 
-def _replacement_payload(original: Container, name: str) -> dict[str, Any]:
+def _replacement_payload(original: Container, name: str) -> dict[str, Any] | None:
+    """The original's create payload with its secrets (None: they went with its create command)."""
     command = original.created_by_command
-    payload = dict(command.wire_payload() if command is not None else original.spec or {})
+    if command is None and payloads.has_masked_secrets(original.spec or {}):
+        return None  # the spec only has masks: a replacement would run with "••••••" as its secrets
+    payload = dict(command.submitted_payload() if command is not None else original.spec or {})
     payload.setdefault("image", original.image)
     payload["name"] = name
     payload["start"] = True  # the original runs, so must its replacement
@@ -268,12 +271,17 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
                 _block(node, original, f"no node fits {original.name} (needs {_needs_text(need)})", report)
                 continue
             name = _replacement_name(original)
+            payload = _replacement_payload(original, name)
+            if payload is None:
+                reason = f"cannot replace {original.name}: its secret values went with its deleted create command"
+                _block(node, original, reason, report)
+                continue
             try:
                 (create,) = services.command_dispatch(
                     actor=actor,
                     cluster=node.cluster,
                     command_type=CommandType.CONTAINER_CREATE,
-                    payload=_replacement_payload(original, name),
+                    payload=payload,
                     node=target.node,
                 )
             except (ValidationError, IllegalTransition) as exc:

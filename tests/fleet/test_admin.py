@@ -140,3 +140,30 @@ def test_every_project_model_is_registered_in_admin():
     ours = [m for m in apps.get_models() if m._meta.app_label in ("tenancy", "fleet", "raymgr")]
     missing = [m.__name__ for m in ours if not django_admin.site.is_registered(m)]
     assert missing == []
+
+
+def test_admin_shows_env_keys_never_values(client, superuser, cluster, owner, register_node):
+    from fleet import services
+    from fleet.workloads.models import Container
+    from tests.fleet import agent_side
+
+    node = register_node(cluster, "a")
+    (command,) = services.command_dispatch(
+        actor=owner,
+        cluster=cluster,
+        command_type="container.create",
+        payload={"image": "nginx", "name": "web", "env": {"HF_TOKEN": "hf_admin_secret"}},
+        node=node,
+    )
+    agent_side.result(command, container_id="c-web")
+    container = Container.objects.get(created_by_command=command)
+    client.force_login(superuser)
+    for url in (
+        f"/admin/fleet/command/{command.pk}/change/",
+        "/admin/fleet/command/",
+        f"/admin/fleet/container/{container.pk}/change/",
+    ):
+        page = client.get(url)
+        assert page.status_code == 200, url
+        assert b"hf_admin_secret" not in page.content, url
+    assert b"HF_TOKEN" in client.get(f"/admin/fleet/command/{command.pk}/change/").content

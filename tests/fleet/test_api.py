@@ -10,6 +10,8 @@ from rest_framework.test import APIClient
 
 from fleet import ca, services
 from fleet.models import Command, CommandStatus, ComputeCluster, JoinToken, Namespace, Node, NodeStatus, RevokedSerial
+from fleet.payloads import MASK
+from tests.fleet import agent_side
 from tests.fleet.conftest import facts_dict, make_csr_pem, make_key
 
 pytestmark = pytest.mark.django_db
@@ -279,6 +281,50 @@ def test_dispatch_one_node(api, cluster, node):
     assert command.node == node
     assert command.status == CommandStatus.QUEUED
     assert api.get(f"/api/v1/commands/{command.pk}/").json()["payload"]["model_id"] == "Qwen/Qwen2.5-0.5B"
+
+
+def test_env_values_and_marked_fields_are_never_returned(api, api_client_for, workspace, member_of, cluster, node):
+    body = {
+        "command_type": "container.create",
+        "payload": {
+            "image": "vllm/vllm-openai",
+            "name": "llm",
+            "env": {"HF_TOKEN": "hf_top_secret"},
+            "command": ["--api-key", "sk-marked"],
+            "secret_fields": ["command"],
+        },
+        "node_id": str(node.pk),
+    }
+    sent = api.post(f"/api/v1/clusters/{cluster.pk}/commands", body, format="json")
+    assert sent.status_code == 202, sent.content
+    assert b"hf_top_secret" not in sent.content
+    assert b"sk-marked" not in sent.content
+    (command,) = Command.objects.all()
+    agent_side.result(command, container_id="c-llm")
+    viewer = api_client_for(member_of(workspace, "viewer"))
+    for url in (
+        f"/api/v1/commands/{command.pk}/",
+        "/api/v1/commands/",
+        f"/api/v1/clusters/{cluster.pk}/commands",
+        "/api/v1/containers/",
+    ):
+        response = viewer.get(url)
+        assert response.status_code == 200, url
+        assert b"hf_top_secret" not in response.content, url
+        assert b"sk-marked" not in response.content, url
+    shown = viewer.get(f"/api/v1/commands/{command.pk}/").json()["payload"]
+    assert shown["env"] == {"HF_TOKEN": MASK}
+    assert shown["command"] == [MASK, MASK]
+    assert shown["secret_fields"] == ["command"]
+    assert command.wire_payload()["env"] == {"HF_TOKEN": "hf_top_secret"}
+
+
+def test_bad_secret_marks_are_400(api, cluster, node):
+    body = {"command_type": "model.download", "payload": {"model_id": "a/b", "secret_fields": ["model_id"]}}
+    response = api.post(f"/api/v1/clusters/{cluster.pk}/commands", body, format="json")
+    assert response.status_code == 400
+    assert "none for this command type" in response.json()["payload.secret_fields"][0]
+    assert not Command.objects.exists()
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,11 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.core.exceptions import PermissionDenied, ValidationError
 
+from agent import protocol
 from fleet import enqueue, services
 from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus, Node, NodeEvent
+from fleet.payloads import MASK
 from fleet.tasks import dispatch_command
 from fleet.tunnel import groups
 
@@ -72,6 +74,119 @@ def test_registry_password_is_kept_out_of_payload_and_encrypted(node, cluster, o
         cursor.execute("SELECT secrets FROM fleet_command WHERE id = %s", [command.pk])
         assert "s3cret" not in cursor.fetchone()[0]
     assert Command.objects.get(pk=command.pk).wire_payload()["registry_password"] == "s3cret"
+
+
+def _stored(command_id) -> str:
+    """The command's row as PostgreSQL holds it (payload and encrypted secrets)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT payload::text || secrets FROM fleet_command WHERE id = %s", [command_id])
+        return cursor.fetchone()[0]
+
+
+def test_env_values_are_encrypted_at_rest_masked_in_the_payload_and_reach_the_agent(node, cluster, owner):
+    (command,) = services.command_dispatch(
+        actor=owner,
+        cluster=cluster,
+        command_type="container.create",
+        payload={**CREATE, "env": {"HF_TOKEN": "hf_live_123", "MODE": "prod-mode"}},
+        node=node,
+    )
+    assert command.payload["env"] == {"HF_TOKEN": MASK, "MODE": MASK}
+    stored = _stored(command.pk)
+    assert "hf_live_123" not in stored
+    assert "prod-mode" not in stored
+    assert "HF_TOKEN" in stored
+    frame = protocol.decode(protocol.encode(groups.command_frame(Command.objects.get(pk=command.pk))))
+    assert frame.payload["env"] == {"HF_TOKEN": "hf_live_123", "MODE": "prod-mode"}
+    assert "secret_fields" not in frame.payload
+    protocol.parse_payload(frame.command_type, frame.payload)
+
+
+def test_fields_marked_secret_are_encrypted_and_masked(node, cluster, owner):
+    (command,) = services.command_dispatch(
+        actor=owner,
+        cluster=cluster,
+        command_type="container.create",
+        payload={**CREATE, "command": ["serve", "--api-key", "sk-777"], "secret_fields": ["command"]},
+        node=node,
+    )
+    assert command.payload["command"] == [MASK, MASK, MASK]
+    assert command.payload["secret_fields"] == ["command"]
+    assert "sk-777" not in _stored(command.pk)
+    wire = Command.objects.get(pk=command.pk).wire_payload()
+    assert wire["command"] == ["serve", "--api-key", "sk-777"]
+    assert "secret_fields" not in wire
+
+
+def test_ray_job_env_vars_are_secret_the_rest_of_runtime_env_is_not(node, cluster, owner):
+    payload = {
+        "cluster_id": "c1",
+        "member_id": "m1",
+        "submission_id": "job-1",
+        "entrypoint": "python train.py",
+        "runtime_env": {"pip": ["torch"], "env_vars": {"WANDB_API_KEY": "wb-secret-9"}},
+    }
+    (command,) = services.command_dispatch(
+        actor=owner, cluster=cluster, command_type="ray.job.submit", payload=payload, node=node
+    )
+    assert command.payload["runtime_env"] == {"pip": ["torch"], "env_vars": {"WANDB_API_KEY": MASK}}
+    assert "wb-secret-9" not in _stored(command.pk)
+    assert Command.objects.get(pk=command.pk).wire_payload()["runtime_env"] == payload["runtime_env"]
+
+
+@pytest.mark.parametrize(
+    ("marks", "message"),
+    [
+        (["image"], "Cannot mark image secret"),
+        (["nope"], "Cannot mark nope secret"),
+        ("command", "Must be a list"),
+    ],
+)
+def test_bad_secret_marks_are_field_errors(node, cluster, owner, marks, message):
+    with pytest.raises(ValidationError) as caught:
+        services.command_dispatch(
+            actor=owner,
+            cluster=cluster,
+            command_type="container.create",
+            payload={**CREATE, "secret_fields": marks},
+            node=node,
+        )
+    assert message in " ".join(caught.value.message_dict["payload.secret_fields"])
+    assert not Command.objects.exists()
+
+
+def test_plaintext_env_of_older_rows_is_moved_into_the_encrypted_secrets(node, cluster, owner):
+    import importlib
+
+    from django.apps import apps
+
+    from fleet.workloads.models import Container
+
+    migration = importlib.import_module("fleet.migrations.0007_encrypt_workload_env")
+    old = Command.objects.create(
+        node=node,
+        cluster=cluster,
+        command_type="container.create",
+        payload={**CREATE, "env": {"HF_TOKEN": "hf_old_456"}},
+        secrets='{"registry_password": "pw-old"}',
+        idempotency_key="old-1",
+    )
+    row = Container.objects.create(
+        node=node, cluster=cluster, name="web", image="nginx", spec=old.payload, created_by_command=old
+    )
+    migration.encrypt_env(apps, None)
+    old.refresh_from_db()
+    row.refresh_from_db()
+    assert old.payload["env"] == {"HF_TOKEN": MASK}
+    assert row.spec["env"] == {"HF_TOKEN": MASK}
+    assert "hf_old_456" not in _stored(old.pk)
+    wire = old.wire_payload()
+    assert (wire["env"], wire["registry_password"]) == ({"HF_TOKEN": "hf_old_456"}, "pw-old")
+    migration.encrypt_env(apps, None)  # a second run changes nothing
+    old.refresh_from_db()
+    assert old.wire_payload() == wire
 
 
 def test_only_operators_dispatch(cluster, node, workspace, member_of):

@@ -8,6 +8,7 @@ import pytest
 
 from fleet import services
 from fleet.models import Command, ComputeCluster, JoinToken, Node, NodeStatus, RevokedSerial
+from fleet.payloads import MASK
 
 pytestmark = pytest.mark.django_db
 
@@ -170,11 +171,31 @@ def test_send_command_to_all_nodes_from_the_page(browser, cluster, register_node
         {"container_port": 80, "host_port": 8080, "protocol": "tcp"},
         {"container_port": 53, "host_port": 0, "protocol": "udp"},
     ]
-    assert commands[0].payload["env"] == {"A": "1", "B": "two"}
+    assert commands[0].wire_payload()["env"] == {
+        "A": "1",
+        "B": "two",
+    }  # env values are secret: only the agent sees them
+    assert commands[0].payload["env"] == {"A": MASK, "B": MASK}
     assert commands[0].payload["command"] == ["nginx", "-g", "daemon off;"]
     page = browser.get(f"/compute/clusters/{cluster.pk}/commands/").content.decode()
     assert page.count("<code>container.create</code>") == 2
     assert "Queued" in page
+
+
+def test_command_line_marked_secret_on_the_page_is_masked(browser, cluster, node):
+    data = {
+        "command_type": "container.create",
+        "target": str(node.pk),
+        "p-image": "nginx:1.27",
+        "p-name": "web",
+        "p-command": "serve --token tok-page",
+        "p-command_secret": "on",
+    }
+    assert browser.post(f"/compute/clusters/{cluster.pk}/commands/", data).status_code == 302
+    (command,) = Command.objects.all()
+    assert command.payload["command"] == [MASK, MASK, MASK]
+    assert command.wire_payload()["command"] == ["serve", "--token", "tok-page"]
+    assert "secret_fields" not in command.wire_payload()
 
 
 def test_send_command_to_one_node_and_see_it_in_the_event_log(browser, cluster, node):

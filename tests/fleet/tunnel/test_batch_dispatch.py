@@ -122,10 +122,13 @@ def test_redelivered_batch_resends_only_stale_unacknowledged_claims(cluster, reg
     assert Command.objects.get(pk=stale.pk).attempts == 2
 
 
-def test_batch_with_secrets_sends_only_the_command_id_through_redis(cluster, register_node, owner):
+@pytest.mark.parametrize(
+    "secret", [{"registry_password": "hunter2"}, {"env": {"HF_TOKEN": "hunter2"}}], ids=["password", "env"]
+)
+def test_batch_with_secrets_sends_only_the_command_id_through_redis(cluster, register_node, owner, secret):
     nodes = [register_node(cluster, f"s{i}") for i in range(2)]
     listening = {n.pk: _listen(n) for n in nodes}
-    payload = {"name": "web", "image": "registry.local/web:1", "registry_password": "hunter2"}
+    payload = {"name": "web", "image": "registry.local/web:1", **secret}
     commands = services.command_dispatch(actor=owner, cluster=cluster, command_type="container.create", payload=payload)
     assert services.command_batch_claim_and_send(batch_id=commands[0].batch_id) == 2
     for command in commands:

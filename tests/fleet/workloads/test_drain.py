@@ -7,6 +7,7 @@ import pytest
 from agent import protocol
 from fleet import services
 from fleet.models import Command, CommandStatus, NodeEvent, NodeStatus
+from fleet.payloads import MASK
 from fleet.workloads import drain
 from fleet.workloads.models import Container, ContainerStatus
 from fleet.workloads.tasks import drain_node_now, drain_tick
@@ -51,7 +52,8 @@ def test_full_drain_moves_to_the_fitting_node_then_stops_the_original_then_cordo
     create = rep.created_by_command
     assert create.command_type == "container.create"
     assert create.node_id == c.pk
-    assert create.payload["env"] == {"MODE": "prod"}
+    assert create.wire_payload()["env"] == {"MODE": "prod"}  # env values are secret: only the agent sees them
+    assert create.payload["env"] == {"MODE": MASK}
     assert create.payload["memory_mb"] == 1024
     assert create.payload["labels"] == {drain.REPLACEMENT_LABEL: str(web.pk)}
     assert not Command.objects.filter(command_type="container.stop").exists()
@@ -84,6 +86,42 @@ def test_full_drain_moves_to_the_fitting_node_then_stops_the_original_then_cordo
     for kind in ("draining", "drain.replacing", "drain.stopping", "drained"):
         assert kind in kinds
     assert NodeEvent.objects.filter(node=c, kind="drain.replacement").exists()
+
+
+def test_replacement_gets_the_secrets_and_marks_of_the_original(owner, trio):
+    a, _b, _c = trio
+    web = run_container(
+        owner,
+        a,
+        "web",
+        env={"HF_TOKEN": "hf_moving"},
+        command=["serve", "--key", "k-moving"],
+        secret_fields=["command"],
+        registry_password="reg-pw",
+    )
+    services.node_drain(node=a, actor=owner)
+    drain.drain_step(node_id=a.pk)
+    create = Container.objects.get(replacement_of=web).created_by_command
+    wire = create.wire_payload()
+    assert wire["env"] == {"HF_TOKEN": "hf_moving"}
+    assert wire["command"] == ["serve", "--key", "k-moving"]
+    assert wire["registry_password"] == "reg-pw"
+    assert create.payload["env"] == {"HF_TOKEN": MASK}
+    assert create.payload["command"] == [MASK, MASK, MASK]
+    assert "registry_password" not in create.payload
+
+
+def test_no_replacement_with_masks_when_the_create_command_is_gone(owner, trio):
+    a, _b, _c = trio
+    web = run_container(owner, a, "web", env={"HF_TOKEN": "hf_gone"})
+    Command.objects.filter(pk=web.created_by_command_id).delete()
+    services.node_drain(node=a, actor=owner)
+    report = drain.drain_step(node_id=a.pk)
+    assert [b["reason"] for b in report.blocked] == [
+        "cannot replace web: its secret values went with its deleted create command"
+    ]
+    assert not Container.objects.filter(replacement_of=web).exists()
+    assert not Command.objects.filter(command_type="container.create").exists()
 
 
 def test_no_fitting_node_keeps_the_container_and_reports_it_once(owner, trio):
