@@ -14,6 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -133,7 +134,16 @@ def node_action(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
     messages.success(request, done)
     if action == "delete":
         return redirect("fleet:cluster_nodes", pk=cluster.pk)
-    return redirect(request.POST.get("next") or reverse("fleet:cluster_nodes", args=[cluster.pk]))
+    return redirect(_next_or(request, reverse("fleet:cluster_nodes", args=[cluster.pk])))
+
+
+def _next_or(request: HttpRequest, default: str) -> str:
+    """The posted `next` when it stays on this host (never an off-site redirect), else `default`."""
+    target = request.POST.get("next", "")
+    safe = url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    )
+    return target if safe else default
 
 
 def _command_forms(request: HttpRequest, cluster: ComputeCluster, data: Any = None) -> tuple[TargetForm, Any, str]:

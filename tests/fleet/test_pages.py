@@ -147,6 +147,18 @@ def test_join_token_forbidden_for_members(client, workspace, cluster, member_of)
     assert not JoinToken.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "target",
+    ["https://evil.example/", "//evil.example/x", "/\\evil.example", "javascript:alert(1)", "http://testserver.evil/"],
+)
+def test_node_action_next_redirects_only_to_this_host(browser, cluster, node, target):
+    off_site = browser.post(f"/compute/nodes/{node.pk}/cordon/", {"next": target})
+    assert off_site.status_code == 302
+    assert off_site["Location"] == f"/compute/clusters/{cluster.pk}/nodes/"
+    on_site = browser.post(f"/compute/nodes/{node.pk}/uncordon/", {"next": f"/compute/nodes/{node.pk}/"})
+    assert on_site["Location"] == f"/compute/nodes/{node.pk}/"
+
+
 def test_send_command_to_all_nodes_from_the_page(browser, cluster, register_node, django_capture_on_commit_callbacks):
     register_node(cluster, "a")
     register_node(cluster, "b")
