@@ -21,10 +21,11 @@ api_v1 = [
 urlpatterns = [
     path("", tenancy_views.dashboard, name="dashboard"),
     path("healthz", tenancy_views.healthz, name="healthz"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", tenancy_views.SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("agent/install.sh", agent_views.install_script, name="agent-install-script"),
     path("agent/package.tar.gz", agent_views.agent_package, name="agent-package"),
+    path("admin/login/", tenancy_views.admin_sign_in),  # before admin.site.urls: sign-in is rate limited
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

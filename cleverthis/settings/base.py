@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cleverthis.settings.env import database_from_url, env_bool, env_float, env_int, env_list, env_str
+from cleverthis.settings.env import (
+    database_from_url,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_rate,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -44,6 +52,11 @@ FLEET_PARTITION_PAUSE_S = env_int("FLEET_PARTITION_PAUSE_S", 900)
 # A dispatch task that finds its command claimed this long ago but unacknowledged (its first run died
 # between claim and send, and the broker redelivered it) sends the command again.
 COMMAND_RESEND_AFTER_S = env_int("COMMAND_RESEND_AFTER_S", 30)
+
+# Request limits (count/period: s, min, hour, day), counted per client IP (REMOTE_ADDR: behind a
+# reverse proxy run daphne with --proxy-headers) in the cache. Over the limit: 429 with Retry-After.
+AGENT_REGISTER_RATE = env_rate("AGENT_REGISTER_RATE", "30/min")  # POST /api/v1/agent/register
+SIGN_IN_RATE = env_rate("SIGN_IN_RATE", "10/min")  # sign-in POSTs, per client IP and per username
 
 # Agent tunnel timing (seconds).
 AGENT_HEARTBEAT_INTERVAL_S = env_float("AGENT_HEARTBEAT_INTERVAL_S", 30.0)

@@ -1,13 +1,20 @@
-"""Pages that belong to no single app: the dashboard and the workspaces list."""
+"""Pages that belong to no single app: the dashboard, the workspaces list and sign-in."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.debug import sensitive_post_parameters
 
 from cleverthis.tenancy.selectors import workspace_list
+from cleverthis.throttling import sign_in_throttled
 
 
 @login_required
@@ -21,3 +28,17 @@ def healthz(request: HttpRequest) -> JsonResponse:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"status": "ok"})
+
+
+class SignInView(auth_views.LoginView):
+    """Django's sign-in page; a POST over SIGN_IN_RATE (per client IP or username) gets a 429 page."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return sign_in_throttled(request) or super().post(request, *args, **kwargs)
+
+
+@sensitive_post_parameters()
+@never_cache
+def admin_sign_in(request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    """The admin's sign-in page, under the same SIGN_IN_RATE counters as the site's."""
+    return sign_in_throttled(request) or admin.site.login(request, extra_context)

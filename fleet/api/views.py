@@ -21,6 +21,7 @@ from agent import protocol
 from cleverthis.api import ServiceErrorsMixin as BaseServiceErrorsMixin
 from cleverthis.api import validated
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
+from cleverthis.throttling import SettingsRateThrottle
 from fleet import agent_views, ca, selectors, services
 from fleet.api import serializers as s
 from fleet.exceptions import JoinTokenRejected
@@ -222,11 +223,22 @@ class NamespaceViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, 
         return Response(status=204)
 
 
+class AgentRegisterThrottle(SettingsRateThrottle):
+    """AGENT_REGISTER_RATE per client IP."""
+
+    scope = "agent-register"
+    rate_setting = "AGENT_REGISTER_RATE"
+
+
 class AgentRegisterView(ServiceErrorsMixin, APIView):
-    """POST /agent/register: the join token authenticates; returns the node id and its certificate."""
+    """POST /agent/register: the join token authenticates; returns the node id and its certificate.
+
+    Limited to AGENT_REGISTER_RATE per client IP (429 with Retry-After).
+    """
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
+    throttle_classes = [AgentRegisterThrottle]
     serializer_class = s.AgentRegisterSerializer
 
     def post(self, request: Request) -> Response:
