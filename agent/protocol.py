@@ -25,6 +25,11 @@ from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin,
 PROTOCOL_VERSION = 1
 # Frames larger than this are refused by both sides (proxied bodies are chunked well below it).
 MAX_FRAME_BYTES = 1024 * 1024 + 64
+# Objects and lists nested deeper than this are refused by both sides (the protocol's own structures
+# are under ten levels deep), so nothing that handles a decoded frame (`from_dict`, `to_dict`,
+# json.dumps, the database) ever recurses deeply; JSON nested past the interpreter's recursion limit
+# (json.loads raises RecursionError) is refused the same way.
+MAX_NESTING = 32
 # Default flow-control window per proxied stream (bytes the receiver lets the sender have in flight).
 # It also bounds the stream bytes queued in the tunnel's TCP buffers ahead of a heartbeat or command:
 # at 4 MiB a bulk transfer added ~20 ms to heartbeat round trips, at 1 MiB ~3 ms, at the same MB/s.
@@ -371,6 +376,8 @@ def parse_payload(command_type: str, payload: dict[str, Any]) -> Any:
         cls = PAYLOAD_TYPES[command_type]
     except KeyError:
         raise ProtocolError(f"unknown command type {command_type!r}") from None
+    if nesting_exceeds(payload, MAX_NESTING - 1):  # the payload sits one level inside its Command frame
+        raise ProtocolError(f"{command_type} payload is nested deeper than {MAX_NESTING - 1} levels")
     return from_dict(cls, payload, where=f"{command_type} payload")
 
 
@@ -672,8 +679,12 @@ def decode(raw: str | bytes) -> Frame:
         data = json.loads(raw, parse_constant=_refuse_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"frame is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError(f"frame is nested deeper than {MAX_NESTING} levels") from None
     if not isinstance(data, dict):
         raise ProtocolError("frame must be a JSON object")
+    if nesting_exceeds(data, MAX_NESTING):
+        raise ProtocolError(f"frame is nested deeper than {MAX_NESTING} levels")
     version = data.get("v")
     if version != PROTOCOL_VERSION:
         raise ProtocolError(f"unsupported protocol version {version!r} (this side speaks {PROTOCOL_VERSION})")
@@ -685,6 +696,26 @@ def decode(raw: str | bytes) -> Frame:
         raise ProtocolError(f"unknown frame type {frame_type!r}")
     body = {key: value for key, value in data.items() if key != "type"}
     return from_dict(cls, body, where=f"{frame_type} frame")
+
+
+def nesting_exceeds(value: Any, limit: int) -> bool:
+    """True when `value` has objects/lists nested more than `limit` deep (itself counts as 1).
+
+    Iterative, so it cannot itself hit the recursion limit, and it stops at the first path too deep.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def from_dict(cls: type[T], data: Any, *, where: str) -> T:

@@ -24,12 +24,17 @@ from agent.executors.base import CommandFailed, ProgressFn
 RAY_JOB_COMMAND_TYPES = frozenset({"ray.job.submit", "ray.job.status", "ray.job.stop", "ray.serve.status"})
 MARKER = "CTFLEET "
 MAX_MARKERS = 500
+# A marker travels as Result frame → data → "markers" → marker: deeper ones would get the frame refused.
+MAX_MARKER_NESTING = protocol.MAX_NESTING - 3
 SAFE_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 TRACEBACK_START = "Traceback (most recent call last):"
 
 
 def parse_markers(logs: str) -> list[dict[str, Any]]:
-    """The JSON objects of the ``CTFLEET {...}`` lines in `logs`, in order (the last MAX_MARKERS)."""
+    """The JSON objects of the ``CTFLEET {...}`` lines in `logs`, in order (the last MAX_MARKERS).
+
+    Markers nested deeper than MAX_MARKER_NESTING are skipped: the result must stay a valid frame.
+    """
     found: list[dict[str, Any]] = []
     for line in logs.splitlines():
         index = line.find(MARKER)
@@ -37,9 +42,9 @@ def parse_markers(logs: str) -> list[dict[str, Any]]:
             continue
         try:
             value = json.loads(line[index + len(MARKER) :])
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
-        if isinstance(value, dict):
+        if isinstance(value, dict) and not protocol.nesting_exceeds(value, MAX_MARKER_NESTING):
             found.append(value)
     return found[-MAX_MARKERS:]
 

@@ -69,6 +69,47 @@ def test_oversized_frame_is_refused():
         p.decode("x" * (p.MAX_FRAME_BYTES + 1))
 
 
+def _nested(depth: int) -> object:
+    """A JSON value `depth` levels deep: {"a": {"a": ... {} ...}}."""
+    value: object = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "[" * 500_000,  # past the interpreter's recursion limit: json.loads raises RecursionError
+        '{"a":' * 200_000,
+        json.dumps({"v": 1, "type": "progress", "command_id": "c", "message": "m", "data": _nested(p.MAX_NESTING)}),
+    ],
+    ids=["500k brackets", "200k objects", "valid frame one level too deep"],
+)
+def test_deeply_nested_frames_are_refused_with_a_protocol_error(raw):
+    with pytest.raises(p.ProtocolError, match="nested deeper"):
+        p.decode(raw)
+
+
+def test_frames_nested_up_to_the_limit_are_accepted():
+    data = _nested(p.MAX_NESTING - 1)  # frame → data → ...: exactly MAX_NESTING levels in all
+    frame = p.decode(json.dumps({"v": 1, "type": "result", "command_id": "c", "data": data}))
+    assert isinstance(frame, p.Result)
+    assert frame.data == data
+    assert p.decode(p.encode(frame)) == frame
+
+
+def test_command_payloads_must_fit_in_a_command_frame():
+    """A payload the control plane accepts (and stores) is one the agent can decode inside a Command."""
+    job = {"cluster_id": "c", "member_id": "m", "submission_id": "s", "entrypoint": "python x.py"}
+    fits = {**job, "runtime_env": _nested(p.MAX_NESTING - 2)}
+    p.parse_payload("ray.job.submit", fits)
+    command = p.Command(command_id="c", idempotency_key="k", command_type="ray.job.submit", payload=fits)
+    assert p.decode(p.encode(command)) == command
+    with pytest.raises(p.ProtocolError, match="nested deeper"):
+        p.parse_payload("ray.job.submit", {**job, "runtime_env": _nested(p.MAX_NESTING - 1)})
+
+
 def test_payloads_are_validated_per_command_type():
     create = p.parse_payload(
         "container.create",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 
-from agent.ray.jobs import extract_traceback, parse_markers
+from agent.ray.jobs import MAX_MARKER_NESTING, extract_traceback, parse_markers
 from raymgr.workloads import health, render
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
@@ -137,6 +138,23 @@ def test_markers_and_traceback_from_logs():
     assert extract_traceback(logs).splitlines()[-1] == "KeyError: 'k'"
     assert extract_traceback(logs).startswith("Traceback")
     assert extract_traceback("all fine") == ""
+
+
+def test_markers_too_deep_for_a_result_frame_are_skipped():
+    """A job printing deeply nested markers must not make its status result a frame the tunnel refuses."""
+    from agent import protocol
+
+    def nested(depth: int) -> str:
+        return "CTFLEET " + '{"a":' * depth + "1" + "}" * depth
+
+    deepest_kept = nested(MAX_MARKER_NESTING)
+    logs = "\n".join(
+        [nested(protocol.MAX_NESTING), deepest_kept, nested(5_000), "CTFLEET " + "[" * 500_000, 'CTFLEET {"k": 1}']
+    )
+    markers = parse_markers(logs)
+    assert markers == [json.loads(deepest_kept.removeprefix("CTFLEET ")), {"k": 1}]
+    result = protocol.Result(command_id="c", data={"markers": markers})
+    assert protocol.decode(protocol.encode(result)) == result
 
 
 @pytest.mark.parametrize(

@@ -117,6 +117,13 @@ def _raw(frame_type: str, **body: Any) -> str:
     return json.dumps({"v": p.PROTOCOL_VERSION, "type": frame_type, **body})
 
 
+def _nested(depth: int) -> Any:
+    value: Any = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
 MALFORMED = {
     "not json": "{nope",
     "a list": "[1, 2]",
@@ -127,6 +134,11 @@ MALFORMED = {
     "unknown field": _raw("heartbeat", cpu_percent=1.0, memory_percent=1.0, evil=True),
     "oversized": _raw("progress", command_id=str(uuid.uuid4()), message="x" * (p.MAX_FRAME_BYTES + 10)),
     "binary garbage": b"\xff\xfe\x00\x01",
+    # past the interpreter's recursion limit (json.loads raised RecursionError: a 1011 and a traceback)
+    "deeply nested": "[" * 500_000,
+    "nested past the protocol's limit": _raw(
+        "progress", command_id=str(uuid.uuid4()), message="m", data=_nested(p.MAX_NESTING)
+    ),
 }
 
 
