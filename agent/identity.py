@@ -1,4 +1,4 @@
-"""The node's key pair, certificate signing request and challenge signatures (EC P-256, ECDSA-SHA256)."""
+"""The node's key pair, certificate signing request and tunnel proofs (EC P-256, ECDSA-SHA256)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import NameOID
+
+from agent import protocol
 
 
 def generate_key() -> ec.EllipticCurvePrivateKey:
@@ -48,21 +50,27 @@ def build_csr(key: ec.EllipticCurvePrivateKey, hostname: str) -> str:
 
 
 def sign_nonce(key: ec.EllipticCurvePrivateKey, nonce: str) -> str:
-    """Base64 ECDSA-SHA256 signature over the challenge nonce."""
-    return base64.b64encode(key.sign(nonce.encode("utf-8"), ec.ECDSA(hashes.SHA256()))).decode("ascii")
+    """Base64 ECDSA-SHA256 signature over `protocol.agent_proof_message(nonce)` (the challenge nonce).
+
+    Never over the bare nonce: the node key's signatures stay apart from its CSR's (see `agent.protocol`).
+    Raises `ProtocolError` for a nonce that is not of the protocol's form.
+    """
+    message = protocol.agent_proof_message(nonce)
+    return base64.b64encode(key.sign(message, ec.ECDSA(hashes.SHA256()))).decode("ascii")
 
 
-def verify_ca_signature(ca_certificate_pem: str, data: str, signature_b64: str) -> bool:
-    """True when `signature_b64` over `data` was made by the pinned control-plane CA's key."""
+def verify_server_proof(ca_certificate_pem: str, agent_nonce: str, signature_b64: str) -> bool:
+    """True when `signature_b64` is the pinned CA's signature over `protocol.server_proof_message(agent_nonce)`."""
     try:
+        message = protocol.server_proof_message(agent_nonce)
         public_key = x509.load_pem_x509_certificate(ca_certificate_pem.encode("ascii")).public_key()
         signature = base64.b64decode(signature_b64, validate=True)
         if isinstance(public_key, ec.EllipticCurvePublicKey):
-            public_key.verify(signature, data.encode("utf-8"), ec.ECDSA(hashes.SHA256()))
+            public_key.verify(signature, message, ec.ECDSA(hashes.SHA256()))
         elif isinstance(public_key, rsa.RSAPublicKey):
-            public_key.verify(signature, data.encode("utf-8"), padding.PKCS1v15(), hashes.SHA256())
+            public_key.verify(signature, message, padding.PKCS1v15(), hashes.SHA256())
         else:
             return False
-    except (InvalidSignature, ValueError):
+    except (InvalidSignature, ValueError):  # ProtocolError is a ValueError
         return False
     return True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import struct
 import types
 import typing
@@ -395,22 +396,54 @@ class Frame:
 
 
 # ---- authentication (control plane speaks first after the socket opens)
+#
+# Each side proves its key over the other side's nonce. The keys involved also sign other things (the
+# CA key signs node certificates, a node key signed its CSR), so a proof is never a signature over the
+# bare nonce: it covers a fixed context string followed by the nonce, one context per direction, and
+# nonces are 16-128 URL-safe characters. The signed bytes then start with "C" (0x43), while everything
+# else these keys sign (a DER TBSCertificate, CertificationRequestInfo or TBSCertList) starts with 0x30
+# (SEQUENCE): a proof can never be a certificate's, CSR's or CRL's signature, whatever nonce is chosen.
+
+SERVER_PROOF_CONTEXT = b"CleverThis tunnel server proof v1\x00"
+AGENT_PROOF_CONTEXT = b"CleverThis tunnel agent proof v1\x00"
+_NONCE = re.compile(r"[A-Za-z0-9_-]{16,128}")
+
+
+def is_valid_nonce(nonce: str) -> bool:
+    """True for a nonce either side may be asked to sign: 16-128 URL-safe base64/hex characters."""
+    return _NONCE.fullmatch(nonce) is not None
+
+
+def _proof_message(context: bytes, nonce: str) -> bytes:
+    if not is_valid_nonce(nonce):
+        raise ProtocolError("a tunnel nonce must be 16-128 URL-safe characters")
+    return context + nonce.encode("ascii")
+
+
+def server_proof_message(agent_nonce: str) -> bytes:
+    """What the control plane signs with its CA key over the agent's `?agent_nonce=` (ProtocolError if malformed)."""
+    return _proof_message(SERVER_PROOF_CONTEXT, agent_nonce)
+
+
+def agent_proof_message(nonce: str) -> bytes:
+    """What the agent signs with its node key over the `Challenge` nonce (ProtocolError if malformed)."""
+    return _proof_message(AGENT_PROOF_CONTEXT, nonce)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Challenge(Frame):
-    """CP → agent: sign `nonce` with the node key to prove possession of the certificate."""
+    """CP → agent: sign `agent_proof_message(nonce)` with the node key to prove possession of the certificate."""
 
     TYPE: ClassVar[str] = "challenge"
     nonce: str
-    # The control plane's CA signature over the nonce the agent sent in the connect URL
-    # (`?agent_nonce=`): the agent checks it against its pinned CA certificate before saying hello.
+    # The control plane's CA signature over `server_proof_message(agent_nonce)`, the nonce the agent sent
+    # in the connect URL (`?agent_nonce=`): the agent checks it against its pinned CA certificate.
     server_signature_b64: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Hello(Frame):
-    """Agent → CP: certificate, signature over the challenge nonce, host facts and full inventory."""
+    """Agent → CP: certificate, signature over `agent_proof_message(nonce)`, host facts and full inventory."""
 
     TYPE: ClassVar[str] = "hello"
     node_id: str

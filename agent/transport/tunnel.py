@@ -204,7 +204,7 @@ class TunnelClient:
             raise SessionEnded(f"handshake refused with HTTP {exc.response.status_code}") from exc
         async with ws:
             challenge = await self._expect(ws, p.Challenge)
-            if not identity.verify_ca_signature(self.ca_pem, agent_nonce, challenge.server_signature_b64):
+            if not identity.verify_server_proof(self.ca_pem, agent_nonce, challenge.server_signature_b64):
                 raise SessionEnded("control plane failed CA pinning check (wrong or impostor server)")
             gpus = await asyncio.to_thread(inventory.detect_gpus)
             self._gpus = gpus

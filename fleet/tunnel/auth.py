@@ -6,13 +6,19 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from agent import protocol
 from fleet import ca
 from fleet.models import RevokedSerial
 
 
-def sign_with_ca(data: bytes) -> bytes:
-    """ECDSA-SHA256 signature over `data` with the CA key; agents check it against their pinned CA."""
-    return ca._load_ca().key.sign(data, ec.ECDSA(hashes.SHA256()))
+def server_proof(agent_nonce: str) -> bytes:
+    """The CA's ECDSA-SHA256 signature over `protocol.server_proof_message(agent_nonce)`.
+
+    Agents check it against their pinned CA. Only ever over that context-prefixed message, never over
+    bytes a peer chose, so this key's tunnel signatures can never stand for a certificate's (see
+    `agent.protocol`). Raises `ProtocolError` for a nonce that is not of the protocol's form.
+    """
+    return ca._load_ca().key.sign(protocol.server_proof_message(agent_nonce), ec.ECDSA(hashes.SHA256()))
 
 
 def certificate_serial(certificate_pem: str) -> str:

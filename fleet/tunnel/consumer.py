@@ -3,8 +3,11 @@
 Authentication happens inside the socket, not through the user-session stack: the consumer signs the
 agent's nonce with the CA key (so the agent can check its pinned CA), sends a `Challenge`, and accepts
 only a `Hello` whose certificate our CA issued, is unrevoked, names this node, and whose signature over
-the challenge nonce verifies with the certificate's key. After that the socket joins the group
-`node.<uuid>`; Celery tasks reach it through the Redis channel layer from any replica.
+the challenge nonce verifies with the certificate's key. Both signatures cover a context string plus the
+nonce (`agent.protocol.server_proof_message` / `agent_proof_message`), never bytes a peer chose, and an
+`agent_nonce` that is not 16-128 URL-safe characters is refused (4400) before anything is signed.
+After that the socket joins the group `node.<uuid>`; Celery tasks reach it through the Redis channel
+layer from any replica.
 
 Every frame from the agent is validated by `agent.protocol.decode`; a malformed or oversized frame
 closes this one socket with a reason (close code 4400) and never affects other sockets.
@@ -99,17 +102,18 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.streams = {}
+        self._revocation_watch: asyncio.Future[Any] | None = None
+        self.nonce = secrets.token_hex(32)  # set first: a hello racing a refusal below cannot verify
         await self.accept()
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        agent_nonce = (query.get("agent_nonce") or [""])[0][:128]
-        self.nonce = secrets.token_hex(32)
-        server_signature = (
-            await database_sync_to_async(tunnel_auth.sign_with_ca)(agent_nonce.encode()) if agent_nonce else b""
-        )
+        agent_nonce = (query.get("agent_nonce") or [""])[0]
+        if not p.is_valid_nonce(agent_nonce):  # the CA key signs nothing but a well-formed nonce
+            await self.close(code=CLOSE_PROTOCOL_ERROR, reason="agent_nonce must be 16-128 URL-safe characters")
+            return
+        server_signature = await database_sync_to_async(tunnel_auth.server_proof)(agent_nonce)
         challenge = p.Challenge(nonce=self.nonce, server_signature_b64=base64.b64encode(server_signature).decode())
         await self._send_frame(challenge)
         self._hello_timer = asyncio.ensure_future(self._close_if_silent())
-        self._revocation_watch: asyncio.Future[Any] | None = None
 
     async def _close_if_silent(self) -> None:
         await asyncio.sleep(settings.AGENT_HELLO_TIMEOUT_S)
@@ -178,7 +182,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             certificate_node_id = await database_sync_to_async(ca.verify_node_certificate)(hello.certificate_pem)
             ca.verify_signature(
                 certificate_pem=hello.certificate_pem,
-                data=self.nonce.encode(),
+                data=p.agent_proof_message(self.nonce),
                 signature=base64.b64decode(hello.signature_b64, validate=True),
             )
             if str(certificate_node_id) != hello.node_id:

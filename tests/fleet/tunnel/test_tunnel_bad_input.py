@@ -8,16 +8,19 @@ code 4400 and a reason; an authentication failure closes with 4401, a revoked ce
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import uuid
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
@@ -78,8 +81,8 @@ async def _frame(comm: WebsocketCommunicator, timeout: float = 5) -> p.Frame:
     return p.decode(message["text"])
 
 
-async def _open(agent_nonce: str = "n0nce") -> tuple[WebsocketCommunicator, p.Challenge]:
-    comm = WebsocketCommunicator(application, f"/agent/tunnel?agent_nonce={agent_nonce}")
+async def _open(agent_nonce: str = "n0nce-0f-the-agent") -> tuple[WebsocketCommunicator, p.Challenge]:
+    comm = WebsocketCommunicator(application, f"/agent/tunnel?{urlencode({'agent_nonce': agent_nonce})}")
     connected, _ = await comm.connect()
     assert connected
     challenge = await _frame(comm)
@@ -368,9 +371,13 @@ async def test_hello_for_another_node_and_bad_signatures_are_refused(cluster, ow
     cases = {
         "someone else's node id": lambda c: _hello(node_identity, c, node_id=other.node_id),
         "signature over another nonce": lambda c: _hello(
-            node_identity, c, signature_b64=identity.sign_nonce(node_identity.key, "old-nonce")
+            node_identity, c, signature_b64=identity.sign_nonce(node_identity.key, "an-older-challenge-nonce")
         ),
         "signature not base64": lambda c: _hello(node_identity, c, signature_b64="%%%"),
+        # a node key's signature over the bare nonce could be anything that key signs (its CSR, say)
+        "signature over the bare nonce, without the agent proof context": lambda c: _hello(
+            node_identity, c, signature_b64=_bare_signature(node_identity.key, c.nonce)
+        ),
         "empty certificate": lambda c: _hello(node_identity, c, certificate_pem=""),
     }
     for name, build in cases.items():
@@ -386,6 +393,58 @@ async def test_hello_for_another_node_and_bad_signatures_are_refused(cluster, ow
     await comm.disconnect()
     connected = await sync_to_async(lambda: list(Node.objects.filter(connected=True)))()
     assert connected == []
+
+
+def _bare_signature(key: ec.EllipticCurvePrivateKey, nonce: str) -> str:
+    """What agents sent before the proofs had a context: a signature over the nonce alone."""
+    return base64.b64encode(key.sign(nonce.encode(), ec.ECDSA(hashes.SHA256()))).decode()
+
+
+def _ca_verifies(signature: bytes, data: bytes) -> bool:
+    public_key = x509.load_pem_x509_certificate(ca.ca_certificate_pem().encode()).public_key()
+    try:
+        public_key.verify(signature, data, ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature:
+        return False
+    return True
+
+
+@pytest.mark.asyncio
+async def test_server_proof_signs_the_context_and_nonce_never_the_bare_nonce():
+    """The CA key must not sign a string the (unauthenticated) peer chose: it signs node certificates."""
+    agent_nonce = "0123456789abcdef0123456789abcdef"
+    comm, challenge = await _open(agent_nonce)
+    signature = base64.b64decode(challenge.server_signature_b64)
+    assert not await sync_to_async(_ca_verifies)(signature, agent_nonce.encode())
+    assert await sync_to_async(_ca_verifies)(signature, p.SERVER_PROOF_CONTEXT + agent_nonce.encode())
+    ca_pem = await sync_to_async(ca.ca_certificate_pem)()
+    assert identity.verify_server_proof(ca_pem, agent_nonce, challenge.server_signature_b64)
+    await comm.disconnect()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "query",
+    [
+        "",
+        "agent_nonce=",
+        "agent_nonce=too-short",
+        f"agent_nonce={'a' * 129}",
+        "agent_nonce=with+spaces+in+it+and+more",
+        "agent_nonce=%30%82%01%0a" + "a" * 16,  # DER-looking bytes (a SEQUENCE header)
+        "agent_nonce=" + "%C3%A9" * 16,
+    ],
+    ids=["absent", "empty", "short", "long", "spaces", "binary", "non-ascii"],
+)
+async def test_agent_nonce_not_of_the_accepted_form_is_refused_before_anything_is_signed(query):
+    comm = WebsocketCommunicator(application, f"/agent/tunnel?{query}")
+    connected, _ = await comm.connect()
+    assert connected
+    message = await comm.receive_output(5)
+    assert message["type"] == "websocket.close", message  # no Challenge: nothing signed with the CA key
+    assert message["code"] == CLOSE_PROTOCOL_ERROR
+    assert "agent_nonce" in message["reason"]
+    await comm.disconnect()
 
 
 @pytest.mark.asyncio
@@ -503,7 +562,7 @@ def test_real_daphne_closes_bad_sockets_with_4400_and_keeps_serving(tmp_path, cl
     port = plane.start_replica()
     try:
         good_ident, bad_ident = _register(cluster, owner, "good"), _register(cluster, owner, "bad")
-        url = f"ws://127.0.0.1:{port}/agent/tunnel?agent_nonce=abc"
+        url = f"ws://127.0.0.1:{port}/agent/tunnel?agent_nonce=0123456789abcdef"
 
         def heartbeat_answered(ws) -> bool:
             ws.send(p.encode(p.Heartbeat(cpu_percent=1.0, memory_percent=1.0)))
