@@ -25,6 +25,12 @@ finally:
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from cleverthis import daphne_fixes  # noqa: E402
+
+# Under daphne: close frames carry the consumer's reason, and an oversized message gets a 1009 close
+# frame instead of a dropped connection (see `cleverthis.daphne_fixes`).
+daphne_fixes.apply()
+
 if settings.SERVE_STATIC:
     django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
 

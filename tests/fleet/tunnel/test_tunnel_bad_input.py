@@ -2,8 +2,9 @@
 
 The consumer is driven through the real ASGI application (`cleverthis.asgi.application`, path
 /agent/tunnel) with channels' WebsocketCommunicator over the real Redis channel layer and PostgreSQL;
-one test does the same against a real daphne. A bad frame must close only its own socket, with close
-code 4400 and a reason; an authentication failure closes with 4401, a revoked certificate with 4403.
+two tests do the same against a real daphne. A bad frame must close only its own socket, with close
+code 4400 and a reason (daphne's own message limit: 1009); an authentication failure closes with 4401,
+a revoked certificate with 4403. The reason reaches the peer in the close frame (`cleverthis.daphne_fixes`).
 """
 
 from __future__ import annotations
@@ -550,10 +551,23 @@ def test_concurrent_use_of_one_token_registers_one_node(cluster, owner):
 # the same against a real daphne
 
 
-@pytest.mark.integration
-def test_real_daphne_closes_bad_sockets_with_4400_and_keeps_serving(tmp_path, cluster, owner):
-    import websockets.sync.client as ws_client
+def _closed_by_server(ws: Any, raw: str | bytes | None) -> tuple[int | None, str | None]:
+    """Send `raw` (if any) on a real socket, read until the server closes it; the close code and reason."""
     from websockets.exceptions import ConnectionClosed
+
+    try:
+        if raw is not None:
+            ws.send(raw)
+        while True:
+            ws.recv(timeout=10)
+    except ConnectionClosed:
+        pass
+    return ws.close_code, ws.close_reason
+
+
+@pytest.mark.integration
+def test_real_daphne_closes_bad_sockets_with_4400_and_a_reason_and_keeps_serving(tmp_path, cluster, owner):
+    import websockets.sync.client as ws_client
 
     from tests.support.live import ControlPlane, subprocess_env
     from tests.support.processes import DAPHNE_MAX_MESSAGE_BYTES
@@ -579,30 +593,60 @@ def test_real_daphne_closes_bad_sockets_with_4400_and_keeps_serving(tmp_path, cl
             return ws
 
         good = authenticate(good_ident)
-
-        def refused(raw: str) -> tuple[int | None, str | None]:
-            bad = authenticate(bad_ident)
-            try:
-                bad.send(raw)
-                while True:
-                    bad.recv(timeout=10)
-            except ConnectionClosed:
-                pass
-            return bad.close_code, bad.close_reason
-
-        for raw in (MALFORMED["oversized"], MALFORMED["not json"], _raw("ack", command_id="not-a-uuid")):
-            code, reason = refused(raw)
+        cases = {
+            MALFORMED["oversized"]: "exceeds the",
+            MALFORMED["not json"]: "not valid JSON",
+            MALFORMED["deeply nested"]: "nested deeper",
+            _raw("ack", command_id="not-a-uuid"): "bad ack frame",
+        }
+        for raw, why in cases.items():
+            code, reason = _closed_by_server(authenticate(bad_ident), raw)
             assert code == CLOSE_PROTOCOL_ERROR, (raw[:40], code, reason)
+            assert why in (reason or ""), (raw[:40], reason)  # the reason reaches the peer
             assert heartbeat_answered(good)
-        # daphne does not forward close reasons (its serverClose takes only a code): the reason is logged
         log = plane.replicas[0].log()
-        assert log.count(f"closing tunnel of node {bad_ident.node_id}") == 3, log[-3000:]
-        # far beyond daphne's own message limit: daphne drops that socket itself, the others stay
-        code, _ = refused("x" * (DAPHNE_MAX_MESSAGE_BYTES + 1))
-        assert code != 1000
+        assert log.count(f"closing tunnel of node {bad_ident.node_id}") == len(cases), log[-3000:]
+        # beyond daphne's own message limit: a 1009 close frame for that socket (not a dropped TCP
+        # connection, 1006), and the others stay
+        code, reason = _closed_by_server(authenticate(bad_ident), "x" * (DAPHNE_MAX_MESSAGE_BYTES + 1))
+        assert code == 1009, (code, reason)
+        assert "exceeds payload limit" in (reason or "")
         assert heartbeat_answered(good)
         good.close()
         assert plane.replicas[0].alive()
         assert "Traceback" not in plane.replicas[0].log()
+    finally:
+        plane.stop()
+
+
+@pytest.mark.integration
+def test_real_daphne_tells_unauthenticated_peers_why_it_closed_without_a_traceback(tmp_path):
+    """Before any hello: deep nesting, garbage, a 6 MiB frame and a bad agent_nonce each get a clean close."""
+    import websockets.sync.client as ws_client
+
+    from tests.support.live import ControlPlane, subprocess_env
+
+    plane = ControlPlane(log_dir=tmp_path, env=subprocess_env())
+    port = plane.start_replica()
+    try:
+        base = f"ws://127.0.0.1:{port}/agent/tunnel"
+
+        def close_of(raw: str | bytes | None, agent_nonce: str = "0123456789abcdef") -> tuple[int | None, str]:
+            ws = ws_client.connect(f"{base}?agent_nonce={agent_nonce}", max_size=None, open_timeout=10)
+            if raw is not None:
+                assert isinstance(p.decode(ws.recv(timeout=10)), p.Challenge)
+            code, reason = _closed_by_server(ws, raw)
+            return code, reason or ""
+
+        code, reason = close_of("[" * 500_000)  # was: RecursionError, 1011 and a traceback in the log
+        assert (code, "nested deeper" in reason) == (CLOSE_PROTOCOL_ERROR, True), (code, reason)
+        code, reason = close_of(b"\xff\xfe" * 32)
+        assert (code, "magic" in reason) == (CLOSE_PROTOCOL_ERROR, True), (code, reason)
+        code, reason = close_of("x" * (6 * 1024 * 1024))  # was: the TCP connection dropped (1006)
+        assert code == 1009, (code, reason)
+        code, reason = close_of(None, agent_nonce="abc")
+        assert (code, "agent_nonce" in reason) == (CLOSE_PROTOCOL_ERROR, True), (code, reason)
+        assert plane.replicas[0].alive()
+        assert "Traceback" not in plane.replicas[0].log(), plane.replicas[0].log()[-3000:]
     finally:
         plane.stop()
