@@ -39,6 +39,24 @@ HEARTBEAT_INTERVAL_S = 30.0
 # Agent → control plane WebSocket path.
 TUNNEL_PATH = "/agent/tunnel"
 
+# Close codes of the tunnel; the close frame also carries a reason (`cleverthis.daphne_fixes`).
+CLOSE_PROTOCOL_ERROR = 4400  # a malformed, oversized or unacceptable frame (or agent_nonce)
+CLOSE_UNAUTHORIZED = 4401  # no hello, or a hello that does not authenticate
+CLOSE_REVOKED = 4403  # this node's certificate is revoked: never reconnect
+CLOSE_BACKOFF = 4429  # reconnect later (a `Backoff` frame before the close says when)
+CLOSE_MEANINGS: dict[int, str] = {
+    1000: "normal closure",
+    1001: "going away",
+    1002: "WebSocket protocol error",
+    1007: "invalid payload",
+    1009: "message too big",
+    1011: "server error",
+    CLOSE_PROTOCOL_ERROR: "bad frame",
+    CLOSE_UNAUTHORIZED: "not authenticated",
+    CLOSE_REVOKED: "revoked",
+    CLOSE_BACKOFF: "back off",
+}
+
 CommandType = Literal[
     "container.create",
     "container.start",

@@ -215,7 +215,10 @@ class TunnelClient:
                 facts=replace(await asyncio.to_thread(inventory.host_facts), gpus=gpus),
                 inventory=await self._inventory(gpus),
             )
-            await ws.send(p.encode(hello))
+            try:
+                await ws.send(p.encode(hello))
+            except ConnectionClosed as exc:
+                raise self._ended_by_close(exc) from exc
             welcome = await self._expect(ws, p.Welcome)
             self._ensure_runner(welcome.mode, welcome.mode_settings)
             log.info("connected to %s", self.host)
@@ -257,11 +260,21 @@ class TunnelClient:
 
     @staticmethod
     def _ended_by_close(exc: ConnectionClosed) -> SessionEnded:
-        code = exc.rcvd.code if exc.rcvd else None
-        reason = exc.rcvd.reason if exc.rcvd else "connection lost"
-        if code == 4403:
-            return SessionEnded(reason or "revoked", revoked=True)
-        return SessionEnded(f"closed ({code}): {reason}")
+        """Why the socket closed: the control plane's close code and reason, ours, or a dropped connection.
+
+        4403 (revoked) ends the agent; every other close is followed by a reconnect.
+        """
+        if exc.rcvd is not None and (exc.sent is None or exc.rcvd_then_sent):
+            closer, close = "control plane", exc.rcvd
+            if close.code == p.CLOSE_REVOKED:
+                return SessionEnded(close.reason or "revoked", revoked=True)
+        elif exc.sent is not None:  # e.g. 1009: the control plane sent a frame over MAX_FRAME_BYTES
+            closer, close = "this agent", exc.sent
+        else:
+            return SessionEnded("connection lost without a close frame")
+        meaning = p.CLOSE_MEANINGS.get(close.code, "unknown code")
+        reason = close.reason or "(no reason given)"
+        return SessionEnded(f"{closer} closed the tunnel: {close.code} {meaning}: {reason}")
 
     async def _refresh_proxy_ports(self) -> None:
         if self.runner is not None:

@@ -71,10 +71,10 @@ async def _write_heartbeats(beats: list[tuple[UUID, p.Heartbeat]]) -> list[Any]:
 # Heartbeats of all tunnels of this process: those that arrive together are one UPDATE together.
 HEARTBEATS: Coalescer[tuple[UUID, p.Heartbeat], None] = Coalescer(_write_heartbeats)
 
-CLOSE_PROTOCOL_ERROR = 4400
-CLOSE_UNAUTHORIZED = 4401
-CLOSE_REVOKED = 4403
-CLOSE_BACKOFF = 4429
+CLOSE_PROTOCOL_ERROR = p.CLOSE_PROTOCOL_ERROR
+CLOSE_UNAUTHORIZED = p.CLOSE_UNAUTHORIZED
+CLOSE_REVOKED = p.CLOSE_REVOKED
+CLOSE_BACKOFF = p.CLOSE_BACKOFF
 
 
 class AgentTunnelConsumer(AsyncWebsocketConsumer):

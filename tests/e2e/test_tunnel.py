@@ -177,3 +177,25 @@ def test_backoff_broadcast_keeps_agents_away_then_they_return(control_plane, clu
     asked_at = time.monotonic()
     wait_until(lambda: proc.log().count("connected to") == 2, timeout=20, what="reconnect after backoff")
     assert time.monotonic() - asked_at >= 2.9
+
+
+def test_agent_logs_the_code_and_reason_the_control_plane_closed_with_and_retries(
+    control_plane, cluster, operator, agents, tmp_path
+):
+    """daphne carries close reasons: an agent whose hello is refused logs 4401 and why, and keeps retrying."""
+    from agent import identity
+    from agent.config import KEY_FILE
+
+    user, _ = operator
+    proc, state, env = agents(control_plane, cluster, user, "a")
+    wait_status(node_of(state), "online")
+    proc.stop()
+    identity.write_private_key(identity.generate_key(), state / KEY_FILE)  # no longer the certificate's key
+    again = agent_run(state, tmp_path, name="agent-a-wrong-key", env=env)
+    try:
+        refused = "control plane closed the tunnel: 4401 not authenticated: signature does not verify"
+        wait_until(lambda: again.log().count(refused) >= 2, timeout=30, what="hello refused twice, with its reason")
+        assert again.alive()  # 4401 is not 4403: the agent keeps trying
+    finally:
+        again.stop()
+    assert "Traceback" not in control_plane.replicas[0].log()
