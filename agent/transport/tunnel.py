@@ -1,12 +1,14 @@
 """The agent's outbound tunnel: one WebSocket to the control plane, kept open forever.
 
 A session: connect with a fresh nonce, check the control plane's CA signature over it (the CA is
-pinned at join time), answer the challenge with a signature made by the node key, send `Hello` with
-facts and inventory, then heartbeat every `heartbeat_interval_s` and run the commands that arrive.
+pinned at join time), answer the challenge with a signature made by the node key (both signatures
+cover a context string plus the nonce, see `agent.protocol`), send `Hello` with facts and inventory,
+then heartbeat every `heartbeat_interval_s` and run the commands that arrive.
 Commands run in worker threads; their progress and results go out through `FrameSender`, which always
 sends control frames before bulk stream data. On any disconnect the client reconnects with exponential
 backoff and full jitter (first retry under a second, capped a few seconds out), honours `Backoff`
-frames, and stops for good on `Revoked`.
+frames, and stops for good on `Revoked` (or a 4403 close). Every disconnect is logged with who closed
+the socket, the close code and the reason.
 """
 
 from __future__ import annotations
