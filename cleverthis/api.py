@@ -6,10 +6,28 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from rest_framework import exceptions, status
+from rest_framework import exceptions, parsers, status
 from rest_framework.response import Response
 
+from agent.protocol import nesting_exceeds
 from fleet.exceptions import IllegalTransition
+
+# Request bodies nested deeper than this are refused (400) before any code walks them recursively.
+MAX_JSON_NESTING = 64
+
+
+class JSONParser(parsers.JSONParser):
+    """DRF's JSON parser, with bodies nested too deeply (for Python's parser or our own walkers) a 400
+    with a reason instead of a RecursionError and a 500."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise exceptions.ParseError(f"JSON parse error - nested deeper than {MAX_JSON_NESTING} levels") from None
+        if nesting_exceeds(data, MAX_JSON_NESTING):
+            raise exceptions.ParseError(f"JSON parse error - nested deeper than {MAX_JSON_NESTING} levels")
+        return data
 
 
 def validated(serializer_class: type, data: Any, **kwargs: Any) -> dict[str, Any]:

@@ -64,3 +64,11 @@ def test_settings_module_loads_in_a_fresh_interpreter_from_env():
     }
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["otherdb", "redis://r:6380/2", "False"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("body", ["[" * 100_000, "[" * 900 + "]" * 900, '{"a":' * 70 + "1" + "}" * 70])
+def test_api_bodies_nested_too_deeply_are_a_400_not_a_500(owner, api_client_for, body):
+    response = api_client_for(owner).generic("POST", "/api/v1/clusters/", body, content_type="application/json")
+    assert response.status_code == 400
+    assert "nested deeper than" in response.json()["detail"]
