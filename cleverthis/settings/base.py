@@ -39,6 +39,13 @@ NODE_ORIGIN_PORT = env_str("NODE_ORIGIN_PORT", "")
 # host-only cookie on that origin valid this long.
 ORIGIN_TICKET_MAX_AGE_S = env_int("ORIGIN_TICKET_MAX_AGE_S", 60)
 ORIGIN_SESSION_MAX_AGE_S = env_int("ORIGIN_SESSION_MAX_AGE_S", 8 * 3600)
+# Behind HTTPS, HTTPS_COOKIES=1 makes the session and CSRF cookies Secure and gives them the __Host- prefix,
+# which browsers never let a subdomain set: a workload's script on a node origin that shares the control
+# plane's parent domain then cannot plant ("toss") a session or CSRF cookie for the control plane.
+HTTPS_COOKIES = env_bool("HTTPS_COOKIES", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS_COOKIES
+SESSION_COOKIE_NAME = "__Host-sessionid" if HTTPS_COOKIES else "sessionid"
+CSRF_COOKIE_NAME = "__Host-csrftoken" if HTTPS_COOKIES else "csrftoken"
 # Key used to encrypt secrets at rest (CA key, ArgoCD tokens); defaults to one derived from SECRET_KEY.
 FIELD_ENCRYPTION_KEY = env_str("FIELD_ENCRYPTION_KEY", "")
 # A node whose last heartbeat is older than this many seconds is marked offline by the beat task.

@@ -72,3 +72,16 @@ def test_api_bodies_nested_too_deeply_are_a_400_not_a_500(owner, api_client_for,
     response = api_client_for(owner).generic("POST", "/api/v1/clusters/", body, content_type="application/json")
     assert response.status_code == 400
     assert "nested deeper than" in response.json()["detail"]
+
+
+def test_https_cookies_take_the_host_prefix_a_subdomain_cannot_set():
+    import subprocess
+    import sys
+
+    code = (
+        "from django.conf import settings; import django; django.setup(); "
+        "print(settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME, settings.SESSION_COOKIE_SECURE)"
+    )
+    env = {"DJANGO_SETTINGS_MODULE": "cleverthis.settings.base", "HTTPS_COOKIES": "1", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["__Host-sessionid", "__Host-csrftoken", "True"]
