@@ -16,11 +16,12 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agent.executors.base import CommandFailed, Executor, ProgressFn
-from agent.protocol import Command, Error, GpuInfo, Inventory, ProtocolError, Result, parse_payload
+from agent.protocol import Command, ContainerInfo, Error, GpuInfo, Inventory, ProtocolError, Result, parse_payload
 from agent.ray.commands import RayCommandHandler
 from agent.workloads.endpoints import EndpointManager
 from agent.workloads.models import ModelCache
@@ -28,6 +29,7 @@ from agent.workloads.models import ModelCache
 log = logging.getLogger(__name__)
 # How many finished keys the inventory reports (the journal itself keeps all of them).
 INVENTORY_KEYS = 1000
+T = TypeVar("T")
 
 
 class CommandRunner:
@@ -51,6 +53,8 @@ class CommandRunner:
         self._journal_lock = threading.Lock()
         self._done: dict[str, Result | Error] = {}
         self._running: dict[str, threading.Event] = {}
+        self._last_containers: list[ContainerInfo] = []
+        self._failing_parts: set[str] = set()
         self._load_journal()
 
     # ---- journal
@@ -165,21 +169,42 @@ class CommandRunner:
         return ports
 
     def inventory(self, gpus: list[GpuInfo]) -> Inventory:
-        """Everything the node runs and holds, for `hello` and inventory reports."""
-        try:
-            containers = self.executor.list_containers()
-        except CommandFailed as exc:
-            log.warning("cannot list containers for the inventory: %s", exc.message)
-            containers = []
+        """Everything the node runs and holds, for `hello` and inventory reports; never raises.
+
+        Each part is read on its own, so the engine changing underneath (a restart, containers going
+        away) costs only its own part: containers that cannot be listed are reported as last listed
+        (not as gone), any other part that fails as empty. The first failure of a part is logged with
+        its traceback, repeats quietly until it reads again.
+        """
+        containers = self._part("containers", self.executor.list_containers, self._last_containers)
+        self._last_containers = containers
         with self._lock:
             keys = list(self._done)[-INVENTORY_KEYS:]
         return Inventory(
             containers=containers,
-            endpoints=self.endpoints.inventory(),
-            models=self.models.inventory(),
+            endpoints=self._part("endpoints", self.endpoints.inventory, []),
+            models=self._part("models", self.models.inventory, []),
             gpus=list(gpus),
             completed_command_keys=keys,
         )
+
+    def _part(self, name: str, read: Callable[[], list[T]], fallback: list[T]) -> list[T]:
+        try:
+            value = read()
+        except Exception as exc:
+            if name not in self._failing_parts:
+                self._failing_parts.add(name)
+                if isinstance(exc, CommandFailed):
+                    log.warning("cannot read the %s for the inventory: %s", name, exc.message)
+                else:
+                    log.warning("cannot read the %s for the inventory", name, exc_info=exc)
+            else:
+                log.debug("still cannot read the %s for the inventory: %s", name, exc)
+            return list(fallback)
+        if name in self._failing_parts:
+            self._failing_parts.discard(name)
+            log.info("the %s read again for the inventory", name)
+        return value
 
 
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:

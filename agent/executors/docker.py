@@ -95,13 +95,20 @@ class DockerExecutor:
         raise CommandFailed("unknown_command", f"the docker executor does not run {command_type!r}")
 
     def list_containers(self) -> list[ContainerInfo]:
-        """Every container labelled as ours, running or not."""
+        """Every container labelled as ours, running or not, from one listing call.
+
+        The engine's list answer already carries id, names, image, state and labels, so no container
+        is inspected one by one: one removed meanwhile cannot fail the listing (the SDK's
+        `containers.list` inspects each and raised `NotFound`). Any engine error is `docker_unavailable`.
+        """
         try:
-            containers = self._docker().containers.list(all=True, filters={"label": f"{MANAGED_LABEL}=true"})
+            rows = self._docker().api.containers(all=True, filters={"label": f"{MANAGED_LABEL}=true"})
         except requests.exceptions.ConnectionError as exc:
             self._client = None
             raise CommandFailed("docker_unavailable", f"lost the Docker engine: {exc}") from None
-        return [self._info(c) for c in containers]
+        except (DockerException, requests.exceptions.RequestException) as exc:
+            raise CommandFailed("docker_unavailable", f"the Docker engine could not list containers: {exc}") from None
+        return [self._summary_info(row) for row in rows]
 
     # ---- commands
 
@@ -250,14 +257,19 @@ class DockerExecutor:
         code = "registry_auth_failed" if any(m in lowered for m in _AUTH_MARKERS) else "image_pull_failed"
         raise CommandFailed(code, f"pulling {image} failed: {reason}", image=image, reason=reason)
 
-    def _info(self, container: Any) -> ContainerInfo:
-        labels = dict(container.labels or {})
-        image = container.attrs.get("Config", {}).get("Image") or (container.image.tags or [""])[0]
+    @staticmethod
+    def _summary_info(row: dict[str, Any]) -> ContainerInfo:
+        """A container of the engine's list answer (`GET /containers/json`) as a ContainerInfo."""
+        labels = dict(row.get("Labels") or {})
+        names = row.get("Names") or [""]
+        state = row.get("State")
+        if isinstance(state, dict):  # some engines answer the inspect form
+            state = state.get("Status", "")
         return ContainerInfo(
-            container_id=container.id,
-            name=container.name,
-            image=image,
-            status=_status(container.status),
+            container_id=row.get("Id", ""),
+            name=str(names[0]).lstrip("/"),
+            image=row.get("Image", ""),
+            status=_status(str(state or "")),
             command_key=labels.get(COMMAND_KEY_LABEL, ""),
             labels=labels,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 
@@ -11,8 +12,12 @@ import pytest
 from agent.executors.base import CommandFailed
 from agent.executors.docker import COMMAND_KEY_LABEL, MANAGED_LABEL, DockerExecutor, split_image
 from agent.protocol import ContainerCreatePayload, ContainerRefPayload, PortMapping
+from agent.runner import CommandRunner
+from agent.workloads.endpoints import EndpointManager
+from agent.workloads.models import ModelCache
 from tests.agent.executors.podman import TEST_IMAGE, VOLUME_IMAGE, registry_address, require_podman
 from tests.agent.executors.registry import RegistryStandin
+from tests.support.unix_relay import UnixRelay
 
 RUN_LABEL = "io.cleverthis.test-run"
 
@@ -230,6 +235,76 @@ def test_private_registry_needs_credentials(executor, registry, run_id):
         executor.execute("container.create", with_creds, command_key=f"b-{run_id}", progress=Recorder())["status"]
         == "running"
     )
+
+
+def _runner(executor: DockerExecutor, tmp_path) -> CommandRunner:
+    models = ModelCache(tmp_path / "models")
+    return CommandRunner(
+        executor=executor,
+        models=models,
+        endpoints=EndpointManager(models, tmp_path / "endpoints"),
+        journal_path=tmp_path / "journal.jsonl",
+    )
+
+
+def test_a_container_removed_between_listing_and_inspecting_fails_no_inventory(executor, engine, run_id, tmp_path):
+    """The engine changes underneath the inventory: a container goes away right after the listing.
+
+    The removal is real (Podman removes it); the hook only times it, between the engine's list answer
+    and whatever the inventory does next (the SDK's `containers.list` inspected each one and raised
+    `NotFound`, which killed the agent's heartbeat task).
+    """
+    created = [
+        executor.execute("container.create", payload(run_id), command_key=f"r{i}-{run_id}", progress=Recorder())
+        for i in range(3)
+    ]
+    client = executor._docker()
+    real_list = client.api.containers
+    to_remove = [created[1]["container_id"], created[0]["container_id"]]
+
+    def list_then_remove_one(*args, **kwargs):
+        rows = real_list(*args, **kwargs)
+        if to_remove:
+            engine.containers.get(to_remove.pop(0)).remove(force=True, v=True)
+        return rows
+
+    client.api.containers = list_then_remove_one
+    listed = {c.container_id for c in executor.list_containers()}
+    assert {c["container_id"] for c in created} <= listed  # as listed: the next listing drops it
+
+    runner = _runner(executor, tmp_path)
+    inventory = runner.inventory([])  # never raises
+    assert {created[0]["container_id"], created[2]["container_id"]} <= {c.container_id for c in inventory.containers}
+    current = {c.container_id for c in runner.inventory([]).containers}
+    assert current & {c["container_id"] for c in created} == {created[2]["container_id"]}
+
+
+def test_inventory_through_an_engine_restart_keeps_the_last_listed_containers(engine, run_id, tmp_path, caplog):
+    """The engine goes away (its socket closes every connection and refuses new ones) and comes back.
+
+    Meanwhile the inventory still goes out, with the containers as last listed (not reported as gone)
+    and the other parts as they are; the failure is logged once, not on every heartbeat.
+    """
+    relay = UnixRelay(tmp_path / "engine.sock", require_podman().removeprefix("unix://")).up()
+    try:
+        executor = DockerExecutor(base_url=relay.url)
+        made = executor.execute("container.create", payload(run_id), command_key=f"e-{run_id}", progress=Recorder())
+        runner = _runner(executor, tmp_path)
+        before = runner.inventory([]).containers
+        assert made["container_id"] in {c.container_id for c in before}
+
+        relay.down()
+        with caplog.at_level(logging.WARNING, logger="agent.runner"):
+            during = [runner.inventory([]) for _ in range(3)]
+        assert all(inv.containers == before for inv in during)
+        assert len([r for r in caplog.records if "cannot read the containers" in r.getMessage()]) == 1
+
+        engine.containers.get(made["container_id"]).remove(force=True, v=True)
+        relay.up()
+        after = runner.inventory([]).containers
+        assert made["container_id"] not in {c.container_id for c in after}
+    finally:
+        relay.down()
 
 
 def test_docker_not_running_is_docker_unavailable(tmp_path):
