@@ -6,13 +6,16 @@ credit-based per stream and per direction: the agent reads from the local socket
 the control plane has granted (`StreamWindow`), so a slow client never makes the agent buffer without
 bound; and it grants the control plane credit back only after request bytes were written to the local
 socket. Stream bytes go out as bulk frames, which the tunnel's sender always puts behind control frames.
+A stream's task that fails unexpectedly is logged once with its traceback and aborts that stream (a
+`StreamEnd` with an error), never leaving it half open.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from agent import protocol as p
 
@@ -152,7 +155,21 @@ class StreamManager:
             return
         stream = _Stream(frame.stream_id, frame.port, frame.window)
         self._streams[frame.stream_id] = stream
-        stream.tasks.append(asyncio.ensure_future(self._run(stream)))
+        self._start(stream, self._run(stream))
+
+    def _start(self, stream: _Stream, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run one of the stream's tasks, supervised by `_task_done`."""
+        task = asyncio.ensure_future(coro)
+        stream.tasks.append(task)
+        task.add_done_callback(lambda done: self._task_done(stream, done))
+        return task
+
+    def _task_done(self, stream: _Stream, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        log.error("stream %s to port %s failed; aborting it", stream.stream_id, stream.port, exc_info=error)
+        self._close(stream, error=f"agent error: {type(error).__name__}")
 
     async def _run(self, stream: _Stream) -> None:
         loop = asyncio.get_running_loop()
@@ -165,8 +182,7 @@ class StreamManager:
             self._streams.pop(stream.stream_id, None)
             return
         stream.upstream = upstream
-        pump = asyncio.ensure_future(self._pump_to_local(stream, upstream))
-        stream.tasks.append(pump)
+        pump = self._start(stream, self._pump_to_local(stream, upstream))
         try:
             await upstream.closed  # the response went out frame by frame as it arrived
         finally:
@@ -190,13 +206,13 @@ class StreamManager:
             if upstream.transport is not None:
                 upstream.transport.close()
 
-    def _close(self, stream: _Stream, *, notify: bool = True) -> None:
+    def _close(self, stream: _Stream, *, notify: bool = True, error: str = "") -> None:
         if stream.ended:
             return
         stream.ended = True
         self._streams.pop(stream.stream_id, None)
         if notify:
-            self._send(p.StreamEnd(stream_id=stream.stream_id))
+            self._send(p.StreamEnd(stream_id=stream.stream_id, error=error))
         if stream.upstream is not None and stream.upstream.transport is not None:
             stream.upstream.transport.close()
         current = asyncio.current_task()

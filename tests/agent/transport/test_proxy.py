@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
@@ -126,3 +127,46 @@ async def test_disallowed_port_is_refused():
     manager = StreamManager(peer.send, allowed_port=lambda port: port == 8265)
     manager.handle(p.StreamOpen(stream_id=4, port=22))
     assert "not proxied" in peer.ended(4).error
+
+
+async def test_a_stream_pump_that_fails_unexpectedly_aborts_its_stream_and_is_logged_once(caplog):
+    """Injected: sending the credit for written request bytes raises inside the request pump.
+
+    The stream is aborted with an error both ends see (never left half open), the failure is logged
+    once with its traceback, and another stream on the same tunnel carries on.
+    """
+    held: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        held.append(writer)  # answers nothing, keeps the connection open
+
+    port = free_port()
+    server = await asyncio.start_server(silent, "127.0.0.1", port)
+    other_server, other_port, _ = await http_server(b"still fine")
+    peer = Peer()
+
+    def send(frame: p.Frame) -> None:
+        if isinstance(frame, p.StreamWindow) and frame.stream_id == 5:
+            raise RuntimeError("injected failure in the pump")
+        peer.send(frame)
+
+    manager = StreamManager(send)
+    with caplog.at_level(logging.ERROR, logger="agent.proxy"):
+        manager.handle(p.StreamOpen(stream_id=5, port=port))
+        manager.handle(p.StreamData.of(5, b"GET / HTTP/1.1\r\n\r\n"))
+        await peer.wait_for(lambda: peer.ended(5) is not None)
+    assert "RuntimeError" in peer.ended(5).error
+    assert manager.open_streams == 0
+    logged = [r for r in caplog.records if r.exc_info]
+    assert len(logged) == 1
+    assert str(logged[0].exc_info[1]) == "injected failure in the pump"
+
+    manager.handle(p.StreamOpen(stream_id=6, port=other_port))
+    manager.handle(p.StreamData.of(6, b"GET / HTTP/1.1\r\n\r\n"))
+    await peer.wait_for(lambda: peer.ended(6) is not None)
+    assert peer.data(6).endswith(b"still fine")
+    for writer in held:
+        writer.close()
+    server.close()
+    other_server.close()
