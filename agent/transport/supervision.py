@@ -81,13 +81,16 @@ class Supervisor:
     async def watch(self, main: Awaitable[T]) -> T:
         """Await `main` (the session's reader); raise `TaskFailed` as soon as a supervised task failed."""
         reader = asyncio.ensure_future(main)
-        await asyncio.wait({reader, self._failed}, return_when=asyncio.FIRST_COMPLETED)
-        if reader.done():
-            return reader.result()
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await reader
-        raise self._failed.result()
+        try:
+            await asyncio.wait({reader, self._failed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # a failed task, or the session itself cancelled: the reader goes too
+            if not reader.done():
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reader
+        if reader.cancelled():  # by us, for the failed task
+            raise self._failed.result()
+        return reader.result()  # the reader's own outcome comes first (e.g. revoked)
 
     async def stop(self) -> None:
         """Cancel every task and wait for them to end."""

@@ -33,6 +33,7 @@ from agent import identity, inventory
 from agent import protocol as p
 from agent.config import AgentConfig
 from agent.transport.proxy import StreamManager
+from agent.transport.supervision import Supervisor, TaskFailed
 
 log = logging.getLogger("agent.tunnel")
 
@@ -136,6 +137,7 @@ class TunnelClient:
         self._runner_mode: tuple[str, str] | None = None
         self._running_keys: set[str] = set()
         self._sender: FrameSender | None = None
+        self._supervisor: Supervisor | None = None  # the live session's
         self._tasks: set[asyncio.Task[Any]] = set()
         self._gpus: list[p.GpuInfo] = []
         self._reported_inventory: p.Inventory | None = None  # what the control plane last got
@@ -192,6 +194,14 @@ class TunnelClient:
                 log.warning(
                     "cannot connect to %s (%s: %s); retrying in %.2fs", self.host, type(exc).__name__, exc, delay
                 )
+            except TaskFailed as failed:  # logged with its traceback by the supervisor
+                attempt = 0
+                delay = self.policy.delay(0)
+                log.warning("tunnel session ended (%s); reconnecting in %.2fs", failed, delay)
+            except Exception:  # a bug in the session itself (the reader): never a dead or half-alive agent
+                attempt += 1
+                delay = self.policy.delay(attempt - 1)
+                log.exception("tunnel session failed unexpectedly; reconnecting in %.2fs", delay)
             self._sender = None
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
@@ -228,20 +238,32 @@ class TunnelClient:
             sender = FrameSender(ws)
             self._sender = sender
             interval = self.heartbeat_override or welcome.heartbeat_interval_s
-            writer = asyncio.ensure_future(sender.run())
-            beater = asyncio.ensure_future(self._heartbeats(sender, interval))
-            self._reported_inventory = hello.inventory
-            await self._report_inventory()
+            supervisor = Supervisor(restart_delay_s=min(1.0, interval), max_restart_delay_s=interval)
+            self._supervisor = supervisor
+            supervisor.start("frame sender", lambda: self._send_frames(sender))
+            supervisor.start("heartbeats", lambda: self._heartbeats(sender, interval), restart=True)
             streams = StreamManager(sender.send, allowed_port=self._port_is_proxied)
             try:
-                await self._receive_loop(ws, streams)
+                self._reported_inventory = hello.inventory
+                await self._report_inventory()
+                await supervisor.watch(self._receive_loop(ws, streams))
             finally:
                 streams.close_all()
-                beater.cancel()
-                writer.cancel()
-                for task in (beater, writer):
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+                if self._supervisor is supervisor:
+                    self._supervisor = None
+                await supervisor.stop()
+
+    @staticmethod
+    async def _send_frames(sender: FrameSender) -> None:
+        with contextlib.suppress(ConnectionClosed):  # the socket closed: the reader ends the session
+            await sender.run()
+
+    def _fail_session(self, name: str, error: BaseException) -> None:
+        """`name` failed unexpectedly: log it with its traceback and end the live session to reconnect."""
+        if self._supervisor is not None:
+            self._supervisor.fail(name, error)
+        else:
+            log.error("%s failed (no live session)", name, exc_info=error)
 
     async def _expect(self, ws: Any, frame_type: type[p.Frame]) -> Any:
         try:
@@ -352,6 +374,15 @@ class TunnelClient:
             self._sender.send(frame)
 
     async def _on_command(self, command: p.Command) -> None:
+        """Run `command`; a failure of the agent's own handling is answered with an `internal` Error."""
+        try:
+            await self._handle_command(command)
+        except Exception as exc:
+            log.error("handling command %s (%s) failed", command.command_id, command.command_type, exc_info=exc)
+            message = f"the agent failed handling the command: {type(exc).__name__}: {exc}"
+            self._send(p.Error(command_id=command.command_id, code="internal", message=message[:2000]))
+
+    async def _handle_command(self, command: p.Command) -> None:
         log.info("command received: %s", command.command_type)
         assert self.runner is not None
         runner = self.runner
@@ -391,9 +422,14 @@ class TunnelClient:
 
         A command that changed nothing on the node (or a fan-out to a thousand of them) then costs the
         control plane no reconcile; a reconnect always starts with the full inventory in the Hello.
+        An unexpected failure ends the session: the reconnect's Hello carries a fresh inventory.
         """
-        inv = await self._inventory(self._gpus)
-        await self._refresh_proxy_ports()
+        try:
+            inv = await self._inventory(self._gpus)
+            await self._refresh_proxy_ports()
+        except Exception as exc:
+            self._fail_session("inventory report", exc)
+            return
         if inv != self._reported_inventory:
             self._reported_inventory = inv
             self._send(p.InventoryReport(inventory=inv))

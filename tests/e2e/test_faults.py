@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import shutil
 import threading
 import time
@@ -21,11 +22,14 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
+from agent import protocol as p
+from agent.config import AgentConfig
+from agent.transport.tunnel import ReconnectPolicy, TunnelClient
 from fleet import services
 from fleet.models import ClusterEvent, Command, ComputeCluster, Node, NodeEvent
 from fleet.workloads.tasks import drain_tick
 from tests.e2e.conftest import node_of
-from tests.support.live import ControlPlane, subprocess_env
+from tests.support.live import ControlPlane, agent_join, subprocess_env
 from tests.support.processes import ManagedProcess, free_port, port_open, wait_until
 
 # --------------------------------------------------------------------------------------------------
@@ -504,3 +508,188 @@ def test_a_redelivered_dispatch_of_a_claimed_but_unacknowledged_command_sends_it
         status="running", acked_at=timezone.now(), dispatched_at=timezone.now() - dt.timedelta(seconds=120)
     )
     assert services.command_claim_and_send(command_id=command.pk) is False
+
+
+# --------------------------------------------------------------------------------------------------
+# supervised agent tasks: a failure injected into each, against the real control plane
+
+
+class FaultyRunner:
+    """Commands succeed at once; the journal look-up, inventory and proxy ports raise when armed."""
+
+    def __init__(self) -> None:
+        self.armed: dict[str, int] = {"completed": 0, "inventory": 0, "proxy_ports": 0}
+        self.ran: list[str] = []
+
+    def _maybe_fail(self, what: str) -> None:
+        if self.armed[what] > 0:
+            self.armed[what] -= 1
+            raise RuntimeError(f"injected {what} failure")
+
+    def run(self, command, progress):  # type: ignore[no-untyped-def]
+        self.ran.append(command.idempotency_key)
+        return p.Result(command_id=command.command_id, data={"ok": True})
+
+    def completed(self, key: str) -> None:
+        self._maybe_fail("completed")
+        return None
+
+    def inventory(self, gpus: list[p.GpuInfo]) -> p.Inventory:
+        self._maybe_fail("inventory")
+        return p.Inventory(gpus=gpus)
+
+    def proxy_ports(self) -> set[int]:
+        self._maybe_fail("proxy_ports")
+        return set()
+
+
+class InProcessAgent:
+    """The real `TunnelClient` of a joined node, run in a thread of this test with a `FaultyRunner`."""
+
+    def __init__(self, state: Path) -> None:
+        self.runner = FaultyRunner()
+        self.client = TunnelClient(
+            AgentConfig.load(state),
+            lambda mode, settings: self.runner,
+            policy=ReconnectPolicy(base_s=0.2, cap_s=1.0),
+        )
+        self.loop = asyncio.new_event_loop()
+        self.exit: list[BaseException | int] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.stop_event = asyncio.Event()
+        try:
+            self.exit.append(self.loop.run_until_complete(self.client.run(self.stop_event)))
+        except BaseException as exc:  # what a crash of the agent looks like
+            self.exit.append(exc)
+
+    def start(self) -> InProcessAgent:
+        self._thread.start()
+        wait_until(lambda: self.client.sessions >= 1, timeout=30, what="in-process agent connected")
+        return self
+
+    def call(self, fn) -> None:  # type: ignore[no-untyped-def]
+        """Run `fn` on the agent's loop (injections touch the live session's objects there)."""
+        self.loop.call_soon_threadsafe(fn)
+
+    def beats(self) -> int:
+        return len(self.client.heartbeat_rtts)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.stop_event.set)
+            self._thread.join(15)
+        self.loop.close()
+
+
+@pytest.fixture
+def in_process_agent(tmp_path, cluster, operator):
+    started: list[InProcessAgent] = []
+
+    def start(plane: ControlPlane) -> tuple[InProcessAgent, Node]:
+        user, _ = operator
+        _, raw = services.join_token_create(cluster=cluster, actor=user)
+        state = tmp_path / f"state-inproc-{len(started)}"
+        joined = agent_join(plane.url, raw, state)
+        assert joined.returncode == 0, joined.stderr
+        agent = InProcessAgent(state)
+        started.append(agent)
+        agent.start()
+        node = node_of(state)
+        wait_until(lambda: Node.objects.get(pk=node.pk).connected, timeout=20, what="connected")
+        return agent, node
+
+    yield start
+    for agent in started:
+        agent.stop()
+
+
+def _failures(caplog, text: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.exc_info and text in r.getMessage()]
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_supervised_agent_tasks_recover_from_injected_failures(control_plane, in_process_agent, caplog, operator):
+    """A failure injected into each long-lived agent task: logged once with its traceback, then heartbeats
+    go on (restarted task) or the agent reconnects (failed session) within a bound; never half alive."""
+    user, _ = operator
+    agent, node = in_process_agent(control_plane)
+    caplog.set_level(logging.INFO)
+    wait_until(lambda: agent.beats() >= 2, timeout=10, what="heartbeats")
+    timings: dict[str, float] = {}
+
+    # heartbeats: the inventory step raises (as the container race did): the task restarts
+    agent.runner.armed["inventory"] = 1
+    wait_until(lambda: agent.runner.armed["inventory"] == 0, timeout=10, interval=0.01, what="heartbeat failed")
+    failed_at, seen = time.monotonic(), agent.beats()
+    wait_until(lambda: agent.beats() > seen, timeout=10, interval=0.01, what="a heartbeat after the failure")
+    timings["heartbeat task"] = time.monotonic() - failed_at
+    wait_until(lambda: agent.beats() >= seen + 3, timeout=10, what="heartbeats go on")
+    assert agent.client.sessions == 1
+    assert len(_failures(caplog, "heartbeats failed")) == 1
+
+    # the frame sender dies (an unsendable item): the session ends and the agent reconnects
+    def break_the_sender() -> None:
+        sender = agent.client._sender
+        assert sender is not None
+        sender._control.append(object())  # type: ignore[arg-type]
+        sender._wakeup.set()
+
+    agent.call(break_the_sender)
+    failed_at = time.monotonic()
+    wait_until(lambda: agent.client.sessions == 2, timeout=15, what="reconnect after the sender failed")
+    timings["frame sender"] = time.monotonic() - failed_at
+    seen = agent.beats()
+    wait_until(lambda: agent.beats() >= seen + 2, timeout=10, what="heartbeats on the new session")
+    assert len(_failures(caplog, "frame sender failed")) == 1
+
+    # the reader hits an unexpected error handling a frame: the session ends, the agent reconnects and
+    # the command it was handling is delivered again on the new session
+    spawn = agent.client._spawn
+    tripped: list[bool] = []
+
+    def spawn_failing_once(coro) -> None:  # type: ignore[no-untyped-def]
+        if not tripped:
+            tripped.append(True)
+            coro.close()
+            raise RuntimeError("injected reader failure")
+        spawn(coro)
+
+    agent.client._spawn = spawn_failing_once  # type: ignore[method-assign]
+    failed_at = time.monotonic()
+    (first,) = services.command_dispatch(
+        actor=user, cluster=node.cluster, command_type="model.download", payload={"model_id": "a/b"}, node=node
+    )
+    wait_until(lambda: agent.client.sessions == 3, timeout=15, what="reconnect after the reader failed")
+    wait_until(lambda: Command.objects.get(pk=first.pk).status == "succeeded", timeout=15, what="redelivered")
+    timings["reader"] = time.monotonic() - failed_at
+    assert len(_failures(caplog, "tunnel session failed unexpectedly")) == 1
+
+    # the inventory report after a command fails: the session ends; the hello re-sends the inventory
+    agent.runner.armed["proxy_ports"] = 1
+    failed_at = time.monotonic()
+    (second,) = services.command_dispatch(
+        actor=user, cluster=node.cluster, command_type="model.download", payload={"model_id": "a/c"}, node=node
+    )
+    wait_until(lambda: agent.client.sessions == 4, timeout=15, what="reconnect after the inventory report failed")
+    timings["inventory report"] = time.monotonic() - failed_at
+    assert Command.objects.get(pk=second.pk).status == "succeeded"
+    assert len(_failures(caplog, "inventory report failed")) == 1
+
+    # the agent's own handling of a command fails: the command fails with the reason, nothing hangs
+    agent.runner.armed["completed"] = 1
+    (third,) = services.command_dispatch(
+        actor=user, cluster=node.cluster, command_type="model.download", payload={"model_id": "a/d"}, node=node
+    )
+    wait_until(lambda: Command.objects.get(pk=third.pk).status == "failed", timeout=15, what="command failed")
+    third.refresh_from_db()
+    assert third.error_code == "internal"
+    assert "injected completed failure" in third.error_message
+
+    assert not agent.exit  # the agent never died
+    assert Node.objects.get(pk=node.pk).connected
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+    print("recovered after an injected failure of: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
