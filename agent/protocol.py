@@ -44,6 +44,7 @@ CLOSE_PROTOCOL_ERROR = 4400  # a malformed, oversized or unacceptable frame (or 
 CLOSE_UNAUTHORIZED = 4401  # no hello, or a hello that does not authenticate
 CLOSE_REVOKED = 4403  # this node's certificate is revoked: never reconnect
 CLOSE_BACKOFF = 4429  # reconnect later (a `Backoff` frame before the close says when)
+CLOSE_STALE = 4408  # the node was marked lost while this socket stayed open: reconnect and say hello again
 CLOSE_MEANINGS: dict[int, str] = {
     1000: "normal closure",
     1001: "going away",
@@ -55,6 +56,7 @@ CLOSE_MEANINGS: dict[int, str] = {
     CLOSE_UNAUTHORIZED: "not authenticated",
     CLOSE_REVOKED: "revoked",
     CLOSE_BACKOFF: "back off",
+    CLOSE_STALE: "stale tunnel",
 }
 
 CommandType = Literal[

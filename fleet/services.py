@@ -455,20 +455,24 @@ UPDATE {table} AS n
        status_changed_at = CASE WHEN n.status = 'offline' THEN %s ELSE n.status_changed_at END
   FROM (VALUES {rows}) AS v(id, cpu, mem, used, total, gpus, vram_used, vram_total, gpu_util)
  WHERE n.id = v.id
+RETURNING n.id, n.connected
 """
 _HEARTBEAT_ROW = (
     "(%s::uuid, %s::float8, %s::float8, %s::bigint, %s::bigint, %s::jsonb, %s::bigint, %s::bigint, %s::float8)"
 )
 
 
-def node_record_heartbeats(*, beats: list[tuple[uuid.UUID | str, protocol.Heartbeat]]) -> None:
+def node_record_heartbeats(*, beats: list[tuple[uuid.UUID | str, protocol.Heartbeat]]) -> set[uuid.UUID]:
     """Store many nodes' heartbeats (utilization; offline → online) in one UPDATE … FROM (VALUES …).
 
     The batched form for a process holding hundreds of tunnels: heartbeats that arrive together
     cost one statement and one commit together. GPU columns change only for beats that carry GPUs.
+    Returns the nodes among them the database holds as disconnected (the beat marked them lost, or a
+    late disconnect of an older socket cleared the flag): the tunnel that carried such a heartbeat
+    must close, so the agent reconnects and the node is connected again through its hello.
     """
     if not beats:
-        return
+        return set()
     from django.db import connection
 
     now = timezone.now()
@@ -489,6 +493,7 @@ def node_record_heartbeats(*, beats: list[tuple[uuid.UUID | str, protocol.Heartb
     sql = _HEARTBEAT_SQL.format(table=Node._meta.db_table, rows=", ".join([_HEARTBEAT_ROW] * len(beats))).strip()
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+        return {node_id for node_id, connected in cursor.fetchall() if not connected}
 
 
 def nodes_mark_lost_offline() -> int:
@@ -499,6 +504,10 @@ def nodes_mark_lost_offline() -> int:
     The nodes still go offline, but the cluster's automatic drains and rescheduling pause for
     FLEET_PARTITION_PAUSE_S (`ComputeCluster.automation_paused_until`) and a `partition.suspected`
     cluster event records it.
+
+    After the commit, a tunnel still held for any of these nodes is closed (`groups.silent_message`,
+    through the channel layer to whichever replica holds it): its agent stopped heartbeating but kept
+    the socket, so it reconnects, sends a fresh hello and gets every command queued meanwhile.
     """
     cutoff = timezone.now() - dt.timedelta(seconds=settings.NODE_OFFLINE_AFTER_S)
     with transaction.atomic():
@@ -509,6 +518,7 @@ def nodes_mark_lost_offline() -> int:
         rows = list(stale.order_by("pk").values_list("pk", "status", "cluster_id"))
         if not rows:
             return 0
+        transaction.on_commit(lambda: _close_silent_tunnels([pk for pk, _, _ in rows]))
         Node.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(connected=False)
         online = [pk for pk, status, _ in rows if status == NodeStatus.ONLINE]
         Node.objects.filter(pk__in=online, status=NodeStatus.ONLINE).update(
@@ -526,6 +536,19 @@ def nodes_mark_lost_offline() -> int:
         )
         _pause_partitioned_clusters(rows)
     return len(online)
+
+
+def _close_silent_tunnels(node_ids: list[uuid.UUID]) -> None:
+    """Ask whichever replica holds a tunnel of these lost nodes to close it (best effort: a node's next
+    heartbeat through such a tunnel closes it too, see `node_record_heartbeats`)."""
+    message = groups.silent_message(settings.NODE_OFFLINE_AFTER_S)
+    try:
+        sent = groups.send_to_nodes([(pk, message) for pk in node_ids])
+    except Exception as exc:
+        logger.warning("closing the tunnels of %d lost nodes failed: %s", len(node_ids), exc)
+        return
+    if not all(sent):
+        logger.warning("closing the tunnels of %d of %d lost nodes failed", sent.count(False), len(node_ids))
 
 
 def _pause_partitioned_clusters(lost: list[tuple[Any, str, Any]]) -> list[uuid.UUID]:

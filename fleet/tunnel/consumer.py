@@ -20,6 +20,7 @@ import base64
 import contextlib
 import logging
 import secrets
+import time
 from typing import Any
 from urllib.parse import parse_qs
 from uuid import UUID
@@ -64,17 +65,19 @@ REPORTS: Coalescer[services.CommandReport, Command | None] = Coalescer(_write_re
 
 
 async def _write_heartbeats(beats: list[tuple[UUID, p.Heartbeat]]) -> list[Any]:
-    await database_sync_to_async(services.node_record_heartbeats)(beats=beats)
-    return [None] * len(beats)
+    disconnected = await database_sync_to_async(services.node_record_heartbeats)(beats=beats)
+    return [UUID(str(node_id)) in disconnected for node_id, _ in beats]
 
 
-# Heartbeats of all tunnels of this process: those that arrive together are one UPDATE together.
-HEARTBEATS: Coalescer[tuple[UUID, p.Heartbeat], None] = Coalescer(_write_heartbeats)
+# Heartbeats of all tunnels of this process: those that arrive together are one UPDATE together. Each
+# submitter learns whether the database holds its node as disconnected (then its tunnel must close).
+HEARTBEATS: Coalescer[tuple[UUID, p.Heartbeat], bool] = Coalescer(_write_heartbeats)
 
 CLOSE_PROTOCOL_ERROR = p.CLOSE_PROTOCOL_ERROR
 CLOSE_UNAUTHORIZED = p.CLOSE_UNAUTHORIZED
 CLOSE_REVOKED = p.CLOSE_REVOKED
 CLOSE_BACKOFF = p.CLOSE_BACKOFF
+CLOSE_STALE = p.CLOSE_STALE
 
 
 class AgentTunnelConsumer(AsyncWebsocketConsumer):
@@ -200,6 +203,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         self.node = node
         self.node_id = node.id
         self.certificate_serial = serial
+        self._last_beat = time.monotonic()
         self._hello_timer.cancel()
         await self.channel_layer.group_add(node_group(node.id), self.channel_name)
         await self.channel_layer.group_add(AGENTS_GROUP, self.channel_name)
@@ -228,7 +232,11 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
 
     async def _on_heartbeat(self, frame: p.Heartbeat) -> None:
         assert self.node_id is not None
-        await HEARTBEATS.submit((self.node_id, frame))
+        self._last_beat = time.monotonic()
+        if await HEARTBEATS.submit((self.node_id, frame)):
+            log.warning("closing tunnel of node %s: the node is held as disconnected", self.node_id)
+            await self.close(code=CLOSE_STALE, reason="node held as disconnected; reconnect")
+            return
         await self._send_frame(p.HeartbeatAck(heartbeat_id=frame.id))
 
     async def _on_ack(self, frame: p.Ack) -> None:
@@ -306,6 +314,14 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         with contextlib.suppress(Exception):
             await self._send_frame(p.Revoked(reason=message.get("reason", "node deleted")))
         await self.close(code=CLOSE_REVOKED, reason="revoked")
+
+    async def node_silent(self, message: dict[str, Any]) -> None:
+        """`{"type": "node.silent", "silent_s": N}`: the beat marked the node lost; close this socket so the
+        agent reconnects, unless it carried a hello or heartbeat within the last N/2 s (a newer tunnel)."""
+        if self.node_id is None or time.monotonic() - self._last_beat < float(message.get("silent_s", 0)) / 2:
+            return
+        log.warning("closing tunnel of node %s: no heartbeat through it, the node was marked lost", self.node_id)
+        await self.close(code=CLOSE_STALE, reason="no heartbeat; reconnect")
 
     async def agents_backoff(self, message: dict[str, Any]) -> None:
         """`{"type": "agents.backoff", "retry_after_s": N}`: ask the agent to reconnect later (deploys)."""

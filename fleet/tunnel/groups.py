@@ -1,8 +1,8 @@
 """Channel-layer group names and message shapes shared by services, tasks and the tunnel consumer.
 
 Every message for a node goes to the group `node_group(node_id)`; the consumer holding that node's
-socket is a member and handles `type` "node.command" (method `node_command`) and "node.revoke"
-(method `node_revoke`).
+socket is a member and handles `type` "node.command" (method `node_command`), "node.revoke"
+(method `node_revoke`) and "node.silent" (method `node_silent`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ AGENTS_GROUP = "agents.all"
 AGENTS_BACKOFF = "agents.backoff"
 NODE_COMMAND = "node.command"
 NODE_REVOKE = "node.revoke"
+NODE_SILENT = "node.silent"
 # A process inbox message (`fleet.tunnel.local_tunnels`) carrying many nodes' `node.command` messages.
 INBOX_COMMANDS = "tunnels.commands"
 
@@ -51,6 +52,15 @@ def command_message(command_id: uuid.UUID | str, frame: protocol.Command | None 
 def revoke_message(reason: str = "node deleted") -> dict[str, Any]:
     """Tell the consumer to send `Revoked` and close the socket."""
     return {"type": NODE_REVOKE, "reason": reason}
+
+
+def silent_message(silent_s: float) -> dict[str, Any]:
+    """The node was marked lost (no heartbeat for `silent_s`): close a tunnel of it that is still held.
+
+    The consumer spares a socket that carried a hello or heartbeat within the last `silent_s / 2`
+    seconds: that one is a newer, live tunnel of the same node.
+    """
+    return {"type": NODE_SILENT, "silent_s": float(silent_s)}
 
 
 def send_to_node(node_id: uuid.UUID | str, message: dict[str, Any]) -> None:

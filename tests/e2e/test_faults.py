@@ -27,6 +27,7 @@ from agent.config import AgentConfig
 from agent.transport.tunnel import ReconnectPolicy, TunnelClient
 from fleet import services
 from fleet.models import ClusterEvent, Command, ComputeCluster, Node, NodeEvent
+from fleet.tasks import mark_lost_nodes_offline
 from fleet.workloads.tasks import drain_tick
 from tests.e2e.conftest import node_of
 from tests.support.live import ControlPlane, agent_join, subprocess_env
@@ -341,6 +342,86 @@ def test_worker_killed_mid_dispatch_redelivers_the_command_once(tmp_path, cluste
         assert plane.worker.log().count("fleet.tasks.dispatch_command") >= 1
     finally:
         plane.stop()
+
+
+# --------------------------------------------------------------------------------------------------
+# zombie tunnels: open sockets of nodes the control plane lost track of
+
+
+def _dispatch(user, node: Node, model: str = "acme/tiny") -> Command:
+    (command,) = services.command_dispatch(
+        actor=user, cluster=node.cluster, command_type="model.download", payload={"model_id": model}, node=node
+    )
+    return command
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_node_lost_while_its_tunnel_is_held_gets_it_closed_and_every_command_queued_meanwhile(
+    tmp_path, cluster, operator, agents, settings
+):
+    """The zombie: the agent keeps its socket open (pings answered) but sends no heartbeat, here because
+    the control plane told it to beat every 10 minutes. The beat pass marks the node offline and closes
+    that tunnel through the channel layer; the agent reconnects, says hello, and gets every command
+    queued for it while it was marked offline. A tunnel that just said hello is spared."""
+    user, _ = operator
+    settings.NODE_OFFLINE_AFTER_S = 3
+    plane = ControlPlane(
+        log_dir=tmp_path, env=subprocess_env(AGENT_HEARTBEAT_INTERVAL_S="600", NODE_OFFLINE_AFTER_S="3")
+    )
+    try:
+        plane.start_replica()
+        plane.start_worker()
+        proc, state, _ = agents(plane, cluster, user, "a")
+        node = node_of(state)
+        wait_until(lambda: Node.objects.get(pk=node.pk).connected, timeout=30, what="online")
+        time.sleep(3)  # silent past NODE_OFFLINE_AFTER_S, tunnel still open
+        wait_until(lambda: mark_lost_nodes_offline() == 1, timeout=10, interval=0.5, what="the beat marks it lost")
+        marked_at = time.monotonic()
+        assert proc.log().count("connected to") == 1
+        node.refresh_from_db()
+        assert (node.status, node.connected) == ("offline", False)
+        queued = [_dispatch(user, node) for _ in range(3)]
+
+        wait_until(lambda: proc.log().count("connected to") == 2, timeout=15, what="agent reconnects")
+        reconnect_s = time.monotonic() - marked_at
+        ids = [c.pk for c in queued]
+        wait_until(lambda: _all_succeeded(ids), timeout=30, what="commands queued while offline delivered")
+        delivered_s = time.monotonic() - marked_at
+        node.refresh_from_db()
+        assert (node.status, node.connected) == ("online", True)
+        assert all(c.attempts == 1 for c in Command.objects.filter(pk__in=ids))
+        _assert_each_ran_once(ids)
+        assert "closed (4408)" in proc.log()
+
+        from fleet.tunnel.groups import send_to_node, silent_message
+
+        send_to_node(node.pk, silent_message(60))  # this tunnel said hello seconds ago: it stays
+        time.sleep(2)
+        assert proc.log().count("connected to") == 2
+        print(f"zombie tunnel: reconnect {reconnect_s:.1f} s, queued commands succeeded {delivered_s:.1f} s")
+    finally:
+        plane.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_through_a_tunnel_held_disconnected_closes_it(control_plane, cluster, operator, agents):
+    """Heartbeats flow but the node is recorded disconnected (the late close of an older socket of the
+    same process clears the flag): commands would stay queued for good. The next heartbeat's write
+    sees it, the consumer closes that tunnel, and the reconnect makes the node connected again."""
+    user, _ = operator
+    proc, state, _ = agents(control_plane, cluster, user, "a")
+    node = node_of(state)
+    wait_until(lambda: Node.objects.get(pk=node.pk).connected, timeout=30, what="online")
+    services.node_disconnected(node=node)
+    cleared_at = time.monotonic()
+    command = _dispatch(user, Node.objects.get(pk=node.pk))
+    wait_until(lambda: proc.log().count("connected to") == 2, timeout=10, what="agent reconnects")
+    reconnect_s = time.monotonic() - cleared_at
+    wait_until(lambda: Command.objects.get(pk=command.pk).status == "succeeded", timeout=30, what="delivered")
+    assert Node.objects.get(pk=node.pk).connected
+    print(f"heartbeat on a tunnel held disconnected: reconnect {reconnect_s:.1f} s")
 
 
 # --------------------------------------------------------------------------------------------------
