@@ -820,6 +820,9 @@ def commands_resend_stuck(*, limit: int = 500) -> int:
     process: commands still queued COMMAND_RESEND_AFTER_S after creation, or claimed that long ago
     and never acknowledged, on nodes whose tunnel is up. Each goes through `command_claim_and_send`
     (the agent deduplicates by idempotency key); a failing send stops this pass for the next one.
+    A command that was sent COMMAND_MAX_ATTEMPTS times and still never acknowledged is not sent again:
+    it fails with the code `undelivered` and a message saying so (the Commands tab shows both), so no
+    command waits forever on a node that looks connected.
     """
     stale = timezone.now() - dt.timedelta(seconds=settings.COMMAND_RESEND_AFTER_S)
     stuck = (
@@ -829,16 +832,55 @@ def commands_resend_stuck(*, limit: int = 500) -> int:
             | models.Q(status=CommandStatus.DISPATCHED, acked_at__isnull=True, dispatched_at__lt=stale)
         )
         .order_by("created_at")
-        .values_list("pk", flat=True)[:limit]
+        .values_list("pk", "node_id", "attempts")[:limit]
     )
+    rows = list(stuck)
+    given_up = [(pk, node_id, attempts) for pk, node_id, attempts in rows if attempts >= settings.COMMAND_MAX_ATTEMPTS]
+    if given_up:
+        _fail_undelivered(given_up)
     sent = 0
-    for command_id in list(stuck):
+    for command_id, _, attempts in rows:
+        if attempts >= settings.COMMAND_MAX_ATTEMPTS:
+            continue
         try:
             sent += command_claim_and_send(command_id=command_id)
         except Exception:  # the channel layer is still away: the next pass tries again
             logger.warning("re-sending stuck command %s failed; retrying on the next pass", command_id)
             break
     return sent
+
+
+def _fail_undelivered(rows: list[tuple[uuid.UUID, uuid.UUID, int]]) -> None:
+    """Fail commands their connected node never acknowledged, however often they were sent."""
+    waited = settings.COMMAND_RESEND_AFTER_S
+    reports = [
+        CommandReport.error(
+            node_id,
+            pk,
+            code="undelivered",
+            message=(
+                f"The node never acknowledged this command: sent {attempts} times, the last more than {waited} s "
+                "ago, while its tunnel looked connected. Not sent again; check the node's agent and retry."
+            ),
+        )
+        for pk, node_id, attempts in rows
+    ]
+    with transaction.atomic():
+        # An ack that arrived meanwhile wins: only rows still unacknowledged are failed.
+        still = set(
+            Command.objects.select_for_update()
+            .filter(
+                pk__in=[pk for pk, _, _ in rows],
+                status__in=[CommandStatus.QUEUED, CommandStatus.DISPATCHED],
+                acked_at__isnull=True,
+            )
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        outcomes = command_record_reports(reports=[r for r in reports if r.command_id in still])
+    for outcome in outcomes:
+        if isinstance(outcome, Command):
+            logger.warning("command %s failed as undelivered after %s sends", outcome.pk, outcome.attempts)
 
 
 def command_pending_for_node(*, node: Node) -> list[Command]:

@@ -59,6 +59,9 @@ FLEET_PARTITION_PAUSE_S = env_int("FLEET_PARTITION_PAUSE_S", 900)
 # A dispatch task that finds its command claimed this long ago but unacknowledged (its first run died
 # between claim and send, and the broker redelivered it) sends the command again.
 COMMAND_RESEND_AFTER_S = env_int("COMMAND_RESEND_AFTER_S", 30)
+# The resend beat fails (code `undelivered`) a command its connected node never acknowledged after
+# this many sends, instead of sending it again forever.
+COMMAND_MAX_ATTEMPTS = env_int("COMMAND_MAX_ATTEMPTS", 5)
 
 # Request limits (count/period: s, min, hour, day), counted per client IP (REMOTE_ADDR: behind a
 # reverse proxy run daphne with --proxy-headers) in the cache. Over the limit: 429 with Retry-After.

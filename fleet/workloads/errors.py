@@ -106,6 +106,14 @@ _HELP: dict[str, tuple[str, str, str]] = {
         "No online node of the cluster has this model and revision in its cache.",
         "Run model.download on a node first, then start the endpoint.",
     ),
+    # Set by the control plane's resend beat (`fleet.services.commands_resend_stuck`).
+    "undelivered": (
+        "Command never acknowledged",
+        "The command was sent to the node several times while its tunnel looked connected, and the agent "
+        "never acknowledged it.",
+        "Check that the node's agent runs and heartbeats (its event log, `journalctl -u cleverthis-agent`), "
+        "then send the command again.",
+    ),
 }
 
 

@@ -328,3 +328,49 @@ def test_sweeper_resends_what_never_reached_a_connected_node_and_leaves_the_rest
     assert Command.objects.get(pk=acked.pk).status == CommandStatus.RUNNING
     assert Command.objects.get(pk=offline.pk).status == CommandStatus.QUEUED
     assert resend_stuck_commands() == 0  # just claimed: not stale yet
+
+
+
+def test_sweeper_fails_a_command_its_connected_node_never_acknowledges_with_a_reason(
+    cluster, register_node, owner, settings, client
+):
+    """A node that looks connected but never acknowledges (its tunnel is a zombie): the command is sent
+    again COMMAND_MAX_ATTEMPTS times in all, then fails as `undelivered`, visible in the Commands tab."""
+    from fleet.tasks import resend_stuck_commands
+
+    settings.COMMAND_MAX_ATTEMPTS = 3
+    node = register_node(cluster, "zombie")
+    listening = _listen(node)
+    (command,) = services.command_dispatch(
+        actor=owner, cluster=cluster, command_type="model.download", payload=PAYLOAD, node=node
+    )
+    (acked,) = services.command_dispatch(
+        actor=owner, cluster=cluster, command_type="model.download", payload=PAYLOAD, node=node
+    )
+
+    def age() -> None:
+        long_ago = timezone.now() - dt.timedelta(seconds=300)
+        Command.objects.filter(pk__in=[command.pk, acked.pk]).update(created_at=long_ago)
+        Command.objects.filter(pk__in=[command.pk, acked.pk], status="dispatched").update(dispatched_at=long_ago)
+
+    for attempt in (1, 2, 3):
+        age()
+        assert resend_stuck_commands() == (2 if attempt == 1 else 1)
+        assert Command.objects.get(pk=command.pk).attempts == attempt
+        if attempt == 1:
+            services.command_record_ack(node=node, command_id=acked.pk)  # this one arrived
+    assert len([m for m in _received(listening) if m["command_id"] == str(command.pk)]) == 3
+
+    age()
+    assert resend_stuck_commands() == 0
+    failed = Command.objects.get(pk=command.pk)
+    assert (failed.status, failed.error_code, failed.attempts) == (CommandStatus.FAILED, "undelivered", 3)
+    assert "never acknowledged" in failed.error_message
+    assert "sent 3 times" in failed.error_message
+    assert NodeEvent.objects.filter(command=command, kind="command.failed").exists()
+    assert Command.objects.get(pk=acked.pk).status == CommandStatus.RUNNING  # acknowledged: never failed so
+    assert not _received(listening)  # and nothing sent again
+
+    client.force_login(owner)
+    page = client.get(f"/compute/clusters/{cluster.pk}/commands/").content.decode()
+    assert "undelivered: The node never acknowledged this command" in page
