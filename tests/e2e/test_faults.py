@@ -12,6 +12,7 @@ import contextlib
 import datetime as dt
 import logging
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -422,6 +423,47 @@ def test_a_heartbeat_through_a_tunnel_held_disconnected_closes_it(control_plane,
     wait_until(lambda: Command.objects.get(pk=command.pk).status == "succeeded", timeout=30, what="delivered")
     assert Node.objects.get(pk=node.pk).connected
     print(f"heartbeat on a tunnel held disconnected: reconnect {reconnect_s:.1f} s")
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_frozen_agent_is_dropped_by_websocket_pings_and_gets_its_commands_when_it_thaws(
+    tmp_path, cluster, operator, agents, settings
+):
+    """SIGSTOP: the agent's kernel keeps the TCP connection up, so nothing but an unanswered ping can tell.
+    daphne pings an idle tunnel and drops it when no pong comes; the node is recorded disconnected, a
+    command sent meanwhile waits queued, and after SIGCONT the agent reconnects and runs it.
+    Short ping timings here (2 s idle, 3 s timeout); the Procfile's are 10 s and 20 s."""
+    user, _ = operator
+    settings.NODE_OFFLINE_AFTER_S = 30
+    env = subprocess_env(NODE_OFFLINE_AFTER_S="30", TUNNEL_PING_INTERVAL_S="2", TUNNEL_PING_TIMEOUT_S="3")
+    plane = ControlPlane(log_dir=tmp_path, env=env)
+    proc = None
+    try:
+        plane.start_replica()
+        plane.start_worker()
+        proc, state, _ = agents(plane, cluster, user, "a")
+        node = node_of(state)
+        wait_until(lambda: Node.objects.get(pk=node.pk).connected, timeout=30, what="online")
+        proc.kill(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        wait_until(lambda: not Node.objects.get(pk=node.pk).connected, timeout=20, what="frozen tunnel dropped")
+        detected_s = time.monotonic() - stopped_at
+        command = _dispatch(user, Node.objects.get(pk=node.pk))
+        time.sleep(1)
+        assert Command.objects.get(pk=command.pk).status == "queued"
+
+        proc.kill(signal.SIGCONT)
+        resumed_at = time.monotonic()
+        wait_until(lambda: Command.objects.get(pk=command.pk).status == "succeeded", timeout=30, what="delivered")
+        delivered_s = time.monotonic() - resumed_at
+        assert proc.log().count("connected to") == 2
+        assert Node.objects.get(pk=node.pk).connected
+        print(f"frozen agent: dropped {detected_s:.1f} s after SIGSTOP; command done {delivered_s:.1f} s after SIGCONT")
+    finally:
+        if proc is not None:
+            proc.kill(signal.SIGCONT)
+        plane.stop()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -108,10 +108,15 @@ def celery_worker(
 # As in the Procfile: daphne lets tunnel frames somewhat over the protocol's 1 MiB limit through, so the
 # consumer (not the server) refuses them, closing that socket with 4400 and a reason.
 DAPHNE_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# As in the Procfile: WebSocket keepalive pings after this many idle seconds, and a socket whose peer
+# answers none within the timeout is dropped (a frozen agent's half-open tunnel). `env` may set both.
+TUNNEL_PING_INTERVAL_S = 10
+TUNNEL_PING_TIMEOUT_S = 20
 
 
 def daphne(log_dir: Path, port: int, *, env: dict[str, str] | None = None, name: str = "daphne") -> ManagedProcess:
     """A real daphne serving the project's ASGI app on 127.0.0.1:`port`."""
+    settings = env or {}
     argv = [
         str(VENV_BIN / "daphne"),
         "-b",
@@ -120,6 +125,8 @@ def daphne(log_dir: Path, port: int, *, env: dict[str, str] | None = None, name:
         str(port),
         f"--websocket-max-message-size={DAPHNE_MAX_MESSAGE_BYTES}",
         f"--websocket-max-frame-size={DAPHNE_MAX_MESSAGE_BYTES}",
+        f"--ping-interval={settings.get('TUNNEL_PING_INTERVAL_S', TUNNEL_PING_INTERVAL_S)}",
+        f"--ping-timeout={settings.get('TUNNEL_PING_TIMEOUT_S', TUNNEL_PING_TIMEOUT_S)}",
         "cleverthis.asgi:application",
     ]
     return ManagedProcess(name, argv, log_dir=log_dir, env=env)
