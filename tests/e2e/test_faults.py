@@ -393,7 +393,7 @@ def test_a_node_lost_while_its_tunnel_is_held_gets_it_closed_and_every_command_q
         assert (node.status, node.connected) == ("online", True)
         assert all(c.attempts == 1 for c in Command.objects.filter(pk__in=ids))
         _assert_each_ran_once(ids)
-        assert "closed (4408)" in proc.log()
+        assert "control plane closed the tunnel: 4408 stale tunnel" in proc.log()
 
         from fleet.tunnel.groups import send_to_node, silent_message
 
