@@ -68,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             config = join(url=args.url, token=args.token, state_dir=state_dir, force=args.force)
         except RegistrationError as exc:
-            log.error("%s", exc)
+            # One plain line (no log prefix): install.sh repeats it as its own error message.
+            print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(f"registered node {config.node_id}; start the service with: python -m agent run")
+        print(f"registration successful: this machine is node {config.node_id} (run the agent: python -m agent run)")
         return 0
     try:
         config = AgentConfig.load(state_dir)

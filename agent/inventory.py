@@ -59,7 +59,7 @@ def detect_gpus() -> list[GpuInfo]:
             )
         return gpus
     except pynvml.NVMLError as exc:
-        log.warning("GPU query failed, reporting no GPU: %s", exc)
+        log.warning("GPU enumeration failed, reporting no GPU: %s", exc)
         return []
     finally:
         try:

@@ -20,18 +20,61 @@ class RegistrationError(RuntimeError):
     """The control plane refused the join (bad/expired/used token, bad CSR) or could not be reached."""
 
 
+# Said with every refused token: what the operator can do about it.
+NEW_TOKEN_HINT = (
+    "a join token works once and expires 24 hours after it is made: generate a new one "
+    "(the cluster's Commands tab, Generate Join Token) and run the join command it shows"
+)
+
+
 def _error_message(response: requests.Response) -> str:
+    """The control plane's refusal as one line (error bodies are JSON; anything else is cut short)."""
     try:
         body: Any = response.json()
     except ValueError:
-        return response.text[:500]
+        return " ".join(response.text.split())[:300]
     if isinstance(body, dict):
         parts = []
         for field, messages in body.items():
+            if field == "code":
+                continue
             text = "; ".join(map(str, messages)) if isinstance(messages, list) else str(messages)
             parts.append(text if field in ("detail", "non_field_errors", "token") else f"{field}: {text}")
-        return " ".join(parts)
+        return " ".join(" ".join(parts).split())
     return str(body)
+
+
+def _refusal(response: requests.Response) -> str:
+    """Why the control plane refused to register this machine, and what to do, in one line."""
+    message = _error_message(response)
+    try:
+        code = response.json().get("code", "")
+    except (ValueError, AttributeError):
+        code = ""
+    if isinstance(code, str) and code.startswith("token_"):
+        if "generate a new one" in message:  # the control plane said what to do
+            return f"the control plane refused the join token: {message.rstrip('.')}"
+        return f"the control plane refused the join token: {message.rstrip('.')}; {NEW_TOKEN_HINT}"
+    if response.status_code == 404:
+        return f"{response.url} does not exist (HTTP 404): is {response.url.split('/api/')[0]} the control plane's URL?"
+    return f"registration refused (HTTP {response.status_code}): {message}"
+
+
+def _unreachable(url: str, exc: requests.RequestException) -> str:
+    """`cannot reach …` with the innermost reason (urllib3 nests it several exceptions deep)."""
+    reason: BaseException = exc
+    for _ in range(10):
+        inner = getattr(reason, "reason", None)
+        if inner is None and reason.args and isinstance(reason.args[0], BaseException):
+            inner = reason.args[0]
+        if not isinstance(inner, BaseException):
+            break
+        reason = inner
+    text = str(reason)
+    if "Failed to establish a new connection: " in text:
+        text = text.split("Failed to establish a new connection: ", 1)[1]
+    text = " ".join(text.split())
+    return f"cannot reach the control plane at {url} ({text}): check that this machine can connect to it"
 
 
 def join(
@@ -50,9 +93,9 @@ def join(
             timeout=timeout,
         )
     except requests.RequestException as exc:
-        raise RegistrationError(f"cannot reach the control plane at {url}: {exc}") from exc
+        raise RegistrationError(_unreachable(url, exc)) from exc
     if response.status_code != 201:
-        raise RegistrationError(f"registration refused ({response.status_code}): {_error_message(response)}")
+        raise RegistrationError(_refusal(response))
     body = response.json()
     state_dir.mkdir(parents=True, exist_ok=True)
     identity.write_private_key(key, state_dir / "node.key")

@@ -22,6 +22,7 @@
 #   CLEVERTHIS_MODEL_CACHE  model cache (default: /var/cache/cleverthis/models, below PREFIX)
 #   CLEVERTHIS_KUBECONFIG, DOCKER_HOST  written to the agent's environment file when set
 #
+# Every failure ends with one line "error: <what went wrong and what to do>" on stderr and a non-zero exit.
 # Everything happens inside main, called on the last line, so a truncated download runs nothing.
 set -eu
 
@@ -55,6 +56,9 @@ UPDATE=0
 PACKAGE_MANAGER=""
 DISTRO_ID=""
 tmpfile=""
+errlog=""
+failure=""
+DOCKER_HINT="or set SKIP_DOCKER=1 on Kubernetes and ArgoCD nodes"
 
 say() { printf '==> %s\n' "$*"; }
 note() { printf '    %s\n' "$*"; }
@@ -69,7 +73,31 @@ is_true() {
 	*) return 1 ;;
 	esac
 }
-cleanup() { [ -z "$tmpfile" ] || rm -f "$tmpfile"; }
+cleanup() {
+	[ -z "$tmpfile" ] || rm -f "$tmpfile"
+	[ -z "$errlog" ] || rm -f "$errlog"
+}
+
+# The last non-empty line of a file, on one line, without an "error:" prefix.
+last_line() {
+	sed -e '/^[[:space:]]*$/d' "$1" |
+		sed -n -e '$!d' -e 's/^error: //' -e 's/^ERROR: //' -e 's/^E: //' -e 's/[[:space:]][[:space:]]*/ /g' -e p
+}
+
+# Run a command with its stderr kept aside: replayed when it succeeds; when it fails, its last line is
+# left in $failure (for a one-line error message) and its exit status is returned.
+capture() {
+	[ -n "$errlog" ] || errlog=$(mktemp)
+	if "$@" 2>"$errlog"; then
+		cat "$errlog" >&2
+		return 0
+	else
+		status=$?
+		failure=$(last_line "$errlog")
+		[ -n "$failure" ] || failure="exit status $status"
+		return "$status"
+	fi
+}
 
 # Run a command as root (through sudo when the installer is not root).
 as_root() {
@@ -80,14 +108,18 @@ as_root() {
 	fi
 }
 
-# Run a command that changes the system outside the agent's own directories: printed under DRY_RUN.
+# Run a command that changes the system outside the agent's own directories (printed under DRY_RUN).
+# If it fails, stop with one line: $1 (what went wrong), the command's last error line, $2 (what to do).
 system() {
+	what=$1
+	remedy=$2
+	shift 2
 	if is_true "$DRY_RUN"; then
 		printf '[dry-run] %s\n' "$*"
 		return 0
 	fi
 	note "running: $*"
-	as_root "$@"
+	capture as_root "$@" || die "$what ('$*' failed: $failure): $remedy"
 }
 
 # systemctl, printed under DRY_RUN or where systemd is not available.
@@ -98,7 +130,7 @@ service_ctl() {
 		printf '[no systemctl] would run: systemctl %s\n' "$*"
 	else
 		note "running: systemctl $*"
-		as_root systemctl "$@" || die "systemctl $* failed (see: journalctl -u $SERVICE)"
+		capture as_root systemctl "$@" || die "'systemctl $*' failed ($failure): see systemctl status $SERVICE and journalctl -u $SERVICE"
 	fi
 }
 
@@ -138,8 +170,7 @@ preflight() {
 		note "this node is registered already ($STATE_DIR/node.json): updating in place"
 		[ -z "$token" ] || note "CLUSTER_TOKEN is ignored: remove $STATE_DIR to register this machine again"
 	elif [ -z "$token" ]; then
-		die "CLUSTER_TOKEN is required for the first install; create a join token on the cluster's page, then run:
-    curl -fsSL $CONTROL_PLANE_URL/agent/install.sh | CLUSTER_TOKEN=<token> sh"
+		die "CLUSTER_TOKEN is required for the first install: generate a join token on the cluster's Commands tab and run the command it shows: curl -fsSL $CONTROL_PLANE_URL/agent/install.sh | CLUSTER_TOKEN=<token> sh"
 	fi
 
 	if [ -z "$PREFIX" ] && [ "$(id -u)" != 0 ]; then
@@ -152,6 +183,26 @@ preflight() {
 	fi
 	DISTRO_ID=$(os_release_value ID)
 	note "Linux, distribution '${DISTRO_ID:-unknown}'"
+	check_control_plane
+}
+
+# Fail early, in one line, when the control plane cannot be reached (with curl or wget; without either,
+# pip and the join below find out).
+check_control_plane() {
+	probe="$CONTROL_PLANE_URL/agent/install.sh"
+	failure=""
+	if command -v curl >/dev/null 2>&1; then
+		capture curl -fsS -o /dev/null --connect-timeout 10 --max-time 30 "$probe" || true
+	elif command -v wget >/dev/null 2>&1; then
+		capture wget -q -O /dev/null -T 30 "$probe" || true
+	else
+		return 0
+	fi
+	[ -n "$failure" ] || {
+		note "the control plane answers at $CONTROL_PLANE_URL"
+		return 0
+	}
+	die "cannot reach the control plane at $CONTROL_PLANE_URL ($failure): check that this machine can connect to it (firewall, proxy, DNS) and that the URL is right"
 }
 
 detect_package_manager() {
@@ -182,40 +233,44 @@ detect_package_manager() {
 }
 
 install_docker() {
+	what="Docker is not installed and could not be installed"
+	hint="install Docker (https://docs.docker.com/engine/install/) and run this again, $DOCKER_HINT"
 	detect_package_manager ||
-		die "no supported package manager (apt-get, dnf, yum, zypper, apk, pacman) found; install Docker (https://docs.docker.com/engine/install/) and run this again, or set SKIP_DOCKER=1"
+		die "Docker is not installed and no supported package manager (apt-get, dnf, yum, zypper, apk, pacman) was found: install Docker (https://docs.docker.com/engine/install/) and run this again, $DOCKER_HINT"
 	say "Installing Docker with $PACKAGE_MANAGER"
 	case "$PACKAGE_MANAGER" in
 	apt-get)
-		system apt-get update
-		system env DEBIAN_FRONTEND=noninteractive apt-get install -y docker.io
+		system "$what" "$hint" apt-get update
+		system "$what" "$hint" env DEBIAN_FRONTEND=noninteractive apt-get install -y docker.io
 		;;
 	dnf)
 		case "$DISTRO_ID" in
-		fedora) system dnf install -y moby-engine ;;
-		amzn) system dnf install -y docker ;;
+		fedora) system "$what" "$hint" dnf install -y moby-engine ;;
+		amzn) system "$what" "$hint" dnf install -y docker ;;
 		*)
-			system dnf install -y dnf-plugins-core
-			system dnf config-manager --add-repo https://download.docker.com/linux/centos/docker-ce.repo
-			system dnf install -y docker-ce docker-ce-cli containerd.io
+			system "$what" "$hint" dnf install -y dnf-plugins-core
+			system "$what" "$hint" dnf config-manager --add-repo https://download.docker.com/linux/centos/docker-ce.repo
+			system "$what" "$hint" dnf install -y docker-ce docker-ce-cli containerd.io
 			;;
 		esac
 		;;
-	yum) system yum install -y docker ;;
-	zypper) system zypper --non-interactive install docker ;;
-	apk) system apk add --no-cache docker ;;
-	pacman) system pacman -Sy --noconfirm docker ;;
+	yum) system "$what" "$hint" yum install -y docker ;;
+	zypper) system "$what" "$hint" zypper --non-interactive install docker ;;
+	apk) system "$what" "$hint" apk add --no-cache docker ;;
+	pacman) system "$what" "$hint" pacman -Sy --noconfirm docker ;;
 	esac
 }
 
 start_docker() {
+	what="Docker does not answer 'docker info' and could not be started"
+	hint="start the Docker daemon, $DOCKER_HINT"
 	if command -v systemctl >/dev/null 2>&1; then
-		system systemctl enable --now docker
+		system "$what" "$hint" systemctl enable --now docker
 	elif command -v rc-update >/dev/null 2>&1 || [ "$PACKAGE_MANAGER" = apk ]; then
-		system rc-update add docker default
-		system service docker start
+		system "$what" "$hint" rc-update add docker default
+		system "$what" "$hint" service docker start
 	elif is_true "$DRY_RUN"; then
-		system systemctl enable --now docker
+		system "$what" "$hint" systemctl enable --now docker
 	else
 		warn "cannot start Docker here (neither systemctl nor rc-update found): start the Docker daemon yourself"
 	fi
@@ -241,7 +296,7 @@ ensure_docker() {
 	fi
 	start_docker
 	is_true "$DRY_RUN" && return 0
-	docker_running || die "Docker still does not answer 'docker info'; check 'systemctl status docker', or set SKIP_DOCKER=1 for Kubernetes and ArgoCD nodes"
+	docker_running || die "Docker still does not answer 'docker info': check 'systemctl status docker', $DOCKER_HINT"
 	note "Docker is running"
 }
 
@@ -254,7 +309,9 @@ ensure_python() {
 	if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
 		if detect_package_manager && [ "$PACKAGE_MANAGER" = apt-get ]; then
 			note "$PYTHON cannot create virtual environments: installing python3-venv"
-			system env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv
+			system "$PYTHON cannot create virtual environments and python3-venv could not be installed" \
+				"install python3-venv, or set PYTHON to a Python 3.11+ that has the venv and ensurepip modules" \
+				env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv
 		else
 			die "$PYTHON cannot create virtual environments (the venv or ensurepip module is missing)"
 		fi
@@ -269,19 +326,19 @@ install_agent() {
 	else
 		note "creating the venv"
 		as_root mkdir -p "$INSTALL_DIR"
-		as_root "$PYTHON" -m venv --clear "$VENV" || die "could not create the venv $VENV"
+		capture as_root "$PYTHON" -m venv --clear "$VENV" || die "could not create the venv $VENV ($failure)"
 	fi
 	note "pip install --upgrade $AGENT_PACKAGE"
 	# shellcheck disable=SC2086 # PIP_ARGS is a list of words.
-	as_root "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade $PIP_ARGS "$AGENT_PACKAGE" ||
-		die "pip could not install the agent from $AGENT_PACKAGE"
+	capture as_root "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade $PIP_ARGS "$AGENT_PACKAGE" ||
+		die "pip could not install the agent from $AGENT_PACKAGE ($failure)"
 	if [ "$UPDATE" = 1 ]; then
 		# An unchanged version number must still pick up the control plane's current agent.
 		# shellcheck disable=SC2086 # PIP_ARGS is a list of words.
-		as_root "$VENV/bin/python" -m pip install --disable-pip-version-check --force-reinstall --no-deps $PIP_ARGS "$AGENT_PACKAGE" ||
-			die "pip could not reinstall the agent from $AGENT_PACKAGE"
+		capture as_root "$VENV/bin/python" -m pip install --disable-pip-version-check --force-reinstall --no-deps $PIP_ARGS "$AGENT_PACKAGE" ||
+			die "pip could not reinstall the agent from $AGENT_PACKAGE ($failure)"
 	fi
-	"$VENV/bin/python" -c 'import agent' || die "the agent package is not importable in $VENV"
+	capture "$VENV/bin/python" -c 'import agent' || die "the agent package is not importable in $VENV ($failure)"
 	as_root mkdir -p "$MODEL_CACHE"
 }
 
@@ -294,9 +351,9 @@ join_cluster() {
 	as_root mkdir -p "$STATE_DIR"
 	as_root chmod 700 "$STATE_DIR"
 	note "running: $VENV/bin/python -m agent join --url $CONTROL_PLANE_URL --token **** --state-dir $STATE_DIR"
-	as_root env CLEVERTHIS_STATE_DIR="$STATE_DIR" CLEVERTHIS_MODEL_CACHE="$MODEL_CACHE" \
+	capture as_root env CLEVERTHIS_STATE_DIR="$STATE_DIR" CLEVERTHIS_MODEL_CACHE="$MODEL_CACHE" \
 		"$VENV/bin/python" -m agent join --url "$CONTROL_PLANE_URL" --token "$token" --state-dir "$STATE_DIR" ||
-		die "joining the cluster failed (the agent's message is above); a join token works once and for 24 h: create a new one on the cluster's page if this one was used or has expired"
+		die "joining the cluster failed: $failure"
 	[ -f "$STATE_DIR/node.json" ] || die "join reported success but wrote no $STATE_DIR/node.json"
 	note "registered"
 }

@@ -38,7 +38,7 @@ from agent.transport.supervision import Supervisor, TaskFailed
 log = logging.getLogger("agent.tunnel")
 
 EXIT_STOPPED = 0
-EXIT_REVOKED = 3
+EXIT_REVOKED = 3  # the systemd unit's RestartPreventExitStatus: a deleted node's agent stays down
 
 
 class RunnerLike(Protocol):
@@ -176,7 +176,11 @@ class TunnelClient:
                 delay = self.policy.delay(0)
             except SessionEnded as ended:
                 if ended.revoked:
-                    log.error("node revoked by the control plane: %s; not reconnecting", ended.reason)
+                    log.error(
+                        "node revoked by the control plane (%s): not reconnecting; this machine left the cluster, "
+                        "remove the agent with: systemctl disable --now cleverthis-agent",
+                        ended.reason,
+                    )
                     return EXIT_REVOKED
                 if ended.retry_after_s is not None:
                     delay = ended.retry_after_s * (1 + 0.2 * self.policy.rng.random())

@@ -29,6 +29,8 @@ from agent.install import (
     render_install_script,
     validate_control_plane_url,
 )
+from agent.transport.tunnel import EXIT_REVOKED
+from tests.support.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 URL = "http://cp.example.test:8000"
@@ -193,6 +195,8 @@ def test_unit_template_is_a_valid_unit_with_placeholders() -> None:
     assert service["ExecStart"] == "@VENV@/bin/python -m agent run --state-dir @STATE_DIR@"
     assert service["Restart"] == "always"
     assert service["RestartSec"] == "5"
+    # A node deleted in the UI: its agent exits with EXIT_REVOKED and systemd leaves it down.
+    assert service["RestartPreventExitStatus"] == str(EXIT_REVOKED)
     assert unit_environment(service["Environment"])["CLEVERTHIS_MODEL_CACHE"] == "@MODEL_CACHE@"
     assert unit["Install"]["WantedBy"] == "multi-user.target"
     # Hardening must not cut the agent off from the Docker socket (/run) or GPU device nodes.
@@ -374,7 +378,8 @@ def test_failing_systemctl_fails_the_install(installer: Installer, tmp_path: Pat
         CLUSTER_TOKEN=TOKEN, SKIP_DOCKER="1", AGENT_PACKAGE=str(make_fake_agent_wheel(tmp_path / "w", "v1"))
     )
     assert done.returncode != 0
-    assert "systemctl daemon-reload failed" in done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: 'systemctl daemon-reload' failed (System has not been booted with systemd): ")
 
 
 def test_first_install_without_token_fails_before_changing_anything(installer: Installer) -> None:
@@ -405,9 +410,60 @@ def test_failed_join_is_reported_without_the_token(installer: Installer, tmp_pat
             target.writestr(name, data)
     done = installer.run(CLUSTER_TOKEN=TOKEN, DRY_RUN="1", AGENT_PACKAGE=str(wheel))
     assert done.returncode != 0
-    assert "joining the cluster failed" in done.stderr
+    # The agent's own error line becomes the installer's one line.
+    assert done.stderr.splitlines() == ["error: joining the cluster failed: join refused: token expired"]
     assert TOKEN not in done.stdout + done.stderr
     assert not installer.unit.exists()
+
+
+def test_unreachable_control_plane_fails_first_in_one_line(installer: Installer) -> None:
+    installer.fake(
+        "curl",
+        'case "$*" in *"-o /dev/null"*"http://cp.example.test:8000/agent/install.sh") ;; *) exit 99 ;; esac\n'
+        "echo 'curl: (6) Could not resolve host: cp.example.test' >&2\nexit 6\n",
+    )
+    done = installer.run(CLUSTER_TOKEN=TOKEN, DRY_RUN="1")
+    assert done.returncode != 0
+    assert done.stderr.splitlines() == [
+        f"error: cannot reach the control plane at {URL} (curl: (6) Could not resolve host: cp.example.test): "
+        "check that this machine can connect to it (firewall, proxy, DNS) and that the URL is right"
+    ]
+    assert "Checking Docker" not in done.stdout
+    assert not installer.prefix.exists()
+
+
+def test_docker_that_cannot_be_installed_fails_in_one_line(installer: Installer) -> None:
+    (installer.bin / "docker").unlink()
+    installer.fake(
+        "apt-get", 'case "$1" in update) exit 0 ;; esac\necho "E: Unable to locate package docker.io" >&2\nexit 100\n'
+    )
+    done = installer.run(CLUSTER_TOKEN=TOKEN)
+    assert done.returncode != 0
+    assert done.stderr.splitlines() == [
+        "error: Docker is not installed and could not be installed "
+        "('env DEBIAN_FRONTEND=noninteractive apt-get install -y docker.io' failed: "
+        "Unable to locate package docker.io): "
+        "install Docker (https://docs.docker.com/engine/install/) and run this again, "
+        "or set SKIP_DOCKER=1 on Kubernetes and ArgoCD nodes"
+    ]
+
+
+def test_agent_join_says_in_one_line_that_the_control_plane_is_unreachable(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "agent", "join", "--url", url, "--token", TOKEN, "--state-dir", str(tmp_path / "s")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"error: cannot reach the control plane at {url} ([Errno 111] Connection refused): "
+        "check that this machine can connect to it"
+    ]
+    assert not (tmp_path / "s").exists()
 
 
 @pytest.mark.parametrize(
