@@ -14,6 +14,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from agent.workloads.endpoints import EndpointManager
+from agent.workloads.models import ModelCache
 from tests.support.processes import REPO_ROOT, ManagedProcess, celery_worker, daphne, free_port, port_open, wait_until
 
 
@@ -87,3 +89,14 @@ def agent_run(
     """Start `python -m agent run` as a separate process."""
     argv = [sys.executable, "-m", "agent", "run", "--state-dir", str(state_dir)]
     return ManagedProcess(name, argv, log_dir=log_dir, env=env)
+
+
+def stop_endpoint_servers(state_dir: Path) -> None:
+    """Stop the inference endpoint servers the agent with this state started.
+
+    They run in sessions of their own and outlive the agent on purpose (an agent restart keeps serving),
+    so stopping the agent leaves them running: a test stops them as the node's operator would.
+    """
+    endpoints = state_dir / "work" / "endpoints"
+    if endpoints.is_dir():
+        EndpointManager(ModelCache(state_dir / "models"), endpoints).stop_all()
