@@ -1,8 +1,8 @@
 """Shared fixtures: users in workspaces with each role, API clients signed in as them.
 
 At the end of the session it removes what the session's control planes wrote outside the test
-database: their keys in the test Redis database and the session's run directory (the beat schedule;
-see cleverthis/settings/test.py).
+database: their keys in the test Redis database and the session's run directory (Prometheus files,
+the beat schedule; see cleverthis/settings/test.py).
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Tests use Redis database 15 (TEST_REDIS_URL) so a locally running control plane on database 0 never
 consumes a test's tasks or channel messages.
 
-The files a control plane writes (the beat schedule) go to one temporary directory per test session,
-CLEVERTHIS_TEST_RUN_DIR: the processes the tests start inherit it, and the session removes it at its
-end (tests/conftest.py).
+The files a control plane writes (Prometheus multiprocess files, the beat schedule) go to one temporary
+directory per test session, CLEVERTHIS_TEST_RUN_DIR: the processes the tests start inherit it, and the
+session removes it at its end (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ TEST_RUN_DIR_OWNED = not os.environ.get("CLEVERTHIS_TEST_RUN_DIR")
 if TEST_RUN_DIR_OWNED:
     os.environ["CLEVERTHIS_TEST_RUN_DIR"] = tempfile.mkdtemp(prefix="cleverthis-test-")
 TEST_RUN_DIR = os.environ["CLEVERTHIS_TEST_RUN_DIR"]
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", os.path.join(TEST_RUN_DIR, "metrics"))
 os.environ.setdefault("CELERY_BEAT_SCHEDULE_FILENAME", os.path.join(TEST_RUN_DIR, "celerybeat-schedule"))
 
 from cleverthis.settings.base import *  # noqa: E402, F403

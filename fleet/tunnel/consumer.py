@@ -32,6 +32,7 @@ from django.core.exceptions import ValidationError
 from django.db import DataError
 
 from agent import protocol as p
+from cleverthis import metrics
 from fleet import ca, services
 from fleet.exceptions import IllegalTransition
 from fleet.models import Command, Node
@@ -128,6 +129,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             # The database first: when many sockets drop at once (a partition, a deploy) Redis may
             # refuse some of the clean-up below, and the node must not stay "connected" because of it.
             local_tunnels.discard(self.node_id, self)
+            metrics.TUNNELS_CONNECTED.dec()
             await database_sync_to_async(services.node_disconnected)(node=self.node, inbox=self.inbox)
         try:
             for stream_id in list(self.streams):
@@ -204,6 +206,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         await self.channel_layer.group_add(node_group(node.id), self.channel_name)
         await self.channel_layer.group_add(AGENTS_GROUP, self.channel_name)
         local_tunnels.add(node.id, self)
+        metrics.TUNNELS_CONNECTED.inc()
         await self._send_frame(
             p.Welcome(
                 node_id=str(node.id),
@@ -229,6 +232,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     async def _on_heartbeat(self, frame: p.Heartbeat) -> None:
         assert self.node_id is not None
         await HEARTBEATS.submit((self.node_id, frame))
+        metrics.observe_heartbeat_lag(frame.sent_at)
         await self._send_frame(p.HeartbeatAck(heartbeat_id=frame.id))
 
     async def _on_ack(self, frame: p.Ack) -> None:

@@ -6,7 +6,6 @@ The subprocesses use the test database that pytest-django created (tests using t
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -16,7 +15,16 @@ from django.conf import settings
 
 from agent.workloads.endpoints import EndpointManager
 from agent.workloads.models import ModelCache
-from tests.support.processes import REPO_ROOT, ManagedProcess, celery_worker, daphne, free_port, port_open, wait_until
+from tests.support.processes import (
+    REPO_ROOT,
+    ManagedProcess,
+    celery_worker,
+    clean_environ,
+    daphne,
+    free_port,
+    port_open,
+    wait_until,
+)
 
 
 def subprocess_env(**overrides: str) -> dict[str, str]:
@@ -76,7 +84,7 @@ def agent_join(url: str, token: str, state_dir: Path, env: dict[str, str] | None
     return subprocess.run(
         [sys.executable, "-m", "agent", "join", "--url", url, "--token", token, "--state-dir", str(state_dir)],
         cwd=REPO_ROOT,
-        env={**os.environ, **(env or {})},
+        env={**clean_environ(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,
