@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
 from celery import Celery
 
@@ -11,6 +13,12 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cleverthis.settings.base")
 app = Celery("cleverthis")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@app.on_after_configure.connect
+def _make_beat_schedule_dir(sender: Celery, **_: Any) -> None:
+    """Beat opens its schedule file (per checkout, under var/ by default) before any other hook runs."""
+    Path(sender.conf.beat_schedule_filename).parent.mkdir(parents=True, exist_ok=True)
 
 
 @app.task(name="cleverthis.ping")

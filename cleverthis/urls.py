@@ -7,6 +7,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from cleverthis.metrics_scrape import metrics_view
 from cleverthis.tenancy import views as tenancy_views
 from fleet import agent_views
 from fleet.workloads.api import router as workload_router
@@ -21,6 +22,7 @@ api_v1 = [
 urlpatterns = [
     path("", tenancy_views.dashboard, name="dashboard"),
     path("healthz", tenancy_views.healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
     path("accounts/login/", tenancy_views.SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("agent/install.sh", agent_views.install_script, name="agent-install-script"),

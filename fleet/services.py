@@ -28,6 +28,7 @@ from django.db.models import Count, F
 from django.utils import timezone
 
 from agent import protocol
+from cleverthis import metrics
 from cleverthis.tenancy.models import Workspace
 from cleverthis.tenancy.permissions import can_operate
 from fleet import ca, enqueue, signals
@@ -1058,6 +1059,10 @@ def command_record_reports(*, reports: list[CommandReport]) -> list[Command | Ex
                 _after_command_acked(command)
             else:
                 _after_command_finished(command)
+    for report, command in moves:
+        if report.to == CommandStatus.RUNNING and command.dispatched_at is not None:
+            latency = (command.acked_at - command.dispatched_at).total_seconds()
+            metrics.COMMAND_ACK_SECONDS.labels(type=command.command_type).observe(max(0.0, latency))
     return outcomes
 
 

@@ -27,6 +27,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from cleverthis import metrics
 from cleverthis.tenancy.models import Membership, Role, Workspace
 from cleverthis.tenancy.permissions import can_operate
 from fleet import services as fleet_services
@@ -723,6 +724,7 @@ def ray_cluster_autoscale(*, cluster: RayCluster) -> autoscaler.Decision | None:
         )
         decision = autoscaler.decide(policy, states, demand)
         _record_decision(cluster, decision, fresh=fresh)
+        transaction.on_commit(lambda: _count_decision(decision))
         if fresh:
             RayCluster.objects.filter(pk=cluster.pk).update(last_decided_status_at=cluster.last_status_at)
         if decision.add:
@@ -733,6 +735,13 @@ def ray_cluster_autoscale(*, cluster: RayCluster) -> autoscaler.Decision | None:
         if head is not None:
             _request_status(cluster, head, actor)
         return decision
+
+
+def _count_decision(decision: autoscaler.Decision) -> None:
+    """The decision in the Prometheus counters (once it is committed, i.e. carried out)."""
+    metrics.AUTOSCALER_DECISIONS.labels(action=metrics.autoscaler_action(decision.add, len(decision.remove))).inc()
+    metrics.AUTOSCALER_WORKERS.labels(change="added").inc(decision.add)
+    metrics.AUTOSCALER_WORKERS.labels(change="removed").inc(len(decision.remove))
 
 
 def _record_decision(cluster: RayCluster, decision: autoscaler.Decision, *, fresh: bool) -> None:

@@ -1,17 +1,55 @@
-"""Shared fixtures: users in workspaces with each role, API clients signed in as them."""
+"""Shared fixtures: users in workspaces with each role, API clients signed in as them.
+
+At the end of the session it removes what the session's control planes wrote outside the test
+database: their keys in the test Redis database and the session's run directory (Prometheus files,
+the beat schedule; see cleverthis/settings/test.py).
+"""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 
 import pytest
+import redis
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from cleverthis.tenancy import services as tenancy_services
 from cleverthis.tenancy.models import Role, Workspace
+from fleet.proxy import stream_pipes
 
 User = get_user_model()
+
+# Keys the control plane and Celery write in the test Redis database.
+_CELERY_QUEUES = ("default", "dispatch", "gitops", "celery")
+TEST_REDIS_PATTERNS = (
+    f"{settings.CACHES['default']['KEY_PREFIX']}:*",  # cache: rate-limit counters, tickets
+    f"{settings.CHANNEL_LAYERS['default']['CONFIG']['prefix']}*",  # channel layer: groups, channels
+    f"{stream_pipes.KEY_PREFIX}*",  # proxy stream pipes
+    "celery-task-meta-*",  # Celery results
+    "_kombu.*",  # Celery queue bindings
+    "unacked*",  # Celery messages taken but not acknowledged, and their index
+    *_CELERY_QUEUES,
+    *(f"{queue}\x06\x16*" for queue in _CELERY_QUEUES),  # queues of other priorities
+)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Delete the session's Redis keys and its run directory (every test's processes have stopped)."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        for pattern in TEST_REDIS_PATTERNS:
+            keys = list(client.scan_iter(match=pattern, count=1000))
+            for start in range(0, len(keys), 1000):
+                client.delete(*keys[start : start + 1000])
+    except redis.RedisError as exc:  # Redis down: nothing of ours to clean there
+        print(f"test Redis clean-up skipped: {exc}")
+    finally:
+        client.close()
+    if getattr(settings, "TEST_RUN_DIR_OWNED", False):
+        shutil.rmtree(settings.TEST_RUN_DIR, ignore_errors=True)
 
 
 @pytest.fixture

@@ -80,6 +80,14 @@ PROXY_RESPONSE_TIMEOUT_S = env_float("PROXY_RESPONSE_TIMEOUT_S", 60.0)  # until 
 PROXY_IDLE_TIMEOUT_S = env_float("PROXY_IDLE_TIMEOUT_S", 300.0)  # between response chunks
 PROXY_ROUTE_CACHE_S = env_float("PROXY_ROUTE_CACHE_S", 2.0)  # how long an endpoint route is cached per process
 
+# Prometheus metrics at /metrics (cleverthis.metrics_scrape): a scrape sends `Authorization: Bearer
+# <METRICS_TOKEN>`; with no token set the endpoint refuses everyone (403).
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+# Every process on this machine (daphne replicas, Celery worker and beat) keeps its counters in files here
+# (prometheus_client's multiprocess mode, set up by cleverthis.metrics); a scrape merges them. Empty it
+# before the processes start (.ci/up does); one directory per machine.
+PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", str(BASE_DIR / "var" / "metrics"))
+
 INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
@@ -202,6 +210,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "raymgr-autoscale": {"task": "raymgr.tasks.autoscale", "schedule": float(env_int("RAY_AUTOSCALE_EVERY_S", 15))},
     "raymgr-workloads": {"task": "raymgr.tasks.poll_workloads", "schedule": 10.0},
 }
+# Where beat keeps its schedule state: in this checkout, never a path shared with other checkouts.
+CELERY_BEAT_SCHEDULE_FILENAME = env_str("CELERY_BEAT_SCHEDULE_FILENAME", str(BASE_DIR / "var" / "celerybeat-schedule"))
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
 AUTHENTICATION_BACKENDS = [

@@ -2,16 +2,28 @@
 
 Tests use Redis database 15 (TEST_REDIS_URL) so a locally running control plane on database 0 never
 consumes a test's tasks or channel messages.
+
+The files a control plane writes (Prometheus multiprocess files, the beat schedule) go to one temporary
+directory per test session, CLEVERTHIS_TEST_RUN_DIR: the processes the tests start inherit it, and the
+session removes it at its end (tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ["REDIS_URL"] = os.environ.get("TEST_REDIS_URL") or "redis://127.0.0.1:6379/15"
+# True in the process that made the directory (the test session), which removes it at the end.
+TEST_RUN_DIR_OWNED = not os.environ.get("CLEVERTHIS_TEST_RUN_DIR")
+if TEST_RUN_DIR_OWNED:
+    os.environ["CLEVERTHIS_TEST_RUN_DIR"] = tempfile.mkdtemp(prefix="cleverthis-test-")
+TEST_RUN_DIR = os.environ["CLEVERTHIS_TEST_RUN_DIR"]
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", os.path.join(TEST_RUN_DIR, "metrics"))
+os.environ.setdefault("CELERY_BEAT_SCHEDULE_FILENAME", os.path.join(TEST_RUN_DIR, "celerybeat-schedule"))
 
-from cleverthis.settings.base import *  # noqa: F403
-from cleverthis.settings.base import CACHES, CHANNEL_LAYERS
+from cleverthis.settings.base import *  # noqa: E402, F403
+from cleverthis.settings.base import CACHES, CHANNEL_LAYERS  # noqa: E402
 
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

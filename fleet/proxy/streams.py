@@ -28,6 +28,7 @@ from typing import Any
 from channels.layers import get_channel_layer
 
 from agent.protocol import DEFAULT_STREAM_WINDOW
+from cleverthis import metrics
 from fleet.proxy import stream_pipes
 from fleet.tunnel import local_tunnels
 from fleet.tunnel.groups import node_group
@@ -59,6 +60,7 @@ class TunnelStream:
         self._unacked_read = 0
         self.ended = False
         self.error = ""
+        self._counted = False  # counted among the open streams (metrics) until closed
 
     @classmethod
     async def open(
@@ -85,6 +87,7 @@ class TunnelStream:
             stream._local = tunnel
             stream._after_open(opening)
             await tunnel.open_local_stream(stream, opening)
+            stream._count_open("local")
             return stream
         layer = get_channel_layer()
         pipe = stream_pipes.new_pipe_key()
@@ -110,10 +113,17 @@ class TunnelStream:
             await stream_pipes.remove(pipe)
             raise
         stream._pump = asyncio.ensure_future(stream._receive_loop())
+        stream._count_open("redis")
         return stream
 
     def _after_open(self, opening: dict[str, Any]) -> None:
         self._send_credit -= len(opening["data"])  # the first bytes count against the agent's window
+        metrics.PROXY_BYTES.labels(direction="to_node").inc(len(opening["data"]))
+
+    def _count_open(self, via: str) -> None:
+        metrics.PROXY_STREAMS.labels(via=via).inc()
+        metrics.PROXY_STREAMS_ACTIVE.inc()
+        self._counted = True
 
     async def _receive_loop(self) -> None:
         """Messages from the tunnel's replica, popped from this stream's Redis list until its end."""
@@ -142,6 +152,7 @@ class TunnelStream:
                 await self._credit_changed.wait()
             size = min(len(view), CHUNK_BYTES, self._send_credit)
             self._send_credit -= size
+            metrics.PROXY_BYTES.labels(direction="to_node").inc(size)
             await self._to_consumer({"type": "stream.data", "data": bytes(view[:size])})
             view = view[size:]
 
@@ -158,6 +169,7 @@ class TunnelStream:
             self.ended = True
             self.error = message.get("error", "")
             return b""
+        metrics.PROXY_BYTES.labels(direction="from_node").inc(len(message["data"]))
         return message["data"]
 
     async def consumed(self, size: int) -> None:
@@ -172,6 +184,9 @@ class TunnelStream:
 
     async def close(self) -> None:
         """Abort the stream (client went away) and release the agent's connection."""
+        if self._counted:
+            self._counted = False
+            metrics.PROXY_STREAMS_ACTIVE.dec()
         if not self.ended:
             self.ended = True
             with contextlib.suppress(Exception):

@@ -33,6 +33,7 @@ from django.core.exceptions import ValidationError
 from django.db import DataError
 
 from agent import protocol as p
+from cleverthis import metrics
 from fleet import ca, services
 from fleet.exceptions import IllegalTransition
 from fleet.models import Command, Node
@@ -131,6 +132,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             # The database first: when many sockets drop at once (a partition, a deploy) Redis may
             # refuse some of the clean-up below, and the node must not stay "connected" because of it.
             local_tunnels.discard(self.node_id, self)
+            metrics.TUNNELS_CONNECTED.dec()
             await database_sync_to_async(services.node_disconnected)(node=self.node, inbox=self.inbox)
         try:
             for stream_id in list(self.streams):
@@ -208,6 +210,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         await self.channel_layer.group_add(node_group(node.id), self.channel_name)
         await self.channel_layer.group_add(AGENTS_GROUP, self.channel_name)
         local_tunnels.add(node.id, self)
+        metrics.TUNNELS_CONNECTED.inc()
         await self._send_frame(
             p.Welcome(
                 node_id=str(node.id),
@@ -233,7 +236,9 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     async def _on_heartbeat(self, frame: p.Heartbeat) -> None:
         assert self.node_id is not None
         self._last_beat = time.monotonic()
-        if await HEARTBEATS.submit((self.node_id, frame)):
+        held_disconnected = await HEARTBEATS.submit((self.node_id, frame))
+        metrics.observe_heartbeat_lag(frame.sent_at)
+        if held_disconnected:
             log.warning("closing tunnel of node %s: the node is held as disconnected", self.node_id)
             await self.close(code=CLOSE_STALE, reason="node held as disconnected; reconnect")
             return

@@ -13,7 +13,7 @@ from agent.ray.runtime import RayNodeProcess, RayProcessRuntime
 from fleet import services
 from fleet.models import Node
 from tests.support.hub_standin import HubStandin
-from tests.support.live import ControlPlane, agent_join, agent_run, subprocess_env
+from tests.support.live import ControlPlane, agent_join, agent_run, stop_endpoint_servers, subprocess_env
 from tests.support.processes import VENV_BIN, wait_until
 
 
@@ -53,10 +53,12 @@ def control_plane(tmp_path, settings):
 @pytest.fixture
 def agents(tmp_path, hub):
     started = []
+    states = []
 
     def start(control_plane: ControlPlane, cluster, operator_user, name: str, *, url=None, extra_env=None):
         _, raw = services.join_token_create(cluster=cluster, actor=operator_user)
         state = tmp_path / f"state-{name}"
+        states.append(state)
         joined = agent_join(url or control_plane.url, raw, state)
         assert joined.returncode == 0, joined.stderr
         env = {"CLEVERTHIS_MODEL_CACHE": str(tmp_path / f"models-{name}"), "HF_ENDPOINT": hub.url, **(extra_env or {})}
@@ -67,6 +69,8 @@ def agents(tmp_path, hub):
     yield start
     for proc in started:
         proc.stop()
+    for state in states:  # what the agents started in sessions of its own (endpoint servers)
+        stop_endpoint_servers(state)
 
 
 def node_of(state: Path) -> Node:

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from django.db import connections
 
 from fleet.models import Command, ComputeCluster, Node
 from tests.support.live import agent_join, agent_run
@@ -49,6 +50,11 @@ def browser_page(monkeypatch):
         page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
         page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
         yield page, errors
+        # Playwright's sync API resumes the caller in a copy of its contextvars context, and Django keeps
+        # connections per context (asgiref's Local): the ORM calls made since then (the test's own) have a
+        # connection that the test database's clean-up never sees. Close it here, in that context, or the
+        # test database is still in use when the session drops it.
+        connections.close_all()
         context.close()
         browser.close()
 

@@ -30,3 +30,41 @@ def test_task_round_trips_through_a_real_worker(worker):
 def test_broker_is_redis_and_serializer_json():
     assert app.conf.broker_url.startswith("redis://")
     assert app.conf.task_serializer == "json"
+
+
+def test_beat_keeps_its_schedule_in_its_own_checkout_or_run(tmp_path):
+    """No schedule file shared between checkouts: by default it is under this checkout's var/, in a test
+    run under the run's directory; beat makes the directory it needs."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    from tests.support.processes import REPO_ROOT, ManagedProcess, wait_until
+
+    env = {k: v for k, v in os.environ.items() if k != "CELERY_BEAT_SCHEDULE_FILENAME"}
+    env["DJANGO_SETTINGS_MODULE"] = "cleverthis.settings.base"
+    code = "from cleverthis.celery import app; import json; print(json.dumps(app.conf.beat_schedule_filename))"
+    default = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert default == str(REPO_ROOT / "var" / "celerybeat-schedule")
+    assert settings.CELERY_BEAT_SCHEDULE_FILENAME.startswith(settings.TEST_RUN_DIR)
+
+    schedule = tmp_path / "not-yet" / "beat-schedule"
+    beat = ManagedProcess(
+        "celery-beat",
+        [sys.executable, "-m", "celery", "-A", "cleverthis", "beat", "--loglevel=INFO"],
+        log_dir=tmp_path,
+        env={"CELERY_BEAT_SCHEDULE_FILENAME": str(schedule)},
+    )
+    try:
+        wait_until(lambda: any(schedule.parent.glob("beat-schedule*")) or not beat.alive(), timeout=60, what="beat")
+        assert beat.alive(), beat.log()
+    finally:
+        beat.stop()
+    assert not list(REPO_ROOT.glob("celerybeat-schedule*"))

@@ -6,7 +6,6 @@ The subprocesses use the test database that pytest-django created (tests using t
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -14,7 +13,18 @@ from pathlib import Path
 
 from django.conf import settings
 
-from tests.support.processes import REPO_ROOT, ManagedProcess, celery_worker, daphne, free_port, port_open, wait_until
+from agent.workloads.endpoints import EndpointManager
+from agent.workloads.models import ModelCache
+from tests.support.processes import (
+    REPO_ROOT,
+    ManagedProcess,
+    celery_worker,
+    clean_environ,
+    daphne,
+    free_port,
+    port_open,
+    wait_until,
+)
 
 
 def subprocess_env(**overrides: str) -> dict[str, str]:
@@ -74,7 +84,7 @@ def agent_join(url: str, token: str, state_dir: Path, env: dict[str, str] | None
     return subprocess.run(
         [sys.executable, "-m", "agent", "join", "--url", url, "--token", token, "--state-dir", str(state_dir)],
         cwd=REPO_ROOT,
-        env={**os.environ, **(env or {})},
+        env={**clean_environ(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,
@@ -87,3 +97,14 @@ def agent_run(
     """Start `python -m agent run` as a separate process."""
     argv = [sys.executable, "-m", "agent", "run", "--state-dir", str(state_dir)]
     return ManagedProcess(name, argv, log_dir=log_dir, env=env)
+
+
+def stop_endpoint_servers(state_dir: Path) -> None:
+    """Stop the inference endpoint servers the agent with this state started.
+
+    They run in sessions of their own and outlive the agent on purpose (an agent restart keeps serving),
+    so stopping the agent leaves them running: a test stops them as the node's operator would.
+    """
+    endpoints = state_dir / "work" / "endpoints"
+    if endpoints.is_dir():
+        EndpointManager(ModelCache(state_dir / "models"), endpoints).stop_all()

@@ -15,6 +15,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.path.abspath(sys.executable)).parent
 
 
+# Set in this process by the settings for its own metrics: a control-plane child finds the same directory
+# through its settings, and anything else (agents, the Ray processes they start) must not write there.
+PROCESS_LOCAL_ENV = ("PROMETHEUS_MULTIPROC_DIR",)
+
+
+def clean_environ() -> dict[str, str]:
+    """This process's environment for a child, without what belongs to this process alone."""
+    return {k: v for k, v in os.environ.items() if k not in PROCESS_LOCAL_ENV}
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:
@@ -48,7 +58,7 @@ class ManagedProcess:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = self.log_path.open("wb")
-        full_env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
+        full_env = {**clean_environ(), "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
         full_env.setdefault("PYTHONUNBUFFERED", "1")
         self.popen = subprocess.Popen(
             list(argv), cwd=REPO_ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True

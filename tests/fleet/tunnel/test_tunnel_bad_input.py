@@ -10,6 +10,7 @@ a revoked certificate with 4403. The reason reaches the peer in the close frame 
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import json
 import uuid
@@ -574,6 +575,7 @@ def test_real_daphne_closes_bad_sockets_with_4400_and_a_reason_and_keeps_serving
 
     plane = ControlPlane(log_dir=tmp_path, env=subprocess_env())
     port = plane.start_replica()
+    sockets = contextlib.ExitStack()  # every socket opened below is closed at the end, whatever happens
     try:
         good_ident, bad_ident = _register(cluster, owner, "good"), _register(cluster, owner, "bad")
         url = f"ws://127.0.0.1:{port}/agent/tunnel?agent_nonce=0123456789abcdef"
@@ -585,7 +587,7 @@ def test_real_daphne_closes_bad_sockets_with_4400_and_a_reason_and_keeps_serving
             return True
 
         def authenticate(ident: Identity):
-            ws = ws_client.connect(url, max_size=None, open_timeout=10)
+            ws = sockets.enter_context(ws_client.connect(url, max_size=None, open_timeout=10))
             challenge = p.decode(ws.recv(timeout=10))
             assert isinstance(challenge, p.Challenge)
             ws.send(p.encode(_hello(ident, challenge)))
@@ -616,6 +618,7 @@ def test_real_daphne_closes_bad_sockets_with_4400_and_a_reason_and_keeps_serving
         assert plane.replicas[0].alive()
         assert "Traceback" not in plane.replicas[0].log()
     finally:
+        sockets.close()
         plane.stop()
 
 
@@ -632,10 +635,10 @@ def test_real_daphne_tells_unauthenticated_peers_why_it_closed_without_a_traceba
         base = f"ws://127.0.0.1:{port}/agent/tunnel"
 
         def close_of(raw: str | bytes | None, agent_nonce: str = "0123456789abcdef") -> tuple[int | None, str]:
-            ws = ws_client.connect(f"{base}?agent_nonce={agent_nonce}", max_size=None, open_timeout=10)
-            if raw is not None:
-                assert isinstance(p.decode(ws.recv(timeout=10)), p.Challenge)
-            code, reason = _closed_by_server(ws, raw)
+            with ws_client.connect(f"{base}?agent_nonce={agent_nonce}", max_size=None, open_timeout=10) as ws:
+                if raw is not None:
+                    assert isinstance(p.decode(ws.recv(timeout=10)), p.Challenge)
+                code, reason = _closed_by_server(ws, raw)
             return code, reason or ""
 
         code, reason = close_of("[" * 500_000)  # was: RecursionError, 1011 and a traceback in the log

@@ -1,0 +1,88 @@
+"""Prometheus instruments that the processes update as things happen (tunnels, commands, proxy, autoscaler).
+
+Every control-plane process (daphne replicas, Celery workers and beat) writes its values to files in
+`PROMETHEUS_MULTIPROC_DIR` (prometheus_client's multiprocess mode); a scrape of `/metrics` on any web
+process merges the files of all of them (`cleverthis.metrics_scrape`). The directory comes from the
+settings, which put it in the environment before prometheus_client is imported (it picks its mode then).
+What the database already knows (nodes by status, commands by type and status, Ray clusters by state,
+node utilization) is read at scrape time instead, so it is right whatever the number of processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = settings.PROMETHEUS_MULTIPROC_DIR
+Path(settings.PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
+
+from prometheus_client import Counter, Gauge, Histogram  # noqa: E402
+from prometheus_client import values as _values  # noqa: E402
+
+# prometheus_client picks single- or multi-process mode when first imported: if some library imported it
+# before the settings named the directory, pick again (no instrument of ours exists yet).
+if not getattr(_values.ValueClass, "_multiprocess", False):
+    _values.ValueClass = _values.get_value_class()
+
+# Seconds: sub-millisecond in-process hops up to minutes behind a stalled broker or database.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+TUNNELS_CONNECTED = Gauge(
+    "cleverthis_tunnels_connected",
+    "Authenticated agent tunnels held by this web process (one series per live process, label pid).",
+    multiprocess_mode="liveall",
+)
+COMMAND_ACK_SECONDS = Histogram(
+    "cleverthis_command_ack_seconds",
+    "From a command's dispatch (claimed and sent to the node) to the agent's ack being recorded.",
+    ["type"],
+    buckets=LATENCY_BUCKETS,
+)
+HEARTBEAT_LAG_SECONDS = Histogram(
+    "cleverthis_heartbeat_lag_seconds",
+    "From the agent sending a heartbeat (its clock) to the control plane having stored it.",
+    buckets=LATENCY_BUCKETS,
+)
+PROXY_STREAMS = Counter(
+    "cleverthis_proxy_streams",
+    "Byte streams opened to ports on nodes (via: local = the tunnel is in this process, redis = another replica).",
+    ["via"],
+)
+PROXY_STREAMS_ACTIVE = Gauge(
+    "cleverthis_proxy_streams_active",
+    "Proxied byte streams open right now, all live processes together.",
+    multiprocess_mode="livesum",
+)
+PROXY_BYTES = Counter(
+    "cleverthis_proxy_bytes",
+    "Bytes carried by proxied streams (direction: to_node = request bytes, from_node = response bytes).",
+    ["direction"],
+)
+AUTOSCALER_DECISIONS = Counter(
+    "cleverthis_ray_autoscaler_decisions",
+    "Ray autoscaler decisions (action: scale_up, scale_down, both, none).",
+    ["action"],
+)
+AUTOSCALER_WORKERS = Counter(
+    "cleverthis_ray_autoscaler_workers",
+    "Ray workers the autoscaler decided to start (change: added) or drain and stop (change: removed).",
+    ["change"],
+)
+
+
+def observe_heartbeat_lag(sent_at: float) -> None:
+    """Record the lag of a heartbeat the agent sent at `sent_at` (epoch s); 0 (not sent) is skipped."""
+    if sent_at > 0:
+        HEARTBEAT_LAG_SECONDS.observe(max(0.0, time.time() - sent_at))
+
+
+def autoscaler_action(add: int, remove: int) -> str:
+    """The `action` label of a decision that starts `add` and stops `remove` workers."""
+    if add and remove:
+        return "both"
+    if add:
+        return "scale_up"
+    return "scale_down" if remove else "none"

@@ -1,0 +1,88 @@
+"""`/metrics` in-process: the bearer token, the database gauges, and live gauges of dead processes.
+
+The end-to-end scrape of a real control plane (daphne replicas, a Celery worker, an agent) is in
+tests/e2e/test_metrics.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cleverthis import metrics_scrape
+from fleet import services
+from fleet.models import Node
+
+pytestmark = pytest.mark.django_db
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """{(sample name, sorted labels): value} of an exposition text."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_metrics_need_the_bearer_token(client, settings):
+    settings.METRICS_TOKEN = "s3cret"
+    missing = client.get("/metrics")
+    assert missing.status_code == 401
+    assert missing["WWW-Authenticate"].startswith("Bearer")
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 403
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Token s3cret").status_code == 401
+    good = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret")
+    assert good.status_code == 200
+    assert good["Content-Type"].startswith("text/plain; version=")
+    assert "cleverthis_commands" in good.content.decode()
+
+
+def test_metrics_are_off_without_a_token(client, settings):
+    settings.METRICS_TOKEN = ""
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 403
+    assert client.get("/metrics").status_code == 403
+
+
+def test_database_gauges_count_nodes_per_status_and_commands(owner, workspace):
+    from tests.fleet.conftest import facts_dict, make_csr_pem, make_key
+
+    cluster = services.cluster_create(actor=owner, workspace=workspace, name="gauges")
+    for name in ("a", "b"):
+        _, raw = services.join_token_create(cluster=cluster, actor=owner)
+        services.node_register(token=raw, csr_pem=make_csr_pem(make_key()), facts=facts_dict(name))
+    Node.objects.filter(hostname="a").update(status="online", connected=True, cpu_percent=42.5, memory_used_mb=2)
+    node_a = Node.objects.get(hostname="a")
+    services.command_dispatch(
+        actor=owner, cluster=cluster, command_type="model.download", payload={"model_id": "a/b"}, node=node_a
+    )
+    found = samples(metrics_scrape.render().decode())
+    labels = (("cluster", "gauges"), ("workspace", workspace.slug))
+    assert found[("cleverthis_nodes", (*labels[:1], ("status", "online"), *labels[1:]))] == 1
+    assert found[("cleverthis_nodes", (*labels[:1], ("status", "offline"), *labels[1:]))] == 1
+    assert found[("cleverthis_nodes", (*labels[:1], ("status", "draining"), *labels[1:]))] == 0
+    assert found[("cleverthis_commands", (("status", "queued"), ("type", "model.download")))] == 1
+    node_labels = (("cluster", "gauges"), ("node", node_a.name), ("node_id", str(node_a.pk)), labels[1])
+    assert found[("cleverthis_node_cpu_percent", node_labels)] == 42.5
+    assert found[("cleverthis_node_memory_used_bytes", node_labels)] == 2 * 1024 * 1024
+    # a node that is not connected shows no utilization (its last figures would read as current)
+    assert not [k for k in found if k[0] == "cleverthis_node_cpu_percent" and ("node", "b") in k[1]]
+
+
+def test_live_gauges_of_a_dead_process_are_dropped_and_its_counters_kept(tmp_path):
+    """A process that exited without a word (SIGKILL, OOM) leaves its files; a scrape forgets its live gauges."""
+    script = (
+        "import os, sys\n"
+        f"os.environ['PROMETHEUS_MULTIPROC_DIR'] = {str(tmp_path)!r}\n"
+        "from prometheus_client import Counter, Gauge\n"
+        "Gauge('t_tunnels', 't', multiprocess_mode='liveall').inc(3)\n"
+        "Counter('t_done', 't').inc(2)\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+    assert len(list(tmp_path.glob("gauge_liveall_*.db"))) == 1
+    metrics_scrape.forget_dead_processes(str(tmp_path))
+    assert not list(tmp_path.glob("gauge_liveall_*.db"))
+    assert len(list(tmp_path.glob("counter_*.db"))) == 1
