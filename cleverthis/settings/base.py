@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "guardian",
     "channels",
     "cleverthis.tenancy",
+    "cleverthis.audit",
     "fleet",
     "raymgr",
 ]
