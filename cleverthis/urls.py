@@ -1,22 +1,60 @@
-"""Root URL map: pages, admin, API v1 and its schema."""
+"""Root URL map: pages, admin, API v1 (its root lists every top-level resource) and its schema."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.routers import APIRootView
 
+from cleverthis.audit.api import router as audit_router
 from cleverthis.metrics_scrape import metrics_view
 from cleverthis.tenancy import views as tenancy_views
 from fleet import agent_views
 from fleet.workloads.api import router as workload_router
 
+# Every top-level resource of /api/v1/, by the URL name of its list.
+API_ROOT = {
+    "workspaces": "workspace-list",
+    "clusters": "cluster-list",
+    "nodes": "node-list",
+    "commands": "command-list",
+    "namespaces": "namespace-list",
+    "containers": "container-list",
+    "models": "model-location-list",
+    "endpoints": "endpoint-list",
+    "ray-clusters": "ray-cluster-list",
+    "training-jobs": "ray-training-job-list",
+    "tune-experiments": "ray-tune-experiment-list",
+    "deployments": "ray-deployment-list",
+    "audit": "audit-entry-list",
+}
+
+
+@extend_schema(exclude=True)
+class ApiRootView(APIRootView):
+    """CleverThis Compute Fleet API v1: every top-level resource. Schema at /api/schema/, docs at /api/docs/."""
+
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        response = super().get(request, *args, **kwargs)
+        # routes with an optional trailing slash reverse without it: show every list the same way
+        response.data = {name: url if url.endswith("/") else f"{url}/" for name, url in response.data.items()}
+        return response
+
+
 api_v1 = [
+    path("", ApiRootView.as_view(api_root_dict=API_ROOT), name="api-root"),
     path("", include("cleverthis.tenancy.api.urls")),
     path("", include("fleet.api.urls")),
     path("", include(workload_router.urls)),
     path("ray/", include("raymgr.api.urls")),
+    path("", include(audit_router.urls)),
 ]
 
 urlpatterns = [
@@ -34,4 +72,5 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("compute/", include("fleet.urls")),
     path("ray/", include("raymgr.urls")),
+    path("audit/", include("cleverthis.audit.urls")),
 ]

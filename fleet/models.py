@@ -245,6 +245,11 @@ class Command(models.Model):
     result = models.JSONField(default=dict, blank=True)
     error_code = models.CharField(max_length=64, blank=True, default="")
     error_message = models.TextField(blank=True, default="")
+    # The operator action that sent it (its audit entry follows the command to its outcome); null for
+    # automatic commands (drains, the Ray autoscaler).
+    audit_entry = models.ForeignKey(
+        "audit.AuditEntry", null=True, blank=True, on_delete=models.SET_NULL, related_name="commands"
+    )
 
     class Meta:
         ordering = ["-created_at"]

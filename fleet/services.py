@@ -29,6 +29,16 @@ from django.utils import timezone
 
 from agent import protocol
 from cleverthis import metrics
+from cleverthis.audit.services import (
+    Target,
+    created,
+    entry_for_commands,
+    entry_settle,
+    new,
+    on,
+    operator_action,
+    target_of,
+)
 from cleverthis.tenancy.models import Workspace
 from cleverthis.tenancy.permissions import can_operate
 from fleet import ca, enqueue, signals
@@ -89,7 +99,12 @@ def _clean_cluster_fields(fields: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-@transaction.atomic
+@operator_action(
+    "cluster.create",
+    target=new("cluster"),
+    result=created("cluster"),
+    detail=lambda kw, _: {"mode": kw.get("mode", Mode.STANDALONE)},
+)
 def cluster_create(
     *,
     actor: AbstractBaseUser,
@@ -122,7 +137,11 @@ def _require_argocd(cluster: ComputeCluster) -> None:
         raise ValidationError(missing)
 
 
-@transaction.atomic
+@operator_action(
+    "cluster.update",
+    target=on("cluster", "cluster"),
+    detail=lambda kw, _: {"fields": sorted(set(kw) - {"actor", "cluster"})},
+)
 def cluster_update(*, actor: AbstractBaseUser, cluster: ComputeCluster, **fields: Any) -> ComputeCluster:
     """Change a cluster's name, description or ArgoCD settings; changing the mode is refused."""
     _require_operator(actor, cluster.workspace)
@@ -144,7 +163,7 @@ def cluster_update(*, actor: AbstractBaseUser, cluster: ComputeCluster, **fields
     return cluster
 
 
-@transaction.atomic
+@operator_action("cluster.delete", target=on("cluster", "cluster"))
 def cluster_delete(*, actor: AbstractBaseUser, cluster: ComputeCluster) -> None:
     """Delete a cluster and all its nodes (each node's certificates are revoked first)."""
     _require_operator(actor, cluster.workspace)
@@ -168,7 +187,13 @@ def join_command(raw_token: str, base_url: str | None = None) -> str:
     return f"curl -fsSL {base}/agent/install.sh | CLUSTER_TOKEN={raw_token} sh"
 
 
-@transaction.atomic
+@operator_action(
+    "join_token.create",
+    target=on("cluster", "cluster"),
+    detail=lambda _, value: (
+        {"join_token": str(value[0].pk), "expires_at": value[0].expires_at.isoformat()} if value else {}
+    ),
+)
 def join_token_create(*, cluster: ComputeCluster, actor: AbstractBaseUser) -> tuple[JoinToken, str]:
     """Mint a join token for `cluster`; returns the row and the raw token (shown once, never stored)."""
     _require_operator(actor, cluster.workspace)
@@ -297,7 +322,7 @@ def _transition_node(
     return node
 
 
-@transaction.atomic
+@operator_action("node.rename", target=on("node", "node"), detail=lambda kw, _: {"name": str(kw.get("name"))[:100]})
 def node_rename(*, node: Node, actor: AbstractBaseUser, name: str) -> Node:
     """Give a node a display name (defaults to its hostname)."""
     _require_operator(actor, node.cluster.workspace)
@@ -313,7 +338,7 @@ def node_rename(*, node: Node, actor: AbstractBaseUser, name: str) -> Node:
     return node
 
 
-@transaction.atomic
+@operator_action("node.cordon", target=on("node", "node"))
 def node_cordon(*, node: Node, actor: AbstractBaseUser) -> Node:
     """online/offline → cordoned: no new workloads are scheduled on the node."""
     _require_operator(actor, node.cluster.workspace)
@@ -326,7 +351,7 @@ def node_cordon(*, node: Node, actor: AbstractBaseUser) -> Node:
     )
 
 
-@transaction.atomic
+@operator_action("node.uncordon", target=on("node", "node"))
 def node_uncordon(*, node: Node, actor: AbstractBaseUser) -> Node:
     """cordoned/draining → online (or offline when its agent is not connected)."""
     _require_operator(actor, node.cluster.workspace)
@@ -340,7 +365,7 @@ def node_uncordon(*, node: Node, actor: AbstractBaseUser) -> Node:
     )
 
 
-@transaction.atomic
+@operator_action("node.drain", target=on("node", "node"))
 def node_drain(*, node: Node, actor: AbstractBaseUser) -> Node:
     """online/cordoned → draining (→ cordoned at once when it runs no containers)."""
     _require_operator(actor, node.cluster.workspace)
@@ -379,7 +404,7 @@ def _node_delete(*, node: Node) -> None:
     transaction.on_commit(lambda: groups.send_to_node(node_id, groups.revoke_message("node deleted")))
 
 
-@transaction.atomic
+@operator_action("node.delete", target=on("node", "node"))
 def node_delete(*, node: Node, actor: AbstractBaseUser) -> None:
     """Delete a node: its certificate serials go on the revocation list and its live tunnel is closed."""
     _require_operator(actor, node.cluster.workspace)
@@ -586,7 +611,7 @@ def _pause_partitioned_clusters(lost: list[tuple[Any, str, Any]]) -> list[uuid.U
     return paused
 
 
-@transaction.atomic
+@operator_action("cluster.resume_automation", target=on("cluster", "cluster"))
 def cluster_resume_automation(*, actor: AbstractBaseUser, cluster: ComputeCluster) -> ComputeCluster:
     """End a partition pause early (Owner/Admin): drains and rescheduling run again from the next pass."""
     _require_operator(actor, cluster.workspace)
@@ -648,7 +673,37 @@ def _parse_uuid(value: Any, field: str) -> uuid.UUID:
         raise ValidationError({field: "Must be a UUID."}) from None
 
 
+def _dispatch_detail(kwargs: dict[str, Any], commands: list[Command] | None) -> dict[str, Any]:
+    node = kwargs.get("node")
+    detail: dict[str, Any] = {"command_type": str(kwargs.get("command_type"))[:32], "node": node.name if node else None}
+    if commands:
+        detail.update(batch_id=str(commands[0].batch_id), commands=len(commands))
+    return detail
+
+
+def _dispatch_target(kwargs: dict[str, Any]) -> Target:
+    """The node, or the cluster for a fan-out; in the cluster's workspace either way."""
+    cluster, node = kwargs["cluster"], kwargs.get("node")
+    if node is None:
+        return target_of(cluster, "cluster")
+    return Target("node", str(node.pk), node.name, cluster.workspace_id)
+
+
+@operator_action("command.dispatch", target=_dispatch_target, detail=_dispatch_detail)
 def command_dispatch(
+    *,
+    actor: AbstractBaseUser,
+    cluster: ComputeCluster,
+    command_type: str,
+    payload: dict[str, Any],
+    node: Node | None = None,
+) -> list[Command]:
+    """An operator sends `command_type` to one node or every online node of `cluster` (audited; the
+    entry follows the commands to their outcome). Otherwise as `command_queue`."""
+    return command_queue(actor=actor, cluster=cluster, command_type=command_type, payload=payload, node=node)
+
+
+def command_queue(
     *,
     actor: AbstractBaseUser,
     cluster: ComputeCluster,
@@ -658,7 +713,9 @@ def command_dispatch(
 ) -> list[Command]:
     """Queue `command_type` for one node or for every online node of `cluster`; returns at once.
 
-    Owner/Admin only. One Command row per target node (shared `batch_id`, own idempotency key); on
+    No audit entry of its own: automatic work (drains, the Ray autoscaler and follow-ups) calls it, and
+    so do services that send commands as part of a larger operator action (the commands then point at
+    that action's entry). Owner/Admin only. One Command row per target node (shared `batch_id`, own idempotency key); on
     commit one Celery task is enqueued: `dispatch_command` for a single target, `dispatch_batch` for
     several. A single offline node still gets its command: it stays
     queued and is delivered when the node reconnects. Cordoned and draining nodes refuse new work.
@@ -681,6 +738,7 @@ def command_dispatch(
             if not targets:
                 raise IllegalTransition("No online nodes in this cluster.")
         batch_id = uuid.uuid4()
+        audit_entry = entry_for_commands()
         commands = [
             Command(
                 node=target,
@@ -691,6 +749,7 @@ def command_dispatch(
                 secrets=json.dumps(secret) if secret else "",
                 idempotency_key=uuid.uuid4().hex,
                 created_by=actor,
+                audit_entry_id=audit_entry,
             )
             for target in targets
         ]
@@ -1054,6 +1113,7 @@ def command_record_reports(*, reports: list[CommandReport]) -> list[Command | Ex
                 for report, command in moves
             ]
         )
+        _audit_follow(moves)
         for report, command in moves:
             if report.to == CommandStatus.RUNNING:
                 _after_command_acked(command)
@@ -1064,6 +1124,35 @@ def command_record_reports(*, reports: list[CommandReport]) -> list[Command | Ex
             latency = (command.acked_at - command.dispatched_at).total_seconds()
             metrics.COMMAND_ACK_SECONDS.labels(type=command.command_type).observe(max(0.0, latency))
     return outcomes
+
+
+def _audit_follow(moves: list[tuple[CommandReport, Command]]) -> None:
+    """Settle the audit entries of the operator actions whose commands just finished: one query to
+    count their commands by status, one UPDATE per entry; nothing for commands no action sent."""
+    finished = [(r, c) for r, c in moves if c.audit_entry_id and r.to != CommandStatus.RUNNING]
+    if not finished:
+        return
+    entries = {c.audit_entry_id for _, c in finished}
+    open_ = set(
+        Command.objects.filter(audit_entry_id__in=entries)
+        .exclude(status__in=[CommandStatus.SUCCEEDED, CommandStatus.FAILED])
+        .values_list("audit_entry_id", flat=True)
+        .distinct()
+    )
+    for entry_id in entries:
+        mine = [c for _, c in finished if c.audit_entry_id == entry_id]
+        failure = next(
+            (
+                f"{c.command_type} failed: {c.error_code}: {c.error_message}"
+                for c in mine
+                if c.status == CommandStatus.FAILED
+            ),
+            "",
+        )
+        commit = next(
+            (str(c.result["commit"]) for c in mine if isinstance(c.result, dict) and c.result.get("commit")), ""
+        )
+        entry_settle(entry_id=entry_id, failure=failure, done=entry_id not in open_, git_commit=commit)
 
 
 def _record_one(report: CommandReport) -> Command | None:
@@ -1087,7 +1176,12 @@ def _namespace_cluster(workspace: Workspace, cluster_id: Any) -> ComputeCluster 
     return cluster
 
 
-@transaction.atomic
+@operator_action(
+    "namespace.create",
+    target=new("namespace"),
+    result=created("namespace"),
+    detail=lambda kw, _: {"cluster": str(kw["cluster_id"]) if kw.get("cluster_id") else None},
+)
 def namespace_create(*, actor: AbstractBaseUser, workspace: Workspace, name: str, cluster_id: Any = None) -> Namespace:
     """Create a namespace in `workspace`, optionally bound to one of its clusters."""
     _require_operator(actor, workspace)
@@ -1101,7 +1195,11 @@ def namespace_create(*, actor: AbstractBaseUser, workspace: Workspace, name: str
     return namespace
 
 
-@transaction.atomic
+@operator_action(
+    "namespace.bind",
+    target=on("namespace", "namespace"),
+    detail=lambda kw, _: {"cluster": str(kw["cluster_id"]) if kw.get("cluster_id") else None},
+)
 def namespace_bind(*, actor: AbstractBaseUser, namespace: Namespace, cluster_id: Any) -> Namespace:
     """Bind a namespace to a cluster of its workspace (None unbinds)."""
     _require_operator(actor, namespace.workspace)
@@ -1110,7 +1208,7 @@ def namespace_bind(*, actor: AbstractBaseUser, namespace: Namespace, cluster_id:
     return namespace
 
 
-@transaction.atomic
+@operator_action("namespace.delete", target=on("namespace", "namespace"))
 def namespace_delete(*, actor: AbstractBaseUser, namespace: Namespace) -> None:
     """Delete a namespace."""
     _require_operator(actor, namespace.workspace)

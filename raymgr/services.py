@@ -8,7 +8,7 @@ State machine (owned by `ray_cluster_transition`, the only writer of `RayCluster
     stopped  → pending (start) | deleting
     deleting → (row deleted once every Ray node is stopped)
 
-Everything that touches a machine is a fleet `Command` dispatched with `fleet.services.command_dispatch`
+Everything that touches a machine is a fleet `Command` dispatched with `fleet.services.command_queue`
 (`ray.head.start`, `ray.worker.start`, `ray.node.drain`, `ray.node.stop`, `ray.status`); results come
 back through `ray_on_command_finished`, connected to `fleet.signals.command_finished`.
 """
@@ -28,6 +28,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from cleverthis import metrics
+from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.models import Membership, Role, Workspace
 from cleverthis.tenancy.permissions import can_operate
 from fleet import services as fleet_services
@@ -130,7 +131,15 @@ def _validate_bounds(min_workers: Any, max_workers: Any, idle_timeout_s: Any) ->
     return errors
 
 
-@transaction.atomic
+@operator_action(
+    "ray_cluster.create",
+    target=new("ray_cluster"),
+    result=created("ray_cluster"),
+    detail=lambda kw, _: {
+        "compute_cluster": kw["compute_cluster"].name,
+        "runtime": str(kw.get("runtime", RayRuntime.DOCKER)),
+    },
+)
 def ray_cluster_create(
     *,
     actor: AbstractBaseUser,
@@ -188,7 +197,11 @@ def ray_cluster_create(
     return cluster
 
 
-@transaction.atomic
+@operator_action(
+    "ray_cluster.update",
+    target=on("cluster", "ray_cluster"),
+    detail=lambda kw, _: {"fields": sorted(set(kw) - {"actor", "cluster"})},
+)
 def ray_cluster_update(*, actor: AbstractBaseUser, cluster: RayCluster, **fields: Any) -> RayCluster:
     """Change scaling bounds, idle timeout, checkpointing or (only when stopped/failed) the Ray version."""
     _require_operator(actor, cluster.workspace)
@@ -213,7 +226,7 @@ def ray_cluster_update(*, actor: AbstractBaseUser, cluster: RayCluster, **fields
     return cluster
 
 
-@transaction.atomic
+@operator_action("ray_cluster.start", target=on("cluster", "ray_cluster"))
 def ray_cluster_start(*, actor: AbstractBaseUser, cluster: RayCluster) -> RayCluster:
     """stopped/failed → pending: place the head again; workers follow up to min_workers once it runs."""
     _require_operator(actor, cluster.workspace)
@@ -226,7 +239,7 @@ def ray_cluster_start(*, actor: AbstractBaseUser, cluster: RayCluster) -> RayClu
     return cluster
 
 
-@transaction.atomic
+@operator_action("ray_cluster.stop", target=on("cluster", "ray_cluster"))
 def ray_cluster_stop(*, actor: AbstractBaseUser, cluster: RayCluster) -> RayCluster:
     """→ stopped: every Ray node is stopped (running jobs are interrupted; checkpointed first when enabled)."""
     _require_operator(actor, cluster.workspace)
@@ -236,7 +249,7 @@ def ray_cluster_stop(*, actor: AbstractBaseUser, cluster: RayCluster) -> RayClus
     return cluster
 
 
-@transaction.atomic
+@operator_action("ray_cluster.delete", target=on("cluster", "ray_cluster"))
 def ray_cluster_delete(*, actor: AbstractBaseUser, cluster: RayCluster) -> RayCluster | None:
     """→ deleting: stop every Ray node; the row (and what references it) goes once they are stopped.
 
@@ -295,7 +308,7 @@ def _ports_in_use(cluster: RayCluster) -> dict[Any, set[int]]:
 
 
 def _dispatch(actor: Any, node: Node, command_type: str, payload: dict[str, Any]) -> Command:
-    (command,) = fleet_services.command_dispatch(
+    (command,) = fleet_services.command_queue(
         actor=actor, cluster=node.cluster, command_type=command_type, payload=payload, node=node
     )
     return command

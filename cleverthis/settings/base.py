@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "guardian",
     "channels",
     "cleverthis.tenancy",
+    "cleverthis.audit",
     "fleet",
     "raymgr",
 ]

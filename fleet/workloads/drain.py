@@ -229,7 +229,7 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
                 if failed_stops >= MAX_STOP_ATTEMPTS:
                     _block(node, original, f"stopping {original.name} failed {failed_stops} times", report)
                     continue
-                (stop,) = services.command_dispatch(
+                (stop,) = services.command_queue(
                     actor=actor,
                     cluster=node.cluster,
                     command_type=CommandType.CONTAINER_STOP,
@@ -277,7 +277,7 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
                 _block(node, original, reason, report)
                 continue
             try:
-                (create,) = services.command_dispatch(
+                (create,) = services.command_queue(
                     actor=actor,
                     cluster=node.cluster,
                     command_type=CommandType.CONTAINER_CREATE,

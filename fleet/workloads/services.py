@@ -19,6 +19,7 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from agent import protocol
+from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.models import Membership, Role, Workspace
 from cleverthis.tenancy.permissions import can_operate
 from fleet.exceptions import IllegalTransition
@@ -290,7 +291,6 @@ def container_record_ref_outcome(*, command: Command) -> Container | None:
     return row
 
 
-
 # --------------------------------------------------------------------------------------------------
 # Models cached on nodes
 
@@ -358,7 +358,6 @@ def node_model_record_downloaded(*, command: Command) -> NodeModel | None:
     )
     _event(command.node_id, "model.downloaded", f"Model {model_id}@{revision} is in the cache", command=command)
     return row
-
 
 
 def node_model_record_download_failed(*, command: Command) -> None:
@@ -473,6 +472,12 @@ def _pick_endpoint_node(
     return min(fitting, key=lambda n: (load.get(n.pk, (0, 0))[0], -free(n), n.name))
 
 
+@operator_action(
+    "endpoint.create",
+    target=new("endpoint", name="model_id", within="cluster"),
+    result=created("endpoint"),
+    detail=lambda kw, _: {"model_id": str(kw.get("model_id"))[:200], "revision": str(kw.get("revision", "main"))[:200]},
+)
 def endpoint_create(
     *,
     actor: AbstractBaseUser,
@@ -515,7 +520,7 @@ def endpoint_create(
             public=public,
             created_by=actor,
         )
-        (command,) = services.command_dispatch(
+        (command,) = services.command_queue(
             actor=actor,
             cluster=cluster,
             command_type=CommandType.ENDPOINT_START,
@@ -540,6 +545,7 @@ def endpoint_create(
     return endpoint
 
 
+@operator_action("endpoint.stop", target=on("endpoint", "endpoint"))
 def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
     """Stop an endpoint (→ stopping; → stopped when the agent confirms). Owner/Admin only; 409 if not live."""
     from fleet import services
@@ -555,7 +561,7 @@ def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
             endpoint.status = EndpointStatus.STOPPED
             endpoint.save(update_fields=["status", "updated_at"])
             return endpoint
-        (command,) = services.command_dispatch(
+        (command,) = services.command_queue(
             actor=actor,
             cluster=endpoint.cluster,
             command_type=CommandType.ENDPOINT_STOP,
@@ -659,6 +665,3 @@ def endpoints_reconcile(*, node: Node, inventory: protocol.Inventory) -> int:
             endpoint.save()
             changed += 1
     return changed
-
-
-

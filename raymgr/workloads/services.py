@@ -23,6 +23,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
+from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.models import Workspace
 from cleverthis.tenancy.permissions import can_operate
 from fleet.exceptions import IllegalTransition
@@ -184,7 +185,11 @@ def _queue_reason(cluster: RayCluster, gpus_needed: float) -> str:
 # Training jobs
 
 
-@transaction.atomic
+@operator_action(
+    "training_job.create",
+    target=new("training_job"),
+    result=created("training_job"),
+)
 def training_job_create(
     *,
     actor: AbstractBaseUser,
@@ -274,7 +279,7 @@ def _try_submit_training(job: TrainingJob, actor: Any) -> bool:
     return not reason
 
 
-@transaction.atomic
+@operator_action("training_job.cancel", target=on("job", "training_job"))
 def training_job_cancel(*, actor: AbstractBaseUser, job: TrainingJob) -> TrainingJob:
     """Cancel: a job not yet on Ray is cancelled at once; a submitted one is stopped through the Job API."""
     _require_operator(actor, job.workspace)
@@ -340,7 +345,11 @@ def _record_job_status(row: TrainingJob | TuneExperiment, data: dict[str, Any]) 
 # Tune experiments
 
 
-@transaction.atomic
+@operator_action(
+    "tune_experiment.create",
+    target=new("tune_experiment"),
+    result=created("tune_experiment"),
+)
 def tune_experiment_create(
     *,
     actor: AbstractBaseUser,
@@ -419,7 +428,7 @@ def _try_submit_tune(experiment: TuneExperiment, actor: Any) -> bool:
     return not reason
 
 
-@transaction.atomic
+@operator_action("tune_experiment.cancel", target=on("experiment", "tune_experiment"))
 def tune_experiment_cancel(*, actor: AbstractBaseUser, experiment: TuneExperiment) -> TuneExperiment:
     """Cancel a queued or running experiment (its Ray job is stopped)."""
     _require_operator(actor, experiment.workspace)
@@ -444,7 +453,11 @@ def _record_trials(experiment: TuneExperiment, markers: list[dict[str, Any]]) ->
         TuneTrial.objects.update_or_create(experiment=experiment, trial_id=trial_id, defaults=entry)
 
 
-@transaction.atomic
+@operator_action(
+    "tune_experiment.train",
+    target=on("experiment", "tune_experiment"),
+    detail=lambda kw, job: {"training_job": str(job.pk)} if job else {"name": str(kw.get("name"))[:63]},
+)
 def tune_train_with_best(
     *, actor: AbstractBaseUser, experiment: TuneExperiment, name: str, storage_path: str = ""
 ) -> TrainingJob:
@@ -472,7 +485,11 @@ def tune_train_with_best(
 # Serve deployments
 
 
-@transaction.atomic
+@operator_action(
+    "serve_deployment.create",
+    target=new("serve_deployment"),
+    result=created("serve_deployment"),
+)
 def serve_deployment_create(
     *,
     actor: AbstractBaseUser,
@@ -565,7 +582,7 @@ def _deploy(deployment: ServeDeployment, actor: Any) -> None:
         setattr(deployment, name, value)
 
 
-@transaction.atomic
+@operator_action("serve_deployment.stop", target=on("deployment", "serve_deployment"))
 def serve_deployment_stop(*, actor: AbstractBaseUser, deployment: ServeDeployment) -> ServeDeployment:
     """Delete the Serve application from the cluster (a short Ray job); → stopping, then stopped."""
     _require_operator(actor, deployment.workspace)

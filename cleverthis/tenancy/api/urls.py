@@ -5,6 +5,7 @@ from rest_framework.routers import DefaultRouter
 from cleverthis.tenancy.api.views import WorkspaceViewSet
 
 router = DefaultRouter()
+router.include_root_view = False  # the API root (cleverthis.urls) lists every resource
 router.register("workspaces", WorkspaceViewSet, basename="workspace")
 
 urlpatterns = router.urls

@@ -1,0 +1,1 @@
+"""The audit trail: one queryable log of every operator action (who, what, target, when, outcome)."""
