@@ -138,6 +138,8 @@ class TunnelStream:
         if message.get("type") == "stream.window":
             self._send_credit += int(message.get("increment", 0))
             self._credit_changed.set()
+        elif message.get("type") == "stream.opened":
+            pass  # a late answer to an open this stream re-sent while waiting: it is open already
         else:
             self._incoming.put_nowait(message)
 

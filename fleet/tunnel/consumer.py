@@ -343,6 +343,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if not message.get("pipe"):  # from a replica of an older version (rolling deploy): it will retry
             log.warning("ignoring stream.open without a pipe for stream %s", stream_id)
             return
+        if stream_id in self.streams:  # re-sent by a replica whose first answer was slow: opened already
+            return
         pipe = stream_pipes.PipeWriter(message["pipe"])
         self.streams[stream_id] = pipe
         pipe.send({"type": "stream.opened", "consumer": self.channel_name})
