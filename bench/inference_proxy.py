@@ -41,7 +41,7 @@ os.environ.setdefault("BENCH_DB", "cleverthis_bench_inference")
 from proxy import cpu_seconds, heartbeat_rtts, prepare_database, redis_pid  # noqa: E402
 
 from tests.support.live import agent_join, agent_run  # noqa: E402
-from tests.support.processes import VENV_BIN, ManagedProcess, free_port, port_open, wait_until  # noqa: E402
+from tests.support.processes import daphne, free_port, port_open, wait_until  # noqa: E402
 
 MARKER = b'"delta"'
 DONE = b"data: [DONE]"
@@ -180,19 +180,6 @@ def summarize(results: list[StreamResult], elapsed: float) -> dict[str, object]:
 # -- set-up ----------------------------------------------------------------------------------------
 
 
-def daphne_with_backlog(log_dir: Path, port: int, env: dict[str, str], name: str) -> ManagedProcess:
-    """A real daphne like the project's, listening with a deep accept backlog (many clients connect at once)."""
-    argv = [
-        str(VENV_BIN / "daphne"),
-        "-e",
-        f"tcp:port={port}:interface=127.0.0.1:backlog={BACKLOG}",
-        "--websocket-max-message-size=4194304",
-        "--websocket-max-frame-size=4194304",
-        "cleverthis.asgi:application",
-    ]
-    return ManagedProcess(name, argv, log_dir=log_dir, env=env)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256, 1024])
@@ -233,7 +220,7 @@ def main() -> None:
         else:
             tmp_path = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-inference-")))
         web_port, other_port = free_port(), free_port()
-        web = daphne_with_backlog(tmp_path, web_port, env, "daphne")
+        web = daphne(tmp_path, web_port, env=env)
         agent = other = None
         try:
             wait_until(lambda: port_open(web_port), timeout=30, what="daphne")
@@ -248,7 +235,7 @@ def main() -> None:
                 cluster=cluster, node=node, model_id="bench/m", status="running", port=node_port, public=True
             )
             origin = endpoint.hostname
-            other = daphne_with_backlog(tmp_path, other_port, env, "daphne-other")
+            other = daphne(tmp_path, other_port, env=env, name="daphne-other")
             wait_until(lambda: port_open(other_port), timeout=30, what="second daphne")
             targets = {
                 "direct": (node_port, "node"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -22,7 +23,10 @@ from agent import protocol as p
 log = logging.getLogger("agent.proxy")
 
 CHUNK_BYTES = 256 * 1024
-MAX_STREAMS = 512
+FIRST_READ_BYTES = 16 * 1024  # a stream's read buffer starts here and doubles while reads fill it
+# Open streams per tunnel session; each holds one local socket and a read buffer (16-256 KiB). Streaming
+# inference keeps one open per client for the whole answer, so the cap is well above 1,000 clients.
+MAX_STREAMS = int(os.environ.get("CLEVERTHIS_MAX_STREAMS") or 4096)
 
 
 class _Stream:
@@ -49,7 +53,7 @@ class _Upstream(asyncio.BufferedProtocol):
     def __init__(self, stream: _Stream, send: Callable[[p.Frame], None]) -> None:
         self.stream = stream
         self._send = send
-        self._buffer = bytearray(CHUNK_BYTES)
+        self._buffer = bytearray(FIRST_READ_BYTES)
         self._paused = False
         self.transport: asyncio.Transport | None = None
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -64,11 +68,13 @@ class _Upstream(asyncio.BufferedProtocol):
         self._pause_if_no_credit()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return memoryview(self._buffer)[: max(1, min(CHUNK_BYTES, self.stream.send_credit))]
+        return memoryview(self._buffer)[: max(1, min(len(self._buffer), self.stream.send_credit))]
 
     def buffer_updated(self, nbytes: int) -> None:
         self.stream.send_credit -= nbytes
         self._send(p.StreamData(stream_id=self.stream.stream_id, data=bytes(self._buffer[:nbytes])))
+        if nbytes == len(self._buffer) and nbytes < CHUNK_BYTES:  # a bulk body: read bigger chunks
+            self._buffer = bytearray(min(CHUNK_BYTES, 2 * nbytes))
         self._pause_if_no_credit()
 
     def credit_granted(self) -> None:

@@ -129,10 +129,8 @@ def daphne(log_dir: Path, port: int, *, env: dict[str, str] | None = None, name:
     settings = env or {}
     argv = [
         str(VENV_BIN / "daphne"),
-        "-b",
-        "127.0.0.1",
-        "-p",
-        str(port),
+        "-e",
+        f"tcp:port={port}:interface=127.0.0.1:backlog=1024",  # as the Procfile: many clients connect at once
         f"--websocket-max-message-size={DAPHNE_MAX_MESSAGE_BYTES}",
         f"--websocket-max-frame-size={DAPHNE_MAX_MESSAGE_BYTES}",
         f"--ping-interval={settings.get('TUNNEL_PING_INTERVAL_S', TUNNEL_PING_INTERVAL_S)}",

@@ -114,6 +114,50 @@ async def test_streams_are_independent():
     server_b.close()
 
 
+async def test_more_than_a_thousand_streams_stay_open_at_once():
+    """Streaming inference holds one stream per client for the whole answer: 1,100 at once are served."""
+    release = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\ndata: first\n\n")
+        await writer.drain()
+        await release.wait()
+        writer.close()
+
+    port = free_port()
+    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=2048)
+    peer = Peer()
+    manager = StreamManager(peer.send)
+    ids = range(1, 1101)
+    for sid in ids:
+        manager.handle(p.StreamOpen(stream_id=sid, port=port))
+        manager.handle(p.StreamData.of(sid, b"POST /v1/chat/completions HTTP/1.1\r\n\r\n"))
+    await peer.wait_for(lambda: all(peer.data(sid).endswith(b"data: first\n\n") for sid in ids), timeout=60)
+    assert manager.open_streams == len(ids)
+    assert [f for f in peer.frames if isinstance(f, p.StreamEnd)] == []
+    release.set()
+    await peer.wait_for(lambda: all(peer.ended(sid) is not None for sid in ids), timeout=60)
+    assert manager.open_streams == 0
+    server.close()
+
+
+async def test_streams_over_the_cap_are_refused_with_a_reason(monkeypatch):
+    import agent.transport.proxy as proxy
+
+    monkeypatch.setattr(proxy, "MAX_STREAMS", 2)
+    server, port, _ = await http_server(b"x")
+    peer = Peer()
+    manager = StreamManager(peer.send)
+    for sid in (1, 2, 3):
+        manager.handle(p.StreamOpen(stream_id=sid, port=port, window=1))
+    assert peer.ended(3).error == "too many open streams on this node"
+    assert peer.ended(1) is None
+    assert peer.ended(2) is None
+    manager.close_all()
+    server.close()
+
+
 async def test_connection_refused_ends_the_stream_with_an_error():
     peer = Peer()
     manager = StreamManager(peer.send)
