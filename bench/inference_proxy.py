@@ -185,6 +185,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256, 1024])
     parser.add_argument("--tokens", type=int, default=100, help="tokens per stream")
     parser.add_argument("--interval-ms", type=float, default=20.0, help="time between tokens on the node")
+    parser.add_argument(
+        "--targets", nargs="+", default=["direct", "proxied", "other replica"], help="measure only these columns"
+    )
     parser.add_argument("--keep", metavar="DIR", help="work in DIR (daphne/agent logs) instead of a temp dir")
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -242,6 +245,7 @@ def main() -> None:
                 "proxied": (web_port, origin),
                 "other replica": (other_port, origin),
             }
+            targets = {label: target for label, target in targets.items() if label in args.targets}
             pids = {
                 "bench client": [os.getpid()],
                 "node server": [node_server.pid],
@@ -280,16 +284,22 @@ def main() -> None:
             os.killpg(node_server.pid, signal.SIGTERM)
             node_server.wait(10)
 
-    labels = ["direct", "proxied", "other replica"]
+    labels = [label for label in ("direct", "proxied", "other replica") if label in args.targets]
+    compared = [label for label in labels if label != "direct"] if "direct" in labels else []
     print(f"\n{args.tokens} tokens per stream, one every {args.interval_ms:g} ms; each stream on its own connection")
     for concurrency, by_label in table.items():
         print(f"\n== {concurrency} concurrent streams")
-        print(f"{'':<34}" + "".join(f"{label:>15}" for label in labels) + "   proxied/direct  other/direct")
+        print(
+            f"{'':<34}"
+            + "".join(f"{label:>15}" for label in labels)
+            + "".join(f"{label + '/direct':>22}" for label in compared)
+        )
 
         def row(name: str, key: str, unit: str, ratio: bool = True, by_label: dict = by_label) -> None:
-            values = [float(by_label[label][key]) for label in labels]
-            tail = f"   {values[1] / values[0]:>14.2f} {values[2] / values[0]:>13.2f}" if ratio and values[0] else ""
-            print(f"{name:<34}" + "".join(f"{value:>15.1f}" for value in values) + tail + f"   {unit}")
+            values = {label: float(by_label[label][key]) for label in labels}
+            direct = values.get("direct") or 0.0
+            tail = "".join(f"{values[label] / direct:>22.2f}" for label in compared) if ratio and direct else ""
+            print(f"{name:<34}" + "".join(f"{value:>15.1f}" for value in values.values()) + tail + f"   {unit}")
 
         row("TTFT p50", "ttft_p50", "ms")
         row("TTFT p99", "ttft_p99", "ms")
