@@ -1,11 +1,12 @@
 """Fleet scale benchmark: N simulated agents against 2 daphne replicas + Celery + Redis + PostgreSQL.
 
-    .venv/bin/python bench/fleet_scale.py                    # N = 100 and 1000
+    .venv/bin/python bench/fleet_scale.py                    # N = 1,000, 5,000 and 10,000; 30 s heartbeat
     .venv/bin/python bench/fleet_scale.py --sizes 50 --heartbeat 5 --window 10
 
 Agents are the real `agent.transport.tunnel.TunnelClient` (real keys, registration over HTTP, WebSocket
-tunnels, CA pinning, signed challenges), all in this process with asyncio, half of them dialing
-each replica; only their executor is simulated (answers at once). Each size runs in a fresh
+tunnels, CA pinning, signed challenges), run with asyncio in agents processes of their own
+(`bench/sim_agents.py`, up to --agents-per-process each), half of them dialing each replica; only their
+executor is simulated (answers at once). Each size runs in a fresh
 database and a private redis-server on a free port (the shared Redis is never touched).
 
 Printed per size:
@@ -23,9 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import os
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,7 +61,6 @@ import tunnel_dispatch as td  # noqa: E402  (django.setup() on the bench databas
 
 from agent import protocol as p  # noqa: E402
 from agent.registration import join  # noqa: E402
-from agent.transport.tunnel import ReconnectPolicy, TunnelClient  # noqa: E402
 
 
 def start_redis(workdir: Path) -> ManagedProcess:
@@ -109,6 +113,48 @@ def _start_profilers(directory: str, watched: dict[str, list[psutil.Process]], n
     return out
 
 
+def start_agent_processes(
+    state_dirs: list[Path], per_process: int, workdir: Path, n: int
+) -> list[subprocess.Popen[str]]:
+    """Processes of `sim_agents.py`, each running the tunnels of up to `per_process` registered nodes."""
+    agents = []
+    for index, first in enumerate(range(0, len(state_dirs), per_process)):
+        listing = workdir / f"agents-{n}-{index}.txt"
+        listing.write_text("\n".join(str(d) for d in state_dirs[first : first + per_process]))
+        agents.append(
+            subprocess.Popen(
+                [sys.executable, str(REPO / "bench" / "sim_agents.py"), str(listing)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        )
+    return agents
+
+
+def agent_stats(agents: list[subprocess.Popen[str]]) -> list[dict]:
+    """One `stats` answer from every agents process."""
+    for agent in agents:
+        agent.stdin.write("stats\n")
+        agent.stdin.flush()
+    return [json.loads(agent.stdout.readline()) for agent in agents]
+
+
+def stop_agent_processes(agents: list[subprocess.Popen[str]]) -> None:
+    """Stop every simulated agent cleanly (their tunnels close), killing any process that hangs."""
+    for agent in agents:
+        with contextlib.suppress(OSError):
+            agent.stdin.write("stop\n")
+            agent.stdin.flush()
+    for agent in agents:
+        try:
+            agent.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(agent.pid, signal.SIGKILL)
+            agent.wait()
+
+
 def api_latency(url: str, token: str, samples: int) -> tuple[float, float]:
     session = requests.Session()
     session.headers["Authorization"] = f"Token {token}"
@@ -145,13 +191,13 @@ async def run_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str,
         "AGENT_HELLO_TIMEOUT_S": "120",
         "NODE_OFFLINE_AFTER_S": "3600",
         "DEBUG": "0",
+        "AGENT_REGISTER_RATE": "100000/s",  # the benchmark registers nodes in bulk
         "LOG_LEVEL": "WARNING",
     }
     ports = [free_port(), free_port()]
     webs = [daphne(workdir, port, env=env, name=f"daphne-{n}-{i}") for i, port in enumerate(ports)]
     worker = celery_worker(workdir, env={**env, "LOG_LEVEL": "WARNING"}, name=f"worker-{n}")
-    stop = asyncio.Event()
-    tasks: list[asyncio.Future] = []
+    agents: list[subprocess.Popen[str]] = []
     try:
         for port in ports:
             await asyncio.to_thread(wait_until, lambda port=port: port_open(port), timeout=30, what="daphne")
@@ -173,37 +219,30 @@ async def run_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str,
         for chunk in range(0, n, 50):
             configs += await asyncio.gather(*(register(i) for i in range(chunk, min(n, chunk + 50))))
         register_s = time.monotonic() - started
-        clients = [
-            TunnelClient(
-                c,
-                lambda mode, settings: td.InstantRunner(),
-                policy=ReconnectPolicy(base_s=1.0, cap_s=10),
-                hello_timeout_s=120,
-            )
-            for c in configs
-        ]
-        for i, client in enumerate(clients):
-            tasks.append(asyncio.ensure_future(client.run(stop)))
-            if i % 50 == 49:
-                await asyncio.sleep(0.5)  # a gentle connect ramp
-        deadline = time.monotonic() + 300
-        while sum(1 for c in clients if c.sessions) < n and time.monotonic() < deadline:
-            await asyncio.sleep(0.5)
-        connected = sum(1 for c in clients if c.sessions)
+        agents = start_agent_processes([c.state_dir for c in configs], args.agents_per_process, workdir, n)
+        deadline = time.monotonic() + 600
+        connected = 0
+        while connected < n and time.monotonic() < deadline:
+            await asyncio.sleep(1.0)
+            connected = sum(stats["connected"] for stats in await asyncio.to_thread(agent_stats, agents))
         await asyncio.sleep(args.heartbeat * 1.5)
 
-        starts = [len(c.heartbeat_rtts) for c in clients]
-        acks_start = sum(starts)
+        acks_start = sum(stats["acks"] for stats in await asyncio.to_thread(agent_stats, agents))
         window_start = time.monotonic()
         await asyncio.sleep(args.window)
+        window_stats = await asyncio.to_thread(agent_stats, agents)
         elapsed = time.monotonic() - window_start
-        acks = sum(len(c.heartbeat_rtts) for c in clients) - acks_start
+        acks = sum(stats["acks"] for stats in window_stats) - acks_start
         # round trips of heartbeats answered inside the window only (not those of the connect storm)
-        rtts = [r for c, start in zip(clients, starts, strict=True) for r in list(c.heartbeat_rtts)[start:]]
+        rtts = [rtt for stats in window_stats for rtt in stats["rtts"]]
         rss_after = sum(proc.memory_info().rss for proc in procs)
 
         # fan-out to All nodes
-        watched = {"daphne": procs, "celery": [psutil.Process(worker.popen.pid)], "agents": [psutil.Process()]}
+        watched = {
+            "daphne": procs,
+            "celery": [psutil.Process(worker.popen.pid)],
+            "agents": [psutil.Process(agent.pid) for agent in agents],
+        }
         watched["postgres"] = [q for q in psutil.process_iter(["name"]) if q.info["name"] == "postgres"]
         cpu_before = {k: _cpu_s(v) for k, v in watched.items()}
         profilers = _start_profilers(args.profile, watched, n) if args.profile else []
@@ -262,9 +301,7 @@ async def run_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str,
             "writes_per_hb": writes,
         }
     finally:
-        stop.set()
-        if tasks:
-            await asyncio.wait(tasks, timeout=30)
+        await asyncio.to_thread(stop_agent_processes, agents)
         for proc in [*webs, worker]:
             proc.stop()
         redis.stop()
@@ -272,9 +309,12 @@ async def run_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
-    parser.add_argument("--heartbeat", type=float, default=10.0, help="heartbeat interval (s)")
-    parser.add_argument("--window", type=float, default=20.0, help="heartbeat measurement window (s)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000, 10000])
+    parser.add_argument("--heartbeat", type=float, default=30.0, help="heartbeat interval (s): the product's 30 s")
+    parser.add_argument("--window", type=float, default=60.0, help="heartbeat measurement window (s)")
+    parser.add_argument(
+        "--agents-per-process", type=int, default=2500, help="simulated agents per agents process (sim_agents.py)"
+    )
     parser.add_argument("--samples", type=int, default=40, help="API requests per endpoint")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR (daphne/celery logs) instead of a temp dir")
     parser.add_argument("--profile", metavar="DIR", help="write py-spy flame graphs of the fan-out into DIR")

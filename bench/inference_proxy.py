@@ -211,6 +211,7 @@ def main() -> None:
         "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
         "AGENT_HEARTBEAT_INTERVAL_S": "0.2",
         "DEBUG": "0",
+        "AGENT_REGISTER_RATE": "100000/s",  # the benchmark registers nodes in bulk
         "LOG_LEVEL": "WARNING",
     }
     table: dict[int, dict[str, dict[str, object]]] = {}

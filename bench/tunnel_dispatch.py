@@ -39,33 +39,13 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from sim_agents import InstantRunner  # noqa: E402
 
 from agent import protocol as p  # noqa: E402
 from agent.config import AgentConfig  # noqa: E402
 from agent.registration import join  # noqa: E402
 from agent.transport.tunnel import ReconnectPolicy, TunnelClient  # noqa: E402
 from tests.support.processes import ManagedProcess, celery_worker, daphne, free_port, port_open, wait_until  # noqa: E402
-
-
-class InstantRunner:
-    """Simulated executor: every command succeeds at once (the control plane's path is what we time)."""
-
-    def __init__(self) -> None:
-        self.done: dict[str, p.Result] = {}
-
-    def run(self, command: p.Command, progress) -> p.Result:  # type: ignore[no-untyped-def]
-        result = p.Result(command_id=command.command_id, data={"simulated": True})
-        self.done[command.idempotency_key] = result
-        return result
-
-    def completed(self, key: str) -> p.Result | None:
-        return self.done.get(key)
-
-    def inventory(self, gpus: list[p.GpuInfo]) -> p.Inventory:
-        return p.Inventory(gpus=gpus)
-
-    def proxy_ports(self) -> set[int]:
-        return set()
 
 
 def reset_database() -> None:
@@ -102,6 +82,7 @@ async def run_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str,
         "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
         "AGENT_HEARTBEAT_INTERVAL_S": str(args.heartbeat),
         "DEBUG": "0",
+        "AGENT_REGISTER_RATE": "100000/s",  # the benchmark registers nodes in bulk
         "LOG_LEVEL": "WARNING",
     }
     port = free_port()

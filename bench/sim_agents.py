@@ -1,0 +1,102 @@
+"""Simulated agents for the fleet benchmarks: real tunnels, an executor that answers at once.
+
+`InstantRunner` is the simulated executor. Run as a script, this module is one agents process of
+`bench/fleet_scale.py`: it runs a real `TunnelClient` for each state directory listed in a file (nodes
+the benchmark registered) and answers one-line commands on stdin with one JSON line on stdout:
+
+    stats   {"connected": <clients with a session>, "acks": <heartbeats answered so far>,
+             "rtts": [<round trips (s) of heartbeats answered since the previous stats>]}
+    stop    stops every client, answers {"stopped": true} and exits
+
+It never imports Django, like the agent itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from agent import protocol as p  # noqa: E402
+
+
+class InstantRunner:
+    """Simulated executor: every command succeeds at once (the control plane's path is what we time)."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, p.Result] = {}
+
+    def run(self, command: p.Command, progress) -> p.Result:  # type: ignore[no-untyped-def]
+        result = p.Result(command_id=command.command_id, data={"simulated": True})
+        self.done[command.idempotency_key] = result
+        return result
+
+    def completed(self, key: str) -> p.Result | None:
+        return self.done.get(key)
+
+    def inventory(self, gpus: list[p.GpuInfo]) -> p.Inventory:
+        return p.Inventory(gpus=gpus)
+
+    def proxy_ports(self) -> set[int]:
+        return set()
+
+
+async def serve(state_dirs: list[Path], ramp_every: int = 50, ramp_pause_s: float = 0.5) -> None:
+    """Run one tunnel per state directory and answer `stats`/`stop` lines on stdin."""
+    from agent.config import AgentConfig
+    from agent.transport.tunnel import ReconnectPolicy, TunnelClient
+
+    stop = asyncio.Event()
+    clients = [
+        TunnelClient(
+            AgentConfig.load(state_dir),
+            lambda mode, settings: InstantRunner(),
+            policy=ReconnectPolicy(base_s=1.0, cap_s=10),
+            hello_timeout_s=120,
+        )
+        for state_dir in state_dirs
+    ]
+    tasks: list[asyncio.Task[int]] = []
+
+    async def connect() -> None:
+        for i, client in enumerate(clients):
+            tasks.append(asyncio.ensure_future(client.run(stop)))
+            if i % ramp_every == ramp_every - 1:
+                await asyncio.sleep(ramp_pause_s)  # a gentle connect ramp
+
+    ramp = asyncio.ensure_future(connect())
+    seen = [0] * len(clients)
+    while line := (await asyncio.to_thread(sys.stdin.readline)).strip():
+        if line == "stats":
+            rtts: list[float] = []
+            for i, client in enumerate(clients):
+                answered = list(client.heartbeat_rtts)
+                rtts += answered[seen[i] :]
+                seen[i] = len(answered)
+            answer = {
+                "connected": sum(1 for c in clients if c.sessions),
+                "acks": sum(seen),
+                "rtts": rtts,
+            }
+        elif line == "stop":
+            break
+        else:
+            answer = {"error": f"unknown command {line!r}"}
+        print(json.dumps(answer), flush=True)
+    ramp.cancel()
+    stop.set()
+    if tasks:
+        await asyncio.wait(tasks, timeout=30)
+    print(json.dumps({"stopped": True}), flush=True)
+
+
+if __name__ == "__main__":
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    listed = Path(sys.argv[1]).read_text().split()
+    asyncio.run(serve([Path(entry) for entry in listed]))
