@@ -2,7 +2,8 @@
 
 The body is what Ray's dashboard answers (``{"result": true, "msg": "", "data": {"result": {"total",
 "result": [NodeState, …]}}}``, fields as in ``ray.util.state.common.NodeState``); `nodes` holds the
-rows. Every other path answers 404 and is recorded in `paths`, so tests see what the agent asked.
+rows; ``GET /api/serve/applications/`` (Serve's REST API) answers `serve_applications`. Every other
+path answers 404 and is recorded in `paths`, so tests see what the agent asked.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class RayHeadStandin(LoopbackHTTPServer):
 
     def __init__(self, nodes: list[dict[str, Any]] | None = None) -> None:
         self.nodes = list(nodes or [])
+        self.serve_applications: dict[str, Any] = {}
         self.paths: list[str] = []
         super().__init__(0)
 
@@ -47,6 +49,8 @@ class RayHeadStandin(LoopbackHTTPServer):
                     "result": {"total": len(self.nodes), "num_after_truncation": len(self.nodes), "result": self.nodes}
                 },
             }
+        elif request.path.split("?", 1)[0] == "/api/serve/applications/":
+            status, body = 200, {"applications": self.serve_applications}
         else:
             status, body = 404, {"result": False, "msg": "not found", "data": {}}
         raw = json.dumps(body).encode()

@@ -425,3 +425,19 @@ def test_status_reads_the_node_list_of_a_real_ray_head(tmp_path):
     finally:
         runtime.stop_all()
         api.stop()
+
+
+def test_job_and_serve_calls_go_to_the_host_the_payload_names(head_api):
+    """Job API and Serve calls reach a KubeRay head at its Service host, not the agent's own address."""
+    from agent.ray.jobs import RayJobsHandler
+
+    head_api.serve_applications = {"chat": {"status": "RUNNING", "deployments": {}}}
+    jobs = RayJobsHandler(host="127.0.0.9")  # nothing listens there
+    base = {"cluster_id": CLUSTER, "member_id": "head-1", "runtime": "kuberay", "dashboard_port": head_api.port}
+
+    status = jobs.run("ray.serve.status", {**base, "host": "127.0.0.1"}, quiet)
+
+    assert status["applications"]["chat"]["status"] == "RUNNING"
+    assert "/api/serve/applications/" in head_api.paths
+    with pytest.raises(CommandFailed):
+        jobs.run("ray.serve.status", base, quiet)
