@@ -40,7 +40,7 @@ def make_runner_factory(config: AgentConfig) -> Any:
             models=models,
             endpoints=endpoints,
             journal_path=work_dir / "journal.jsonl",
-            ray=default_handler(work_dir),
+            ray=default_handler(work_dir, executor=executor),
         )
 
     return factory

@@ -92,6 +92,7 @@ ErrorCode = Literal[
     "kubernetes_unavailable",
     "gitops_failed",
     "argocd_sync_failed",
+    "kuberay_missing",
     "hub_unreachable",
     "model_not_found",
     "weights_missing",
@@ -266,11 +267,20 @@ class RayHeadStartPayload:
     member_id: str
     ray_version: str
     image: str
-    runtime: Literal["docker", "process"] = "docker"
+    runtime: Literal["docker", "process", "kuberay"] = "docker"
     gcs_port: int = 6379
     dashboard_port: int = 8265
     num_cpus: float = 0.0  # 0 = what Ray detects
     num_gpus: int = 0
+    # kuberay only: the RayCluster's name and its worker group (KubeRay's autoscaler sizes it).
+    name: str = ""
+    min_workers: int = 0
+    max_workers: int = 0
+    idle_timeout_s: int = 60
+    worker_cpus: float = 0.0
+    worker_memory_mb: int = 0
+    worker_gpus: int = 0
+    worker_image: str = ""
 
 
 @dataclass(frozen=True)
@@ -282,7 +292,7 @@ class RayWorkerStartPayload:
     ray_version: str
     image: str
     head_address: str
-    runtime: Literal["docker", "process"] = "docker"
+    runtime: Literal["docker", "process", "kuberay"] = "docker"
     num_cpus: float = 0.0
     num_gpus: int = 0
 
@@ -294,7 +304,7 @@ class RayNodeDrainPayload:
     cluster_id: str
     member_id: str  # the worker being drained
     ray_node_id: str
-    runtime: Literal["docker", "process"] = "docker"
+    runtime: Literal["docker", "process", "kuberay"] = "docker"
     head_member_id: str = ""
     gcs_port: int = 6379
     reason: str = "idle"
@@ -307,9 +317,10 @@ class RayNodeStopPayload:
 
     cluster_id: str
     member_id: str
-    runtime: Literal["docker", "process"] = "docker"
+    runtime: Literal["docker", "process", "kuberay"] = "docker"
     container: str = ""
     timeout_s: int = 30
+    delete: bool = False  # kuberay: delete the RayCluster (otherwise it is suspended)
 
 
 @dataclass(frozen=True)
@@ -318,7 +329,7 @@ class RayStatusPayload:
 
     cluster_id: str
     member_id: str  # the head
-    runtime: Literal["docker", "process"] = "docker"
+    runtime: Literal["docker", "process", "kuberay"] = "docker"
     gcs_port: int = 6379
     include_logs: bool = False
     log_lines: int = 200
@@ -338,8 +349,9 @@ class RayJobSubmitPayload:
     member_id: str  # the head
     submission_id: str
     entrypoint: str
-    runtime: Literal["docker", "process"] = "docker"
+    runtime: Literal["docker", "process", "kuberay"] = "docker"
     dashboard_port: int = 8265
+    host: str = ""  # kuberay: the head Service's host (else 127.0.0.1 on the head's node)
     files: dict[str, str] = field(default_factory=dict)
     runtime_env: dict[str, Any] = field(default_factory=dict)
     entrypoint_num_cpus: float = 0.0
@@ -354,9 +366,10 @@ class RayJobRefPayload:
     cluster_id: str
     member_id: str
     submission_id: str
-    runtime: Literal["docker", "process"] = "docker"
+    runtime: Literal["docker", "process", "kuberay"] = "docker"
     dashboard_port: int = 8265
     log_lines: int = 200
+    host: str = ""
 
 
 @dataclass(frozen=True)
@@ -365,10 +378,11 @@ class RayServeStatusPayload:
 
     cluster_id: str
     member_id: str
-    runtime: Literal["docker", "process"] = "docker"
+    runtime: Literal["docker", "process", "kuberay"] = "docker"
     dashboard_port: int = 8265
     app_name: str = ""
     log_lines: int = 50
+    host: str = ""
 
 
 PAYLOAD_TYPES: dict[str, type] = {
@@ -597,6 +611,9 @@ class InventoryReport(Frame):
 class StreamOpen(Frame):
     """CP → agent: open stream `stream_id` as a TCP connection to 127.0.0.1:`port` on the node.
 
+    With `host` set (a KubeRay head's in-cluster Service), the agent dials `host`:`port` instead, if it
+    manages a Ray head there.
+
     A stream is a byte pipe: the control plane writes the HTTP/1.1 request (or WebSocket upgrade) and
     reads the raw response, so chunked bodies, SSE and upgraded sockets pass through unchanged.
     `window` is the credit the control plane grants the agent for response bytes.
@@ -606,6 +623,7 @@ class StreamOpen(Frame):
     stream_id: int
     port: int
     window: int = DEFAULT_STREAM_WINDOW
+    host: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -168,6 +168,10 @@ class CommandRunner:
             ports |= self.ray.dashboard_ports()
         return ports
 
+    def proxy_targets(self) -> set[tuple[str, int]]:
+        """In-cluster (host, port) pairs streams may reach: the KubeRay heads' Services."""
+        return self.ray.proxy_targets() if self.ray is not None else set()
+
     def inventory(self, gpus: list[GpuInfo]) -> Inventory:
         """Everything the node runs and holds, for `hello` and inventory reports; never raises.
 

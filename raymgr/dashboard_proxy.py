@@ -64,6 +64,7 @@ def _decide(scope: dict[str, Any], cluster_id: str) -> ProxyTarget | ProxyRefusa
         port=found.dashboard_port,
         path=scope["path"] + (f"?{query}" if query else ""),
         node_online=found.head_node.status != NodeStatus.OFFLINE,
+        host=found.head_service_host,
     )
 
 

@@ -20,12 +20,40 @@ class RayClusterCreateForm(forms.Form):
     ray_version = forms.CharField(
         max_length=32, initial=DEFAULT_RAY_VERSION, help_text="Image rayproject/ray:<version> (-gpu on GPU nodes)."
     )
-    runtime = forms.ChoiceField(choices=RayRuntime.choices, initial=RayRuntime.DOCKER)
+    runtime = forms.ChoiceField(
+        choices=RayRuntime.choices,
+        initial=RayRuntime.DOCKER,
+        help_text="Kubernetes and ArgoCD compute clusters always run a KubeRay RayCluster.",
+    )
     min_workers = forms.IntegerField(min_value=0, max_value=1000, initial=0)
     max_workers = forms.IntegerField(
         min_value=0, max_value=1000, initial=10, help_text="At most the compute cluster's nodes minus one."
     )
     idle_timeout_s = forms.IntegerField(min_value=1, max_value=86400, initial=60, label="Idle timeout (s)")
+    worker_cpus = forms.FloatField(
+        required=False,
+        min_value=0.1,
+        max_value=1024,
+        initial=1.0,
+        label="Worker CPUs",
+        help_text="KubeRay: CPUs per worker pod.",
+    )
+    worker_memory_mb = forms.IntegerField(
+        required=False,
+        min_value=256,
+        max_value=4 * 1024 * 1024,
+        initial=2048,
+        label="Worker memory (MB)",
+        help_text="KubeRay: memory per worker pod.",
+    )
+    worker_gpus = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=64,
+        initial=0,
+        label="Worker GPUs",
+        help_text="KubeRay: GPUs per worker pod.",
+    )
     checkpoint_on_stop = forms.BooleanField(required=False, label="Checkpoint jobs before stopping")
     gcs_port = forms.IntegerField(min_value=1, max_value=65535, initial=6379, label="GCS port")
     dashboard_port = forms.IntegerField(min_value=1, max_value=65535, initial=8265)

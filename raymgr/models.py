@@ -28,10 +28,12 @@ class RayClusterStatus(models.TextChoices):
 
 
 class RayRuntime(models.TextChoices):
-    """How the agent runs Ray nodes: containers (production) or host processes (tests, no Docker)."""
+    """How the agent runs Ray nodes: containers (production), host processes (tests, no Docker), or one
+    KubeRay RayCluster (always, on kubernetes and argocd compute clusters)."""
 
     DOCKER = "docker", "Docker containers"
     PROCESS = "process", "Host processes"
+    KUBERAY = "kuberay", "KubeRay RayCluster"
 
 
 class RayCluster(models.Model):
@@ -59,6 +61,12 @@ class RayCluster(models.Model):
         default=10, validators=[MaxValueValidator(1000)], help_text="At most the cluster's nodes minus one."
     )
     idle_timeout_s = models.PositiveIntegerField(default=60, validators=[MinValueValidator(1)])
+    # The worker group's pods (kuberay runtime): CPUs, memory and GPUs each worker requests.
+    worker_cpus = models.FloatField(default=1.0, validators=[MinValueValidator(0.1), MaxValueValidator(1024)])
+    worker_memory_mb = models.PositiveIntegerField(
+        default=2048, validators=[MinValueValidator(256), MaxValueValidator(4 * 1024 * 1024)]
+    )
+    worker_gpus = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(64)])
     checkpoint_on_stop = models.BooleanField(default=False)
     status = models.CharField(max_length=16, choices=RayClusterStatus.choices, default=RayClusterStatus.PENDING)
     status_changed_at = models.DateTimeField(auto_now_add=True)
@@ -87,9 +95,28 @@ class RayCluster(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def image(self, *, gpu: bool = False) -> str:
+        """The Ray image for this cluster's Ray version (settings.RAY_IMAGE_TEMPLATE; -gpu variant)."""
+        return settings.RAY_IMAGE_TEMPLATE.format(version=self.ray_version, gpu="-gpu" if gpu else "")
+
     def image_for(self, node: Node) -> str:
         """The Ray image for a Ray node placed on `node` (the -gpu variant on GPU nodes)."""
-        return f"{RAY_IMAGE}:{self.ray_version}{'-gpu' if node.gpu_count else ''}"
+        return self.image(gpu=bool(node.gpu_count))
+
+    @property
+    def is_kuberay(self) -> bool:
+        """True when the cluster is one KubeRay RayCluster (kubernetes and argocd compute clusters)."""
+        return self.runtime == RayRuntime.KUBERAY
+
+    @property
+    def kuberay_name(self) -> str:
+        """The RayCluster's name: the cluster's name and 8 hex digits of its id (unique per kube cluster)."""
+        return f"{self.name[:40].rstrip('-')}-{self.pk.hex[:8]}"
+
+    @property
+    def head_service_host(self) -> str:
+        """The in-cluster host the agent dials for the head (kuberay: its Service); '' = the head's node."""
+        return self.head_hostname if self.is_kuberay else ""
 
     @property
     def gcs_address(self) -> str:

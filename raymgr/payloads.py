@@ -11,7 +11,9 @@ from rest_framework import serializers
 
 ID_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 VERSION_RE = r"^[0-9]+\.[0-9]+\.[0-9]+$"
-RUNTIMES = ["docker", "process"]
+RUNTIMES = ["docker", "process", "kuberay"]
+# The host name of an in-cluster Service (a KubeRay head), or an IP address.
+HOST_RE = r"^[A-Za-z0-9][A-Za-z0-9.:-]*$"
 
 
 def _id(**kwargs: object) -> serializers.RegexField:
@@ -37,6 +39,15 @@ class RayHeadStartSerializer(_RayBase):
     dashboard_port = _port(required=False)
     num_cpus = serializers.FloatField(min_value=0, max_value=1024, required=False)
     num_gpus = serializers.IntegerField(min_value=0, max_value=64, required=False)
+    # kuberay: the RayCluster's name and its worker group
+    name = serializers.RegexField(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=50, required=False)
+    min_workers = serializers.IntegerField(min_value=0, max_value=1000, required=False)
+    max_workers = serializers.IntegerField(min_value=0, max_value=1000, required=False)
+    idle_timeout_s = serializers.IntegerField(min_value=0, max_value=86400, required=False)
+    worker_cpus = serializers.FloatField(min_value=0, max_value=1024, required=False)
+    worker_memory_mb = serializers.IntegerField(min_value=0, max_value=4 * 1024 * 1024, required=False)
+    worker_gpus = serializers.IntegerField(min_value=0, max_value=64, required=False)
+    worker_image = serializers.CharField(max_length=500, required=False, allow_blank=True)
 
 
 class RayWorkerStartSerializer(_RayBase):
@@ -64,6 +75,7 @@ class RayNodeStopSerializer(_RayBase):
 
     container = serializers.CharField(max_length=255, required=False, allow_blank=True)
     timeout_s = serializers.IntegerField(min_value=0, max_value=3600, required=False)
+    delete = serializers.BooleanField(required=False)
 
 
 class RayStatusSerializer(_RayBase):

@@ -11,6 +11,13 @@ State machine (owned by `ray_cluster_transition`, the only writer of `RayCluster
 Everything that touches a machine is a fleet `Command` dispatched with `fleet.services.command_queue`
 (`ray.head.start`, `ray.worker.start`, `ray.node.drain`, `ray.node.stop`, `ray.status`); results come
 back through `ray_on_command_finished`, connected to `fleet.signals.command_finished`.
+
+On `kubernetes` and `argocd` compute clusters a Ray cluster is one KubeRay ``RayCluster`` (runtime
+``kuberay``): the head's RayNode stands for the whole resource and sits on the agent node that applies
+it; KubeRay's in-tree autoscaler runs the worker group (min/max workers, idle timeout), so the control
+plane starts no workers and only asks for status. Stop suspends the RayCluster (``spec.suspend``: the
+pods go, the resource, its name and head Service stay, as "stopped: state preserved" promises), start
+resumes it, delete deletes it (argocd: the same as commits).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from cleverthis.tenancy.models import Membership, Role, Workspace
 from cleverthis.tenancy.permissions import can_operate
 from fleet import services as fleet_services
 from fleet.exceptions import IllegalTransition
-from fleet.models import Command, CommandStatus, ComputeCluster, Node
+from fleet.models import Command, CommandStatus, ComputeCluster, Mode, Node
 from raymgr import autoscaler
 from raymgr.models import (
     DEFAULT_RAY_VERSION,
@@ -65,6 +72,8 @@ DELETE_GRACE = dt.timedelta(minutes=10)
 STATUS_MAX_AGE = dt.timedelta(minutes=2)
 STATUS_LOG_LINES = 100
 UPDATABLE = ("min_workers", "max_workers", "idle_timeout_s", "ray_version", "checkpoint_on_stop")
+# Compute-cluster modes whose Ray clusters are KubeRay RayClusters.
+KUBE_MODES = (Mode.KUBERNETES, Mode.ARGOCD)
 
 # Sent with `ray_cluster=<RayCluster>` just before its Ray nodes are stopped, so the jobs/experiments
 # app can checkpoint them first when `ray_cluster.checkpoint_on_stop` is set.
@@ -131,6 +140,24 @@ def _validate_bounds(min_workers: Any, max_workers: Any, idle_timeout_s: Any) ->
     return errors
 
 
+def _validate_workers(worker_cpus: Any, worker_memory_mb: Any, worker_gpus: Any) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    if isinstance(worker_cpus, bool) or not isinstance(worker_cpus, int | float) or not 0.1 <= worker_cpus <= 1024:
+        errors["worker_cpus"] = "A number of CPUs from 0.1 to 1024."
+    if isinstance(worker_memory_mb, bool) or not isinstance(worker_memory_mb, int):
+        errors["worker_memory_mb"] = "A whole number of MB from 256 to 4194304."
+    elif not 256 <= worker_memory_mb <= 4 * 1024 * 1024:
+        errors["worker_memory_mb"] = "A whole number of MB from 256 to 4194304."
+    if isinstance(worker_gpus, bool) or not isinstance(worker_gpus, int) or not 0 <= worker_gpus <= 64:
+        errors["worker_gpus"] = "A whole number of GPUs from 0 to 64."
+    return errors
+
+
+def runtime_for(compute_cluster: ComputeCluster, requested: str) -> str:
+    """The runtime a new Ray cluster gets: always kuberay on kubernetes/argocd compute clusters."""
+    return RayRuntime.KUBERAY if compute_cluster.mode in KUBE_MODES else requested
+
+
 @operator_action(
     "ray_cluster.create",
     target=new("ray_cluster"),
@@ -154,17 +181,26 @@ def ray_cluster_create(
     gcs_port: int = 6379,
     dashboard_port: int = 8265,
     checkpoint_on_stop: bool = False,
+    worker_cpus: float = 1.0,
+    worker_memory_mb: int = 2048,
+    worker_gpus: int = 0,
 ) -> RayCluster:
     """Create a Ray cluster (Owner/Admin only) and place its head; it starts `pending`.
 
-    Placement failures do not raise: the cluster is created `failed` with the reason recorded.
+    On kubernetes/argocd compute clusters the runtime is always kuberay (a KubeRay RayCluster whose
+    worker pods request `worker_cpus`, `worker_memory_mb` and `worker_gpus`); kuberay is refused
+    elsewhere. Placement failures do not raise: the cluster is created `failed` with the reason recorded.
     """
     _require_operator(actor, workspace)
     errors = _validate_bounds(min_workers, max_workers, idle_timeout_s)
+    errors.update(_validate_workers(worker_cpus, worker_memory_mb, worker_gpus))
     if compute_cluster.workspace_id != workspace.pk:
         errors["compute_cluster"] = "No such compute cluster in this workspace."
+    runtime = runtime_for(compute_cluster, runtime)
     if runtime not in RayRuntime.values:
         errors["runtime"] = f"Choose one of {', '.join(RayRuntime.values)}."
+    elif runtime == RayRuntime.KUBERAY and compute_cluster.mode not in KUBE_MODES:
+        errors["runtime"] = "KubeRay runs on kubernetes and argocd compute clusters; this one is standalone."
     if gcs_port == dashboard_port:
         errors["dashboard_port"] = "Must differ from the GCS port."
     if runtime == RayRuntime.PROCESS and gcs_port == 6379:
@@ -183,6 +219,9 @@ def ray_cluster_create(
         gcs_port=gcs_port,
         dashboard_port=dashboard_port,
         checkpoint_on_stop=checkpoint_on_stop,
+        worker_cpus=worker_cpus,
+        worker_memory_mb=worker_memory_mb,
+        worker_gpus=worker_gpus,
         created_by=actor,
     )
     cluster.full_clean(exclude=["workspace", "compute_cluster", "created_by"], validate_constraints=False)
@@ -314,7 +353,58 @@ def _dispatch(actor: Any, node: Node, command_type: str, payload: dict[str, Any]
     return command
 
 
+def _launch_kuberay(cluster: RayCluster, actor: Any) -> None:
+    """Apply (or resume) the cluster's RayCluster through one online agent of the compute cluster."""
+    nodes = sorted(
+        Node.objects.filter(cluster_id=cluster.compute_cluster_id, status="online").select_related("cluster"),
+        key=lambda n: n.name,
+    )
+    if not nodes:
+        message = "No nodes online in the compute cluster: no agent can apply the RayCluster."
+        _event(cluster, "placement_failed", message, code="no_nodes_online")
+        ray_cluster_transition(cluster=cluster, to=S.FAILED, reason=message)
+        return
+    node = nodes[0]
+    head = RayNode.objects.create(ray_cluster=cluster, node=node, role=RayNodeRole.HEAD)
+    payload = {
+        "cluster_id": str(cluster.pk),
+        "member_id": str(head.pk),
+        "ray_version": cluster.ray_version,
+        "image": cluster.image(),
+        "runtime": RayRuntime.KUBERAY,
+        "gcs_port": cluster.gcs_port,
+        "dashboard_port": cluster.dashboard_port,
+        "name": cluster.kuberay_name,
+        "min_workers": cluster.min_workers,
+        "max_workers": cluster.max_workers,
+        "idle_timeout_s": cluster.idle_timeout_s,
+        "worker_cpus": cluster.worker_cpus,
+        "worker_memory_mb": cluster.worker_memory_mb,
+        "worker_gpus": cluster.worker_gpus,
+        "worker_image": cluster.image(gpu=cluster.worker_gpus > 0),
+    }
+    try:
+        command = _dispatch(actor, node, "ray.head.start", payload)
+    except IllegalTransition as exc:
+        _ray_node_status(head, RayNodeStatus.FAILED, failure_reason=str(exc))
+        ray_cluster_transition(cluster=cluster, to=S.FAILED, reason=f"{node.name} cannot apply the RayCluster: {exc}")
+        return
+    RayNode.objects.filter(pk=head.pk).update(start_command=command)
+    RayCluster.objects.filter(pk=cluster.pk).update(head_node=node)
+    where = "commits it for ArgoCD" if cluster.compute_cluster.mode == Mode.ARGOCD else "applies it"
+    _event(
+        cluster,
+        "placement",
+        f"RayCluster {cluster.kuberay_name}: {node.name} {where}",
+        node_id=str(node.pk),
+        command_id=str(command.pk),
+    )
+
+
 def _launch_head(cluster: RayCluster, actor: Any) -> None:
+    if cluster.is_kuberay:
+        _launch_kuberay(cluster, actor)
+        return
     nodes = list(Node.objects.filter(cluster_id=cluster.compute_cluster_id).select_related("cluster"))
     try:
         node = choose_head_node(
@@ -423,6 +513,8 @@ def _stop_ray_node(cluster: RayCluster, ray_node: RayNode, actor: Any) -> None:
         "runtime": cluster.runtime,
         "container": ray_node.container_id,
     }
+    if cluster.is_kuberay and cluster.status == S.DELETING:
+        payload["delete"] = True  # otherwise the RayCluster is suspended
     try:
         command = _dispatch(actor, ray_node.node, "ray.node.stop", payload)
     except IllegalTransition as exc:
@@ -537,6 +629,18 @@ def _on_start(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool
     if role == RayNodeRole.WORKER:
         _event(cluster, "worker_running", f"Worker on {ray_node.node.name} joined ({ray_node.ray_node_id or '?'})")
         return
+    if cluster.is_kuberay:
+        verb = "resumed" if data.get("resumed") else ("found" if data.get("existed") else "applied")
+        ray_cluster_transition(
+            cluster=cluster,
+            to=S.RUNNING,
+            head_ip="",
+            head_hostname=str(data.get("hostname", ""))[:253],
+            head_container_id=ray_node.container_id,
+            started_at=timezone.now(),
+        )
+        _event(cluster, "kuberay", f"RayCluster {ray_node.container_id} {verb}; KubeRay's autoscaler runs the workers")
+        return
     cluster = ray_cluster_transition(
         cluster=cluster,
         to=S.RUNNING,
@@ -613,6 +717,9 @@ def _on_status(cluster: RayCluster, ray_node: RayNode, command: Command, ok: boo
     if cluster.last_status_at and command.finished_at and command.finished_at < cluster.last_status_at:
         return  # an older status arriving late
     ray_cluster_record_status(cluster=cluster, status=command.result or {}, at=command.finished_at)
+    host = ((command.result or {}).get("kuberay") or {}).get("head_host")
+    if cluster.is_kuberay and isinstance(host, str) and host and host != cluster.head_hostname:
+        RayCluster.objects.filter(pk=cluster.pk).update(head_hostname=host[:253])
 
 
 _RESULT_HANDLERS = {
@@ -701,6 +808,11 @@ def ray_cluster_autoscale(*, cluster: RayCluster) -> autoscaler.Decision | None:
         actor = _operator_for(cluster)
         if actor is None:
             _event(cluster, "autoscaler", "Autoscaler skipped: no Owner or Admin left in the workspace")
+            return None
+        if cluster.is_kuberay:  # KubeRay's autoscaler sizes the worker group: only keep the status fresh
+            head = _head(cluster)
+            if head is not None:
+                _request_status(cluster, head, actor)
             return None
         now = timezone.now()
         status = cluster.last_status or {}

@@ -51,7 +51,7 @@ def cluster_create(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and not form.fields["compute_cluster"].queryset.exists():
         raise PermissionDenied("Only workspace Owners and Admins can create Ray clusters.")
     if request.method == "POST" and form.is_valid():
-        data = dict(form.cleaned_data)
+        data = {k: v for k, v in form.cleaned_data.items() if v is not None}  # blank optional: the default
         compute = data.pop("compute_cluster")
         try:
             cluster = services.ray_cluster_create(
@@ -81,7 +81,11 @@ def _tab_context(cluster: RayCluster, tab: str) -> dict[str, Any]:
             else None
         )
         context["polling"] = cluster.status in IN_PROGRESS
-        context["workers"] = cluster.ray_nodes.filter(role="worker").exclude(status="stopped").count()
+        if cluster.is_kuberay:  # KubeRay's pods, as the head last reported them
+            nodes = status.get("nodes") if isinstance(status.get("nodes"), list) else []
+            context["workers"] = sum(1 for n in nodes if isinstance(n, dict) and not n.get("is_head"))
+        else:
+            context["workers"] = cluster.ray_nodes.filter(role="worker").exclude(status="stopped").count()
     elif tab == "nodes":
         context["ray_nodes"] = list(selectors.ray_node_list(cluster=cluster))
     elif tab == "jobs":

@@ -4,6 +4,10 @@
 
 - ``process``: Ray head/worker as host processes through `agent.ray.runtime.RayProcessRuntime` (tests and
   single machines without Docker);
+- ``kuberay`` (kubernetes and argocd compute clusters): the whole Ray cluster is one KubeRay
+  ``RayCluster`` applied by `agent.ray.kuberay` (head start = apply or resume, stop = suspend or, with
+  ``delete``, delete; status = the resource's status plus the head's Ray API); KubeRay's autoscaler
+  runs the workers, so worker starts and drains are refused;
 - ``docker`` (production): a ``rayproject/ray`` container per Ray node, its spec from
   `agent.ray.runtime.docker_run_spec`, run through a `RayContainers` engine (`DockerRayContainers` uses the
   docker SDK). Status and drain run *inside* the head container (``python -c``, the code of
@@ -214,6 +218,7 @@ class RayCommandHandler:
         default_num_cpus: float | None = None,
         register_timeout_s: float = 90.0,
         jobs: RayJobsHandler | None = None,
+        kuberay: Any = None,
     ) -> None:
         self.jobs = jobs or RayJobsHandler(work_dir=process_runtime.work_dir / "jobs" if process_runtime else None)
         self.process_runtime = process_runtime
@@ -222,6 +227,7 @@ class RayCommandHandler:
         self.hostname = hostname or socket.gethostname()
         self.default_num_cpus = default_num_cpus
         self.register_timeout_s = register_timeout_s
+        self.kuberay = kuberay  # agent.ray.kuberay.KubeRayKube | KubeRayGitOps on kubernetes/argocd clusters
         self._lock = threading.Lock()
 
     def dashboard_ports(self) -> set[int]:
@@ -235,6 +241,10 @@ class RayCommandHandler:
             if tail.isdigit():
                 ports.add(int(tail))
         return ports
+
+    def proxy_targets(self) -> set[tuple[str, int]]:
+        """(host, port) of the KubeRay heads' Services this node manages (dashboard and Serve)."""
+        return self.kuberay.proxy_targets() if self.kuberay is not None else set()
 
     def handles(self, command_type: str) -> bool:
         """True for the `ray.*` command types (workload ones go to `self.jobs`)."""
@@ -386,6 +396,33 @@ class RayCommandHandler:
             }
         return result
 
+    # ---- kuberay runtime -----------------------------------------------------------------------
+
+    def _kuberay_backend(self) -> Any:
+        if self.kuberay is None:
+            raise CommandFailed(
+                "unsupported", "KubeRay clusters need a kubernetes or argocd compute cluster; this node is standalone"
+            )
+        return self.kuberay
+
+    def _kuberay_head_start(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> dict[str, Any]:
+        return self._kuberay_backend().apply(p, progress)
+
+    def _kuberay_worker_start(self, p: protocol.RayWorkerStartPayload, progress: ProgressFn) -> dict[str, Any]:
+        raise CommandFailed("unsupported", "KubeRay's autoscaler starts the workers of a RayCluster")
+
+    def _kuberay_node_drain(self, p: protocol.RayNodeDrainPayload, progress: ProgressFn) -> dict[str, Any]:
+        raise CommandFailed("unsupported", "KubeRay's autoscaler drains the workers of a RayCluster")
+
+    def _kuberay_node_stop(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> dict[str, Any]:
+        backend = self._kuberay_backend()
+        if p.delete:
+            return backend.delete(p.cluster_id, progress)
+        return backend.suspend(p.cluster_id, progress)
+
+    def _kuberay_status(self, p: protocol.RayStatusPayload, progress: ProgressFn) -> dict[str, Any]:
+        return self._kuberay_backend().status(p)
+
     # ---- docker runtime ------------------------------------------------------------------------
 
     def _engine(self) -> RayContainers:
@@ -487,9 +524,12 @@ def _read(path: Path) -> str:
         return ""
 
 
-def default_handler(work_dir: Path, *, ray_bin: Path | None = None) -> RayCommandHandler:
-    """The handler an agent wires in: the process runtime when Ray is installed, Docker when reachable."""
+def default_handler(work_dir: Path, *, ray_bin: Path | None = None, executor: Any = None) -> RayCommandHandler:
+    """The handler an agent wires in: the process runtime when Ray is installed, Docker when reachable,
+    KubeRay through `executor` on kubernetes and argocd clusters."""
     import shutil
+
+    from agent.ray.kuberay import backend_for
 
     found = ray_bin or (Path(shutil.which("ray")) if shutil.which("ray") else None)
     runtime = RayProcessRuntime(found, work_dir / "ray") if found else None
@@ -498,4 +538,5 @@ def default_handler(work_dir: Path, *, ray_bin: Path | None = None) -> RayComman
         containers = DockerRayContainers()
     except Exception:  # no Docker engine on this machine
         containers = None
-    return RayCommandHandler(process_runtime=runtime, containers=containers)
+    kuberay = backend_for(executor) if executor is not None else None
+    return RayCommandHandler(process_runtime=runtime, containers=containers, kuberay=kuberay)

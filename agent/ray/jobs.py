@@ -116,23 +116,24 @@ class RayJobsHandler:
             code = "not_found" if "does not exist" in text or "not found" in text.lower() else "internal"
             raise CommandFailed(code, f"{type(exc).__name__}: {text[-2000:]}") from None
 
-    def _address(self, port: int) -> str:
-        return f"http://{self.host}:{port}"
+    def _address(self, port: int, host: str = "") -> str:
+        """The head's dashboard: `host` (a KubeRay head's Service) or this node's `self.host`."""
+        return f"http://{host or self.host}:{port}"
 
-    def _client(self, port: int) -> Any:
+    def _client(self, port: int, host: str = "") -> Any:
         try:
             from ray.job_submission import JobSubmissionClient
         except ImportError:
             raise CommandFailed("unsupported", "Ray is not installed next to this agent") from None
         try:
-            return JobSubmissionClient(self._address(port))
+            return JobSubmissionClient(self._address(port, host))
         except ConnectionError as exc:
-            raise CommandFailed("not_found", f"no Ray dashboard at {self._address(port)}: {exc}") from None
+            raise CommandFailed("not_found", f"no Ray dashboard at {self._address(port, host)}: {exc}") from None
 
     # ---- jobs
 
     def _job_submit(self, p: protocol.RayJobSubmitPayload, progress: ProgressFn) -> dict[str, Any]:
-        client = self._client(p.dashboard_port)
+        client = self._client(p.dashboard_port, p.host)
         try:
             info = client.get_job_info(p.submission_id)
         except Exception:
@@ -166,7 +167,7 @@ class RayJobsHandler:
         return {"submission_id": submission_id, "status": "PENDING", "already_submitted": False}
 
     def _job_status(self, p: protocol.RayJobRefPayload, progress: ProgressFn) -> dict[str, Any]:
-        client = self._client(p.dashboard_port)
+        client = self._client(p.dashboard_port, p.host)
         try:
             info = client.get_job_info(p.submission_id)
         except RuntimeError as exc:
@@ -185,7 +186,7 @@ class RayJobsHandler:
         }
 
     def _job_stop(self, p: protocol.RayJobRefPayload, progress: ProgressFn) -> dict[str, Any]:
-        client = self._client(p.dashboard_port)
+        client = self._client(p.dashboard_port, p.host)
         progress(f"stopping Ray job {p.submission_id}")
         try:
             stopped = client.stop_job(p.submission_id)
@@ -195,13 +196,13 @@ class RayJobsHandler:
 
     # ---- serve
 
-    def _get_json(self, port: int, path: str) -> Any:
-        with urllib.request.urlopen(self._address(port) + path, timeout=self.timeout_s) as response:
+    def _get_json(self, port: int, path: str, host: str = "") -> Any:
+        with urllib.request.urlopen(self._address(port, host) + path, timeout=self.timeout_s) as response:
             return json.loads(response.read() or b"null")
 
     def _serve_status(self, p: protocol.RayServeStatusPayload, progress: ProgressFn) -> dict[str, Any]:
         try:
-            details = self._get_json(p.dashboard_port, "/api/serve/applications/")
+            details = self._get_json(p.dashboard_port, "/api/serve/applications/", p.host)
         except urllib.error.HTTPError as exc:
             raise CommandFailed("internal", f"Serve status failed: HTTP {exc.code}") from None
         details = details if isinstance(details, dict) else {}
@@ -255,7 +256,7 @@ class RayJobsHandler:
                 query = urllib.parse.urlencode({"node_id": node_id, "filename": path.lstrip("/"), "lines": p.log_lines})
                 try:
                     with urllib.request.urlopen(
-                        f"{self._address(p.dashboard_port)}/api/v0/logs/file?{query}", timeout=self.timeout_s
+                        f"{self._address(p.dashboard_port, p.host)}/api/v0/logs/file?{query}", timeout=self.timeout_s
                     ) as response:
                         text = response.read().decode("utf-8", "replace")
                 except (urllib.error.URLError, TimeoutError) as exc:

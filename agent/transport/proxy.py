@@ -1,7 +1,8 @@
 """Agent side of proxied streams: TCP byte pipes to local ports, multiplexed over the tunnel.
 
 The control plane opens a stream (`StreamOpen`) to a port on this node and writes the raw HTTP
-request; the agent connects to 127.0.0.1:<port> and pipes bytes both ways. Flow control is
+request; the agent connects to 127.0.0.1:<port> (or, for a KubeRay head, to the in-cluster `host` the
+frame names, when it manages a head there) and pipes bytes both ways. Flow control is
 credit-based per stream and per direction: the agent reads from the local socket only as many bytes as
 the control plane has granted (`StreamWindow`), so a slow client never makes the agent buffer without
 bound; and it grants the control plane credit back only after request bytes were written to the local
@@ -32,9 +33,10 @@ MAX_STREAMS = int(os.environ.get("CLEVERTHIS_MAX_STREAMS") or 4096)
 class _Stream:
     """One proxied connection and its two credit counters."""
 
-    def __init__(self, stream_id: int, port: int, send_credit: int) -> None:
+    def __init__(self, stream_id: int, port: int, send_credit: int, host: str = "") -> None:
         self.stream_id = stream_id
         self.port = port
+        self.host = host or "127.0.0.1"
         self.send_credit = send_credit
         self.inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.tasks: list[asyncio.Task[None]] = []
@@ -115,9 +117,16 @@ class _Upstream(asyncio.BufferedProtocol):
 class StreamManager:
     """All open streams of one tunnel session; `handle` is fed every stream frame from the control plane."""
 
-    def __init__(self, send: Callable[[p.Frame], None], *, allowed_port: Callable[[int], bool] | None = None) -> None:
+    def __init__(
+        self,
+        send: Callable[[p.Frame], None],
+        *,
+        allowed_port: Callable[[int], bool] | None = None,
+        allowed_target: Callable[[str, int], bool] | None = None,
+    ) -> None:
         self._send = send
         self._allowed_port = allowed_port or (lambda port: 0 < port < 65536)
+        self._allowed_target = allowed_target or (lambda host, port: False)
         self._streams: dict[int, _Stream] = {}
 
     @property
@@ -156,10 +165,13 @@ class StreamManager:
         if len(self._streams) >= MAX_STREAMS:
             self._send(p.StreamEnd(stream_id=frame.stream_id, error="too many open streams on this node"))
             return
-        if not self._allowed_port(frame.port):
+        if frame.host and not self._allowed_target(frame.host, frame.port):
+            self._send(p.StreamEnd(stream_id=frame.stream_id, error=f"{frame.host}:{frame.port} is not proxied"))
+            return
+        if not frame.host and not self._allowed_port(frame.port):
             self._send(p.StreamEnd(stream_id=frame.stream_id, error=f"port {frame.port} is not proxied"))
             return
-        stream = _Stream(frame.stream_id, frame.port, frame.window)
+        stream = _Stream(frame.stream_id, frame.port, frame.window, frame.host)
         self._streams[frame.stream_id] = stream
         self._start(stream, self._run(stream))
 
@@ -181,10 +193,11 @@ class StreamManager:
         loop = asyncio.get_running_loop()
         try:
             _, upstream = await asyncio.wait_for(
-                loop.create_connection(lambda: _Upstream(stream, self._send), "127.0.0.1", stream.port), timeout=10
+                loop.create_connection(lambda: _Upstream(stream, self._send), stream.host, stream.port), timeout=10
             )
         except (OSError, TimeoutError) as exc:
-            self._send(p.StreamEnd(stream_id=stream.stream_id, error=f"cannot connect to port {stream.port}: {exc}"))
+            where = f"port {stream.port}" if stream.host == "127.0.0.1" else f"{stream.host}:{stream.port}"
+            self._send(p.StreamEnd(stream_id=stream.stream_id, error=f"cannot connect to {where}: {exc}"))
             self._streams.pop(stream.stream_id, None)
             return
         stream.upstream = upstream

@@ -142,6 +142,7 @@ class TunnelClient:
         self._gpus: list[p.GpuInfo] = []
         self._reported_inventory: p.Inventory | None = None  # what the control plane last got
         self._proxy_ports: set[int] = set()
+        self._proxy_targets: set[tuple[str, int]] = set()
         self._heartbeats_in_flight: dict[str, float] = {}
         # Round-trip times (s) of recent heartbeats: sent → acknowledged by the control plane.
         self.heartbeat_rtts: collections.deque[float] = collections.deque(maxlen=1000)
@@ -246,7 +247,9 @@ class TunnelClient:
             self._supervisor = supervisor
             supervisor.start("frame sender", lambda: self._send_frames(sender))
             supervisor.start("heartbeats", lambda: self._heartbeats(sender, interval), restart=True)
-            streams = StreamManager(sender.send, allowed_port=self._port_is_proxied)
+            streams = StreamManager(
+                sender.send, allowed_port=self._port_is_proxied, allowed_target=self._target_is_proxied
+            )
             try:
                 self._reported_inventory = hello.inventory
                 await self._report_inventory()
@@ -307,10 +310,16 @@ class TunnelClient:
     async def _refresh_proxy_ports(self) -> None:
         if self.runner is not None:
             self._proxy_ports = await asyncio.to_thread(self.runner.proxy_ports)
+            targets = getattr(self.runner, "proxy_targets", None)
+            self._proxy_targets = await asyncio.to_thread(targets) if targets is not None else set()
 
     def _port_is_proxied(self, port: int) -> bool:
         """Only ports of workloads this agent runs (plus CLEVERTHIS_PROXY_PORTS) can be reached by streams."""
         return port in self._proxy_ports or port in self.extra_proxy_ports
+
+    def _target_is_proxied(self, host: str, port: int) -> bool:
+        """An in-cluster host:port is reachable only as the Service of a KubeRay head this agent manages."""
+        return (host, port) in self._proxy_targets
 
     async def _receive_loop(self, ws: Any, streams: StreamManager) -> None:
         while True:

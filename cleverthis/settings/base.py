@@ -31,6 +31,8 @@ AGENT_PACKAGE_CACHE_DIR = env_str("AGENT_PACKAGE_CACHE_DIR", "/tmp/cleverthis-ag
 # Dashboards at ray-<id>.<RAY_DASHBOARD_DOMAIN> (wildcard DNS and certificate; *.localhost needs none).
 ENDPOINT_DOMAIN = env_str("ENDPOINT_DOMAIN", "endpoints.localhost")
 RAY_DASHBOARD_DOMAIN = env_str("RAY_DASHBOARD_DOMAIN", "ray.localhost")
+# The Ray image for a Ray version: {version} and {gpu} ("-gpu" for GPU nodes and GPU worker groups, else "").
+RAY_IMAGE_TEMPLATE = env_str("RAY_IMAGE_TEMPLATE", "rayproject/ray:{version}{gpu}")
 # Scheme and port of those origins in the URLs the API shows ("" port: the scheme's default); redirects
 # from the control plane keep the scheme and port the request came in with unless the scheme is set.
 NODE_ORIGIN_SCHEME = env_str("NODE_ORIGIN_SCHEME", "")

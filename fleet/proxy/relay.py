@@ -88,6 +88,7 @@ class ProxyTarget:
     port: int
     path: str
     node_online: bool = True
+    host: str = ""  # an in-cluster host the agent dials (a KubeRay head's Service); '' = the node itself
 
 
 @dataclass(frozen=True)
@@ -244,6 +245,7 @@ async def proxy_http(scope: dict[str, Any], receive: Any, send: Any, target: Pro
         stream = await TunnelStream.open(
             node_id=target.node_id,
             port=target.port,
+            host=target.host,
             grace_s=settings.PROXY_DIAL_GRACE_S,
             first_bytes=first_bytes,
             finished=whole,
@@ -388,7 +390,9 @@ async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any, answer
         await send({"type": "websocket.close", "code": 1011})
         return
     try:
-        stream = await TunnelStream.open(node_id=answer.node_id, port=answer.port, grace_s=settings.PROXY_DIAL_GRACE_S)
+        stream = await TunnelStream.open(
+            node_id=answer.node_id, port=answer.port, host=answer.host, grace_s=settings.PROXY_DIAL_GRACE_S
+        )
     except StreamUnavailable:
         await send({"type": "websocket.close", "code": 1011})
         return

@@ -68,6 +68,7 @@ class TunnelStream:
         *,
         node_id: Any,
         port: int,
+        host: str = "",
         grace_s: float = 10.0,
         window: int = DEFAULT_STREAM_WINDOW,
         first_bytes: bytes = b"",
@@ -80,7 +81,7 @@ class TunnelStream:
         """
         if len(first_bytes) > FIRST_BYTES_MAX:
             raise ValueError(f"first_bytes over {FIRST_BYTES_MAX} bytes")
-        opening = {"port": port, "window": window, "data": first_bytes, "end": finished}
+        opening = {"port": port, "host": host, "window": window, "data": first_bytes, "end": finished}
         tunnel = local_tunnels.get(node_id)
         if tunnel is not None:
             stream = cls(None, "", secrets.randbits(52), window)

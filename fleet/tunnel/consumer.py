@@ -358,7 +358,12 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     async def _open_stream(self, stream_id: int, opening: dict[str, Any]) -> None:
         """Tell the agent: open, then the first request bytes and the request's end if they came along."""
         await self._send_frame(
-            p.StreamOpen(stream_id=stream_id, port=int(opening["port"]), window=int(opening["window"]))
+            p.StreamOpen(
+                stream_id=stream_id,
+                port=int(opening["port"]),
+                window=int(opening["window"]),
+                host=str(opening.get("host", "")),
+            )
         )
         if opening.get("data"):
             await self._send_frame(p.StreamData.of(stream_id, opening["data"]))

@@ -50,6 +50,12 @@ _HELP: dict[str, tuple[str, str, str]] = {
         "ArgoCD did not bring the application to a healthy, synced state.",
         "Open the application in ArgoCD to see which resource failed, fix the manifest and retry.",
     ),
+    "kuberay_missing": (
+        "KubeRay operator not installed",
+        "The compute cluster's Kubernetes has no RayCluster resource (ray.io/v1): the KubeRay operator is missing.",
+        "Install the KubeRay operator (https://docs.ray.io/en/latest/cluster/kubernetes/getting-started/"
+        "kuberay-operator-installation.html), then start the Ray cluster again.",
+    ),
     "hub_unreachable": (
         "Model hub unreachable",
         "The node could not reach the Hugging Face Hub (no network, proxy, or the Hub is down).",

@@ -32,6 +32,9 @@ class RayClusterSerializer(serializers.ModelSerializer):
             "min_workers",
             "max_workers",
             "idle_timeout_s",
+            "worker_cpus",
+            "worker_memory_mb",
+            "worker_gpus",
             "checkpoint_on_stop",
             "status",
             "status_changed_at",
@@ -70,6 +73,9 @@ class RayClusterCreateSerializer(serializers.Serializer):
     gcs_port = serializers.IntegerField(min_value=1, max_value=65535, required=False, default=6379)
     dashboard_port = serializers.IntegerField(min_value=1, max_value=65535, required=False, default=8265)
     checkpoint_on_stop = serializers.BooleanField(required=False, default=False)
+    worker_cpus = serializers.FloatField(min_value=0.1, max_value=1024, required=False, default=1.0)
+    worker_memory_mb = serializers.IntegerField(min_value=256, max_value=4 * 1024 * 1024, required=False, default=2048)
+    worker_gpus = serializers.IntegerField(min_value=0, max_value=64, required=False, default=0)
 
 
 class RayClusterUpdateSerializer(serializers.Serializer):

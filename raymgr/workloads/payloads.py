@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from raymgr.payloads import RUNTIMES, _id, _port
+from raymgr.payloads import HOST_RE, RUNTIMES, _id, _port
 
 FILE_NAME_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 
@@ -14,6 +14,7 @@ class _Base(serializers.Serializer):
     member_id = _id()
     runtime = serializers.ChoiceField(choices=RUNTIMES, required=False)
     dashboard_port = _port(required=False)
+    host = serializers.RegexField(HOST_RE, max_length=253, required=False, allow_blank=True)
 
 
 class RayJobSubmitSerializer(_Base):

@@ -47,6 +47,7 @@ def decide(scope: dict[str, Any], deployment_id: str) -> ProxyTarget | ProxyRefu
         port=int(port),
         path=path + (f"?{query}" if query else ""),
         node_online=head.status != NodeStatus.OFFLINE,
+        host=deployment.ray_cluster.head_service_host,
     )
 
 

@@ -129,6 +129,7 @@ def _payload(cluster: RayCluster, head: RayNode, **extra: Any) -> dict[str, Any]
         "member_id": str(head.pk),
         "runtime": cluster.runtime,
         "dashboard_port": cluster.dashboard_port,
+        "host": cluster.head_service_host,  # kuberay: the head's Service (else the head's own node)
         **extra,
     }
 

@@ -1,8 +1,15 @@
 """A loopback stand-in for the Kubernetes API server: just the REST paths the kubernetes executor uses.
 
 Objects live in memory. Supported: namespaces (cluster scope), and per namespace deployments
-(apps/v1), services and secrets (v1) and ingresses (networking.k8s.io/v1) with list (``labelSelector`` equality
-terms), create, read, replace, merge/strategic-merge or JSON patch, and delete. Errors are proper
+(apps/v1), services and secrets (v1), ingresses (networking.k8s.io/v1) and KubeRay's rayclusters
+(ray.io/v1, plus the ``/apis/ray.io/v1`` discovery path) with list (``labelSelector`` equality
+terms), create, read, replace, merge/strategic-merge or JSON patch, and delete.
+
+RayClusters: with ``kuberay_installed=False`` every ray.io path answers the API's 404 for an unknown
+resource, as a cluster without the CRD does. Created and replaced RayClusters are checked against
+`tests.support.raycluster_schema` (422 Invalid, like the CRD's OpenAPI validation). Like the KubeRay
+operator, the stand-in then reports a status: ``suspended`` while ``spec.suspend``, otherwise
+``ready`` with ``minReplicas`` ready workers and ``head.serviceIP`` = `ray_service_ip`. Errors are proper
 ``Status`` objects: 404 NotFound (also for a missing namespace on create), 409 AlreadyExists, 401 without
 the bearer token. Like a real controller, a deployment's ``status.replicas``/``readyReplicas`` follow
 ``spec.replicas``. `write_kubeconfig` writes a kubeconfig pointing at the stand-in.
@@ -24,6 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from tests.support import raycluster_schema
 from tests.support.loopback import LoopbackHTTPServer
 
 # (url prefix, group, version, plural, kind)
@@ -32,11 +40,13 @@ RESOURCES = {
     "services": ("/api/v1", "", "v1", "Service"),
     "ingresses": ("/apis/networking.k8s.io/v1", "networking.k8s.io", "networking.k8s.io/v1", "Ingress"),
     "secrets": ("/api/v1", "", "v1", "Secret"),
+    "rayclusters": ("/apis/ray.io/v1", "ray.io", "ray.io/v1", "RayCluster"),
 }
 _NAMESPACED = re.compile(
-    r"^(?P<prefix>/api/v1|/apis/apps/v1|/apis/networking\.k8s\.io/v1)/namespaces/(?P<ns>[^/]+)/"
-    r"(?P<plural>deployments|services|ingresses|secrets)(?:/(?P<name>[^/]+))?$"
+    r"^(?P<prefix>/api/v1|/apis/apps/v1|/apis/networking\.k8s\.io/v1|/apis/ray\.io/v1)/namespaces/(?P<ns>[^/]+)/"
+    r"(?P<plural>deployments|services|ingresses|secrets|rayclusters)(?:/(?P<name>[^/]+))?$"
 )
+_RAY_DISCOVERY = "/apis/ray.io/v1"
 _NAMESPACES = re.compile(r"^/api/v1/namespaces(?:/(?P<name>[^/]+))?$")
 
 
@@ -54,8 +64,12 @@ class K8sStandin(LoopbackHTTPServer):
 
     methods = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
-    def __init__(self, token: str = "standin-token") -> None:
+    def __init__(
+        self, token: str = "standin-token", *, kuberay_installed: bool = True, ray_service_ip: str = ""
+    ) -> None:
         self.token = token
+        self.kuberay_installed = kuberay_installed
+        self.ray_service_ip = ray_service_ip
         self.namespaces: dict[str, dict[str, Any]] = {}
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, namespace, name)
         self.calls: list[Call] = []
@@ -116,6 +130,23 @@ class K8sStandin(LoopbackHTTPServer):
         req.wfile.write(raw)
 
     def _route(self, method: str, path: str, body: Any, query: dict[str, list[str]]) -> tuple[int, Any]:
+        if path.startswith(_RAY_DISCOVERY) and not self.kuberay_installed:
+            return 404, _status(404, "NotFound", "the server could not find the requested resource")
+        if path == _RAY_DISCOVERY and method == "GET":
+            verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+            resource = {
+                "name": "rayclusters",
+                "singularName": "raycluster",
+                "namespaced": True,
+                "kind": "RayCluster",
+                "verbs": verbs,
+            }
+            return 200, {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": "ray.io/v1",
+                "resources": [resource],
+            }
         if match := _NAMESPACES.match(path):
             return self._namespaces(method, match["name"], body)
         if match := _NAMESPACED.match(path):
@@ -136,6 +167,26 @@ class K8sStandin(LoopbackHTTPServer):
             replicas = int(obj.get("spec", {}).get("replicas", 1))
             obj["status"] = {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas}
             obj["status"]["observedGeneration"] = meta["generation"]
+        if obj.get("kind") == "RayCluster":
+            obj["status"] = self._raycluster_status(obj)
+
+    def _raycluster_status(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """What the KubeRay operator would report once it reconciled `obj`."""
+        spec = obj.get("spec", {})
+        if spec.get("suspend"):
+            return {"state": "suspended", "readyWorkerReplicas": 0, "desiredWorkerReplicas": 0}
+        group = (spec.get("workerGroupSpecs") or [{}])[0]
+        workers = int(group.get("minReplicas", 0))
+        head: dict[str, str] = {"podIP": "10.0.0.10"}
+        if self.ray_service_ip:
+            head["serviceIP"] = self.ray_service_ip
+        return {
+            "state": "ready",
+            "readyWorkerReplicas": workers,
+            "availableWorkerReplicas": workers,
+            "desiredWorkerReplicas": workers,
+            "head": head,
+        }
 
     def _namespaces(self, method: str, name: str | None, body: Any) -> tuple[int, Any]:
         if name is None and method == "GET":
@@ -182,6 +233,8 @@ class K8sStandin(LoopbackHTTPServer):
                 meta = {"resourceVersion": str(self._version)}
                 return 200, {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta, "items": items}
             if method == "POST":
+                if invalid := _invalid(plural, body):
+                    return invalid
                 obj_name = body.get("metadata", {}).get("name", "")
                 if (plural, ns, obj_name) in self.objects:
                     message = f'{qualified} "{obj_name}" already exists'
@@ -204,6 +257,8 @@ class K8sStandin(LoopbackHTTPServer):
                 return 200, obj
             return 200, _status(200, "", "", name, plural, group, success=True)
         if method == "PUT":
+            if invalid := _invalid(plural, body):
+                return invalid
             new = {**copy.deepcopy(body), "kind": kind, "apiVersion": api_version}
             new["metadata"] = {**obj["metadata"], **new.get("metadata", {}), "namespace": ns}
             self._stamp(new)
@@ -211,10 +266,24 @@ class K8sStandin(LoopbackHTTPServer):
             return 200, new
         if method == "PATCH":
             new = _json_patch(obj, body) if isinstance(body, list) else _merge(obj, body or {})
+            if invalid := _invalid(plural, {k: v for k, v in new.items() if k != "status"}):
+                return invalid
             self._stamp(new)
             self.objects[key] = new
             return 200, new
         return 405, _status(405, "MethodNotAllowed", "method not allowed")
+
+
+def _invalid(plural: str, body: Any) -> tuple[int, Any] | None:
+    """422 Invalid for a RayCluster that breaks the schema (what the CRD's validation would refuse)."""
+    if plural != "rayclusters":
+        return None
+    problems = raycluster_schema.problems(body)
+    if not problems:
+        return None
+    name = (body or {}).get("metadata", {}).get("name", "")
+    message = f'RayCluster.ray.io "{name}" is invalid: ' + "; ".join(problems)
+    return 422, _status(422, "Invalid", message, name, "rayclusters", "ray.io")
 
 
 def _status(

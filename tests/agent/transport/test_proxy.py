@@ -214,3 +214,35 @@ async def test_a_stream_pump_that_fails_unexpectedly_aborts_its_stream_and_is_lo
         writer.close()
     server.close()
     other_server.close()
+
+
+async def test_a_stream_with_a_host_dials_that_host_when_it_is_a_managed_head():
+    """KubeRay heads: the agent dials the in-cluster host the frame names (here 127.0.0.2, not 127.0.0.1)."""
+    requests: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        requests.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nhead")
+        await writer.drain()
+        writer.close()
+
+    port = free_port()
+    server = await asyncio.start_server(handle, "127.0.0.2", port)
+    peer = Peer()
+    manager = StreamManager(
+        peer.send, allowed_port=lambda _: False, allowed_target=lambda host, p_: (host, p_) == ("127.0.0.2", port)
+    )
+    manager.handle(p.StreamOpen(stream_id=8, port=port, host="127.0.0.2"))
+    manager.handle(p.StreamData.of(8, b"GET /api/version HTTP/1.1\r\nHost: x\r\n\r\n"))
+    await peer.wait_for(lambda: peer.ended(8) is not None)
+    assert peer.ended(8).error == ""
+    assert peer.data(8).endswith(b"\r\n\r\nhead")
+    assert requests[0].startswith(b"GET /api/version")
+    server.close()
+
+
+async def test_a_host_the_agent_does_not_manage_is_refused_even_on_an_allowed_port():
+    peer = Peer()
+    manager = StreamManager(peer.send, allowed_port=lambda port: port == 8265)
+    manager.handle(p.StreamOpen(stream_id=9, port=8265, host="kubernetes.default.svc"))
+    assert "kubernetes.default.svc:8265 is not proxied" in peer.ended(9).error
