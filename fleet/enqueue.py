@@ -32,7 +32,10 @@ def send(task_name: str, *args: Any, countdown: float | None = None) -> None:
 
 def on_commit(task_name: str, *args: Any, countdown: float | None = None) -> None:
     """Enqueue `task_name(*args)` once the current transaction commits (at once outside one)."""
-    transaction.on_commit(lambda: send(task_name, *args, countdown=countdown))
+    if countdown is None:
+        transaction.on_commit(lambda: send(task_name, *args))
+    else:
+        transaction.on_commit(lambda: send(task_name, *args, countdown=countdown))
 
 
 def dispatch_command(command_id: Any) -> None:
