@@ -6,28 +6,36 @@ task by name once the current transaction commits, so a worker never sees rows t
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import current_app
 from django.db import transaction
 
+logger = logging.getLogger(__name__)
+
 DISPATCH_COMMAND = "fleet.tasks.dispatch_command"
 DISPATCH_BATCH = "fleet.tasks.dispatch_batch"
 DRAIN_NODE = "fleet.tasks.drain_node"
+MARK_LOST_NODES_OFFLINE = "fleet.tasks.mark_lost_nodes_offline"
 
 
-def send(task_name: str, *args: Any) -> None:
-    """Enqueue `task_name(*args)` now (run it in-process when Celery is configured to run eagerly)."""
+def send(task_name: str, *args: Any, countdown: float | None = None) -> None:
+    """Enqueue `task_name(*args)` now, to run `countdown` seconds from now if given (run it in-process,
+    at once, when Celery is configured to run eagerly)."""
     app = current_app
     if app.conf.task_always_eager:
         app.tasks[task_name].apply(args=args)
     else:
-        app.send_task(task_name, args=args)
+        app.send_task(task_name, args=args, countdown=countdown)
 
 
-def on_commit(task_name: str, *args: Any) -> None:
+def on_commit(task_name: str, *args: Any, countdown: float | None = None) -> None:
     """Enqueue `task_name(*args)` once the current transaction commits (at once outside one)."""
-    transaction.on_commit(lambda: send(task_name, *args))
+    if countdown is None:
+        transaction.on_commit(lambda: send(task_name, *args))
+    else:
+        transaction.on_commit(lambda: send(task_name, *args, countdown=countdown))
 
 
 def dispatch_command(command_id: Any) -> None:
@@ -43,3 +51,18 @@ def dispatch_batch(batch_id: Any) -> None:
 def drain_node(node_id: Any) -> None:
     """Take one drain pass for a node after commit."""
     on_commit(DRAIN_NODE, str(node_id))
+
+
+def mark_lost_nodes_offline(*, countdown: float) -> None:
+    """After commit, schedule a lost-nodes pass `countdown` seconds later (a tunnel closed: its grace).
+
+    Best effort: when the broker refuses, the beat's pass (every 15 s) does the same a little later.
+    """
+
+    def schedule() -> None:
+        try:
+            send(MARK_LOST_NODES_OFFLINE, countdown=countdown)
+        except Exception as exc:
+            logger.warning("scheduling the offline pass failed (the beat's pass will do it): %s", exc)
+
+    transaction.on_commit(schedule)

@@ -109,6 +109,11 @@ class Node(models.Model):
     status_changed_at = models.DateTimeField(auto_now_add=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     connected = models.BooleanField(default=False)
+    # The tunnel recorded as connected (a fresh id per authenticated socket): the close of an older
+    # socket, noticed late, never marks a newer tunnel of the same node disconnected.
+    tunnel_session = models.UUIDField(null=True, blank=True)
+    # When the node's tunnel last closed; it goes offline NODE_OFFLINE_GRACE_S later unless it reconnected.
+    disconnected_at = models.DateTimeField(null=True, blank=True)
     # The channel-layer inbox of the control-plane process holding the tunnel (fleet.tunnel.local_tunnels).
     tunnel_inbox = models.CharField(max_length=200, blank=True, default="")
     cpu_count = models.PositiveIntegerField(default=0)
@@ -135,6 +140,19 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def last_seen_at(self) -> Any:
+        """When the agent was last heard from: its last hello or heartbeat (None: never)."""
+        return self.last_heartbeat_at
+
+    @property
+    def reporting(self) -> bool:
+        """True while utilization figures are live: the tunnel is up and the node is not offline.
+
+        Otherwise the stored CPU/RAM/GPU figures are the last ones heard and must not be shown as current.
+        """
+        return self.connected and self.status != NodeStatus.OFFLINE
 
 
 class NodeCertificate(models.Model):

@@ -430,15 +430,30 @@ def node_record_inventory(*, node: Node, inventory: protocol.Inventory) -> Node:
 
 
 @transaction.atomic
-def node_connected(*, node: Node, facts: protocol.HostFacts, inventory: protocol.Inventory, inbox: str = "") -> None:
+def node_connected(
+    *,
+    node: Node,
+    facts: protocol.HostFacts,
+    inventory: protocol.Inventory,
+    inbox: str = "",
+    session: uuid.UUID | None = None,
+) -> None:
     """The node's agent authenticated on a tunnel: connected, offline → online, facts and inventory stored.
 
-    `inbox` is the channel-layer inbox of the process holding the tunnel (`fleet.tunnel.local_tunnels`).
+    `inbox` is the channel-layer inbox of the process holding the tunnel (`fleet.tunnel.local_tunnels`);
+    `session` names this tunnel (a fresh id per socket) so that only its own close disconnects the node.
     Call it before `command_pending_for_node` so no command queued meanwhile is missed.
     """
     now = timezone.now()
     fields = _fact_fields(_facts(facts))
-    Node.objects.filter(pk=node.pk).update(connected=True, tunnel_inbox=inbox, last_heartbeat_at=now, **fields)
+    Node.objects.filter(pk=node.pk).update(
+        connected=True,
+        tunnel_inbox=inbox,
+        tunnel_session=session or uuid.uuid4(),
+        disconnected_at=None,
+        last_heartbeat_at=now,
+        **fields,
+    )
     became_online = Node.objects.filter(pk=node.pk, status=NodeStatus.OFFLINE).update(
         status=NodeStatus.ONLINE, status_changed_at=now
     )
@@ -449,22 +464,32 @@ def node_connected(*, node: Node, facts: protocol.HostFacts, inventory: protocol
 
 
 @transaction.atomic
-def node_disconnected(*, node: Node, inbox: str = "") -> None:
-    """The node's tunnel closed. Status is left alone: the beat task marks it offline after a timeout.
+def node_disconnected(*, node: Node, inbox: str = "", session: uuid.UUID | None = None) -> None:
+    """The node's tunnel closed: disconnected now, offline NODE_OFFLINE_GRACE_S later unless it reconnects.
 
-    With `inbox` (the closing tunnel's process) the node stays connected if its agent already came back
-    through another process: an old socket noticed late must not hide the new one.
+    With `session` (the closing tunnel's id) only that tunnel's close counts: an old socket noticed late
+    never hides the agent's new tunnel, whichever process holds it. Without it, `inbox` (the closing
+    tunnel's process) does the same across processes. The grace lets a reconnect (an agent restart, a
+    deploy) keep the node online with no offline flap; the pass that ends it is scheduled here.
     """
     node.connected = False
     rows = Node.objects.filter(pk=node.pk)
-    if inbox:
+    if session is not None:
+        rows = rows.filter(tunnel_session=session)
+    elif inbox:
         rows = rows.filter(tunnel_inbox__in=[inbox, ""])
-    if rows.update(connected=False, tunnel_inbox=""):  # a deleted node gets no event
-        _event(node.pk, "disconnected", "Agent disconnected")
+    if not rows.update(connected=False, tunnel_inbox="", disconnected_at=timezone.now()):
+        return  # a deleted node, or a newer tunnel holds it: no event
+    grace = settings.NODE_OFFLINE_GRACE_S
+    online = Node.objects.filter(pk=node.pk, status=NodeStatus.ONLINE).exists()
+    suffix = f"; offline in {grace} s unless it reconnects" if online else ""
+    _event(node.pk, "disconnected", f"Agent disconnected (tunnel closed){suffix}")
+    if online:
+        enqueue.mark_lost_nodes_offline(countdown=grace + OFFLINE_PASS_BATCH_S)
 
 
 def node_record_heartbeat(*, node_id: uuid.UUID | str, heartbeat: protocol.Heartbeat) -> None:
-    """Store a heartbeat's utilization and flip offline → online, in exactly one UPDATE."""
+    """Store a heartbeat's utilization (and flip a connected node offline → online), in one UPDATE."""
     node_record_heartbeats(beats=[(node_id, heartbeat)])
 
 
@@ -477,11 +502,11 @@ UPDATE {table} AS n
        vram_total_mb = COALESCE(v.vram_total, n.vram_total_mb),
        gpu_utilization_percent = COALESCE(v.gpu_util, n.gpu_utilization_percent),
        last_heartbeat_at = %s,
-       status = CASE WHEN n.status = 'offline' THEN 'online' ELSE n.status END,
-       status_changed_at = CASE WHEN n.status = 'offline' THEN %s ELSE n.status_changed_at END
+       status = CASE WHEN n.status = 'offline' AND n.connected THEN 'online' ELSE n.status END,
+       status_changed_at = CASE WHEN n.status = 'offline' AND n.connected THEN %s ELSE n.status_changed_at END
   FROM (VALUES {rows}) AS v(id, cpu, mem, used, total, gpus, vram_used, vram_total, gpu_util)
  WHERE n.id = v.id
-RETURNING n.id, n.connected
+RETURNING n.id, n.connected, n.status = 'online' AND n.status_changed_at = %s
 """
 _HEARTBEAT_ROW = (
     "(%s::uuid, %s::float8, %s::float8, %s::bigint, %s::bigint, %s::jsonb, %s::bigint, %s::bigint, %s::float8)"
@@ -489,10 +514,11 @@ _HEARTBEAT_ROW = (
 
 
 def node_record_heartbeats(*, beats: list[tuple[uuid.UUID | str, protocol.Heartbeat]]) -> set[uuid.UUID]:
-    """Store many nodes' heartbeats (utilization; offline → online) in one UPDATE … FROM (VALUES …).
+    """Store many nodes' heartbeats (utilization; connected offline → online) in one UPDATE … FROM (VALUES …).
 
     The batched form for a process holding hundreds of tunnels: heartbeats that arrive together
     cost one statement and one commit together. GPU columns change only for beats that carry GPUs.
+    A node recorded disconnected stays offline (its hello brings it back, with an event).
     Returns the nodes among them the database holds as disconnected (the beat marked them lost, or a
     late disconnect of an older socket cleared the flag): the tunnel that carried such a heartbeat
     must close, so the agent reconnects and the node is connected again through its hello.
@@ -518,12 +544,30 @@ def node_record_heartbeats(*, beats: list[tuple[uuid.UUID | str, protocol.Heartb
         ]
     sql = _HEARTBEAT_SQL.format(table=Node._meta.db_table, rows=", ".join([_HEARTBEAT_ROW] * len(beats))).strip()
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {node_id for node_id, connected in cursor.fetchall() if not connected}
+        cursor.execute(sql, [*params, now])
+        rows = cursor.fetchall()
+    came_back = [node_id for node_id, _, flipped in rows if flipped]
+    if came_back:  # rare: a connected node left offline (an uncordon racing a reconnect)
+        NodeEvent.objects.bulk_create(
+            [NodeEvent(node_id=pk, kind="online", message="Heartbeat received; status → online") for pk in came_back]
+        )
+    return {node_id for node_id, connected, _ in rows if not connected}
+
+
+# A pass scheduled at a tunnel's close runs this long after its grace ends, so the nodes of a mass
+# disconnect (a deploy, a partition) spread over this window go offline in one pass together.
+OFFLINE_PASS_BATCH_S = 1
 
 
 def nodes_mark_lost_offline() -> int:
-    """Nodes silent for NODE_OFFLINE_AFTER_S: online → offline (with an event); all are marked disconnected.
+    """Lost nodes go offline (with an event); all are marked disconnected. Returns how many went offline.
+
+    Lost means either: its tunnel closed more than NODE_OFFLINE_GRACE_S ago and no new one came (an
+    online node only; cordoned and draining keep their status), or it sent no heartbeat for
+    NODE_OFFLINE_AFTER_S (a half-open socket: the agent froze or its network vanished without a close).
+    Idempotent and safe against a reconnect: a node whose agent is back is connected and never taken,
+    and rows being changed by a reconnect are skipped (this pass runs again: every 15 s on beat, and
+    after every close).
 
     Partition safety: a cluster that loses more than FLEET_PARTITION_THRESHOLD of its nodes (and at
     least FLEET_PARTITION_MIN_NODES) in this one pass most likely lost its network, not its machines.
@@ -535,33 +579,39 @@ def nodes_mark_lost_offline() -> int:
     through the channel layer to whichever replica holds it): its agent stopped heartbeating but kept
     the socket, so it reconnects, sends a fresh hello and gets every command queued meanwhile.
     """
-    cutoff = timezone.now() - dt.timedelta(seconds=settings.NODE_OFFLINE_AFTER_S)
+    now = timezone.now()
+    cutoff = now - dt.timedelta(seconds=settings.NODE_OFFLINE_AFTER_S)
+    grace_cutoff = now - dt.timedelta(seconds=settings.NODE_OFFLINE_GRACE_S)
+    silent = models.Q(
+        status__in=[NodeStatus.ONLINE, NodeStatus.CORDONED, NodeStatus.DRAINING], last_heartbeat_at__lt=cutoff
+    )
+    closed = models.Q(status=NodeStatus.ONLINE, connected=False, disconnected_at__lte=grace_cutoff)
     with transaction.atomic():
-        stale = Node.objects.select_for_update(skip_locked=True).filter(
-            status__in=[NodeStatus.ONLINE, NodeStatus.CORDONED, NodeStatus.DRAINING],
-            last_heartbeat_at__lt=cutoff,
-        )
-        rows = list(stale.order_by("pk").values_list("pk", "status", "cluster_id"))
+        stale = Node.objects.select_for_update(skip_locked=True).filter(silent | closed)
+        rows = list(stale.order_by("pk").values_list("pk", "status", "cluster_id", "connected", "disconnected_at"))
         if not rows:
             return 0
-        transaction.on_commit(lambda: _close_silent_tunnels([pk for pk, _, _ in rows]))
-        Node.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(connected=False)
-        online = [pk for pk, status, _ in rows if status == NodeStatus.ONLINE]
-        Node.objects.filter(pk__in=online, status=NodeStatus.ONLINE).update(
-            status=NodeStatus.OFFLINE, status_changed_at=timezone.now()
+        transaction.on_commit(lambda: _close_silent_tunnels([row[0] for row in rows]))
+        Node.objects.filter(pk__in=[row[0] for row in rows]).update(connected=False)
+        online = [row for row in rows if row[1] == NodeStatus.ONLINE]
+        Node.objects.filter(pk__in=[row[0] for row in online], status=NodeStatus.ONLINE).update(
+            status=NodeStatus.OFFLINE, status_changed_at=now
         )
         NodeEvent.objects.bulk_create(
             [
-                NodeEvent(
-                    node_id=pk,
-                    kind="offline",
-                    message=f"No heartbeat for {settings.NODE_OFFLINE_AFTER_S} s; status → offline",
-                )
-                for pk in online
+                NodeEvent(node_id=pk, kind="offline", message=_offline_reason(connected, closed_at, now))
+                for pk, _, _, connected, closed_at in online
             ]
         )
-        _pause_partitioned_clusters(rows)
+        _pause_partitioned_clusters([row[:3] for row in rows])
     return len(online)
+
+
+def _offline_reason(connected: bool, disconnected_at: dt.datetime | None, now: dt.datetime) -> str:
+    if not connected and disconnected_at is not None:
+        seconds = max(0, round((now - disconnected_at).total_seconds()))
+        return f"Tunnel closed {seconds} s ago and the agent did not reconnect; status → offline"
+    return f"No heartbeat for {settings.NODE_OFFLINE_AFTER_S} s; status → offline"
 
 
 def _close_silent_tunnels(node_ids: list[uuid.UUID]) -> None:

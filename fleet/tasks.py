@@ -38,7 +38,7 @@ def dispatch_batch(batch_id: str) -> int:
 
 @shared_task(name="fleet.tasks.mark_lost_nodes_offline", autoretry_for=(DatabaseError,), max_retries=2)
 def mark_lost_nodes_offline() -> int:
-    """Beat: nodes without a heartbeat for NODE_OFFLINE_AFTER_S go offline; returns how many."""
+    """Beat (and NODE_OFFLINE_GRACE_S after each tunnel close): lost nodes go offline; returns how many."""
     return services.nodes_mark_lost_offline()
 
 

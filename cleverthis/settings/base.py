@@ -52,6 +52,9 @@ CSRF_COOKIE_NAME = "__Host-csrftoken" if HTTPS_COOKIES else "csrftoken"
 FIELD_ENCRYPTION_KEY = env_str("FIELD_ENCRYPTION_KEY", "")
 # A node whose last heartbeat is older than this many seconds is marked offline by the beat task.
 NODE_OFFLINE_AFTER_S = env_int("NODE_OFFLINE_AFTER_S", 90)
+# A node whose tunnel closed goes offline this many seconds later unless its agent reconnected meanwhile
+# (rides through reconnects and deploys without an offline flap; a task scheduled at the close does it).
+NODE_OFFLINE_GRACE_S = env_int("NODE_OFFLINE_GRACE_S", 10)
 # Partition safety: when one beat pass finds more than this fraction of a cluster's nodes lost (and
 # at least FLEET_PARTITION_MIN_NODES of them), the nodes are marked offline but automatic drains and
 # rescheduling pause for FLEET_PARTITION_PAUSE_S seconds, with a cluster event. 1.0 disables it.

@@ -68,8 +68,31 @@ class JoinTokenSerializer(serializers.Serializer):
     expires_at = serializers.DateTimeField()
 
 
+# Live figures of a heartbeat: null while the node does not report (offline, or its tunnel closed).
+NODE_UTILIZATION_FIELDS = (
+    "cpu_percent",
+    "memory_used_mb",
+    "memory_percent",
+    "vram_used_mb",
+    "gpu_utilization_percent",
+)
+GPU_UTILIZATION_KEYS = ("memory_used_mb", "utilization_percent")
+
+
 class NodeSerializer(serializers.ModelSerializer):
-    """A node with its facts and latest utilization."""
+    """A node with its facts and latest utilization.
+
+    `last_seen` is when the agent was last heard from (hello or heartbeat). While the node is not
+    reporting (offline, or its tunnel closed) the utilization fields, and the used memory and
+    utilization of each GPU, are null: the stored figures are stale and never shown as current.
+    """
+
+    last_seen = serializers.DateTimeField(source="last_seen_at", read_only=True, allow_null=True)
+    cpu_percent = serializers.FloatField(read_only=True, allow_null=True)
+    memory_used_mb = serializers.IntegerField(read_only=True, allow_null=True)
+    memory_percent = serializers.FloatField(read_only=True, allow_null=True)
+    vram_used_mb = serializers.IntegerField(read_only=True, allow_null=True)
+    gpu_utilization_percent = serializers.FloatField(read_only=True, allow_null=True)
 
     class Meta:
         model = Node
@@ -81,6 +104,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "status",
             "status_changed_at",
             "connected",
+            "last_seen",
+            "disconnected_at",
             "last_heartbeat_at",
             "cpu_count",
             "cpu_percent",
@@ -100,6 +125,16 @@ class NodeSerializer(serializers.ModelSerializer):
             "created_at",
         ]
         read_only_fields = fields
+
+    def to_representation(self, instance: Node) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if not instance.reporting:
+            data.update(dict.fromkeys(NODE_UTILIZATION_FIELDS))
+            data["gpus"] = [
+                {**gpu, **dict.fromkeys(GPU_UTILIZATION_KEYS)} if isinstance(gpu, dict) else gpu
+                for gpu in data.get("gpus") or []
+            ]
+        return data
 
 
 class NodeRenameSerializer(serializers.Serializer):

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import secrets
 import time
+import uuid
 from typing import Any
 from urllib.parse import parse_qs
 from uuid import UUID
@@ -87,6 +88,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     node_id: UUID | None = None
     inbox = ""  # this process's tunnel inbox, once authenticated
     certificate_serial: str | None = None
+    session: uuid.UUID | None = None  # this tunnel's id as recorded on the node (`Node.tunnel_session`)
     _relay_task: asyncio.Future[Any] | None = None
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
     # stream id → the pipe back to the process proxying it, or the stream itself when that is this process
@@ -133,7 +135,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             # refuse some of the clean-up below, and the node must not stay "connected" because of it.
             local_tunnels.discard(self.node_id, self)
             metrics.TUNNELS_CONNECTED.dec()
-            await database_sync_to_async(services.node_disconnected)(node=self.node, inbox=self.inbox)
+            await database_sync_to_async(services.node_disconnected)(node=self.node, session=self.session)
         try:
             for stream_id in list(self.streams):
                 await self._to_stream(stream_id, {"type": "stream.end", "error": "tunnel closed"})
@@ -197,7 +199,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHORIZED, reason=str(exc)[:120])
             return
         self.inbox = await local_tunnels.inbox()
-        node = await database_sync_to_async(_connect_node)(certificate_node_id, hello, self.inbox)
+        self.session = uuid.uuid4()
+        node = await database_sync_to_async(_connect_node)(certificate_node_id, hello, self.inbox, self.session)
         if node is None:
             await self._send_frame(p.Revoked(reason="node no longer exists"))
             await self.close(code=CLOSE_REVOKED, reason="node deleted")
@@ -409,11 +412,11 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=encoded)
 
 
-def _connect_node(node_id: UUID, hello: p.Hello, inbox: str) -> Node | None:
+def _connect_node(node_id: UUID, hello: p.Hello, inbox: str, session: uuid.UUID) -> Node | None:
     node = Node.objects.select_related("cluster").filter(pk=node_id).first()
     if node is None:
         return None
-    services.node_connected(node=node, facts=hello.facts, inventory=hello.inventory, inbox=inbox)
+    services.node_connected(node=node, facts=hello.facts, inventory=hello.inventory, inbox=inbox, session=session)
     return Node.objects.select_related("cluster").get(pk=node_id)
 
 

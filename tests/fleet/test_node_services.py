@@ -159,8 +159,8 @@ def test_connected_keeps_cordoned_status(node, owner):
     assert _status(node) == NodeStatus.CORDONED
 
 
-def test_heartbeat_is_one_update_and_brings_node_online(cluster, register_node, django_assert_num_queries):
-    node = register_node(cluster, online=False)
+def test_heartbeat_is_one_update(cluster, register_node, django_assert_num_queries):
+    node = register_node(cluster)
     heartbeat = protocol.Heartbeat(
         cpu_percent=42.5,
         memory_percent=50.0,
@@ -184,6 +184,27 @@ def test_heartbeat_is_one_update_and_brings_node_online(cluster, register_node, 
         75.0,
     )
     assert node.last_heartbeat_at is not None
+
+
+def test_heartbeat_of_a_disconnected_node_leaves_it_offline(cluster, register_node):
+    """Only a hello brings a node back: a heartbeat through a tunnel the database no longer holds (its
+    close is recorded) is answered by closing that tunnel, and the node does not flip online unseen."""
+    node = register_node(cluster, online=False)
+    beat = protocol.Heartbeat(cpu_percent=5, memory_percent=5)
+    assert services.node_record_heartbeats(beats=[(node.pk, beat)]) == {node.pk}
+    assert _status(node) == NodeStatus.OFFLINE
+    assert not NodeEvent.objects.filter(node=node, kind="online").exists()
+
+
+def test_heartbeat_of_a_connected_offline_node_brings_it_online_with_an_event(cluster, register_node):
+    node = register_node(cluster)
+    Node.objects.filter(pk=node.pk).update(status=NodeStatus.OFFLINE)  # e.g. an uncordon racing a reconnect
+    beat = protocol.Heartbeat(cpu_percent=5, memory_percent=5)
+    assert services.node_record_heartbeats(beats=[(node.pk, beat)]) == set()
+    assert _status(node) == NodeStatus.ONLINE
+    assert NodeEvent.objects.get(node=node, kind="online").message == "Heartbeat received; status → online"
+    services.node_record_heartbeats(beats=[(node.pk, beat)])
+    assert NodeEvent.objects.filter(node=node, kind="online").count() == 1
 
 
 def test_heartbeat_does_not_uncordon(node, owner):

@@ -189,7 +189,7 @@ def test_batched_reports_use_one_select_one_update_per_kind_one_insert_and_isola
     assert Command.objects.get(pk=done.pk).status == CommandStatus.SUCCEEDED
 
 
-def test_heartbeats_of_many_nodes_are_one_update_and_bring_offline_nodes_online(cluster, register_node):
+def test_heartbeats_of_many_nodes_are_one_update_and_bring_connected_offline_nodes_online(cluster, register_node):
     from agent import protocol as p
 
     nodes = [register_node(cluster, f"h{i}") for i in range(3)]
@@ -202,6 +202,11 @@ def test_heartbeats_of_many_nodes_are_one_update_and_bring_offline_nodes_online(
     ]
     with CaptureQueriesContext(connection) as ctx:
         services.node_record_heartbeats(beats=beats)
+    # one UPDATE for all; the one node that came back online gets its event line (a rare case)
+    assert [q["sql"].split()[0] for q in ctx.captured_queries] == ["UPDATE", "INSERT"]
+    assert NodeEvent.objects.get(node=nodes[2], kind="online").message == "Heartbeat received; status → online"
+    with CaptureQueriesContext(connection) as ctx:
+        services.node_record_heartbeats(beats=beats[:2])
     assert len(ctx.captured_queries) == 1
     first, second, third = (Node.objects.get(pk=n.pk) for n in nodes)
     assert (first.cpu_percent, first.memory_used_mb, first.memory_total_mb) == (10.0, 100, 1000)
