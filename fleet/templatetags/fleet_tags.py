@@ -62,3 +62,9 @@ def utilization_chart(series: dict[str, list[float | None]], resolution: str, ha
         "labels": [labels[n] for n in names],
         "rows": rows,
     }
+
+
+@register.filter
+def glance_total(glance: Any, attr: str) -> int:
+    """A workspace glance's total of one cluster counter (`cleverthis.overview.WorkspaceGlance.total`)."""
+    return glance.total(attr)
