@@ -213,3 +213,24 @@ def apply_service_errors(form: forms.Form, exc: ValidationError) -> None:
             form.add_error(
                 field if field in form.fields else None, f"{message}" if field in form.fields else f"{key}: {message}"
             )
+
+
+class NamespaceForm(forms.Form):
+    """Create a namespace in one of the user's operable workspaces, optionally bound to a compute cluster."""
+
+    workspace = forms.ChoiceField()
+    name = forms.CharField(max_length=63, help_text="Lower-case letters, digits and hyphens (a DNS label).")
+    cluster = forms.ChoiceField(required=False, label="Compute cluster")
+
+    def __init__(self, *args: Any, workspaces: Any = (), clusters: Any = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["workspace"].choices = [(str(w.pk), w.name) for w in workspaces]
+        self.fields["cluster"].choices = [("", "None (not bound)")] + [
+            (str(c.pk), f"{c.name} ({c.workspace.name})") for c in clusters
+        ]
+
+
+class NamespaceBindForm(forms.Form):
+    """Bind a namespace to a compute cluster of its workspace (empty: unbind)."""
+
+    cluster = forms.UUIDField(required=False, label="Compute cluster")
