@@ -20,8 +20,15 @@ class ClusterForm(forms.Form):
 
     workspace = forms.ChoiceField()
     name = forms.CharField(max_length=100)
-    description = forms.CharField(max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}))
-    mode = forms.ChoiceField(choices=Mode.choices, help_text="Cannot be changed after creation.")
+    description = forms.CharField(
+        max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}), help_text="Optional."
+    )
+    mode = forms.ChoiceField(
+        choices=Mode.choices,
+        label="Orchestration mode",
+        help_text="Cannot be changed after the cluster is created.",
+        widget=forms.Select(attrs={"aria-describedby": "id_mode_helptext"}),
+    )
     argocd_server = forms.CharField(max_length=500, required=False, label="ArgoCD server")
     argocd_token = forms.CharField(
         max_length=4000, required=False, label="ArgoCD token", widget=forms.PasswordInput(render_value=False)
@@ -51,7 +58,8 @@ class ClusterSettingsForm(forms.Form):
     git_branch = forms.CharField(max_length=200, required=False, label="Git branch")
 
     def changes(self, posted_mode: str | None) -> dict[str, Any]:
-        data = dict(self.cleaned_data)
+        """The posted fields (the ArgoCD ones are posted only for argocd clusters); a blank token keeps the old."""
+        data = {k: v for k, v in self.cleaned_data.items() if k in self.data}
         if not data.get("argocd_token"):
             data.pop("argocd_token", None)
         if posted_mode is not None:
