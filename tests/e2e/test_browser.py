@@ -80,10 +80,11 @@ def test_operator_journey_in_a_real_browser(browser_page, control_plane, operato
 
     # create a cluster
     page.goto(f"{base}/compute/")
+    page.click("summary:has-text('Create Cluster')")  # the button opens the form
     page.fill("input[name=name]", "browser-lab")
     page.select_option("select[name=workspace]", str(workspace.pk))
     page.select_option("select[name=mode]", "standalone")
-    page.click("text=Create cluster")
+    page.click("#cluster-form button[type=submit]")
     page.wait_for_load_state("networkidle")
     cluster = ComputeCluster.objects.get(workspace=workspace, name="browser-lab")
     _shot(page, "03-cluster-created")
