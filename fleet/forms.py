@@ -20,8 +20,15 @@ class ClusterForm(forms.Form):
 
     workspace = forms.ChoiceField()
     name = forms.CharField(max_length=100)
-    description = forms.CharField(max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}))
-    mode = forms.ChoiceField(choices=Mode.choices, help_text="Cannot be changed after creation.")
+    description = forms.CharField(
+        max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}), help_text="Optional."
+    )
+    mode = forms.ChoiceField(
+        choices=Mode.choices,
+        label="Orchestration mode",
+        help_text="Cannot be changed after the cluster is created.",
+        widget=forms.Select(attrs={"aria-describedby": "id_mode_helptext"}),
+    )
     argocd_server = forms.CharField(max_length=500, required=False, label="ArgoCD server")
     argocd_token = forms.CharField(
         max_length=4000, required=False, label="ArgoCD token", widget=forms.PasswordInput(render_value=False)
@@ -51,7 +58,8 @@ class ClusterSettingsForm(forms.Form):
     git_branch = forms.CharField(max_length=200, required=False, label="Git branch")
 
     def changes(self, posted_mode: str | None) -> dict[str, Any]:
-        data = dict(self.cleaned_data)
+        """The posted fields (the ArgoCD ones are posted only for argocd clusters); a blank token keeps the old."""
+        data = {k: v for k, v in self.cleaned_data.items() if k in self.data}
         if not data.get("argocd_token"):
             data.pop("argocd_token", None)
         if posted_mode is not None:
@@ -213,3 +221,24 @@ def apply_service_errors(form: forms.Form, exc: ValidationError) -> None:
             form.add_error(
                 field if field in form.fields else None, f"{message}" if field in form.fields else f"{key}: {message}"
             )
+
+
+class NamespaceForm(forms.Form):
+    """Create a namespace in one of the user's operable workspaces, optionally bound to a compute cluster."""
+
+    workspace = forms.ChoiceField()
+    name = forms.CharField(max_length=63, help_text="Lower-case letters, digits and hyphens (a DNS label).")
+    cluster = forms.ChoiceField(required=False, label="Compute cluster")
+
+    def __init__(self, *args: Any, workspaces: Any = (), clusters: Any = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["workspace"].choices = [(str(w.pk), w.name) for w in workspaces]
+        self.fields["cluster"].choices = [("", "None (not bound)")] + [
+            (str(c.pk), f"{c.name} ({c.workspace.name})") for c in clusters
+        ]
+
+
+class NamespaceBindForm(forms.Form):
+    """Bind a namespace to a compute cluster of its workspace (empty: unbind)."""
+
+    cluster = forms.UUIDField(required=False, label="Compute cluster")

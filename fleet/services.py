@@ -41,7 +41,7 @@ from cleverthis.audit.services import (
 )
 from cleverthis.tenancy.models import Workspace
 from cleverthis.tenancy.permissions import can_operate
-from fleet import ca, enqueue, signals
+from fleet import ca, enqueue, metrics_history, signals
 from fleet.exceptions import IllegalTransition, JoinTokenRejected
 from fleet.models import (
     ClusterEvent,
@@ -402,6 +402,7 @@ def _node_delete(*, node: Node) -> None:
     node_id = node.pk
     Node.objects.filter(pk=node_id).delete()
     transaction.on_commit(lambda: groups.send_to_node(node_id, groups.revoke_message("node deleted")))
+    transaction.on_commit(lambda: metrics_history.forget(node_id))
 
 
 @operator_action("node.delete", target=on("node", "node"))
@@ -551,7 +552,22 @@ def node_record_heartbeats(*, beats: list[tuple[uuid.UUID | str, protocol.Heartb
         NodeEvent.objects.bulk_create(
             [NodeEvent(node_id=pk, kind="online", message="Heartbeat received; status → online") for pk in came_back]
         )
+    known = {str(node_id) for node_id, _, _ in rows}
+    metrics_history.record([_sample(node_id, beat) for node_id, beat in beats if str(node_id) in known])
     return {node_id for node_id, connected, _ in rows if not connected}
+
+
+def _sample(node_id: uuid.UUID | str, beat: protocol.Heartbeat) -> metrics_history.Sample:
+    """A heartbeat as a point of the node's utilization history (VRAM as a share of the GPUs' memory)."""
+    gpu = _gpu_fields(beat.gpus) if beat.gpus else None
+    vram = (100.0 * gpu["vram_used_mb"] / gpu["vram_total_mb"]) if gpu and gpu["vram_total_mb"] else None
+    return metrics_history.Sample(
+        node_id=node_id,
+        cpu=beat.cpu_percent,
+        memory=beat.memory_percent,
+        gpu=gpu["gpu_utilization_percent"] if gpu else None,
+        vram=vram,
+    )
 
 
 # A pass scheduled at a tunnel's close runs this long after its grace ends, so the nodes of a mass

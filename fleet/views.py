@@ -21,7 +21,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from cleverthis.tenancy.models import Role
 from cleverthis.tenancy.permissions import can_operate
 from cleverthis.tenancy.selectors import workspace_list
-from fleet import agent_views, selectors, services
+from fleet import agent_views, metrics_history, selectors, services
 from fleet.exceptions import IllegalTransition
 from fleet.filters import COMMAND_FILTERS, NODE_FILTERS
 from fleet.forms import COMMAND_FORMS, ClusterForm, ClusterSettingsForm, RenameForm, TargetForm, apply_service_errors
@@ -80,6 +80,10 @@ def _nodes_context(request: HttpRequest, cluster: ComputeCluster, **extra: Any) 
         nodes = NODE_FILTERS.apply(nodes, request.GET)
     except ValidationError as exc:
         filter_error = "; ".join(f"{k}: {', '.join(v)}" for k, v in exc.message_dict.items())
+    nodes = list(nodes)
+    sparks = metrics_history.history(n.pk for n in nodes)  # one Redis round trip, no query
+    for n in nodes:
+        n.spark = sparks.get(str(n.pk), {})
     return {
         "cluster": cluster,
         "nodes": nodes,
@@ -261,8 +265,17 @@ def node_detail(request: HttpRequest, pk: Any) -> HttpResponse:
         "rename_form": RenameForm(initial={"name": node.name}),
         "can_operate": can_operate(request.user, node.cluster.workspace),
         "commands": selectors.command_list(user=request.user, node=node)[:20],
+        **_node_charts(node),
     }
     return render(request, "fleet/node_detail.html", context)
+
+
+def _node_charts(node: Node) -> dict[str, Any]:
+    """The node's utilization over the last hour and the last day (from Redis, no query)."""
+    return {
+        "history_hour": metrics_history.history([node.pk], metrics_history.HOUR)[str(node.pk)],
+        "history_day": metrics_history.history([node.pk], metrics_history.DAY)[str(node.pk)],
+    }
 
 
 @login_required
@@ -286,6 +299,7 @@ def node_rename(request: HttpRequest, pk: Any) -> HttpResponse:
         "rename_form": form,
         "can_operate": can_operate(request.user, node.cluster.workspace),
         "commands": selectors.command_list(user=request.user, node=node)[:20],
+        **_node_charts(node),
     }
     return render(request, "fleet/node_detail.html", context, status=400)
 

@@ -5,29 +5,58 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.db.models import Count, Q
 
 from cleverthis.tenancy.models import Role
 from cleverthis.tenancy.selectors import workspace_ids
-from fleet.models import ComputeCluster
+from fleet.models import ComputeCluster, NodeStatus
 from raymgr.models import DEFAULT_RAY_VERSION, RayRuntime
+
+
+class _ComputeClusterSelect(forms.Select):
+    """A select whose compute clusters without an online node are disabled, saying why in their label."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.without_nodes: set[str] = set()
+
+    def create_option(self, name: str, value: Any, label: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        option = super().create_option(name, value, label, *args, **kwargs)
+        if str(value) in self.without_nodes:
+            option["attrs"]["disabled"] = True
+            option["label"] = f"{label} — no online nodes"
+        return option
 
 
 class RayClusterCreateForm(forms.Form):
     """Ray → Clusters → New: the compute cluster decides the workspace."""
 
     name = forms.CharField(max_length=63, help_text="Unique in the workspace; lower-case letters, digits, hyphens.")
-    compute_cluster = forms.ModelChoiceField(queryset=ComputeCluster.objects.none(), empty_label=None)
+    compute_cluster = forms.ModelChoiceField(
+        queryset=ComputeCluster.objects.none(),
+        empty_label="Choose a compute cluster",
+        label="Compute Cluster",
+        widget=_ComputeClusterSelect,
+        help_text="Clusters without an online node are disabled: the head node needs one to start.",
+    )
     ray_version = forms.CharField(
-        max_length=32, initial=DEFAULT_RAY_VERSION, help_text="Image rayproject/ray:<version> (-gpu on GPU nodes)."
+        label="Ray Version",
+        max_length=32,
+        initial=DEFAULT_RAY_VERSION,
+        help_text="Image rayproject/ray:<version> (-gpu on GPU nodes).",
     )
     runtime = forms.ChoiceField(
         choices=RayRuntime.choices,
         initial=RayRuntime.DOCKER,
         help_text="Kubernetes and ArgoCD compute clusters always run a KubeRay RayCluster.",
     )
-    min_workers = forms.IntegerField(min_value=0, max_value=1000, initial=0)
+    min_workers = forms.IntegerField(label="Min Workers", min_value=0, max_value=1000, initial=0)
     max_workers = forms.IntegerField(
-        min_value=0, max_value=1000, initial=10, help_text="At most the compute cluster's nodes minus one."
+        label="Max Workers",
+        min_value=0,
+        max_value=1000,
+        initial=10,
+        help_text="At most the compute cluster's nodes minus one.",
     )
     idle_timeout_s = forms.IntegerField(min_value=1, max_value=86400, initial=60, label="Idle timeout (s)")
     worker_cpus = forms.FloatField(
@@ -61,7 +90,26 @@ class RayClusterCreateForm(forms.Form):
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         operated = workspace_ids(user=user, roles=Role.operators())
-        self.fields["compute_cluster"].queryset = (
-            ComputeCluster.objects.filter(workspace_id__in=operated).select_related("workspace").order_by("name")
+        field = self.fields["compute_cluster"]
+        field.queryset = (
+            ComputeCluster.objects.filter(workspace_id__in=operated)
+            .select_related("workspace")
+            .annotate(online_nodes=Count("nodes", filter=Q(nodes__status=NodeStatus.ONLINE)))
+            .order_by("name")
         )
-        self.fields["compute_cluster"].label_from_instance = lambda c: f"{c.name} ({c.workspace.name})"
+        field.label_from_instance = lambda c: f"{c.name} ({c.workspace.name})"
+        if self.is_bound:
+            return
+        choices = list(field.queryset)
+        field.widget.without_nodes = {str(c.pk) for c in choices if not c.online_nodes}
+        busiest = max(choices, key=lambda c: c.online_nodes, default=None)
+        if busiest is not None and busiest.online_nodes:
+            field.initial = busiest.pk  # the most online nodes; never a cluster with none
+
+    def clean_compute_cluster(self) -> ComputeCluster:
+        cluster = self.cleaned_data["compute_cluster"]
+        if not cluster.online_nodes:
+            raise forms.ValidationError(
+                f"{cluster.name} has no online nodes: the Ray head needs one. Join a node under Settings → Compute."
+            )
+        return cluster

@@ -13,10 +13,13 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from cleverthis.tenancy.models import Role
 from cleverthis.tenancy.permissions import can_operate
+from cleverthis.tenancy.selectors import workspace_ids
 from fleet.exceptions import IllegalTransition
 from raymgr import selectors, services
 from raymgr.api.serializers import dashboard_path
@@ -37,11 +40,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def cluster_list(request: HttpRequest) -> HttpResponse:
-    """Ray → Clusters."""
+    """Ray → Clusters, with Start / Stop / Delete on each row for the workspace's Owners and Admins."""
     clusters = list(selectors.ray_cluster_list(user=request.user))
-    can_create = RayClusterCreateForm(user=request.user).fields["compute_cluster"].queryset.exists()
+    operable = set(workspace_ids(user=request.user, roles=Role.operators()).values_list("workspace_id", flat=True))
+    for c in clusters:
+        c.can_operate = c.workspace_id in operable
     template = "raymgr/_cluster_rows.html" if request.htmx else "raymgr/cluster_list.html"
-    return render(request, template, {"clusters": clusters, "can_create": can_create})
+    return render(request, template, {"clusters": clusters, "can_create": bool(operable)})
 
 
 @login_required
@@ -63,7 +68,8 @@ def cluster_create(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Ray cluster {cluster.name} created ({cluster.get_status_display()}).")
             return redirect("raymgr:cluster_detail", pk=cluster.pk)
-    return render(request, "raymgr/cluster_form.html", {"form": form})
+    status = 400 if request.method == "POST" else 200  # bad input: the form with its field messages
+    return render(request, "raymgr/cluster_form.html", {"form": form}, status=status)
 
 
 def _cluster_for(request: HttpRequest, pk: Any) -> RayCluster:
@@ -124,9 +130,16 @@ def _act(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
         cluster = fn(actor=request.user, cluster=cluster)
     except IllegalTransition as exc:
         messages.error(request, str(exc))
-        return HttpResponse(str(exc), status=409) if request.htmx else redirect("raymgr:cluster_detail", pk=pk)
+        if request.htmx:
+            return HttpResponse(str(exc), status=409)
+        return redirect(_back(request, reverse("raymgr:cluster_detail", args=[pk])))
     messages.success(request, f"Ray cluster {cluster.name}: {cluster.get_status_display()}.")
-    return redirect("raymgr:cluster_detail", pk=pk)
+    return redirect(_back(request, reverse("raymgr:cluster_detail", args=[pk])))
+
+
+def _back(request: HttpRequest, default: str) -> str:
+    """The posted `next` page when it is the Clusters list (the row actions), else `default`."""
+    return reverse("raymgr:cluster_list") if request.POST.get("next") == "list" else default
 
 
 @login_required
@@ -153,7 +166,7 @@ def cluster_delete(request: HttpRequest, pk: Any) -> HttpResponse:
         remaining = services.ray_cluster_delete(actor=request.user, cluster=cluster)
     except IllegalTransition as exc:
         messages.error(request, str(exc))
-        return redirect("raymgr:cluster_detail", pk=pk)
+        return redirect(_back(request, reverse("raymgr:cluster_detail", args=[pk])))
     if remaining is None:
         messages.success(request, f"Ray cluster {name} deleted.")
     else:

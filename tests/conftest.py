@@ -18,6 +18,7 @@ from rest_framework.test import APIClient
 
 from cleverthis.tenancy import services as tenancy_services
 from cleverthis.tenancy.models import Role, Workspace
+from fleet import metrics_history
 from fleet.proxy import stream_pipes
 
 User = get_user_model()
@@ -28,6 +29,7 @@ TEST_REDIS_PATTERNS = (
     f"{settings.CACHES['default']['KEY_PREFIX']}:*",  # cache: rate-limit counters, tickets
     f"{settings.CHANNEL_LAYERS['default']['CONFIG']['prefix']}*",  # channel layer: groups, channels
     f"{stream_pipes.KEY_PREFIX}*",  # proxy stream pipes
+    f"{metrics_history.KEY_PREFIX}*",  # nodes' utilization history
     "celery-task-meta-*",  # Celery results
     "_kombu.*",  # Celery queue bindings
     "unacked*",  # Celery messages taken but not acknowledged, and their index

@@ -13,14 +13,14 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 
-from cleverthis.tenancy.selectors import workspace_list
+from cleverthis.overview import fleet_overview
 from cleverthis.throttling import sign_in_throttled
 
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    """Landing page after sign-in: the user's workspaces and where to go next."""
-    return render(request, "tenancy/dashboard.html", {"workspaces": workspace_list(user=request.user)})
+    """Home: the fleet at a glance per workspace of the user (nodes, GPUs, running work, recent failures)."""
+    return render(request, "tenancy/dashboard.html", {"workspaces": fleet_overview(user=request.user)})
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+from typing import Any
 
 from django import template
 from django.utils import timezone
+
+from fleet import metrics_history
 
 register = template.Library()
 
@@ -35,3 +39,47 @@ def ago(moment: dt.datetime | None) -> str:
             count = seconds // size
             return f"{count} {unit}{'s' if unit == 'day' and count != 1 else ''} ago"
     return f"{seconds} s ago"
+
+
+@register.filter
+def spark_json(values: list[float | None] | None) -> str:
+    """One series as JSON for `data-sparkline` (autoescaped in the attribute)."""
+    return json.dumps(values or [])
+
+
+@register.filter
+def spark_text(values: list[float | None] | None, label: str = "") -> str:
+    """The text alternative of a series: its latest value and its range over the window."""
+    seen = [v for v in values or [] if v is not None]
+    if not seen:
+        return f"{label}: no data yet".strip(": ")
+    return f"{label}: now {seen[-1]:.0f}%, min {min(seen):.0f}%, max {max(seen):.0f}%".lstrip(": ")
+
+
+@register.inclusion_tag("fleet/_chart.html")
+def utilization_chart(series: dict[str, list[float | None]], resolution: str, has_gpu: bool = True) -> dict[str, Any]:
+    """A utilization chart (CPU, memory, and GPU/VRAM when the node has GPUs) with its text alternative."""
+    ring = next(r for r in metrics_history.RESOLUTIONS if r.name == resolution)
+    window = ring.label
+    names = [n for n in metrics_history.SERIES if has_gpu or n in ("cpu", "memory")]
+    labels = {n: metrics_history.SERIES_LABELS[n] for n in names}
+    shown = {n: series.get(n, []) for n in names}
+    rows = []
+    length = max((len(v) for v in shown.values()), default=0)
+    for i in range(length):
+        values = [shown[n][i] if i < len(shown[n]) else None for n in names]
+        if any(v is not None for v in values):
+            rows.append(((length - 1 - i) * ring.step_s // 60, values))
+    return {
+        "spec": json.dumps({"series": shown, "labels": labels, "window": window}),
+        "window": window,
+        "summary": "; ".join(spark_text(shown[n], labels[n]) for n in names),
+        "labels": [labels[n] for n in names],
+        "rows": rows,
+    }
+
+
+@register.filter
+def glance_total(glance: Any, attr: str) -> int:
+    """A workspace glance's total of one cluster counter (`cleverthis.overview.WorkspaceGlance.total`)."""
+    return glance.total(attr)

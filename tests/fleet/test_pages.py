@@ -25,7 +25,7 @@ def test_cluster_list_and_create(browser, workspace):
     page = browser.get("/compute/")
     assert page.status_code == 200
     assert b"No compute clusters yet." in page.content
-    assert b"Create cluster" in page.content
+    assert b"Create Cluster" in page.content
     response = browser.post(
         "/compute/", {"workspace": str(workspace.pk), "name": "edge", "mode": "kubernetes", "git_branch": "main"}
     )
@@ -54,7 +54,7 @@ def test_cluster_create_bad_input_is_400(browser, workspace, data, message):
 
 def test_cluster_create_form_hidden_and_refused_for_members(client, workspace, member_of):
     client.force_login(member_of(workspace, "member"))
-    assert b"Create cluster" not in client.get("/compute/").content
+    assert b"Create Cluster" not in client.get("/compute/").content
     assert (
         client.post("/compute/", {"workspace": str(workspace.pk), "name": "x", "mode": "standalone"}).status_code == 403
     )
