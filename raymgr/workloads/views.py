@@ -118,6 +118,11 @@ class WorkloadPages:
     )
 
     @property
+    def rows_template(self) -> str:
+        """The list page's live part: its table."""
+        return f"raymgr/workloads/_{self.name}_rows.html"
+
+    @property
     def body_template(self) -> str:
         """The detail page's live part (everything under the title bar), re-rendered for each poll."""
         return f"raymgr/workloads/_{self.name}_body.html"
@@ -127,9 +132,13 @@ def _list(kind: WorkloadPages) -> Callable[[HttpRequest], HttpResponse]:
     @login_required
     def view(request: HttpRequest) -> HttpResponse:
         rows = list(kind.select(user=request.user)[:200])
-        return render(request, kind.list_template, {kind.list_key: rows})
+        every = min((e for e in map(kind.live_every, rows) if e), default=None)  # the fastest a row needs
+        context = {kind.list_key: rows, "live_every": every}
+        if request.htmx:
+            return live.respond(request, kind.rows_template, context, element_id="workload-rows", every=every)
+        return render(request, kind.list_template, context)
 
-    view.__doc__ = f"Ray → {kind.name}: the list."
+    view.__doc__ = f"Ray → {kind.name}: the list (its rows update themselves while one is in progress)."
     return view
 
 

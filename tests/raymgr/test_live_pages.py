@@ -146,3 +146,16 @@ def test_tune_page_is_live_while_running(browser, owner, workspace, running):
     url = f"/ray/tune/{experiment.pk}/"
     assert 'hx-trigger="every 3s"' in browser.get(url).content.decode()
     assert last_command("ray.job.submit") is not None
+
+
+def test_workload_lists_poll_while_a_row_is_in_progress(browser, owner, workspace, running):
+    job = services.training_job_create(actor=owner, workspace=workspace, ray_cluster=running, name="t", script="1\n")
+    page = browser.get("/ray/training/").content.decode()
+    assert 'id="workload-rows" hx-get="/ray/training/" hx-trigger="every 3s"' in page
+    TrainingJob.objects.filter(pk=job.pk).update(status="failed")
+    poll = browser.get("/ray/training/", HTTP_HX_TRIGGER="workload-rows", **HX)
+    assert poll.status_code == 286
+    assert ">Failed</span>" in poll.content.decode()
+    assert "<html" not in poll.content.decode()
+    for url in ("/ray/tune/", "/ray/serving/"):  # nothing in progress there: settled from the start
+        assert 'id="workload-rows" data-live="settled"' in browser.get(url).content.decode()
