@@ -7,6 +7,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from raymgr import services as ray_services
 from raymgr.models import RayCluster
 from raymgr.workloads import services
 from raymgr.workloads.models import ServeDeployment, TrainingJob
@@ -159,3 +160,19 @@ def test_workload_lists_poll_while_a_row_is_in_progress(browser, owner, workspac
     assert "<html" not in poll.content.decode()
     for url in ("/ray/tune/", "/ray/serving/"):  # nothing in progress there: settled from the start
         assert 'id="workload-rows" data-live="settled"' in browser.get(url).content.decode()
+
+
+def test_status_polls_are_the_systems_and_an_operators_start_is_theirs(browser, owner, compute, add_node, make_ray):
+    add_node(compute, "cpu-1")
+    cluster = make_ray()
+    head_start = last_command("ray.head.start", cluster_id=str(cluster.pk))
+    assert (head_start.system, head_start.created_by) == (False, owner)  # part of the operator's create
+    start_head(cluster)
+    ray_services.autoscale_pass()  # the beat's pass asks the head for its status
+    poll = last_command("ray.status", cluster_id=str(cluster.pk))
+    assert (poll.system, poll.created_by) == (True, None)
+    page = browser.get(f"/compute/clusters/{compute.pk}/commands/").content.decode()
+    assert f'id="command-{head_start.pk}"' in page
+    assert f'id="command-{poll.pk}"' not in page  # hidden until "Show system commands"
+    shown = browser.get(f"/compute/clusters/{compute.pk}/commands/?show_system=1").content.decode()
+    assert f'id="command-{poll.pk}"' in shown
