@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from fleet.models import CommandStatus, CommandType, NodeStatus
 
@@ -38,11 +38,24 @@ def text(max_length: int = 100) -> Callable[[str], str]:
     return parse
 
 
+def boolean(value: str) -> bool:
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValidationError("Must be true or false.")
+
+
+def sent_by(value: str) -> Q:
+    """`by=<username>`: that user's commands; `by=system`: the control plane's own."""
+    return Q(system=True) if value == "system" else Q(system=False, created_by__username=value)
+
+
 @dataclass(frozen=True)
 class Filter:
-    """A query parameter: how to parse it and which ORM lookup it filters on."""
+    """A query parameter: how to parse it and which ORM lookup it filters on (or a `Q` built from it)."""
 
-    lookup: str
+    lookup: str | Callable[[Any], Q]
     parse: Callable[[str], Any]
 
 
@@ -55,17 +68,23 @@ class FilterSet:
     def apply(self, queryset: QuerySet, params: Mapping[str, str]) -> QuerySet:
         errors: dict[str, str] = {}
         lookups: dict[str, Any] = {}
+        conditions = Q()
         for name, flt in self.filters.items():
             raw = params.get(name)
             if raw in (None, ""):
                 continue
             try:
-                lookups[flt.lookup] = flt.parse(raw)
+                value = flt.parse(raw)
             except ValidationError as exc:
                 errors[name] = exc.messages[0]
+                continue
+            if callable(flt.lookup):
+                conditions &= flt.lookup(value)
+            else:
+                lookups[flt.lookup] = value
         if errors:
             raise ValidationError(errors)
-        return queryset.filter(**lookups)
+        return queryset.filter(conditions, **lookups)
 
 
 NODE_FILTERS = FilterSet(
@@ -79,6 +98,8 @@ COMMAND_FILTERS = FilterSet(
     batch=Filter("batch_id", as_uuid),
     status=Filter("status", choice(CommandStatus.values)),
     command_type=Filter("command_type", choice(CommandType.values)),
+    system=Filter("system", boolean),
+    by=Filter(sent_by, text(150)),
 )
 CLUSTER_FILTERS = FilterSet(workspace=Filter("workspace_id", as_uuid), q=Filter("name__icontains", text()))
 NAMESPACE_FILTERS = FilterSet(workspace=Filter("workspace_id", as_uuid), cluster=Filter("cluster_id", as_uuid))

@@ -196,9 +196,13 @@ COMMAND_FORMS: dict[str, type[CommandForm]] = {
 
 
 class TargetForm(forms.Form):
-    """Which command and where: every online node, or one node of the cluster."""
+    """Which command and where: every online node, or one node of the cluster.
 
-    command_type = forms.ChoiceField(choices=CommandType.choices)
+    Only the commands an operator sends by hand are offered (those with a form); the `ray.*` commands
+    are the Ray manager's own and never offered here.
+    """
+
+    command_type = forms.ChoiceField(choices=[(t, CommandType(t).label) for t in COMMAND_FORMS])
     target = forms.ChoiceField()
 
     def __init__(self, *args: Any, nodes: list[Node] = (), **kwargs: Any) -> None:  # type: ignore[assignment]

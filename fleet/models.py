@@ -255,6 +255,9 @@ class Command(models.Model):
     idempotency_key = models.CharField(max_length=64, unique=True)
     status = models.CharField(max_length=16, choices=CommandStatus.choices, default=CommandStatus.QUEUED)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # Sent by the control plane itself (status polls, the Ray autoscaler, drains, follow-ups), not as
+    # part of an operator action: shown as "system" and hidden from the Commands page by default.
+    system = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
     acked_at = models.DateTimeField(null=True, blank=True)
@@ -271,10 +274,25 @@ class Command(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["node", "status", "created_at"], name="command_node_status_created")]
+        indexes = [
+            models.Index(fields=["node", "status", "created_at"], name="command_node_status_created"),
+            models.Index(fields=["cluster", "system", "-created_at"], name="command_cluster_system_created"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.command_type} on {self.node_id} ({self.status})"
+
+    @property
+    def by(self) -> str:
+        """Who sent it, as pages show it: "system" for the control plane's own commands."""
+        if self.system:
+            return "system"
+        return self.created_by.get_username() if self.created_by else "—"
+
+    @property
+    def finished(self) -> bool:
+        """Succeeded or failed: nothing about it changes any more."""
+        return self.status in CommandStatus.terminal()
 
     def submitted_payload(self) -> dict[str, Any]:
         """The payload as it was submitted: secrets merged back in, `secret_fields` marks kept."""

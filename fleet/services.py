@@ -781,7 +781,9 @@ def command_queue(
 
     No audit entry of its own: automatic work (drains, the Ray autoscaler and follow-ups) calls it, and
     so do services that send commands as part of a larger operator action (the commands then point at
-    that action's entry). Owner/Admin only. One Command row per target node (shared `batch_id`, own idempotency key); on
+    that action's entry). Commands queued outside any operator action are the control plane's own:
+    marked `system`, credited to no user (`actor` is only whose rights they run with).
+    Owner/Admin only. One Command row per target node (shared `batch_id`, own idempotency key); on
     commit one Celery task is enqueued: `dispatch_command` for a single target, `dispatch_batch` for
     several. A single offline node still gets its command: it stays
     queued and is delivered when the node reconnects. Cordoned and draining nodes refuse new work.
@@ -805,6 +807,7 @@ def command_queue(
                 raise IllegalTransition("No online nodes in this cluster.")
         batch_id = uuid.uuid4()
         audit_entry = entry_for_commands()
+        system = audit_entry is None  # not part of an operator action: the control plane's own work
         commands = [
             Command(
                 node=target,
@@ -814,7 +817,8 @@ def command_queue(
                 payload=public,
                 secrets=json.dumps(secret) if secret else "",
                 idempotency_key=uuid.uuid4().hex,
-                created_by=actor,
+                created_by=None if system else actor,
+                system=system,
                 audit_entry_id=audit_entry,
             )
             for target in targets
@@ -825,7 +829,7 @@ def command_queue(
                 NodeEvent(
                     node_id=c.node_id,
                     kind="command.queued",
-                    message=f"{command_type} queued by {actor.get_username()}",
+                    message=f"{command_type} queued by {'system' if system else actor.get_username()}",
                     command=c,
                 )
                 for c in commands

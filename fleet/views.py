@@ -11,6 +11,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -21,11 +22,11 @@ from django.views.decorators.http import require_http_methods, require_POST
 from cleverthis.tenancy.models import Role
 from cleverthis.tenancy.permissions import can_operate
 from cleverthis.tenancy.selectors import workspace_list
-from fleet import agent_views, metrics_history, selectors, services
+from fleet import agent_views, live, metrics_history, selectors, services
 from fleet.exceptions import IllegalTransition
 from fleet.filters import COMMAND_FILTERS, NODE_FILTERS
 from fleet.forms import COMMAND_FORMS, ClusterForm, ClusterSettingsForm, RenameForm, TargetForm, apply_service_errors
-from fleet.models import CommandType, ComputeCluster, Node
+from fleet.models import CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
 
 NODE_ACTIONS = {
     "cordon": services.node_cordon,
@@ -87,6 +88,11 @@ def _nodes_context(request: HttpRequest, cluster: ComputeCluster, **extra: Any) 
     return {
         "cluster": cluster,
         "nodes": nodes,
+        # 3 s while a node drains, else every 30 s (heartbeats; a node may go offline at any time)
+        "live_every": live.poll_every(changing=any(n.status == NodeStatus.DRAINING for n in nodes), watched=True),
+        "nodes_url": (
+            request.get_full_path() if request.method == "GET" else reverse("fleet:cluster_nodes", args=[cluster.pk])
+        ),
         "filter_error": filter_error,
         "can_operate": can_operate(request.user, cluster.workspace),
         "tab": "nodes",
@@ -150,28 +156,72 @@ def _next_or(request: HttpRequest, default: str) -> str:
     return target if safe else default
 
 
-def _command_forms(request: HttpRequest, cluster: ComputeCluster, data: Any = None) -> tuple[TargetForm, Any, str]:
+COMMANDS_PER_PAGE = 25
+
+
+def _remembered_key(cluster: ComputeCluster) -> str:
+    return f"commands:last-sent:{cluster.pk}"
+
+
+def _command_forms(
+    request: HttpRequest, cluster: ComputeCluster, data: Any = None, *, chosen: str = ""
+) -> tuple[TargetForm, Any, str]:
+    """The send form: bound to `data`, else preset to the `chosen` type, else to the command type and
+    target this user sent last on this cluster (the page's `?send=<type>` presets the type; its
+    `?command_type=` filters the list)."""
     nodes = list(selectors.node_list(user=request.user, cluster=cluster))
-    source = data if data is not None else request.GET
-    command_type = source.get("command_type") or CommandType.CONTAINER_CREATE
+    last = request.session.get(_remembered_key(cluster), {}) if data is None else {}
+    chosen = data.get("command_type", "") if data is not None else chosen
+    command_type = chosen or last.get("command_type") or CommandType.CONTAINER_CREATE
     if command_type not in COMMAND_FORMS:
         command_type = CommandType.CONTAINER_CREATE
-    target = TargetForm(data, nodes=nodes, initial={"command_type": command_type})
+    initial = {"command_type": command_type}
+    if last.get("target") in {"all", *(str(n.pk) for n in nodes)}:
+        initial["target"] = last["target"]
+    target = TargetForm(data, nodes=nodes, initial=initial)
     payload_form = COMMAND_FORMS[command_type](data, prefix="p")
     return target, payload_form, command_type
 
 
-def _commands_context(request: HttpRequest, cluster: ComputeCluster, **extra: Any) -> dict[str, Any]:
+def _command_rows(request: HttpRequest, cluster: ComputeCluster) -> dict[str, Any]:
+    """Recent commands, filtered (node, type, status, by) and paged; the control plane's own hidden
+    unless `show_system=1` (or `by=system`). Polls while a command on the page is unfinished."""
+    params = request.GET
     commands = selectors.command_list(user=request.user, cluster=cluster)
+    filter_error = ""
     try:
-        commands = COMMAND_FILTERS.apply(commands, request.GET)
-    except ValidationError:
-        pass
+        commands = COMMAND_FILTERS.apply(commands, params)
+    except ValidationError as exc:
+        filter_error = "; ".join(f"{k}: {', '.join(v)}" for k, v in exc.message_dict.items())
+        commands = commands.none()
+    show_system = params.get("show_system") == "1" or params.get("by") == "system"
+    if not show_system:
+        commands = commands.filter(system=False)
+    page = Paginator(commands, COMMANDS_PER_PAGE).get_page(params.get("page"))
+    rows = list(page.object_list)
+    query = params.copy()
+    query.pop("page", None)
+    return {
+        "commands": rows,
+        "page": page,
+        "page_query": query.urlencode(),
+        "filters": params,
+        "show_system": show_system,
+        "filter_error": filter_error,
+        "commands_url": request.get_full_path(),
+        "live_every": live.poll_every(changing=any(not c.finished for c in rows)),
+    }
+
+
+def _commands_context(request: HttpRequest, cluster: ComputeCluster, **extra: Any) -> dict[str, Any]:
     context = {
         "cluster": cluster,
-        "commands": commands[:50],
         "can_operate": can_operate(request.user, cluster.workspace),
         "tab": "commands",
+        "senders": sorted(m.user.get_username() for m in cluster.workspace.memberships.select_related("user")),
+        "command_types": CommandType.values,
+        "command_statuses": CommandStatus.choices,
+        **_command_rows(request, cluster),
     }
     if "target_form" not in extra:
         target, payload_form, command_type = _command_forms(request, cluster)
@@ -183,11 +233,23 @@ def _commands_context(request: HttpRequest, cluster: ComputeCluster, **extra: An
 @login_required
 @require_http_methods(["GET", "POST"])
 def cluster_commands(request: HttpRequest, pk: Any) -> HttpResponse:
-    """Commands tab: send a command (Owner/Admin) and see the cluster's recent commands."""
+    """Commands tab: send a command (Owner/Admin) and see the cluster's recent commands.
+
+    htmx gets only the Recent commands table, which polls itself while a command on it is unfinished.
+    """
     cluster = _cluster(request, pk)
     if request.method == "GET":
-        template = "fleet/_commands.html" if request.htmx else "fleet/cluster_commands.html"
-        return render(request, template, _commands_context(request, cluster))
+        if request.htmx:
+            rows = {"cluster": cluster, **_command_rows(request, cluster)}
+            status = 400 if rows["filter_error"] else 200
+            return live.respond(
+                request, "fleet/_commands.html", rows, element_id="commands", every=rows["live_every"], status=status
+            )
+        target, payload_form, command_type = _command_forms(request, cluster, chosen=request.GET.get("send", ""))
+        context = _commands_context(
+            request, cluster, target_form=target, payload_form=payload_form, command_type=command_type
+        )
+        return render(request, "fleet/cluster_commands.html", context, status=400 if context["filter_error"] else 200)
     if not can_operate(request.user, cluster.workspace):
         raise PermissionDenied("Only workspace Owners and Admins can send commands.")
     target, payload_form, command_type = _command_forms(request, cluster, request.POST)
@@ -207,6 +269,10 @@ def cluster_commands(request: HttpRequest, pk: Any) -> HttpResponse:
         except IllegalTransition as exc:
             status, error = 409, str(exc)
         else:
+            request.session[_remembered_key(cluster)] = {
+                "command_type": command_type,
+                "target": target.cleaned_data["target"],
+            }
             messages.success(request, f"{command_type} queued for {len(sent)} node(s).")
             if request.htmx:
                 response = HttpResponse(status=204)
@@ -223,7 +289,7 @@ def cluster_commands(request: HttpRequest, pk: Any) -> HttpResponse:
 def command_form(request: HttpRequest, pk: Any) -> HttpResponse:
     """htmx: the payload fields for the chosen command type."""
     cluster = _cluster(request, pk)
-    _, payload_form, command_type = _command_forms(request, cluster)
+    _, payload_form, command_type = _command_forms(request, cluster, chosen=request.GET.get("command_type", ""))
     return render(request, "fleet/_command_form.html", {"payload_form": payload_form, "command_type": command_type})
 
 
@@ -251,22 +317,43 @@ def cluster_resume_automation(request: HttpRequest, pk: Any) -> HttpResponse:
     return redirect("fleet:cluster_nodes", pk=cluster.pk)
 
 
-@login_required
-def node_detail(request: HttpRequest, pk: Any) -> HttpResponse:
-    """A node: facts, utilization, rename form and its event log (htmx: just the log)."""
-    node = _node(request, pk)
-    events = selectors.node_event_list(node=node)[:100]
-    if request.htmx:
-        return render(request, "fleet/_events.html", {"node": node, "events": events})
-    context = {
+def _node_live(node: Node) -> dict[str, Any]:
+    """The node page's live parts (facts, event log): every 3 s while it drains or a command of it is
+    unfinished, else every 30 s (its heartbeats keep changing the figures)."""
+    changing = node.status == NodeStatus.DRAINING or node.commands.exclude(status__in=CommandStatus.terminal()).exists()
+    base = reverse("fleet:node_detail", args=[node.pk])
+    return {
+        "live_every": live.poll_every(changing=changing, watched=True),
+        "facts_url": f"{base}?part=facts",
+        "events_url": base,
+    }
+
+
+def _node_context(request: HttpRequest, node: Node, rename_form: RenameForm) -> dict[str, Any]:
+    return {
         "node": node,
         "cluster": node.cluster,
-        "events": events,
-        "rename_form": RenameForm(initial={"name": node.name}),
+        "events": selectors.node_event_list(node=node)[:100],
+        "rename_form": rename_form,
         "can_operate": can_operate(request.user, node.cluster.workspace),
         "commands": selectors.command_list(user=request.user, node=node)[:20],
         **_node_charts(node),
+        **_node_live(node),
     }
+
+
+@login_required
+def node_detail(request: HttpRequest, pk: Any) -> HttpResponse:
+    """A node: live facts and status, rename form, and its live event log (htmx: the log, or with
+    `?part=facts` the header and facts)."""
+    node = _node(request, pk)
+    if request.htmx:
+        context = {"node": node, **_node_live(node)}
+        if request.GET.get("part") == "facts":
+            return render(request, "fleet/_node_facts.html", context)
+        context["events"] = selectors.node_event_list(node=node)[:100]
+        return render(request, "fleet/_events.html", context)
+    context = _node_context(request, node, RenameForm(initial={"name": node.name}))
     return render(request, "fleet/node_detail.html", context)
 
 
@@ -292,16 +379,7 @@ def node_rename(request: HttpRequest, pk: Any) -> HttpResponse:
         else:
             messages.success(request, "Node renamed.")
             return redirect("fleet:node_detail", pk=node.pk)
-    context = {
-        "node": node,
-        "cluster": node.cluster,
-        "events": selectors.node_event_list(node=node)[:100],
-        "rename_form": form,
-        "can_operate": can_operate(request.user, node.cluster.workspace),
-        "commands": selectors.command_list(user=request.user, node=node)[:20],
-        **_node_charts(node),
-    }
-    return render(request, "fleet/node_detail.html", context, status=400)
+    return render(request, "fleet/node_detail.html", _node_context(request, node, form), status=400)
 
 
 @login_required

@@ -1,7 +1,8 @@
 """Ray pages: dashboard, Clusters list, create form, detail with htmx tabs, start/stop/delete actions.
 
 A view renders the full page, or for htmx requests only its partial. The summary partial polls while
-the cluster is pending or deleting and stops (HTTP 286) once it is not.
+the cluster is pending or deleting and stops (HTTP 286) once it is not; so does the header (status
+badge, banner, Open Ray Dashboard, buttons), which keeps watching a running cluster every 30 s.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from django.views.decorators.http import require_POST
 from cleverthis.tenancy.models import Role
 from cleverthis.tenancy.permissions import can_operate
 from cleverthis.tenancy.selectors import workspace_ids
+from fleet import live
 from fleet.exceptions import IllegalTransition
 from raymgr import selectors, services
 from raymgr.api.serializers import dashboard_path
@@ -40,13 +42,18 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def cluster_list(request: HttpRequest) -> HttpResponse:
-    """Ray → Clusters, with Start / Stop / Delete on each row for the workspace's Owners and Admins."""
+    """Ray → Clusters, with Start / Stop / Delete on each row for the workspace's Owners and Admins (the
+    rows update themselves while a cluster is pending or deleting)."""
     clusters = list(selectors.ray_cluster_list(user=request.user))
     operable = set(workspace_ids(user=request.user, roles=Role.operators()).values_list("workspace_id", flat=True))
     for c in clusters:
         c.can_operate = c.workspace_id in operable
-    template = "raymgr/_cluster_rows.html" if request.htmx else "raymgr/cluster_list.html"
-    return render(request, template, {"clusters": clusters, "can_create": bool(operable)})
+    every = live.poll_every(changing=any(c.status in IN_PROGRESS for c in clusters))
+    context = {"clusters": clusters, "rows_every": every}
+    if request.htmx:  # the rows poll themselves while a cluster is pending or deleting
+        return live.respond(request, "raymgr/_cluster_rows.html", context, element_id="ray-cluster-rows", every=every)
+    context["can_create"] = bool(operable)
+    return render(request, "raymgr/cluster_list.html", context)
 
 
 @login_required
@@ -66,7 +73,8 @@ def cluster_create(request: HttpRequest) -> HttpResponse:
             for field, errors in exc.message_dict.items():
                 form.add_error(field if field in form.fields else None, errors)
         else:
-            messages.success(request, f"Ray cluster {cluster.name} created ({cluster.get_status_display()}).")
+            # no status in the banner: the page's live header shows it as it changes
+            messages.success(request, f"Ray cluster {cluster.name} created.")
             return redirect("raymgr:cluster_detail", pk=cluster.pk)
     status = 400 if request.method == "POST" else 200  # bad input: the form with its field messages
     return render(request, "raymgr/cluster_form.html", {"form": form}, status=status)
@@ -86,7 +94,7 @@ def _tab_context(cluster: RayCluster, tab: str) -> dict[str, Any]:
             if cluster.started_at and cluster.status == RayClusterStatus.RUNNING
             else None
         )
-        context["polling"] = cluster.status in IN_PROGRESS
+        context["live_every"] = live.poll_every(changing=cluster.status in IN_PROGRESS)
         if cluster.is_kuberay:  # KubeRay's pods, as the head last reported them
             nodes = status.get("nodes") if isinstance(status.get("nodes"), list) else []
             context["workers"] = sum(1 for n in nodes if isinstance(n, dict) and not n.get("is_head"))
@@ -106,20 +114,43 @@ def _tab_context(cluster: RayCluster, tab: str) -> dict[str, Any]:
     return context
 
 
+def _head_context(request: HttpRequest, cluster: RayCluster) -> dict[str, Any]:
+    """The live header: name, status badge and banner, Open Ray Dashboard and the action buttons."""
+    return {
+        "cluster": cluster,
+        "dashboard_url": dashboard_path(cluster),
+        "can_operate": can_operate(request.user, cluster.workspace),
+        "head_url": reverse("raymgr:cluster_detail", args=[cluster.pk]) + "?part=head",
+        # pending/deleting change by the second; a running cluster may still fail, so it is watched
+        "head_every": live.poll_every(
+            changing=cluster.status in IN_PROGRESS, watched=cluster.status == RayClusterStatus.RUNNING
+        ),
+    }
+
+
 @login_required
 def cluster_detail(request: HttpRequest, pk: Any) -> HttpResponse:
-    """A Ray cluster: Summary, Nodes, Jobs, Logs, Events tabs (?tab=); htmx gets only the tab partial."""
+    """A Ray cluster: live header, then Summary, Nodes, Jobs, Logs, Events tabs (?tab=).
+
+    htmx gets only the tab partial, or with `?part=head` only the header (which polls itself).
+    """
     cluster = _cluster_for(request, pk)
+    if request.htmx and request.GET.get("part") == "head":
+        context = _head_context(request, cluster)
+        return live.respond(
+            request, "raymgr/_cluster_head.html", context, element_id="ray-cluster-head", every=context["head_every"]
+        )
     tab = request.GET.get("tab", "summary")
     if tab not in TABS:
         raise Http404("No such tab.")
     context = _tab_context(cluster, tab)
     if request.htmx:
-        response = render(request, f"raymgr/_tab_{tab}.html", context)
-        if tab == "summary" and not context["polling"] and request.headers.get("HX-Trigger") == "ray-summary":
-            response.status_code = 286  # htmx: stop polling
-        return response
-    context.update(tabs=TABS, can_operate=can_operate(request.user, cluster.workspace))
+        if tab == "summary":
+            every = context["live_every"]
+            return live.respond(request, "raymgr/_tab_summary.html", context, element_id="ray-summary", every=every)
+        return render(request, f"raymgr/_tab_{tab}.html", context)
+    head = _head_context(request, cluster)
+    context.update(head, tabs=TABS)
     return render(request, "raymgr/cluster_detail.html", context)
 
 

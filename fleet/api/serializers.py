@@ -169,6 +169,7 @@ class CommandSerializer(serializers.ModelSerializer):
             "status",
             "attempts",
             "created_by",
+            "system",
             "created_at",
             "dispatched_at",
             "acked_at",

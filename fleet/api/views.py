@@ -182,7 +182,8 @@ class NodeViewSet(
 
 
 class CommandViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
-    """Commands of the caller's workspaces (filters: cluster, node, batch, status, command_type)."""
+    """Commands of the caller's workspaces (filters: cluster, node, batch, status, command_type, system,
+    by: a username or `system`)."""
 
     serializer_class = s.CommandSerializer
     queryset = Command.objects.all()

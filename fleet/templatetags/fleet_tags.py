@@ -1,4 +1,4 @@
-"""Small display filters for fleet pages."""
+"""Small display filters for fleet pages, and the attributes of live (polling) fragments."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from fleet import metrics_history
 
@@ -83,3 +85,24 @@ def utilization_chart(series: dict[str, list[float | None]], resolution: str, ha
 def glance_total(glance: Any, attr: str) -> int:
     """A workspace glance's total of one cluster counter (`cleverthis.overview.WorkspaceGlance.total`)."""
     return glance.total(attr)
+
+
+@register.simple_tag
+def live(url: str, every: int | None, swap: str = "outerHTML") -> str:
+    """The attributes of a live fragment: poll `url` every `every` seconds, or mark it settled."""
+    if not every:
+        return mark_safe('data-live="settled"')
+    return format_html('hx-get="{}" hx-trigger="every {}s" hx-swap="{}" data-live="{}"', url, every, swap, every)
+
+
+@register.filter
+def last_line(text: str | None) -> str:
+    """The last non-empty line of a (multi-line) message, e.g. a traceback's exception."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+@register.filter
+def multiline(text: str | None) -> bool:
+    """Whether a message has more than one non-empty line."""
+    return len([line for line in (text or "").splitlines() if line.strip()]) > 1

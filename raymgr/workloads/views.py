@@ -21,10 +21,14 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from cleverthis.tenancy.permissions import can_operate
+from fleet import live
 from fleet.exceptions import IllegalTransition
 from raymgr.models import RayNodeStatus
 from raymgr.workloads import forms as wforms
 from raymgr.workloads import health, selectors, services
+from raymgr.workloads.models import JobStatus, ServeStatus
+
+SERVE_CHANGING = (ServeStatus.PENDING, ServeStatus.DEPLOYING, ServeStatus.STOPPING)
 
 
 def cards_context(user: Any) -> dict[str, Any]:
@@ -61,7 +65,7 @@ def _create(
             for field, errors in exc.message_dict.items():
                 form.add_error(field if field in form.fields else None, errors)
         else:
-            messages.success(request, f"{row.name} created ({row.get_status_display()}).")
+            messages.success(request, f"{row.name} created.")  # its page shows the status, live
             return redirect(detail, pk=row.pk)
     return render(request, "raymgr/workloads/form.html", {"form": form, "title": title})
 
@@ -108,15 +112,33 @@ class WorkloadPages:
     detail_template: str
     detail_key: str  # the template's name for the row
     detail_extra: Callable[[Any], dict[str, Any]] = field(default=lambda row: {"hints": _hints(row)})
+    # how often the detail page polls for this row's state (None: settled)
+    live_every: Callable[[Any], int | None] = field(
+        default=lambda row: live.poll_every(changing=row.status in JobStatus.active())
+    )
+
+    @property
+    def rows_template(self) -> str:
+        """The list page's live part: its table."""
+        return f"raymgr/workloads/_{self.name}_rows.html"
+
+    @property
+    def body_template(self) -> str:
+        """The detail page's live part (everything under the title bar), re-rendered for each poll."""
+        return f"raymgr/workloads/_{self.name}_body.html"
 
 
 def _list(kind: WorkloadPages) -> Callable[[HttpRequest], HttpResponse]:
     @login_required
     def view(request: HttpRequest) -> HttpResponse:
         rows = list(kind.select(user=request.user)[:200])
-        return render(request, kind.list_template, {kind.list_key: rows})
+        every = min((e for e in map(kind.live_every, rows) if e), default=None)  # the fastest a row needs
+        context = {kind.list_key: rows, "live_every": every}
+        if request.htmx:
+            return live.respond(request, kind.rows_template, context, element_id="workload-rows", every=every)
+        return render(request, kind.list_template, context)
 
-    view.__doc__ = f"Ray → {kind.name}: the list."
+    view.__doc__ = f"Ray → {kind.name}: the list (its rows update themselves while one is in progress)."
     return view
 
 
@@ -134,9 +156,13 @@ def _detail(kind: WorkloadPages) -> Callable[..., HttpResponse]:
     def view(request: HttpRequest, pk: Any) -> HttpResponse:
         row = get_object_or_404(kind.select(user=request.user), pk=pk)
         context = {kind.detail_key: row, "can_operate": can_operate(request.user, row.workspace)}
-        return render(request, kind.detail_template, context | kind.detail_extra(row))
+        context |= kind.detail_extra(row)
+        every = kind.live_every(row)
+        if request.htmx:
+            return live.respond(request, kind.body_template, context, element_id="workload-live", every=every)
+        return render(request, kind.detail_template, context | {"live_every": every})
 
-    view.__doc__ = f"One {kind.name} row: status, logs, troubleshooting."
+    view.__doc__ = f"One {kind.name} row: status, logs, troubleshooting (updates itself until it settles)."
     return view
 
 
@@ -204,6 +230,9 @@ SERVE = WorkloadPages(
     detail_template="raymgr/workloads/serve_detail.html",
     detail_key="deployment",
     detail_extra=lambda deployment: {"deployments": (deployment.last_status or {}).get("deployments") or {}},
+    live_every=lambda deployment: live.poll_every(
+        changing=deployment.status in SERVE_CHANGING, watched=deployment.status in ServeStatus.live()
+    ),
 )
 
 

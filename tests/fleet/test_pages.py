@@ -278,7 +278,7 @@ def test_command_form_partial_per_type(browser, cluster):
     assert 'name="p-endpoint_id"' in body
     assert 'name="p-model_id"' in body
     assert 'name="p-image"' not in body
-    page = browser.get(f"/compute/clusters/{cluster.pk}/commands/?command_type=container.stop").content.decode()
+    page = browser.get(f"/compute/clusters/{cluster.pk}/commands/?send=container.stop").content.decode()
     assert 'name="p-container"' in page
 
 
