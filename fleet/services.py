@@ -430,22 +430,55 @@ def node_record_inventory(*, node: Node, inventory: protocol.Inventory) -> Node:
 
 
 @transaction.atomic
-def node_connected(*, node: Node, facts: protocol.HostFacts, inventory: protocol.Inventory, inbox: str = "") -> None:
+def node_connected(
+    *,
+    node: Node,
+    facts: protocol.HostFacts,
+    inventory: protocol.Inventory,
+    inbox: str = "",
+    protocol_version: int = protocol.PROTOCOL_VERSION,
+) -> None:
     """The node's agent authenticated on a tunnel: connected, offline → online, facts and inventory stored.
 
-    `inbox` is the channel-layer inbox of the process holding the tunnel (`fleet.tunnel.local_tunnels`).
-    Call it before `command_pending_for_node` so no command queued meanwhile is missed.
+    `inbox` is the channel-layer inbox of the process holding the tunnel (`fleet.tunnel.local_tunnels`);
+    `protocol_version` the tunnel's. An agent one protocol version behind gets an event asking for its
+    update. Call it before `command_pending_for_node` so no command queued meanwhile is missed.
     """
     now = timezone.now()
     fields = _fact_fields(_facts(facts))
-    Node.objects.filter(pk=node.pk).update(connected=True, tunnel_inbox=inbox, last_heartbeat_at=now, **fields)
+    Node.objects.filter(pk=node.pk).update(
+        connected=True, tunnel_inbox=inbox, last_heartbeat_at=now, protocol_version=protocol_version, **fields
+    )
     became_online = Node.objects.filter(pk=node.pk, status=NodeStatus.OFFLINE).update(
         status=NodeStatus.ONLINE, status_changed_at=now
     )
     node.refresh_from_db()
     node_record_inventory(node=node, inventory=inventory)
     message = "Agent connected" + ("; status → online" if became_online else f" (status stays {node.status})")
-    _event(node.pk, "connected", message, data={"agent_version": facts.agent_version})
+    _event(node.pk, "connected", message, data={"agent_version": facts.agent_version, "protocol": protocol_version})
+    if protocol_version < protocol.PROTOCOL_VERSION:
+        _event(
+            node.pk,
+            "agent.outdated",
+            f"The agent speaks protocol {protocol_version}, one version behind this control plane "
+            f"({protocol.PROTOCOL_VERSION}): it keeps working for now, but update it soon by re-running the "
+            "install script on the node (it updates in place, without registering again).",
+            data={"protocol": protocol_version, "agent_version": facts.agent_version},
+        )
+
+
+def node_agent_refused(*, node_id: uuid.UUID, protocol_version: int, accepted: tuple[int, int]) -> str:
+    """An authenticated agent speaks a protocol older than this control plane accepts: its tunnel is
+    refused (close code 4426). Records an event on the node saying what to do; returns that message."""
+    message = (
+        f"Agent refused: it speaks protocol {protocol_version}, "
+        f"this control plane accepts {accepted[0]}-{accepted[1]}. "
+        "Update the agent by re-running the install script on the node (it updates in place, without "
+        "registering again)."
+    )
+    if Node.objects.filter(pk=node_id).exists():
+        _event(node_id, "agent.too_old", message, data={"protocol": protocol_version, "accepted": list(accepted)})
+    return message
 
 
 @transaction.atomic

@@ -8,9 +8,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from importlib.resources import files
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from agent.update.version import VERSION_FILE, version_of
 
 URL_PLACEHOLDER = "__CONTROL_PLANE_URL__"
 UNIT_PLACEHOLDER = "__CLEVERTHIS_AGENT_UNIT__"
@@ -53,12 +56,25 @@ def render_install_script(control_plane_url: str) -> str:
     return script.replace(URL_PLACEHOLDER, url).replace(UNIT_PLACEHOLDER, unit)
 
 
+def project_release(project_dir: Path) -> str:
+    """The release number in project_dir's pyproject.toml (`[project] version`)."""
+    with (project_dir / "pyproject.toml").open("rb") as handle:
+        return str(tomllib.load(handle)["project"]["version"])
+
+
+def package_version(project_dir: Path) -> str:
+    """The version of the package `build_agent_sdist` makes from project_dir: release + source digest."""
+    return version_of(project_dir / "agent", project_release(project_dir))
+
+
 def build_agent_sdist(*, project_dir: Path, output_dir: Path) -> Path:
     """Build the agent's sdist, what nodes pip-install from `<url>/agent/package.tar.gz`, into output_dir.
 
     Copies the build inputs (pyproject.toml, README.md, agent/) of project_dir, the repository root, to a
     temporary directory and runs setuptools there in a child process, so the checkout stays untouched.
+    The package is stamped with `package_version(project_dir)` (its metadata and `agent/_version.py`).
     """
+    version = package_version(project_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     code = (
         "import sys\n"
@@ -71,6 +87,11 @@ def build_agent_sdist(*, project_dir: Path, output_dir: Path) -> Path:
         for name in ("pyproject.toml", "README.md"):
             shutil.copy2(project_dir / name, source / name)
         shutil.copytree(project_dir / "agent", source / "agent", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        pyproject = (source / "pyproject.toml").read_text()
+        pyproject = re.sub(r'(?m)^version = "[^"]*"$', f'version = "{version}"', pyproject, count=1)
+        (source / "pyproject.toml").write_text(pyproject)
+        stamp = f'"""Stamped when the package was built."""\n\nVERSION = "{version}"\n'
+        (source / "agent" / VERSION_FILE).write_text(stamp)
         done = subprocess.run(
             [os.path.abspath(sys.executable), "-c", code, str(output_dir.resolve())],
             cwd=source,

@@ -81,8 +81,9 @@ class SessionEnded(Exception):
 class FrameSender:
     """Single writer for one socket; control frames always jump ahead of queued bulk stream data."""
 
-    def __init__(self, ws: Any) -> None:
+    def __init__(self, ws: Any, version: int = p.PROTOCOL_VERSION) -> None:
         self._ws = ws
+        self.version = version  # the session's protocol version: every frame goes out at it
         self._control: collections.deque[str | bytes] = collections.deque()
         self._bulk: collections.deque[str | bytes] = collections.deque()
         self._wakeup = asyncio.Event()
@@ -96,8 +97,14 @@ class FrameSender:
         # abort (StreamEnd with an error) and every other control frame go first.
         bulk = isinstance(frame, p.StreamData) or (isinstance(frame, p.StreamEnd) and not frame.error)
         queue = self._bulk if bulk else self._control
-        queue.append(p.encode(frame))
+        queue.append(p.encode(p.at_version(frame, self.version)))
         self._wakeup.set()
+
+    async def flush(self, timeout: float) -> None:
+        """Wait (at most `timeout` seconds) until everything queued has been handed to the socket."""
+        deadline = time.monotonic() + timeout
+        while (self._control or self._bulk) and not self.closed and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
 
     async def run(self) -> None:
         """Drain the queues onto the socket until it closes."""
@@ -213,7 +220,8 @@ class TunnelClient:
 
     async def _session(self) -> None:
         agent_nonce = secrets.token_hex(16)
-        url = f"{self.config.tunnel_url}?node={self.config.node_id}&agent_nonce={agent_nonce}"
+        versions = f"{p.MIN_PROTOCOL_VERSION}-{p.PROTOCOL_VERSION}"
+        url = f"{self.config.tunnel_url}?node={self.config.node_id}&agent_nonce={agent_nonce}&protocol={versions}"
         try:
             ws = await websockets.connect(url, open_timeout=10, max_size=p.MAX_FRAME_BYTES, ping_interval=20)
         except InvalidStatus as exc:
@@ -224,7 +232,11 @@ class TunnelClient:
                 raise SessionEnded("control plane failed CA pinning check (wrong or impostor server)")
             gpus = await asyncio.to_thread(inventory.detect_gpus)
             self._gpus = gpus
+            # The challenge comes at the version the control plane chose for this tunnel (a control plane
+            # one release older speaks only its own): everything of this session goes out at it.
+            version = challenge.v
             hello = p.Hello(
+                v=version,
                 node_id=self.config.node_id,
                 certificate_pem=self.certificate_pem,
                 signature_b64=identity.sign_nonce(self.key, challenge.nonce),
@@ -237,9 +249,16 @@ class TunnelClient:
                 raise self._ended_by_close(exc) from exc
             welcome = await self._expect(ws, p.Welcome)
             self._ensure_runner(welcome.mode, welcome.mode_settings)
-            log.info("connected to %s", self.host)
+            log.info("connected to %s (protocol %d)", self.host, version)
+            if welcome.update_required:
+                log.warning(
+                    "the control plane serves agent %s (this is %s, protocol %d): update this agent",
+                    welcome.agent_version_current or "(unknown)",
+                    inventory.agent_version(),
+                    version,
+                )
             self.sessions += 1
-            sender = FrameSender(ws)
+            sender = FrameSender(ws, version)
             self._sender = sender
             interval = self.heartbeat_override or welcome.heartbeat_interval_s
             supervisor = Supervisor(restart_delay_s=min(1.0, interval), max_restart_delay_s=interval)
@@ -296,6 +315,8 @@ class TunnelClient:
             closer, close = "control plane", exc.rcvd
             if close.code == p.CLOSE_REVOKED:
                 return SessionEnded(close.reason or "revoked", revoked=True)
+            if close.code == p.CLOSE_AGENT_TOO_OLD:  # retrying soon cannot help: only an update can
+                return SessionEnded(f"this agent is too old for the control plane: {close.reason}", retry_after_s=60.0)
         elif exc.sent is not None:  # e.g. 1009: the control plane sent a frame over MAX_FRAME_BYTES
             closer, close = "this agent", exc.sent
         else:
