@@ -32,13 +32,16 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from agent import identity, inventory
 from agent import protocol as p
 from agent.config import AgentConfig
+from agent.executors.base import CommandFailed
 from agent.transport.proxy import StreamManager
 from agent.transport.supervision import Supervisor, TaskFailed
+from agent.update import launch, updater
 
 log = logging.getLogger("agent.tunnel")
 
 EXIT_STOPPED = 0
 EXIT_REVOKED = 3  # the systemd unit's RestartPreventExitStatus: a deleted node's agent stays down
+EXIT_RESTART = launch.EXIT_RESTART  # switched versions: start again (systemd restarts it, else re-exec)
 
 
 class RunnerLike(Protocol):
@@ -51,6 +54,8 @@ class RunnerLike(Protocol):
     def inventory(self, gpus: list[p.GpuInfo]) -> p.Inventory: ...
 
     def proxy_ports(self) -> set[int]: ...
+
+    def record(self, idempotency_key: str, command_type: str, outcome: p.Result | p.Error) -> None: ...
 
 
 RunnerFactory = Callable[[str, dict[str, Any]], RunnerLike]
@@ -156,12 +161,20 @@ class TunnelClient:
             int(port) for port in os.environ.get("CLEVERTHIS_PROXY_PORTS", "").split(",") if port.strip().isdigit()
         }
         self.sessions = 0
+        self.exit_code = EXIT_STOPPED
+        self._stop: asyncio.Event | None = None
+        self._updating = False  # an update is switching over: new commands wait for the next version
+        self._trial: Any = None  # this version's update marker while it is on trial (not yet connected)
 
     # ---- lifecycle
 
     async def run(self, stop: asyncio.Event | None = None) -> int:
         """Connect, and reconnect after every disconnect, until `stop` is set or the node is revoked."""
         stop = stop or asyncio.Event()
+        self._stop = stop
+        self._trial = await asyncio.to_thread(updater.trial_of_this_version, self.config)
+        if self._trial is not None:
+            self._spawn(self._trial_deadline(self._trial))
         gpus = await asyncio.to_thread(inventory.detect_gpus)
         for gpu in gpus:
             log.info("GPU detected: %s", gpu.name)
@@ -216,7 +229,20 @@ class TunnelClient:
             self._sender = None
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
-        return EXIT_STOPPED
+        return self.exit_code
+
+    def _restart(self) -> None:
+        """End `run` with EXIT_RESTART: the process restarts into the version `current` names."""
+        self.exit_code = EXIT_RESTART
+        if self._stop is not None:
+            self._stop.set()
+
+    async def _trial_deadline(self, marker: Any) -> None:
+        """This version is on trial: unless it connects by the marker's deadline, roll back and restart."""
+        await asyncio.sleep(max(0.0, marker.deadline - time.time()))
+        if self._trial is marker:
+            await asyncio.to_thread(updater.rollback, self.config, marker, "did not connect in time")
+            self._restart()
 
     async def _session(self) -> None:
         agent_nonce = secrets.token_hex(16)
@@ -249,6 +275,11 @@ class TunnelClient:
                 raise self._ended_by_close(exc) from exc
             welcome = await self._expect(ws, p.Welcome)
             self._ensure_runner(welcome.mode, welcome.mode_settings)
+            if self._trial is not None:  # connected: the update succeeded, before any command is looked at
+                trial, self._trial = self._trial, None
+                outcome = await asyncio.to_thread(updater.confirm, self.config, trial)
+                assert self.runner is not None
+                await asyncio.to_thread(self.runner.record, trial.key, "agent.update", outcome)
             log.info("connected to %s (protocol %d)", self.host, version)
             if welcome.update_required:
                 log.warning(
@@ -348,6 +379,9 @@ class TunnelClient:
             if isinstance(frame, p.StreamOpen | p.StreamData | p.StreamWindow | p.StreamEnd):
                 streams.handle(frame)
             elif isinstance(frame, p.Command):
+                if self._updating:  # not acknowledged: the control plane re-sends it to the next version
+                    log.info("command %s deferred: the agent is switching versions", frame.command_type)
+                    continue
                 self._spawn(self._on_command(frame))
             elif isinstance(frame, p.HeartbeatAck):
                 sent = self._heartbeats_in_flight.pop(frame.heartbeat_id, None)
@@ -422,6 +456,12 @@ class TunnelClient:
             return
         self._running_keys.add(key)
         self._send(p.Ack(command_id=command.command_id))
+        if command.command_type == "agent.update":
+            try:
+                await self._update(command, runner)
+            finally:
+                self._running_keys.discard(key)
+            return
         loop = asyncio.get_running_loop()
 
         def progress(message: str, percent: float | None = None, data: dict[str, Any] | None = None) -> None:
@@ -441,6 +481,40 @@ class TunnelClient:
         )
         self._send(outcome)
         await self._report_inventory()
+
+    async def _update(self, command: p.Command, runner: RunnerLike) -> None:
+        """agent.update: install the version beside this one, switch over once running commands are done,
+        and restart. Failures before the switch are this command's error; after it the new version (or
+        the rollback) journals the outcome, which answers the command when the control plane re-sends it."""
+        outcome: p.Result | p.Error | None = None
+        try:
+            payload = p.parse_payload(command.command_type, command.payload)
+            if payload.version == inventory.agent_version():
+                data = {"version": payload.version, "unchanged": True}
+                outcome = p.Result(command_id=command.command_id, data=data)
+            else:
+                self._send(p.Progress(command_id=command.command_id, message=f"downloading agent {payload.version}"))
+                self._updating = True
+                await asyncio.to_thread(updater.prepare, self.config, command, payload)
+        except p.ProtocolError as exc:
+            outcome = p.Error(command_id=command.command_id, code="invalid_payload", message=str(exc))
+        except CommandFailed as exc:
+            outcome = p.Error(command_id=command.command_id, code=exc.code, message=exc.message)
+        if outcome is not None:
+            self._updating = False
+            if isinstance(outcome, p.Error):
+                log.error("agent update failed, staying on %s: %s", inventory.agent_version(), outcome.message)
+            await asyncio.to_thread(runner.record, command.idempotency_key, command.command_type, outcome)
+            self._send(outcome)
+            return
+        while self._running_keys - {command.idempotency_key}:  # never cut a command short
+            await asyncio.sleep(0.2)
+        message = f"agent {payload.version} installed; restarting into it"
+        self._send(p.Progress(command_id=command.command_id, message=message))
+        if self._sender is not None:
+            await self._sender.flush(5.0)
+        log.info("%s", message)
+        self._restart()
 
     async def _report_inventory(self) -> None:
         """Send the inventory if it changed since the last one this session reported (Hello included).

@@ -34,7 +34,7 @@ from django.db import DataError
 
 from agent import protocol as p
 from cleverthis import metrics
-from fleet import agent_packages, ca, services
+from fleet import agent_packages, agent_updates, ca, services
 from fleet.exceptions import IllegalTransition
 from fleet.models import Command, Node
 from fleet.proxy import stream_pipes
@@ -455,6 +455,7 @@ def _connect_node(node_id: UUID, hello: p.Hello, inbox: str, protocol: int) -> N
     services.node_connected(
         node=node, facts=hello.facts, inventory=hello.inventory, inbox=inbox, protocol_version=protocol
     )
+    agent_updates.node_auto_update(node=node)
     return Node.objects.select_related("cluster").get(pk=node_id)
 
 
