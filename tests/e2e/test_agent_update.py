@@ -68,7 +68,7 @@ def newer_plane(tmp_path, settings):
 @pytest.fixture
 def broken_plane(tmp_path, settings):
     # This version's agent dials a path the control plane does not serve: it can never connect.
-    change = ("protocol.py", 'TUNNEL_PATH = "/agent/tunnel"', 'TUNNEL_PATH = "/agent/no-such-tunnel"')
+    change = ("transport/tunnel.py", 'url = f"{self.config.tunnel_url}?', 'url = f"{self.config.tunnel_url}-gone?')
     source = _source_tree(tmp_path / "broken", change=change)
     plane = _plane(tmp_path, settings, source)
     yield plane, package_version(source)
@@ -137,10 +137,12 @@ def test_a_package_whose_agent_cannot_connect_is_rolled_back(broken_plane, clust
     wait_status(node, "online", timeout=60)
     before = Node.objects.get(pk=node.pk).agent_version
 
+    started = time.monotonic()
     update = agent_updates.node_update_agent(node=node, actor=user)
     wait_until(
         lambda: Command.objects.get(pk=update.pk).status in ("succeeded", "failed"), timeout=240, what="rollback"
     )
+    print(f"\nagent rollback: command → update reported failed (rolled back) in {time.monotonic() - started:.1f}s")
     update.refresh_from_db()
     assert update.status == "failed", proc.log()[-4000:]
     assert "rolled back" in update.error_message
