@@ -11,6 +11,7 @@ from typing import Any
 from agent.config import AgentConfig, state_dir_from_env
 from agent.registration import RegistrationError, join
 from agent.transport.tunnel import RunnerLike, run_agent
+from agent.update import launch
 
 log = logging.getLogger("agent")
 
@@ -78,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         log.error("%s", exc)
         return 2
-    return run_agent(config, make_runner_factory(config))
+    launch.exec_current(config)  # the version `versions/current` names, when that is not this code
+    code = run_agent(config, make_runner_factory(config))
+    if code == launch.EXIT_RESTART and not launch.under_systemd():
+        launch.restart(config)
+    return code
 
 
 if __name__ == "__main__":

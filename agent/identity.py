@@ -63,6 +63,23 @@ def verify_server_proof(ca_certificate_pem: str, agent_nonce: str, signature_b64
     """True when `signature_b64` is the pinned CA's signature over `protocol.server_proof_message(agent_nonce)`."""
     try:
         message = protocol.server_proof_message(agent_nonce)
+    except ValueError:
+        return False
+    return verify_ca_signature(ca_certificate_pem, message, signature_b64)
+
+
+def verify_package_signature(ca_certificate_pem: str, version: str, sha256: str, signature_b64: str) -> bool:
+    """True when the pinned CA signed `protocol.agent_package_message(version, sha256)` (an agent package)."""
+    try:
+        message = protocol.agent_package_message(version, sha256)
+    except ValueError:
+        return False
+    return verify_ca_signature(ca_certificate_pem, message, signature_b64)
+
+
+def verify_ca_signature(ca_certificate_pem: str, message: bytes, signature_b64: str) -> bool:
+    """True when `signature_b64` is the pinned CA's signature over `message`."""
+    try:
         public_key = x509.load_pem_x509_certificate(ca_certificate_pem.encode("ascii")).public_key()
         signature = base64.b64decode(signature_b64, validate=True)
         if isinstance(public_key, ec.EllipticCurvePublicKey):

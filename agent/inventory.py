@@ -9,7 +9,6 @@ import logging
 import platform
 import socket
 import time
-from importlib import metadata
 
 import psutil
 
@@ -19,11 +18,10 @@ log = logging.getLogger("agent.inventory")
 
 
 def agent_version() -> str:
-    """The installed agent's version, or "dev" when run from a checkout."""
-    try:
-        return metadata.version("cleverthis-compute-fleet")
-    except metadata.PackageNotFoundError:
-        return "dev"
+    """This agent's version (`agent.update.version`)."""
+    from agent.update.version import agent_version as version
+
+    return version()
 
 
 def detect_gpus() -> list[GpuInfo]:

@@ -23,7 +23,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-PROTOCOL_VERSION = 1
+# The newest protocol version this build speaks, and the oldest it still speaks (one behind), so a
+# control plane and agents one version apart keep working during a rolling deploy. The agent states its
+# range in the connect URL (`?protocol=<min>-<max>`; an agent without it speaks 1) and in its `Hello`;
+# the control plane answers at the highest version both speak, and every frame carries that version.
+# A field added in version N is declared with `field(..., metadata=since(N))`: it is left out of frames
+# encoded for an older version (whose decoder would refuse an unknown field).
+PROTOCOL_VERSION = 2
+MIN_PROTOCOL_VERSION = 1
 # Frames larger than this are refused by both sides (proxied bodies are chunked well below it).
 MAX_FRAME_BYTES = 1024 * 1024 + 64
 # Objects and lists nested deeper than this are refused by both sides (the protocol's own structures
@@ -45,6 +52,7 @@ CLOSE_UNAUTHORIZED = 4401  # no hello, or a hello that does not authenticate
 CLOSE_REVOKED = 4403  # this node's certificate is revoked: never reconnect
 CLOSE_BACKOFF = 4429  # reconnect later (a `Backoff` frame before the close says when)
 CLOSE_STALE = 4408  # the node was marked lost while this socket stayed open: reconnect and say hello again
+CLOSE_AGENT_TOO_OLD = 4426  # the agent's protocol is older than the control plane accepts: re-run the installer
 CLOSE_MEANINGS: dict[int, str] = {
     1000: "normal closure",
     1001: "going away",
@@ -57,6 +65,7 @@ CLOSE_MEANINGS: dict[int, str] = {
     CLOSE_REVOKED: "revoked",
     CLOSE_BACKOFF: "back off",
     CLOSE_STALE: "stale tunnel",
+    CLOSE_AGENT_TOO_OLD: "agent too old",
 }
 
 CommandType = Literal[
@@ -76,6 +85,7 @@ CommandType = Literal[
     "ray.job.status",
     "ray.job.stop",
     "ray.serve.status",
+    "agent.update",
 ]
 COMMAND_TYPES: tuple[str, ...] = get_args(CommandType)
 
@@ -104,6 +114,27 @@ ERROR_CODES: tuple[str, ...] = get_args(ErrorCode)
 
 class ProtocolError(ValueError):
     """A frame that cannot be accepted; `str(err)` is a reason safe to send to the peer."""
+
+
+def since(version: int) -> dict[str, int]:
+    """Field metadata: this field exists from protocol `version` on (left out of older frames)."""
+    return {"since": version}
+
+
+def parse_version_range(text: str) -> tuple[int, int] | None:
+    """`"1-2"` (or `"2"`) → (1, 2); None when malformed. An agent's `?protocol=` connect parameter."""
+    match = re.fullmatch(r"([0-9]{1,4})(?:-([0-9]{1,4}))?", text or "")
+    if match is None:
+        return None
+    low = int(match.group(1))
+    high = int(match.group(2) or low)
+    return (low, high) if low <= high else None
+
+
+def negotiate(ours: tuple[int, int], theirs: tuple[int, int]) -> int | None:
+    """The highest version both ranges hold, or None when they do not overlap."""
+    best = min(ours[1], theirs[1])
+    return best if best >= max(ours[0], theirs[0]) else None
 
 
 def new_id() -> str:
@@ -385,6 +416,37 @@ class RayServeStatusPayload:
     host: str = ""
 
 
+# ---- agent self-update (protocol 2 on)
+
+# What the control plane's CA key signs for an agent package: a context string (starting with "C", so
+# never a DER structure this key also signs), the version, a NUL, and the package's SHA-256 in hex.
+AGENT_PACKAGE_CONTEXT = b"CleverThis agent package v1\x00"
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_AGENT_VERSION = re.compile(r"[A-Za-z0-9.+_-]{1,100}")
+
+
+def agent_package_message(version: str, sha256: str) -> bytes:
+    """The bytes the CA signs for package `version` with digest `sha256` (ProtocolError if malformed)."""
+    if not _AGENT_VERSION.fullmatch(version) or version in {".", ".."}:
+        raise ProtocolError("an agent version is 1-100 characters of letters, digits and . + _ -")
+    if not _SHA256_HEX.fullmatch(sha256):
+        raise ProtocolError("a package digest is 64 lower-case hex characters (SHA-256)")
+    return AGENT_PACKAGE_CONTEXT + version.encode("ascii") + b"\x00" + sha256.encode("ascii")
+
+
+@dataclass(frozen=True)
+class AgentUpdatePayload:
+    """agent.update: download the package at `path` from the control plane, check its digest against the
+    CA's `signature_b64` over `agent_package_message(version, sha256)`, install it beside the running
+    version, switch over and restart; roll back unless the new version connects within `rollback_after_s`."""
+
+    version: str
+    sha256: str
+    signature_b64: str
+    path: str = "/agent/package.tar.gz"
+    rollback_after_s: float = 120.0
+
+
 PAYLOAD_TYPES: dict[str, type] = {
     "container.create": ContainerCreatePayload,
     "container.start": ContainerRefPayload,
@@ -402,6 +464,7 @@ PAYLOAD_TYPES: dict[str, type] = {
     "ray.job.status": RayJobRefPayload,
     "ray.job.stop": RayJobRefPayload,
     "ray.serve.status": RayServeStatusPayload,
+    "agent.update": AgentUpdatePayload,
 }
 
 
@@ -485,6 +548,9 @@ class Hello(Frame):
     signature_b64: str
     facts: HostFacts
     inventory: Inventory = field(default_factory=Inventory)
+    # The protocol versions this agent speaks (from version 2 on; an older agent speaks only 1).
+    protocol_min: int = field(default=MIN_PROTOCOL_VERSION, metadata=since(2))
+    protocol_max: int = field(default=PROTOCOL_VERSION, metadata=since(2))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -498,6 +564,9 @@ class Welcome(Frame):
     # (for argocd: server, token, repo_url, branch, app_name). Secrets travel only here, over TLS.
     mode: str = "standalone"
     mode_settings: dict[str, Any] = field(default_factory=dict)
+    # The agent version the control plane serves, and whether this agent should update to it.
+    agent_version_current: str = field(default="", metadata=since(2))
+    update_required: bool = field(default=False, metadata=since(2))
 
 
 # ---- liveness
@@ -695,19 +764,24 @@ CONTROL_FRAME_TYPES = frozenset(FRAME_TYPES) - {"stream_data"}
 # Encoding and validation
 
 T = TypeVar("T")
+F = TypeVar("F", bound="Frame")
 
 
-def to_dict(obj: Any) -> Any:
-    """A dataclass (or nested structure of them) as plain JSON-able data."""
+def to_dict(obj: Any, version: int = PROTOCOL_VERSION) -> Any:
+    """A dataclass (or nested structure of them) as plain JSON-able data, as protocol `version` has it."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        data = {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        data = {
+            f.name: to_dict(getattr(obj, f.name), version)
+            for f in dataclasses.fields(obj)
+            if f.metadata.get("since", 0) <= version
+        }
         if isinstance(obj, Frame):
             data["type"] = obj.TYPE
         return data
     if isinstance(obj, list | tuple):
-        return [to_dict(item) for item in obj]
+        return [to_dict(item, version) for item in obj]
     if isinstance(obj, dict):
-        return {key: to_dict(value) for key, value in obj.items()}
+        return {key: to_dict(value, version) for key, value in obj.items()}
     return obj
 
 
@@ -716,10 +790,29 @@ _BINARY_HEADER = struct.Struct("!BBQ")
 
 
 def encode(frame: Frame) -> str | bytes:
-    """Serialize `frame`: JSON text for control frames, a binary message for `StreamData`."""
+    """Serialize `frame` at its version `frame.v`: JSON text for control frames, binary for `StreamData`.
+
+    Fields newer than `frame.v` are left out, so a frame made at version 1 reads as version 1 did.
+    """
     if isinstance(frame, StreamData):
         return _BINARY_HEADER.pack(BINARY_MAGIC, frame.v, frame.stream_id) + frame.data
-    return json.dumps(to_dict(frame), separators=(",", ":"))
+    return json.dumps(to_dict(frame, frame.v), separators=(",", ":"))
+
+
+def at_version(frame: F, version: int) -> F:
+    """`frame` to be sent at protocol `version` (the session's)."""
+    return frame if frame.v == version else dataclasses.replace(frame, v=version)
+
+
+def _check_version(version: Any) -> None:
+    if (
+        isinstance(version, bool)
+        or not isinstance(version, int)
+        or not (MIN_PROTOCOL_VERSION <= version <= PROTOCOL_VERSION)
+    ):
+        raise ProtocolError(
+            f"unsupported protocol version {version!r} (this side speaks {MIN_PROTOCOL_VERSION}-{PROTOCOL_VERSION})"
+        )
 
 
 def _decode_binary(raw: bytes) -> StreamData:
@@ -728,9 +821,8 @@ def _decode_binary(raw: bytes) -> StreamData:
     magic, version, stream_id = _BINARY_HEADER.unpack_from(raw)
     if magic != BINARY_MAGIC:
         raise ProtocolError("binary frames must be stream data (bad magic byte)")
-    if version != PROTOCOL_VERSION:
-        raise ProtocolError(f"unsupported protocol version {version!r} (this side speaks {PROTOCOL_VERSION})")
-    return StreamData(stream_id=stream_id, data=raw[_BINARY_HEADER.size :], id="")
+    _check_version(version)
+    return StreamData(stream_id=stream_id, data=raw[_BINARY_HEADER.size :], id="", v=version)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -757,8 +849,7 @@ def decode(raw: str | bytes) -> Frame:
     if nesting_exceeds(data, MAX_NESTING):
         raise ProtocolError(f"frame is nested deeper than {MAX_NESTING} levels")
     version = data.get("v")
-    if version != PROTOCOL_VERSION:
-        raise ProtocolError(f"unsupported protocol version {version!r} (this side speaks {PROTOCOL_VERSION})")
+    _check_version(version)
     frame_type = data.get("type")
     cls = FRAME_TYPES.get(frame_type) if isinstance(frame_type, str) else None
     if cls is StreamData:

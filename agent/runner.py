@@ -83,21 +83,14 @@ class CommandRunner:
             self._done[entry["key"]] = outcome
 
     def _append(self, key: str, command_type: str, outcome: Result | Error) -> None:
-        entry: dict[str, Any] = {"key": key, "command_type": command_type, "command_id": outcome.command_id}
-        entry["at"] = time.time()
-        if isinstance(outcome, Result):
-            entry.update(kind="result", data=outcome.data)
-        else:
-            entry.update(kind="error", code=outcome.code, message=outcome.message, data=outcome.data)
-        line = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
         with self._journal_lock:
-            self.journal_path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, line.encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            journal_append(self.journal_path, key, command_type, outcome)
+
+    def record(self, key: str, command_type: str, outcome: Result | Error) -> None:
+        """Journal the outcome of a command finished outside `run` (an agent update, by the new version)."""
+        self._append(key, command_type, outcome)
+        with self._lock:
+            self._done[key] = outcome
 
     def completed(self, idempotency_key: str) -> Result | Error | None:
         """The journaled outcome of a finished key, or None if it never finished here."""
@@ -209,6 +202,24 @@ class CommandRunner:
             self._failing_parts.discard(name)
             log.info("the %s read again for the inventory", name)
         return value
+
+
+def journal_append(path: Path, key: str, command_type: str, outcome: Result | Error) -> None:
+    """Append one outcome to the journal at `path` and fsync it."""
+    entry: dict[str, Any] = {"key": key, "command_type": command_type, "command_id": outcome.command_id}
+    entry["at"] = time.time()
+    if isinstance(outcome, Result):
+        entry.update(kind="result", data=outcome.data)
+    else:
+        entry.update(kind="error", code=outcome.code, message=outcome.message, data=outcome.data)
+    line = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-from pathlib import Path
-
 from django.conf import settings
 from django.http import FileResponse, HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from agent.install import build_agent_sdist, render_install_script
-
-_sdist_lock = threading.Lock()
-_built: dict[str, Path] = {}
+from agent.install import render_install_script
+from fleet import agent_packages
 
 
 def control_plane_url(request: HttpRequest) -> str:
@@ -30,10 +25,9 @@ def install_script(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def agent_package(request: HttpRequest) -> FileResponse:
-    """The agent sdist that install.sh pip-installs; built once per process from this checkout."""
-    with _sdist_lock:
-        if "sdist" not in _built or not _built["sdist"].exists():
-            cache_dir = Path(settings.AGENT_PACKAGE_CACHE_DIR)
-            _built["sdist"] = build_agent_sdist(project_dir=settings.BASE_DIR, output_dir=cache_dir)
-        path = _built["sdist"]
-    return FileResponse(path.open("rb"), as_attachment=True, filename="package.tar.gz")
+    """The agent sdist that install.sh pip-installs and `agent.update` installs (`fleet.agent_packages`)."""
+    package = agent_packages.served_package()
+    response = FileResponse(package.path.open("rb"), as_attachment=True, filename="package.tar.gz")
+    response["X-Agent-Version"] = package.version
+    response["X-Agent-SHA256"] = package.sha256
+    return response

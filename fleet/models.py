@@ -40,6 +40,9 @@ class ComputeCluster(models.Model):
     # Set when a suspected network partition took many nodes offline at once: automatic drains and
     # rescheduling (drain passes, the Ray autoscaler) leave this cluster alone until then.
     automation_paused_until = models.DateTimeField(null=True, blank=True)
+    # When set (the default), nodes whose agent is not the version the control plane serves are updated
+    # when they connect.
+    auto_update_agents = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -129,6 +132,8 @@ class Node(models.Model):
     gpu_utilization_percent = models.FloatField(default=0.0)
     containers_count = models.PositiveIntegerField(default=0)
     agent_version = models.CharField(max_length=100, blank=True, default="")
+    # The wire protocol version of the agent's last tunnel (0: never connected).
+    protocol_version = models.PositiveSmallIntegerField(default=0)
     os = models.CharField(max_length=200, blank=True, default="")
     arch = models.CharField(max_length=50, blank=True, default="")
     inventory = models.JSONField(default=dict, blank=True)
@@ -238,6 +243,7 @@ class CommandType(models.TextChoices):
     RAY_JOB_STATUS = "ray.job.status", "ray.job.status"
     RAY_JOB_STOP = "ray.job.stop", "ray.job.stop"
     RAY_SERVE_STATUS = "ray.serve.status", "ray.serve.status"
+    AGENT_UPDATE = "agent.update", "agent.update"
 
 
 class Command(models.Model):

@@ -438,12 +438,14 @@ def node_connected(
     inventory: protocol.Inventory,
     inbox: str = "",
     session: uuid.UUID | None = None,
+    protocol_version: int = protocol.PROTOCOL_VERSION,
 ) -> None:
     """The node's agent authenticated on a tunnel: connected, offline → online, facts and inventory stored.
 
     `inbox` is the channel-layer inbox of the process holding the tunnel (`fleet.tunnel.local_tunnels`);
-    `session` names this tunnel (a fresh id per socket) so that only its own close disconnects the node.
-    Call it before `command_pending_for_node` so no command queued meanwhile is missed.
+    `session` names this tunnel (a fresh id per socket) so that only its own close disconnects the node;
+    `protocol_version` is the tunnel's. An agent one protocol version behind gets an event asking for its
+    update. Call it before `command_pending_for_node` so no command queued meanwhile is missed.
     """
     now = timezone.now()
     fields = _fact_fields(_facts(facts))
@@ -453,6 +455,7 @@ def node_connected(
         tunnel_session=session or uuid.uuid4(),
         disconnected_at=None,
         last_heartbeat_at=now,
+        protocol_version=protocol_version,
         **fields,
     )
     became_online = Node.objects.filter(pk=node.pk, status=NodeStatus.OFFLINE).update(
@@ -461,7 +464,30 @@ def node_connected(
     node.refresh_from_db()
     node_record_inventory(node=node, inventory=inventory)
     message = "Agent connected" + ("; status → online" if became_online else f" (status stays {node.status})")
-    _event(node.pk, "connected", message, data={"agent_version": facts.agent_version})
+    _event(node.pk, "connected", message, data={"agent_version": facts.agent_version, "protocol": protocol_version})
+    if protocol_version < protocol.PROTOCOL_VERSION:
+        _event(
+            node.pk,
+            "agent.outdated",
+            f"The agent speaks protocol {protocol_version}, one version behind this control plane "
+            f"({protocol.PROTOCOL_VERSION}): it keeps working for now, but update it soon by re-running the "
+            "install script on the node (it updates in place, without registering again).",
+            data={"protocol": protocol_version, "agent_version": facts.agent_version},
+        )
+
+
+def node_agent_refused(*, node_id: uuid.UUID, protocol_version: int, accepted: tuple[int, int]) -> str:
+    """An authenticated agent speaks a protocol older than this control plane accepts: its tunnel is
+    refused (close code 4426). Records an event on the node saying what to do; returns that message."""
+    message = (
+        f"Agent refused: it speaks protocol {protocol_version}, "
+        f"this control plane accepts {accepted[0]}-{accepted[1]}. "
+        "Update the agent by re-running the install script on the node (it updates in place, without "
+        "registering again)."
+    )
+    if Node.objects.filter(pk=node_id).exists():
+        _event(node_id, "agent.too_old", message, data={"protocol": protocol_version, "accepted": list(accepted)})
+    return message
 
 
 @transaction.atomic

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from cleverthis.tenancy.models import Role
 from cleverthis.tenancy.permissions import can_operate
 from cleverthis.tenancy.selectors import workspace_list
-from fleet import agent_views, live, metrics_history, selectors, services
+from fleet import agent_updates, agent_views, live, metrics_history, selectors, services
 from fleet.exceptions import IllegalTransition
 from fleet.filters import COMMAND_FILTERS, NODE_FILTERS
 from fleet.forms import COMMAND_FORMS, ClusterForm, ClusterSettingsForm, RenameForm, TargetForm, apply_service_errors
@@ -126,6 +126,9 @@ def node_action(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
         if action == "delete":
             services.node_delete(node=node, actor=request.user)
             done = f"Node {node.name} deleted; its certificate is revoked."
+        elif action == "update-agent":
+            command = agent_updates.node_update_agent(node=node, actor=request.user)
+            done = f"Agent update of {node.name} to {command.payload['version']} sent; see its event log."
         elif action in NODE_ACTIONS:
             node = NODE_ACTIONS[action](node=node, actor=request.user)
             done = f"Node {node.name} is now {node.status}."

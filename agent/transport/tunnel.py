@@ -32,13 +32,16 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from agent import identity, inventory
 from agent import protocol as p
 from agent.config import AgentConfig
+from agent.executors.base import CommandFailed
 from agent.transport.proxy import StreamManager
 from agent.transport.supervision import Supervisor, TaskFailed
+from agent.update import launch, updater
 
 log = logging.getLogger("agent.tunnel")
 
 EXIT_STOPPED = 0
 EXIT_REVOKED = 3  # the systemd unit's RestartPreventExitStatus: a deleted node's agent stays down
+EXIT_RESTART = launch.EXIT_RESTART  # switched versions: start again (systemd restarts it, else re-exec)
 
 
 class RunnerLike(Protocol):
@@ -51,6 +54,8 @@ class RunnerLike(Protocol):
     def inventory(self, gpus: list[p.GpuInfo]) -> p.Inventory: ...
 
     def proxy_ports(self) -> set[int]: ...
+
+    def record(self, idempotency_key: str, command_type: str, outcome: p.Result | p.Error) -> None: ...
 
 
 RunnerFactory = Callable[[str, dict[str, Any]], RunnerLike]
@@ -81,8 +86,9 @@ class SessionEnded(Exception):
 class FrameSender:
     """Single writer for one socket; control frames always jump ahead of queued bulk stream data."""
 
-    def __init__(self, ws: Any) -> None:
+    def __init__(self, ws: Any, version: int = p.PROTOCOL_VERSION) -> None:
         self._ws = ws
+        self.version = version  # the session's protocol version: every frame goes out at it
         self._control: collections.deque[str | bytes] = collections.deque()
         self._bulk: collections.deque[str | bytes] = collections.deque()
         self._wakeup = asyncio.Event()
@@ -96,8 +102,14 @@ class FrameSender:
         # abort (StreamEnd with an error) and every other control frame go first.
         bulk = isinstance(frame, p.StreamData) or (isinstance(frame, p.StreamEnd) and not frame.error)
         queue = self._bulk if bulk else self._control
-        queue.append(p.encode(frame))
+        queue.append(p.encode(p.at_version(frame, self.version)))
         self._wakeup.set()
+
+    async def flush(self, timeout: float) -> None:
+        """Wait (at most `timeout` seconds) until everything queued has been handed to the socket."""
+        deadline = time.monotonic() + timeout
+        while (self._control or self._bulk) and not self.closed and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
 
     async def run(self) -> None:
         """Drain the queues onto the socket until it closes."""
@@ -150,12 +162,20 @@ class TunnelClient:
             int(port) for port in os.environ.get("CLEVERTHIS_PROXY_PORTS", "").split(",") if port.strip().isdigit()
         }
         self.sessions = 0
+        self.exit_code = EXIT_STOPPED
+        self._stop: asyncio.Event | None = None
+        self._updating = False  # an update is switching over: new commands wait for the next version
+        self._trial: Any = None  # this version's update marker while it is on trial (not yet connected)
 
     # ---- lifecycle
 
     async def run(self, stop: asyncio.Event | None = None) -> int:
         """Connect, and reconnect after every disconnect, until `stop` is set or the node is revoked."""
         stop = stop or asyncio.Event()
+        self._stop = stop
+        self._trial = await asyncio.to_thread(updater.trial_of_this_version, self.config)
+        if self._trial is not None:
+            self._spawn(self._trial_deadline(self._trial))
         gpus = await asyncio.to_thread(inventory.detect_gpus)
         for gpu in gpus:
             log.info("GPU detected: %s", gpu.name)
@@ -210,11 +230,25 @@ class TunnelClient:
             self._sender = None
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
-        return EXIT_STOPPED
+        return self.exit_code
+
+    def _restart(self) -> None:
+        """End `run` with EXIT_RESTART: the process restarts into the version `current` names."""
+        self.exit_code = EXIT_RESTART
+        if self._stop is not None:
+            self._stop.set()
+
+    async def _trial_deadline(self, marker: Any) -> None:
+        """This version is on trial: unless it connects by the marker's deadline, roll back and restart."""
+        await asyncio.sleep(max(0.0, marker.deadline - time.time()))
+        if self._trial is marker:
+            await asyncio.to_thread(updater.rollback, self.config, marker, "did not connect in time")
+            self._restart()
 
     async def _session(self) -> None:
         agent_nonce = secrets.token_hex(16)
-        url = f"{self.config.tunnel_url}?node={self.config.node_id}&agent_nonce={agent_nonce}"
+        versions = f"{p.MIN_PROTOCOL_VERSION}-{p.PROTOCOL_VERSION}"
+        url = f"{self.config.tunnel_url}?node={self.config.node_id}&agent_nonce={agent_nonce}&protocol={versions}"
         try:
             ws = await websockets.connect(url, open_timeout=10, max_size=p.MAX_FRAME_BYTES, ping_interval=20)
         except InvalidStatus as exc:
@@ -225,7 +259,11 @@ class TunnelClient:
                 raise SessionEnded("control plane failed CA pinning check (wrong or impostor server)")
             gpus = await asyncio.to_thread(inventory.detect_gpus)
             self._gpus = gpus
+            # The challenge comes at the version the control plane chose for this tunnel (a control plane
+            # one release older speaks only its own): everything of this session goes out at it.
+            version = challenge.v
             hello = p.Hello(
+                v=version,
                 node_id=self.config.node_id,
                 certificate_pem=self.certificate_pem,
                 signature_b64=identity.sign_nonce(self.key, challenge.nonce),
@@ -238,9 +276,21 @@ class TunnelClient:
                 raise self._ended_by_close(exc) from exc
             welcome = await self._expect(ws, p.Welcome)
             self._ensure_runner(welcome.mode, welcome.mode_settings)
-            log.info("connected to %s", self.host)
+            if self._trial is not None:  # connected: the update succeeded, before any command is looked at
+                trial, self._trial = self._trial, None
+                outcome = await asyncio.to_thread(updater.confirm, self.config, trial)
+                assert self.runner is not None
+                await asyncio.to_thread(self.runner.record, trial.key, "agent.update", outcome)
+            log.info("connected to %s (protocol %d)", self.host, version)
+            if welcome.update_required:
+                log.warning(
+                    "the control plane serves agent %s (this is %s, protocol %d): update this agent",
+                    welcome.agent_version_current or "(unknown)",
+                    inventory.agent_version(),
+                    version,
+                )
             self.sessions += 1
-            sender = FrameSender(ws)
+            sender = FrameSender(ws, version)
             self._sender = sender
             interval = self.heartbeat_override or welcome.heartbeat_interval_s
             supervisor = Supervisor(restart_delay_s=min(1.0, interval), max_restart_delay_s=interval)
@@ -299,6 +349,8 @@ class TunnelClient:
             closer, close = "control plane", exc.rcvd
             if close.code == p.CLOSE_REVOKED:
                 return SessionEnded(close.reason or "revoked", revoked=True)
+            if close.code == p.CLOSE_AGENT_TOO_OLD:  # retrying soon cannot help: only an update can
+                return SessionEnded(f"this agent is too old for the control plane: {close.reason}", retry_after_s=60.0)
         elif exc.sent is not None:  # e.g. 1009: the control plane sent a frame over MAX_FRAME_BYTES
             closer, close = "this agent", exc.sent
         else:
@@ -336,6 +388,9 @@ class TunnelClient:
             if isinstance(frame, p.StreamOpen | p.StreamData | p.StreamWindow | p.StreamEnd):
                 streams.handle(frame)
             elif isinstance(frame, p.Command):
+                if self._updating:  # not acknowledged: the control plane re-sends it to the next version
+                    log.info("command %s deferred: the agent is switching versions", frame.command_type)
+                    continue
                 self._spawn(self._on_command(frame))
             elif isinstance(frame, p.HeartbeatAck):
                 sent = self._heartbeats_in_flight.pop(frame.heartbeat_id, None)
@@ -410,6 +465,12 @@ class TunnelClient:
             return
         self._running_keys.add(key)
         self._send(p.Ack(command_id=command.command_id))
+        if command.command_type == "agent.update":
+            try:
+                await self._update(command, runner)
+            finally:
+                self._running_keys.discard(key)
+            return
         loop = asyncio.get_running_loop()
 
         def progress(message: str, percent: float | None = None, data: dict[str, Any] | None = None) -> None:
@@ -429,6 +490,40 @@ class TunnelClient:
         )
         self._send(outcome)
         await self._report_inventory()
+
+    async def _update(self, command: p.Command, runner: RunnerLike) -> None:
+        """agent.update: install the version beside this one, switch over once running commands are done,
+        and restart. Failures before the switch are this command's error; after it the new version (or
+        the rollback) journals the outcome, which answers the command when the control plane re-sends it."""
+        outcome: p.Result | p.Error | None = None
+        try:
+            payload = p.parse_payload(command.command_type, command.payload)
+            if payload.version == inventory.agent_version():
+                data = {"version": payload.version, "unchanged": True}
+                outcome = p.Result(command_id=command.command_id, data=data)
+            else:
+                self._send(p.Progress(command_id=command.command_id, message=f"downloading agent {payload.version}"))
+                self._updating = True
+                await asyncio.to_thread(updater.prepare, self.config, command, payload)
+        except p.ProtocolError as exc:
+            outcome = p.Error(command_id=command.command_id, code="invalid_payload", message=str(exc))
+        except CommandFailed as exc:
+            outcome = p.Error(command_id=command.command_id, code=exc.code, message=exc.message)
+        if outcome is not None:
+            self._updating = False
+            if isinstance(outcome, p.Error):
+                log.error("agent update failed, staying on %s: %s", inventory.agent_version(), outcome.message)
+            await asyncio.to_thread(runner.record, command.idempotency_key, command.command_type, outcome)
+            self._send(outcome)
+            return
+        while self._running_keys - {command.idempotency_key}:  # never cut a command short
+            await asyncio.sleep(0.2)
+        message = f"agent {payload.version} installed; restarting into it"
+        self._send(p.Progress(command_id=command.command_id, message=message))
+        if self._sender is not None:
+            await self._sender.flush(5.0)
+        log.info("%s", message)
+        self._restart()
 
     async def _report_inventory(self) -> None:
         """Send the inventory if it changed since the last one this session reported (Hello included).

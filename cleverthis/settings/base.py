@@ -25,6 +25,8 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000"
 CONTROL_PLANE_URL_EXPLICIT = env_str("CONTROL_PLANE_URL", "")
 CONTROL_PLANE_URL = CONTROL_PLANE_URL_EXPLICIT or "http://127.0.0.1:8000"
 # Where the agent sdist served at /agent/package.tar.gz is built (once per release).
+# The tree the agent package is built from (pyproject.toml, README.md, agent/); empty: this checkout.
+AGENT_PACKAGE_SOURCE_DIR = env_str("AGENT_PACKAGE_SOURCE_DIR", "")
 AGENT_PACKAGE_CACHE_DIR = env_str("AGENT_PACKAGE_CACHE_DIR", "/tmp/cleverthis-agent-package")
 # What nodes serve is proxied only on origins of its own, never on the control plane's (fleet.proxy.origins):
 # endpoints at endpoint-<id>.<ENDPOINT_DOMAIN>, Serve deployments at serve-<id>.<ENDPOINT_DOMAIN>, Ray
@@ -77,6 +79,11 @@ SIGN_IN_RATE = env_rate("SIGN_IN_RATE", "10/min")  # sign-in POSTs, per client I
 AGENT_HEARTBEAT_INTERVAL_S = env_float("AGENT_HEARTBEAT_INTERVAL_S", 30.0)
 AGENT_HELLO_TIMEOUT_S = env_float("AGENT_HELLO_TIMEOUT_S", 15.0)
 AGENT_REVOCATION_RECHECK_S = env_float("AGENT_REVOCATION_RECHECK_S", 30.0)
+# The oldest agent wire protocol accepted (default: one version behind this release, for rolling deploys).
+# Older agents are refused with close code 4426 and a node event saying to re-run the install script.
+AGENT_PROTOCOL_MIN = env_int("AGENT_PROTOCOL_MIN", 0)
+# How long an updated agent has to connect before it rolls back to its previous version.
+AGENT_UPDATE_ROLLBACK_S = env_float("AGENT_UPDATE_ROLLBACK_S", 120.0)
 
 # Proxy to endpoints and Ray dashboards through the tunnel.
 PROXY_DIAL_GRACE_S = env_float("PROXY_DIAL_GRACE_S", 10.0)  # retry opening a stream while an agent reconnects

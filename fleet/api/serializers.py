@@ -6,6 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from fleet import agent_packages, agent_updates
 from fleet.models import Command, ComputeCluster, Mode, Namespace, Node, NodeEvent
 
 
@@ -29,6 +30,7 @@ class ClusterSerializer(serializers.ModelSerializer):
             "git_branch",
             "node_count",
             "automation_paused_until",
+            "auto_update_agents",
             "created_at",
         ]
         read_only_fields = fields
@@ -57,6 +59,7 @@ class ClusterUpdateSerializer(_ClusterFields):
     """Input of PATCH/PUT /clusters/{id}; `mode` is accepted only unchanged."""
 
     mode = serializers.CharField(max_length=32, required=False)
+    auto_update_agents = serializers.BooleanField(required=False)
 
 
 class JoinTokenSerializer(serializers.Serializer):
@@ -80,7 +83,7 @@ GPU_UTILIZATION_KEYS = ("memory_used_mb", "utilization_percent")
 
 
 class NodeSerializer(serializers.ModelSerializer):
-    """A node with its facts and latest utilization.
+    """A node with its facts and latest utilization; `agent_current`: its agent is the served version.
 
     `last_seen` is when the agent was last heard from (hello or heartbeat). While the node is not
     reporting (offline, or its tunnel closed) the utilization fields, and the used memory and
@@ -93,6 +96,14 @@ class NodeSerializer(serializers.ModelSerializer):
     memory_percent = serializers.FloatField(read_only=True, allow_null=True)
     vram_used_mb = serializers.IntegerField(read_only=True, allow_null=True)
     gpu_utilization_percent = serializers.FloatField(read_only=True, allow_null=True)
+    agent_current = serializers.SerializerMethodField()
+    agent_version_current = serializers.SerializerMethodField()
+
+    def get_agent_current(self, obj: Node) -> bool:
+        return agent_updates.is_current(obj)
+
+    def get_agent_version_current(self, obj: Node) -> str:
+        return agent_packages.served_version()
 
     class Meta:
         model = Node
@@ -120,6 +131,9 @@ class NodeSerializer(serializers.ModelSerializer):
             "gpu_utilization_percent",
             "containers_count",
             "agent_version",
+            "agent_current",
+            "agent_version_current",
+            "protocol_version",
             "os",
             "arch",
             "created_at",

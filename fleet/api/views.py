@@ -22,7 +22,7 @@ from cleverthis.api import ServiceErrorsMixin as BaseServiceErrorsMixin
 from cleverthis.api import validated
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from cleverthis.throttling import SettingsRateThrottle
-from fleet import agent_views, ca, selectors, services
+from fleet import agent_updates, agent_views, ca, selectors, services
 from fleet.api import serializers as s
 from fleet.exceptions import JoinTokenRejected
 from fleet.filters import CLUSTER_FILTERS, COMMAND_FILTERS, NAMESPACE_FILTERS, NODE_FILTERS, FilterSet
@@ -72,7 +72,11 @@ class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, vi
         cluster = self.get_object()
         partial = kwargs.get("partial", False)
         data = validated(s.ClusterUpdateSerializer, request.data, partial=partial)
-        services.cluster_update(actor=request.user, cluster=cluster, **data)
+        auto_update = data.pop("auto_update_agents", None)
+        if auto_update is not None:
+            agent_updates.cluster_set_auto_update(actor=request.user, cluster=cluster, enabled=auto_update)
+        if data:
+            services.cluster_update(actor=request.user, cluster=cluster, **data)
         return Response(s.ClusterSerializer(self.get_queryset().get(pk=cluster.pk)).data)
 
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -96,6 +100,12 @@ class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, vi
         """End a partition pause now (Owner/Admin): automatic drains and rescheduling run again."""
         cluster = services.cluster_resume_automation(actor=request.user, cluster=self.get_object())
         return Response(s.ClusterSerializer(self.get_queryset().get(pk=cluster.pk)).data)
+
+    @action(detail=True, methods=["post"], url_path="update-agents", serializer_class=s.CommandSerializer)
+    def update_agents(self, request: Request, pk: str | None = None) -> Response:
+        """Update the agent of every node not on the served version (Owner/Admin); 202 with the commands."""
+        created = agent_updates.cluster_update_agents(actor=request.user, cluster=self.get_object())
+        return Response({"commands": s.CommandSerializer(created, many=True).data}, status=202)
 
     @action(detail=True, methods=["get", "post"], serializer_class=s.CommandSerializer)
     def commands(self, request: Request, pk: str | None = None) -> Response:
@@ -173,6 +183,12 @@ class NodeViewSet(
     def drain(self, request: Request, pk: str | None = None) -> Response:
         """online/cordoned → draining (→ cordoned when empty)."""
         return self._transition(services.node_drain)
+
+    @action(detail=True, methods=["post"], url_path="update-agent", serializer_class=s.CommandSerializer)
+    def update_agent(self, request: Request, pk: str | None = None) -> Response:
+        """Update this node's agent to the served version (Owner/Admin); 202 with the `agent.update` command."""
+        command = agent_updates.node_update_agent(node=self.get_object(), actor=request.user)
+        return Response(s.CommandSerializer(command).data, status=202)
 
     @action(detail=True, methods=["get"], serializer_class=s.NodeEventSerializer)
     def events(self, request: Request, pk: str | None = None) -> Response:

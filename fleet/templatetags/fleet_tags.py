@@ -106,3 +106,17 @@ def last_line(text: str | None) -> str:
 def multiline(text: str | None) -> bool:
     """Whether a message has more than one non-empty line."""
     return len([line for line in (text or "").splitlines() if line.strip()]) > 1
+
+
+@register.filter
+def agent_state(node: Any) -> str:
+    """ "current", "update available" or "too old to update itself" for a node's agent ("" when unknown)."""
+    from fleet import agent_updates
+
+    if not node.agent_version:
+        return ""
+    if agent_updates.is_current(node):
+        return "current"
+    if 0 < node.protocol_version < agent_updates.UPDATABLE_FROM_PROTOCOL:
+        return "too old to update itself: re-run the install script"
+    return "update available"

@@ -35,7 +35,7 @@ from django.db import DataError
 
 from agent import protocol as p
 from cleverthis import metrics
-from fleet import ca, services
+from fleet import agent_packages, agent_updates, ca, services
 from fleet.exceptions import IllegalTransition
 from fleet.models import Command, Node
 from fleet.proxy import stream_pipes
@@ -80,12 +80,22 @@ CLOSE_UNAUTHORIZED = p.CLOSE_UNAUTHORIZED
 CLOSE_REVOKED = p.CLOSE_REVOKED
 CLOSE_BACKOFF = p.CLOSE_BACKOFF
 CLOSE_STALE = p.CLOSE_STALE
+CLOSE_AGENT_TOO_OLD = p.CLOSE_AGENT_TOO_OLD
+
+
+def accepted_protocol_range() -> tuple[int, int]:
+    """The agent protocol versions this control plane takes: from AGENT_PROTOCOL_MIN (default: one
+    version behind this release) to this release's own."""
+    low = max(p.MIN_PROTOCOL_VERSION, min(int(settings.AGENT_PROTOCOL_MIN or 0), p.PROTOCOL_VERSION))
+    return low, p.PROTOCOL_VERSION
 
 
 class AgentTunnelConsumer(AsyncWebsocketConsumer):
     """One agent's tunnel: authenticate, then relay commands down and records frames up."""
 
     node_id: UUID | None = None
+    protocol = p.PROTOCOL_VERSION  # this tunnel's version: the highest both sides speak
+    agent_protocol_max = p.PROTOCOL_VERSION
     inbox = ""  # this process's tunnel inbox, once authenticated
     certificate_serial: str | None = None
     session: uuid.UUID | None = None  # this tunnel's id as recorded on the node (`Node.tunnel_session`)
@@ -116,6 +126,23 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if not p.is_valid_nonce(agent_nonce):  # the CA key signs nothing but a well-formed nonce
             await self.close(code=CLOSE_PROTOCOL_ERROR, reason="agent_nonce must be 16-128 URL-safe characters")
             return
+        # The agent's protocol range; an agent that does not say speaks version 1 (it predates ranges).
+        agent_range = p.parse_version_range((query.get("protocol") or ["1"])[0])
+        if agent_range is None:
+            await self.close(code=CLOSE_PROTOCOL_ERROR, reason="protocol must be <min>-<max>")
+            return
+        version = p.negotiate((p.MIN_PROTOCOL_VERSION, p.PROTOCOL_VERSION), agent_range)
+        if version is None:
+            if agent_range[1] < p.MIN_PROTOCOL_VERSION:
+                need = p.MIN_PROTOCOL_VERSION
+                reason = f"agent protocol {agent_range[1]} too old (need {need}+): re-run the install script"
+                await self.close(code=CLOSE_AGENT_TOO_OLD, reason=reason)
+            else:
+                reason = f"this control plane speaks protocol {p.PROTOCOL_VERSION}"
+                await self.close(code=CLOSE_PROTOCOL_ERROR, reason=reason)
+            return
+        self.protocol = version
+        self.agent_protocol_max = agent_range[1]
         server_signature = await database_sync_to_async(tunnel_auth.server_proof)(agent_nonce)
         challenge = p.Challenge(nonce=self.nonce, server_signature_b64=base64.b64encode(server_signature).decode())
         await self._send_frame(challenge)
@@ -161,6 +188,9 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             if not isinstance(frame, p.Hello):
                 await self.close(code=CLOSE_UNAUTHORIZED, reason="hello expected first")
                 return
+            if frame.v != self.protocol:
+                await self.close(code=CLOSE_PROTOCOL_ERROR, reason=f"hello must be protocol {self.protocol}")
+                return
             await self._on_hello(frame)
             return
         handler = self._handlers.get(type(frame))
@@ -198,9 +228,21 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             log.warning("refusing tunnel: %s", exc)
             await self.close(code=CLOSE_UNAUTHORIZED, reason=str(exc)[:120])
             return
+        accepted = accepted_protocol_range()
+        if self.protocol < accepted[0]:
+            # Authenticated, so the refusal goes on the node's own event log; the agent gets the same words.
+            refusal = await database_sync_to_async(services.node_agent_refused)(
+                node_id=certificate_node_id, protocol_version=self.protocol, accepted=accepted
+            )
+            log.warning("refusing tunnel of node %s: %s", certificate_node_id, refusal)
+            reason = f"agent protocol {self.protocol} too old (need {accepted[0]}+): re-run the install script"
+            await self.close(code=CLOSE_AGENT_TOO_OLD, reason=reason)
+            return
         self.inbox = await local_tunnels.inbox()
         self.session = uuid.uuid4()
-        node = await database_sync_to_async(_connect_node)(certificate_node_id, hello, self.inbox, self.session)
+        node = await database_sync_to_async(_connect_node)(
+            certificate_node_id, hello, self.inbox, self.session, self.protocol
+        )
         if node is None:
             await self._send_frame(p.Revoked(reason="node no longer exists"))
             await self.close(code=CLOSE_REVOKED, reason="node deleted")
@@ -214,12 +256,15 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         await self.channel_layer.group_add(AGENTS_GROUP, self.channel_name)
         local_tunnels.add(node.id, self)
         metrics.TUNNELS_CONNECTED.inc()
+        current = agent_packages.served_version()
         await self._send_frame(
             p.Welcome(
                 node_id=str(node.id),
                 heartbeat_interval_s=settings.AGENT_HEARTBEAT_INTERVAL_S,
                 mode=node.cluster.mode,
                 mode_settings=await database_sync_to_async(node.cluster.mode_settings)(),
+                agent_version_current=current,
+                update_required=self.protocol < p.PROTOCOL_VERSION or node.agent_version != current,
             )
         )
         self._revocation_watch = asyncio.ensure_future(self._watch_revocation())
@@ -311,7 +356,10 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if self.node_id is None:
             return
         if message.get("frame"):  # encoded by the dispatcher (a command without secrets)
-            await self.send(text_data=message["frame"])
+            frame = message["frame"]
+            if self.protocol != p.PROTOCOL_VERSION:  # an agent one version behind: its version's encoding
+                frame = p.encode(p.at_version(p.decode(frame), self.protocol))
+            await self.send(text_data=frame)
             return
         command = await database_sync_to_async(_load_command)(self.node_id, message["command_id"])
         if command is not None:
@@ -405,18 +453,26 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         await self._send_frame(command_frame(command))
 
     async def _send_frame(self, frame: p.Frame) -> None:
-        encoded = p.encode(frame)
+        encoded = p.encode(p.at_version(frame, self.protocol))
         if isinstance(encoded, bytes):
             await self.send(bytes_data=encoded)
         else:
             await self.send(text_data=encoded)
 
 
-def _connect_node(node_id: UUID, hello: p.Hello, inbox: str, session: uuid.UUID) -> Node | None:
+def _connect_node(node_id: UUID, hello: p.Hello, inbox: str, session: uuid.UUID, protocol: int) -> Node | None:
     node = Node.objects.select_related("cluster").filter(pk=node_id).first()
     if node is None:
         return None
-    services.node_connected(node=node, facts=hello.facts, inventory=hello.inventory, inbox=inbox, session=session)
+    services.node_connected(
+        node=node,
+        facts=hello.facts,
+        inventory=hello.inventory,
+        inbox=inbox,
+        session=session,
+        protocol_version=protocol,
+    )
+    agent_updates.node_auto_update(node=node)
     return Node.objects.select_related("cluster").get(pk=node_id)
 
 

@@ -54,14 +54,22 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 class ManagedProcess:
     """A child process with its output captured to a log file; stopped (and reaped) on `stop()`."""
 
-    def __init__(self, name: str, argv: Sequence[str], *, log_dir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        log_dir: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path = REPO_ROOT,
+    ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = self.log_path.open("wb")
         full_env = {**clean_environ(), "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
         full_env.setdefault("PYTHONUNBUFFERED", "1")
         self.popen = subprocess.Popen(
-            list(argv), cwd=REPO_ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            list(argv), cwd=cwd, env=full_env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
 
     def log(self) -> str:

@@ -99,6 +99,7 @@ def _hello(ident: Identity, challenge: p.Challenge, **overrides: Any) -> p.Hello
         "certificate_pem": ident.certificate_pem,
         "signature_b64": identity.sign_nonce(ident.key, challenge.nonce),
         "facts": FACTS,
+        "v": challenge.v,  # the tunnel's version, chosen by the control plane (no ?protocol=: version 1)
     }
     return p.Hello(**{**fields, **overrides})
 

@@ -1,0 +1,104 @@
+"""Rolling deploys: a control plane of this release with a real agent of the previous protocol version.
+
+The old agent is the previous release's own code, extracted from this repository's history
+(`tests.support.old_agent`): it sends no protocol range, decodes only its own version and refuses
+frames with fields it does not know. Real daphne, Celery worker, PostgreSQL and Redis.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent import protocol as p
+from fleet import services
+from fleet.models import Command, Node, NodeEvent
+from tests.e2e.conftest import node_of, wait_status
+from tests.support.live import ControlPlane, subprocess_env
+from tests.support.old_agent import old_agent_join, old_agent_run, previous_protocol_tree
+from tests.support.processes import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def old_tree(tmp_path):
+    found = previous_protocol_tree(tmp_path / "old-agent")
+    if found is None:
+        pytest.skip("no git history holding the previous protocol version's agent")
+    return found[0]
+
+
+@pytest.fixture
+def old_agent(tmp_path, hub, old_tree):
+    started = []
+
+    def start(url: str, cluster, user, name: str):
+        _, raw = services.join_token_create(cluster=cluster, actor=user)
+        state = tmp_path / f"state-{name}"
+        joined = old_agent_join(old_tree, url, raw, state)
+        assert joined.returncode == 0, joined.stderr
+        env = {"CLEVERTHIS_MODEL_CACHE": str(tmp_path / f"models-{name}"), "HF_ENDPOINT": hub.url}
+        proc = old_agent_run(old_tree, state, tmp_path, name=f"old-agent-{name}", env=env)
+        started.append(proc)
+        return proc, state
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def test_an_agent_one_protocol_version_behind_keeps_working_and_is_asked_to_update(
+    control_plane, cluster, operator, old_agent
+):
+    user, _ = operator
+    proc, state = old_agent(control_plane.url, cluster, user, "old")
+    node = node_of(state)
+    wait_status(node, "online", timeout=60)
+    wait_until(lambda: "heartbeat sent" in proc.log(), timeout=30, what="heartbeat of the old agent")
+    node.refresh_from_db()
+    assert node.connected
+    assert node.protocol_version == p.PROTOCOL_VERSION - 1
+    outdated = NodeEvent.objects.get(node=node, kind="agent.outdated")
+    assert "re-running the install script" in outdated.message
+
+    # commands still run on the old agent (encoded at its version by the control plane)
+    (download,) = services.command_dispatch(
+        actor=user, cluster=cluster, command_type="model.download", payload={"model_id": "acme/tiny"}, node=node
+    )
+    wait_until(
+        lambda: Command.objects.get(pk=download.pk).status in ("succeeded", "failed"), timeout=90, what="download"
+    )
+    download.refresh_from_db()
+    assert download.status == "succeeded", (download.error_message, proc.log()[-3000:])
+    assert "malformed" not in proc.log()  # nothing the control plane sent was refused by the old decoder
+
+
+@pytest.fixture
+def strict_control_plane(tmp_path, settings):
+    """A control plane that accepts only agents of its own protocol version (AGENT_PROTOCOL_MIN)."""
+    settings.NODE_OFFLINE_AFTER_S = 3
+    plane = ControlPlane(
+        log_dir=tmp_path, env=subprocess_env(NODE_OFFLINE_AFTER_S="3", AGENT_PROTOCOL_MIN=str(p.PROTOCOL_VERSION))
+    )
+    plane.start_replica()
+    plane.start_worker()
+    yield plane
+    plane.stop()
+
+
+def test_an_agent_too_old_is_refused_with_a_reason_and_an_event_saying_what_to_do(
+    strict_control_plane, cluster, operator, old_agent
+):
+    user, _ = operator
+    proc, state = old_agent(strict_control_plane.url, cluster, user, "too-old")
+    node = node_of(state)
+    wait_until(
+        lambda: NodeEvent.objects.filter(node=node, kind="agent.too_old").exists(), timeout=60, what="refusal event"
+    )
+    event = NodeEvent.objects.filter(node=node, kind="agent.too_old").first()
+    assert f"protocol {p.PROTOCOL_VERSION - 1}" in event.message
+    assert "re-running the install script" in event.message
+    # the old agent logs the close code and the reason as it got them
+    wait_until(lambda: str(p.CLOSE_AGENT_TOO_OLD) in proc.log(), timeout=30, what="close logged by the agent")
+    assert "re-run the install script" in proc.log()
+    assert not Node.objects.get(pk=node.pk).connected
