@@ -24,8 +24,16 @@ from cleverthis.tenancy.selectors import workspace_list
 from fleet import agent_views, selectors, services
 from fleet.exceptions import IllegalTransition
 from fleet.filters import COMMAND_FILTERS, NODE_FILTERS
-from fleet.forms import COMMAND_FORMS, ClusterForm, ClusterSettingsForm, RenameForm, TargetForm, apply_service_errors
-from fleet.models import CommandType, ComputeCluster, Node
+from fleet.forms import (
+    COMMAND_FORMS,
+    ClusterForm,
+    ClusterSettingsForm,
+    EndpointStartForm,
+    RenameForm,
+    TargetForm,
+    apply_service_errors,
+)
+from fleet.models import CommandType, ComputeCluster, Node, NodeModel
 
 NODE_ACTIONS = {
     "cordon": services.node_cordon,
@@ -153,7 +161,15 @@ def _command_forms(request: HttpRequest, cluster: ComputeCluster, data: Any = No
     if command_type not in COMMAND_FORMS:
         command_type = CommandType.CONTAINER_CREATE
     target = TargetForm(data, nodes=nodes, initial={"command_type": command_type})
-    payload_form = COMMAND_FORMS[command_type](data, prefix="p")
+    extra: dict[str, Any] = {}
+    if command_type == CommandType.ENDPOINT_START:
+        cached: dict[str, list[str]] = {}
+        for model_id, node_name in (
+            NodeModel.objects.filter(node__in=nodes).order_by("node__name").values_list("model_id", "node__name")
+        ):
+            cached.setdefault(model_id, []).append(node_name)
+        extra["cached"] = {m: sorted(set(names)) for m, names in cached.items()}
+    payload_form = COMMAND_FORMS[command_type](data, prefix="p", **extra)
     return target, payload_form, command_type
 
 
@@ -189,7 +205,10 @@ def cluster_commands(request: HttpRequest, pk: Any) -> HttpResponse:
     target, payload_form, command_type = _command_forms(request, cluster, request.POST)
     status = 400
     error = ""
-    if target.is_valid() and payload_form.is_valid():
+    valid = target.is_valid() and payload_form.is_valid()
+    if valid and isinstance(payload_form, EndpointStartForm):
+        valid = payload_form.check_target(target.target_node())
+    if valid:
         try:
             sent = services.command_dispatch(
                 actor=request.user,
@@ -254,6 +273,7 @@ def node_detail(request: HttpRequest, pk: Any) -> HttpResponse:
     events = selectors.node_event_list(node=node)[:100]
     if request.htmx:
         return render(request, "fleet/_events.html", {"node": node, "events": events})
+    cached = list(node.cached_models.order_by("model_id", "revision"))
     context = {
         "node": node,
         "cluster": node.cluster,
@@ -261,6 +281,8 @@ def node_detail(request: HttpRequest, pk: Any) -> HttpResponse:
         "rename_form": RenameForm(initial={"name": node.name}),
         "can_operate": can_operate(request.user, node.cluster.workspace),
         "commands": selectors.command_list(user=request.user, node=node)[:20],
+        "cached_models": cached,
+        "cache_bytes": sum(m.size_bytes for m in cached),
     }
     return render(request, "fleet/node_detail.html", context)
 
