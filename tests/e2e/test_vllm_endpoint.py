@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import psutil
@@ -79,6 +80,7 @@ def test_real_vllm_endpoint_through_the_tunnel(
     cached = NodeModel.objects.get(node=node, model_id=MODEL)
     assert cached.size_bytes == sum(len(b) for b in tiny_model.values())
 
+    asked = time.monotonic()
     endpoint = workload_services.endpoint_create(actor=user, cluster=cluster, model_id=MODEL)
     assert endpoint.node_id == node.pk
     wait_until(
@@ -89,6 +91,7 @@ def test_real_vllm_endpoint_through_the_tunnel(
     )
     endpoint.refresh_from_db()
     assert endpoint.status == "running", endpoint.failure_message
+    print(f"endpoint start: {time.monotonic() - asked:.0f} s from endpoint_create to running")
     start = Command.objects.get(pk=endpoint.start_command_id)
     assert start.result["device"] == "cpu"
 
@@ -133,6 +136,16 @@ def test_real_vllm_endpoint_through_the_tunnel(
     pieces = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
     assert len([p for p in pieces if p]) >= 8  # arrived token by token
     assert all(c["model"] == MODEL for c in chunks)
+
+    if os.environ.get("VLLM_E2E_MEASURE"):  # figures for the notes (-s shows them); never asserted
+        from bench.vllm_tokens import measure
+
+        direct = f"http://127.0.0.1:{endpoint.port}"
+        measure(direct, MODEL, concurrency=1, requests_per_worker=1)
+        for concurrency in (1, 8):
+            here = measure(direct, MODEL, concurrency=concurrency)
+            there = measure(base, MODEL, concurrency=concurrency, headers=auth)
+            print(f"concurrency {concurrency}: direct {here:,.0f} tokens/s, endpoint URL {there:,.0f} tokens/s")
 
     tree = server_tree(state, endpoint)
     assert len(tree) >= 2  # vLLM runs its engine core in a child process
