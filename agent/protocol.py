@@ -107,6 +107,7 @@ ErrorCode = Literal[
     "model_not_found",
     "weights_missing",
     "insufficient_vram",
+    "insufficient_memory",
     "internal",
 ]
 ERROR_CODES: tuple[str, ...] = get_args(ErrorCode)

@@ -71,6 +71,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("compute/", include("fleet.urls")),
+    path("compute/", include("fleet.workloads.urls")),
     path("ray/", include("raymgr.urls")),
     path("audit/", include("cleverthis.audit.urls")),
 ]

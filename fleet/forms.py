@@ -167,14 +167,34 @@ class ModelDownloadForm(CommandForm):
 
 
 class EndpointStartForm(CommandForm):
-    """endpoint.start."""
+    """endpoint.start: offers only the models cached on the cluster's nodes (each labelled with them);
+    `check_target` refuses a node that does not hold the chosen one."""
 
     command_type = CommandType.ENDPOINT_START
-    endpoint_id = forms.CharField(max_length=100)
-    model_id = forms.CharField(max_length=200)
+    model_id = forms.ChoiceField(label="Model", help_text="Models in the cache of this cluster's nodes.")
     revision = forms.CharField(max_length=200, required=False)
+    endpoint_id = forms.CharField(
+        max_length=12, required=False, help_text="Leave blank for a new endpoint; an endpoint's id restarts it."
+    )
     port = forms.IntegerField(required=False, min_value=0, max_value=65535)
     gpus = forms.IntegerField(required=False, min_value=0, label="GPUs")
+
+    def __init__(self, *args: Any, cached: dict[str, list[str]] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cached = cached or {}  # model id → names of the nodes holding it
+        self.fields["model_id"].choices = [("", "— choose a cached model —")] + [
+            (model, f"{model} (on {', '.join(names)})") for model, names in sorted(self.cached.items())
+        ]
+
+    def check_target(self, node: Node | None) -> bool:
+        """False (with the reason on `model_id`) when `node` does not hold the chosen model."""
+        model = self.cleaned_data.get("model_id", "")
+        if node is not None and node.name not in self.cached.get(model, []):
+            self.add_error(
+                "model_id", f"model weights are not yet downloaded on {node.name}: run model.download on it first"
+            )
+            return False
+        return True
 
 
 class EndpointStopForm(CommandForm):

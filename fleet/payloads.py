@@ -11,6 +11,7 @@ The originals go to `Command.secrets` (encrypted) and come back only in `Command
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -19,6 +20,7 @@ from rest_framework import serializers
 from agent import protocol
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+ENDPOINT_ID_RE = r"^[0-9a-f]{12}$"
 MODEL_ID_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$"
 SECRET_FIELDS = frozenset({"registry_password"})  # never kept in the payload, not even masked
 # Mappings whose every value is secret (their keys stay visible): container env, a Ray job's env_vars.
@@ -86,9 +88,14 @@ class ModelDownloadSerializer(serializers.Serializer):
 
 
 class EndpointStartSerializer(serializers.Serializer):
-    """endpoint.start."""
+    """endpoint.start. `endpoint_id` (the endpoint's 12-hex-digit id) is made up when left out: the
+    Commands tab starts a new endpoint that way, and the same id restarts a stopped one."""
 
-    endpoint_id = serializers.RegexField(NAME_RE, max_length=100)
+    endpoint_id = serializers.RegexField(
+        ENDPOINT_ID_RE,
+        required=False,
+        error_messages={"invalid": "An endpoint id is 12 hex digits (leave it out to start a new endpoint)."},
+    )
     model_id = serializers.RegexField(
         MODEL_ID_RE, max_length=200, error_messages={"invalid": "Not a valid model id (expected owner/name)."}
     )
@@ -97,6 +104,10 @@ class EndpointStartSerializer(serializers.Serializer):
     gpus = serializers.IntegerField(min_value=0, max_value=64, required=False)
     min_vram_mb = serializers.IntegerField(min_value=0, required=False)
     extra_args = _strings(max_length=500, required=False)
+
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        return {"endpoint_id": uuid.uuid4().hex[:12], **attrs}
 
 
 class EndpointStopSerializer(serializers.Serializer):

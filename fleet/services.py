@@ -850,6 +850,7 @@ def command_queue(
             for target in targets
         ]
         Command.objects.bulk_create(commands)
+        signals.commands_queued.send(sender=Command, commands=commands)
         NodeEvent.objects.bulk_create(
             [
                 NodeEvent(

@@ -18,3 +18,8 @@ command_acked = django.dispatch.Signal()
 # Sent with `command=<fleet.models.Command>` once a command has reached succeeded or failed. Receivers
 # open their own savepoint and log their failures, as for `command_acked`.
 command_finished = django.dispatch.Signal()
+
+# Sent with `commands=<list of fleet.models.Command>` (one batch, all of one type) inside the transaction
+# that queues them, before the dispatch task is enqueued. A receiver may refuse the batch by raising
+# Django's ValidationError (nothing is then written; the caller gets HTTP 400).
+commands_queued = django.dispatch.Signal()

@@ -25,8 +25,16 @@ from cleverthis.tenancy.selectors import workspace_list
 from fleet import agent_updates, agent_views, live, metrics_history, selectors, services
 from fleet.exceptions import IllegalTransition
 from fleet.filters import COMMAND_FILTERS, NODE_FILTERS
-from fleet.forms import COMMAND_FORMS, ClusterForm, ClusterSettingsForm, RenameForm, TargetForm, apply_service_errors
-from fleet.models import CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
+from fleet.forms import (
+    COMMAND_FORMS,
+    ClusterForm,
+    ClusterSettingsForm,
+    EndpointStartForm,
+    RenameForm,
+    TargetForm,
+    apply_service_errors,
+)
+from fleet.models import CommandStatus, CommandType, ComputeCluster, Node, NodeModel, NodeStatus
 
 NODE_ACTIONS = {
     "cordon": services.node_cordon,
@@ -182,7 +190,15 @@ def _command_forms(
     if last.get("target") in {"all", *(str(n.pk) for n in nodes)}:
         initial["target"] = last["target"]
     target = TargetForm(data, nodes=nodes, initial=initial)
-    payload_form = COMMAND_FORMS[command_type](data, prefix="p")
+    extra: dict[str, Any] = {}
+    if command_type == CommandType.ENDPOINT_START:
+        cached: dict[str, list[str]] = {}
+        for model_id, node_name in (
+            NodeModel.objects.filter(node__in=nodes).order_by("node__name").values_list("model_id", "node__name")
+        ):
+            cached.setdefault(model_id, []).append(node_name)
+        extra["cached"] = {m: sorted(set(names)) for m, names in cached.items()}
+    payload_form = COMMAND_FORMS[command_type](data, prefix="p", **extra)
     return target, payload_form, command_type
 
 
@@ -258,7 +274,10 @@ def cluster_commands(request: HttpRequest, pk: Any) -> HttpResponse:
     target, payload_form, command_type = _command_forms(request, cluster, request.POST)
     status = 400
     error = ""
-    if target.is_valid() and payload_form.is_valid():
+    valid = target.is_valid() and payload_form.is_valid()
+    if valid and isinstance(payload_form, EndpointStartForm):
+        valid = payload_form.check_target(target.target_node())
+    if valid:
         try:
             sent = services.command_dispatch(
                 actor=request.user,
@@ -333,6 +352,7 @@ def _node_live(node: Node) -> dict[str, Any]:
 
 
 def _node_context(request: HttpRequest, node: Node, rename_form: RenameForm) -> dict[str, Any]:
+    cached = list(node.cached_models.order_by("model_id", "revision"))
     return {
         "node": node,
         "cluster": node.cluster,
@@ -342,6 +362,8 @@ def _node_context(request: HttpRequest, node: Node, rename_form: RenameForm) -> 
         "commands": selectors.command_list(user=request.user, node=node)[:20],
         **_node_charts(node),
         **_node_live(node),
+        "cached_models": cached,
+        "cache_bytes": sum(m.size_bytes for m in cached),
     }
 
 

@@ -3,16 +3,18 @@
 Each endpoint is a child process in its own session, listening on 127.0.0.1:<port> (the control plane
 reaches it through the tunnel's proxied streams). Its record (pid, port, model, log file) is kept in
 ``<state_dir>/endpoints.json`` so that an agent restart still knows, reports and can stop the servers it
-started. The server command is vLLM's by default; ``server_command`` (or the environment variable
-``CLEVERTHIS_ENDPOINT_SERVER``, split like a shell line) replaces its program part, and the manager
-always appends ``--model <path> --port <port> --served-model-name <model_id> --host 127.0.0.1``.
+started; stopping one ends its whole process tree (vLLM runs its engine in child processes). The
+server is vLLM's GPU or CPU build as `agent.workloads.engine` chooses for the node; ``server_command``
+(or ``CLEVERTHIS_ENDPOINT_SERVER``, split like a shell line) replaces its program part, and the manager
+always appends ``--model <path> --port <port> --served-model-name <model_id> --host 127.0.0.1`` and the
+device's flags. A model that is not cached, or that cannot fit the node's free VRAM (GPU) or available
+memory (CPU), fails at once with the reason instead of a server that never answers.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -23,21 +25,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import requests
 
 from agent.executors.base import CommandFailed, ProgressFn
 from agent.protocol import EndpointInfo, EndpointStartPayload, EndpointStopPayload, GpuInfo
+from agent.workloads.engine import VLLM_MODULE, Engine, choose_engine, cpu_bytes_needed, weights_bytes
 from agent.workloads.models import ModelCache
 
-VLLM_COMMAND = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+VLLM_COMMAND = [sys.executable, "-m", VLLM_MODULE]
 STATE_FILE = "endpoints.json"
 LOG_TAIL_BYTES = 4000
+START_LOG_TAIL_BYTES = 2000
+MIB = 1024 * 1024
 
 
 def default_server_command() -> list[str]:
-    """The program part of the server command: CLEVERTHIS_ENDPOINT_SERVER if set, else vLLM's."""
-    configured = os.environ.get("CLEVERTHIS_ENDPOINT_SERVER", "").strip()
-    return shlex.split(configured) if configured else list(VLLM_COMMAND)
+    """The program part of the server command on a node without GPUs (see `engine.choose_engine`)."""
+    return choose_engine([]).program
 
 
 def _free_port() -> int:
@@ -101,7 +106,7 @@ class EndpointManager:
     ) -> None:
         self.models = models
         self.state_dir = Path(state_dir)
-        self.server_command = list(server_command) if server_command else default_server_command()
+        self.server_command = list(server_command) if server_command else None
         self.gpus_fn = gpus_fn or (lambda: [])
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
@@ -148,20 +153,29 @@ class EndpointManager:
                     raise CommandFailed(
                         "conflict", f"endpoint {payload.endpoint_id} already serves {current['model_id']}"
                     )
-                return {"endpoint_id": payload.endpoint_id, "port": current["port"], "pid": current["pid"]}
+                return {
+                    "endpoint_id": payload.endpoint_id,
+                    "port": current["port"],
+                    "pid": current["pid"],
+                    "device": current.get("device", "cpu"),
+                }
             model_path = self.models.path_for(payload.model_id, payload.revision)
             if model_path is None:
                 raise CommandFailed(
                     "weights_missing",
-                    f"{payload.model_id}@{payload.revision} is not in this node's model cache: download it first",
+                    f"model weights are not yet downloaded: {payload.model_id}@{payload.revision} is not in "
+                    "this node's model cache (run model.download first)",
                     model_id=payload.model_id,
                 )
-            chosen = self._check_gpus(payload)
+            engine = self._engine()
+            chosen = self._check_gpus(payload, engine, model_path)
+            if engine.device == "cpu":
+                self._check_memory(model_path)
             port = payload.port or _free_port()
             if payload.port and _port_in_use(port):
                 raise CommandFailed("conflict", f"port {port} is already in use on this node")
             argv = [
-                *self.server_command,
+                *engine.program,
                 "--model",
                 str(model_path),
                 "--port",
@@ -171,11 +185,12 @@ class EndpointManager:
                 "--host",
                 "127.0.0.1",
             ]
+            argv += engine.args()
             if payload.gpus > 1:
                 argv += ["--tensor-parallel-size", str(payload.gpus)]
             argv += list(payload.extra_args)
-            env = dict(os.environ)
-            if payload.gpus > 0:
+            env = engine.env(dict(os.environ))
+            if chosen:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in chosen)
             self.state_dir.mkdir(parents=True, exist_ok=True)
             log_path = self.state_dir / f"endpoint-{payload.endpoint_id}.log"
@@ -196,7 +211,8 @@ class EndpointManager:
                 "port": port,
                 "pid": child.pid,
                 "log": str(log_path),
-                "gpus": [g.index for g in chosen] if payload.gpus else [],
+                "gpus": [g.index for g in chosen],
+                "device": engine.device,
                 "status": "starting",
                 "started_at": time.time(),
             }
@@ -216,7 +232,13 @@ class EndpointManager:
                 state[payload.endpoint_id]["status"] = "running"
                 self._save(state)
         progress(f"endpoint {payload.endpoint_id} answers on port {port}", percent=100.0)
-        return {"endpoint_id": payload.endpoint_id, "port": port, "pid": child.pid}
+        return {
+            "endpoint_id": payload.endpoint_id,
+            "port": port,
+            "pid": child.pid,
+            "device": engine.device,
+            "log_tail": _tail(log_path)[-START_LOG_TAIL_BYTES:],  # the server's start-up lines, for the UI
+        }
 
     def stop(self, payload: EndpointStopPayload) -> dict[str, Any]:
         """Stop the endpoint's server (SIGTERM, then SIGKILL); stopping an unknown one is a no-op."""
@@ -253,27 +275,47 @@ class EndpointManager:
 
     # ---- helpers
 
-    def _check_gpus(self, payload: EndpointStartPayload) -> list[GpuInfo]:
-        if payload.gpus <= 0 and payload.min_vram_mb <= 0:
+    def _engine(self) -> Engine:
+        engine = choose_engine(self.gpus_fn())
+        return Engine(self.server_command, engine.device) if self.server_command else engine
+
+    def _check_gpus(self, payload: EndpointStartPayload, engine: Engine, model_path: Path) -> list[GpuInfo]:
+        """The GPUs to use; CommandFailed(insufficient_vram) when they are missing or the model cannot fit."""
+        if engine.device != "gpu" and payload.gpus <= 0 and payload.min_vram_mb <= 0:
             return []
         gpus = self.gpus_fn()
-        if payload.gpus > len(gpus):
+        if max(payload.gpus, 1) > len(gpus):
             raise CommandFailed(
                 "insufficient_vram",
-                f"endpoint needs {payload.gpus} GPU(s), this node has {len(gpus)}",
+                f"insufficient GPU VRAM: the endpoint needs {max(payload.gpus, 1)} GPU(s), this node has {len(gpus)}",
                 gpus_requested=payload.gpus,
                 gpus_available=len(gpus),
             )
         chosen = select_gpus(gpus, max(payload.gpus, 1))
         free_mb = sum(g.memory_total_mb - g.memory_used_mb for g in chosen)
-        if payload.min_vram_mb > free_mb:
+        needed_mb = max(payload.min_vram_mb, -(-weights_bytes(model_path) // MIB))
+        if needed_mb > free_mb:
             raise CommandFailed(
                 "insufficient_vram",
-                f"endpoint needs {payload.min_vram_mb} MB of free VRAM, the selected GPU(s) have {free_mb} MB",
-                min_vram_mb=payload.min_vram_mb,
+                f"insufficient GPU VRAM: the endpoint needs {needed_mb} MB (at least the model's weights), "
+                f"the selected GPU(s) have {free_mb} MB free",
+                min_vram_mb=needed_mb,
                 free_vram_mb=free_mb,
             )
         return chosen
+
+    def _check_memory(self, model_path: Path) -> None:
+        """CommandFailed(insufficient_memory) when a CPU endpoint cannot fit the node's available memory."""
+        needed = cpu_bytes_needed(model_path)
+        available = psutil.virtual_memory().available
+        if needed > available:
+            raise CommandFailed(
+                "insufficient_memory",
+                f"insufficient memory: a CPU endpoint for this model needs about {needed // MIB} MB (weights, "
+                f"KV cache and vLLM itself), the node has {available // MIB} MB available",
+                needed_mb=needed // MIB,
+                available_mb=available // MIB,
+            )
 
     def _wait_ready(
         self,
@@ -317,28 +359,52 @@ class EndpointManager:
             time.sleep(0.2)
 
     def _terminate(self, pid: int) -> None:
+        """End the server's whole process tree: its process group and every descendant (SIGTERM, then
+        SIGKILL after `stop_timeout_s`), so no engine process is left behind with parent 1."""
         child = self._children.pop(pid, None)
-        if not _pid_alive(pid):
+        tree = _process_tree(pid)
+        if not tree:
             if child is not None:
                 child.wait()
             return
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
+        _signal_tree(pid, tree, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_timeout_s
         while time.monotonic() < deadline:
-            if child is not None and child.poll() is not None:
-                return
-            if child is None and not _pid_alive(pid):
-                return
+            if child is not None:
+                child.poll()  # reap the server itself, or it stays a zombie
+            tree = [p for p in tree if _pid_alive(p.pid)]
+            if not tree:
+                break
             time.sleep(0.05)
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if tree:
+            _signal_tree(pid, tree, signal.SIGKILL)
         if child is not None:
             child.wait()
+        psutil.wait_procs([p for p in tree if p.pid != pid], timeout=5)
+
+
+def _process_tree(pid: int) -> list[psutil.Process]:
+    """The process and its living descendants (empty when it is gone)."""
+    if not _pid_alive(pid):
+        return []
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _signal_tree(pgid: int, tree: list[psutil.Process], sig: signal.Signals) -> None:
+    """Send `sig` to the server's process group and to each process of its tree (some may have left it)."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for proc in tree:
+        try:
+            proc.send_signal(sig)
+        except psutil.Error:
+            continue
 
 
 def _tail(path: Path) -> str:

@@ -91,6 +91,8 @@ PROXY_MAX_BODY_BYTES = env_int("PROXY_MAX_BODY_BYTES", 256 * 1024 * 1024)
 PROXY_RESPONSE_TIMEOUT_S = env_float("PROXY_RESPONSE_TIMEOUT_S", 60.0)  # until the response head
 PROXY_IDLE_TIMEOUT_S = env_float("PROXY_IDLE_TIMEOUT_S", 300.0)  # between response chunks
 PROXY_ROUTE_CACHE_S = env_float("PROXY_ROUTE_CACHE_S", 2.0)  # how long an endpoint route is cached per process
+# at most how often a process writes an endpoint's forwarded-request count and last-request time
+ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
 
 # Prometheus metrics at /metrics (cleverthis.metrics_scrape): a scrape sends `Authorization: Bearer
 # <METRICS_TOKEN>`; with no token set the endpoint refuses everyone (403).

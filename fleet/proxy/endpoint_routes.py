@@ -11,6 +11,11 @@ Where an endpoint leads (its node, port, status and whether it is public) is kep
 each: saving or deleting an endpoint or a node in this process forgets the cached routes at once, and
 changes made elsewhere (another replica, a worker) are seen within that time. Credentials are still
 checked on every request.
+
+Each forwarded request counts towards the endpoint's `request_count` and `last_request_at`: counted in
+this process and written with one UPDATE at most every `ENDPOINT_REQUESTS_FLUSH_S` (default 5 s) per
+endpoint: the first request of a quiet endpoint at once, the ones of a burst with the first request
+after that interval (so the figures of a burst's tail wait for the endpoint's next request).
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from uuid import UUID
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db.models import F
 from django.db.models.signals import post_delete, post_save
+from django.utils import timezone
 
 from cleverthis.tenancy.models import Workspace
 from cleverthis.tenancy.permissions import can_view
@@ -134,6 +141,31 @@ def _decide(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyR
     return _target(route, scope, path, caller_may_view=can_view(user, route.workspace))
 
 
+_unwritten: dict[str, int] = {}  # slug → requests forwarded and not yet written
+_written_at: dict[str, float] = {}  # slug → when this process last wrote its count
+
+
+def _count_request(slug: str) -> bool:
+    """Count one forwarded request; True when the count is due to be written now."""
+    _unwritten[slug] = _unwritten.get(slug, 0) + 1
+    now = time.monotonic()
+    if now - _written_at.get(slug, -1e9) < settings.ENDPOINT_REQUESTS_FLUSH_S:
+        return False
+    _written_at[slug] = now
+    if len(_written_at) >= _ROUTE_CACHE_MAX:
+        _written_at.clear()
+    return True
+
+
+def _write_requests(slug: str) -> None:
+    """Add this process's unwritten requests of `slug` to its row, with the time of the last one."""
+    count = _unwritten.pop(slug, 0)
+    if count:
+        Endpoint.objects.filter(slug=slug).update(
+            request_count=F("request_count") + count, last_request_at=timezone.now()
+        )
+
+
 @register_resolver
 async def resolve_endpoint(scope: dict[str, Any]) -> Answer | None:
     """Claim requests for endpoint origins; send `/endpoints/<slug>/` paths elsewhere to the origin."""
@@ -145,4 +177,7 @@ async def resolve_endpoint(scope: dict[str, Any]) -> Answer | None:
         host = origins.ENDPOINT.host(match["slug"])
         return await database_sync_to_async(redirect_to_origin)(scope, host, match["rest"] or "/")
     # a cached public route leaves nothing to look up: answer without a thread hop
-    return _public_answer_from_cache(scope, *found) or await database_sync_to_async(_decide)(scope, *found)
+    answer = _public_answer_from_cache(scope, *found) or await database_sync_to_async(_decide)(scope, *found)
+    if isinstance(answer, ProxyTarget) and _count_request(found[0]):
+        await database_sync_to_async(_write_requests)(found[0])
+    return answer

@@ -67,14 +67,20 @@ _HELP: dict[str, tuple[str, str, str]] = {
         "Check the model id (owner/name) and revision; for gated models set a Hub token on the node.",
     ),
     "weights_missing": (
-        "Model weights missing",
+        "Model weights are not yet downloaded",
         "The model is not (fully) downloaded in the node's cache.",
         "Run model.download for this model and revision on the node first, then start the endpoint.",
     ),
     "insufficient_vram": (
-        "Not enough GPU memory",
+        "Insufficient GPU VRAM",
         "The node's GPUs do not have enough free memory (VRAM) for this model.",
         "Stop other GPU workloads on the node, pick a node with more free VRAM, or a smaller model.",
+    ),
+    "insufficient_memory": (
+        "Insufficient memory",
+        "The node (no GPU: vLLM's CPU build) has not enough available memory for this model's weights, "
+        "its KV cache and vLLM itself.",
+        "Stop other workloads on the node, pick a node with more memory or a GPU, or a smaller model.",
     ),
     "not_found": (
         "Not found",

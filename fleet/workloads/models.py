@@ -142,6 +142,10 @@ class Endpoint(models.Model):
     public = models.BooleanField(default=False)
     failure_code = models.CharField(max_length=64, blank=True, default="")
     failure_message = models.TextField(blank=True, default="")
+    # Requests the proxy forwarded (`fleet.proxy.endpoint_routes`: counted per process, written at most
+    # every ENDPOINT_REQUESTS_FLUSH_S per endpoint).
+    request_count = models.PositiveBigIntegerField(default=0)
+    last_request_at = models.DateTimeField(null=True, blank=True)
     start_command = models.ForeignKey(
         "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -24,6 +24,7 @@ from fleet.workloads.services import (
     containers_reconcile,
     endpoint_record_acked,
     endpoint_record_command_outcome,
+    endpoint_record_start_commands,
     endpoints_reconcile,
     node_model_record_download_failed,
     node_model_record_downloaded,
@@ -38,6 +39,13 @@ def connect() -> None:
     signals.inventory_received.connect(_on_inventory, dispatch_uid="fleet.workloads.inventory")
     signals.command_acked.connect(_on_command_acked, dispatch_uid="fleet.workloads.command_acked")
     signals.command_finished.connect(_on_command_finished, dispatch_uid="fleet.workloads.command_finished")
+    signals.commands_queued.connect(_on_commands_queued, dispatch_uid="fleet.workloads.commands_queued")
+
+
+def _on_commands_queued(sender: object, commands: list[Command], **kwargs: object) -> None:
+    """Inside the queueing transaction: an endpoint.start sent as a plain command gets its Endpoint row."""
+    if commands and commands[0].command_type == CommandType.ENDPOINT_START:
+        endpoint_record_start_commands(commands=commands)
 
 
 def _on_inventory(sender: object, node: Node, inventory: protocol.Inventory, **kwargs: object) -> None:

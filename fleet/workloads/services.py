@@ -437,7 +437,8 @@ def _pick_endpoint_node(
         candidates = [node]
         if not NodeModel.objects.filter(node=node, model_id=model_id, revision=revision).exists():
             raise PlacementError(
-                f"model {label} is not downloaded on node {node.name}; run model.download on it first",
+                f"model weights are not yet downloaded: {label} is not in node {node.name}'s cache; "
+                "run model.download on it first",
                 "weights_missing",
             )
     else:
@@ -452,7 +453,7 @@ def _pick_endpoint_node(
         )
         if not candidates:
             raise PlacementError(
-                f"model {label} is not downloaded on any online node; run model.download first",
+                f"model weights are not yet downloaded: {label} is on no online node; run model.download first",
                 "model_not_downloaded",
             )
     load = _endpoint_load([n.pk for n in candidates])
@@ -466,7 +467,7 @@ def _pick_endpoint_node(
         where = f"node {best.name}" if node is not None else f"best node {best.name}"
         gpu_note = f" (and {gpus} GPU(s), it has {best.gpu_count})" if best.gpu_count < gpus else ""
         raise PlacementError(
-            f"insufficient VRAM: needs {min_vram_mb} MB{gpu_note}, {where} has {max(free(best), 0)} MB free",
+            f"insufficient GPU VRAM: needs {min_vram_mb} MB{gpu_note}, {where} has {max(free(best), 0)} MB free",
             "insufficient_vram",
         )
     return min(fitting, key=lambda n: (load.get(n.pk, (0, 0))[0], -free(n), n.name))
@@ -571,6 +572,93 @@ def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
         endpoint.status = EndpointStatus.STOPPING
         endpoint.stop_command = command
         endpoint.save(update_fields=["status", "stop_command", "updated_at"])
+    return endpoint
+
+
+def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]:
+    """endpoint.start commands queued (by `endpoint_create`, or sent from the Commands tab / API): each
+    gets the Endpoint row its `endpoint_id` names, created when new, or made pending again on the
+    command's node when it had stopped or failed, so every started endpoint is listed with its URL.
+
+    Refuses (ValidationError) a start sent to several nodes at once, and an id of another cluster's or a
+    still live endpoint on another node.
+    """
+    if len(commands) > 1:
+        raise ValidationError({"node_id": "An endpoint starts on one node: choose the node."})
+    rows = []
+    for command in commands:
+        payload = command.payload or {}
+        slug = str(payload.get("endpoint_id", ""))
+        endpoint = Endpoint.objects.select_for_update().filter(slug=slug).first()
+        if endpoint is None:
+            endpoint = Endpoint.objects.create(
+                slug=slug,
+                cluster_id=command.cluster_id,
+                node_id=command.node_id,
+                model_id=payload.get("model_id", ""),
+                revision=payload.get("revision", "main"),
+                gpus=payload.get("gpus", 0),
+                min_vram_mb=payload.get("min_vram_mb", 0),
+                created_by=command.created_by,
+                start_command=command,
+            )
+            _event(
+                command.node_id,
+                "endpoint.starting",
+                f"Endpoint {endpoint.hostname} for {endpoint.model_id}@{endpoint.revision} requested by "
+                f"{command.created_by.get_username() if command.created_by else 'the control plane'}",
+                data={"endpoint": str(endpoint.pk)},
+                command=command,
+            )
+        elif endpoint.cluster_id != command.cluster_id:
+            raise ValidationError({"payload.endpoint_id": "No such endpoint in this cluster."})
+        elif endpoint.start_command_id is None:
+            pass  # the row endpoint_create just made: it links its command itself
+        elif endpoint.status in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
+            endpoint.status, endpoint.node_id, endpoint.port = EndpointStatus.PENDING, command.node_id, 0
+            endpoint.model_id = payload.get("model_id", endpoint.model_id)
+            endpoint.revision = payload.get("revision", "main")
+            endpoint.start_command, endpoint.failure_code, endpoint.failure_message = command, "", ""
+            endpoint.save()
+        elif endpoint.node_id != command.node_id:
+            raise ValidationError({"payload.endpoint_id": f"This endpoint is {endpoint.status} on another node."})
+        rows.append(endpoint)
+    return rows
+
+
+@operator_action("endpoint.restart", target=on("endpoint", "endpoint"))
+def endpoint_restart(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
+    """Start a stopped or failed endpoint again under the same id and URL (Owner/Admin only): placed like a
+    new one (on a node holding the weights), its row pending again; 409 while it is live."""
+    from fleet import services
+
+    _require_operator(actor, endpoint.cluster.workspace)
+    with transaction.atomic():
+        endpoint = Endpoint.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=endpoint.pk)
+        if endpoint.status not in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
+            raise IllegalTransition(f"This endpoint is {endpoint.status}; only a stopped or failed one can start.")
+        target = _pick_endpoint_node(
+            cluster=endpoint.cluster,
+            model_id=endpoint.model_id,
+            revision=endpoint.revision,
+            gpus=endpoint.gpus,
+            min_vram_mb=endpoint.min_vram_mb,
+            node=None,
+        )
+        services.command_queue(  # endpoint_record_start_commands makes the row pending on `target`
+            actor=actor,
+            cluster=endpoint.cluster,
+            command_type=CommandType.ENDPOINT_START,
+            payload={
+                "endpoint_id": endpoint.slug,
+                "model_id": endpoint.model_id,
+                "revision": endpoint.revision,
+                "gpus": endpoint.gpus,
+                "min_vram_mb": endpoint.min_vram_mb,
+            },
+            node=target,
+        )
+    endpoint.refresh_from_db()
     return endpoint
 
 

@@ -1,7 +1,7 @@
 """A tiny OpenAI-compatible server process standing in for vLLM's (which needs CUDA) in tests.
 
 Run it like vLLM's server: ``python -m tests.support.openai_standin --model <path> --port <port>
---served-model-name <id> [--host H] [other vLLM flags, ignored]``. Like vLLM it refuses to start when
+--served-model-name <id> [--host H] [--engine-child] [other vLLM flags, ignored]``. Like vLLM it refuses to start when
 the model path is not a directory holding ``config.json``. It serves ``GET /v1/models``, ``GET /health``
 and ``POST /v1/chat/completions`` (answer: ``echo: <last user message>``; with ``"stream": true`` the
 answer comes word by word as Server-Sent Events ending with ``data: [DONE]``).
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 import uuid
@@ -24,6 +25,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--served-model-name", default=None)
+    # Like vLLM's engine core: a helper process of the server's, here in a session of its own (the worst
+    # case for whoever stops the server), printed as "engine child pid <pid>".
+    parser.add_argument("--engine-child", action="store_true")
     args, _ignored = parser.parse_known_args(argv)
     return args
 
@@ -123,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ValueError: no config.json in model path {model_dir}", file=sys.stderr, flush=True)
         return 1
     name = args.served_model_name or args.model
+    if args.engine_child:
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True, stdin=subprocess.DEVNULL
+        )
+        print(f"engine child pid {child.pid}", flush=True)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(name))
     server.daemon_threads = True
     print(f"openai-standin serving {name} on {args.host}:{args.port}", flush=True)

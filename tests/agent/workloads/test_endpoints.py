@@ -13,6 +13,7 @@ import requests
 from agent.executors.base import CommandFailed
 from agent.protocol import EndpointStartPayload, EndpointStopPayload, GpuInfo, ModelDownloadPayload
 from agent.workloads.endpoints import VLLM_COMMAND, EndpointManager, _pid_alive, default_server_command
+from agent.workloads.engine import choose_engine
 from agent.workloads.models import ModelCache
 from tests.support.hub_standin import HubStandin
 from tests.support.processes import REPO_ROOT, wait_until
@@ -86,6 +87,7 @@ def test_start_serves_the_cached_model_and_stop_ends_it(manager, cached_models):
 def test_start_again_returns_the_running_endpoint(manager):
     first = manager.start(EndpointStartPayload(endpoint_id="ep2", model_id=MODEL), quiet)
     again = manager.start(EndpointStartPayload(endpoint_id="ep2", model_id=MODEL), quiet)
+    assert "openai-standin serving" in first.pop("log_tail")
     assert again == first
     assert len(manager.inventory()) == 1
 
@@ -190,3 +192,78 @@ def test_an_endpoint_still_loading_is_reported_as_starting(cached_models, tmp_pa
 def test_a_ready_endpoint_is_reported_as_running(manager):
     manager.start(EndpointStartPayload(endpoint_id="ep10", model_id=MODEL), quiet)
     assert [e.status for e in manager.inventory()] == ["running"]
+
+
+def test_stop_ends_the_whole_process_tree(manager):
+    """A server's helper processes (vLLM's engine core) end with it, even one in a session of its own."""
+    payload = EndpointStartPayload(endpoint_id="tree", model_id=MODEL, extra_args=["--engine-child"])
+    result = manager.start(payload, quiet)
+    log = Path(manager.state_dir / "endpoint-tree.log")
+    wait_until(lambda: "engine child pid" in log.read_text(), timeout=10, what="engine child")
+    child_pid = int(log.read_text().split("engine child pid ")[1].split()[0])
+    assert _pid_alive(child_pid)
+    manager.stop(EndpointStopPayload(endpoint_id="tree"))
+    assert not _pid_alive(result["pid"])
+    wait_until(lambda: not _pid_alive(child_pid), timeout=10, what="engine child to end")
+
+
+def test_cpu_node_runs_the_cpu_build_with_its_flags(cached_models, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    manager = EndpointManager(cached_models, tmp_path, server_command=STANDIN, gpus_fn=lambda: [])
+    try:
+        result = manager.start(EndpointStartPayload(endpoint_id="cpu", model_id=MODEL), quiet)
+        assert result["device"] == "cpu"
+        cmdline = Path(f"/proc/{result['pid']}/cmdline").read_bytes().split(b"\0")
+        assert cmdline[cmdline.index(b"--dtype") + 1] == b"float32"
+        assert b"--enforce-eager" in cmdline
+        environ = Path(f"/proc/{result['pid']}/environ").read_bytes().split(b"\0")
+        assert b"HF_HUB_OFFLINE=1" in environ
+        assert b"VLLM_CPU_KVCACHE_SPACE=1" in environ
+        assert not any(e.startswith(b"CUDA_VISIBLE_DEVICES=") for e in environ)
+    finally:
+        manager.stop_all()
+
+
+def test_model_too_large_for_memory_fails_at_once(cached_models, tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "100000")  # a KV cache of ~100 TB cannot fit anywhere
+    manager = EndpointManager(cached_models, tmp_path, server_command=STANDIN, gpus_fn=lambda: [])
+    with pytest.raises(CommandFailed) as err:
+        manager.start(EndpointStartPayload(endpoint_id="big", model_id=MODEL), quiet)
+    assert err.value.code == "insufficient_memory"
+    assert err.value.message.startswith("insufficient memory: ")
+    assert manager.inventory() == []
+
+
+def test_weights_larger_than_free_vram_fail_at_once(tmp_path, monkeypatch):
+    """On a GPU node the weights alone must fit the chosen GPU's free memory (a sparse 3 GB file here)."""
+    hub = HubStandin().start()
+    try:
+        hub.add_repo("acme/big", {"config.json": b"{}", "model.safetensors": b"\0" * 16})
+        cache = ModelCache(tmp_path / "models", endpoint=hub.url)
+        cache.download(ModelDownloadPayload(model_id="acme/big"), quiet)
+    finally:
+        hub.stop()
+    weights = cache.path_for("acme/big") / "model.safetensors"
+    with weights.resolve().open("r+b") as fh:
+        fh.truncate(3 * 1024**3)
+    manager = EndpointManager(cache, tmp_path / "state", server_command=STANDIN, gpus_fn=lambda: [gpu(0, 4_000, 2_000)])
+    with pytest.raises(CommandFailed) as err:
+        manager.start(EndpointStartPayload(endpoint_id="big", model_id="acme/big"), quiet)
+    assert err.value.code == "insufficient_vram"
+    assert err.value.message.startswith("insufficient GPU VRAM: ")
+    assert err.value.data == {"min_vram_mb": 3072, "free_vram_mb": 2000}
+
+
+def test_engine_follows_the_node_and_the_settings():
+    gpus = [gpu(0, 80_000, 0)]
+    assert choose_engine([], {}).device == "cpu"
+    assert choose_engine(gpus, {}).device == "gpu"
+    assert choose_engine([], {}).program == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    environ = {"CLEVERTHIS_VLLM_CPU_PYTHON": "/opt/vllm-cpu/bin/python", "CLEVERTHIS_VLLM_GPU_PYTHON": "/opt/g/python"}
+    assert choose_engine([], environ).program[0] == "/opt/vllm-cpu/bin/python"
+    assert choose_engine(gpus, environ).program[0] == "/opt/g/python"
+    forced = choose_engine(gpus, environ | {"CLEVERTHIS_VLLM_DEVICE": "cpu"})
+    assert (forced.device, forced.program[0]) == ("cpu", "/opt/vllm-cpu/bin/python")
+    assert "--enforce-eager" in forced.args()
+    assert "--enforce-eager" not in choose_engine(gpus, environ).args()

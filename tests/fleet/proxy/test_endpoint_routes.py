@@ -114,3 +114,25 @@ def test_unknown_slugs_are_not_cached(db):
 
 def endpoint_proxy_message() -> str:
     return endpoint_routes.UNAUTHENTICATED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_forwarded_requests_are_counted_with_the_last_request_time(endpoint, settings):
+    endpoint_routes._unwritten.clear()
+    endpoint_routes._written_at.clear()
+    settings.ENDPOINT_REQUESTS_FLUSH_S = 3600
+    for _ in range(3):
+        assert isinstance(asyncio.run(endpoint_routes.resolve_endpoint(scope(endpoint.slug))), ProxyTarget)
+    endpoint.refresh_from_db()
+    # the first request of a quiet endpoint is written at once, the next ones wait for the interval
+    assert endpoint.request_count == 1
+    assert endpoint.last_request_at is not None
+    settings.ENDPOINT_REQUESTS_FLUSH_S = 0
+    asyncio.run(endpoint_routes.resolve_endpoint(scope(endpoint.slug)))
+    endpoint.refresh_from_db()
+    assert endpoint.request_count == 4
+    # refused requests (not forwarded) do not count
+    Endpoint.objects.filter(pk=endpoint.pk).update(status=EndpointStatus.STOPPED)
+    endpoint_routes.forget_routes()
+    assert isinstance(asyncio.run(endpoint_routes.resolve_endpoint(scope(endpoint.slug))), ProxyRefusal)
+    assert Endpoint.objects.get(pk=endpoint.pk).request_count == 4

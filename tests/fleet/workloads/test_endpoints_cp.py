@@ -59,7 +59,10 @@ def test_start_on_the_node_with_the_model_and_record_running_with_url(cluster, r
 def test_refused_when_the_model_is_not_downloaded_anywhere(cluster, node, owner):
     with pytest.raises(PlacementError) as exc:
         workloads.endpoint_create(actor=owner, cluster=cluster, model_id="org/absent")
-    assert str(exc.value) == "model org/absent@main is not downloaded on any online node; run model.download first"
+    assert (
+        str(exc.value)
+        == "model weights are not yet downloaded: org/absent@main is on no online node; run model.download first"
+    )
     assert exc.value.code == "model_not_downloaded"
     assert not Endpoint.objects.exists()
     assert not Command.objects.exists()
@@ -70,7 +73,7 @@ def test_refused_when_no_node_with_the_model_has_enough_vram(cluster, node, owne
     with pytest.raises(PlacementError) as exc:
         workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id, gpus=1, min_vram_mb=90000)
     # The fixture's node has one 80000 MB GPU with 100 MB used.
-    assert str(exc.value) == "insufficient VRAM: needs 90000 MB, best node gpu-box-1 has 79900 MB free"
+    assert str(exc.value) == "insufficient GPU VRAM: needs 90000 MB, best node gpu-box-1 has 79900 MB free"
     assert exc.value.code == "insufficient_vram"
     assert not Endpoint.objects.exists()
 
@@ -88,7 +91,7 @@ def test_cordoned_nodes_and_other_revisions_do_not_count(cluster, register_node,
 
 def test_explicit_node_must_hold_the_model_and_be_in_the_cluster(cluster, register_node, other_cluster, owner):
     a = register_node(cluster, "a")
-    with pytest.raises(PlacementError, match="not downloaded on node a"):
+    with pytest.raises(PlacementError, match=r"not yet downloaded: .* not in node a's cache"):
         workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id, node=a)
     theirs = register_node(other_cluster, "theirs")
     with pytest.raises(ValidationError) as exc:
@@ -130,7 +133,7 @@ def test_only_operators_start_or_stop(cluster, node, workspace, member_of, owner
 
 @pytest.mark.parametrize(
     ("code", "title"),
-    [("weights_missing", "Model weights missing"), ("insufficient_vram", "Not enough GPU memory")],
+    [("weights_missing", "Model weights are not yet downloaded"), ("insufficient_vram", "Insufficient GPU VRAM")],
 )
 def test_agent_refusal_fails_the_endpoint_with_code_and_help(cluster, node, owner, code, title):
     cache(node, LLAMA)
@@ -225,3 +228,57 @@ def test_failed_download_is_explained(cluster, node, owner):
     assert "Model not found" in event.message
     assert "404 Repository Not Found" in event.message
     assert not workload_selectors.model_locations(user=owner, model_id="org/nope").exists()
+
+
+def test_endpoint_start_from_the_commands_tab_makes_the_same_endpoint_record(cluster, register_node, owner):
+    a = register_node(cluster, "a")
+    cache(a, LLAMA)
+    (command,) = services.command_dispatch(
+        actor=owner, cluster=cluster, command_type="endpoint.start", payload={"model_id": LLAMA.model_id}, node=a
+    )
+    slug = command.payload["endpoint_id"]
+    assert re.fullmatch(r"[0-9a-f]{12}", slug)
+    endpoint = Endpoint.objects.get(slug=slug)
+    assert (endpoint.node_id, endpoint.model_id, endpoint.status, endpoint.start_command_id) == (
+        a.pk,
+        LLAMA.model_id,
+        EndpointStatus.PENDING,
+        command.pk,
+    )
+    agent_side.ack(command)
+    agent_side.result(command, port=8123)
+    endpoint.refresh_from_db()
+    assert (endpoint.status, endpoint.port) == (EndpointStatus.RUNNING, 8123)
+    # stopped, then started again from the Commands tab with its id: the same row, pending once more
+    workloads.endpoint_stop(actor=owner, endpoint=endpoint)
+    agent_side.result(Command.objects.get(pk=Endpoint.objects.get(pk=endpoint.pk).stop_command_id))
+    (again,) = services.command_dispatch(
+        actor=owner,
+        cluster=cluster,
+        command_type="endpoint.start",
+        payload={"endpoint_id": slug, "model_id": LLAMA.model_id},
+        node=a,
+    )
+    endpoint.refresh_from_db()
+    assert (endpoint.status, endpoint.start_command_id, endpoint.port) == (EndpointStatus.PENDING, again.pk, 0)
+    assert Endpoint.objects.count() == 1
+
+
+def test_endpoint_start_commands_refuse_fan_out_and_foreign_ids(cluster, register_node, owner):
+    register_node(cluster, "a")
+    register_node(cluster, "b")
+    with pytest.raises(ValidationError) as exc:
+        services.command_dispatch(
+            actor=owner, cluster=cluster, command_type="endpoint.start", payload={"model_id": LLAMA.model_id}
+        )
+    assert "one node" in str(exc.value)
+    with pytest.raises(ValidationError) as exc:
+        services.command_dispatch(
+            actor=owner,
+            cluster=cluster,
+            command_type="endpoint.start",
+            payload={"endpoint_id": "not-an-id", "model_id": LLAMA.model_id},
+        )
+    assert "12 hex digits" in str(exc.value)
+    assert not Endpoint.objects.exists()
+    assert not Command.objects.exists()

@@ -107,7 +107,9 @@ def test_endpoint_placement_refusal_is_409_with_help(api, cluster, node):
     response = api.post("/api/v1/endpoints/", {"cluster": str(cluster.pk), "model_id": "org/absent"}, format="json")
     assert response.status_code == 409
     body = response.json()
-    assert body["detail"] == "model org/absent@main is not downloaded on any online node; run model.download first"
+    assert body["detail"] == (
+        "model weights are not yet downloaded: org/absent@main is on no online node; run model.download first"
+    )
     assert body["code"] == "model_not_downloaded"
     assert "model.download" in body["error_help"]["fix"]
 
@@ -120,7 +122,7 @@ def test_failed_endpoint_shows_agent_code_and_help(api, cluster, node, owner):
     assert got["status"] == "failed"
     assert got["failure_code"] == "insufficient_vram"
     assert got["failure_message"] == "needs 20000 MB, 8000 MB free"
-    assert got["error_help"]["title"] == "Not enough GPU memory"
+    assert got["error_help"]["title"] == "Insufficient GPU VRAM"
 
 
 @pytest.mark.parametrize(

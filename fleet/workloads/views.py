@@ -1,0 +1,98 @@
+"""Endpoint pages: every inference endpoint of the user's workspaces, overall and per cluster, with
+start/stop for Owners and Admins (htmx: the table alone, polled while an endpoint is on its way)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from cleverthis.tenancy.permissions import can_operate
+from cleverthis.tenancy.selectors import workspace_ids
+from fleet.exceptions import IllegalTransition
+from fleet.models import ComputeCluster
+from fleet.workloads import selectors
+from fleet.workloads import services as workload_services
+from fleet.workloads.errors import error_help
+from fleet.workloads.models import Endpoint, EndpointStatus
+from fleet.workloads.services import PlacementError
+
+IN_FLIGHT = frozenset({EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.STOPPING})
+
+
+def _rows(request: HttpRequest, endpoints: list[Endpoint]) -> list[dict[str, Any]]:
+    operable: dict[Any, bool] = {}
+    rows = []
+    for endpoint in endpoints:
+        workspace = endpoint.cluster.workspace
+        if workspace.pk not in operable:
+            operable[workspace.pk] = can_operate(request.user, workspace)
+        start = endpoint.start_command
+        rows.append(
+            {
+                "endpoint": endpoint,
+                "can_operate": operable[workspace.pk],
+                "log_tail": endpoint.failure_message or ((start.result or {}).get("log_tail", "") if start else ""),
+                "error_help": error_help(endpoint.failure_code),
+            }
+        )
+    return rows
+
+
+def _render(request: HttpRequest, cluster: ComputeCluster | None) -> HttpResponse:
+    endpoints = selectors.endpoint_list(user=request.user).select_related("cluster__workspace", "start_command")
+    if cluster is not None:
+        endpoints = endpoints.filter(cluster=cluster)
+    endpoints = list(endpoints.order_by("-created_at")[:200])
+    context = {
+        "cluster": cluster,
+        "rows": _rows(request, endpoints),
+        "polling": any(e.status in IN_FLIGHT for e in endpoints),
+        "tab": "endpoints",
+    }
+    template = "workloads/_endpoints.html" if request.htmx else "workloads/endpoint_list.html"
+    response = render(request, template, context)
+    if request.htmx and not context["polling"]:
+        response.status_code = 286  # htmx stops polling
+    return response
+
+
+@login_required
+def endpoint_list(request: HttpRequest) -> HttpResponse:
+    """Every endpoint of the user's workspaces."""
+    return _render(request, None)
+
+
+@login_required
+def cluster_endpoints(request: HttpRequest, pk: Any) -> HttpResponse:
+    """The Endpoints tab of a cluster."""
+    cluster = get_object_or_404(ComputeCluster, pk=pk, workspace__in=workspace_ids(user=request.user))
+    return _render(request, cluster)
+
+
+@login_required
+@require_POST
+def endpoint_action(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
+    """Stop a live endpoint, or start a stopped/failed one again (same URL); back to where it was asked."""
+    endpoint = get_object_or_404(selectors.endpoint_list(user=request.user), pk=pk)
+    if action not in ("stop", "start"):
+        raise Http404
+    if not can_operate(request.user, endpoint.cluster.workspace):
+        raise PermissionDenied("Only workspace Owners and Admins can start or stop endpoints.")
+    try:
+        if action == "stop":
+            workload_services.endpoint_stop(actor=request.user, endpoint=endpoint)
+        else:
+            workload_services.endpoint_restart(actor=request.user, endpoint=endpoint)
+    except (IllegalTransition, PlacementError, ValidationError) as exc:
+        messages.error(request, "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc))
+    else:
+        messages.success(request, f"Endpoint {endpoint.hostname}: {action} requested.")
+    if request.POST.get("from") == "cluster":
+        return redirect("workloads:cluster_endpoints", pk=endpoint.cluster_id)
+    return redirect("workloads:endpoint_list")
