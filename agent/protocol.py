@@ -96,6 +96,7 @@ ErrorCode = Literal[
     "model_not_found",
     "weights_missing",
     "insufficient_vram",
+    "insufficient_memory",
     "internal",
 ]
 ERROR_CODES: tuple[str, ...] = get_args(ErrorCode)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 
 from cleverthis.tenancy.models import Role
 from cleverthis.tenancy.selectors import workspace_ids
 from fleet.models import ComputeCluster
-from raymgr.models import DEFAULT_RAY_VERSION, RayRuntime
+from raymgr.models import RayRuntime, default_ray_version
 
 
 class RayClusterCreateForm(forms.Form):
@@ -17,8 +18,9 @@ class RayClusterCreateForm(forms.Form):
 
     name = forms.CharField(max_length=63, help_text="Unique in the workspace; lower-case letters, digits, hyphens.")
     compute_cluster = forms.ModelChoiceField(queryset=ComputeCluster.objects.none(), empty_label=None)
-    ray_version = forms.CharField(
-        max_length=32, initial=DEFAULT_RAY_VERSION, help_text="Image rayproject/ray:<version> (-gpu on GPU nodes)."
+    ray_version = forms.ChoiceField(
+        label="Ray version",
+        help_text="Installed on the head and worker containers. The process runtime runs the agent's own Ray.",
     )
     runtime = forms.ChoiceField(choices=RayRuntime.choices, initial=RayRuntime.DOCKER)
     min_workers = forms.IntegerField(min_value=0, max_value=1000, initial=0)
@@ -32,6 +34,9 @@ class RayClusterCreateForm(forms.Form):
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        versions = list(dict.fromkeys([*settings.RAY_VERSIONS, settings.RAY_PROCESS_VERSION]))
+        self.fields["ray_version"].choices = [(v, v) for v in versions]
+        self.fields["ray_version"].initial = default_ray_version()
         operated = workspace_ids(user=user, roles=Role.operators())
         self.fields["compute_cluster"].queryset = (
             ComputeCluster.objects.filter(workspace_id__in=operated).select_related("workspace").order_by("name")

@@ -35,8 +35,8 @@ from fleet import services as fleet_services
 from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus, ComputeCluster, Node
 from raymgr import autoscaler
+from raymgr.failures import failure_text
 from raymgr.models import (
-    DEFAULT_RAY_VERSION,
     RayCluster,
     RayClusterEvent,
     RayClusterStatus,
@@ -46,6 +46,7 @@ from raymgr.models import (
     RayRuntime,
 )
 from raymgr.placement import PlacementError, choose_head_node, choose_worker_node
+from raymgr.versions import default_version, version_error
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ def ray_cluster_create(
     workspace: Workspace,
     compute_cluster: ComputeCluster,
     name: str,
-    ray_version: str = DEFAULT_RAY_VERSION,
+    ray_version: str | None = None,
     runtime: str = RayRuntime.DOCKER,
     min_workers: int = 0,
     max_workers: int = 10,
@@ -157,6 +158,7 @@ def ray_cluster_create(
 ) -> RayCluster:
     """Create a Ray cluster (Owner/Admin only) and place its head; it starts `pending`.
 
+    `ray_version` must be one the runtime offers (`raymgr.versions`); None picks the runtime's default.
     Placement failures do not raise: the cluster is created `failed` with the reason recorded.
     """
     _require_operator(actor, workspace)
@@ -165,6 +167,10 @@ def ray_cluster_create(
         errors["compute_cluster"] = "No such compute cluster in this workspace."
     if runtime not in RayRuntime.values:
         errors["runtime"] = f"Choose one of {', '.join(RayRuntime.values)}."
+    elif ray_version is None:
+        ray_version = default_version(runtime)
+    elif version_error(runtime, ray_version):
+        errors["ray_version"] = version_error(runtime, ray_version)
     if gcs_port == dashboard_port:
         errors["dashboard_port"] = "Must differ from the GCS port."
     if runtime == RayRuntime.PROCESS and gcs_port == 6379:
@@ -212,8 +218,13 @@ def ray_cluster_update(*, actor: AbstractBaseUser, cluster: RayCluster, **fields
     if "ray_version" in fields and fields["ray_version"] != cluster.ray_version:
         if cluster.status not in (S.STOPPED, S.FAILED):
             raise ValidationError(
-                {"ray_version": f"The Ray version cannot change while the cluster is {cluster.status}; stop it first."}
+                {
+                    "ray_version": f"The Ray version cannot change while the cluster is {cluster.status}: "
+                    f"it runs Ray {cluster.ray_version}. Stop the cluster first, then change the version."
+                }
             )
+        if version_error(cluster.runtime, fields["ray_version"]):
+            raise ValidationError({"ray_version": version_error(cluster.runtime, fields["ray_version"])})
     for name, value in fields.items():
         setattr(cluster, name, value)
     errors = _validate_bounds(cluster.min_workers, cluster.max_workers, cluster.idle_timeout_s)
@@ -492,7 +503,7 @@ def ray_on_command_finished(*, command: Command, **_: Any) -> None:
 
 
 def _error_text(command: Command) -> str:
-    return f"{command.error_code}: {command.error_message}" if command.error_code else command.error_message
+    return failure_text(command.error_code, command.error_message)
 
 
 def _on_start(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool) -> None:
