@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.db.models import Count, Q
 
 from cleverthis.tenancy.models import Role
 from cleverthis.tenancy.selectors import workspace_ids
 from fleet.models import ComputeCluster, NodeStatus
-from raymgr.models import DEFAULT_RAY_VERSION, RayRuntime
+from raymgr.models import RayRuntime, default_ray_version
 
 
 class _ComputeClusterSelect(forms.Select):
@@ -39,11 +40,9 @@ class RayClusterCreateForm(forms.Form):
         widget=_ComputeClusterSelect,
         help_text="Clusters without an online node are disabled: the head node needs one to start.",
     )
-    ray_version = forms.CharField(
+    ray_version = forms.ChoiceField(
         label="Ray Version",
-        max_length=32,
-        initial=DEFAULT_RAY_VERSION,
-        help_text="Image rayproject/ray:<version> (-gpu on GPU nodes).",
+        help_text="Installed on the head and worker containers. The process runtime runs the agent's own Ray.",
     )
     runtime = forms.ChoiceField(
         choices=RayRuntime.choices,
@@ -89,6 +88,9 @@ class RayClusterCreateForm(forms.Form):
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        versions = list(dict.fromkeys([*settings.RAY_VERSIONS, settings.RAY_PROCESS_VERSION]))
+        self.fields["ray_version"].choices = [(v, v) for v in versions]
+        self.fields["ray_version"].initial = default_ray_version()
         operated = workspace_ids(user=user, roles=Role.operators())
         field = self.fields["compute_cluster"]
         field.queryset = (

@@ -12,9 +12,13 @@ from cleverthis.eventlog import EventLogEntry
 from cleverthis.tenancy.models import Workspace
 from fleet.models import Command, ComputeCluster, Node
 
-# The Ray release the control plane pins (matches requirements/ray.txt); images are rayproject/ray:<v>[-gpu].
-DEFAULT_RAY_VERSION = "2.60.0"
-RAY_IMAGE = "rayproject/ray"
+# The Ray release the product documents as the default (settings.RAY_VERSIONS starts with it).
+DEFAULT_RAY_VERSION = "2.9.0"
+
+
+def default_ray_version() -> str:
+    """The version new clusters get unless one is chosen: the first of settings.RAY_VERSIONS."""
+    return (settings.RAY_VERSIONS or [DEFAULT_RAY_VERSION])[0]
 
 
 class RayClusterStatus(models.TextChoices):
@@ -52,8 +56,8 @@ class RayCluster(models.Model):
     )
     ray_version = models.CharField(
         max_length=32,
-        default=DEFAULT_RAY_VERSION,
-        validators=[RegexValidator(r"^[0-9]+\.[0-9]+\.[0-9]+$", "A Ray release such as 2.60.0.")],
+        default=default_ray_version,
+        validators=[RegexValidator(r"^[0-9]+\.[0-9]+\.[0-9]+$", "A Ray release such as 2.9.0.")],
     )
     runtime = models.CharField(max_length=16, choices=RayRuntime.choices, default=RayRuntime.DOCKER)
     min_workers = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(1000)])
@@ -96,8 +100,9 @@ class RayCluster(models.Model):
         return self.name
 
     def image(self, *, gpu: bool = False) -> str:
-        """The Ray image for this cluster's Ray version (settings.RAY_IMAGE_TEMPLATE; -gpu variant)."""
-        return settings.RAY_IMAGE_TEMPLATE.format(version=self.ray_version, gpu="-gpu" if gpu else "")
+        """The Ray image for this cluster's Ray version (settings.RAY_GPU_IMAGE_TEMPLATE for GPUs)."""
+        template = settings.RAY_GPU_IMAGE_TEMPLATE if gpu else settings.RAY_IMAGE_TEMPLATE
+        return template.replace("{version}", self.ray_version)
 
     def image_for(self, node: Node) -> str:
         """The Ray image for a Ray node placed on `node` (the -gpu variant on GPU nodes)."""

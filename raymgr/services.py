@@ -42,8 +42,8 @@ from fleet import services as fleet_services
 from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus, ComputeCluster, Mode, Node
 from raymgr import autoscaler
+from raymgr.failures import failure_text
 from raymgr.models import (
-    DEFAULT_RAY_VERSION,
     RayCluster,
     RayClusterEvent,
     RayClusterStatus,
@@ -53,6 +53,7 @@ from raymgr.models import (
     RayRuntime,
 )
 from raymgr.placement import PlacementError, choose_head_node, choose_worker_node
+from raymgr.versions import default_version, version_error
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ def ray_cluster_create(
     workspace: Workspace,
     compute_cluster: ComputeCluster,
     name: str,
-    ray_version: str = DEFAULT_RAY_VERSION,
+    ray_version: str | None = None,
     runtime: str = RayRuntime.DOCKER,
     min_workers: int = 0,
     max_workers: int = 10,
@@ -189,7 +190,8 @@ def ray_cluster_create(
 
     On kubernetes/argocd compute clusters the runtime is always kuberay (a KubeRay RayCluster whose
     worker pods request `worker_cpus`, `worker_memory_mb` and `worker_gpus`); kuberay is refused
-    elsewhere. Placement failures do not raise: the cluster is created `failed` with the reason recorded.
+    elsewhere. `ray_version` must be one the runtime offers (`raymgr.versions`); None picks the runtime's
+    default. Placement failures do not raise: the cluster is created `failed` with the reason recorded.
     """
     _require_operator(actor, workspace)
     errors = _validate_bounds(min_workers, max_workers, idle_timeout_s)
@@ -201,6 +203,10 @@ def ray_cluster_create(
         errors["runtime"] = f"Choose one of {', '.join(RayRuntime.values)}."
     elif runtime == RayRuntime.KUBERAY and compute_cluster.mode not in KUBE_MODES:
         errors["runtime"] = "KubeRay runs on kubernetes and argocd compute clusters; this one is standalone."
+    elif ray_version is None:
+        ray_version = default_version(runtime)
+    elif version_error(runtime, ray_version):
+        errors["ray_version"] = version_error(runtime, ray_version)
     if gcs_port == dashboard_port:
         errors["dashboard_port"] = "Must differ from the GCS port."
     if runtime == RayRuntime.PROCESS and gcs_port == 6379:
@@ -251,8 +257,13 @@ def ray_cluster_update(*, actor: AbstractBaseUser, cluster: RayCluster, **fields
     if "ray_version" in fields and fields["ray_version"] != cluster.ray_version:
         if cluster.status not in (S.STOPPED, S.FAILED):
             raise ValidationError(
-                {"ray_version": f"The Ray version cannot change while the cluster is {cluster.status}; stop it first."}
+                {
+                    "ray_version": f"The Ray version cannot change while the cluster is {cluster.status}: "
+                    f"it runs Ray {cluster.ray_version}. Stop the cluster first, then change the version."
+                }
             )
+        if version_error(cluster.runtime, fields["ray_version"]):
+            raise ValidationError({"ray_version": version_error(cluster.runtime, fields["ray_version"])})
     for name, value in fields.items():
         setattr(cluster, name, value)
     errors = _validate_bounds(cluster.min_workers, cluster.max_workers, cluster.idle_timeout_s)
@@ -584,7 +595,7 @@ def ray_on_command_finished(*, command: Command, **_: Any) -> None:
 
 
 def _error_text(command: Command) -> str:
-    return f"{command.error_code}: {command.error_message}" if command.error_code else command.error_message
+    return failure_text(command.error_code, command.error_message)
 
 
 def _on_start(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool) -> None:

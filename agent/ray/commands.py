@@ -104,7 +104,7 @@ class RayContainers(Protocol):
     """What the docker runtime needs from a container engine."""
 
     def run(self, spec: dict[str, Any]) -> str:
-        """Run `spec` (a `docker_run_spec`), or start the existing container of that name; its id."""
+        """Run `spec` (a `docker_run_spec`), pulling its image if missing; its id (a running one is kept)."""
         ...
 
     def stop(self, name: str, *, timeout_s: int) -> bool:
@@ -115,57 +115,172 @@ class RayContainers(Protocol):
         """Run `argv` in container `name`; (exit code, combined output)."""
         ...
 
+    def state(self, name: str) -> dict[str, Any] | None:
+        """The engine's ``State`` of container `name` (Running, ExitCode, OOMKilled…); None when absent."""
+        ...
+
+    def logs(self, name: str, *, lines: int) -> str:
+        """The last `lines` lines of container `name`'s output ('' when absent)."""
+        ...
+
+
+def short_reason(exc: BaseException | str, limit: int = 300) -> str:
+    """One line of an engine error for a user: the explanation, never a traceback."""
+    text = str(getattr(exc, "explanation", None) or exc)
+    if "Traceback (most recent call last)" in text:
+        head, _, tail = text.partition("Traceback (most recent call last)")
+        lines = [line for line in tail.splitlines() if line.strip()]
+        text = f"{head.strip()} {lines[-1].strip() if lines else ''}"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_PORT_MARKERS = ("address already in use", "port is already allocated", "bind: address")
+_MEMORY_MARKERS = ("cannot allocate memory", "out of memory", "memory limit")
+
 
 class DockerRayContainers:
-    """`RayContainers` on the Docker engine via the docker SDK."""
+    """`RayContainers` on the Docker engine (or Podman's Docker API) via the docker SDK.
 
-    def __init__(self, client: Any = None) -> None:
-        if client is None:
-            import docker
+    An engine that does not answer is `docker_unavailable`; an image that cannot be pulled is
+    `image_pull_failed`; the engine refusing a port or memory is `conflict` / `insufficient_memory`.
+    """
 
-            client = docker.from_env()
-        self.client = client
+    def __init__(self, client: Any = None, *, base_url: str | None = None) -> None:
+        self._client = client
+        self.base_url = base_url
+
+    @contextlib.contextmanager
+    def _engine(self) -> Any:
+        import docker
+        import requests
+
+        try:
+            if self._client is None:
+                client = docker.DockerClient(base_url=self.base_url) if self.base_url else docker.from_env()
+                client.ping()
+                self._client = client
+            yield self._client
+        except docker.errors.APIError as exc:
+            if exc.status_code and exc.status_code >= 500 and "connection" in str(exc).lower():
+                raise CommandFailed("docker_unavailable", f"the container engine failed: {short_reason(exc)}") from None
+            raise
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+            self._client = None
+            raise CommandFailed(
+                "docker_unavailable", f"the container engine is not answering: {short_reason(exc)}"
+            ) from None
+
+    def _ensure_image(self, client: Any, image: str) -> None:
+        import docker
+
+        try:
+            client.images.get(image)
+            return
+        except docker.errors.ImageNotFound:
+            pass
+        try:
+            client.images.pull(image)
+            client.images.get(image)
+        except docker.errors.APIError as exc:
+            raise CommandFailed(
+                "image_pull_failed", f"pulling {image} failed: {short_reason(exc)}", image=image
+            ) from None
 
     def run(self, spec: dict[str, Any]) -> str:
         import docker
 
-        try:
-            existing = self.client.containers.get(spec["name"])
-        except docker.errors.NotFound:
-            existing = None
-        if existing is not None:
-            if existing.status != "running":
-                existing.start()
-            return existing.id
-        kwargs = {k: v for k, v in spec.items() if k != "stop_timeout"}
-        try:
-            return self.client.containers.run(**kwargs).id
-        except docker.errors.ImageNotFound as exc:
-            raise CommandFailed("image_pull_failed", f"image {spec['image']} not found: {exc}") from None
-        except docker.errors.APIError as exc:
-            raise CommandFailed("conflict" if "port" in str(exc).lower() else "internal", str(exc)) from None
+        with self._engine() as client:
+            try:
+                existing = client.containers.get(spec["name"])
+            except docker.errors.NotFound:
+                existing = None
+            if existing is not None:
+                if existing.status == "running":
+                    return existing.id
+                existing.remove(force=True)  # a stopped leftover: start afresh
+            self._ensure_image(client, spec["image"])
+            kwargs = {k: v for k, v in spec.items() if k != "stop_timeout"}
+            try:
+                return client.containers.run(**kwargs).id
+            except docker.errors.ImageNotFound as exc:
+                raise CommandFailed("image_pull_failed", f"image {spec['image']}: {short_reason(exc)}") from None
+            except docker.errors.APIError as exc:
+                with contextlib.suppress(docker.errors.APIError):
+                    client.containers.get(spec["name"]).remove(force=True)
+                lowered = str(exc).lower()
+                if any(marker in lowered for marker in _PORT_MARKERS):
+                    raise CommandFailed("conflict", f"port already in use: {short_reason(exc)}") from None
+                if any(marker in lowered for marker in _MEMORY_MARKERS):
+                    raise CommandFailed("insufficient_memory", short_reason(exc)) from None
+                raise CommandFailed("internal", f"the engine refused {spec['name']}: {short_reason(exc)}") from None
 
     def stop(self, name: str, *, timeout_s: int) -> bool:
         import docker
 
-        try:
-            container = self.client.containers.get(name)
-        except docker.errors.NotFound:
-            return False
-        with contextlib.suppress(docker.errors.APIError):
-            container.stop(timeout=timeout_s)
-        container.remove(force=True)
-        return True
+        with self._engine() as client:
+            try:
+                container = client.containers.get(name)
+            except docker.errors.NotFound:
+                return False
+            with contextlib.suppress(docker.errors.APIError):
+                container.stop(timeout=timeout_s)
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+            return True
 
     def exec(self, name: str, argv: list[str], *, timeout_s: float) -> tuple[int, str]:
         import docker
 
-        try:
-            container = self.client.containers.get(name)
-        except docker.errors.NotFound:
-            raise CommandFailed("not_found", f"container {name} does not exist") from None
-        code, output = container.exec_run(argv, demux=False)
-        return int(code or 0), (output or b"").decode("utf-8", "replace")
+        with self._engine() as client:
+            try:
+                container = client.containers.get(name)
+                code, output = container.exec_run(argv, demux=False)
+            except docker.errors.NotFound:
+                raise CommandFailed("not_found", f"container {name} does not exist") from None
+            except docker.errors.APIError as exc:  # e.g. the container stopped
+                raise CommandFailed("not_found", f"container {name} is not running: {short_reason(exc)}") from None
+            return int(code or 0), (output or b"").decode("utf-8", "replace")
+
+    def state(self, name: str) -> dict[str, Any] | None:
+        import docker
+
+        with self._engine() as client:
+            try:
+                return dict(client.containers.get(name).attrs.get("State") or {})
+            except docker.errors.NotFound:
+                return None
+
+    def logs(self, name: str, *, lines: int) -> str:
+        import docker
+
+        with self._engine() as client:
+            try:
+                return client.containers.get(name).logs(tail=lines).decode("utf-8", "replace")
+            except docker.errors.NotFound:
+                return ""
+
+
+def memory_bytes(text: str | None) -> int:
+    """'512m' / '2g' / '1073741824' → bytes (0 for none)."""
+    if not text:
+        return 0
+    text = text.strip().lower().rstrip("b")
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable of this machine (0 when unknown)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 # Run inside the head container: agent.ray.runtime's own code (stdlib + Ray), then one action.
@@ -219,21 +334,30 @@ class RayCommandHandler:
         register_timeout_s: float = 90.0,
         jobs: RayJobsHandler | None = None,
         kuberay: Any = None,
+        work_dir: Path | None = None,
+        container_memory: str | None = None,
+        container_shm_size: str = "2g",
     ) -> None:
-        self.jobs = jobs or RayJobsHandler(work_dir=process_runtime.work_dir / "jobs" if process_runtime else None)
+        work_dir = work_dir or (process_runtime.work_dir if process_runtime else None)
+        self.jobs = jobs or RayJobsHandler(work_dir=work_dir / "jobs" if work_dir else None)
         self.process_runtime = process_runtime
         self.containers = containers
-        self.state_path = state_path or (process_runtime.work_dir / "ray-members.json" if process_runtime else None)
+        self.state_path = state_path or (work_dir / "ray-members.json" if work_dir else None)
+        # Containers this agent runs (member id → role, dashboard URL): the proxy may reach their dashboards.
+        self.containers_path = work_dir / "ray-containers.json" if work_dir else None
         self.hostname = hostname or socket.gethostname()
         self.default_num_cpus = default_num_cpus
         self.register_timeout_s = register_timeout_s
         self.kuberay = kuberay  # agent.ray.kuberay.KubeRayKube | KubeRayGitOps on kubernetes/argocd clusters
+        self.container_memory = container_memory or None
+        self.container_shm_size = container_shm_size
         self._lock = threading.Lock()
+        self._process_version: str | None = None
 
     def dashboard_ports(self) -> set[int]:
         """Ports of the Ray dashboards this node runs (the control plane may proxy to them)."""
         with self._lock:
-            members = self._load()
+            members = {**self._load(), **self._load_containers()}
         ports = set(self.jobs.serve_ports())  # Serve HTTP ports of deployments made here
         for data in members.values():
             url = data.get("dashboard_url") or ""
@@ -288,6 +412,25 @@ class RayCommandHandler:
             tmp.write_text(json.dumps(members))
             tmp.replace(self.state_path)
 
+    def _load_containers(self) -> dict[str, dict[str, Any]]:
+        if self.containers_path is None or not self.containers_path.exists():
+            return {}
+        return json.loads(self.containers_path.read_text() or "{}")
+
+    def _remember_container(self, member_id: str, data: dict[str, Any] | None) -> None:
+        if self.containers_path is None:
+            return
+        with self._lock:
+            members = self._load_containers()
+            if data is None:
+                members.pop(member_id, None)
+            else:
+                members[member_id] = data
+            self.containers_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.containers_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(members))
+            tmp.replace(self.containers_path)
+
     def _member(self, member_id: str) -> RayNodeProcess | None:
         with self._lock:
             data = self._load().get(member_id)
@@ -322,7 +465,18 @@ class RayCommandHandler:
     def _num_cpus(self, requested: float) -> float:
         return requested or self.default_num_cpus or float(os.cpu_count() or 1)
 
+    def _check_process_version(self, wanted: str) -> None:
+        """The process runtime runs only the Ray installed next to the agent."""
+        if self._process_version is None:
+            self._process_version = self._runtime().installed_version()
+        if wanted != self._process_version:
+            raise CommandFailed(
+                "unsupported",
+                f"this agent's process runtime runs Ray {self._process_version}; Ray {wanted} needs the docker runtime",
+            )
+
     def _process_head_start(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> dict[str, Any]:
+        self._check_process_version(p.ray_version)
         existing = self._running(p.member_id)
         if existing is not None:
             return {**self._facts(existing), "already_running": True}
@@ -342,6 +496,7 @@ class RayCommandHandler:
         return self._facts(node)
 
     def _process_worker_start(self, p: protocol.RayWorkerStartPayload, progress: ProgressFn) -> dict[str, Any]:
+        self._check_process_version(p.ray_version)
         existing = self._running(p.member_id)
         if existing is not None:
             return {**self._facts(existing), "already_running": True}
@@ -431,17 +586,29 @@ class RayCommandHandler:
         return self.containers
 
     def docker_spec(self, p: protocol.RayHeadStartPayload | protocol.RayWorkerStartPayload) -> dict[str, Any]:
-        """The container for a head or worker start (image from the payload, host network)."""
+        """The container for a head or worker start: the payload's image, host network.
+
+        On the host network every port a Ray node binds is a port of the machine: the head takes the GCS and
+        dashboard ports the control plane chose; the per-node ports Ray would otherwise fix (client server
+        10001, dashboard agent 52365) are picked free here, so several Ray nodes can share a machine. The
+        dashboard listens on loopback only: the control plane reaches it through this agent's tunnel.
+        """
         is_head = isinstance(p, protocol.RayHeadStartPayload)
+        ports = {"dashboard_agent_listen": runtime.free_port()}
+        if is_head:
+            ports.update(gcs=p.gcs_port, dashboard=p.dashboard_port, client_server=runtime.free_port())
         spec = docker_run_spec(
             "head" if is_head else "worker",
             p.ray_version,
             p.num_gpus > 0 or p.image.endswith("-gpu"),
             None if is_head else p.head_address,
-            {"gcs": p.gcs_port, "dashboard": p.dashboard_port} if is_head else None,
+            ports,
             name=member_name(p.member_id),
             num_cpus=p.num_cpus or None,
             num_gpus=p.num_gpus or None,
+            shm_size=self.container_shm_size,
+            mem_limit=self.container_memory,
+            dashboard_host="127.0.0.1",
             cluster_labels={"cleverthis.ray.cluster": p.cluster_id, "cleverthis.ray.member": p.member_id},
         )
         spec["image"] = p.image
@@ -451,10 +618,48 @@ class RayCommandHandler:
         code, output = self._engine().exec(name, ["python", "-c", in_container_script(), *args], timeout_s=timeout_s)
         return _script_json(code, output, what)
 
+    def _check_memory(self, role: str) -> None:
+        wanted = memory_bytes(self.container_memory)
+        free = available_memory_bytes()
+        if wanted and free and wanted > free:
+            raise CommandFailed(
+                "insufficient_memory",
+                f"the Ray {role} container needs {wanted >> 20} MB; {self.hostname} has {free >> 20} MB available",
+            )
+
+    def _check_running(self, name: str, role: str) -> None:
+        """Fail with the reason when container `name` is no longer running (out of memory above all)."""
+        state = self._engine().state(name)
+        if state is None:
+            raise CommandFailed("internal", f"the Ray {role} container {name} disappeared")
+        if state.get("Running", True) and state.get("Status", "running") not in ("exited", "dead"):
+            return
+        if state.get("OOMKilled") or state.get("ExitCode") == 137:
+            limit = f" (limit {self.container_memory})" if self.container_memory else ""
+            raise CommandFailed("insufficient_memory", f"the Ray {role} container ran out of memory{limit}")
+        last = [line for line in self._engine().logs(name, lines=30).splitlines() if line.strip()]
+        raise CommandFailed(
+            "internal",
+            f"the Ray {role} container exited with code {state.get('ExitCode')}: "
+            f"{short_reason(last[-1]) if last else 'no output'}",
+        )
+
+    def _start_container(self, spec: dict[str, Any], role: str, wait: Any) -> tuple[str, Any]:
+        """Run `spec`, then `wait()` until the Ray node is up; on failure nothing is left behind."""
+        self._check_memory(role)
+        container_id = self._engine().run(spec)
+        try:
+            return container_id, wait()
+        except BaseException:
+            with contextlib.suppress(CommandFailed):
+                self._engine().stop(spec["name"], timeout_s=5)
+            raise
+
     def _wait_joined(self, head_name: str, member_id: str, gcs_port: int) -> dict[str, Any]:
         deadline = time.monotonic() + self.register_timeout_s
         last = ""
         while time.monotonic() < deadline:
+            self._check_running(head_name, "head")
             try:
                 status = normalize_status(self._in_container(head_name, ["status", str(gcs_port)], "ray status"))
             except CommandFailed as exc:
@@ -464,35 +669,57 @@ class RayCommandHandler:
                 if found is not None:
                     return found
             time.sleep(1.0)
-        raise CommandFailed("internal", f"Ray node {member_name(member_id)} did not join in time: {last[-500:]}")
+        raise CommandFailed(
+            "internal", f"Ray node {member_name(member_id)} did not join in time: {short_reason(last[-500:])}"
+        )
+
+    def _wait_started(self, name: str) -> None:
+        """Until ``ray start`` in container `name` says the node runs (it has registered with the GCS)."""
+        deadline = time.monotonic() + self.register_timeout_s
+        while time.monotonic() < deadline:
+            self._check_running(name, "worker")
+            if "Ray runtime started" in self._engine().logs(name, lines=200):
+                return
+            time.sleep(1.0)
+        raise CommandFailed("internal", f"the Ray worker {name} did not start within {self.register_timeout_s:.0f} s")
 
     def _docker_head_start(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> dict[str, Any]:
-        for port in (p.gcs_port, p.dashboard_port):
-            if port_in_use(port):
-                raise CommandFailed("conflict", f"port {port} is already in use on {self.hostname}")
+        name = member_name(p.member_id)
+        state = self._engine().state(name)
+        if state is None or not state.get("Running"):
+            for port in (p.gcs_port, p.dashboard_port):
+                if port_in_use(port):
+                    raise CommandFailed("conflict", f"port {port} is already in use on {self.hostname}")
         spec = self.docker_spec(p)
         progress(f"starting Ray head container {spec['name']} ({spec['image']})")
-        container_id = self._engine().run(spec)
-        joined = self._wait_joined(spec["name"], p.member_id, p.gcs_port)
+        container_id, joined = self._start_container(
+            spec, "head", lambda: self._wait_joined(spec["name"], p.member_id, p.gcs_port)
+        )
+        dashboard_url = f"http://127.0.0.1:{p.dashboard_port}"
+        self._remember_container(p.member_id, {"role": "head", "dashboard_url": dashboard_url})
         return {
             "container_id": container_id,
             "ray_node_id": joined["ray_node_id"],
             "ip": joined["ip"],
             "hostname": self.hostname,
             "gcs_address": f"{joined['ip']}:{p.gcs_port}",
+            "dashboard_url": dashboard_url,
         }
 
     def _docker_worker_start(self, p: protocol.RayWorkerStartPayload, progress: ProgressFn) -> dict[str, Any]:
         spec = self.docker_spec(p)
         progress(f"starting Ray worker container {spec['name']} ({spec['image']}) joining {p.head_address}")
-        container_id = self._engine().run(spec)
+        container_id, _ = self._start_container(spec, "worker", lambda: self._wait_started(spec["name"]))
+        self._remember_container(p.member_id, {"role": "worker", "dashboard_url": ""})
         # The worker's node id is learnt from the head's status (the next ray.status matches it by label).
         return {"container_id": container_id, "ray_node_id": "", "ip": "", "hostname": self.hostname}
 
     def _docker_node_stop(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> dict[str, Any]:
         name = member_name(p.member_id)
         progress(f"stopping Ray container {name}")
-        return {"stopped": self._engine().stop(name, timeout_s=p.timeout_s)}
+        stopped = self._engine().stop(name, timeout_s=p.timeout_s)
+        self._remember_container(p.member_id, None)
+        return {"stopped": stopped}
 
     def _docker_node_drain(self, p: protocol.RayNodeDrainPayload, progress: ProgressFn) -> dict[str, Any]:
         head_name = member_name(p.head_member_id)
@@ -525,18 +752,26 @@ def _read(path: Path) -> str:
 
 
 def default_handler(work_dir: Path, *, ray_bin: Path | None = None, executor: Any = None) -> RayCommandHandler:
-    """The handler an agent wires in: the process runtime when Ray is installed, Docker when reachable,
-    KubeRay through `executor` on kubernetes and argocd clusters."""
+    """The handler an agent wires in: the process runtime when Ray is installed next to the agent, the
+    docker runtime on the engine at DOCKER_HOST (connected on first use: an engine that is down then
+    fails those commands with `docker_unavailable`), and KubeRay through `executor` on kubernetes and
+    argocd clusters.
+
+    Ray containers get ``CLEVERTHIS_RAY_MEMORY`` as their memory limit (e.g. ``8g``; none by default) and
+    ``CLEVERTHIS_RAY_SHM_SIZE`` of /dev/shm for the object store (default ``2g``).
+    """
     import shutil
 
     from agent.ray.kuberay import backend_for
 
     found = ray_bin or (Path(shutil.which("ray")) if shutil.which("ray") else None)
     runtime = RayProcessRuntime(found, work_dir / "ray") if found else None
-    containers: RayContainers | None
-    try:
-        containers = DockerRayContainers()
-    except Exception:  # no Docker engine on this machine
-        containers = None
     kuberay = backend_for(executor) if executor is not None else None
-    return RayCommandHandler(process_runtime=runtime, containers=containers, kuberay=kuberay)
+    return RayCommandHandler(
+        process_runtime=runtime,
+        containers=DockerRayContainers(),
+        work_dir=work_dir / "ray",
+        container_memory=os.environ.get("CLEVERTHIS_RAY_MEMORY") or None,
+        container_shm_size=os.environ.get("CLEVERTHIS_RAY_SHM_SIZE") or "2g",
+        kuberay=kuberay,
+    )

@@ -35,8 +35,10 @@ Role = Literal["head", "worker"]
 # Label every node we start carries, so its Ray node id can be found from our own name for it.
 NODE_LABEL = "cleverthis.io/ray-node"
 HEAD_RESOURCE = "node:__internal_head__"
-# Unix socket paths (session dir + "/sockets/plasma_store") must stay under ~107 bytes.
-_MAX_TEMP_ROOT = 40
+# Ray puts its sockets at <temp dir>/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store, and an
+# AF_UNIX path holds at most 107 bytes: the temp dir may take what is left (the longest session name).
+MAX_UNIX_PATH = 107
+SOCKET_SUFFIX = len("/session_2026-12-03_13-45-54_123456_4194304/sockets/plasma_store")
 DRAIN_REASONS = {"idle": "DRAIN_NODE_REASON_IDLE_TERMINATION", "preemption": "DRAIN_NODE_REASON_PREEMPTION"}
 
 
@@ -226,10 +228,26 @@ class RayProcessRuntime:
     # --- starting -------------------------------------------------------------------------------
 
     def _temp_root(self, name: str) -> Path:
-        """A short, fresh Ray temp dir: under work_dir when its path is short enough, else under /tmp."""
-        base = self.work_dir if len(str(self.work_dir)) <= _MAX_TEMP_ROOT else Path(tempfile.gettempdir())
+        """A fresh Ray temp dir short enough for Ray's socket paths: under work_dir when that fits, else
+        ``/tmp/ray-<short id>-XXXXXXXX`` (the agent's default state dir, /etc/cleverthis-agent, does not fit).
+        """
+        prefix = f"ray-{name[-6:]}-"
+        fits = len(str(self.work_dir)) + 1 + len(prefix) + 8 + SOCKET_SUFFIX <= MAX_UNIX_PATH
+        base = self.work_dir if fits else Path(tempfile.gettempdir())
         base.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f"r{name[:6]}-", dir=base))
+        root = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+        if len(str(root)) + SOCKET_SUFFIX > MAX_UNIX_PATH:
+            root.rmdir()
+            raise RayRuntimeError(f"no temp dir short enough for Ray's sockets (tried {root})")
+        return root
+
+    def installed_version(self) -> str:
+        """The version of the Ray this runtime starts (the one installed next to `ray_bin`)."""
+        venv = self.ray_bin.resolve().parent.parent
+        for dist in sorted(venv.glob("lib/python*/site-packages/ray-*.dist-info")):
+            return dist.name[len("ray-") : -len(".dist-info")]
+        out = subprocess.run([str(self.ray_bin), "--version"], capture_output=True, text=True, timeout=60).stdout
+        return out.strip().rsplit(" ", 1)[-1].rstrip(",") if out.strip() else ""
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -623,6 +641,8 @@ def docker_run_spec(
     python_tag: str | None = None,
     network: Literal["host", "bridge"] = "host",
     shm_size: str = "2g",
+    mem_limit: str | None = None,
+    dashboard_host: str = "0.0.0.0",
     cluster_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The container for one Ray node in the docker runtime, as JSON-able ``docker run`` parameters.
@@ -630,7 +650,9 @@ def docker_run_spec(
     Image ``rayproject/ray:<version>[-<python_tag>][-gpu]``. ``network="host"`` (the default, needed for
     multi-node clusters: Ray advertises its node IP and uses many ports) passes the chosen host ports to
     ``ray start``; ``"bridge"`` keeps Ray's in-container defaults and publishes GCS (6379) and dashboard
-    (8265) on the host ports asked for — enough for a single-node cluster.
+    (8265) on the host ports asked for — enough for a single-node cluster. `shm_size` holds Ray's object
+    store (/dev/shm; Docker's and Podman's default of 64 MB is far too small); `mem_limit` caps the container
+    (Ray sizes its object store from it).
     """
     if role not in ("head", "worker"):
         raise ValueError("role must be head or worker")
@@ -653,7 +675,7 @@ def docker_run_spec(
             gcs_port=inside["gcs"] if role == "head" else None,
             head_address=head_address if role == "worker" else None,
             dashboard_port=inside["dashboard"] if role == "head" else None,
-            dashboard_host="0.0.0.0",
+            dashboard_host=dashboard_host,
             client_server_port=inside["client_server"] if role == "head" else None,
             dashboard_agent_listen_port=inside["dashboard_agent_listen"],
         ),
@@ -670,6 +692,8 @@ def docker_run_spec(
         "stop_signal": "SIGTERM",
         "stop_timeout": 60,
     }
+    if mem_limit:
+        spec["mem_limit"] = mem_limit
     if network == "host":
         spec["network_mode"] = "host"
     else:

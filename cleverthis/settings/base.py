@@ -33,8 +33,13 @@ AGENT_PACKAGE_CACHE_DIR = env_str("AGENT_PACKAGE_CACHE_DIR", "/tmp/cleverthis-ag
 # Dashboards at ray-<id>.<RAY_DASHBOARD_DOMAIN> (wildcard DNS and certificate; *.localhost needs none).
 ENDPOINT_DOMAIN = env_str("ENDPOINT_DOMAIN", "endpoints.localhost")
 RAY_DASHBOARD_DOMAIN = env_str("RAY_DASHBOARD_DOMAIN", "ray.localhost")
-# The Ray image for a Ray version: {version} and {gpu} ("-gpu" for GPU nodes and GPU worker groups, else "").
-RAY_IMAGE_TEMPLATE = env_str("RAY_IMAGE_TEMPLATE", "rayproject/ray:{version}{gpu}")
+# Ray releases a cluster can be created with (docker runtime); the first is the default. Images are
+# RAY_IMAGE_TEMPLATE with {version} filled in (RAY_GPU_IMAGE_TEMPLATE on GPU nodes). The process runtime
+# runs the Ray installed next to the agent: only RAY_PROCESS_VERSION (that Ray's version) is offered there.
+RAY_VERSIONS = env_list("RAY_VERSIONS", ["2.9.0", "2.60.0"])
+RAY_IMAGE_TEMPLATE = env_str("RAY_IMAGE_TEMPLATE", "rayproject/ray:{version}")
+RAY_GPU_IMAGE_TEMPLATE = env_str("RAY_GPU_IMAGE_TEMPLATE", "rayproject/ray:{version}-gpu")
+RAY_PROCESS_VERSION = env_str("RAY_PROCESS_VERSION", "2.60.0")
 # Scheme and port of those origins in the URLs the API shows ("" port: the scheme's default); redirects
 # from the control plane keep the scheme and port the request came in with unless the scheme is set.
 NODE_ORIGIN_SCHEME = env_str("NODE_ORIGIN_SCHEME", "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from raymgr.models import DEFAULT_RAY_VERSION, RayCluster, RayClusterEvent, RayNode, RayRuntime
+from raymgr.models import RayCluster, RayClusterEvent, RayNode, RayRuntime
 
 
 def dashboard_path(cluster: RayCluster) -> str:
@@ -65,7 +65,9 @@ class RayClusterCreateSerializer(serializers.Serializer):
     workspace = serializers.UUIDField()
     compute_cluster = serializers.UUIDField()
     name = serializers.CharField(max_length=63)
-    ray_version = serializers.CharField(max_length=32, required=False, default=DEFAULT_RAY_VERSION)
+    ray_version = serializers.CharField(
+        max_length=32, required=False, default=None, help_text="One of RAY_VERSIONS; omitted: the runtime's default."
+    )
     runtime = serializers.ChoiceField(choices=RayRuntime.choices, required=False, default=RayRuntime.DOCKER)
     min_workers = serializers.IntegerField(min_value=0, max_value=1000, required=False, default=0)
     max_workers = serializers.IntegerField(min_value=0, max_value=1000, required=False, default=10)

@@ -25,7 +25,7 @@ def test_create_defaults_and_read_back(api_client_for, owner, workspace, compute
     data = response.json()
     assert data["status"] == "pending"
     assert (data["ray_version"], data["min_workers"], data["max_workers"], data["idle_timeout_s"]) == (
-        "2.60.0",
+        "2.9.0",
         0,
         10,
         60,
@@ -141,3 +141,50 @@ def test_list_query_count_is_constant(api_client_for, owner, workspace, compute,
         client.post(URL, body(workspace, compute, name=f"c{i}"), format="json")
     with django_assert_num_queries(2):  # count + page (scoping is a subquery)
         assert len(client.get(URL).json()["results"]) == 3
+
+
+def test_ray_version_is_chosen_from_the_offered_list(api_client_for, owner, workspace, compute, add_node, settings):
+    settings.RAY_VERSIONS = ["2.9.0", "2.60.0"]
+    settings.RAY_PROCESS_VERSION = "2.60.0"
+    add_node(compute, "cpu-1")
+    client = api_client_for(owner)
+    chosen = client.post(URL, body(workspace, compute, name="v260", ray_version="2.60.0"), format="json")
+    assert chosen.status_code == 201, chosen.content
+    assert chosen.json()["ray_version"] == "2.60.0"
+    assert Command.objects.get().payload["image"] == "rayproject/ray:2.60.0"
+    refused = client.post(URL, body(workspace, compute, name="v1", ray_version="1.13.0"), format="json")
+    assert refused.status_code == 400
+    assert refused.json()["ray_version"] == ["Choose one of the offered Ray versions: 2.9.0, 2.60.0."]
+    # The process runtime runs the agent's own Ray: its version by default, no other.
+    process = client.post(URL, body(workspace, compute, name="p", runtime="process", gcs_port=6390), format="json")
+    assert process.status_code == 201, process.content
+    assert process.json()["ray_version"] == "2.60.0"
+    other = body(workspace, compute, name="p2", runtime="process", gcs_port=6391, ray_version="2.9.0")
+    refused = client.post(URL, other, format="json")
+    assert refused.status_code == 400
+    assert "installed next to the agent (2.60.0)" in refused.json()["ray_version"][0]
+
+
+def test_version_change_is_refused_with_a_clear_message_while_running(
+    api_client_for, owner, workspace, compute, add_node, settings
+):
+    from raymgr.models import RayCluster
+
+    settings.RAY_VERSIONS = ["2.9.0", "2.60.0"]
+    add_node(compute, "cpu-1")
+    client = api_client_for(owner)
+    cluster_id = client.post(URL, body(workspace, compute, gcs_port=6381), format="json").json()["id"]
+    start_head(RayCluster.objects.get(pk=cluster_id))
+    response = client.patch(f"{URL}{cluster_id}/", {"ray_version": "2.60.0"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["ray_version"] == [
+        "The Ray version cannot change while the cluster is running: it runs Ray 2.9.0. "
+        "Stop the cluster first, then change the version."
+    ]
+    assert client.post(f"{URL}{cluster_id}/stop/").json()["status"] == "stopped"
+    response = client.patch(f"{URL}{cluster_id}/", {"ray_version": "9.9.9"}, format="json")
+    assert response.status_code == 400
+    assert "offered Ray versions" in response.json()["ray_version"][0]
+    response = client.patch(f"{URL}{cluster_id}/", {"ray_version": "2.60.0"}, format="json")
+    assert response.status_code == 200
+    assert response.json()["ray_version"] == "2.60.0"

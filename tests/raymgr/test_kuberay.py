@@ -82,7 +82,8 @@ def test_on_a_kubernetes_cluster_create_sends_one_raycluster_apply_to_an_online_
 
 
 def test_the_image_follows_the_settings_template(owner, workspace, kube, add_node, settings):
-    settings.RAY_IMAGE_TEMPLATE = "registry.example.test/ray:{version}{gpu}-py311"
+    settings.RAY_IMAGE_TEMPLATE = "registry.example.test/ray:{version}-py311"
+    settings.RAY_GPU_IMAGE_TEMPLATE = "registry.example.test/ray:{version}-gpu-py311"
     add_node(kube, "agent")
 
     cluster = create(owner, workspace, kube, worker_gpus=2)

@@ -27,7 +27,8 @@ def test_dashboard_and_empty_list(browser, compute):
 def test_create_form_defaults_and_submit(browser, compute, add_node):
     add_node(compute, "cpu-1")
     page = browser.get("/ray/clusters/new/").content.decode()
-    assert 'value="2.60.0"' in page
+    assert '<option value="2.9.0" selected>2.9.0</option>' in page  # the documented default
+    assert '<option value="2.60.0">2.60.0</option>' in page
     assert 'name="max_workers" value="10"' in page
     assert "nodes minus one" in page
     assert "prod (Acme)" in page

@@ -23,7 +23,7 @@ def test_create_places_head_on_cpu_node_and_dispatches_head_start(compute, add_n
     assert cluster.head_hostname == "cpu-1"
     command = last_command("ray.head.start", cluster_id=str(cluster.pk))
     assert command.node_id == cpu.pk
-    assert command.payload["image"] == "rayproject/ray:2.60.0"
+    assert command.payload["image"] == "rayproject/ray:2.9.0"
     assert command.payload["gcs_port"] == 6380
     assert command.payload["dashboard_port"] == 8265
     head = RayNode.objects.get(ray_cluster=cluster, role="head")
@@ -46,7 +46,7 @@ def test_head_result_makes_it_running_and_starts_min_workers_on_other_nodes(comp
     assert {c.node.hostname for c in starts} == {"gpu-1", "cpu-2"}
     assert all(c.payload["head_address"] == "10.1.2.3:6380" for c in starts)
     gpu_start = next(c for c in starts if c.node_id == gpu.pk)
-    assert gpu_start.payload["image"] == "rayproject/ray:2.60.0-gpu"
+    assert gpu_start.payload["image"] == "rayproject/ray:2.9.0-gpu"
     assert gpu_start.payload["num_gpus"] == 1
     finish(gpu_start, data={"container_id": "c-w", "ray_node_id": "bb" * 28, "ip": "10.1.2.4"})
     worker = RayNode.objects.get(pk=gpu_start.payload["member_id"])
@@ -214,7 +214,8 @@ def test_field_errors(compute, make_ray, other_workspace, owner, workspace):
     assert "compute_cluster" in err.value.message_dict
 
 
-def test_version_is_immutable_while_running(compute, add_node, make_ray, owner):
+def test_version_is_immutable_while_running(compute, add_node, make_ray, owner, settings):
+    settings.RAY_VERSIONS = ["2.9.0", "2.61.0"]
     add_node(compute, "cpu-1")
     cluster = make_ray()
     start_head(cluster)

@@ -47,6 +47,12 @@ class HostEngine:
         self.stops.append(name)
         return True
 
+    def state(self, name: str) -> dict[str, Any] | None:
+        return {"Running": True, "Status": "running"} if any(r["name"] == name for r in self.runs) else None
+
+    def logs(self, name: str, *, lines: int) -> str:
+        return "Ray runtime started.\n"
+
     def exec(self, name: str, argv: list[str], *, timeout_s: float) -> tuple[int, str]:
         argv = [str(VENV_BIN / "python"), *argv[1:]] if argv[0] == "python" else argv
         env = {**os.environ, "RAY_ADDRESS": self.ray_address, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}

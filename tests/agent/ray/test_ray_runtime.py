@@ -353,3 +353,49 @@ def test_worker_that_cannot_join_fails_cleanly(tmp_path: Path):
     assert "ray start" in str(failure.value) or "did not" in str(failure.value)
     assert runtime.nodes() == []
     assert our_processes([str(tmp_path)]) == []
+
+
+def test_temp_dirs_leave_room_for_rays_socket_paths(tmp_path: Path):
+    """The agent's default state dir gives /etc/cleverthis-agent/work/ray: Ray's sockets must still fit."""
+    from agent.ray.runtime import MAX_UNIX_PATH, SOCKET_SUFFIX
+
+    default = RayProcessRuntime(RAY_BIN, Path("/etc/cleverthis-agent/work/ray"))
+    root = default._temp_root("ray-11111111-2222-4333-8444-555555555555")
+    try:
+        assert root.parent == Path("/tmp")
+        assert root.name.startswith("ray-555555-")
+        assert len(str(root)) + SOCKET_SUFFIX <= MAX_UNIX_PATH
+    finally:
+        root.rmdir()
+    short = RayProcessRuntime(RAY_BIN, tmp_path.parent / "r")  # short enough: stays under work_dir
+    if len(str(short.work_dir)) + 20 + SOCKET_SUFFIX <= MAX_UNIX_PATH:
+        inside = short._temp_root("ray-abcdef")
+        assert inside.parent == short.work_dir
+        inside.rmdir()
+
+
+def test_installed_version_is_the_ray_next_to_the_agent(tmp_path: Path):
+    from importlib.metadata import version
+
+    assert RayProcessRuntime(RAY_BIN, tmp_path).installed_version() == version("ray")
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_a_head_starts_with_a_work_dir_as_long_as_the_default_state_dirs(tmp_path: Path):
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="ctf-", dir="/tmp"))
+    work_dir = base / ("w" * (len("/etc/cleverthis-agent/work/ray") - len(str(base)) - 5)) / "ray"
+    assert len(str(work_dir)) == len("/etc/cleverthis-agent/work/ray")
+    runtime = RayProcessRuntime(RAY_BIN, work_dir)
+    try:
+        head = runtime.start_head(gcs_port=free_port(), dashboard_port=free_port(), num_cpus=1, timeout=120)
+        assert runtime.alive(head)
+        sockets = list(Path(head.temp_dir).glob("session_*/sockets/*"))
+        assert sockets
+        assert all(len(str(s)) <= 107 for s in sockets)
+    finally:
+        runtime.stop_all()
+        shutil.rmtree(base, ignore_errors=True)
