@@ -294,3 +294,29 @@ def test_the_page_creates_a_kuberay_cluster_and_shows_kuberays_view(browser, kub
     assert f"{cluster.kuberay_name} in cleverthis-workloads: ready" in page
     assert "1 ready of 1 wanted workers" in page
     assert "4.0 CPU, 8192 MB, 1 GPU each" in page
+
+
+def test_the_api_creates_a_kuberay_cluster_with_worker_sizes_and_refuses_bad_ones(
+    api_client_for, owner, workspace, kube, add_node
+):
+    add_node(kube, "agent")
+    client = api_client_for(owner)
+    base = {"workspace": str(workspace.pk), "compute_cluster": str(kube.pk)}
+
+    response = client.post(
+        "/api/v1/ray/clusters/",
+        {**base, "name": "api", "worker_cpus": 3, "worker_memory_mb": 6144, "worker_gpus": 2},
+        format="json",
+    )
+
+    assert response.status_code == 201, response.content
+    data = response.json()
+    assert (data["runtime"], data["worker_cpus"], data["worker_memory_mb"], data["worker_gpus"]) == (
+        "kuberay",
+        3.0,
+        6144,
+        2,
+    )
+    bad = client.post("/api/v1/ray/clusters/", {**base, "name": "bad", "worker_memory_mb": 1}, format="json")
+    assert bad.status_code == 400
+    assert "worker_memory_mb" in bad.json()
