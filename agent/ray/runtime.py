@@ -175,8 +175,12 @@ def ray_start_args(
     dashboard_agent_listen_port: int | None = None,
     node_ip_address: str | None = None,
     temp_dir: str | None = None,
+    labels_as_json: bool = False,
 ) -> list[str]:
-    """The ``ray start --block`` arguments (after ``ray``) for a head or a worker."""
+    """The ``ray start --block`` arguments (after ``ray``) for a head or a worker.
+
+    `labels_as_json`: Ray before 2.45 reads ``--labels`` as a JSON object, later ones as ``k=v,k=v``.
+    """
     args = ["start", "--block", "--disable-usage-stats"]
     if role == "head":
         if not gcs_port:
@@ -197,7 +201,10 @@ def ray_start_args(
     if resources:
         args.append(f"--resources={_fmt_resources(resources)}")
     if labels:
-        args.append("--labels=" + ",".join(f"{key}={value}" for key, value in sorted(labels.items())))
+        if labels_as_json:
+            args.append("--labels=" + json.dumps(dict(sorted(labels.items())), separators=(",", ":")))
+        else:
+            args.append("--labels=" + ",".join(f"{key}={value}" for key, value in sorted(labels.items())))
     if dashboard_agent_listen_port:
         args.append(f"--dashboard-agent-listen-port={dashboard_agent_listen_port}")
     if node_ip_address:
@@ -573,7 +580,10 @@ def cluster_status(address: str, *, timeout: int = 10, max_bundles: int = 1000) 
 
     nodes = []
     head_free: dict[str, float] = {}
-    for info in [*status.active_nodes, *status.idle_nodes]:
+    infos = [*status.active_nodes, *status.idle_nodes]
+    # Ray before 2.10 has no labels in the autoscaler's NodeInfo: read them from the GCS node table.
+    labels_of = {} if all(hasattr(i, "labels") for i in infos) else _gcs_labels(address)
+    for info in infos:
         usage = info.resource_usage
         if usage is None:
             continue
@@ -582,20 +592,35 @@ def cluster_status(address: str, *, timeout: int = 10, max_bundles: int = 1000) 
         is_head = HEAD_RESOURCE in total
         node = RayNodeStatus(
             node_id=info.node_id or "",
-            name=(info.labels or {}).get(NODE_LABEL),
+            name=(getattr(info, "labels", None) or labels_of.get(info.node_id or "", {})).get(NODE_LABEL),
             is_head=is_head,
             status=info.node_status or "",
             idle_s=usage.idle_time_ms / 1000.0,
             resources=_schedulable(total),
             available=_schedulable(available),
             ip_address=info.ip_address,
-            activity=list(info.node_activity or []),
+            activity=list(getattr(info, "node_activity", None) or []),
         )
         nodes.append(node)
         if is_head and not node.draining:
             head_free = node.available
     demand = PendingDemand(bundles=bundles, placement_groups=groups, constraints=constraints, truncated=truncated)
     return RayClusterStatus(demand=demand, head_free=head_free, nodes=nodes)
+
+
+def _gcs_labels(address: str) -> dict[str, dict[str, str]]:
+    """Node id (hex) → labels, from the GCS node table (older Rays answer dicts of bytes)."""
+    from ray._raylet import GcsClient
+
+    def text(value: Any) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    found: dict[str, dict[str, str]] = {}
+    for key, info in GcsClient(address=address).get_all_node_info().items():
+        node_id = key.hex() if isinstance(key, bytes) else text(key)
+        raw = info.get("labels", {}) if isinstance(info, dict) else getattr(info, "labels", {})
+        found[node_id] = {text(k): text(v) for k, v in dict(raw or {}).items()}
+    return found
 
 
 def _schedulable(resources: dict[str, float]) -> dict[str, float]:
@@ -613,13 +638,23 @@ def drain_node(
     if reason not in DRAIN_REASONS:
         raise ValueError(f"reason must be one of {sorted(DRAIN_REASONS)}")
     deadline_ms = 0 if deadline_s is None else int((time.time() + deadline_s) * 1000)
-    accepted, rejection = GcsClient(address=address).drain_node(
-        node_id,
-        autoscaler_pb2.DrainNodeReason.Value(DRAIN_REASONS[reason]),
-        message or f"cleverthis autoscaler: {reason}",
-        deadline_ms,
-    )
+    args = [node_id, autoscaler_pb2.DrainNodeReason.Value(DRAIN_REASONS[reason]), message or f"cleverthis: {reason}"]
+    client = GcsClient(address=address)
+    try:
+        answer = client.drain_node(*args, deadline_ms)
+    except TypeError:  # Ray before 2.10: no deadline, and a bare "accepted"
+        answer = client.drain_node(*args)
+    accepted, rejection = answer if isinstance(answer, tuple) else (answer, "")
     return bool(accepted), str(rejection or "")
+
+
+def labels_need_json(version: str) -> bool:
+    """True for Ray releases whose ``ray start --labels`` takes a JSON object (before 2.45)."""
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) < (2, 45)
 
 
 # --- production: the docker runtime's container spec ---------------------------------------------
@@ -678,6 +713,7 @@ def docker_run_spec(
             dashboard_host=dashboard_host,
             client_server_port=inside["client_server"] if role == "head" else None,
             dashboard_agent_listen_port=inside["dashboard_agent_listen"],
+            labels_as_json=labels_need_json(version),
         ),
     ]
     spec: dict[str, Any] = {
