@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0008_command_audit_entry'),
+        ('fleet', '0011_liveui_command_system'),
     ]
 
     operations = [

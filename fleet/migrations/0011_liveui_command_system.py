@@ -13,7 +13,7 @@ def mark_polls(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("fleet", "0008_command_audit_entry")]
+    dependencies = [("fleet", "0010_selfupdate_agent_versions")]
 
     operations = [
         migrations.AddField(model_name="command", name="system", field=models.BooleanField(default=False)),

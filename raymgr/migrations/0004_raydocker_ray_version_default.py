@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('raymgr', '0002_workloads'),
+        ('raymgr', '0003_kuberay_runtime'),
     ]
 
     operations = [
