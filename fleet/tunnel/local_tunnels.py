@@ -23,6 +23,7 @@ from fleet.tunnel.groups import INBOX_COMMANDS, NODE_COMMAND, node_group
 log = logging.getLogger("fleet.tunnel")
 
 
+
 class LocalTunnel(Protocol):
     """What a tunnel consumer held by this process offers to the rest of the process."""
 

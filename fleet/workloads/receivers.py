@@ -71,6 +71,7 @@ def _on_command_finished(sender: object, command: Command, **kwargs: object) -> 
         logger.exception("workload hook failed after command %s finished", command.pk)
 
 
+
 def workloads_on_inventory(*, node: Node, inventory: protocol.Inventory) -> None:
     """Reconcile containers, cached models and endpoints from an inventory (hello or inventory frame)."""
     containers_reconcile(node=node, inventory=inventory)

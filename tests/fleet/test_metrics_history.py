@@ -121,3 +121,18 @@ def test_nodes_tab_has_sparklines_and_pinned_queries(client, owner, cluster, reg
     with django_assert_num_queries(len(few.captured_queries)):
         page = client.get(f"/compute/clusters/{cluster.pk}/nodes/", HTTP_HX_REQUEST="true").content.decode()
     assert page.count("data-sparkline=") >= 12
+
+
+def test_node_page_queries_stay_pinned_whatever_the_history(
+    client, owner, cluster, register_node, django_assert_num_queries
+):
+    node = register_node(cluster)
+    client.force_login(owner)
+    client.get(f"/compute/nodes/{node.pk}/")
+    with django_assert_num_queries(6) as before:
+        client.get(f"/compute/nodes/{node.pk}/")
+    for minute in range(120):
+        metrics_history.record([Sample(node.pk, cpu=minute % 100, memory=50)], now=T0 + minute * 60)
+    services.node_record_heartbeat(node_id=node.pk, heartbeat=_gpu_beat(42))
+    with django_assert_num_queries(len(before.captured_queries)):
+        assert client.get(f"/compute/nodes/{node.pk}/").status_code == 200
