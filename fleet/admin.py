@@ -245,8 +245,8 @@ class NodeAdmin(admin.ModelAdmin):
 class CommandAdmin(ReadOnlyAdmin):
     """Commands (created by dispatch only)."""
 
-    list_display = ["command_type", "node", "cluster", "status", "created_by", "created_at"]
-    list_filter = ["status", "command_type"]
+    list_display = ["command_type", "node", "cluster", "status", "created_by", "system", "created_at"]
+    list_filter = ["status", "command_type", "system"]
     exclude = ["secrets"]
 
 
