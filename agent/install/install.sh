@@ -339,6 +339,12 @@ install_agent() {
 			die "pip could not reinstall the agent from $AGENT_PACKAGE ($failure)"
 	fi
 	capture "$VENV/bin/python" -c 'import agent' || die "the agent package is not importable in $VENV ($failure)"
+	if [ "$UPDATE" = 1 ] && { [ -e "$STATE_DIR/versions/current" ] || [ -L "$STATE_DIR/versions/current" ]; }; then
+		# Versions the agent installed by updating itself stay in $STATE_DIR/versions, but the one just
+		# installed is what runs from now on (and no update in flight rolls it back).
+		note "the agent runs the version just installed (earlier self-updates stay in $STATE_DIR/versions)"
+		as_root rm -f "$STATE_DIR/versions/current" "$STATE_DIR/versions/update.json"
+	fi
 	as_root mkdir -p "$MODEL_CACHE"
 }
 

@@ -272,6 +272,9 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             await self._send_command(command)
             if command.status == "queued":
                 await database_sync_to_async(services.command_record_delivered)(node=node, command_id=command.id)
+        if self.protocol >= agent_updates.UPDATABLE_FROM_PROTOCOL and node.cluster.auto_update_agents:
+            # After the welcome: building the package the first time must not hold up the handshake.
+            await database_sync_to_async(agent_updates.node_auto_update)(node=node)
 
     async def _watch_revocation(self) -> None:
         """Belt and braces for a missed revoke broadcast: re-check the revocation list periodically."""
@@ -472,7 +475,6 @@ def _connect_node(node_id: UUID, hello: p.Hello, inbox: str, session: uuid.UUID,
         session=session,
         protocol_version=protocol,
     )
-    agent_updates.node_auto_update(node=node)
     return Node.objects.select_related("cluster").get(pk=node_id)
 
 

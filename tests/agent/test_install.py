@@ -334,10 +334,19 @@ def test_first_install_then_rerun_updates_in_place(installer: Installer, tmp_pat
     )
     assert installer.agent_calls()[-1]["argv"] == ["run", "--state-dir", str(installer.state)]
     node_json = (installer.state / "node.json").read_text()
+    # The agent updated itself since (a version beside the installed one, `current` naming it).
+    versions = installer.state / "versions"
+    (versions / "0.9+self").mkdir(parents=True)
+    (versions / "current").symlink_to("0.9+self")
+    (versions / "update.json").write_text("{}")
 
     # Same version number, new contents: the rerun must still install the served agent.
     second = installer.run(DRY_RUN="1", AGENT_PACKAGE=str(make_fake_agent_wheel(tmp_path / "v2", "v2")))
     assert second.returncode == 0, second.stdout + second.stderr
+    # ... and from now on the version just installed runs, whatever the agent had switched to.
+    assert not (versions / "current").is_symlink()
+    assert not (versions / "update.json").exists()
+    assert (versions / "0.9+self").is_dir()
     assert [call["argv"][0] for call in installer.agent_calls()] == ["join", "run"]
     assert (installer.state / "node.json").read_text() == node_json
     assert "[dry-run] systemctl daemon-reload" in second.stdout

@@ -172,3 +172,17 @@ def test_a_package_whose_digest_is_not_signed_is_refused(newer_plane, cluster, o
     assert "signature" in update.error_message
     assert Node.objects.get(pk=node.pk).agent_version == agent_version()
     assert not (state / "versions" / "current").exists()
+
+
+def test_a_cluster_with_automatic_updates_updates_a_node_when_it_connects(newer_plane, cluster, operator, agents):
+    plane, new_version = newer_plane
+    user, _ = operator
+    assert cluster.auto_update_agents  # the default
+    proc, state, _ = agents(plane, cluster, user, "auto")
+    node = node_of(state)
+    wait_until(lambda: Node.objects.get(pk=node.pk).agent_version == new_version, timeout=180, what="automatic update")
+    update = Command.objects.get(node=node, command_type="agent.update")
+    assert update.created_by is None
+    wait_until(lambda: Command.objects.get(pk=update.pk).status == "succeeded", timeout=60, what="update recorded")
+    assert NodeEvent.objects.filter(node=node, kind="agent.update", message__contains="automatic").exists()
+    assert "restarting into it" in proc.log()

@@ -63,7 +63,7 @@ def test_cluster_create_form_hidden_and_refused_for_members(client, workspace, m
 def test_nodes_tab_columns_buttons_and_polling(browser, cluster, node):
     page = browser.get(f"/compute/clusters/{cluster.pk}/nodes/").content.decode()
     headers = re.findall(r"<th>(.*?)</th>", page)
-    assert headers == ["Name", "Status", "CPU", "Memory", "GPU", "Containers"]
+    assert headers == ["Name", "Status", "CPU", "Memory", "GPU", "Containers", "Agent"]
     assert "gpu-box-1" in page
     assert "NVIDIA H100" in page
     assert "16 cores" in page
