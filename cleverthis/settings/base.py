@@ -252,6 +252,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # one name per set of choices shared by several fields
+    "ENUM_NAME_OVERRIDES": {
+        "ClusterModeEnum": "fleet.models.Mode",
+        "RayRuntimeEnum": "raymgr.models.RayRuntime",
+        "JobStatusEnum": "raymgr.workloads.models.JobStatus",
+    },
     # the API's documented bodies are JSON (forms are accepted too, for the browsable API)
     "PARSER_WHITELIST": ["cleverthis.api.JSONParser"],
     # the error bodies every operation refers to (cleverthis.schema)
