@@ -11,13 +11,36 @@ node utilization) is read at scrape time instead, so it is right whatever the nu
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
-os.environ["PROMETHEUS_MULTIPROC_DIR"] = settings.PROMETHEUS_MULTIPROC_DIR
-Path(settings.PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
+
+def multiprocess_directory(path: str) -> str:
+    """`path`, made if missing, once it is a directory this process can write its metric files to;
+    otherwise ImproperlyConfigured saying so (rather than a failure deep inside prometheus_client)."""
+    if not path:
+        raise ImproperlyConfigured("PROMETHEUS_MULTIPROC_DIR is empty: name a writable directory for metric files.")
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"PROMETHEUS_MULTIPROC_DIR={path!r} cannot be made a directory for metric files: {exc.strerror or exc}."
+        ) from None
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"PROMETHEUS_MULTIPROC_DIR={path!r} is not writable by this process: {exc.strerror or exc}."
+        ) from None
+    return path
+
+
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiprocess_directory(settings.PROMETHEUS_MULTIPROC_DIR)
 
 from prometheus_client import Counter, Gauge, Histogram  # noqa: E402
 from prometheus_client import values as _values  # noqa: E402

@@ -6,13 +6,14 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import APIRootView
 
+from cleverthis.api import api_not_found
 from cleverthis.audit.api import router as audit_router
 from cleverthis.metrics_scrape import metrics_view
 from cleverthis.tenancy import views as tenancy_views
@@ -74,4 +75,5 @@ urlpatterns = [
     path("compute/", include("fleet.workloads.urls")),
     path("ray/", include("raymgr.urls")),
     path("audit/", include("cleverthis.audit.urls")),
+    re_path(r"^api/(?P<unmatched>.*)$", api_not_found),  # last: unknown API URLs answer JSON 404s
 ]

@@ -20,12 +20,16 @@ def as_uuid(value: str) -> uuid.UUID:
         raise ValidationError("Must be a UUID.") from None
 
 
+as_uuid.schema = {"type": "string", "format": "uuid"}  # type: ignore[attr-defined]  (its OpenAPI schema)
+
+
 def choice(values: list[str]) -> Callable[[str], str]:
     def parse(value: str) -> str:
         if value not in values:
             raise ValidationError(f"Choose one of {', '.join(values)}.")
         return value
 
+    parse.schema = {"type": "string", "enum": list(values)}  # type: ignore[attr-defined]
     return parse
 
 
@@ -35,6 +39,7 @@ def text(max_length: int = 100) -> Callable[[str], str]:
             raise ValidationError(f"At most {max_length} characters.")
         return value
 
+    parse.schema = {"type": "string", "maxLength": max_length}  # type: ignore[attr-defined]
     return parse
 
 
@@ -58,6 +63,11 @@ class Filter:
     lookup: str | Callable[[Any], Q]
     parse: Callable[[str], Any]
 
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The parameter's OpenAPI schema (what its parser accepts), for the API docs."""
+        return dict(getattr(self.parse, "schema", {"type": "string"}))
+
 
 class FilterSet:
     """Named filters applied from query parameters; bad values raise `ValidationError` per parameter."""
@@ -72,6 +82,9 @@ class FilterSet:
         for name, flt in self.filters.items():
             raw = params.get(name)
             if raw in (None, ""):
+                continue
+            if "\x00" in raw:  # PostgreSQL cannot hold it: refuse it here, not as a database error
+                errors[name] = "Null characters are not allowed."
                 continue
             try:
                 value = flt.parse(raw)

@@ -148,7 +148,7 @@ def validate_payload(command_type: Any, payload: Any) -> dict[str, Any]:
     serializer = PAYLOAD_SERIALIZERS[command_type](data=payload)
     errors: dict[str, Any] = {}
     if not serializer.is_valid():
-        errors.update({f"payload.{k}": v for k, v in serializer.errors.items()})
+        errors.update({f"payload.{k}": _messages(v) for k, v in serializer.errors.items()})
     unknown = sorted(set(payload) - set(serializer.fields))
     for name in unknown:
         errors[f"payload.{name}"] = ["Unknown field."]
@@ -164,6 +164,17 @@ def validate_payload(command_type: Any, payload: Any) -> dict[str, Any]:
     if marked:
         clean[MARKS] = marked
     return clean
+
+
+def _messages(value: Any, path: str = "") -> list[str]:
+    """DRF's errors of one payload field (nested serializers and lists give dicts and lists of them) as
+    flat messages, each naming where inside the field it applies (`0.container_port: ...`)."""
+    if isinstance(value, dict):
+        return [m for key, inner in value.items() for m in _messages(inner, f"{path}{key}.")]
+    if isinstance(value, list) and any(isinstance(v, dict | list) for v in value):
+        return [m for i, inner in enumerate(value) for m in _messages(inner, f"{path}{i}.")]
+    items = value if isinstance(value, list) else [value]
+    return [f"{path[:-1]}: {v}" if path else str(v) for v in items]
 
 
 def _check_marks(marks: Any, fields: set[str], errors: dict[str, Any]) -> list[str]:

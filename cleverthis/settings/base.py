@@ -137,6 +137,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "cleverthis.api.RejectNulQueryMiddleware",
 ]
 
 ROOT_URLCONF = "cleverthis.urls"
@@ -258,8 +259,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_SCHEMA_CLASS": "cleverthis.schema.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "cleverthis.api.Pagination",
     "PAGE_SIZE": 100,
 }
 SPECTACULAR_SETTINGS = {
@@ -270,6 +271,16 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # one name per set of choices shared by several fields
+    "ENUM_NAME_OVERRIDES": {
+        "ClusterModeEnum": "fleet.models.Mode",
+        "RayRuntimeEnum": "raymgr.models.RayRuntime",
+        "JobStatusEnum": "raymgr.workloads.models.JobStatus",
+    },
+    # the API's documented bodies are JSON (forms are accepted too, for the browsable API)
+    "PARSER_WHITELIST": ["cleverthis.api.JSONParser"],
+    # the error bodies every operation refers to (cleverthis.schema)
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "cleverthis.schema.add_components"],
 }
 
 LANGUAGE_CODE = "en-us"

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from fleet import agent_packages, agent_updates
+from fleet import agent_packages, agent_updates, payloads
 from fleet.models import Command, ComputeCluster, Mode, Namespace, Node, NodeEvent
 
 
@@ -252,3 +252,67 @@ class AgentRegisterSerializer(serializers.Serializer):
     csr_pem = serializers.CharField(max_length=16 * 1024, trim_whitespace=False)
     facts = serializers.DictField()
     cluster_id = serializers.UUIDField(required=False, allow_null=True, default=None)
+
+
+# --------------------------------------------------------------------------------------------------
+# Shapes for the API schema only (what POST /clusters/{id}/commands takes and answers, per command type)
+
+
+class CommandBatchSerializer(serializers.Serializer):
+    """The answer of POST /clusters/{id}/commands: one command per target node, sharing `batch_id`."""
+
+    batch_id = serializers.UUIDField()
+    commands = CommandSerializer(many=True)
+
+
+class AgentRegisteredSerializer(serializers.Serializer):
+    """The answer of POST /agent/register: the node's id, its certificate and the CA to pin."""
+
+    node_id = serializers.UUIDField()
+    certificate_pem = serializers.CharField()
+    ca_certificate_pem = serializers.CharField()
+    tunnel_path = serializers.CharField()
+    heartbeat_interval_s = serializers.IntegerField()
+
+
+def _payload_shape(base: type[serializers.Serializer]) -> type[serializers.Serializer]:
+    """`base` plus the `secret_fields` it accepts (the markable fields it has), for the schema."""
+    markable = sorted(set(base().fields) & payloads.MARKABLE_FIELDS)
+    attrs: dict[str, Any] = {"__doc__": base.__doc__, "__module__": __name__}
+    if markable:
+        attrs[payloads.MARKS] = serializers.ListField(
+            child=serializers.ChoiceField(choices=markable),
+            required=False,
+            help_text="Fields whose values are stored encrypted and shown back masked.",
+        )
+    return type(base.__name__.replace("Serializer", "Payload"), (base,), attrs)
+
+
+_PAYLOAD_SHAPES: dict[type, type[serializers.Serializer]] = {}
+_COMMAND_BODIES: dict[str, type[serializers.Serializer]] = {}
+
+
+def command_bodies() -> dict[str, type[serializers.Serializer]]:
+    """Command type → the request body that sends it (the schema's oneOf, discriminated by command_type).
+
+    Read when the schema is built: every type `fleet.payloads` accepts by then (the Ray apps add theirs).
+    """
+    for command_type, base in payloads.PAYLOAD_SERIALIZERS.items():
+        if command_type in _COMMAND_BODIES:
+            continue
+        payload = _PAYLOAD_SHAPES.setdefault(base, _payload_shape(base))
+        name = "".join(part.capitalize() for part in command_type.split(".")) + "Command"
+        _COMMAND_BODIES[command_type] = type(
+            name,
+            (serializers.Serializer,),
+            {
+                "__doc__": f"A `{command_type}` command.",
+                "__module__": __name__,
+                "command_type": serializers.ChoiceField(choices=[command_type]),
+                "node_id": serializers.UUIDField(
+                    required=False, allow_null=True, help_text="The target node; null or absent: every online node."
+                ),
+                "payload": payload(),
+            },
+        )
+    return dict(_COMMAND_BODIES)

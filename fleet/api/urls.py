@@ -15,6 +15,6 @@ router.register("namespaces", views.NamespaceViewSet, basename="namespace")
 
 urlpatterns = [
     path("agent/register", views.AgentRegisterView.as_view(), name="agent-register"),
-    path("agent/register/", views.AgentRegisterView.as_view()),
+    path("agent/register/", views.AgentRegisterAlias.as_view()),
     *router.urls,
 ]

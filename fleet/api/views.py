@@ -10,6 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import exceptions, mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny
@@ -20,10 +27,12 @@ from rest_framework.views import APIView
 from agent import protocol
 from cleverthis.api import ServiceErrorsMixin as BaseServiceErrorsMixin
 from cleverthis.api import validated
+from cleverthis.schema import PAGING, filter_parameters, page_of
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from cleverthis.throttling import SettingsRateThrottle
 from fleet import agent_updates, agent_views, ca, selectors, services
 from fleet.api import serializers as s
+from fleet.api.examples import command_examples
 from fleet.exceptions import JoinTokenRejected
 from fleet.filters import CLUSTER_FILTERS, COMMAND_FILTERS, NAMESPACE_FILTERS, NODE_FILTERS, FilterSet
 from fleet.models import Command, ComputeCluster, Namespace, Node
@@ -52,6 +61,18 @@ class FilteredMixin:
         return queryset
 
 
+COMMAND_DISPATCH = PolymorphicProxySerializer(
+    component_name="CommandDispatch",
+    serializers=s.command_bodies,
+    resource_type_field_name="command_type",
+)
+
+
+@extend_schema_view(
+    create=extend_schema(request=s.ClusterCreateSerializer, responses={201: s.ClusterSerializer}),
+    update=extend_schema(request=s.ClusterUpdateSerializer, responses={200: s.ClusterSerializer}),
+    partial_update=extend_schema(request=s.ClusterUpdateSerializer, responses={200: s.ClusterSerializer}),
+)
 class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, viewsets.ModelViewSet):
     """Compute clusters of the caller's workspaces; writes for Owners/Admins."""
 
@@ -83,6 +104,7 @@ class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, vi
         services.cluster_delete(actor=request.user, cluster=self.get_object())
         return Response(status=204)
 
+    @extend_schema(request=None, responses={201: s.JoinTokenSerializer})
     @action(detail=True, methods=["post"], url_path="join-tokens", serializer_class=s.JoinTokenSerializer)
     def join_tokens(self, request: Request, pk: str | None = None) -> Response:
         """Mint a single-use join token; the raw token is in this answer only."""
@@ -95,18 +117,47 @@ class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, vi
         }
         return Response(s.JoinTokenSerializer(body).data, status=201, headers={"Cache-Control": "no-store"})
 
+    @extend_schema(request=None, responses={200: s.ClusterSerializer})
     @action(detail=True, methods=["post"], url_path="resume-automation", serializer_class=s.ClusterSerializer)
     def resume_automation(self, request: Request, pk: str | None = None) -> Response:
         """End a partition pause now (Owner/Admin): automatic drains and rescheduling run again."""
         cluster = services.cluster_resume_automation(actor=request.user, cluster=self.get_object())
         return Response(s.ClusterSerializer(self.get_queryset().get(pk=cluster.pk)).data)
 
+    @extend_schema(
+        request=None,
+        responses={
+            202: OpenApiResponse(
+                inline_serializer("AgentUpdates", {"commands": s.CommandSerializer(many=True)}),
+                description="Queued: one `agent.update` command per node whose agent is not the served version.",
+            )
+        },
+    )
     @action(detail=True, methods=["post"], url_path="update-agents", serializer_class=s.CommandSerializer)
     def update_agents(self, request: Request, pk: str | None = None) -> Response:
         """Update the agent of every node not on the served version (Owner/Admin); 202 with the commands."""
         created = agent_updates.cluster_update_agents(actor=request.user, cluster=self.get_object())
         return Response({"commands": s.CommandSerializer(created, many=True).data}, status=202)
 
+    @extend_schema(
+        methods=["GET"],
+        parameters=[*filter_parameters(COMMAND_FILTERS), *PAGING],
+        responses={200: page_of(s.CommandSerializer)},
+    )
+    @extend_schema(
+        methods=["POST"],
+        request=COMMAND_DISPATCH,
+        responses={
+            202: OpenApiResponse(s.CommandBatchSerializer, description="Queued: one command per target node."),
+        },
+        examples=command_examples(),
+        description=(
+            "Send a command to one node (`node_id`) or to every online node of the cluster (`node_id` null "
+            "or absent); Owners and Admins only. The payload's fields depend on `command_type` (errors "
+            "name them `payload.<field>`). Answers 202 at once: the commands are queued and delivered "
+            "through the node's tunnel; follow them with GET /commands/?batch=<batch_id>."
+        ),
+    )
     @action(detail=True, methods=["get", "post"], serializer_class=s.CommandSerializer)
     def commands(self, request: Request, pk: str | None = None) -> Response:
         """GET: the cluster's commands. POST: dispatch a command to one node or every online node."""
@@ -134,6 +185,7 @@ class ClusterViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, vi
         return Response(body, status=202)
 
 
+@extend_schema_view(partial_update=extend_schema(request=s.NodeRenameSerializer, responses={200: s.NodeSerializer}))
 class NodeViewSet(
     ServiceErrorsMixin,
     FilteredMixin,
@@ -169,27 +221,35 @@ class NodeViewSet(
         node = fn(node=self.get_object(), actor=self.request.user)
         return Response(s.NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
+    @extend_schema(request=None, responses={200: s.NodeSerializer})
     @action(detail=True, methods=["post"])
     def cordon(self, request: Request, pk: str | None = None) -> Response:
         """online/offline → cordoned."""
         return self._transition(services.node_cordon)
 
+    @extend_schema(request=None, responses={200: s.NodeSerializer})
     @action(detail=True, methods=["post"])
     def uncordon(self, request: Request, pk: str | None = None) -> Response:
         """cordoned/draining → online."""
         return self._transition(services.node_uncordon)
 
+    @extend_schema(request=None, responses={200: s.NodeSerializer})
     @action(detail=True, methods=["post"])
     def drain(self, request: Request, pk: str | None = None) -> Response:
         """online/cordoned → draining (→ cordoned when empty)."""
         return self._transition(services.node_drain)
 
+    @extend_schema(
+        request=None,
+        responses={202: OpenApiResponse(s.CommandSerializer, description="Queued: the node's `agent.update` command.")},
+    )
     @action(detail=True, methods=["post"], url_path="update-agent", serializer_class=s.CommandSerializer)
     def update_agent(self, request: Request, pk: str | None = None) -> Response:
         """Update this node's agent to the served version (Owner/Admin); 202 with the `agent.update` command."""
         command = agent_updates.node_update_agent(node=self.get_object(), actor=request.user)
         return Response(s.CommandSerializer(command).data, status=202)
 
+    @extend_schema(parameters=PAGING, responses={200: page_of(s.NodeEventSerializer)})
     @action(detail=True, methods=["get"], serializer_class=s.NodeEventSerializer)
     def events(self, request: Request, pk: str | None = None) -> Response:
         """The node's event log, newest first."""
@@ -210,6 +270,10 @@ class CommandViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, vi
         return selectors.command_base()
 
 
+@extend_schema_view(
+    create=extend_schema(request=s.NamespaceCreateSerializer, responses={201: s.NamespaceSerializer}),
+    partial_update=extend_schema(request=s.NamespaceBindSerializer, responses={200: s.NamespaceSerializer}),
+)
 class NamespaceViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, viewsets.ModelViewSet):
     """Namespaces and their cluster binding."""
 
@@ -258,6 +322,7 @@ class AgentRegisterView(ServiceErrorsMixin, APIView):
     throttle_classes = [AgentRegisterThrottle]
     serializer_class = s.AgentRegisterSerializer
 
+    @extend_schema(request=s.AgentRegisterSerializer, responses={201: s.AgentRegisteredSerializer}, auth=[])
     def post(self, request: Request) -> Response:
         data = validated(s.AgentRegisterSerializer, request.data)
         node, cert_pem = services.node_register(
@@ -273,3 +338,8 @@ class AgentRegisterView(ServiceErrorsMixin, APIView):
             },
             status=201,
         )
+
+
+@extend_schema(exclude=True)
+class AgentRegisterAlias(AgentRegisterView):
+    """POST /agent/register/ (with the slash): the same view, left out of the schema as a duplicate."""

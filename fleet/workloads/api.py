@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from cleverthis.api import ServiceErrorsMixin as BaseServiceErrorsMixin
+from cleverthis.schema import UUID, query
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from cleverthis.tenancy.selectors import workspace_ids
 from fleet.models import ComputeCluster, Node
@@ -192,6 +193,15 @@ def _choice_param(request: Request, name: str, choices: list[str]) -> str | None
     return raw
 
 
+_NODE = query("node", UUID, "Only those on this node.")
+_CLUSTER = query("cluster", UUID, "Only those of this compute cluster.")
+
+
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[_NODE, _CLUSTER, query("status", {"type": "string", "enum": ContainerStatus.values}, "By status.")]
+    )
+)
 class ContainerViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
     """Containers in the caller's workspaces; filter with ?node=, ?cluster=, ?status=."""
 
@@ -212,6 +222,11 @@ class ContainerViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ReadOn
         return rows
 
 
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[query("model_id", {"type": "string", "maxLength": 200}, "One model id."), _NODE, _CLUSTER]
+    )
+)
 class ModelLocationViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
     """Which models are cached on which node; filter with ?model_id=, ?node=, ?cluster=."""
 
@@ -234,6 +249,11 @@ class ModelLocationViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.Re
         return rows
 
 
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[_NODE, _CLUSTER, query("status", {"type": "string", "enum": EndpointStatus.values}, "By status.")]
+    )
+)
 class EndpointViewSet(
     ServiceErrorsMixin,
     WorkspaceScopedMixin,
@@ -264,7 +284,13 @@ class EndpointViewSet(
 
     @extend_schema(
         request=EndpointCreateSerializer,
-        responses={201: EndpointSerializer, 409: OpenApiResponse(description="No node can serve the model")},
+        responses={
+            201: EndpointSerializer,
+            409: OpenApiResponse(
+                {"$ref": "#/components/schemas/Error"},
+                description="No node can serve the model: `code` and `error_help` say why.",
+            ),
+        },
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Start an endpoint for a cached model; 409 with the reason when no node can serve it."""

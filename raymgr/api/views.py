@@ -11,19 +11,37 @@ import uuid
 from typing import Any
 
 from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import exceptions, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from cleverthis.api import ServiceErrorsMixin, validated
+from cleverthis.schema import PAGING, UUID, page_of, query
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from fleet.models import ComputeCluster
 from raymgr import selectors, services
 from raymgr.api import serializers as s
-from raymgr.models import RayCluster
+from raymgr.models import RayCluster, RayClusterStatus
 
 
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[
+            query("workspace", UUID, "Only this workspace's."),
+            query("status", {"type": "string", "enum": RayClusterStatus.values}, "By state."),
+        ]
+    ),
+    create=extend_schema(request=s.RayClusterCreateSerializer, responses={201: s.RayClusterSerializer}),
+    partial_update=extend_schema(request=s.RayClusterUpdateSerializer, responses={200: s.RayClusterSerializer}),
+    destroy=extend_schema(
+        responses={
+            204: OpenApiResponse(description="Deleted."),
+            202: OpenApiResponse(s.RayClusterSerializer, description="Stopping first: deleted once stopped."),
+        }
+    ),
+)
 class RayClusterViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ModelViewSet):
     """Ray clusters of the caller's workspaces (filter: ?workspace=, ?status=); writes for Owners/Admins."""
 
@@ -38,6 +56,10 @@ class RayClusterViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.Model
             if params.get("workspace"):
                 rows = rows.filter(workspace_id=_uuid_param(params["workspace"], "workspace"))
             if params.get("status"):
+                if params["status"] not in RayClusterStatus.values:
+                    raise exceptions.ValidationError(
+                        {"status": [f"Choose one of {', '.join(RayClusterStatus.values)}."]}
+                    )
                 rows = rows.filter(status=params["status"])
         return rows
 
@@ -68,23 +90,30 @@ class RayClusterViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.Model
             return Response(status=204)
         return Response(self._read(remaining), status=202)
 
+    @extend_schema(request=None, responses={200: s.RayClusterSerializer})
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
         """stopped/failed → pending (head placed again, then workers up to min_workers)."""
         return Response(self._read(services.ray_cluster_start(actor=request.user, cluster=self.get_object())))
 
+    @extend_schema(request=None, responses={200: s.RayClusterSerializer})
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         """→ stopped: every Ray node is stopped; running jobs are interrupted."""
         return Response(self._read(services.ray_cluster_stop(actor=request.user, cluster=self.get_object())))
 
-    @action(detail=True, methods=["get"], serializer_class=s.RayNodeSerializer)
+    @extend_schema(
+        parameters=[query("all", {"type": "string"}, "1: include stopped nodes (any other value: not).")],
+        responses={200: s.RayNodeSerializer(many=True)},
+    )
+    @action(detail=True, methods=["get"], serializer_class=s.RayNodeSerializer, pagination_class=None)
     def nodes(self, request: Request, pk: str | None = None) -> Response:
         """Head and workers with usage (?all=1 includes stopped ones)."""
         cluster = self.get_object()
         rows = selectors.ray_node_list(cluster=cluster, include_stopped=request.query_params.get("all") == "1")
         return Response(s.RayNodeSerializer(rows, many=True).data)
 
+    @extend_schema(parameters=PAGING, responses={200: page_of(s.RayClusterEventSerializer)})
     @action(detail=True, methods=["get"], serializer_class=s.RayClusterEventSerializer)
     def events(self, request: Request, pk: str | None = None) -> Response:
         """The cluster's event log (status changes, placement, autoscaler decisions), newest first."""

@@ -6,16 +6,19 @@ PermissionDenied → 403, IllegalTransition → 409; other workspaces' rows → 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import exceptions, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from cleverthis.api import ServiceErrorsMixin, validated
+from cleverthis.schema import UUID, query
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from raymgr.models import RayCluster
 from raymgr.workloads import health, services
@@ -157,13 +160,44 @@ class _WorkloadViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ReadOn
     def get_base_queryset(self) -> QuerySet:
         rows = self.queryset.select_related("ray_cluster", "workspace")  # type: ignore[union-attr]
         params = self.request.query_params
+        statuses = self.statuses()
         for name in ("workspace", "status", "ray_cluster"):
-            if params.get(name):
+            value = params.get(name)
+            if not value:
+                continue
+            if name == "status" and value not in statuses:
+                raise exceptions.ValidationError({name: [f"Choose one of {', '.join(statuses)}."]})
+            if name != "status":
                 try:
-                    rows = rows.filter(**{name: params[name]})
-                except Exception:
-                    raise exceptions.ValidationError({name: ["Invalid value."]}) from None
+                    value = uuid.UUID(value)
+                except ValueError:
+                    raise exceptions.ValidationError({name: ["Must be a UUID."]}) from None
+            rows = rows.filter(**{name: value})
         return rows
+
+    @classmethod
+    def statuses(cls) -> list[str]:
+        """The states a row of this kind can be in (the `status` filter's choices)."""
+        return [value for value, _ in cls.queryset.model._meta.get_field("status").choices]  # type: ignore[union-attr]
+
+    @classmethod
+    def annotate_schema(cls, **actions: Any) -> Callable[[type], type]:
+        """The kind's schema: list filters, the create body, the row each action answers."""
+        read = cls.serializer_class
+        return extend_schema_view(
+            list=extend_schema(
+                parameters=[
+                    query("workspace", UUID, "Only this workspace's."),
+                    query("ray_cluster", UUID, "Only those on this Ray cluster."),
+                    query("status", {"type": "string", "enum": cls.statuses()}, "By status."),
+                ]
+            ),
+            create=extend_schema(request=cls.create_input, responses={201: read}),
+            **{
+                name: extend_schema(request=body, responses={code: answer or read})
+                for name, (body, code, answer) in actions.items()
+            },
+        )
 
     def _cluster(self, data: dict[str, Any]) -> tuple[Any, RayCluster]:
         workspace = self.get_workspace_from_request(data.pop("workspace"))
@@ -254,3 +288,11 @@ class ServeDeploymentViewSet(_WorkloadViewSet):
     def stop(self, request: Request, pk: str | None = None) -> Response:
         """Delete the Serve application from the cluster."""
         return self._stop(request)
+
+
+# their schemas (extend_schema_view annotates the classes in place)
+TrainingJobViewSet.annotate_schema(cancel=(None, 200, None))(TrainingJobViewSet)
+TuneExperimentViewSet.annotate_schema(
+    cancel=(None, 200, None), train=(TrainWithBestSerializer, 201, TrainingJobSerializer)
+)(TuneExperimentViewSet)
+ServeDeploymentViewSet.annotate_schema(stop=(None, 200, None))(ServeDeploymentViewSet)

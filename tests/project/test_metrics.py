@@ -86,3 +86,70 @@ def test_live_gauges_of_a_dead_process_are_dropped_and_its_counters_kept(tmp_pat
     metrics_scrape.forget_dead_processes(str(tmp_path))
     assert not list(tmp_path.glob("gauge_liveall_*.db"))
     assert len(list(tmp_path.glob("counter_*.db"))) == 1
+
+
+def _load_apps(env_dir: str) -> subprocess.CompletedProcess:
+    code = "import django; django.setup(); import cleverthis.metrics_scrape"
+    env = {"DJANGO_SETTINGS_MODULE": "cleverthis.settings.base", "PATH": "/usr/bin:/bin"}
+    env["PROMETHEUS_MULTIPROC_DIR"] = env_dir
+    from tests.support.processes import REPO_ROOT
+
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_a_missing_multiprocess_directory_is_made_and_used(tmp_path):
+    loaded = _load_apps(str(tmp_path / "made" / "metrics"))
+    assert loaded.returncode == 0, loaded.stderr
+    assert list((tmp_path / "made" / "metrics").glob("*.db"))
+
+
+@pytest.mark.parametrize("kind", ["a file", "under a file"])
+def test_an_unusable_multiprocess_directory_is_a_clear_configuration_error(tmp_path, kind):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    path = {"a file": str(afile), "under a file": str(afile / "metrics")}[kind]
+    loaded = _load_apps(path)
+    assert loaded.returncode != 0
+    last = loaded.stderr.strip().splitlines()[-1]
+    assert last.startswith("django.core.exceptions.ImproperlyConfigured: PROMETHEUS_MULTIPROC_DIR"), loaded.stderr
+    assert "prometheus_client" not in loaded.stderr
+
+
+def _readme_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """{metric: (type, labels)} of the README's metrics table."""
+    from tests.support.processes import REPO_ROOT
+
+    text = (REPO_ROOT / "README.md").read_text()
+    table = text.split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`cleverthis_"):
+            labels = tuple(sorted(label.strip(" `") for label in cells[2].split(",") if label.strip()))
+            rows[cells[0].strip("`")] = (cells[1], labels)
+    return rows
+
+
+def test_the_readme_lists_exactly_the_exported_metrics_with_types_and_labels():
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from cleverthis import metrics
+
+    exported: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for instrument in vars(metrics).values():
+        if isinstance(instrument, MetricWrapperBase):
+            name = instrument._name + ("_total" if instrument._type == "counter" else "")
+            labels = list(instrument._labelnames)
+            if getattr(instrument, "_multiprocess_mode", "") in ("all", "liveall"):
+                labels.append("pid")  # one series per process
+            exported[name] = (instrument._type, tuple(sorted(labels)))
+    for family in metrics_scrape.DatabaseCollector().collect():
+        exported[family.name] = (family.type, tuple(sorted(family._labelnames)))
+    assert len(exported) >= 18
+    assert _readme_metrics() == exported

@@ -48,7 +48,7 @@ def test_typed_env_readers(monkeypatch):
         env_int("X_INT", 1)
 
 
-def test_settings_module_loads_in_a_fresh_interpreter_from_env():
+def test_settings_module_loads_in_a_fresh_interpreter_from_env(tmp_path):
     import subprocess
     import sys
 
@@ -61,6 +61,7 @@ def test_settings_module_loads_in_a_fresh_interpreter_from_env():
         "REDIS_URL": "redis://r:6380/2",
         "DEBUG": "0",
         "PATH": "/usr/bin:/bin",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),  # never the checkout's var/
     }
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["otherdb", "redis://r:6380/2", "False"]
@@ -74,7 +75,7 @@ def test_api_bodies_nested_too_deeply_are_a_400_not_a_500(owner, api_client_for,
     assert "nested deeper than" in response.json()["detail"]
 
 
-def test_https_cookies_take_the_host_prefix_a_subdomain_cannot_set():
+def test_https_cookies_take_the_host_prefix_a_subdomain_cannot_set(tmp_path):
     import subprocess
     import sys
 
@@ -82,6 +83,11 @@ def test_https_cookies_take_the_host_prefix_a_subdomain_cannot_set():
         "from django.conf import settings; import django; django.setup(); "
         "print(settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME, settings.SESSION_COOKIE_SECURE)"
     )
-    env = {"DJANGO_SETTINGS_MODULE": "cleverthis.settings.base", "HTTPS_COOKIES": "1", "PATH": "/usr/bin:/bin"}
+    env = {
+        "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
+        "HTTPS_COOKIES": "1",
+        "PATH": "/usr/bin:/bin",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),  # never the checkout's var/
+    }
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["__Host-sessionid", "__Host-csrftoken", "True"]

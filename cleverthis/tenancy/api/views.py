@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -33,7 +34,8 @@ class WorkspaceViewSet(WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
             )
         return context
 
-    @action(detail=True, methods=["get"], serializer_class=MembershipSerializer)
+    @extend_schema(responses={200: MembershipSerializer(many=True)})
+    @action(detail=True, methods=["get"], serializer_class=MembershipSerializer, pagination_class=None)
     def members(self, request: Request, pk: str | None = None) -> Response:
         """Members of one workspace."""
         workspace = self.get_object()
