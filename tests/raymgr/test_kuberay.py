@@ -76,8 +76,8 @@ def test_on_a_kubernetes_cluster_create_sends_one_raycluster_apply_to_an_online_
     assert cluster.kuberay_name == f"train-{cluster.pk.hex[:8]}"
     assert (p["min_workers"], p["max_workers"], p["idle_timeout_s"]) == (1, 4, 60)
     assert (p["worker_cpus"], p["worker_memory_mb"], p["worker_gpus"]) == (2.0, 4096, 1)
-    assert p["image"] == "rayproject/ray:2.60.0"
-    assert p["worker_image"] == "rayproject/ray:2.60.0-gpu"
+    assert p["image"] == f"rayproject/ray:{cluster.ray_version}"
+    assert p["worker_image"] == f"rayproject/ray:{cluster.ray_version}-gpu"
     assert cluster.events.filter(kind="placement", message__contains="applies it").exists()
 
 
@@ -89,8 +89,8 @@ def test_the_image_follows_the_settings_template(owner, workspace, kube, add_nod
     cluster = create(owner, workspace, kube, worker_gpus=2)
 
     p = last_command("ray.head.start", cluster_id=str(cluster.pk)).payload
-    assert p["image"] == "registry.example.test/ray:2.60.0-py311"
-    assert p["worker_image"] == "registry.example.test/ray:2.60.0-gpu-py311"
+    assert p["image"] == f"registry.example.test/ray:{cluster.ray_version}-py311"
+    assert p["worker_image"] == f"registry.example.test/ray:{cluster.ray_version}-gpu-py311"
 
 
 def test_applied_means_running_with_the_head_service_and_no_worker_starts(owner, workspace, kube, add_node):
