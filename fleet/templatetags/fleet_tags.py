@@ -55,7 +55,7 @@ def spark_text(values: list[float | None] | None, label: str = "") -> str:
     seen = [v for v in values or [] if v is not None]
     if not seen:
         return f"{label}: no data yet".strip(": ")
-    return f"{label}: now {seen[-1]:.0f}%, min {min(seen):.0f}%, max {max(seen):.0f}%".lstrip(": ")
+    return f"{label}: latest {seen[-1]:.0f}%, min {min(seen):.0f}%, max {max(seen):.0f}%".lstrip(": ")
 
 
 @register.inclusion_tag("fleet/_chart.html")

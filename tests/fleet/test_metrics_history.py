@@ -101,7 +101,7 @@ def test_node_page_draws_hour_and_day_charts_with_a_text_alternative(client, own
     assert [s["window"] for s in specs] == ["last hour", "last day"]
     assert specs[0]["series"]["cpu"][-1] == 42
     assert set(specs[0]["series"]) == {"cpu", "memory", "gpu", "vram"}
-    assert "Utilization over the last hour: CPU: now 42%, min 42%, max 42%" in page
+    assert "Utilization over the last hour: CPU: latest 42%, min 42%, max 42%" in page
     assert "<summary>Data table</summary>" in page
     assert "Minutes ago" in page
     assert "js/charts.js" in page
@@ -114,7 +114,7 @@ def test_nodes_tab_has_sparklines_and_pinned_queries(client, owner, cluster, reg
     client.get(f"/compute/clusters/{cluster.pk}/nodes/", HTTP_HX_REQUEST="true")  # warm the session
     with django_assert_num_queries(6) as few:
         page = client.get(f"/compute/clusters/{cluster.pk}/nodes/", HTTP_HX_REQUEST="true").content.decode()
-    assert 'aria-label="CPU, last hour: now 42%, min 42%, max 42%"' in page
+    assert 'aria-label="CPU, last hour: latest 42%, min 42%, max 42%"' in page
     assert 'aria-label="CPU, last hour: no data yet"' in page  # the second node has not beaten yet
     for i in range(2, 6):
         register_node(cluster, f"box-{i}")
@@ -129,7 +129,7 @@ def test_node_page_queries_stay_pinned_whatever_the_history(
     node = register_node(cluster)
     client.force_login(owner)
     client.get(f"/compute/nodes/{node.pk}/")
-    with django_assert_num_queries(6) as before:
+    with django_assert_num_queries(8) as before:
         client.get(f"/compute/nodes/{node.pk}/")
     for minute in range(120):
         metrics_history.record([Sample(node.pk, cpu=minute % 100, memory=50)], now=T0 + minute * 60)

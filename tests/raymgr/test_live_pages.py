@@ -64,7 +64,7 @@ def test_created_banner_does_not_freeze_a_status(browser, compute, add_node):
             "name": "fresh",
             "compute_cluster": str(compute.pk),
             "ray_version": "2.9.0",
-            "runtime": "process",
+            "runtime": "docker",
             "min_workers": "0",
             "max_workers": "0",
             "idle_timeout_s": "300",
