@@ -296,7 +296,7 @@ def test_fleet_pages_fit_a_laptop_and_a_phone(browser_page, control_plane, opera
     legend = page.inner_text("#utilization .chart-legend")
     for label in ("CPU", "Memory", "GPU utilization", "VRAM"):
         assert label in legend
-    assert "now" in page.get_attribute("#utilization .chart-box", "aria-label")
+    assert "latest" in page.get_attribute("#utilization .chart-box", "aria-label")
     page.goto(f"{base}/compute/clusters/{lab.pk}/nodes/")
     page.wait_for_selector(f"#node-{nodes[0].pk} .spark svg polyline")
     assert page.locator(f"#node-{nodes[0].pk} .spark svg").count() == 4  # CPU, memory, GPU, VRAM
