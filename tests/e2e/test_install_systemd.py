@@ -64,7 +64,7 @@ class Pages:
         """Click Generate Join Token on the cluster's Commands tab; the command the dialog shows."""
         dialog = self.click(f"/compute/clusters/{cluster.pk}/join-tokens/")
         assert dialog.status_code == 200, dialog.text[:500]
-        found = re.search(r'<code class="secret">(.*?)</code>', dialog.text, re.S)
+        found = re.search(r'<code class="secret"[^>]*>(.*?)</code>', dialog.text, re.S)
         assert found, dialog.text
         return html.unescape(found.group(1)).strip()
 
