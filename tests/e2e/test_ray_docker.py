@@ -175,7 +175,12 @@ def test_ray_cluster_in_containers_scales_up_and_down_and_leaves_no_container(
     # Stop → no container; Start → a head container again; Delete → no container, no row.
     ray_services.ray_cluster_stop(actor=user, cluster=ray_cluster(ray.pk))
     wait_until(lambda: ray_cluster(ray.pk).status == "stopped" and not containers_of(ray.pk), timeout=180, what="stop")
-    assert set(RayNode.objects.filter(ray_cluster=ray).values_list("status", flat=True)) == {"stopped"}
+
+    def node_statuses() -> set[str]:
+        return set(RayNode.objects.filter(ray_cluster=ray).values_list("status", flat=True))
+
+    # the cluster reads stopped once its head is down; a node's own stop result may land a moment later
+    wait_until(lambda: node_statuses() == {"stopped"}, timeout=60, what="every Ray node stopped")
     ray_services.ray_cluster_start(actor=user, cluster=ray_cluster(ray.pk))
     wait_until(lambda: ray_cluster(ray.pk).status in ("running", "failed"), timeout=400, interval=1, what="restart")
     assert ray_cluster(ray.pk).status == "running", ray_cluster(ray.pk).failure_reason
