@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 os.environ.setdefault("BENCH_DB", "cleverthis_bench_inference")
 
-from proxy import cpu_seconds, heartbeat_rtts, prepare_database, redis_pid  # noqa: E402
+from proxy import control_plane_env, cpu_seconds, heartbeat_rtts, prepare_database, redis_pid  # noqa: E402
 
 from tests.support.live import agent_join, agent_run  # noqa: E402
 from tests.support.processes import daphne, free_port, port_open, wait_until  # noqa: E402
@@ -205,15 +205,7 @@ def main() -> None:
     wait_until(lambda: port_open(node_port), timeout=30, what="node server")
 
     user, cluster = prepare_database()
-    env = {
-        "DATABASE_URL": os.environ["DATABASE_URL"],
-        "REDIS_URL": os.environ["REDIS_URL"],
-        "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
-        "AGENT_HEARTBEAT_INTERVAL_S": "0.2",
-        "DEBUG": "0",
-        "AGENT_REGISTER_RATE": "100000/s",  # the benchmark registers nodes in bulk
-        "LOG_LEVEL": "WARNING",
-    }
+    env = control_plane_env()
     table: dict[int, dict[str, dict[str, object]]] = {}
     windows: dict[int, tuple[float, float]] = {}
     cpu: dict[int, dict[str, dict[str, float]]] = {}
