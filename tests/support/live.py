@@ -45,24 +45,26 @@ def subprocess_env(**overrides: str) -> dict[str, str]:
 
 @dataclass
 class ControlPlane:
-    """One or more daphne replicas plus a Celery worker, all on the test database."""
+    """One or more daphne replicas plus a Celery worker, all on the test database; the replicas listen on
+    `host` (loopback by default; an address agents in other network namespaces reach, for simulated hosts)."""
 
     log_dir: Path
     env: dict[str, str]
+    host: str = "127.0.0.1"
     replicas: list[ManagedProcess] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
     worker: ManagedProcess | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.ports[0]}"
+        return f"http://{self.host}:{self.ports[0]}"
 
     def start_replica(self, port: int | None = None) -> int:
         """Start a daphne on `port` (a free one by default) and wait until it listens."""
         port = port or free_port()
         index = len(self.replicas)
-        proc = daphne(self.log_dir, port, env=self.env, name=f"daphne-{index}-{port}")
-        wait_until(lambda: port_open(port) or not proc.alive(), timeout=30, what=f"daphne on {port}")
+        proc = daphne(self.log_dir, port, env=self.env, name=f"daphne-{index}-{port}", host=self.host)
+        wait_until(lambda: port_open(port, self.host) or not proc.alive(), timeout=30, what=f"daphne on {port}")
         assert proc.alive(), proc.log()
         self.replicas.append(proc)
         self.ports.append(port)

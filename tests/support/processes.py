@@ -132,13 +132,15 @@ TUNNEL_PING_INTERVAL_S = 10
 TUNNEL_PING_TIMEOUT_S = 20
 
 
-def daphne(log_dir: Path, port: int, *, env: dict[str, str] | None = None, name: str = "daphne") -> ManagedProcess:
-    """A real daphne serving the project's ASGI app on 127.0.0.1:`port`."""
+def daphne(
+    log_dir: Path, port: int, *, env: dict[str, str] | None = None, name: str = "daphne", host: str = "127.0.0.1"
+) -> ManagedProcess:
+    """A real daphne serving the project's ASGI app on `host`:`port` (the Procfile's BIND_ADDRESS)."""
     settings = env or {}
     argv = [
         str(VENV_BIN / "daphne"),
         "-e",
-        f"tcp:port={port}:interface=127.0.0.1:backlog=1024",  # as the Procfile: many clients connect at once
+        f"tcp:port={port}:interface={host}:backlog=1024",  # as the Procfile: many clients connect at once
         f"--websocket-max-message-size={DAPHNE_MAX_MESSAGE_BYTES}",
         f"--websocket-max-frame-size={DAPHNE_MAX_MESSAGE_BYTES}",
         f"--ping-interval={settings.get('TUNNEL_PING_INTERVAL_S', TUNNEL_PING_INTERVAL_S)}",
