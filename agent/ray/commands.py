@@ -337,6 +337,7 @@ class RayCommandHandler:
         work_dir: Path | None = None,
         container_memory: str | None = None,
         container_shm_size: str = "2g",
+        node_ip_address: str | None = None,
     ) -> None:
         work_dir = work_dir or (process_runtime.work_dir if process_runtime else None)
         self.jobs = jobs or RayJobsHandler(work_dir=work_dir / "jobs" if work_dir else None)
@@ -351,6 +352,8 @@ class RayCommandHandler:
         self.kuberay = kuberay  # agent.ray.kuberay.KubeRayKube | KubeRayGitOps on kubernetes/argocd clusters
         self.container_memory = container_memory or None
         self.container_shm_size = container_shm_size
+        # The address this node's Ray containers advertise to the other nodes (None: Ray's default-route pick).
+        self.node_ip_address = node_ip_address or None
         self._lock = threading.Lock()
         self._process_version: str | None = None
 
@@ -610,6 +613,7 @@ class RayCommandHandler:
             mem_limit=self.container_memory,
             dashboard_host="127.0.0.1",
             cluster_labels={"cleverthis.ray.cluster": p.cluster_id, "cleverthis.ray.member": p.member_id},
+            node_ip_address=self.node_ip_address,
         )
         spec["image"] = p.image
         return spec
@@ -758,14 +762,18 @@ def default_handler(work_dir: Path, *, ray_bin: Path | None = None, executor: An
     argocd clusters.
 
     Ray containers get ``CLEVERTHIS_RAY_MEMORY`` as their memory limit (e.g. ``8g``; none by default) and
-    ``CLEVERTHIS_RAY_SHM_SIZE`` of /dev/shm for the object store (default ``2g``).
+    ``CLEVERTHIS_RAY_SHM_SIZE`` of /dev/shm for the object store (default ``2g``). ``CLEVERTHIS_RAY_NODE_IP``
+    is the address this node's Ray nodes (containers and processes) advertise to the others; unset, Ray
+    uses the address of the interface its default route goes through, which is wrong on a machine whose
+    cluster network is not the one its default route takes.
     """
     import shutil
 
     from agent.ray.kuberay import backend_for
 
     found = ray_bin or (Path(shutil.which("ray")) if shutil.which("ray") else None)
-    runtime = RayProcessRuntime(found, work_dir / "ray") if found else None
+    node_ip = os.environ.get("CLEVERTHIS_RAY_NODE_IP", "").strip() or None
+    runtime = RayProcessRuntime(found, work_dir / "ray", node_ip_address=node_ip) if found else None
     kuberay = backend_for(executor) if executor is not None else None
     return RayCommandHandler(
         process_runtime=runtime,
@@ -774,4 +782,5 @@ def default_handler(work_dir: Path, *, ray_bin: Path | None = None, executor: An
         container_memory=os.environ.get("CLEVERTHIS_RAY_MEMORY") or None,
         container_shm_size=os.environ.get("CLEVERTHIS_RAY_SHM_SIZE") or "2g",
         kuberay=kuberay,
+        node_ip_address=node_ip,
     )

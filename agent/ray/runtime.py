@@ -679,6 +679,7 @@ def docker_run_spec(
     mem_limit: str | None = None,
     dashboard_host: str = "0.0.0.0",
     cluster_labels: dict[str, str] | None = None,
+    node_ip_address: str | None = None,
 ) -> dict[str, Any]:
     """The container for one Ray node in the docker runtime, as JSON-able ``docker run`` parameters.
 
@@ -687,7 +688,8 @@ def docker_run_spec(
     ``ray start``; ``"bridge"`` keeps Ray's in-container defaults and publishes GCS (6379) and dashboard
     (8265) on the host ports asked for — enough for a single-node cluster. `shm_size` holds Ray's object
     store (/dev/shm; Docker's and Podman's default of 64 MB is far too small); `mem_limit` caps the container
-    (Ray sizes its object store from it).
+    (Ray sizes its object store from it). `node_ip_address` is the address the node advertises to the other
+    nodes (``--node-ip-address``); None lets Ray pick the address of the interface its default route uses.
     """
     if role not in ("head", "worker"):
         raise ValueError("role must be head or worker")
@@ -713,6 +715,7 @@ def docker_run_spec(
             dashboard_host=dashboard_host,
             client_server_port=inside["client_server"] if role == "head" else None,
             dashboard_agent_listen_port=inside["dashboard_agent_listen"],
+            node_ip_address=node_ip_address,
             labels_as_json=labels_need_json(version),
         ),
     ]

@@ -114,6 +114,35 @@ def test_docker_head_spec_names_the_member_and_uses_the_payload_image():
     assert "device_requests" not in spec
 
 
+def test_docker_specs_advertise_the_configured_node_ip(tmp_path, monkeypatch):
+    from agent import protocol
+    from agent.ray.commands import default_handler
+
+    def node_ips(handler: RayCommandHandler) -> list[list[str]]:
+        head = handler.docker_spec(protocol.parse_payload("ray.head.start", head_payload()))
+        worker = handler.docker_spec(
+            protocol.parse_payload(
+                "ray.worker.start",
+                {
+                    **{k: v for k, v in head_payload().items() if not k.endswith("_port")},
+                    "member_id": WORKER,
+                    "head_address": "10.213.0.1:6390",
+                },
+            )
+        )
+        return [[a for a in spec["command"] if a.startswith("--node-ip-address")] for spec in (head, worker)]
+
+    # Unset: Ray picks the address of the default route's interface (no flag).
+    monkeypatch.delenv("CLEVERTHIS_RAY_NODE_IP", raising=False)
+    assert node_ips(default_handler(tmp_path / "a")) == [[], []]
+    # Set: every Ray container of this node advertises it (a cluster network other than the default route).
+    monkeypatch.setenv("CLEVERTHIS_RAY_NODE_IP", "10.213.0.2")
+    handler = default_handler(tmp_path / "b")
+    assert node_ips(handler) == [["--node-ip-address=10.213.0.2"]] * 2
+    if handler.process_runtime is not None:
+        assert handler.process_runtime.node_ip_address == "10.213.0.2"
+
+
 def test_docker_gpu_worker_spec_and_start_result():
     engine = HostEngine()
     handler = RayCommandHandler(containers=engine, hostname="gpu-box")
