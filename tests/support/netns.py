@@ -67,6 +67,24 @@ class SimulatedHost:
             raise AssertionError(f"podman {' '.join(args)} on {self.netns} failed: {done.stderr[-2000:]}")
         return done
 
+    def runs(self, pid: int) -> bool:
+        """True when process `pid` (a container's, say) is in this host's network namespace."""
+        try:
+            return os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(NETNS_DIR / self.netns).st_ino
+        except OSError:
+            return False
+
+    def decoy_default_route(self, address: str = "172.31.213.1/24") -> str:
+        """Send this host's default route over a second interface (a dummy one holding `address`), as on a
+        machine whose default route is a management network while its peers are on the bridge; return
+        the decoy's address (what a default-route address pick finds here)."""
+        ip_only = address.split("/", 1)[0]
+        _ip("-n", self.netns, "link", "add", "decoy0", "type", "dummy")
+        _ip("-n", self.netns, "addr", "add", address, "dev", "decoy0")
+        _ip("-n", self.netns, "link", "set", "decoy0", "up")
+        _ip("-n", self.netns, "route", "replace", "default", "dev", "decoy0")
+        return ip_only
+
 
 @dataclass
 class SimulatedNetwork:
@@ -117,7 +135,9 @@ def _free_subnet() -> ipaddress.IPv4Network:
 
 
 def _service_up(host: SimulatedHost) -> bool:
-    return host.socket.is_socket() and host.podman("version", "--format", "{{.Server.Version}}", check=False).returncode == 0
+    if not host.socket.is_socket():
+        return False
+    return host.podman("version", "--format", "{{.Server.Version}}", check=False).returncode == 0
 
 
 @contextlib.contextmanager
