@@ -10,7 +10,7 @@ whose DOCKER_HOST is that service. The control plane listens on the bridge's add
 separate machine. So the worker on host B can only join the head on host A at A's address across the
 bridge, and the head's raylet reaches B's: a wrong advertised address would fail the test.
 
-Host A's default route goes over a second (dummy) interface, as on a machine whose default route is a
+Host A's default route goes over a second interface, as on a machine whose default route is a
 management network: Ray alone would advertise that address, so agent A sets CLEVERTHIS_RAY_NODE_IP to its
 bridge address, while host B (default route via the bridge) keeps Ray's own pick.
 

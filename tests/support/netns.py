@@ -7,7 +7,8 @@ up and its default route via the bridge, so a process in it (Ray's node-IP detec
 non-loopback address, as on a separate machine. Each host runs its own `podman system service` (a socket of
 its own, the storage and configuration of `.ci/podman-setup`): containers it starts with the host network
 share that host's namespace. Everything is torn down on exit, failure included (containers are the
-caller's to remove first: a namespace lives on while a process is in it).
+caller's to remove first; then what is left in a namespace is ended, as a namespace lives on while a
+process is in it), and the teardown checks that no namespace, bridge or veth of the run remains.
 
 Processes enter a namespace with ``nsenter --net=/run/netns/<name>``, not ``ip netns exec``: the latter
 also unshares the mount namespace and remounts /sys, hiding the cgroup mount runc needs (every container
@@ -21,6 +22,7 @@ import contextlib
 import ipaddress
 import os
 import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator, Sequence
@@ -74,13 +76,41 @@ class SimulatedHost:
         except OSError:
             return False
 
+    def pids(self) -> list[int]:
+        """The processes in this host's network namespace."""
+        try:
+            inode = os.stat(NETNS_DIR / self.netns).st_ino
+        except OSError:
+            return []
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.stat(entry / "ns" / "net").st_ino == inode:
+                        found.append(int(entry.name))
+        return found
+
+    def stop_processes(self, timeout: float = 3) -> None:
+        """End what is still in this namespace once its containers are gone: Podman's exec-session monitors
+        (conmon waits `exit_command_delay`, 300 s, after each exec before cleaning up) would otherwise hold
+        the namespace, and its veth, for minutes. Only processes of this namespace, which this run made."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in self.pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            with contextlib.suppress(TimeoutError):
+                wait_until(lambda: not self.pids(), timeout=timeout, interval=0.2, what=f"{self.netns} empty")
+                return
+
     def decoy_default_route(self, address: str = "172.31.213.1/24") -> str:
-        """Send this host's default route over a second interface (a dummy one holding `address`), as on a
+        """Send this host's default route over a second interface (holding `address`), as on a
         machine whose default route is a management network while its peers are on the bridge; return
         the decoy's address (what a default-route address pick finds here)."""
         ip_only = address.split("/", 1)[0]
-        _ip("-n", self.netns, "link", "add", "decoy0", "type", "dummy")
+        # A veth pair with both ends in the namespace (no `dummy` kernel module is needed), the far end dangling.
+        _ip("-n", self.netns, "link", "add", "decoy0", "type", "veth", "peer", "name", "decoy1")
         _ip("-n", self.netns, "addr", "add", address, "dev", "decoy0")
+        _ip("-n", self.netns, "link", "set", "decoy1", "up")
         _ip("-n", self.netns, "link", "set", "decoy0", "up")
         _ip("-n", self.netns, "route", "replace", "default", "dev", "decoy0")
         return ip_only
@@ -186,7 +216,19 @@ def simulated_hosts(count: int, log_dir: Path) -> Iterator[SimulatedNetwork]:
             if host.podman_service is not None:
                 host.podman_service.stop()
             host.socket.unlink(missing_ok=True)
-        for name in made_netns:  # deleting a namespace deletes its end of the veth pair, hence both ends
+        for host in network.hosts:
+            host.stop_processes()
+        for name in made_netns:  # a namespace with no process left goes with its end of the veth pair, hence both
             _ip("netns", "del", name, check=False)
         if bridge_made:
             _ip("link", "del", network.bridge, check=False)
+
+        def leftover() -> list[str]:
+            names = [name for name in made_netns if (NETNS_DIR / name).exists()]
+            links = _ip("-o", "link", "show").stdout.splitlines()
+            return names + [line for line in links if f"ct{run}" in line or network.bridge in line]
+
+        # The kernel frees a deleted namespace (and its veth pairs) asynchronously.
+        with contextlib.suppress(TimeoutError):
+            wait_until(lambda: not leftover(), timeout=30, interval=0.2, what="the simulated hosts' links gone")
+        assert not leftover(), f"simulated hosts left behind: {leftover()}"
