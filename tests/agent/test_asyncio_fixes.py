@@ -40,14 +40,16 @@ async def _outcome_of_a_cancel_after(steps: int, wait_for) -> str:
 async def test_wait_for_passes_on_a_cancel_at_any_step():
     outcomes = [await _outcome_of_a_cancel_after(steps, asyncio_fixes.wait_for) for steps in range(STEPS)]
     assert "lost" not in outcomes, outcomes
-    assert outcomes[0] == "cancelled" and outcomes[-1] == "done before the cancel"  # the steps span its life
+    assert outcomes[0] == "cancelled"  # the steps span its whole life
+    assert outcomes[-1] == "done before the cancel"
 
 
 async def test_the_installed_wait_for_is_the_one_that_passes_cancels_on():
     asyncio_fixes.install()
     outcomes = [await _outcome_of_a_cancel_after(steps, asyncio.wait_for) for steps in range(STEPS)]
     assert "lost" not in outcomes, outcomes
-    assert outcomes[0] == "cancelled" and outcomes[-1] == "done before the cancel"
+    assert outcomes[0] == "cancelled"
+    assert outcomes[-1] == "done before the cancel"
 
 
 async def test_wait_for_still_times_out_and_returns_results():
@@ -84,4 +86,5 @@ async def test_cancel_and_wait_waits_for_the_end_and_passes_the_callers_cancel_o
     assert stopper.cancelled()
     release.set()
     await asyncio.wait({victim})
-    assert victim.cancelled() and cleaned_up == [True]
+    assert victim.cancelled()
+    assert cleaned_up == [True]
