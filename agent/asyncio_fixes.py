@@ -64,14 +64,18 @@ def install() -> None:
         asyncio.tasks.wait_for = wait_for  # type: ignore[assignment]
 
 
-async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
-    """Cancel `task` and wait until it has ended, without swallowing a cancellation of the caller.
+async def cancel_and_wait(*tasks: asyncio.Future[Any]) -> None:
+    """Cancel `tasks` and wait until all have ended, without swallowing a cancellation of the caller.
 
     `task.cancel(); with suppress(CancelledError): await task` loses the caller's own cancel when it
-    arrives during the await; `asyncio.wait` raises it instead. The task's outcome is marked as retrieved
-    (a task that failed while being cancelled is not reported again when it is garbage-collected).
+    arrives during the await; `asyncio.wait` raises it instead. The tasks' outcomes are marked as
+    retrieved (a task that failed while being cancelled is not reported again when garbage-collected).
     """
-    task.cancel()
-    await asyncio.wait({task})
-    if not task.cancelled():
-        task.exception()
+    if not tasks:
+        return
+    for task in tasks:
+        task.cancel()
+    await asyncio.wait(set(tasks))
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()

@@ -93,5 +93,4 @@ class Supervisor:
 
     async def stop(self) -> None:
         """Cancel every task and wait for them to end."""
-        for task in list(self._tasks):
-            await cancel_and_wait(task)  # a cancel of `stop` itself ends it (it is not swallowed)
+        await cancel_and_wait(*self._tasks)  # a cancel of `stop` itself ends it (it is not swallowed)
