@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from agent import asyncio_fixes
 from agent.config import AgentConfig, state_dir_from_env
 from agent.registration import RegistrationError, join
 from agent.transport.tunnel import RunnerLike, run_agent
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd = sub.add_parser("run", help="connect and serve commands (the systemd service)")
     run_cmd.add_argument("--state-dir", default=None)
     args = parser.parse_args(argv)
+    asyncio_fixes.install()  # every cancellation reaches its task (Python 3.11's wait_for could lose one)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     state_dir = state_dir_from_env(args.state_dir)

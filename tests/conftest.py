@@ -1,6 +1,8 @@
 """Shared fixtures: users in workspaces with each role, API clients signed in as them.
 
-At the end of the session it removes what the session's control planes wrote outside the test
+An event loop whose shutdown cannot cancel a task fails that test with the task and where it waits,
+instead of hanging until the pytest timeout (`tests.support.loop_guard`). At the end of the session it
+removes what the session's control planes wrote outside the test
 database: their keys in the test Redis database and the session's run directory (Prometheus files,
 the beat schedule; see cleverthis/settings/test.py).
 """
@@ -20,6 +22,7 @@ from cleverthis.tenancy import services as tenancy_services
 from cleverthis.tenancy.models import Role, Workspace
 from fleet import metrics_history
 from fleet.proxy import stream_pipes
+from tests.support import loop_guard
 
 User = get_user_model()
 
@@ -36,6 +39,10 @@ TEST_REDIS_PATTERNS = (
     *_CELERY_QUEUES,
     *(f"{queue}\x06\x16*" for queue in _CELERY_QUEUES),  # queues of other priorities
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    loop_guard.install()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -10,10 +10,11 @@ Cancellation is never a failure. Any other task can fail the session the same wa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
+
+from agent.asyncio_fixes import cancel_and_wait
 
 log = logging.getLogger("agent.supervision")
 
@@ -85,18 +86,11 @@ class Supervisor:
             await asyncio.wait({reader, self._failed}, return_when=asyncio.FIRST_COMPLETED)
         finally:  # a failed task, or the session itself cancelled: the reader goes too
             if not reader.done():
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await reader
+                await cancel_and_wait(reader)  # a cancel of the session itself still propagates
         if reader.cancelled():  # by us, for the failed task
             raise self._failed.result()
         return reader.result()  # the reader's own outcome comes first (e.g. revoked)
 
     async def stop(self) -> None:
         """Cancel every task and wait for them to end."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*self._tasks)  # a cancel of `stop` itself ends it (it is not swallowed)

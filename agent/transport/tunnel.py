@@ -31,6 +31,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from agent import identity, inventory
 from agent import protocol as p
+from agent.asyncio_fixes import cancel_and_wait
 from agent.config import AgentConfig
 from agent.executors.base import CommandFailed
 from agent.transport.proxy import StreamManager
@@ -187,9 +188,7 @@ class TunnelClient:
             stopper = asyncio.ensure_future(stop.wait())
             done, _ = await asyncio.wait({session, stopper}, return_when=asyncio.FIRST_COMPLETED)
             if stopper in done:
-                session.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await session
+                await cancel_and_wait(session)  # a cancel of `run` itself still propagates
                 break
             stopper.cancel()
             try:

@@ -23,7 +23,6 @@ from fleet.tunnel.groups import INBOX_COMMANDS, NODE_COMMAND, node_group
 log = logging.getLogger("fleet.tunnel")
 
 
-
 class LocalTunnel(Protocol):
     """What a tunnel consumer held by this process offers to the rest of the process."""
 
@@ -67,11 +66,15 @@ async def inbox() -> str:
 
 
 async def _read_inbox(layer: Any, name: str) -> None:
+    task = asyncio.current_task()
     while True:
+        # A library that lost our cancellation (returned instead of raising) must not keep us reading:
+        # the task is still marked as being cancelled, and it ends here.
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
         try:
             message = await layer.receive(name)
         except Exception:  # (a CancelledError is no Exception and ends the loop as usual)
-            task = asyncio.current_task()
             if task is not None and task.cancelling():  # shutting down (the cancel surfaced as an error)
                 raise asyncio.CancelledError from None
             # Redis away: keep trying, the tunnels' own groups still work

@@ -77,3 +77,50 @@ async def test_the_readers_own_outcome_is_returned_or_raised_and_stop_cancels_th
     await supervisor.stop()
     assert not supervisor._tasks  # cancellation is not a failure and leaves nothing running
     assert not supervisor.failed
+
+
+def _slow_to_end(release: asyncio.Event):
+    """A task whose clean-up on cancel takes until `release` is set."""
+
+    async def run() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await release.wait()
+
+    return run
+
+
+async def test_stop_cancelled_while_a_task_cleans_up_is_cancelled_not_finished():
+    """A cancel of `stop` itself propagates (it used to be swallowed and `stop` returned as if done)."""
+    release = asyncio.Event()
+    supervisor = Supervisor()
+    supervisor.start("slow", _slow_to_end(release))
+    await asyncio.sleep(0)
+    stopping = asyncio.ensure_future(supervisor.stop())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not stopping.done()
+    stopping.cancel()
+    await asyncio.wait({stopping})
+    assert stopping.cancelled()
+    release.set()
+    await supervisor.stop()
+
+
+async def test_watch_cancelled_while_the_reader_cleans_up_is_cancelled_not_a_task_failure():
+    """The session is cancelled while `watch` waits for its reader to end after a task failed: the cancel
+    propagates (it used to be swallowed and turned into `TaskFailed`, and the agent reconnected)."""
+    release = asyncio.Event()
+    supervisor = Supervisor()
+    watching = asyncio.ensure_future(supervisor.watch(_slow_to_end(release)()))
+    await asyncio.sleep(0)
+    supervisor.fail("sender", RuntimeError("injected"))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not watching.done()  # waiting for the reader's clean-up
+    watching.cancel()
+    await asyncio.wait({watching})
+    assert watching.cancelled()
+    release.set()
+    await supervisor.stop()
