@@ -43,6 +43,14 @@ READ_MAX_BYTES = 256 * 1024
 
 _TO_NODE = metrics.PROXY_BYTES.labels(direction="to_node")
 _FROM_NODE = metrics.PROXY_BYTES.labels(direction="from_node")
+# Response bytes are added to the byte counter per this many (and at the stream's close), not per read:
+# a streamed answer is one small read per token, and each counter update costs more than the read.
+COUNT_FROM_NODE_EVERY = 64 * 1024
+
+
+def _time_out(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
 
 class StreamUnavailable(Exception):
@@ -65,6 +73,7 @@ class TunnelStream:
         self._arrived: asyncio.Future[None] | None = None  # a read waiting for `_incoming`
         self._pump: asyncio.Task[None] | None = None
         self._unacked_read = 0
+        self._uncounted = 0  # response bytes read but not yet added to the byte counter
         self.ended = False
         self.error = ""
         self._counted = False  # counted among the open streams (metrics) until closed
@@ -182,12 +191,15 @@ class TunnelStream:
             return b""
         incoming = self._incoming
         if not incoming:
-            self._arrived = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            self._arrived = arrived = loop.create_future()
+            timer = loop.call_later(timeout, _time_out, arrived) if timeout is not None else None
             try:
-                async with asyncio.timeout(timeout):
-                    await self._arrived
+                await arrived  # TimeoutError when the timer fired first
             finally:
                 self._arrived = None
+                if timer is not None:
+                    timer.cancel()
         message = incoming.popleft()
         if message["type"] == "stream.end":
             self.ended = True
@@ -201,7 +213,10 @@ class TunnelStream:
                 parts.append(part)
                 size += len(part)
             data = b"".join(parts)
-        _FROM_NODE.inc(len(data))
+        self._uncounted += len(data)
+        if self._uncounted >= COUNT_FROM_NODE_EVERY:
+            _FROM_NODE.inc(self._uncounted)
+            self._uncounted = 0
         return data
 
     async def consumed(self, size: int) -> None:
@@ -216,6 +231,9 @@ class TunnelStream:
 
     async def close(self) -> None:
         """Abort the stream (client went away) and release the agent's connection."""
+        if self._uncounted:
+            _FROM_NODE.inc(self._uncounted)
+            self._uncounted = 0
         if self._counted:
             self._counted = False
             metrics.PROXY_STREAMS_ACTIVE.dec()
