@@ -92,12 +92,14 @@ CLOSE_AGENT_TOO_OLD = p.CLOSE_AGENT_TOO_OLD
 class HeartbeatFirst:
     """A receive callable over daphne's queue of one socket's messages that hands out heartbeats first.
 
-    Whatever waits in the queue is moved into two lines: heartbeat frames (text messages whose type is
-    heartbeat) and everything else. A heartbeat then goes out before stream data that arrived ahead of
-    it; all other messages keep their order (so a stream's end never overtakes its data).
+    Whatever waits in the queue is moved into two lines: heartbeat frames and everything else. A
+    heartbeat then goes out before stream data that arrived ahead of it; all other messages keep their
+    order (so a stream's end never overtakes its data). A heartbeat is recognised without parsing: the
+    encoder writes a frame's type last, so only a heartbeat's text ends with this (a nested value that
+    reads `"type":"heartbeat"` is followed by the frame's own type).
     """
 
-    _MARK = '"type":"heartbeat"'
+    _MARK = '"type":"heartbeat"}'
 
     def __init__(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
         self._queue = queue
@@ -106,7 +108,7 @@ class HeartbeatFirst:
 
     def _take(self, message: dict[str, Any]) -> None:
         text = message.get("text")
-        if message.get("type") == "websocket.receive" and text is not None and self._MARK in text:
+        if message.get("type") == "websocket.receive" and text is not None and text.endswith(self._MARK):
             self._beats.append(message)
         else:
             self._rest.append(message)

@@ -195,12 +195,14 @@ async def test_a_heartbeat_queued_behind_a_backlog_of_stream_data_is_handed_out_
     end = _receive(text=p.encode(p.StreamEnd(stream_id=3)))
     beat = _receive(text=p.encode(p.Heartbeat(cpu_percent=1.0, memory_percent=1.0)))
     ack = _receive(text=p.encode(p.Ack(command_id="c1")))
-    for message in [*backlog, end, ack, beat]:
+    # a frame that merely carries such a value is not a heartbeat and keeps its place
+    progress = _receive(text=p.encode(p.Progress(command_id="c1", message="m", data={"type": "heartbeat"})))
+    for message in [*backlog, end, ack, progress, beat]:
         queue.put_nowait(message)
     receive = HeartbeatFirst(queue)
     assert await receive() is beat
-    rest = [await receive() for _ in range(len(backlog) + 2)]
-    assert rest == [*backlog, end, ack]  # everything else in arrival order: no end overtakes its data
+    rest = [await receive() for _ in range(len(backlog) + 3)]
+    assert rest == [*backlog, end, ack, progress]  # the rest in arrival order: no end overtakes its data
     # and with nothing queued it simply waits for the next message
     waiting = asyncio.ensure_future(receive())
     await asyncio.sleep(0)
