@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from agent import protocol as p
-from agent.transport.tunnel import FrameSender
+from agent.transport.tunnel import FrameSender, SessionEnded
 
 
 class Socket:
@@ -157,3 +159,34 @@ def test_a_heartbeat_queued_behind_a_lot_of_stream_data_is_sent_first():
     assert isinstance(sent[0], p.Heartbeat)
     assert len(sent) > 2  # the data itself went in more than one message
     assert len(_chunks(sent)) == 2000
+
+
+def test_the_agent_hands_each_chunk_of_a_batch_from_the_control_plane_to_its_stream_in_order(tmp_path):
+    from websockets.exceptions import ConnectionClosedOK
+
+    from tests.agent.transport.test_close_reasons import _client
+
+    class Streams:
+        def __init__(self) -> None:
+            self.handled: list[tuple[int, bytes]] = []
+
+        def handle(self, frame: p.Frame) -> None:
+            assert isinstance(frame, p.StreamData)
+            self.handled.append((frame.stream_id, frame.payload()))
+
+    class Incoming:
+        def __init__(self, raws: list[bytes]) -> None:
+            self.raws = raws
+
+        async def recv(self) -> bytes:
+            if not self.raws:
+                raise ConnectionClosedOK(None, None)
+            return self.raws.pop(0)
+
+    chunks = [(1, b"a"), (2, b"x"), (1, b"b"), (2, b"y")]
+    raws = [p.encode_batch(chunks[:3], 3), p.encode(p.StreamData(stream_id=2, data=b"y", v=3))]
+    streams = Streams()
+    client = _client(tmp_path, 9)
+    with pytest.raises(SessionEnded):  # after the frames, the socket closes: the session ends
+        asyncio.run(client._receive_loop(Incoming(raws), streams))  # type: ignore[arg-type]
+    assert streams.handled == chunks
