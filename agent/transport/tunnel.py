@@ -389,7 +389,8 @@ class TunnelClient:
             if close.code == p.CLOSE_REVOKED:
                 return SessionEnded(close.reason or "revoked", revoked=True)
             if close.code == p.CLOSE_AGENT_TOO_OLD:  # retrying soon cannot help: only an update can
-                return SessionEnded(f"this agent is too old for the control plane: {close.reason}", retry_after_s=60.0)
+                reason = f"this agent is too old for the control plane ({close.code}): {close.reason}"
+                return SessionEnded(reason, retry_after_s=60.0)
         elif exc.sent is not None:  # e.g. 1009: the control plane sent a frame over MAX_FRAME_BYTES
             closer, close = "this agent", exc.sent
         else:
