@@ -9,6 +9,9 @@ reason fit to send back in a close frame) for anything malformed.
 Control frames (hello, heartbeat, command, ack, progress, result, error, backoff, revoked) are small;
 bulk bytes (proxied HTTP bodies) travel in `StreamData` frames on numbered streams with credit-based
 flow control (`StreamWindow`), so a sender can always put a control frame ahead of queued bulk data.
+From protocol 3 on, a sender may coalesce the data of several streams that is ready at the same moment
+into one `StreamBatch` message (streaming inference: one small chunk per token on hundreds of streams),
+so the peer parses one WebSocket message for many chunks instead of one each.
 """
 
 from __future__ import annotations
@@ -23,14 +26,17 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-# The newest protocol version this build speaks, and the oldest it still speaks (one behind), so a
-# control plane and agents one version apart keep working during a rolling deploy. The agent states its
+# The newest protocol version this build speaks, and the oldest it still speaks, so a control plane
+# and agents a version or two apart keep working during a rolling deploy. The agent states its
 # range in the connect URL (`?protocol=<min>-<max>`; an agent without it speaks 1) and in its `Hello`;
 # the control plane answers at the highest version both speak, and every frame carries that version.
 # A field added in version N is declared with `field(..., metadata=since(N))`: it is left out of frames
 # encoded for an older version (whose decoder would refuse an unknown field).
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 MIN_PROTOCOL_VERSION = 1
+# `StreamBatch` (several streams' data in one message) exists from this version on; an older peer gets
+# one `StreamData` message per chunk.
+STREAM_BATCH_SINCE = 3
 # Frames larger than this are refused by both sides (proxied bodies are chunked well below it).
 MAX_FRAME_BYTES = 1024 * 1024 + 64
 # Objects and lists nested deeper than this are refused by both sides (the protocol's own structures
@@ -42,6 +48,10 @@ MAX_NESTING = 32
 # It also bounds the stream bytes queued in the tunnel's TCP buffers ahead of a heartbeat or command:
 # at 4 MiB a bulk transfer added ~20 ms to heartbeat round trips, at 1 MiB ~3 ms, at the same MB/s.
 DEFAULT_STREAM_WINDOW = 1024 * 1024
+# A sender coalesces ready stream chunks into one `StreamBatch` up to about this many bytes (a larger
+# chunk goes out alone as `StreamData`): well under MAX_FRAME_BYTES, and no longer to put on the wire
+# ahead of a control frame than one bulk chunk.
+STREAM_BATCH_MAX_BYTES = 256 * 1024
 HEARTBEAT_INTERVAL_S = 30.0
 # Agent → control plane WebSocket path.
 TUNNEL_PATH = "/agent/tunnel"
@@ -719,6 +729,22 @@ class StreamData(Frame):
 
 
 @dataclass(frozen=True, kw_only=True)
+class StreamBatch(Frame):
+    """Either direction, protocol 3 on: the data of several streams in one binary message.
+
+    `chunks` are (stream id, bytes) in the order they were sent; each counts against its own stream's
+    window exactly as the same bytes in a `StreamData` would, and a receiver delivers them in that order
+    (so the chunks of one stream stay in order, within a batch and across batches). Binary layout: magic
+    0xCE, the protocol version, then per chunk the stream id (unsigned 64-bit big-endian), the length
+    (unsigned 32-bit big-endian) and the bytes; at least one chunk, nothing after the last.
+    """
+
+    TYPE: ClassVar[str] = "stream_batch"
+    id: str = ""  # like StreamData: no id
+    chunks: list[tuple[int, bytes]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
 class StreamWindow(Frame):
     """Either direction: grant the peer `increment` more bytes of credit on stream `stream_id`."""
 
@@ -754,11 +780,12 @@ FRAME_TYPES: dict[str, type[Frame]] = {
         InventoryReport,
         StreamOpen,
         StreamData,
+        StreamBatch,
         StreamWindow,
         StreamEnd,
     )
 }
-CONTROL_FRAME_TYPES = frozenset(FRAME_TYPES) - {"stream_data"}
+CONTROL_FRAME_TYPES = frozenset(FRAME_TYPES) - {"stream_data", "stream_batch"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -787,7 +814,11 @@ def to_dict(obj: Any, version: int = PROTOCOL_VERSION) -> Any:
 
 
 BINARY_MAGIC = 0xCD
+BATCH_MAGIC = 0xCE
 _BINARY_HEADER = struct.Struct("!BBQ")
+_BATCH_HEADER = struct.Struct("!BB")
+_BATCH_CHUNK = struct.Struct("!QI")
+BATCH_CHUNK_OVERHEAD = _BATCH_CHUNK.size  # bytes a chunk adds to a batch besides its data
 
 
 def encode(frame: Frame) -> str | bytes:
@@ -797,7 +828,23 @@ def encode(frame: Frame) -> str | bytes:
     """
     if isinstance(frame, StreamData):
         return _BINARY_HEADER.pack(BINARY_MAGIC, frame.v, frame.stream_id) + frame.data
+    if isinstance(frame, StreamBatch):
+        return encode_batch(frame.chunks, frame.v)
     return json.dumps(to_dict(frame, frame.v), separators=(",", ":"))
+
+
+def encode_batch(chunks: list[tuple[int, bytes]], version: int = PROTOCOL_VERSION) -> bytes:
+    """The binary `StreamBatch` message of `chunks` at `version` (ProtocolError below STREAM_BATCH_SINCE)."""
+    if version < STREAM_BATCH_SINCE:
+        raise ProtocolError(f"stream batches need protocol {STREAM_BATCH_SINCE} (this tunnel speaks {version})")
+    if not chunks:
+        raise ProtocolError("a stream batch holds at least one chunk")
+    parts = [_BATCH_HEADER.pack(BATCH_MAGIC, version)]
+    pack = _BATCH_CHUNK.pack
+    for stream_id, data in chunks:
+        parts.append(pack(stream_id, len(data)))
+        parts.append(data)
+    return b"".join(parts)
 
 
 def at_version(frame: F, version: int) -> F:
@@ -816,7 +863,9 @@ def _check_version(version: Any) -> None:
         )
 
 
-def _decode_binary(raw: bytes) -> StreamData:
+def _decode_binary(raw: bytes) -> StreamData | StreamBatch:
+    if raw[:1] == bytes([BATCH_MAGIC]):
+        return _decode_batch(raw)
     if len(raw) < _BINARY_HEADER.size:
         raise ProtocolError("binary frame shorter than its header")
     magic, version, stream_id = _BINARY_HEADER.unpack_from(raw)
@@ -826,6 +875,30 @@ def _decode_binary(raw: bytes) -> StreamData:
     return StreamData(stream_id=stream_id, data=raw[_BINARY_HEADER.size :], id="", v=version)
 
 
+def _decode_batch(raw: bytes) -> StreamBatch:
+    if len(raw) < _BATCH_HEADER.size:
+        raise ProtocolError("stream batch shorter than its header")
+    _, version = _BATCH_HEADER.unpack_from(raw)
+    _check_version(version)
+    if version < STREAM_BATCH_SINCE:
+        raise ProtocolError(f"stream batches need protocol {STREAM_BATCH_SINCE} (the frame says {version})")
+    chunks: list[tuple[int, bytes]] = []
+    offset, end = _BATCH_HEADER.size, len(raw)
+    unpack = _BATCH_CHUNK.unpack_from
+    while offset < end:
+        if end - offset < _BATCH_CHUNK.size:
+            raise ProtocolError("stream batch cut inside a chunk header")
+        stream_id, length = unpack(raw, offset)
+        offset += _BATCH_CHUNK.size
+        if length > end - offset:
+            raise ProtocolError("stream batch chunk runs past the end of the frame")
+        chunks.append((stream_id, raw[offset : offset + length]))
+        offset += length
+    if not chunks:
+        raise ProtocolError("a stream batch holds at least one chunk")
+    return StreamBatch(chunks=chunks, v=version)
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -833,7 +906,7 @@ def _refuse_constant(name: str) -> Any:
 def decode(raw: str | bytes) -> Frame:
     """Parse and validate one frame; raise `ProtocolError` with a reason on anything malformed.
 
-    Text messages are JSON control frames; binary messages are `StreamData`.
+    Text messages are JSON control frames; binary messages are `StreamData` or `StreamBatch`.
     """
     if len(raw) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(raw)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
@@ -853,7 +926,7 @@ def decode(raw: str | bytes) -> Frame:
     _check_version(version)
     frame_type = data.get("type")
     cls = FRAME_TYPES.get(frame_type) if isinstance(frame_type, str) else None
-    if cls is StreamData:
+    if cls is StreamData or cls is StreamBatch:
         raise ProtocolError("stream data must be sent as a binary message")
     if cls is None:
         raise ProtocolError(f"unknown frame type {frame_type!r}")

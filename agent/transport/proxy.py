@@ -74,7 +74,7 @@ class _Upstream(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.stream.send_credit -= nbytes
-        self._send(p.StreamData(stream_id=self.stream.stream_id, data=bytes(self._buffer[:nbytes])))
+        self._send(p.StreamData(stream_id=self.stream.stream_id, data=bytes(memoryview(self._buffer)[:nbytes])))
         if nbytes == len(self._buffer) and nbytes < CHUNK_BYTES:  # a bulk body: read bigger chunks
             self._buffer = bytearray(min(CHUNK_BYTES, 2 * nbytes))
         self._pause_if_no_credit()

@@ -85,13 +85,23 @@ class SessionEnded(Exception):
 
 
 class FrameSender:
-    """Single writer for one socket; control frames always jump ahead of queued bulk stream data."""
+    """Single writer for one socket; control frames always jump ahead of queued bulk stream data.
+
+    Stream data is queued as (stream id, bytes) and framed only when the socket is free: from protocol 3
+    on, the chunks of consecutive data queued meanwhile (any streams, in order, up to
+    `STREAM_BATCH_MAX_BYTES`) go out as one `StreamBatch` message. Nothing waits for a batch to fill: a
+    lone chunk goes out at once as `StreamData`, and chunks coalesce only while the socket was busy or
+    when several streams' bytes arrived in the same event-loop turn. A protocol-2 peer gets one
+    `StreamData` per chunk.
+    """
 
     def __init__(self, ws: Any, version: int = p.PROTOCOL_VERSION) -> None:
         self._ws = ws
         self.version = version  # the session's protocol version: every frame goes out at it
+        self.batching = version >= p.STREAM_BATCH_SINCE
         self._control: collections.deque[str | bytes] = collections.deque()
-        self._bulk: collections.deque[str | bytes] = collections.deque()
+        # encoded frames, or (stream id, bytes) for stream data still to be framed
+        self._bulk: collections.deque[str | bytes | tuple[int, bytes]] = collections.deque()
         self._wakeup = asyncio.Event()
         self.closed = False
 
@@ -99,11 +109,14 @@ class FrameSender:
         """Queue `frame`; never blocks."""
         if self.closed:
             return
-        # A stream's normal end queues behind its data (it must not overtake the last chunks); an
-        # abort (StreamEnd with an error) and every other control frame go first.
-        bulk = isinstance(frame, p.StreamData) or (isinstance(frame, p.StreamEnd) and not frame.error)
-        queue = self._bulk if bulk else self._control
-        queue.append(p.encode(p.at_version(frame, self.version)))
+        if type(frame) is p.StreamData:
+            self._bulk.append((frame.stream_id, frame.data))
+        elif isinstance(frame, p.StreamEnd) and not frame.error:
+            # A stream's normal end queues behind its data (it must not overtake the last chunks); an
+            # abort (StreamEnd with an error) and every other control frame go first.
+            self._bulk.append(p.encode(p.at_version(frame, self.version)))
+        else:
+            self._control.append(p.encode(p.at_version(frame, self.version)))
         self._wakeup.set()
 
     async def flush(self, timeout: float) -> None:
@@ -112,15 +125,41 @@ class FrameSender:
         while (self._control or self._bulk) and not self.closed and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
 
+    def next_message(self) -> str | bytes | None:
+        """The next message to put on the socket: a control frame if any is queued, else bulk (None: empty)."""
+        if self._control:
+            return self._control.popleft()
+        if not self._bulk:
+            return None
+        item = self._bulk.popleft()
+        if not isinstance(item, tuple):
+            return item
+        stream_id, data = item
+        bulk = self._bulk
+        if not self.batching or not bulk or not isinstance(bulk[0], tuple):
+            return p.encode(p.StreamData(stream_id=stream_id, data=data, v=self.version))
+        chunks = [item]
+        size = len(data) + p.BATCH_CHUNK_OVERHEAD
+        while bulk and isinstance(bulk[0], tuple):
+            following = len(bulk[0][1]) + p.BATCH_CHUNK_OVERHEAD
+            if size + following > p.STREAM_BATCH_MAX_BYTES:
+                break
+            chunks.append(bulk.popleft())  # type: ignore[arg-type]  # (a tuple: checked above)
+            size += following
+        if len(chunks) == 1:
+            return p.encode(p.StreamData(stream_id=stream_id, data=data, v=self.version))
+        return p.encode_batch(chunks, self.version)
+
     async def run(self) -> None:
         """Drain the queues onto the socket until it closes."""
         try:
             while True:
-                if not self._control and not self._bulk:
+                message = self.next_message()
+                if message is None:
                     self._wakeup.clear()
                     await self._wakeup.wait()
-                text = self._control.popleft() if self._control else self._bulk.popleft()
-                await self._ws.send(text)
+                    continue
+                await self._ws.send(message)
         finally:
             self.closed = True
 
@@ -349,7 +388,8 @@ class TunnelClient:
             if close.code == p.CLOSE_REVOKED:
                 return SessionEnded(close.reason or "revoked", revoked=True)
             if close.code == p.CLOSE_AGENT_TOO_OLD:  # retrying soon cannot help: only an update can
-                return SessionEnded(f"this agent is too old for the control plane: {close.reason}", retry_after_s=60.0)
+                reason = f"this agent is too old for the control plane ({close.code}): {close.reason}"
+                return SessionEnded(reason, retry_after_s=60.0)
         elif exc.sent is not None:  # e.g. 1009: the control plane sent a frame over MAX_FRAME_BYTES
             closer, close = "this agent", exc.sent
         else:
@@ -384,7 +424,10 @@ class TunnelClient:
                 log.warning("ignoring malformed frame from control plane: %s", exc)
                 continue
             self._raise_if_terminal(frame)
-            if isinstance(frame, p.StreamOpen | p.StreamData | p.StreamWindow | p.StreamEnd):
+            if isinstance(frame, p.StreamBatch):
+                for stream_id, data in frame.chunks:
+                    streams.handle(p.StreamData(stream_id=stream_id, data=data, v=frame.v))
+            elif isinstance(frame, p.StreamOpen | p.StreamData | p.StreamWindow | p.StreamEnd):
                 streams.handle(frame)
             elif isinstance(frame, p.Command):
                 if self._updating:  # not acknowledged: the control plane re-sends it to the next version

@@ -20,6 +20,7 @@ with the same messages and the same flow control, and no serialisation or networ
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import secrets
 import time
@@ -37,6 +38,19 @@ from fleet.tunnel.groups import node_group
 CHUNK_BYTES = 256 * 1024
 # Request bytes that may travel with the stream's opening message.
 FIRST_BYTES_MAX = 64 * 1024
+# A read hands over the response chunks already waiting, joined, up to about this many bytes.
+READ_MAX_BYTES = 256 * 1024
+
+_TO_NODE = metrics.PROXY_BYTES.labels(direction="to_node")
+_FROM_NODE = metrics.PROXY_BYTES.labels(direction="from_node")
+# Response bytes are added to the byte counter per this many (and at the stream's close), not per read:
+# a streamed answer is one small read per token, and each counter update costs more than the read.
+COUNT_FROM_NODE_EVERY = 64 * 1024
+
+
+def _time_out(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
 
 class StreamUnavailable(Exception):
@@ -55,9 +69,11 @@ class TunnelStream:
         self._local: local_tunnels.LocalTunnel | None = None
         self._send_credit = DEFAULT_STREAM_WINDOW
         self._credit_changed = asyncio.Event()
-        self._incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._incoming: collections.deque[dict[str, Any]] = collections.deque()
+        self._arrived: asyncio.Future[None] | None = None  # a read waiting for `_incoming`
         self._pump: asyncio.Task[None] | None = None
         self._unacked_read = 0
+        self._uncounted = 0  # response bytes read but not yet added to the byte counter
         self.ended = False
         self.error = ""
         self._counted = False  # counted among the open streams (metrics) until closed
@@ -119,7 +135,7 @@ class TunnelStream:
 
     def _after_open(self, opening: dict[str, Any]) -> None:
         self._send_credit -= len(opening["data"])  # the first bytes count against the agent's window
-        metrics.PROXY_BYTES.labels(direction="to_node").inc(len(opening["data"]))
+        _TO_NODE.inc(len(opening["data"]))
 
     def _count_open(self, via: str) -> None:
         metrics.PROXY_STREAMS.labels(via=via).inc()
@@ -142,7 +158,9 @@ class TunnelStream:
         elif message.get("type") == "stream.opened":
             pass  # a late answer to an open this stream re-sent while waiting: it is open already
         else:
-            self._incoming.put_nowait(message)
+            self._incoming.append(message)
+            if self._arrived is not None and not self._arrived.done():
+                self._arrived.set_result(None)
 
     async def write(self, data: bytes) -> None:
         """Send request bytes, waiting for credit from the agent when the window is used up."""
@@ -155,7 +173,7 @@ class TunnelStream:
                 await self._credit_changed.wait()
             size = min(len(view), CHUNK_BYTES, self._send_credit)
             self._send_credit -= size
-            metrics.PROXY_BYTES.labels(direction="to_node").inc(size)
+            _TO_NODE.inc(size)
             await self._to_consumer({"type": "stream.data", "data": bytes(view[:size])})
             view = view[size:]
 
@@ -164,16 +182,42 @@ class TunnelStream:
         await self._to_consumer({"type": "stream.end", "error": ""})
 
     async def read(self, timeout: float | None = None) -> bytes:
-        """The next response bytes; b"" at the end of the stream."""
+        """The next response bytes; b"" at the end of the stream.
+
+        Chunks that are already waiting come back joined (up to `READ_MAX_BYTES`): a relay that fell
+        behind catches up with one write to its client instead of one per chunk.
+        """
         if self.ended:
             return b""
-        message = await asyncio.wait_for(self._incoming.get(), timeout=timeout)
+        incoming = self._incoming
+        if not incoming:
+            loop = asyncio.get_running_loop()
+            self._arrived = arrived = loop.create_future()
+            timer = loop.call_later(timeout, _time_out, arrived) if timeout is not None else None
+            try:
+                await arrived  # TimeoutError when the timer fired first
+            finally:
+                self._arrived = None
+                if timer is not None:
+                    timer.cancel()
+        message = incoming.popleft()
         if message["type"] == "stream.end":
             self.ended = True
             self.error = message.get("error", "")
             return b""
-        metrics.PROXY_BYTES.labels(direction="from_node").inc(len(message["data"]))
-        return message["data"]
+        data = message["data"]
+        if incoming and incoming[0]["type"] == "stream.data":
+            parts, size = [data], len(data)
+            while incoming and incoming[0]["type"] == "stream.data" and size < READ_MAX_BYTES:
+                part = incoming.popleft()["data"]
+                parts.append(part)
+                size += len(part)
+            data = b"".join(parts)
+        self._uncounted += len(data)
+        if self._uncounted >= COUNT_FROM_NODE_EVERY:
+            _FROM_NODE.inc(self._uncounted)
+            self._uncounted = 0
+        return data
 
     async def consumed(self, size: int) -> None:
         """Tell the agent `size` response bytes reached the client, returning that much credit.
@@ -187,6 +231,9 @@ class TunnelStream:
 
     async def close(self) -> None:
         """Abort the stream (client went away) and release the agent's connection."""
+        if self._uncounted:
+            _FROM_NODE.inc(self._uncounted)
+            self._uncounted = 0
         if self._counted:
             self._counted = False
             metrics.PROXY_STREAMS_ACTIVE.dec()

@@ -11,12 +11,18 @@ layer from any replica.
 
 Every frame from the agent is validated by `agent.protocol.decode`; a malformed or oversized frame
 closes this one socket with a reason (close code 4400) and never affects other sockets.
+
+Heartbeats go ahead of stream data: daphne queues a socket's messages for the consumer in arrival
+order, and `HeartbeatFirst` takes a heartbeat out of that queue before the stream data that arrived
+ahead of it; its database write then runs beside the data path (`_answer_heartbeats`), so neither
+waits for the other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import logging
 import secrets
@@ -83,6 +89,38 @@ CLOSE_STALE = p.CLOSE_STALE
 CLOSE_AGENT_TOO_OLD = p.CLOSE_AGENT_TOO_OLD
 
 
+class HeartbeatFirst:
+    """A receive callable over daphne's queue of one socket's messages that hands out heartbeats first.
+
+    Whatever waits in the queue is moved into two lines: heartbeat frames and everything else. A
+    heartbeat then goes out before stream data that arrived ahead of it; all other messages keep their
+    order (so a stream's end never overtakes its data). A heartbeat is recognised without parsing: the
+    encoder writes a frame's type last, so only a heartbeat's text ends with this (a nested value that
+    reads `"type":"heartbeat"` is followed by the frame's own type).
+    """
+
+    _MARK = '"type":"heartbeat"}'
+
+    def __init__(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
+        self._queue = queue
+        self._beats: collections.deque[dict[str, Any]] = collections.deque()
+        self._rest: collections.deque[dict[str, Any]] = collections.deque()
+
+    def _take(self, message: dict[str, Any]) -> None:
+        text = message.get("text")
+        if message.get("type") == "websocket.receive" and text is not None and text.endswith(self._MARK):
+            self._beats.append(message)
+        else:
+            self._rest.append(message)
+
+    async def __call__(self) -> dict[str, Any]:
+        if not self._beats and not self._rest:
+            self._take(await self._queue.get())
+        while not self._queue.empty():
+            self._take(self._queue.get_nowait())
+        return self._beats.popleft() if self._beats else self._rest.popleft()
+
+
 def accepted_protocol_range() -> tuple[int, int]:
     """The agent protocol versions this control plane takes: from AGENT_PROTOCOL_MIN (default: one
     version behind this release) to this release's own."""
@@ -103,6 +141,16 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
     # stream id → the pipe back to the process proxying it, or the stream itself when that is this process
     streams: dict[int, stream_pipes.PipeWriter | TunnelStream]
+    _beats: collections.deque[p.Heartbeat]
+    _beat_task: asyncio.Future[None] | None = None
+    _closing: asyncio.Future[None] | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """As Channels does, with heartbeats taken ahead of queued stream data (`HeartbeatFirst`)."""
+        queue = getattr(receive, "__self__", None)  # daphne passes its queue's `get`
+        if isinstance(queue, asyncio.Queue):
+            receive = HeartbeatFirst(queue)
+        await super().__call__(scope, receive, send)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Route a message to its handler, without Channels' `close_old_connections` hop per message.
@@ -118,6 +166,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.streams = {}
+        self._beats = collections.deque()
         self._revocation_watch: asyncio.Future[Any] | None = None
         self.nonce = secrets.token_hex(32)  # set first: a hello racing a refusal below cannot verify
         await self.accept()
@@ -154,7 +203,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHORIZED, reason="no hello received")
 
     async def disconnect(self, code: int) -> None:
-        for task in (getattr(self, "_hello_timer", None), getattr(self, "_revocation_watch", None), self._relay_task):
+        timers = (getattr(self, "_hello_timer", None), getattr(self, "_revocation_watch", None))
+        for task in (*timers, self._relay_task, self._beat_task):
             if task is not None:
                 task.cancel()
         if self.node_id is not None:
@@ -285,8 +335,33 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
                 return
 
     async def _on_heartbeat(self, frame: p.Heartbeat) -> None:
-        assert self.node_id is not None
+        """Record and answer the heartbeat beside the data path: stream frames behind it do not wait for
+        its database write (the heartbeats of one tunnel are still recorded one after another)."""
         self._last_beat = time.monotonic()
+        self._beats.append(frame)
+        if self._beat_task is None or self._beat_task.done():
+            self._beat_task = asyncio.ensure_future(self._answer_heartbeats())
+            self._beat_task.add_done_callback(self._heartbeats_done)
+
+    async def _answer_heartbeats(self) -> None:
+        while self._beats:
+            try:
+                await self._record_heartbeat(self._beats.popleft())
+            except (ValidationError, DataError, ValueError) as exc:  # as `receive` does for other frames
+                log.warning("closing tunnel of node %s: bad heartbeat frame: %s", self.node_id, exc)
+                self._beats.clear()
+                await self.close(code=CLOSE_PROTOCOL_ERROR, reason="bad heartbeat frame")
+                return
+
+    def _heartbeats_done(self, task: asyncio.Future[None]) -> None:
+        """An unexpected failure answering heartbeats closes the tunnel (the agent reconnects), logged."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("tunnel of node %s: answering a heartbeat failed; closing", self.node_id, exc_info=task.exception())
+        self._closing = asyncio.ensure_future(self.close(code=1011, reason="heartbeat failed"))
+
+    async def _record_heartbeat(self, frame: p.Heartbeat) -> None:
+        assert self.node_id is not None
         held_disconnected = await HEARTBEATS.submit((self.node_id, frame))
         metrics.observe_heartbeat_lag(frame.sent_at)
         if held_disconnected:
@@ -325,6 +400,16 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     async def _on_stream_data(self, frame: p.StreamData) -> None:
         await self._to_stream(frame.stream_id, {"type": "stream.data", "data": frame.payload()})
 
+    async def _on_stream_batch(self, frame: p.StreamBatch) -> None:
+        """Several streams' data in one message: each chunk to its stream, in the order sent."""
+        streams = self.streams
+        for stream_id, data in frame.chunks:
+            target = streams.get(stream_id)
+            if isinstance(target, TunnelStream):
+                target.deliver({"type": "stream.data", "data": data})
+            elif target is not None:
+                target.send({"type": "stream.data", "data": data})
+
     async def _on_stream_window(self, frame: p.StreamWindow) -> None:
         await self._to_stream(frame.stream_id, {"type": "stream.window", "increment": frame.increment})
 
@@ -336,7 +421,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         """Hand a message to the process proxying stream `stream_id`: in memory if it is this one."""
         target = self.streams.get(stream_id)
         if isinstance(target, TunnelStream):
-            target.deliver({**message, "stream_id": stream_id})
+            target.deliver(message)
         elif target is not None:
             target.send(message)
 
@@ -348,6 +433,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         p.Error: _on_error,
         p.InventoryReport: _on_inventory,
         p.StreamData: _on_stream_data,
+        p.StreamBatch: _on_stream_batch,
         p.StreamWindow: _on_stream_window,
         p.StreamEnd: _on_stream_end,
     }

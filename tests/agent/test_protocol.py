@@ -128,3 +128,53 @@ def test_payloads_are_validated_per_command_type():
 
 def test_every_command_type_has_a_payload_type():
     assert set(p.COMMAND_TYPES) == set(p.PAYLOAD_TYPES)
+
+
+# ---- protocol 3: several streams' data in one message
+
+
+def test_a_stream_batch_round_trips_with_its_chunks_in_order():
+    chunks = [(1, b"a"), (2**64 - 1, bytes(range(256))), (1, b""), (7, b"\x00" * 70_000), (1, b"z")]
+    raw = p.encode(p.StreamBatch(chunks=chunks))
+    assert isinstance(raw, bytes)
+    frame = p.decode(raw)
+    assert isinstance(frame, p.StreamBatch)
+    assert frame.v == p.PROTOCOL_VERSION
+    assert [(sid, bytes(data)) for sid, data in frame.chunks] == chunks
+
+
+def test_a_stream_batch_cannot_be_encoded_for_a_protocol_2_peer():
+    with pytest.raises(p.ProtocolError, match="protocol 3"):
+        p.encode_batch([(1, b"a"), (2, b"b")], version=2)
+
+
+def _batch_header(version: int = p.PROTOCOL_VERSION) -> bytes:
+    return bytes([p.BATCH_MAGIC, version])
+
+
+def _chunk(stream_id: int, data: bytes, length: int | None = None) -> bytes:
+    return stream_id.to_bytes(8, "big") + (len(data) if length is None else length).to_bytes(4, "big") + data
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (bytes([p.BATCH_MAGIC]), "shorter than its header"),
+        (_batch_header(), "at least one chunk"),
+        (_batch_header(2) + _chunk(1, b"a"), "need protocol 3"),
+        (_batch_header(99) + _chunk(1, b"a"), "unsupported protocol version"),
+        (_batch_header() + _chunk(1, b"a") + b"\x00\x01\x02", "cut inside a chunk header"),
+        (_batch_header() + _chunk(1, b"abc", length=4), "runs past the end"),
+        (_batch_header() + _chunk(1, b"a") + _chunk(2, b"bb", length=2**32 - 1), "runs past the end"),
+        (b"\xcf\x03" + _chunk(1, b"a"), "bad magic byte"),
+        ('{"v": 3, "type": "stream_batch", "chunks": []}', "must be sent as a binary message"),
+    ],
+)
+def test_malformed_stream_batches_are_refused_with_a_reason(raw, reason):
+    with pytest.raises(p.ProtocolError, match=reason):
+        p.decode(raw)
+
+
+def test_stream_batches_are_not_control_frames():
+    assert "stream_batch" not in p.CONTROL_FRAME_TYPES
+    assert "stream_data" not in p.CONTROL_FRAME_TYPES

@@ -78,3 +78,33 @@ def test_pop_waits_no_longer_than_asked():
     got, waited = asyncio.run(scenario())
     assert got == []
     assert waited < 2
+
+
+def test_many_pipes_written_at_once_each_get_their_messages_in_order():
+    keys = [stream_pipes.new_pipe_key() for _ in range(50)]
+
+    async def scenario() -> dict[str, list[dict]]:
+        writers = [stream_pipes.PipeWriter(key) for key in keys]
+        for token in range(20):  # interleaved, as 50 streams' tokens arrive through one tunnel
+            for index, writer in enumerate(writers):
+                writer.send({"type": "stream.data", "data": f"{index}:{token}".encode()})
+                if token == 10:
+                    await asyncio.sleep(0)  # let a flush start in the middle of the stream
+        for writer in writers:
+            writer.send({"type": "stream.end", "error": ""})
+        received: dict[str, list[dict]] = {}
+        for key in keys:
+            got: list[dict] = []
+            while not got or got[-1]["type"] != "stream.end":
+                more = await stream_pipes.pop(key, timeout=5)
+                assert more, "nothing arrived"
+                got += more
+            received[key] = got
+        for writer in writers:
+            await writer.drained()
+        return received
+
+    received = asyncio.run(scenario())
+    for index, key in enumerate(keys):
+        assert [m["data"] for m in received[key][:-1]] == [f"{index}:{token}".encode() for token in range(20)]
+        assert received[key][-1] == {"type": "stream.end", "error": ""}

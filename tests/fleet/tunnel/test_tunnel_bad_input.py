@@ -141,6 +141,10 @@ MALFORMED = {
     "unknown field": _raw("heartbeat", cpu_percent=1.0, memory_percent=1.0, evil=True),
     "oversized": _raw("progress", command_id=str(uuid.uuid4()), message="x" * (p.MAX_FRAME_BYTES + 10)),
     "binary garbage": b"\xff\xfe\x00\x01",
+    # protocol 3 stream batches: a chunk header cut short, a chunk longer than the frame, no chunk at all
+    "stream batch cut short": bytes([p.BATCH_MAGIC, 3]) + (1).to_bytes(8, "big") + b"\x00",
+    "stream batch past its end": bytes([p.BATCH_MAGIC, 3]) + (1).to_bytes(8, "big") + (9).to_bytes(4, "big") + b"x",
+    "empty stream batch": bytes([p.BATCH_MAGIC, 3]),
     # past the interpreter's recursion limit (json.loads raised RecursionError: a 1011 and a traceback)
     "deeply nested": "[" * 500_000,
     "nested past the protocol's limit": _raw(
