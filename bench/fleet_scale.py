@@ -197,7 +197,10 @@ def start_agent_processes(
         listing.write_text("\n".join(str(d) for d in chunk))
         argv = [sys.executable, str(REPO / "bench" / "sim_agents.py"), str(listing)]
         argv += ["--connect-rate", str(connect_rate / len(chunks))]
-        agent = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        with (workdir / f"agents-{n}-{index}.log").open("wb") as log:  # the agents' warnings (retries)
+            agent = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
+            )
         _track(agent.pid)
         agents.append(agent)
     return agents
@@ -443,7 +446,7 @@ def main() -> None:
     parser.add_argument(
         "--agents-per-process", type=int, default=2500, help="simulated agents per agents process (sim_agents.py)"
     )
-    parser.add_argument("--connect-rate", type=float, default=100.0, help="tunnels opened per second, all processes")
+    parser.add_argument("--connect-rate", type=float, default=40.0, help="tunnels opened per second, all processes")
     parser.add_argument("--connect-timeout", type=float, default=900.0, help="give up waiting for all tunnels (s)")
     parser.add_argument("--fanout-timeout", type=float, default=300.0, help="give up waiting for the fan-out (s)")
     parser.add_argument("--samples", type=int, default=40, help="API requests per endpoint")

@@ -83,6 +83,38 @@ CLOSE_STALE = p.CLOSE_STALE
 CLOSE_AGENT_TOO_OLD = p.CLOSE_AGENT_TOO_OLD
 
 
+class HandshakeGate:
+    """How many tunnels of this process are between connect and welcome; admits up to a limit.
+
+    Each handshake costs a CA signature, a certificate check and several queries on the thread pool.
+    When thousands of agents dial at once (a deploy, a restart of the control plane) and every one is
+    let in, the handshakes queue in the process until the agents' opening timeout (10 s) passes; they
+    retry within seconds, and the work done for the abandoned ones is lost: the process stays busy and
+    almost nobody connects. Refusing the excess at once with a Backoff keeps the queue short.
+    """
+
+    def __init__(self) -> None:
+        self.open = 0
+
+    def enter(self, limit: int) -> bool:
+        """Take a place if fewer than `limit` are taken; False when full."""
+        if self.open >= limit:
+            return False
+        self.open += 1
+        return True
+
+    def leave(self) -> None:
+        self.open = max(0, self.open - 1)
+
+
+HANDSHAKES = HandshakeGate()
+
+
+def handshake_backoff_s() -> float:
+    """How long an agent refused by a full `HANDSHAKES` waits: AGENT_HANDSHAKE_BACKOFF_S, spread ±50 %."""
+    return settings.AGENT_HANDSHAKE_BACKOFF_S * (0.5 + secrets.randbelow(1001) / 1000)
+
+
 def accepted_protocol_range() -> tuple[int, int]:
     """The agent protocol versions this control plane takes: from AGENT_PROTOCOL_MIN (default: one
     version behind this release) to this release's own."""
@@ -100,6 +132,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     certificate_serial: str | None = None
     session: uuid.UUID | None = None  # this tunnel's id as recorded on the node (`Node.tunnel_session`)
     _relay_task: asyncio.Future[Any] | None = None
+    _handshaking = False  # holds a place in HANDSHAKES (from connect until the welcome or the close)
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
     # stream id → the pipe back to the process proxying it, or the stream itself when that is this process
     streams: dict[int, stream_pipes.PipeWriter | TunnelStream]
@@ -121,6 +154,22 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         self._revocation_watch: asyncio.Future[Any] | None = None
         self.nonce = secrets.token_hex(32)  # set first: a hello racing a refusal below cannot verify
         await self.accept()
+        if not HANDSHAKES.enter(settings.AGENT_MAX_HANDSHAKES):
+            retry_after = handshake_backoff_s()
+            await self._send_frame(
+                p.Backoff(retry_after_s=retry_after, reason="control plane busy: too many agents connecting")
+            )
+            await self.close(code=CLOSE_BACKOFF, reason="busy")
+            return
+        self._handshaking = True
+        try:
+            await self._challenge()
+        except BaseException:  # cancelled (the socket went away) or failed: the place is free again
+            self._handshake_done()
+            raise
+
+    async def _challenge(self) -> None:
+        """Check the agent's query (nonce, protocol range) and send the signed challenge."""
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         agent_nonce = (query.get("agent_nonce") or [""])[0]
         if not p.is_valid_nonce(agent_nonce):  # the CA key signs nothing but a well-formed nonce
@@ -153,7 +202,14 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if self.node_id is None:
             await self.close(code=CLOSE_UNAUTHORIZED, reason="no hello received")
 
+    def _handshake_done(self) -> None:
+        """Give this tunnel's place in HANDSHAKES back (once)."""
+        if self._handshaking:
+            self._handshaking = False
+            HANDSHAKES.leave()
+
     async def disconnect(self, code: int) -> None:
+        self._handshake_done()
         for task in (getattr(self, "_hello_timer", None), getattr(self, "_revocation_watch", None), self._relay_task):
             if task is not None:
                 task.cancel()
@@ -191,7 +247,10 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             if frame.v != self.protocol:
                 await self.close(code=CLOSE_PROTOCOL_ERROR, reason=f"hello must be protocol {self.protocol}")
                 return
-            await self._on_hello(frame)
+            try:
+                await self._on_hello(frame)
+            finally:
+                self._handshake_done()
             return
         handler = self._handlers.get(type(frame))
         if handler is None:
