@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,15 @@ def _start_profilers(directory: str, watched: dict[str, list[psutil.Process]], n
             out.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(1.0)
     return out
+
+
+def _count_in_logs(paths: Iterable[Path], needle: str) -> int:
+    """Lines containing `needle` in the agents processes' logs (refusals, failed connects)."""
+    total = 0
+    for path in paths:
+        with path.open(errors="replace") as lines:
+            total += sum(needle in line for line in lines)
+    return total
 
 
 def start_agent_processes(
@@ -352,6 +362,7 @@ async def run_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str,
         # round trips of heartbeats answered inside the window only (not those of the connect storm)
         rtts = [rtt for stats in window_stats for rtt in stats["rtts"]]
         connected_window = sum(stats["connected"] for stats in window_stats)
+        sessions = sum(stats["sessions"] for stats in window_stats)
         rss_after = sum(proc.memory_info().rss for proc in procs)
         loads.append(load_average())
         online = await sync_to_async(Node.objects.filter(cluster=cluster, status="online", connected=True).count)()
@@ -407,6 +418,9 @@ async def run_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str,
             "agents": n,
             "connected": connected_window,
             "online": online,
+            "sessions": sessions,
+            "backoffs": _count_in_logs(workdir.glob(f"agents-{n}-*.log"), "asked to back off"),
+            "connect_failures": _count_in_logs(workdir.glob(f"agents-{n}-*.log"), "cannot connect"),
             "register_s": register_s,
             "connect_s": connect_s,
             "hb_per_s": acks / elapsed,
@@ -498,7 +512,8 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         cpu = ", ".join(f"{k} {v:.1f}" for k, v in r["fanout_cpu_s"].items())
         print(
             f"at {r['agents']}: fan-out CPU seconds {cpu}; dispatch call {r['fanout_dispatch_s']:.2f}s; "
-            f"daphne RSS {r['rss_total_mib']:.0f} MiB in all; one lone heartbeat: "
+            f"daphne RSS {r['rss_total_mib']:.0f} MiB in all; {r['sessions']} sessions for {r['agents']} agents "
+            f"({r['backoffs']} told to back off, {r['connect_failures']} failed connects); one lone heartbeat: "
             f"{r['queries_per_hb']:.1f} queries, {r['writes_per_hb']:.1f} writes; size took {r['total_s']:.0f}s"
         )
     if len(rows) > 1:

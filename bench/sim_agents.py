@@ -5,7 +5,8 @@
 the benchmark registered), opening them at `--connect-rate` tunnels per second, and answers one-line
 commands on stdin with one JSON line on stdout:
 
-    stats   {"connected": <clients with a session>, "acks": <heartbeats answered so far>,
+    stats   {"connected": <clients in a live session now>, "sessions": <sessions begun so far>,
+             "acks": <heartbeats answered so far>,
              "rtts": [<round trips (s) of heartbeats answered since the previous stats>]}
     stop    stops every client, answers {"stopped": true} and exits
 
@@ -83,7 +84,8 @@ async def serve(state_dirs: list[Path], connect_rate: float = 100.0) -> None:
                 rtts += answered[seen[i] :]
                 seen[i] = len(answered)
             answer = {
-                "connected": sum(1 for c in clients if c.sessions),
+                "connected": sum(1 for c in clients if c._sender is not None),  # a live session's sender
+                "sessions": sum(c.sessions for c in clients),
                 "acks": sum(seen),
                 "rtts": rtts,
             }

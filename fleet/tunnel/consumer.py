@@ -115,6 +115,40 @@ def handshake_backoff_s() -> float:
     return settings.AGENT_HANDSHAKE_BACKOFF_S * (0.5 + secrets.randbelow(1001) / 1000)
 
 
+BUSY_REASON = "control plane busy: too many agents connecting"
+
+
+def _busy_backoff_frame(query_string: bytes) -> str | bytes:
+    """The Backoff frame for a refused tunnel, at the version that tunnel would have spoken."""
+    query = parse_qs(query_string.decode("latin-1"))
+    agent_range = p.parse_version_range((query.get("protocol") or ["1"])[0])
+    version = p.negotiate((p.MIN_PROTOCOL_VERSION, p.PROTOCOL_VERSION), agent_range) if agent_range else None
+    frame = p.Backoff(retry_after_s=handshake_backoff_s(), reason=BUSY_REASON)
+    return p.encode(p.at_version(frame, version or p.PROTOCOL_VERSION))
+
+
+class HandshakeAdmission:
+    """ASGI wrapper of the tunnel consumer: while `HANDSHAKES` is full, a new tunnel gets its Backoff
+    from here, without a consumer (no channel-layer subscription, nothing for daphne to shut down)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket" or HANDSHAKES.open < settings.AGENT_MAX_HANDSHAKES:
+            await self.app(scope, receive, send)
+            return
+        message = await receive()
+        if message["type"] != "websocket.connect":
+            return
+        await send({"type": "websocket.accept"})
+        encoded = _busy_backoff_frame(scope.get("query_string", b""))
+        await send(
+            {"type": "websocket.send", **({"bytes": encoded} if isinstance(encoded, bytes) else {"text": encoded})}
+        )
+        await send({"type": "websocket.close", "code": CLOSE_BACKOFF, "reason": "busy"})
+
+
 def accepted_protocol_range() -> tuple[int, int]:
     """The agent protocol versions this control plane takes: from AGENT_PROTOCOL_MIN (default: one
     version behind this release) to this release's own."""
@@ -156,9 +190,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         await self.accept()
         if not HANDSHAKES.enter(settings.AGENT_MAX_HANDSHAKES):
             retry_after = handshake_backoff_s()
-            await self._send_frame(
-                p.Backoff(retry_after_s=retry_after, reason="control plane busy: too many agents connecting")
-            )
+            await self._send_frame(p.Backoff(retry_after_s=retry_after, reason=BUSY_REASON))
             await self.close(code=CLOSE_BACKOFF, reason="busy")
             return
         self._handshaking = True

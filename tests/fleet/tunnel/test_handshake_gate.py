@@ -19,7 +19,7 @@ from agent import protocol as p
 from cleverthis.asgi import application
 from fleet import services
 from fleet.models import Node
-from fleet.tunnel.consumer import CLOSE_BACKOFF, HANDSHAKES
+from fleet.tunnel.consumer import CLOSE_BACKOFF, HANDSHAKES, AgentTunnelConsumer
 from tests.fleet.tunnel.test_tunnel_bad_input import _close_of, _frame, _hello, _open, _register
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,12 +53,21 @@ async def _refused(settings) -> p.Backoff:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.asyncio
-async def test_over_the_limit_a_tunnel_is_told_to_back_off_and_closed(settings):
+async def test_over_the_limit_a_tunnel_is_told_to_back_off_and_closed(settings, monkeypatch):
     settings.AGENT_MAX_HANDSHAKES = 2
     settings.AGENT_HANDSHAKE_BACKOFF_S = 10.0
+    consumers = []
+    original_connect = AgentTunnelConsumer.connect
+
+    async def counted_connect(self):  # type: ignore[no-untyped-def]
+        consumers.append(self)
+        await original_connect(self)
+
+    monkeypatch.setattr(AgentTunnelConsumer, "connect", counted_connect)
     first, _ = await _open()
     second, _ = await _open()
     backoffs = [await _refused(settings) for _ in range(5)]
+    assert len(consumers) == 2  # the refused sockets never got a consumer (nor a channel-layer subscription)
     assert all(5.0 <= b.retry_after_s <= 15.0 for b in backoffs), [b.retry_after_s for b in backoffs]
     assert "busy" in backoffs[0].reason
     assert HANDSHAKES.open == 2  # the refused ones never held a place
