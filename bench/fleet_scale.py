@@ -5,19 +5,24 @@
 
 Agents are the real `agent.transport.tunnel.TunnelClient` (real keys, registration over HTTP, WebSocket
 tunnels, CA pinning, signed challenges), run with asyncio in agents processes of their own
-(`bench/sim_agents.py`, up to --agents-per-process each), half of them dialing each replica; only their
-executor is simulated (answers at once). Each size runs in a fresh
-database and a private redis-server on a free port (the shared Redis is never touched).
+(`bench/sim_agents.py`, up to --agents-per-process each, opening --connect-rate tunnels a second in
+all), half of them dialing each replica; only their executor is simulated (answers at once). Each size
+runs in a fresh database and a private redis-server on a free port (the shared Redis is never touched).
+Every child runs in a process group of its own, and all of them are stopped however the benchmark ends
+(Ctrl-C, SIGTERM, SIGHUP, an error); the open-files limit is raised to its hard limit for them.
 
 Printed per size:
+- tunnels connected now / nodes online, and how long registering and connecting took;
 - heartbeats/s held over a window (and the expected rate), heartbeat round trip p50/p99;
+- rows of the nodes table updated and transactions committed per heartbeat over that window
+  (PostgreSQL's own counters: at most 1 row, and well under 1 commit when heartbeats share a batch);
 - control-plane RSS per connected agent (both daphnes' RSS growth / connected agents);
 - fan-out of one command to All nodes: time until every command is acknowledged, and until every
   one succeeded;
-- API latency p50/p95 of the Nodes list (`/api/v1/nodes/?cluster=…`, first page) and node detail
-  with N nodes registered;
-- database queries per heartbeat, counted in-process around the service the consumer calls for a
-  heartbeat frame (`node_record_heartbeat`), and how many of them are writes.
+- API latency p50/p95 of the Nodes list (`/api/v1/nodes/?cluster=…&limit=100`, first page) and node
+  detail with N nodes registered;
+- the 1-minute load average along the run (the machine is shared), sessions begun, Backoffs received
+  and failed connects, and the queries of one lone heartbeat (`node_record_heartbeat`).
 """
 
 from __future__ import annotations
@@ -461,7 +466,7 @@ def main() -> None:
     parser.add_argument(
         "--agents-per-process", type=int, default=2500, help="simulated agents per agents process (sim_agents.py)"
     )
-    parser.add_argument("--connect-rate", type=float, default=40.0, help="tunnels opened per second, all processes")
+    parser.add_argument("--connect-rate", type=float, default=20.0, help="tunnels opened per second, all processes")
     parser.add_argument("--connect-timeout", type=float, default=900.0, help="give up waiting for all tunnels (s)")
     parser.add_argument("--fanout-timeout", type=float, default=300.0, help="give up waiting for the fan-out (s)")
     parser.add_argument("--samples", type=int, default=40, help="API requests per endpoint")
