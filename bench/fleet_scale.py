@@ -266,14 +266,20 @@ def stop_managed(proc: ManagedProcess) -> None:
 
 
 def api_latency(url: str, token: str, samples: int) -> tuple[float, float]:
+    """p50/p95 (ms) of `samples` GETs; a request that fails or times out counts as nan (a stalled replica
+    must not end the run: its row says so)."""
     session = requests.Session()
     session.headers["Authorization"] = f"Token {token}"
     times = []
     for _ in range(samples):
         started = time.monotonic()
-        response = session.get(url, timeout=60)
+        try:
+            response = session.get(url, timeout=60)
+            response.raise_for_status()
+        except requests.RequestException as exc:
+            print(f"  GET {url} failed: {exc}", flush=True)
+            return float("nan"), float("nan")
         times.append(time.monotonic() - started)
-        response.raise_for_status()
     return statistics.median(times) * 1000, td.percentile(times, 95) * 1000
 
 
