@@ -2,11 +2,15 @@
 
 `InstantRunner` is the simulated executor. Run as a script, this module is one agents process of
 `bench/fleet_scale.py`: it runs a real `TunnelClient` for each state directory listed in a file (nodes
-the benchmark registered) and answers one-line commands on stdin with one JSON line on stdout:
+the benchmark registered), opening them at `--connect-rate` tunnels per second, and answers one-line
+commands on stdin with one JSON line on stdout:
 
-    stats   {"connected": <clients with a session>, "acks": <heartbeats answered so far>,
+    stats   {"connected": <clients in a live session now>, "sessions": <sessions begun so far>,
+             "acks": <heartbeats answered so far>,
              "rtts": [<round trips (s) of heartbeats answered since the previous stats>]}
     stop    stops every client, answers {"stopped": true} and exits
+
+End of input (the benchmark died) stops every client the same way.
 
 It never imports Django, like the agent itself.
 """
@@ -45,8 +49,8 @@ class InstantRunner:
         return set()
 
 
-async def serve(state_dirs: list[Path], ramp_every: int = 50, ramp_pause_s: float = 0.5) -> None:
-    """Run one tunnel per state directory and answer `stats`/`stop` lines on stdin."""
+async def serve(state_dirs: list[Path], connect_rate: float = 100.0) -> None:
+    """Run one tunnel per state directory, opened `connect_rate` per second, and answer `stats`/`stop` lines."""
     from agent.config import AgentConfig
     from agent.transport.tunnel import ReconnectPolicy, TunnelClient
 
@@ -63,10 +67,12 @@ async def serve(state_dirs: list[Path], ramp_every: int = 50, ramp_pause_s: floa
     tasks: list[asyncio.Task[int]] = []
 
     async def connect() -> None:
+        started = asyncio.get_running_loop().time()
         for i, client in enumerate(clients):
             tasks.append(asyncio.ensure_future(client.run(stop)))
-            if i % ramp_every == ramp_every - 1:
-                await asyncio.sleep(ramp_pause_s)  # a gentle connect ramp
+            ahead = started + (i + 1) / connect_rate - asyncio.get_running_loop().time()
+            if ahead > 0:
+                await asyncio.sleep(ahead)  # a steady connect ramp, not a storm
 
     ramp = asyncio.ensure_future(connect())
     seen = [0] * len(clients)
@@ -78,7 +84,8 @@ async def serve(state_dirs: list[Path], ramp_every: int = 50, ramp_pause_s: floa
                 rtts += answered[seen[i] :]
                 seen[i] = len(answered)
             answer = {
-                "connected": sum(1 for c in clients if c.sessions),
+                "connected": sum(1 for c in clients if c._sender is not None),  # a live session's sender
+                "sessions": sum(c.sessions for c in clients),
                 "acks": sum(seen),
                 "rtts": rtts,
             }
@@ -95,8 +102,13 @@ async def serve(state_dirs: list[Path], ramp_every: int = 50, ramp_pause_s: floa
 
 
 if __name__ == "__main__":
+    import argparse
     import logging
 
+    parser = argparse.ArgumentParser(description="one agents process of bench/fleet_scale.py")
+    parser.add_argument("listing", type=Path, help="a file listing one agent state directory a line")
+    parser.add_argument("--connect-rate", type=float, default=100.0, help="tunnels opened per second")
+    args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    listed = Path(sys.argv[1]).read_text().split()
-    asyncio.run(serve([Path(entry) for entry in listed]))
+    listed = args.listing.read_text().split()
+    asyncio.run(serve([Path(entry) for entry in listed], connect_rate=args.connect_rate))

@@ -9,12 +9,13 @@ from __future__ import annotations
 from django.urls import URLPattern, re_path
 
 from cleverthis.consumers import PingConsumer
-from fleet.tunnel.consumer import AgentTunnelConsumer
+from fleet.tunnel.consumer import AgentTunnelConsumer, HandshakeAdmission
 
 AGENT_PATH_PREFIX = "/agent/"
 
 agent_websocket_urlpatterns: list[URLPattern] = [
-    re_path(r"^agent/tunnel$", AgentTunnelConsumer.as_asgi()),
+    # past AGENT_MAX_HANDSHAKES handshakes in progress, a Backoff without a consumer
+    re_path(r"^agent/tunnel$", HandshakeAdmission(AgentTunnelConsumer.as_asgi())),
 ]
 
 user_websocket_urlpatterns: list[URLPattern] = [

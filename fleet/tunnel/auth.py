@@ -29,3 +29,8 @@ def certificate_serial(certificate_pem: str) -> str:
 def is_serial_revoked(serial: str) -> bool:
     """True when `serial` is on the revocation list."""
     return RevokedSerial.objects.filter(serial=serial).exists()
+
+
+def revoked_among(serials: list[str]) -> set[str]:
+    """Those of `serials` on the revocation list (one query)."""
+    return set(RevokedSerial.objects.filter(serial__in=serials).values_list("serial", flat=True))

@@ -121,6 +121,126 @@ class HeartbeatFirst:
         return self._beats.popleft() if self._beats else self._rest.popleft()
 
 
+class HandshakeGate:
+    """How many tunnels of this process are between connect and welcome; admits up to a limit.
+
+    Each handshake costs a CA signature, a certificate check and several queries on the thread pool.
+    When thousands of agents dial at once (a deploy, a restart of the control plane) and every one is
+    let in, the handshakes queue in the process until the agents' opening timeout (10 s) passes; they
+    retry within seconds, and the work done for the abandoned ones is lost: the process stays busy and
+    almost nobody connects. Refusing the excess at once with a Backoff keeps the queue short.
+    """
+
+    def __init__(self) -> None:
+        self.open = 0
+
+    def enter(self, limit: int) -> bool:
+        """Take a place if fewer than `limit` are taken; False when full."""
+        if self.open >= limit:
+            return False
+        self.open += 1
+        return True
+
+    def leave(self) -> None:
+        self.open = max(0, self.open - 1)
+
+
+HANDSHAKES = HandshakeGate()
+
+
+def handshake_backoff_s() -> float:
+    """How long an agent refused by a full `HANDSHAKES` waits: AGENT_HANDSHAKE_BACKOFF_S, spread ±50 %."""
+    return settings.AGENT_HANDSHAKE_BACKOFF_S * (0.5 + secrets.randbelow(1001) / 1000)
+
+
+BUSY_REASON = "control plane busy: too many agents connecting"
+
+
+def _busy_backoff_frame(query_string: bytes) -> str | bytes:
+    """The Backoff frame for a refused tunnel, at the version that tunnel would have spoken."""
+    query = parse_qs(query_string.decode("latin-1"))
+    agent_range = p.parse_version_range((query.get("protocol") or ["1"])[0])
+    version = p.negotiate((p.MIN_PROTOCOL_VERSION, p.PROTOCOL_VERSION), agent_range) if agent_range else None
+    frame = p.Backoff(retry_after_s=handshake_backoff_s(), reason=BUSY_REASON)
+    return p.encode(p.at_version(frame, version or p.PROTOCOL_VERSION))
+
+
+class HandshakeAdmission:
+    """ASGI wrapper of the tunnel consumer: while `HANDSHAKES` is full, a new tunnel gets its Backoff
+    from here, without a consumer (no channel-layer subscription, nothing for daphne to shut down)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket" or HANDSHAKES.open < settings.AGENT_MAX_HANDSHAKES:
+            await self.app(scope, receive, send)
+            return
+        message = await receive()
+        if message["type"] != "websocket.connect":
+            return
+        await send({"type": "websocket.accept"})
+        encoded = _busy_backoff_frame(scope.get("query_string", b""))
+        await send(
+            {"type": "websocket.send", **({"bytes": encoded} if isinstance(encoded, bytes) else {"text": encoded})}
+        )
+        await send({"type": "websocket.close", "code": CLOSE_BACKOFF, "reason": "busy"})
+
+
+class RevocationWatch:
+    """Belt and braces for a missed revoke broadcast: every AGENT_REVOCATION_RECHECK_S, one look at the
+    revocation list for all the tunnels of this process (a query per 1,000 of them), instead of a query
+    per tunnel (10,000 tunnels made that 333 queries a second, as many as their heartbeats).
+
+    The loop runs as long as the process's event loop; a failed pass is logged and the next one runs.
+    """
+
+    CHUNK = 1000
+
+    def __init__(self) -> None:
+        self._tunnels: set[AgentTunnelConsumer] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, tunnel: AgentTunnelConsumer) -> None:
+        """Watch an authenticated tunnel (starts this event loop's pass loop on first use)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a new event loop (tests): tunnels of the old one are gone
+            self._loop, self._tunnels, self._task = loop, set(), None
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run())
+        self._tunnels.add(tunnel)
+
+    def discard(self, tunnel: AgentTunnelConsumer) -> None:
+        self._tunnels.discard(tunnel)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(settings.AGENT_REVOCATION_RECHECK_S)
+            try:
+                await self.check_now()
+            except Exception:  # the database away: the next pass tries again
+                log.exception("revocation re-check failed; next one in %ss", settings.AGENT_REVOCATION_RECHECK_S)
+
+    async def check_now(self) -> int:
+        """One pass: close every watched tunnel whose certificate is revoked; returns how many."""
+        tunnels = [t for t in self._tunnels if t.certificate_serial]
+        closed = 0
+        for first in range(0, len(tunnels), self.CHUNK):
+            chunk = tunnels[first : first + self.CHUNK]
+            serials = [t.certificate_serial or "" for t in chunk]
+            revoked = await database_sync_to_async(tunnel_auth.revoked_among)(serials)
+            for tunnel in chunk:
+                if tunnel.certificate_serial in revoked:
+                    self._tunnels.discard(tunnel)
+                    await tunnel.node_revoke({"reason": "certificate revoked"})
+                    closed += 1
+        return closed
+
+
+REVOCATIONS = RevocationWatch()
+
+
 def accepted_protocol_range() -> tuple[int, int]:
     """The agent protocol versions this control plane takes: from AGENT_PROTOCOL_MIN (default: one
     version behind this release) to this release's own."""
@@ -138,6 +258,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     certificate_serial: str | None = None
     session: uuid.UUID | None = None  # this tunnel's id as recorded on the node (`Node.tunnel_session`)
     _relay_task: asyncio.Future[Any] | None = None
+    _handshaking = False  # holds a place in HANDSHAKES (from connect until the welcome or the close)
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
     # stream id → the pipe back to the process proxying it, or the stream itself when that is this process
     streams: dict[int, stream_pipes.PipeWriter | TunnelStream]
@@ -167,9 +288,22 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.streams = {}
         self._beats = collections.deque()
-        self._revocation_watch: asyncio.Future[Any] | None = None
         self.nonce = secrets.token_hex(32)  # set first: a hello racing a refusal below cannot verify
         await self.accept()
+        if not HANDSHAKES.enter(settings.AGENT_MAX_HANDSHAKES):
+            retry_after = handshake_backoff_s()
+            await self._send_frame(p.Backoff(retry_after_s=retry_after, reason=BUSY_REASON))
+            await self.close(code=CLOSE_BACKOFF, reason="busy")
+            return
+        self._handshaking = True
+        try:
+            await self._challenge()
+        except BaseException:  # cancelled (the socket went away) or failed: the place is free again
+            self._handshake_done()
+            raise
+
+    async def _challenge(self) -> None:
+        """Check the agent's query (nonce, protocol range) and send the signed challenge."""
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         agent_nonce = (query.get("agent_nonce") or [""])[0]
         if not p.is_valid_nonce(agent_nonce):  # the CA key signs nothing but a well-formed nonce
@@ -202,9 +336,16 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if self.node_id is None:
             await self.close(code=CLOSE_UNAUTHORIZED, reason="no hello received")
 
+    def _handshake_done(self) -> None:
+        """Give this tunnel's place in HANDSHAKES back (once)."""
+        if self._handshaking:
+            self._handshaking = False
+            HANDSHAKES.leave()
+
     async def disconnect(self, code: int) -> None:
-        timers = (getattr(self, "_hello_timer", None), getattr(self, "_revocation_watch", None))
-        for task in (*timers, self._relay_task, self._beat_task):
+        self._handshake_done()
+        REVOCATIONS.discard(self)
+        for task in (getattr(self, "_hello_timer", None), self._relay_task, self._beat_task):
             if task is not None:
                 task.cancel()
         if self.node_id is not None:
@@ -241,7 +382,10 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             if frame.v != self.protocol:
                 await self.close(code=CLOSE_PROTOCOL_ERROR, reason=f"hello must be protocol {self.protocol}")
                 return
-            await self._on_hello(frame)
+            try:
+                await self._on_hello(frame)
+            finally:
+                self._handshake_done()
             return
         handler = self._handlers.get(type(frame))
         if handler is None:
@@ -317,7 +461,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
                 update_required=self.protocol < p.PROTOCOL_VERSION or node.agent_version != current,
             )
         )
-        self._revocation_watch = asyncio.ensure_future(self._watch_revocation())
+        REVOCATIONS.add(self)
         for command in await database_sync_to_async(services.command_pending_for_node)(node=node):
             await self._send_command(command)
             if command.status == "queued":
@@ -325,14 +469,6 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if self.protocol >= agent_updates.UPDATABLE_FROM_PROTOCOL and node.cluster.auto_update_agents:
             # After the welcome: building the package the first time must not hold up the handshake.
             await database_sync_to_async(agent_updates.node_auto_update)(node=node)
-
-    async def _watch_revocation(self) -> None:
-        """Belt and braces for a missed revoke broadcast: re-check the revocation list periodically."""
-        while True:
-            await asyncio.sleep(settings.AGENT_REVOCATION_RECHECK_S)
-            if await database_sync_to_async(tunnel_auth.is_serial_revoked)(self.certificate_serial or ""):
-                await self.node_revoke({"reason": "certificate revoked"})
-                return
 
     async def _on_heartbeat(self, frame: p.Heartbeat) -> None:
         """Record and answer the heartbeat beside the data path: stream frames behind it do not wait for

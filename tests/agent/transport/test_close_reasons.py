@@ -63,3 +63,29 @@ async def test_agent_logs_each_close_code_and_reason_reconnects_and_stops_on_440
     )
     revoked = "node revoked by the control plane (certificate revoked): not reconnecting"
     assert any(revoked in m for m in messages), messages
+
+
+@pytest.mark.asyncio
+async def test_agent_refused_as_busy_before_the_challenge_waits_as_told_then_reconnects(tmp_path, caplog):
+    """A control plane with too many handshakes in progress answers a Backoff instead of the challenge."""
+    connections: list[str] = []
+
+    async def control_plane(ws: ServerConnection) -> None:
+        connections.append(ws.request.path if ws.request else "")
+        if len(connections) == 1:
+            busy = p.Backoff(retry_after_s=0.2, reason="control plane busy: too many agents connecting")
+            await ws.send(p.encode(busy))
+            await ws.close(p.CLOSE_BACKOFF, "busy")
+        else:
+            await ws.close(p.CLOSE_REVOKED, "certificate revoked")
+
+    caplog.set_level(logging.INFO, logger="agent.tunnel")
+    async with serve(control_plane, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        code = await asyncio.wait_for(_client(tmp_path, port).run(), timeout=30)
+
+    assert code == EXIT_REVOKED
+    assert len(connections) == 2  # came back after the back-off
+    messages = [r.getMessage() for r in caplog.records if r.name == "agent.tunnel"]
+    busy = "control plane asked to back off 0.2s: control plane busy: too many agents connecting"
+    assert any(busy in m for m in messages), messages
