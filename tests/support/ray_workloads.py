@@ -8,6 +8,7 @@ from typing import Any
 
 import requests
 
+from fleet import services as fleet_services
 from fleet.proxy import origins
 from raymgr.workloads import services
 from tests.support.live import ControlPlane
@@ -15,8 +16,16 @@ from tests.support.processes import wait_until
 
 
 def poll_workloads_until(done: Callable[[], bool], what: str, timeout: float = 180) -> None:
-    """Run the beat's `workloads_poll` (submit, ask the head for status) until `done()`."""
-    wait_until(lambda: services.workloads_poll() is not None and done(), timeout=timeout, interval=1.5, what=what)
+    """Run the beat's passes until `done()`: `workloads_poll` (submit, ask the head for status) and, as the
+    beat does, `commands_resend_stuck` (a status command whose send was lost stays in flight, and the
+    workload pass asks nothing more of that job until it is resent)."""
+
+    def step() -> bool:
+        services.workloads_poll()
+        fleet_services.commands_resend_stuck()
+        return done()
+
+    wait_until(step, timeout=timeout, interval=1.5, what=what)
 
 
 def serve_origin(deployment: Any) -> dict[str, str]:
