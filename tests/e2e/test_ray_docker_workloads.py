@@ -25,7 +25,7 @@ from raymgr.workloads import services
 from raymgr.workloads.models import JobStatus, ServeDeployment, ServeStatus, TrainingJob, TuneExperiment
 from tests.support.node_container import podman
 from tests.support.processes import wait_until
-from tests.support.ray_docker import VERSION, containers_of
+from tests.support.ray_docker import VERSION, containers_of, ray_errors
 from tests.support.ray_workloads import poll_workloads_until, serve_answer
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -79,7 +79,9 @@ def test_train_tune_serve_run_inside_ray_containers(control_plane, cluster, oper
     )
     timings["training job submitted → succeeded"] = time.monotonic() - started
     job = TrainingJob.objects.get(pk=job.pk)
-    assert job.status == JobStatus.SUCCEEDED, job.failure_reason or job.traceback or job.logs[-2000:]
+    assert job.status == JobStatus.SUCCEEDED, (job.failure_reason or job.traceback or job.logs[-2000:]) + ray_errors(
+        head
+    )
     written = podman("exec", head, "cat", f"{job.latest_checkpoint}/model.json", check=False)
     assert json.loads(written.stdout) == {"trained": True, "ray": VERSION, "config": {"lr": 0.01}}, written.stderr
     assert not Path(job.latest_checkpoint, "model.json").exists()  # in the container, not on the agent's host
@@ -107,7 +109,9 @@ def test_train_tune_serve_run_inside_ray_containers(control_plane, cluster, oper
     )
     timings["Tune (2 trials) submitted → succeeded"] = time.monotonic() - started
     experiment = TuneExperiment.objects.get(pk=experiment.pk)
-    assert experiment.status == JobStatus.SUCCEEDED, experiment.traceback or experiment.logs[-3000:]
+    assert experiment.status == JobStatus.SUCCEEDED, (experiment.traceback or experiment.logs[-3000:]) + ray_errors(
+        head
+    )
     assert experiment.best_config == {"x": 2.5}
     trials = list(experiment.trials.all())
     assert len(trials) == 2
@@ -135,7 +139,7 @@ def test_train_tune_serve_run_inside_ray_containers(control_plane, cluster, oper
         timeout=300,
     )
     deployment = ServeDeployment.objects.get(pk=deployment.pk)
-    assert deployment.status == ServeStatus.RUNNING, deployment.failure_reason
+    assert deployment.status == ServeStatus.RUNNING, deployment.failure_reason + ray_errors(head)
     token = Token.objects.create(user=user)
     body = serve_answer(control_plane, deployment, token.key, {"prompt": "hi container"}).json()
     timings["Serve deployed → first answer through the proxy"] = time.monotonic() - started

@@ -30,3 +30,17 @@ def remove_containers(cluster_ids: list[str]) -> None:
     for cluster_id in cluster_ids:
         for name in containers_of(cluster_id):
             podman("rm", "-f", "-t", "1", name, check=False)
+
+
+def ray_errors(container: str, lines: int = 30) -> str:
+    """The last error lines of the Ray logs in `container` (raylet, GCS, workers): why a workload died."""
+    done = podman(
+        "exec",
+        container,
+        "sh",
+        "-c",
+        f"cd /tmp/ray/session_latest/logs && grep -H -E ' E |Error|OOM|memory|Killed' raylet.out gcs_server.out "
+        f"*.err 2>/dev/null | grep -v 'thirdparty_files' | tail -n {lines}",
+        check=False,
+    )
+    return done.stdout[-6000:] or done.stderr[-1000:]
