@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -124,8 +125,43 @@ class RayClusterStatus:
         return asdict(self)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now."""
+RAY_WORKER_PORTS = (10002, 19999)  # Ray's default --min-worker-port/--max-worker-port
+LISTEN_PORTS_FROM = 20000
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (and for binding port 0)."""
+    try:
+        low, high = (int(part) for part in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
+
+
+def free_port(host: str = "127.0.0.1", *, attempts: int = 200) -> int:
+    """A TCP port nothing listens on right now, for a server that binds it later.
+
+    Drawn outside the kernel's ephemeral range: a port there can become some outgoing connection's
+    source port between this check and the server's bind (a Ray 2.9 raylet died when its runtime-env
+    agent's port was taken that way), a port below it cannot. Also above Ray's worker ports (10002-19999).
+    Falls back to a kernel-chosen port when none is found.
+    """
+    low, high = ephemeral_port_range()
+    candidates = [
+        (start, end)
+        for start, end in ((LISTEN_PORTS_FROM, low - 1), (max(LISTEN_PORTS_FROM, high + 1), 65535))
+        if start <= end
+    ]
+    sizes = [end - start + 1 for start, end in candidates]
+    for _ in range(attempts if candidates else 0):
+        start, _end = random.choices(candidates, weights=sizes)[0]
+        port = start + random.randrange(sizes[candidates.index((start, _end))])
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
@@ -176,10 +212,15 @@ def ray_start_args(
     node_ip_address: str | None = None,
     temp_dir: str | None = None,
     labels_as_json: bool = False,
+    dashboard_agent_grpc_port: int | None = None,
+    runtime_env_agent_port: int | None = None,
+    metrics_export_port: int | None = None,
 ) -> list[str]:
     """The ``ray start --block`` arguments (after ``ray``) for a head or a worker.
 
     `labels_as_json`: Ray before 2.45 reads ``--labels`` as a JSON object, later ones as ``k=v,k=v``.
+    The agent ports (`dashboard_agent_grpc_port`, `runtime_env_agent_port`, `metrics_export_port`) are
+    passed when given (see `agent_ports_need_pinning`).
     """
     args = ["start", "--block", "--disable-usage-stats"]
     if role == "head":
@@ -207,6 +248,12 @@ def ray_start_args(
             args.append("--labels=" + ",".join(f"{key}={value}" for key, value in sorted(labels.items())))
     if dashboard_agent_listen_port:
         args.append(f"--dashboard-agent-listen-port={dashboard_agent_listen_port}")
+    if dashboard_agent_grpc_port:
+        args.append(f"--dashboard-agent-grpc-port={dashboard_agent_grpc_port}")
+    if runtime_env_agent_port:
+        args.append(f"--runtime-env-agent-port={runtime_env_agent_port}")
+    if metrics_export_port:
+        args.append(f"--metrics-export-port={metrics_export_port}")
     if node_ip_address:
         args.append(f"--node-ip-address={node_ip_address}")
     if temp_dir:
@@ -657,6 +704,24 @@ def labels_need_json(version: str) -> bool:
     return (major, minor) < (2, 45)
 
 
+AGENT_PORTS = ("dashboard_agent_grpc", "runtime_env_agent", "metrics_export")
+
+
+def agent_ports_need_pinning(version: str) -> bool:
+    """True for Ray releases that pick their agents' ports themselves in a racy way (before 2.60).
+
+    Ray 2.9 draws the dashboard agent's gRPC, the runtime-env agent's and the metrics export ports at
+    random from the ephemeral range, checks them free and binds them seconds later: on a shared host
+    network another process can take one meanwhile (the raylet then dies: "Runtime Env Agent timed out").
+    Ray 2.60 binds port 0 and publishes what it got, so it is left to do so. Both take the flags.
+    """
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return True
+    return (major, minor) < (2, 60)
+
+
 # --- production: the docker runtime's container spec ---------------------------------------------
 
 DEFAULT_PORTS = {"gcs": 6379, "dashboard": 8265, "client_server": 10001, "dashboard_agent_listen": 52365}
@@ -684,10 +749,10 @@ def docker_run_spec(
 
     Image ``rayproject/ray:<version>[-<python_tag>][-gpu]``. ``network="host"`` (the default, needed for
     multi-node clusters: Ray advertises its node IP and uses many ports) passes the chosen host ports to
-    ``ray start``; ``"bridge"`` keeps Ray's in-container defaults and publishes GCS (6379) and dashboard
-    (8265) on the host ports asked for — enough for a single-node cluster. `shm_size` holds Ray's object
-    store (/dev/shm; Docker's and Podman's default of 64 MB is far too small); `mem_limit` caps the container
-    (Ray sizes its object store from it).
+    ``ray start`` (with the `AGENT_PORTS` among `ports` when given); ``"bridge"`` keeps Ray's in-container
+    defaults and publishes GCS (6379) and dashboard (8265) on the host ports asked for — enough for a
+    single-node cluster. `shm_size` holds Ray's object store (/dev/shm; Docker's and Podman's default of
+    64 MB is far too small); `mem_limit` caps the container (Ray sizes its object store from it).
     """
     if role not in ("head", "worker"):
         raise ValueError("role must be head or worker")
@@ -714,6 +779,7 @@ def docker_run_spec(
             client_server_port=inside["client_server"] if role == "head" else None,
             dashboard_agent_listen_port=inside["dashboard_agent_listen"],
             labels_as_json=labels_need_json(version),
+            **{f"{key}_port": wanted.get(key) for key in AGENT_PORTS if network == "host"},
         ),
     ]
     spec: dict[str, Any] = {
