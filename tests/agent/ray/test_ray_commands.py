@@ -126,6 +126,10 @@ def test_docker_spec_pins_ray_29s_agent_ports_to_distinct_free_ports():
     assert len(ports) == 3
     listen = [int(a.split("=", 1)[1]) for a in spec["command"] if a.startswith("--dashboard-agent-listen-port=")]
     assert len(set(ports + listen)) == 4
+    low = next(int(a.split("=", 1)[1]) for a in spec["command"] if a.startswith("--min-worker-port="))
+    high = next(int(a.split("=", 1)[1]) for a in spec["command"] if a.startswith("--max-worker-port="))
+    assert high - low == 999
+    assert not any(low <= port <= high for port in ports + listen)
 
 
 def test_docker_gpu_worker_spec_and_start_result():

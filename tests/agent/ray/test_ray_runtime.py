@@ -24,6 +24,7 @@ from agent.ray.runtime import (
     free_port,
     ray_start_args,
     session_pids,
+    worker_port_window,
 )
 from raymgr.autoscaler import ClusterDemand, ScalingPolicy, WorkerState, decide
 from tests.support.processes import VENV_BIN, wait_until
@@ -148,6 +149,36 @@ def test_free_port_skips_a_port_someone_listens_on(monkeypatch: pytest.MonkeyPat
         monkeypatch.setattr("agent.ray.runtime.LISTEN_PORTS_FROM", busy)
         # The only candidate is taken: it falls back to a port the kernel picks.
         assert free_port(attempts=5) != busy
+
+
+def test_each_node_gets_a_worker_port_window_off_rays_shared_defaults(monkeypatch: pytest.MonkeyPatch):
+    starts = set()
+    for _ in range(50):
+        window = worker_port_window()
+        assert window is not None
+        low, high = window
+        assert high - low + 1 == 1000
+        assert 11000 <= low
+        assert high <= 19999
+        starts.add(low)
+    assert len(starts) > 1  # random: two nodes rarely walk the same ports
+    args = ray_start_args(role="worker", head_address="10.0.0.5:40001", worker_ports=(12000, 12999))
+    assert "--min-worker-port=12000" in args
+    assert "--max-worker-port=12999" in args
+    monkeypatch.setattr("agent.ray.runtime.ephemeral_port_range", lambda: (11500, 60999))
+    assert worker_port_window() is None  # no room below the ephemeral range: Ray's defaults
+
+
+def test_docker_spec_gives_workers_their_window_and_serve_proxies_time():
+    ports = {"gcs": 6380, "dashboard": 8266, "min_worker": 15000, "max_worker": 15999}
+    spec = docker_run_spec("head", "2.9.0", False, None, ports)
+    assert "--min-worker-port=15000" in spec["command"]
+    assert "--max-worker-port=15999" in spec["command"]
+    # Serve's 5 s for a new HTTP proxy's first ready check fails serve.start on a busy machine.
+    assert float(spec["environment"]["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"]) > 5
+    assert spec["environment"]["RAY_USAGE_STATS_ENABLED"] == "0"
+    bridged = docker_run_spec("head", "2.9.0", False, None, ports, network="bridge")["command"]
+    assert not any(a.startswith("--min-worker-port") for a in bridged)  # its own network: Ray's defaults
 
 
 def test_docker_spec_bridge_network_publishes_gcs_and_dashboard():
