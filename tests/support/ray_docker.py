@@ -39,8 +39,9 @@ def ray_errors(container: str, lines: int = 30) -> str:
         container,
         "sh",
         "-c",
-        f"cd /tmp/ray/session_latest/logs && grep -H -E ' E |Error|OOM|memory|Killed' raylet.out gcs_server.out "
-        f"*.err 2>/dev/null | grep -v 'thirdparty_files' | tail -n {lines}",
+        "cd /tmp/ray/session_latest/logs && grep -H -E "
+        '" E |Error|OOM|memory|Killed|already in use|UNHEALTHY|Didn\'t receive" '
+        f"raylet.out gcs_server.out *.err serve/*.log 2>/dev/null | grep -v 'thirdparty_files' | tail -n {lines}",
         check=False,
     )
     return done.stdout[-6000:] or done.stderr[-1000:]
