@@ -84,6 +84,10 @@ SIGN_IN_RATE = env_rate("SIGN_IN_RATE", "10/min")  # sign-in POSTs, per client I
 AGENT_HEARTBEAT_INTERVAL_S = env_float("AGENT_HEARTBEAT_INTERVAL_S", 30.0)
 AGENT_HELLO_TIMEOUT_S = env_float("AGENT_HELLO_TIMEOUT_S", 15.0)
 AGENT_REVOCATION_RECHECK_S = env_float("AGENT_REVOCATION_RECHECK_S", 30.0)
+# A tunnel renews its channel-layer group memberships (its node's group, the agents' group) on a heartbeat
+# at least this long after the last renewal: Redis forgets a membership after channels_redis's
+# group_expiry (a day) or when its keys are lost, and a command sent to the node would reach no one.
+TUNNEL_GROUP_REFRESH_S = env_float("TUNNEL_GROUP_REFRESH_S", 60.0)
 # The oldest agent wire protocol accepted (default: one version behind this release, for rolling deploys).
 # Older agents are refused with close code 4426 and a node event saying to re-run the install script.
 AGENT_PROTOCOL_MIN = env_int("AGENT_PROTOCOL_MIN", 0)
