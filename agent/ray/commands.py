@@ -593,11 +593,19 @@ class RayCommandHandler:
 
         On the host network every port a Ray node binds is a port of the machine: the head takes the GCS and
         dashboard ports the control plane chose; the per-node ports Ray would otherwise fix (client server
-        10001, dashboard agent 52365) are picked free here, so several Ray nodes can share a machine. The
+        10001, dashboard agent 52365), and the agent ports of Ray releases that draw them racily
+        (`runtime.agent_ports_need_pinning`), are picked free here, outside the ephemeral range, and the
+        node's workers get their own port window (`runtime.worker_port_window`), so several Ray nodes can
+        share a machine. The
         dashboard listens on loopback only: the control plane reaches it through this agent's tunnel.
         """
         is_head = isinstance(p, protocol.RayHeadStartPayload)
         ports = {"dashboard_agent_listen": runtime.free_port()}
+        if runtime.agent_ports_need_pinning(p.ray_version):
+            ports.update({key: runtime.free_port() for key in runtime.AGENT_PORTS})
+        window = runtime.worker_port_window()
+        if window:
+            ports.update(min_worker=window[0], max_worker=window[1])
         if is_head:
             ports.update(gcs=p.gcs_port, dashboard=p.dashboard_port, client_server=runtime.free_port())
         spec = docker_run_spec(

@@ -2,7 +2,9 @@
 
 Commands arrive at the head's node; the head's dashboard listens on 127.0.0.1:`dashboard_port` (process
 runtime, or a host-network container). Jobs go through `ray.job_submission.JobSubmissionClient`
-(its working_dir upload included); Serve status is read from the dashboard's Serve REST API and replica
+(its working_dir upload included), the agent's own Ray whatever the cluster's version: the Job REST API it
+speaks (`/api/jobs/`, `/api/packages/`) is stable across releases (a 2.60 client drives a 2.9.0 head in
+tests/e2e/test_ray_docker_workloads.py). Serve status is read from the dashboard's Serve REST API and replica
 logs from its log API. Training jobs, Tune experiments and Serve deploys are all Ray jobs whose scripts
 print result markers, lines ``CTFLEET {json}``, which `ray.job.status` returns parsed (`markers`).
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -28,6 +31,9 @@ MAX_MARKERS = 500
 MAX_MARKER_NESTING = protocol.MAX_NESTING - 3
 SAFE_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 TRACEBACK_START = "Traceback (most recent call last):"
+# What Ray's Job API answers (HTTP 500) while the head's dashboard agent has not registered yet, for a few
+# seconds after the head started: worth a retry, unlike any other refusal.
+NOT_READY = "try again later"
 
 
 def parse_markers(logs: str) -> list[dict[str, Any]]:
@@ -68,10 +74,20 @@ def _tail(text: str, lines: int) -> str:
 class RayJobsHandler:
     """Executes `ray.job.*` / `ray.serve.status`; `work_dir` holds the working dirs of submitted jobs."""
 
-    def __init__(self, *, work_dir: Path | None = None, host: str = "127.0.0.1", timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        *,
+        work_dir: Path | None = None,
+        host: str = "127.0.0.1",
+        timeout_s: float = 30.0,
+        not_ready_retry_s: float = 60.0,
+        retry_interval_s: float = 2.0,
+    ) -> None:
         self.work_dir = work_dir or Path(tempfile.gettempdir()) / "ctfleet-ray-jobs"
         self.host = host
         self.timeout_s = timeout_s
+        self.not_ready_retry_s = not_ready_retry_s  # how long a submit waits for the head's job agent
+        self.retry_interval_s = retry_interval_s
 
     def serve_ports(self) -> set[int]:
         """Serve HTTP ports of the deployments submitted from this node (the control plane may proxy to them)."""
@@ -157,13 +173,22 @@ class RayJobsHandler:
             kwargs["entrypoint_num_cpus"] = p.entrypoint_num_cpus
         if p.entrypoint_num_gpus:
             kwargs["entrypoint_num_gpus"] = p.entrypoint_num_gpus
-        submission_id = client.submit_job(
-            entrypoint=p.entrypoint,
-            submission_id=p.submission_id,
-            runtime_env=runtime_env or None,
-            metadata=dict(p.metadata) or None,
-            **kwargs,
-        )
+        deadline = time.monotonic() + self.not_ready_retry_s
+        while True:
+            try:
+                submission_id = client.submit_job(
+                    entrypoint=p.entrypoint,
+                    submission_id=p.submission_id,
+                    runtime_env=runtime_env or None,
+                    metadata=dict(p.metadata) or None,
+                    **kwargs,
+                )
+                break
+            except RuntimeError as exc:
+                if NOT_READY not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                progress("the Ray head's job agent is not ready yet; retrying")
+                time.sleep(self.retry_interval_s)
         return {"submission_id": submission_id, "status": "PENDING", "already_submitted": False}
 
     def _job_status(self, p: protocol.RayJobRefPayload, progress: ProgressFn) -> dict[str, Any]:

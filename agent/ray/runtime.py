@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -124,11 +125,66 @@ class RayClusterStatus:
         return asdict(self)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now."""
+RAY_WORKER_PORTS = (10002, 19999)  # Ray's default --min-worker-port/--max-worker-port
+LISTEN_PORTS_FROM = 20000
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (and for binding port 0)."""
+    try:
+        low, high = (int(part) for part in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
+
+
+def free_port(host: str = "127.0.0.1", *, attempts: int = 200) -> int:
+    """A TCP port nothing listens on right now, for a server that binds it later.
+
+    Drawn outside the kernel's ephemeral range: a port there can become some outgoing connection's
+    source port between this check and the server's bind (a Ray 2.9 raylet died when its runtime-env
+    agent's port was taken that way), a port below it cannot. Also above Ray's worker ports (10002-19999).
+    Falls back to a kernel-chosen port when none is found.
+    """
+    low, high = ephemeral_port_range()
+    candidates = [
+        (start, end)
+        for start, end in ((LISTEN_PORTS_FROM, low - 1), (max(LISTEN_PORTS_FROM, high + 1), 65535))
+        if start <= end
+    ]
+    sizes = [end - start + 1 for start, end in candidates]
+    for _ in range(attempts if candidates else 0):
+        start, _end = random.choices(candidates, weights=sizes)[0]
+        port = start + random.randrange(sizes[candidates.index((start, _end))])
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+WORKER_PORT_WINDOW = 1000
+WORKER_PORTS_FROM = 11000  # above the bottom of Ray's default range, which every other Ray node walks first
+
+
+def worker_port_window(size: int = WORKER_PORT_WINDOW) -> tuple[int, int] | None:
+    """A random range of `size` ports for one Ray node's workers, or None where there is no room for one.
+
+    Every Ray node otherwise hands its workers ports from the same default range (10002-19999), walking it
+    from the bottom after a bind check: two nodes on one host network starting workers together give the
+    same port to both, and the later worker dies binding it (its actor "died unexpectedly"). A window
+    starts at random within Ray's default range (where `free_port` never draws) above its bottom, so
+    nodes rarely overlap, and when they do they walk different ports.
+    """
+    last_start = min(RAY_WORKER_PORTS[1] + 1, ephemeral_port_range()[0]) - size
+    if last_start < WORKER_PORTS_FROM:
+        return None
+    start = random.randint(WORKER_PORTS_FROM, last_start)
+    return start, start + size - 1
 
 
 def session_pids(sid: int) -> list[int]:
@@ -156,6 +212,13 @@ def _signal_all(pids: list[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
+# Ray's own settings for every node this agent starts. Serve gives a new HTTP proxy 5 s to answer its first
+# ready check, then kills it; on a busy machine starting the proxy's worker and importing its web stack
+# takes longer, and Ray 2.9's `serve.start` then fails ("The actor died unexpectedly"). Within the 60 s
+# `serve.start` itself waits for the proxies.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "45"}
+
+
 def _fmt_resources(resources: dict[str, float]) -> str:
     return json.dumps(resources, sort_keys=True)
 
@@ -176,10 +239,17 @@ def ray_start_args(
     node_ip_address: str | None = None,
     temp_dir: str | None = None,
     labels_as_json: bool = False,
+    dashboard_agent_grpc_port: int | None = None,
+    runtime_env_agent_port: int | None = None,
+    metrics_export_port: int | None = None,
+    worker_ports: tuple[int, int] | None = None,
 ) -> list[str]:
     """The ``ray start --block`` arguments (after ``ray``) for a head or a worker.
 
     `labels_as_json`: Ray before 2.45 reads ``--labels`` as a JSON object, later ones as ``k=v,k=v``.
+    The agent ports (`dashboard_agent_grpc_port`, `runtime_env_agent_port`, `metrics_export_port`) are
+    passed when given (see `agent_ports_need_pinning`); `worker_ports` is this node's ``(min, max)`` worker
+    port range (see `worker_port_window`).
     """
     args = ["start", "--block", "--disable-usage-stats"]
     if role == "head":
@@ -207,6 +277,14 @@ def ray_start_args(
             args.append("--labels=" + ",".join(f"{key}={value}" for key, value in sorted(labels.items())))
     if dashboard_agent_listen_port:
         args.append(f"--dashboard-agent-listen-port={dashboard_agent_listen_port}")
+    if dashboard_agent_grpc_port:
+        args.append(f"--dashboard-agent-grpc-port={dashboard_agent_grpc_port}")
+    if runtime_env_agent_port:
+        args.append(f"--runtime-env-agent-port={runtime_env_agent_port}")
+    if metrics_export_port:
+        args.append(f"--metrics-export-port={metrics_export_port}")
+    if worker_ports:
+        args += [f"--min-worker-port={worker_ports[0]}", f"--max-worker-port={worker_ports[1]}"]
     if node_ip_address:
         args.append(f"--node-ip-address={node_ip_address}")
     if temp_dir:
@@ -261,7 +339,7 @@ class RayProcessRuntime:
         # Job entrypoints and Ray's own Python processes must find the venv that holds this Ray.
         env["PATH"] = f"{self.ray_bin.parent}{os.pathsep}{env.get('PATH', '')}"
         env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = str(self.shutdown_drain_s)
-        env["RAY_USAGE_STATS_ENABLED"] = "0"
+        env.update(RAY_ENV)
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
 
@@ -349,6 +427,7 @@ class RayProcessRuntime:
             dashboard_agent_listen_port=ports["dashboard_agent_listen"],
             node_ip_address=self.node_ip_address,
             temp_dir=str(temp_dir),
+            worker_ports=worker_port_window(),
         )
         pid, log_path = self._spawn(name=name, args=args, temp_dir=temp_dir)
         node = RayNodeProcess(
@@ -400,6 +479,7 @@ class RayProcessRuntime:
             dashboard_agent_listen_port=dashboard_agent_listen_port,
             node_ip_address=self.node_ip_address,
             temp_dir=str(temp_dir),
+            worker_ports=worker_port_window(),
         )
         pid, log_path = self._spawn(name=name, args=args, temp_dir=temp_dir)
         node = RayNodeProcess(
@@ -657,6 +737,24 @@ def labels_need_json(version: str) -> bool:
     return (major, minor) < (2, 45)
 
 
+AGENT_PORTS = ("dashboard_agent_grpc", "runtime_env_agent", "metrics_export")
+
+
+def agent_ports_need_pinning(version: str) -> bool:
+    """True for Ray releases that pick their agents' ports themselves in a racy way (before 2.60).
+
+    Ray 2.9 draws the dashboard agent's gRPC, the runtime-env agent's and the metrics export ports at
+    random from the ephemeral range, checks them free and binds them seconds later: on a shared host
+    network another process can take one meanwhile (the raylet then dies: "Runtime Env Agent timed out").
+    Ray 2.60 binds port 0 and publishes what it got, so it is left to do so. Both take the flags.
+    """
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return True
+    return (major, minor) < (2, 60)
+
+
 # --- production: the docker runtime's container spec ---------------------------------------------
 
 DEFAULT_PORTS = {"gcs": 6379, "dashboard": 8265, "client_server": 10001, "dashboard_agent_listen": 52365}
@@ -685,11 +783,12 @@ def docker_run_spec(
 
     Image ``rayproject/ray:<version>[-<python_tag>][-gpu]``. ``network="host"`` (the default, needed for
     multi-node clusters: Ray advertises its node IP and uses many ports) passes the chosen host ports to
-    ``ray start``; ``"bridge"`` keeps Ray's in-container defaults and publishes GCS (6379) and dashboard
-    (8265) on the host ports asked for — enough for a single-node cluster. `shm_size` holds Ray's object
-    store (/dev/shm; Docker's and Podman's default of 64 MB is far too small); `mem_limit` caps the container
-    (Ray sizes its object store from it). `node_ip_address` is the address the node advertises to the other
-    nodes (``--node-ip-address``); None lets Ray pick the address of the interface its default route uses.
+    ``ray start`` (with the `AGENT_PORTS` and the ``min_worker``/``max_worker`` range when given);
+    ``"bridge"`` keeps Ray's in-container defaults and publishes GCS (6379) and dashboard (8265) on the host
+    ports asked for — enough for a single-node cluster. `shm_size` holds Ray's object store (/dev/shm;
+    Docker's and Podman's default of 64 MB is far too small); `mem_limit` caps the container (Ray sizes its
+    object store from it). `node_ip_address` is the address the node advertises to the other nodes
+    (``--node-ip-address``); None lets Ray pick the address of the interface its default route uses.
     """
     if role not in ("head", "worker"):
         raise ValueError("role must be head or worker")
@@ -717,6 +816,10 @@ def docker_run_spec(
             dashboard_agent_listen_port=inside["dashboard_agent_listen"],
             node_ip_address=node_ip_address,
             labels_as_json=labels_need_json(version),
+            **{f"{key}_port": wanted.get(key) for key in AGENT_PORTS if network == "host"},
+            worker_ports=(wanted["min_worker"], wanted["max_worker"])
+            if network == "host" and wanted.get("min_worker") and wanted.get("max_worker")
+            else None,
         ),
     ]
     spec: dict[str, Any] = {
@@ -726,7 +829,7 @@ def docker_run_spec(
         "detach": True,
         "shm_size": shm_size,
         "labels": {"cleverthis.ray.role": role, **(cluster_labels or {})},
-        "environment": {"RAY_USAGE_STATS_ENABLED": "0"},
+        "environment": dict(RAY_ENV),
         # Ray drains on SIGTERM (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S); give it time before SIGKILL.
         "stop_signal": "SIGTERM",
         "stop_timeout": 60,

@@ -90,6 +90,10 @@ AGENT_HELLO_TIMEOUT_S = env_float("AGENT_HELLO_TIMEOUT_S", 15.0)
 AGENT_MAX_HANDSHAKES = env_int("AGENT_MAX_HANDSHAKES", 50)
 AGENT_HANDSHAKE_BACKOFF_S = env_float("AGENT_HANDSHAKE_BACKOFF_S", 10.0)
 AGENT_REVOCATION_RECHECK_S = env_float("AGENT_REVOCATION_RECHECK_S", 30.0)
+# A tunnel renews its channel-layer group memberships (its node's group, the agents' group) on a heartbeat
+# at least this long after the last renewal: Redis forgets a membership after channels_redis's
+# group_expiry (a day) or when its keys are lost, and a command sent to the node would reach no one.
+TUNNEL_GROUP_REFRESH_S = env_float("TUNNEL_GROUP_REFRESH_S", 60.0)
 # The oldest agent wire protocol accepted (default: one version behind this release, for rolling deploys).
 # Older agents are refused with close code 4426 and a node event saying to re-run the install script.
 AGENT_PROTOCOL_MIN = env_int("AGENT_PROTOCOL_MIN", 0)

@@ -255,6 +255,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     protocol = p.PROTOCOL_VERSION  # this tunnel's version: the highest both sides speak
     agent_protocol_max = p.PROTOCOL_VERSION
     inbox = ""  # this process's tunnel inbox, once authenticated
+    _groups_joined = 0.0  # time.monotonic() of the last group_add of this tunnel's groups
     certificate_serial: str | None = None
     session: uuid.UUID | None = None  # this tunnel's id as recorded on the node (`Node.tunnel_session`)
     _relay_task: asyncio.Future[Any] | None = None
@@ -446,8 +447,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         self.certificate_serial = serial
         self._last_beat = time.monotonic()
         self._hello_timer.cancel()
-        await self.channel_layer.group_add(node_group(node.id), self.channel_name)
-        await self.channel_layer.group_add(AGENTS_GROUP, self.channel_name)
+        await self._join_groups()
         local_tunnels.add(node.id, self)
         metrics.TUNNELS_CONNECTED.inc()
         current = agent_packages.served_version()
@@ -469,6 +469,27 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if self.protocol >= agent_updates.UPDATABLE_FROM_PROTOCOL and node.cluster.auto_update_agents:
             # After the welcome: building the package the first time must not hold up the handshake.
             await database_sync_to_async(agent_updates.node_auto_update)(node=node)
+
+    async def _join_groups(self) -> None:
+        """Join (again: it renews the membership) this node's group and the agents' group."""
+        assert self.node_id is not None
+        await self.channel_layer.group_add(node_group(self.node_id), self.channel_name)
+        await self.channel_layer.group_add(AGENTS_GROUP, self.channel_name)
+        self._groups_joined = time.monotonic()
+
+    async def _renew_groups(self) -> None:
+        """On a heartbeat, renew the group memberships once TUNNEL_GROUP_REFRESH_S has passed.
+
+        Redis drops a membership after channels_redis's group_expiry (a day) and loses it with its keys
+        (a flush, a restart without persistence); a command sent to the node's group then reaches no
+        socket, and no resend helps. Redis away: the next heartbeat tries again.
+        """
+        if time.monotonic() - self._groups_joined < settings.TUNNEL_GROUP_REFRESH_S:
+            return
+        try:
+            await self._join_groups()
+        except Exception as exc:
+            log.warning("tunnel of node %s: renewing its channel-layer groups failed: %s", self.node_id, exc)
 
     async def _on_heartbeat(self, frame: p.Heartbeat) -> None:
         """Record and answer the heartbeat beside the data path: stream frames behind it do not wait for
@@ -505,6 +526,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_STALE, reason="node held as disconnected; reconnect")
             return
         await self._send_frame(p.HeartbeatAck(heartbeat_id=frame.id))
+        await self._renew_groups()
 
     async def _on_ack(self, frame: p.Ack) -> None:
         assert self.node_id is not None

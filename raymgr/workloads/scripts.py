@@ -177,8 +177,16 @@ if SPEC.get("objective_code"):
 objective = _ns.get("objective", builtin_objective)
 
 
+# Ray releases before Tune had a RunConfig of its own report through ray.train (their tune.report raises).
+RunConfig = getattr(tune, "RunConfig", None)
+if RunConfig is None:
+    from ray.train import RunConfig, report as _report
+else:
+    _report = tune.report
+
+
 def trainable(config):
-    objective(config, lambda metrics: tune.report(dict(metrics)))
+    objective(config, lambda metrics: _report(dict(metrics)))
 
 
 def numeric(result):
@@ -237,7 +245,7 @@ tuner = tune.Tuner(
         max_concurrent_trials=int(SPEC["max_concurrent_trials"]),
         scheduler=scheduler(),
     ),
-    run_config=tune.RunConfig(
+    run_config=RunConfig(
         name=SPEC["job"],
         storage_path=os.path.expanduser(SPEC.get("storage_path") or "~/ray_results"),
         callbacks=[Reporter()],
@@ -250,6 +258,7 @@ emit("best", config=best.config, metrics=numeric(best.metrics or {}))
 '''
 
 SERVE = '''"""Deploy (or delete) one Ray Serve application; the app outlives this job."""
+import inspect
 import json
 import os
 
@@ -337,6 +346,8 @@ if SPEC["action"] == "delete":
     emit("deleted", app=SPEC["app_name"])
 else:
     app = vllm_app(SPEC) if SPEC["engine"] == "vllm" else python_app(SPEC)
-    serve.run(app, name=SPEC["app_name"], route_prefix=SPEC["route_prefix"], blocking=False)
+    # Newer Ray blocks in serve.run unless told not to; older releases have no such argument (and return).
+    wait = {"blocking": False} if "blocking" in inspect.signature(serve.run).parameters else {}
+    serve.run(app, name=SPEC["app_name"], route_prefix=SPEC["route_prefix"], **wait)
     emit("deployed", app=SPEC["app_name"], port=SPEC["http_port"], route_prefix=SPEC["route_prefix"])
 '''

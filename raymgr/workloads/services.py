@@ -332,7 +332,7 @@ def _record_job_status(row: TrainingJob | TuneExperiment, data: dict[str, Any]) 
         target = RAY_JOB_STATES.get(ray_state, row.status)
     if target == J.FAILED and not fields.get("failure_reason"):
         fields["failure_reason"] = str(data.get("message", ""))[:2000]
-    if target == J.QUEUED and row.status == J.QUEUED:
+    if target == J.QUEUED and row.status == J.QUEUED and isinstance(row, TrainingJob):  # experiments have none
         fields["queue_reason"] = "Ray has the job pending: " + (str(data.get("message", "")) or "waiting for resources")
     if row.status in J.active() and target != row.status and target in JOB_TRANSITIONS[row.status]:
         _job_transition(row, target, **fields)

@@ -15,6 +15,7 @@ from fleet.models import Node
 from tests.support.hub_standin import HubStandin
 from tests.support.live import ControlPlane, agent_join, agent_run, stop_endpoint_servers, subprocess_env
 from tests.support.processes import VENV_BIN, wait_until
+from tests.support.ray_docker import ray_container_env, remove_containers
 
 
 @pytest.fixture
@@ -90,3 +91,11 @@ def no_leftover_ray(tmp_path):
         for data in json.loads(members.read_text() or "{}").values():
             with contextlib.suppress(Exception):
                 runtime.stop(RayNodeProcess(**data))
+
+
+@pytest.fixture
+def docker_env():
+    """(agent env for Ray containers, list to append Ray cluster ids to): their containers go at teardown."""
+    made: list[str] = []
+    yield ray_container_env(), made
+    remove_containers(made)

@@ -25,14 +25,13 @@ from fleet.models import Node
 from raymgr import services as ray_services
 from raymgr.models import RayCluster, RayNode
 from raymgr.tasks import autoscale
-from tests.agent.executors.podman import require_podman
 from tests.support.node_container import podman
 from tests.support.origin_client import redeem_ticket_redirect
 from tests.support.processes import wait_until
+from tests.support.ray_docker import VERSION, containers_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-VERSION = "2.9.0"
 DRIVER = textwrap.dedent(
     """
     import sys, time, ray
@@ -57,23 +56,6 @@ DRIVER = textwrap.dedent(
 
 def ray_cluster(pk) -> RayCluster:
     return RayCluster.objects.get(pk=pk)
-
-
-def containers_of(cluster_id) -> list[str]:
-    listed = podman("ps", "-a", "--format", "{{.Names}}", "--filter", f"label=cleverthis.ray.cluster={cluster_id}")
-    return listed.stdout.split()
-
-
-@pytest.fixture
-def docker_env():
-    url = require_podman()
-    if podman("image", "exists", f"docker.io/rayproject/ray:{VERSION}", check=False).returncode != 0:
-        pytest.skip(f"no rayproject/ray:{VERSION} image: run .ci/ray-image (as root) to build it")
-    made: list[str] = []
-    yield {"DOCKER_HOST": url, "CLEVERTHIS_RAY_MEMORY": "3g", "CLEVERTHIS_RAY_SHM_SIZE": "768m"}, made
-    for cluster_id in made:
-        for name in containers_of(cluster_id):
-            podman("rm", "-f", "-t", "1", name, check=False)
 
 
 @pytest.mark.timeout(1500)

@@ -20,6 +20,7 @@ from raymgr.models import RayCluster
 from raymgr.workloads import services
 from raymgr.workloads.models import JobStatus, ServeDeployment, ServeStatus, TrainingJob
 from tests.support.processes import wait_until
+from tests.support.ray_workloads import poll_workloads_until, serve_answer, serve_origin
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -55,9 +56,6 @@ def test_train_then_serve_answers_through_the_tunnel(
     ray = RayCluster.objects.get(pk=ray.pk)
     assert ray.status == "running", ray.failure_reason
 
-    def poll_until(done, what: str, timeout: float = 180) -> None:
-        wait_until(lambda: services.workloads_poll() is not None and done(), timeout=timeout, interval=1.5, what=what)
-
     job = services.training_job_create(
         actor=user,
         workspace=workspace,
@@ -67,7 +65,9 @@ def test_train_then_serve_answers_through_the_tunnel(
         config={"lr": 0.01},
         storage_path=str(tmp_path / "ckpt"),
     )
-    poll_until(lambda: TrainingJob.objects.get(pk=job.pk).status not in JobStatus.active(), "training job done")
+    poll_workloads_until(
+        lambda: TrainingJob.objects.get(pk=job.pk).status not in JobStatus.active(), "training job done"
+    )
     job = TrainingJob.objects.get(pk=job.pk)
     assert job.status == JobStatus.SUCCEEDED, job.failure_reason or job.traceback or job.logs[-2000:]
 
@@ -80,7 +80,7 @@ def test_train_then_serve_answers_through_the_tunnel(
         http_port=free_port(),
         cpus_per_replica=0.25,
     )
-    poll_until(
+    poll_workloads_until(
         lambda: (
             ServeDeployment.objects.get(pk=deployment.pk).status
             in (ServeStatus.RUNNING, ServeStatus.FAILED, ServeStatus.UNHEALTHY)
@@ -91,26 +91,14 @@ def test_train_then_serve_answers_through_the_tunnel(
     assert deployment.status == ServeStatus.RUNNING, deployment.failure_reason
 
     token = Token.objects.create(user=user)
-    # on the deployment's own origin; its control-plane path only redirects there
-    origin = {"Host": origins.SERVE.host(deployment.pk)}
+    origin = serve_origin(deployment)
     url = control_plane.url + "/"
     moved = requests.post(control_plane.url + deployment.proxy_path, json={}, allow_redirects=False, timeout=30)
     assert (moved.status_code, moved.headers["location"]) == (
         307,
         f"http://{origins.SERVE.host(deployment.pk)}:{control_plane.ports[0]}/",
     )
-    answers: list[requests.Response] = []
-
-    def answered() -> bool:  # the agent learns the Serve port with the next inventory report
-        answers.append(
-            requests.post(
-                url, json={"prompt": "hi tunnel"}, headers={"Authorization": f"Token {token.key}", **origin}, timeout=60
-            )
-        )
-        return answers[-1].status_code == 200
-
-    wait_until(answered, timeout=60, interval=1, what="Serve answering through the proxy")
-    body = answers[-1].json()
+    body = serve_answer(control_plane, deployment, token.key, {"prompt": "hi tunnel"}).json()
     assert body["input"] == {"prompt": "hi tunnel"}
     assert Path(body["checkpoint"]) == Path(job.latest_checkpoint)
     assert body["model"]["model.json"] == {"trained": True, "config": {"lr": 0.01}}

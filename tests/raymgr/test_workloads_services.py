@@ -242,6 +242,22 @@ def test_tune_experiment_trials_best_and_train_with_best(owner, workspace, runni
     )["config"] == {"x": 2.9}
 
 
+def test_tune_experiment_pending_in_ray_records_its_status(owner, workspace, running):
+    """Ray holds a fresh job PENDING while its runtime env is set up: the experiment stays queued, logs kept."""
+    experiment = services.tune_experiment_create(
+        actor=owner, workspace=workspace, ray_cluster=running, name="sweep", search_space=SPACE
+    )
+    confirm_submissions()
+    services.workloads_poll()
+    finish(last_command("ray.job.status"), data={"status": "PENDING", "logs": "setting up", "markers": []})
+    experiment.refresh_from_db()
+    assert (experiment.status, experiment.logs, experiment.last_status) == (
+        JobStatus.QUEUED,
+        "setting up",
+        {"status": "PENDING"},
+    )
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [

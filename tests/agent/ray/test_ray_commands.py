@@ -112,6 +112,24 @@ def test_docker_head_spec_names_the_member_and_uses_the_payload_image():
     assert f"--labels={NODE_LABEL}=ray-{HEAD}" in spec["command"]
     assert spec["labels"]["cleverthis.ray.member"] == HEAD
     assert "device_requests" not in spec
+    assert not any(a.startswith("--runtime-env-agent-port") for a in spec["command"])  # Ray 2.60 binds its own
+
+
+def test_docker_spec_pins_ray_29s_agent_ports_to_distinct_free_ports():
+    handler = RayCommandHandler(containers=HostEngine())
+    from agent import protocol
+
+    payload = head_payload(gcs_port=6390, dashboard_port=8270, ray_version="2.9.0", image="rayproject/ray:2.9.0")
+    spec = handler.docker_spec(protocol.parse_payload("ray.head.start", payload))
+    flags = ("--dashboard-agent-grpc-port=", "--runtime-env-agent-port=", "--metrics-export-port=")
+    ports = [int(a.split("=", 1)[1]) for a in spec["command"] if a.startswith(flags)]
+    assert len(ports) == 3
+    listen = [int(a.split("=", 1)[1]) for a in spec["command"] if a.startswith("--dashboard-agent-listen-port=")]
+    assert len(set(ports + listen)) == 4
+    low = next(int(a.split("=", 1)[1]) for a in spec["command"] if a.startswith("--min-worker-port="))
+    high = next(int(a.split("=", 1)[1]) for a in spec["command"] if a.startswith("--max-worker-port="))
+    assert high - low == 999
+    assert not any(low <= port <= high for port in ports + listen)
 
 
 def test_docker_specs_advertise_the_configured_node_ip(tmp_path, monkeypatch):

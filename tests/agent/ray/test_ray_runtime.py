@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,10 +18,13 @@ from agent.ray.runtime import (
     RayNodeProcess,
     RayProcessRuntime,
     RayRuntimeError,
+    agent_ports_need_pinning,
     docker_run_spec,
+    ephemeral_port_range,
     free_port,
     ray_start_args,
     session_pids,
+    worker_port_window,
 )
 from raymgr.autoscaler import ClusterDemand, ScalingPolicy, WorkerState, decide
 from tests.support.processes import VENV_BIN, wait_until
@@ -91,6 +95,90 @@ def test_docker_spec_for_a_gpu_worker():
     assert "--head" not in cmd
     assert "--num-gpus=1" in cmd
     assert not any(a.startswith("--dashboard-port") for a in cmd)
+
+
+def test_agent_ports_are_pinned_on_ray_releases_that_draw_them_racily():
+    assert agent_ports_need_pinning("2.9.0")
+    assert agent_ports_need_pinning("2.59.1")
+    assert not agent_ports_need_pinning("2.60.0")  # binds port 0 itself
+    assert not agent_ports_need_pinning("3.0.0")
+    args = ray_start_args(
+        role="worker",
+        head_address="10.0.0.5:40001",
+        dashboard_agent_grpc_port=20001,
+        runtime_env_agent_port=20002,
+        metrics_export_port=20003,
+    )
+    assert "--dashboard-agent-grpc-port=20001" in args
+    assert "--runtime-env-agent-port=20002" in args
+    assert "--metrics-export-port=20003" in args
+    bare = ray_start_args(role="worker", head_address="10.0.0.5:40001")
+    assert not any(a.startswith(("--runtime-env", "--metrics-export", "--dashboard-agent-grpc")) for a in bare)
+
+
+def test_docker_spec_passes_the_agent_ports_on_the_host_network_only():
+    ports = {"gcs": 6380, "dashboard": 8266, "dashboard_agent_grpc": 20011, "runtime_env_agent": 20012}
+    cmd = docker_run_spec("head", "2.9.0", False, None, {**ports, "metrics_export": 20013})["command"]
+    assert "--dashboard-agent-grpc-port=20011" in cmd
+    assert "--runtime-env-agent-port=20012" in cmd
+    assert "--metrics-export-port=20013" in cmd
+    assert '--labels={"' + NODE_LABEL + '":"ray-head"}' in cmd  # Ray 2.9 reads labels as JSON
+    cmd = docker_run_spec("head", "2.9.0", False, None, ports)["command"]
+    assert not any(a.startswith("--metrics-export") for a in cmd)  # not given: Ray picks it
+    bridged = docker_run_spec("head", "2.9.0", False, None, ports, network="bridge")["command"]
+    assert not any(a.startswith(("--runtime-env", "--dashboard-agent-grpc")) for a in bridged)
+
+
+def test_free_port_stays_out_of_the_ephemeral_range_and_rays_worker_ports():
+    low, high = ephemeral_port_range()
+    assert 0 < low <= high
+    for _ in range(50):
+        port = free_port()
+        assert not low <= port <= high
+        assert port >= 20000
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))  # free indeed
+
+
+def test_free_port_skips_a_port_someone_listens_on(monkeypatch: pytest.MonkeyPatch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        monkeypatch.setattr("agent.ray.runtime.ephemeral_port_range", lambda: (busy + 1, 65535))
+        monkeypatch.setattr("agent.ray.runtime.LISTEN_PORTS_FROM", busy)
+        # The only candidate is taken: it falls back to a port the kernel picks.
+        assert free_port(attempts=5) != busy
+
+
+def test_each_node_gets_a_worker_port_window_off_rays_shared_defaults(monkeypatch: pytest.MonkeyPatch):
+    starts = set()
+    for _ in range(50):
+        window = worker_port_window()
+        assert window is not None
+        low, high = window
+        assert high - low + 1 == 1000
+        assert 11000 <= low
+        assert high <= 19999
+        starts.add(low)
+    assert len(starts) > 1  # random: two nodes rarely walk the same ports
+    args = ray_start_args(role="worker", head_address="10.0.0.5:40001", worker_ports=(12000, 12999))
+    assert "--min-worker-port=12000" in args
+    assert "--max-worker-port=12999" in args
+    monkeypatch.setattr("agent.ray.runtime.ephemeral_port_range", lambda: (11500, 60999))
+    assert worker_port_window() is None  # no room below the ephemeral range: Ray's defaults
+
+
+def test_docker_spec_gives_workers_their_window_and_serve_proxies_time():
+    ports = {"gcs": 6380, "dashboard": 8266, "min_worker": 15000, "max_worker": 15999}
+    spec = docker_run_spec("head", "2.9.0", False, None, ports)
+    assert "--min-worker-port=15000" in spec["command"]
+    assert "--max-worker-port=15999" in spec["command"]
+    # Serve's 5 s for a new HTTP proxy's first ready check fails serve.start on a busy machine.
+    assert float(spec["environment"]["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"]) > 5
+    assert spec["environment"]["RAY_USAGE_STATS_ENABLED"] == "0"
+    bridged = docker_run_spec("head", "2.9.0", False, None, ports, network="bridge")["command"]
+    assert not any(a.startswith("--min-worker-port") for a in bridged)  # its own network: Ray's defaults
 
 
 def test_docker_spec_bridge_network_publishes_gcs_and_dashboard():
