@@ -186,7 +186,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=100, help="tokens per stream")
     parser.add_argument("--interval-ms", type=float, default=20.0, help="time between tokens on the node")
     parser.add_argument(
-        "--targets", nargs="+", default=["direct", "proxied", "other replica"], help="measure only these columns"
+        "--targets",
+        nargs="+",
+        choices=["direct", "proxied", "other replica"],
+        default=["direct", "proxied", "other replica"],
+        help="measure only these columns (quote 'other replica')",
     )
     parser.add_argument("--keep", metavar="DIR", help="work in DIR (daphne/agent logs) instead of a temp dir")
     args = parser.parse_args()

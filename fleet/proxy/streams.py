@@ -26,6 +26,7 @@ import secrets
 import time
 from typing import Any
 
+import redis.exceptions
 from channels.layers import get_channel_layer
 
 from agent.protocol import DEFAULT_STREAM_WINDOW
@@ -114,8 +115,19 @@ class TunnelStream:
         message = {"type": "stream.open", "stream_id": stream.stream_id, "pipe": pipe, **opening}
         try:
             while True:
-                await layer.group_send(node_group(node_id), message)
-                answers = await stream_pipes.pop(pipe, timeout=min(1.0, max(0.05, deadline - time.monotonic())), most=1)
+                try:
+                    await layer.group_send(node_group(node_id), message)
+                    answers = await stream_pipes.pop(
+                        pipe, timeout=min(1.0, max(0.05, deadline - time.monotonic())), most=1
+                    )
+                except redis.exceptions.ConnectionError as exc:
+                    # Redis away, or this process's pool of Redis connections in use to the last one (a
+                    # thousand requests opening streams at once): try again until the grace ends. A
+                    # re-sent open is ignored by the tunnel that already has it.
+                    if time.monotonic() >= deadline:
+                        raise StreamUnavailable(f"the control plane could not reach the node's tunnel ({exc})") from exc
+                    await asyncio.sleep(0.05 + secrets.randbelow(150) / 1000)
+                    continue
                 if not answers:
                     if time.monotonic() >= deadline:
                         raise StreamUnavailable("the node's agent is not connected")

@@ -209,3 +209,50 @@ async def test_a_heartbeat_queued_behind_a_backlog_of_stream_data_is_handed_out_
     assert not waiting.done()
     queue.put_nowait(ack)
     assert await waiting is ack
+
+
+@pytest.mark.asyncio
+async def test_a_stream_open_waits_out_an_exhausted_redis_pool_instead_of_failing(node_identity, monkeypatch):  # noqa: F811
+    """A thousand requests opening streams on another replica at once used up its Redis connections and
+    answered 500 (redis-py refuses beyond its pool); the open now tries again within the dial grace."""
+    import redis.exceptions
+
+    from fleet.tunnel import local_tunnels
+
+    comm, _ = await _tunnel(node_identity, "1-3")
+    monkeypatch.setattr(local_tunnels, "get", lambda node_id: None)  # as on a replica without the tunnel
+    layer = get_channel_layer()
+    real_group_send = layer.group_send
+    calls = 0
+
+    async def busy_twice(group: str, message: dict[str, Any]) -> None:
+        nonlocal calls
+        calls += 1
+        if calls <= 2:
+            raise redis.exceptions.MaxConnectionsError("Too many connections")
+        await real_group_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", busy_twice)
+    stream = await TunnelStream.open(node_id=node_identity.node_id, port=8000, grace_s=10, first_bytes=b"GET /")
+    opened = await _until(comm, p.StreamOpen)
+    assert opened.stream_id == stream.stream_id
+    assert calls == 3
+    await stream.close()
+    await comm.disconnect()
+
+
+@pytest.mark.asyncio
+async def test_a_stream_open_that_never_reaches_redis_ends_unavailable_after_the_grace(node_identity, monkeypatch):  # noqa: F811
+    import redis.exceptions
+
+    from fleet.proxy.streams import StreamUnavailable
+    from fleet.tunnel import local_tunnels
+
+    monkeypatch.setattr(local_tunnels, "get", lambda node_id: None)
+
+    async def always_busy(group: str, message: dict[str, Any]) -> None:
+        raise redis.exceptions.MaxConnectionsError("Too many connections")
+
+    monkeypatch.setattr(get_channel_layer(), "group_send", always_busy)
+    with pytest.raises(StreamUnavailable, match="could not reach the node's tunnel"):
+        await TunnelStream.open(node_id=node_identity.node_id, port=8000, grace_s=0.5, first_bytes=b"GET /")
