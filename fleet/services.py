@@ -393,6 +393,10 @@ def _finish_drain(node: Node) -> Node:
 
 
 def _node_delete(*, node: Node) -> None:
+    # Lock the node first: a record written for it meanwhile (an event of its reconnect, say) either
+    # commits before the cascade below reads it, or waits and then finds the node gone. Without the
+    # lock such a row committed between the cascade and this commit, and the delete failed (HTTP 500).
+    list(Node.objects.select_for_update().filter(pk=node.pk).values_list("pk", flat=True))
     now = timezone.now()
     serials = list(NodeCertificate.objects.filter(node=node).values_list("serial", flat=True))
     NodeCertificate.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=now)
