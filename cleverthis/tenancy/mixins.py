@@ -47,10 +47,10 @@ class WorkspaceScopedMixin:
             raise NotFound("Workspace not found.") from None
 
 
-def require_operator(user: Any, workspace: Workspace) -> None:
-    """Raise 403 unless `user` is Owner or Admin of `workspace`."""
+def require_operator(user: Any, workspace: Workspace, *, what: str = "do this") -> None:
+    """Raise 403 unless `user` is Owner or Admin of `workspace` ("Only workspace Owners and Admins can <what>.")."""
     if not can_operate(user, workspace):
-        raise PermissionDenied("Only workspace Owners and Admins can do this.")
+        raise PermissionDenied(f"Only workspace Owners and Admins can {what}.")
 
 
 def require_editor(user: Any, workspace: Workspace) -> None:
