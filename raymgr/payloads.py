@@ -16,17 +16,19 @@ RUNTIMES = ["docker", "process", "kuberay"]
 HOST_RE = r"^[A-Za-z0-9][A-Za-z0-9.:-]*$"
 
 
-def _id(**kwargs: object) -> serializers.RegexField:
+def id_field(**kwargs: object) -> serializers.RegexField:
+    """A cluster/member/submission id field (letters, digits, `_.-`; at most 100)."""
     return serializers.RegexField(ID_RE, max_length=100, **kwargs)
 
 
-def _port(**kwargs: object) -> serializers.IntegerField:
+def port_field(**kwargs: object) -> serializers.IntegerField:
+    """A TCP port field (1-65535)."""
     return serializers.IntegerField(min_value=1, max_value=65535, **kwargs)
 
 
 class _RayBase(serializers.Serializer):
-    cluster_id = _id()
-    member_id = _id()
+    cluster_id = id_field()
+    member_id = id_field()
     runtime = serializers.ChoiceField(choices=RUNTIMES, required=False)
 
 
@@ -35,8 +37,8 @@ class RayHeadStartSerializer(_RayBase):
 
     ray_version = serializers.RegexField(VERSION_RE, max_length=32)
     image = serializers.CharField(max_length=500)
-    gcs_port = _port(required=False)
-    dashboard_port = _port(required=False)
+    gcs_port = port_field(required=False)
+    dashboard_port = port_field(required=False)
     num_cpus = serializers.FloatField(min_value=0, max_value=1024, required=False)
     num_gpus = serializers.IntegerField(min_value=0, max_value=64, required=False)
     # kuberay: the RayCluster's name and its worker group
@@ -64,8 +66,8 @@ class RayNodeDrainSerializer(_RayBase):
     """ray.node.drain."""
 
     ray_node_id = serializers.RegexField(r"^[0-9a-fA-F]+$", max_length=128)
-    head_member_id = _id(required=False, allow_blank=True)
-    gcs_port = _port(required=False)
+    head_member_id = id_field(required=False, allow_blank=True)
+    gcs_port = port_field(required=False)
     reason = serializers.CharField(max_length=200, required=False, allow_blank=True)
     deadline_s = serializers.IntegerField(min_value=0, max_value=3600, required=False)
 
@@ -81,7 +83,7 @@ class RayNodeStopSerializer(_RayBase):
 class RayStatusSerializer(_RayBase):
     """ray.status."""
 
-    gcs_port = _port(required=False)
+    gcs_port = port_field(required=False)
     include_logs = serializers.BooleanField(required=False)
     log_lines = serializers.IntegerField(min_value=0, max_value=2000, required=False)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 

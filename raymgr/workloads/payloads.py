@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from raymgr.payloads import HOST_RE, RUNTIMES, _id, _port
+from raymgr.payloads import HOST_RE, RUNTIMES, id_field, port_field
 
 FILE_NAME_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 
 
 class _Base(serializers.Serializer):
-    cluster_id = _id()
-    member_id = _id()
+    cluster_id = id_field()
+    member_id = id_field()
     runtime = serializers.ChoiceField(choices=RUNTIMES, required=False)
-    dashboard_port = _port(required=False)
+    dashboard_port = port_field(required=False)
     host = serializers.RegexField(HOST_RE, max_length=253, required=False, allow_blank=True)
 
 
 class RayJobSubmitSerializer(_Base):
     """ray.job.submit."""
 
-    submission_id = _id()
+    submission_id = id_field()
     entrypoint = serializers.CharField(max_length=4000)
     files = serializers.DictField(
         child=serializers.CharField(max_length=200_000, allow_blank=True, trim_whitespace=False), required=False
@@ -42,7 +42,7 @@ class RayJobSubmitSerializer(_Base):
 class RayJobRefSerializer(_Base):
     """ray.job.status / ray.job.stop."""
 
-    submission_id = _id()
+    submission_id = id_field()
     log_lines = serializers.IntegerField(min_value=0, max_value=5000, required=False)
 
 

@@ -129,5 +129,8 @@ def test_the_fleet_core_reaches_transport_and_workloads_only_through_their_seams
 
 
 def test_services_enqueue_tasks_only_through_the_seam():
-    for name in ("fleet.services", "raymgr.services", "raymgr.workloads.services"):
+    packages = ("raymgr.services", "raymgr.workloads.services")
+    names = ["fleet.services"] + [name for name in MODULES if name.startswith(packages)]
+    assert {"raymgr.services.lifecycle", "raymgr.workloads.services.training"} <= set(names)
+    for name in names:
         assert not {t for t in imports_of(name) if t.endswith(".tasks")}, name

@@ -1,0 +1,69 @@
+"""Starting a Ray cluster's head on its runtime, and stopping or draining its Ray nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleet.exceptions import IllegalTransition
+from raymgr.models import RayCluster, RayNode, RayNodeStatus
+from raymgr.services.common import S, dispatch, record_event
+from raymgr.services.hosts import launch_host_head
+from raymgr.services.kuberay import launch_kuberay_head
+from raymgr.services.transitions import ray_node_set_status
+
+
+def launch_head(cluster: RayCluster, actor: Any) -> None:
+    """Start the cluster's head: a KubeRay RayCluster, or a head process/container placed on a node."""
+    if cluster.is_kuberay:
+        launch_kuberay_head(cluster, actor)
+        return
+    launch_host_head(cluster, actor)
+
+
+def stop_ray_node(cluster: RayCluster, ray_node: RayNode, actor: Any) -> None:
+    """Send `ray.node.stop` for one Ray node (kuberay: delete the RayCluster when deleting, else suspend it)."""
+    payload = {
+        "cluster_id": str(cluster.pk),
+        "member_id": str(ray_node.pk),
+        "runtime": cluster.runtime,
+        "container": ray_node.container_id,
+    }
+    if cluster.is_kuberay and cluster.status == S.DELETING:
+        payload["delete"] = True  # otherwise the RayCluster is suspended
+    try:
+        command = dispatch(actor, ray_node.node, "ray.node.stop", payload)
+    except IllegalTransition as exc:
+        ray_node_set_status(ray_node, RayNodeStatus.STOPPED, failure_reason=str(exc), pending_command=None)
+        return
+    ray_node_set_status(ray_node, RayNodeStatus.STOPPING, pending_command=command)
+
+
+def stop_all(cluster: RayCluster, actor: Any, *, why: str) -> None:
+    """Stop every live Ray node of the cluster, with an event saying `why`."""
+    ray_nodes = list(cluster.ray_nodes.filter(status__in=RayNodeStatus.live()).select_related("node__cluster"))
+    for ray_node in ray_nodes:
+        stop_ray_node(cluster, ray_node, actor)
+    if ray_nodes:
+        record_event(cluster, "stopping", f"Stopping {len(ray_nodes)} Ray node(s): {why}")
+
+
+def drain_worker(cluster: RayCluster, worker: RayNode, head: RayNode | None, actor: Any, *, why: str) -> None:
+    """Ray-drain `worker` through the head; its container is stopped once the drain finished."""
+    if head is None or not worker.ray_node_id:
+        stop_ray_node(cluster, worker, actor)
+        return
+    payload = {
+        "cluster_id": str(cluster.pk),
+        "member_id": str(worker.pk),
+        "ray_node_id": worker.ray_node_id,
+        "runtime": cluster.runtime,
+        "head_member_id": str(head.pk),
+        "gcs_port": cluster.gcs_port,
+        "reason": why[:200],
+    }
+    try:
+        command = dispatch(actor, head.node, "ray.node.drain", payload)
+    except IllegalTransition:
+        stop_ray_node(cluster, worker, actor)
+        return
+    ray_node_set_status(worker, RayNodeStatus.DRAINING, pending_command=command)

@@ -1,0 +1,109 @@
+"""Machinery shared by training jobs and Tune experiments: the job state machine, validation and saving,
+queueing until the cluster fits, cancelling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, models, transaction
+from django.utils import timezone
+
+from cleverthis.tenancy.models import Workspace
+from fleet.exceptions import IllegalTransition
+from fleet.models import Node
+from raymgr.models import RayCluster, RayClusterStatus
+from raymgr.workloads.models import JobStatus, TrainingJob, TuneExperiment
+from raymgr.workloads.services.head import send_to_head
+
+J = JobStatus
+JOB_TRANSITIONS: dict[str, frozenset[str]] = {
+    J.QUEUED: frozenset({J.RUNNING, J.SUCCEEDED, J.FAILED, J.CANCELLED}),
+    J.RUNNING: frozenset({J.SUCCEEDED, J.FAILED, J.CANCELLED}),
+    J.SUCCEEDED: frozenset(),
+    J.FAILED: frozenset(),
+    J.CANCELLED: frozenset(),
+}
+RAY_JOB_STATES = {"PENDING": J.QUEUED, "RUNNING": J.RUNNING, "SUCCEEDED": J.SUCCEEDED, "FAILED": J.FAILED}
+LOG_LINES = 300
+
+
+def job_transition(row: TrainingJob | TuneExperiment, to: str, **fields: Any) -> None:
+    """Move a training job / Tune experiment to `to` (conditional UPDATE); `IllegalTransition` if not allowed."""
+    if row.status == to:
+        if fields:
+            type(row).objects.filter(pk=row.pk).update(**fields)
+        for name, value in fields.items():
+            setattr(row, name, value)
+        return
+    allowed_from = [state for state, targets in JOB_TRANSITIONS.items() if to in targets]
+    if to in (J.SUCCEEDED, J.FAILED, J.CANCELLED):
+        fields.setdefault("finished_at", timezone.now())
+    updated = (
+        type(row)
+        .objects.filter(pk=row.pk, status__in=allowed_from)
+        .update(status=to, status_changed_at=timezone.now(), **fields)
+    )
+    if updated != 1:
+        current = type(row).objects.filter(pk=row.pk).values_list("status", flat=True).first()
+        raise IllegalTransition(f"A {current or 'deleted'} job cannot become {to}.")
+    row.status = to
+    for name, value in fields.items():
+        setattr(row, name, value)
+
+
+def check_cluster(workspace: Workspace, ray_cluster: Any, errors: dict[str, str]) -> None:
+    """Add an error unless `ray_cluster` is a Ray cluster of `workspace`."""
+    if not isinstance(ray_cluster, RayCluster) or ray_cluster.workspace_id != workspace.pk:
+        errors["ray_cluster"] = "No such Ray cluster in this workspace."
+
+
+def full_clean(row: models.Model, errors: dict[str, Any]) -> None:
+    """Run the model's field validation, merged into `errors`; raise `ValidationError` if any."""
+    try:
+        row.full_clean(exclude=["workspace", "ray_cluster", "created_by"], validate_constraints=False)
+    except ValidationError as exc:
+        for field_name, messages in exc.message_dict.items():
+            errors.setdefault(field_name, messages)
+    if errors:
+        raise ValidationError(errors)
+
+
+def save_new(row: models.Model) -> None:
+    """Insert `row`; a name already used in the workspace is a `ValidationError` on `name`."""
+    try:
+        with transaction.atomic():
+            row.save(force_insert=True)
+    except IntegrityError:
+        raise ValidationError({"name": "This name is already used in the workspace."}) from None
+
+
+def gpu_capacity(cluster: RayCluster) -> float:
+    """The most GPUs the Ray cluster can have: its head node plus its largest `max_workers` other nodes."""
+    counts = list(Node.objects.filter(cluster_id=cluster.compute_cluster_id).values_list("pk", "gpu_count"))
+    head = [g for pk, g in counts if pk == cluster.head_node_id]
+    others = sorted((g for pk, g in counts if pk != cluster.head_node_id), reverse=True)
+    return float(sum(head) + sum(others[: cluster.max_workers]))
+
+
+def queue_reason(cluster: RayCluster, gpus_needed: float) -> str:
+    """Why a job needing `gpus_needed` GPUs must wait on `cluster` (empty: it can be submitted now)."""
+    if cluster.status != RayClusterStatus.RUNNING:
+        return f"Waiting for Ray cluster {cluster.name} to run (it is {cluster.status})."
+    capacity = gpu_capacity(cluster)
+    if gpus_needed > capacity:
+        return f"Needs {gpus_needed:g} GPUs; cluster {cluster.name} can have at most {capacity:g}. Queued until it can."
+    return ""
+
+
+def job_cancel(row: TrainingJob | TuneExperiment, actor: Any) -> None:
+    """Cancel a training job / experiment: at once if not yet on Ray, else by stopping its Ray job."""
+    if row.status not in J.active():
+        raise IllegalTransition(f"A {row.status} job cannot be cancelled.")
+    if row.submitted_at is None:
+        job_transition(row, J.CANCELLED, cancel_requested=True)
+        return
+    type(row).objects.filter(pk=row.pk).update(cancel_requested=True)
+    row.cancel_requested = True
+    if send_to_head(actor, row.ray_cluster, "ray.job.stop", submission_id=row.submission_id) is None:
+        job_transition(row, J.CANCELLED, failure_reason="Cancelled; the Ray cluster was not running.")
