@@ -34,13 +34,13 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from cleverthis import metrics
 from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.models import Membership, Role, Workspace
 from cleverthis.tenancy.permissions import can_operate
 from fleet import services as fleet_services
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus, ComputeCluster, Mode, Node
+from kernel import metrics
+from kernel.exceptions import IllegalTransition
 from raymgr import autoscaler
 from raymgr.failures import failure_text
 from raymgr.models import (

@@ -26,8 +26,8 @@ from django.utils import timezone
 from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.models import Workspace
 from cleverthis.tenancy.permissions import can_operate
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus, Node
+from kernel.exceptions import IllegalTransition
 from raymgr import services as ray_services
 from raymgr.models import RayCluster, RayClusterStatus, RayNode
 from raymgr.workloads import health, render
