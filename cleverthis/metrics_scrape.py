@@ -1,6 +1,6 @@
 """`GET /metrics`: Prometheus text for the whole control plane, behind a bearer token (METRICS_TOKEN).
 
-One scrape merges the instruments of every process on this machine (`cleverthis.metrics`, multiprocess
+One scrape merges the instruments of every process on this machine (`kernel.metrics`, multiprocess
 files) and adds gauges read from the database at that moment: nodes by status per cluster, commands by
 type and status, Ray clusters by state, and each node's utilization and heartbeat age.
 """
@@ -23,8 +23,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from cleverthis import metrics  # noqa: F401  (names the multiprocess directory, creates it)
 from fleet.models import Command, Node, NodeStatus
+from kernel import metrics  # noqa: F401  (names the multiprocess directory, creates it)
 from raymgr.models import RayCluster, RayClusterStatus
 
 

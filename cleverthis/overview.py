@@ -1,4 +1,4 @@
-"""The fleet at a glance, per workspace of the user: the home page's reads (a constant number of queries).
+"""The home page: the fleet at a glance, per workspace of the user (its reads take a constant number of queries).
 
 Per workspace: its compute clusters with nodes online/offline/cordoned (draining counts as cordoned:
 it takes no new work either), GPUs (in use = holding memory or busy) and VRAM; running containers,
@@ -11,7 +11,10 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.contrib.auth.decorators import login_required
 from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 
@@ -111,6 +114,12 @@ def fleet_overview(*, user: AnyUser) -> list[WorkspaceGlance]:
     _count_running(glances, user)
     _recent_failures(glances, user)
     return list(glances.values())
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    """Home: the fleet at a glance per workspace of the user (nodes, GPUs, running work, recent failures)."""
+    return render(request, "tenancy/dashboard.html", {"workspaces": fleet_overview(user=request.user)})
 
 
 def _count_running(glances: dict[Any, WorkspaceGlance], user: AnyUser) -> None:

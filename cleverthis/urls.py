@@ -13,12 +13,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import APIRootView
 
-from cleverthis.api import api_not_found
 from cleverthis.audit.api import router as audit_router
 from cleverthis.metrics_scrape import metrics_view
+from cleverthis.overview import dashboard
 from cleverthis.tenancy import views as tenancy_views
 from fleet import agent_views
 from fleet.workloads.api import router as workload_router
+from kernel.api import api_not_found
 
 # Every top-level resource of /api/v1/, by the URL name of its list.
 API_ROOT = {
@@ -59,7 +60,7 @@ api_v1 = [
 ]
 
 urlpatterns = [
-    path("", tenancy_views.dashboard, name="dashboard"),
+    path("", dashboard, name="dashboard"),
     path("healthz", tenancy_views.healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
     path("accounts/login/", tenancy_views.SignInView.as_view(), name="login"),

@@ -14,7 +14,6 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from fleet import services
-from fleet.exceptions import IllegalTransition
 from fleet.models import (
     CertificateAuthority,
     ClusterEvent,
@@ -31,6 +30,7 @@ from fleet.models import (
     NodeModel,
     RevokedSerial,
 )
+from kernel.exceptions import IllegalTransition
 
 
 def _errors(exc: Exception) -> str:

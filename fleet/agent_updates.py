@@ -19,9 +19,9 @@ from django.db import transaction
 from agent import protocol
 from cleverthis.audit.services import on, operator_action
 from fleet import agent_packages, enqueue
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeEvent
 from fleet.services import _require_operator
+from kernel.exceptions import IllegalTransition
 
 UPDATABLE_FROM_PROTOCOL = 2  # agents before protocol 2 cannot update themselves: re-run the install script
 UNFINISHED = (CommandStatus.QUEUED, CommandStatus.DISPATCHED, CommandStatus.RUNNING)

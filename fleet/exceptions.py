@@ -1,10 +1,9 @@
-"""Errors raised by fleet services; the API and pages turn them into 409/403 answers."""
+"""Errors raised by fleet services; the API and pages turn them into 409/403 answers.
+
+`IllegalTransition` (409), shared by every app, lives in `kernel.exceptions`.
+"""
 
 from __future__ import annotations
-
-
-class IllegalTransition(Exception):
-    """A state change that the state machine refuses (HTTP 409); `str(err)` says why."""
 
 
 class JoinTokenRejected(Exception):

@@ -1,103 +1,16 @@
-"""One tiny filterset helper shared by the API and the pages (django-filter is not installed)."""
+"""The fleet's filtersets (nodes, commands, clusters, namespaces), shared by the API and the pages."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
-
-from django.core.exceptions import ValidationError
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 
 from fleet.models import CommandStatus, CommandType, NodeStatus
-
-
-def as_uuid(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise ValidationError("Must be a UUID.") from None
-
-
-as_uuid.schema = {"type": "string", "format": "uuid"}  # type: ignore[attr-defined]  (its OpenAPI schema)
-
-
-def choice(values: list[str]) -> Callable[[str], str]:
-    def parse(value: str) -> str:
-        if value not in values:
-            raise ValidationError(f"Choose one of {', '.join(values)}.")
-        return value
-
-    parse.schema = {"type": "string", "enum": list(values)}  # type: ignore[attr-defined]
-    return parse
-
-
-def text(max_length: int = 100) -> Callable[[str], str]:
-    def parse(value: str) -> str:
-        if len(value) > max_length:
-            raise ValidationError(f"At most {max_length} characters.")
-        return value
-
-    parse.schema = {"type": "string", "maxLength": max_length}  # type: ignore[attr-defined]
-    return parse
-
-
-def boolean(value: str) -> bool:
-    if value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ValidationError("Must be true or false.")
+from kernel.filters import Filter, FilterSet, as_uuid, boolean, choice, text
 
 
 def sent_by(value: str) -> Q:
     """`by=<username>`: that user's commands; `by=system`: the control plane's own."""
     return Q(system=True) if value == "system" else Q(system=False, created_by__username=value)
-
-
-@dataclass(frozen=True)
-class Filter:
-    """A query parameter: how to parse it and which ORM lookup it filters on (or a `Q` built from it)."""
-
-    lookup: str | Callable[[Any], Q]
-    parse: Callable[[str], Any]
-
-    @property
-    def schema(self) -> dict[str, Any]:
-        """The parameter's OpenAPI schema (what its parser accepts), for the API docs."""
-        return dict(getattr(self.parse, "schema", {"type": "string"}))
-
-
-class FilterSet:
-    """Named filters applied from query parameters; bad values raise `ValidationError` per parameter."""
-
-    def __init__(self, **filters: Filter) -> None:
-        self.filters = filters
-
-    def apply(self, queryset: QuerySet, params: Mapping[str, str]) -> QuerySet:
-        errors: dict[str, str] = {}
-        lookups: dict[str, Any] = {}
-        conditions = Q()
-        for name, flt in self.filters.items():
-            raw = params.get(name)
-            if raw in (None, ""):
-                continue
-            if "\x00" in raw:  # PostgreSQL cannot hold it: refuse it here, not as a database error
-                errors[name] = "Null characters are not allowed."
-                continue
-            try:
-                value = flt.parse(raw)
-            except ValidationError as exc:
-                errors[name] = exc.messages[0]
-                continue
-            if callable(flt.lookup):
-                conditions &= flt.lookup(value)
-            else:
-                lookups[flt.lookup] = value
-        if errors:
-            raise ValidationError(errors)
-        return queryset.filter(conditions, **lookups)
 
 
 NODE_FILTERS = FilterSet(

@@ -11,10 +11,10 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
-from cleverthis.crypto import EncryptedTextField
-from cleverthis.eventlog import EventLogEntry
 from cleverthis.tenancy.models import Workspace
 from fleet import payloads
+from kernel.crypto import EncryptedTextField
+from kernel.eventlog import EventLogEntry
 
 
 class Mode(models.TextChoices):

@@ -28,7 +28,6 @@ from django.db.models import Count, F
 from django.utils import timezone
 
 from agent import protocol
-from cleverthis import metrics
 from cleverthis.audit.services import (
     Target,
     created,
@@ -42,7 +41,7 @@ from cleverthis.audit.services import (
 from cleverthis.tenancy.models import Workspace
 from cleverthis.tenancy.permissions import can_operate
 from fleet import ca, enqueue, metrics_history, signals
-from fleet.exceptions import IllegalTransition, JoinTokenRejected
+from fleet.exceptions import JoinTokenRejected
 from fleet.models import (
     ClusterEvent,
     Command,
@@ -59,6 +58,8 @@ from fleet.models import (
 )
 from fleet.payloads import split_secrets, validate_payload
 from fleet.tunnel import groups
+from kernel import metrics
+from kernel.exceptions import IllegalTransition
 
 logger = logging.getLogger(__name__)
 

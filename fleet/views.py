@@ -23,7 +23,6 @@ from cleverthis.tenancy.models import Role
 from cleverthis.tenancy.permissions import can_operate
 from cleverthis.tenancy.selectors import workspace_list
 from fleet import agent_updates, agent_views, live, metrics_history, selectors, services
-from fleet.exceptions import IllegalTransition
 from fleet.filters import COMMAND_FILTERS, NODE_FILTERS
 from fleet.forms import (
     COMMAND_FORMS,
@@ -35,6 +34,7 @@ from fleet.forms import (
     apply_service_errors,
 )
 from fleet.models import CommandStatus, CommandType, ComputeCluster, Node, NodeModel, NodeStatus
+from kernel.exceptions import IllegalTransition
 
 NODE_ACTIONS = {
     "cordon": services.node_cordon,

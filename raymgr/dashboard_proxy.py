@@ -14,12 +14,12 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from cleverthis.asgi_scope import header
 from cleverthis.tenancy.asgi_auth import user_from_scope
 from cleverthis.tenancy.permissions import can_view
 from fleet.models import NodeStatus
 from fleet.proxy import origins
 from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
+from kernel.asgi_scope import header
 from raymgr.models import RayCluster, RayClusterStatus
 
 DASHBOARD_PATH = re.compile(r"^/ray/clusters/(?P<id>[0-9a-f-]{36})/dashboard(?P<rest>/.*)?$")

@@ -22,7 +22,7 @@ from cleverthis.tenancy.models import Role
 from cleverthis.tenancy.permissions import can_operate
 from cleverthis.tenancy.selectors import workspace_ids
 from fleet import live
-from fleet.exceptions import IllegalTransition
+from kernel.exceptions import IllegalTransition
 from raymgr import selectors, services
 from raymgr.api.serializers import dashboard_path
 from raymgr.forms import RayClusterCreateForm

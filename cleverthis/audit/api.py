@@ -23,10 +23,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from cleverthis.api import ServiceErrorsMixin
 from cleverthis.audit.models import AuditEntry
 from cleverthis.audit.selectors import AUDIT_FILTERS, audit_entry_list
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
+from kernel.api import ServiceErrorsMixin
 
 EXPORT_FORMATS = ("csv", "json")
 CSV_COLUMNS = [

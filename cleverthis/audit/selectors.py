@@ -14,7 +14,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from cleverthis.audit.models import AuditEntry, Outcome
 from cleverthis.tenancy.selectors import scope_to_user
-from fleet.filters import Filter, FilterSet, as_uuid, choice, text
+from kernel.filters import Filter, FilterSet, as_uuid, choice, text
 
 
 def _when(end_of_day: bool) -> Callable[[str], dt.datetime]:

@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from cleverthis.audit.models import AuditEntry, Outcome
 from cleverthis.tenancy.models import Workspace
-from fleet.exceptions import IllegalTransition
+from kernel.exceptions import IllegalTransition
 
 logger = logging.getLogger(__name__)
 

@@ -113,7 +113,7 @@ ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
 # <METRICS_TOKEN>`; with no token set the endpoint refuses everyone (403).
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 # Every process on this machine (daphne replicas, Celery worker and beat) keeps its counters in files here
-# (prometheus_client's multiprocess mode, set up by cleverthis.metrics); a scrape merges them. Empty it
+# (prometheus_client's multiprocess mode, set up by kernel.metrics); a scrape merges them. Empty it
 # before the processes start (.ci/up does); one directory per machine.
 PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", str(BASE_DIR / "var" / "metrics"))
 
@@ -147,7 +147,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "cleverthis.api.RejectNulQueryMiddleware",
+    "kernel.api.RejectNulQueryMiddleware",
 ]
 
 ROOT_URLCONF = "cleverthis.urls"
@@ -260,7 +260,7 @@ LOGOUT_REDIRECT_URL = "login"
 
 REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": [
-        "cleverthis.api.JSONParser",
+        "kernel.api.JSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
@@ -269,8 +269,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "cleverthis.schema.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "cleverthis.api.Pagination",
+    "DEFAULT_SCHEMA_CLASS": "kernel.schema.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "kernel.api.Pagination",
     "PAGE_SIZE": 100,
 }
 SPECTACULAR_SETTINGS = {
@@ -288,9 +288,9 @@ SPECTACULAR_SETTINGS = {
         "JobStatusEnum": "raymgr.workloads.models.JobStatus",
     },
     # the API's documented bodies are JSON (forms are accepted too, for the browsable API)
-    "PARSER_WHITELIST": ["cleverthis.api.JSONParser"],
-    # the error bodies every operation refers to (cleverthis.schema)
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "cleverthis.schema.add_components"],
+    "PARSER_WHITELIST": ["kernel.api.JSONParser"],
+    # the error bodies every operation refers to (kernel.schema)
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "kernel.schema.add_components"],
 }
 
 LANGUAGE_CODE = "en-us"

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.contrib.auth import get_user
 from django.contrib.auth.models import AnonymousUser
 
-from cleverthis.asgi_scope import header
+from kernel.asgi_scope import header
 
 
 class _SessionOnly:

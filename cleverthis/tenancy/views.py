@@ -1,4 +1,7 @@
-"""Pages that belong to no single app: the dashboard, the workspaces list and sign-in."""
+"""Pages of the tenancy app: the health check and sign-in (site and admin).
+
+The home page reads every app, so it lives in the root (`cleverthis.overview`).
+"""
 
 from __future__ import annotations
 
@@ -6,21 +9,12 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 
-from cleverthis.overview import fleet_overview
-from cleverthis.throttling import sign_in_throttled
-
-
-@login_required
-def dashboard(request: HttpRequest) -> HttpResponse:
-    """Home: the fleet at a glance per workspace of the user (nodes, GPUs, running work, recent failures)."""
-    return render(request, "tenancy/dashboard.html", {"workspaces": fleet_overview(user=request.user)})
+from kernel.throttling import sign_in_throttled
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

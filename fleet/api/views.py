@@ -25,17 +25,18 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agent import protocol
-from cleverthis.api import ServiceErrorsMixin as BaseServiceErrorsMixin
-from cleverthis.api import validated
-from cleverthis.schema import PAGING, filter_parameters, page_of
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
-from cleverthis.throttling import SettingsRateThrottle
 from fleet import agent_updates, agent_views, ca, selectors, services
 from fleet.api import serializers as s
 from fleet.api.examples import command_examples
 from fleet.exceptions import JoinTokenRejected
-from fleet.filters import CLUSTER_FILTERS, COMMAND_FILTERS, NAMESPACE_FILTERS, NODE_FILTERS, FilterSet
+from fleet.filters import CLUSTER_FILTERS, COMMAND_FILTERS, NAMESPACE_FILTERS, NODE_FILTERS
 from fleet.models import Command, ComputeCluster, Namespace, Node
+from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
+from kernel.api import validated
+from kernel.filters import FilterSet
+from kernel.schema import PAGING, filter_parameters, page_of
+from kernel.throttling import SettingsRateThrottle
 
 
 class ServiceErrorsMixin(BaseServiceErrorsMixin):

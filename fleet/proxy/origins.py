@@ -34,7 +34,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.core import signing
 from django.core.cache import cache
 
-from cleverthis.asgi_scope import header
+from kernel.asgi_scope import header
 
 TICKET_PATH = "/__cleverthis/ticket"
 ORIGIN_COOKIE = "cleverthis_origin"

@@ -31,11 +31,11 @@ from websockets.frames import Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
-from cleverthis.asgi_scope import header
 from cleverthis.tenancy.asgi_auth import user_from_scope
 from fleet.proxy import origins
 from fleet.proxy.streams import FIRST_BYTES_MAX, StreamUnavailable, TunnelStream
 from fleet.proxy.write_pressure import WritePressure
+from kernel.asgi_scope import header
 
 log = logging.getLogger("fleet.proxy")
 

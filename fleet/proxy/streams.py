@@ -30,10 +30,10 @@ import redis.exceptions
 from channels.layers import get_channel_layer
 
 from agent.protocol import DEFAULT_STREAM_WINDOW
-from cleverthis import metrics
 from fleet.proxy import stream_pipes
 from fleet.tunnel import local_tunnels
 from fleet.tunnel.groups import node_group
+from kernel import metrics
 
 # Bytes per message sent through the channel layer.
 CHUNK_BYTES = 256 * 1024

@@ -40,9 +40,7 @@ from django.core.exceptions import ValidationError
 from django.db import DataError
 
 from agent import protocol as p
-from cleverthis import metrics
 from fleet import agent_packages, agent_updates, ca, services
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command, Node
 from fleet.proxy import stream_pipes
 from fleet.proxy.streams import TunnelStream
@@ -50,6 +48,8 @@ from fleet.tunnel import auth as tunnel_auth
 from fleet.tunnel import local_tunnels
 from fleet.tunnel.batching import Coalescer
 from fleet.tunnel.groups import AGENTS_GROUP, command_frame, node_group
+from kernel import metrics
+from kernel.exceptions import IllegalTransition
 
 log = logging.getLogger("fleet.tunnel")
 

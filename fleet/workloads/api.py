@@ -18,8 +18,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from cleverthis.api import ServiceErrorsMixin as BaseServiceErrorsMixin
-from cleverthis.schema import UUID, query
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from cleverthis.tenancy.selectors import workspace_ids
 from fleet.models import ComputeCluster, Node
@@ -27,6 +25,8 @@ from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
 from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointStatus, NodeModel
 from fleet.workloads.services import PlacementError
+from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
+from kernel.schema import UUID, query
 
 # --------------------------------------------------------------------------------------------------
 # Serializers

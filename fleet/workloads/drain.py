@@ -30,11 +30,11 @@ from django.db import transaction
 from django.db.models import Q
 
 from fleet import payloads, services
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus, CommandType, Node, NodeEvent, NodeStatus
 from fleet.workloads.errors import error_sentence
 from fleet.workloads.models import Container, ContainerStatus
 from fleet.workloads.services import system_actor
+from kernel.exceptions import IllegalTransition
 
 logger = logging.getLogger(__name__)
 

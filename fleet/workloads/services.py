@@ -22,11 +22,11 @@ from agent import protocol
 from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.models import Membership, Role, Workspace
 from cleverthis.tenancy.permissions import can_operate
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeEvent, NodeStatus
 from fleet.payloads import MODEL_ID_RE
 from fleet.workloads.errors import error_help, error_sentence
 from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointStatus, NodeModel
+from kernel.exceptions import IllegalTransition
 
 logger = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ from django.views.decorators.http import require_POST
 
 from cleverthis.tenancy.permissions import can_operate
 from cleverthis.tenancy.selectors import workspace_ids
-from fleet.exceptions import IllegalTransition
 from fleet.models import ComputeCluster
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
 from fleet.workloads.models import Endpoint, EndpointStatus
 from fleet.workloads.services import PlacementError
+from kernel.exceptions import IllegalTransition
 
 IN_FLIGHT = frozenset({EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.STOPPING})
 

@@ -9,9 +9,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from cleverthis import metrics
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus
+from kernel import metrics
+from kernel.exceptions import IllegalTransition
 from raymgr import autoscaler
 from raymgr.models import RayCluster, RayNode, RayNodeRole, RayNodeStatus
 from raymgr.services.common import (

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from fleet.exceptions import IllegalTransition
 from fleet.models import Node
+from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster, RayNode, RayNodeRole, RayNodeStatus, RayRuntime
 from raymgr.placement import PlacementError, choose_head_node, choose_worker_node
 from raymgr.services.common import PORT_HOLDING, S, dispatch, record_event

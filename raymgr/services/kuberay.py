@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.exceptions import IllegalTransition
 from fleet.models import Mode, Node
+from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster, RayNode, RayNodeRole, RayNodeStatus, RayRuntime
 from raymgr.services.common import S, dispatch, record_event
 from raymgr.services.transitions import ray_cluster_transition, ray_node_set_status

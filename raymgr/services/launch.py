@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.exceptions import IllegalTransition
+from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster, RayNode, RayNodeStatus
 from raymgr.services.common import S, dispatch, record_event
 from raymgr.services.hosts import launch_host_head

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from fleet.exceptions import IllegalTransition
+from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster, RayNode
 from raymgr.services.common import S, record_event
 

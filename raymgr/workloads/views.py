@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 
 from cleverthis.tenancy.permissions import can_operate
 from fleet import live
-from fleet.exceptions import IllegalTransition
+from kernel.exceptions import IllegalTransition
 from raymgr.models import RayNodeStatus
 from raymgr.workloads import forms as wforms
 from raymgr.workloads import health, selectors, services

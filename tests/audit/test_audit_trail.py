@@ -13,10 +13,10 @@ from agent import protocol
 from agent.executors.argocd import ArgoCDExecutor
 from cleverthis.audit.models import AuditEntry, Outcome
 from fleet import services
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command, NodeStatus
 from fleet.workloads import services as workload_services
 from fleet.workloads.models import NodeModel
+from kernel.exceptions import IllegalTransition
 from raymgr import services as ray_services
 from tests.agent.executors.test_argocd import BRANCH, git, quiet
 from tests.support.argocd_standin import ArgoCDStandin

@@ -9,11 +9,11 @@ from django.core.exceptions import PermissionDenied, ValidationError
 
 from agent import protocol
 from fleet import enqueue, services
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus, Node, NodeEvent
 from fleet.payloads import MASK
 from fleet.tasks import dispatch_command
 from fleet.tunnel import groups
+from kernel.exceptions import IllegalTransition
 
 pytestmark = pytest.mark.django_db
 

@@ -12,11 +12,11 @@ from django.utils import timezone
 
 from agent import protocol
 from fleet import ca, services
-from fleet.exceptions import IllegalTransition
 from fleet.models import Node, NodeCertificate, NodeEvent, NodeStatus, RevokedSerial
 from fleet.tasks import mark_lost_nodes_offline
 from fleet.tunnel import groups
 from fleet.workloads.tasks import drain_node
+from kernel.exceptions import IllegalTransition
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("fleet", "raymgr", "agent", "cleverthis")
+APPS = ("fleet", "raymgr", "agent", "cleverthis", "kernel")
 # The fleet core (modules at the top of fleet/) may use these modules of its sub-packages, and no others.
 CORE_SEAMS = {
     "fleet.tunnel.groups",  # reach a node's tunnel: the one seam to the transport
@@ -134,3 +134,38 @@ def test_services_enqueue_tasks_only_through_the_seam():
     assert {"raymgr.services.lifecycle", "raymgr.workloads.services.training"} <= set(names)
     for name in names:
         assert not {t for t in imports_of(name) if t.endswith(".tasks")}, name
+
+
+# The control plane's layers: the root imports the apps, the apps import the kernel, never the other way.
+APP_PACKAGES = ("cleverthis.tenancy", "cleverthis.audit", "fleet", "raymgr")
+KERNEL_MAY_IMPORT = ("agent.protocol",)  # the agent's wire protocol is the ground floor
+
+
+def _in(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == package or name.startswith(f"{package}.") for package in packages)
+
+
+def _is_root(name: str) -> bool:
+    return _in(name, ("cleverthis",)) and not _in(name, APP_PACKAGES)
+
+
+def test_the_layer_rules_see_every_layer():
+    assert "kernel.api" in MODULES
+    assert _is_root("cleverthis.urls")
+    assert _is_root("cleverthis")
+    assert not _is_root("cleverthis.tenancy.views")
+    assert not _is_root("kernel.api")
+
+
+def test_the_kernel_imports_no_app_and_nothing_of_the_root():
+    kernel = [name for name in MODULES if _in(name, ("kernel",))]
+    offenders = {
+        name: sorted(t for t in imports_of(name) if not _in(t, ("kernel", *KERNEL_MAY_IMPORT))) for name in kernel
+    }
+    assert {name: found for name, found in offenders.items() if found} == {}
+
+
+def test_no_app_imports_the_root():
+    apps = [name for name in MODULES if _in(name, APP_PACKAGES)]
+    offenders = {name: sorted(t for t in imports_of(name) if _is_root(t)) for name in apps}
+    assert {name: found for name, found in offenders.items() if found} == {}

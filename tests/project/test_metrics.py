@@ -139,7 +139,7 @@ def _readme_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
 def test_the_readme_lists_exactly_the_exported_metrics_with_types_and_labels():
     from prometheus_client.metrics import MetricWrapperBase
 
-    from cleverthis import metrics
+    from kernel import metrics
 
     exported: dict[str, tuple[str, tuple[str, ...]]] = {}
     for instrument in vars(metrics).values():

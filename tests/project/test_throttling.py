@@ -8,7 +8,8 @@ from django.conf import settings
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from cleverthis.settings.env import env_rate, parse_rate
+from cleverthis.settings.env import env_rate
+from kernel.rates import parse_rate
 
 pytestmark = pytest.mark.django_db
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command
+from kernel.exceptions import IllegalTransition
 from raymgr import services
 from raymgr.models import RayCluster, RayClusterEvent, RayClusterStatus, RayNode, RayNodeStatus
 from tests.raymgr.conftest import finish, last_command, start_head

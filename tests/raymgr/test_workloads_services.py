@@ -7,8 +7,8 @@ import json
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus
+from kernel.exceptions import IllegalTransition
 from raymgr.workloads import render, services
 from raymgr.workloads.models import JobStatus, ServeStatus, TrainingJob, TuneTrial
 from tests.raymgr.conftest import confirm_submissions, finish, last_command, start_head

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command, CommandStatus
+from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster, RayClusterStatus, RayNode
 from raymgr.services import dispatch, running_head
 from raymgr.workloads import render

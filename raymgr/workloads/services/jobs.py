@@ -10,8 +10,8 @@ from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from cleverthis.tenancy.models import Workspace
-from fleet.exceptions import IllegalTransition
 from fleet.models import Node
+from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster, RayClusterStatus
 from raymgr.workloads.models import JobStatus, TrainingJob, TuneExperiment
 from raymgr.workloads.services.head import send_to_head

@@ -11,8 +11,8 @@ from django.utils import timezone
 from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.mixins import require_operator
 from cleverthis.tenancy.models import Workspace
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command
+from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster
 from raymgr.workloads import render
 from raymgr.workloads.models import ServeDeployment, ServeEngine, ServeStatus, TrainingJob

@@ -9,12 +9,12 @@ from django.core.exceptions import PermissionDenied, ValidationError
 
 from agent import protocol
 from fleet import services
-from fleet.exceptions import IllegalTransition
 from fleet.models import Command, NodeEvent
 from fleet.workloads import selectors as workload_selectors
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointStatus
 from fleet.workloads.services import PlacementError
+from kernel.exceptions import IllegalTransition
 from tests.fleet import agent_side
 
 pytestmark = pytest.mark.django_db

@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from rest_framework.throttling import BaseThrottle
 
-from cleverthis.settings.env import parse_rate
+from kernel.rates import parse_rate
 
 logger = logging.getLogger(__name__)
 

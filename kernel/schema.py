@@ -1,7 +1,7 @@
 """The OpenAPI schema's shared rules (drf-spectacular): the error answers every operation can give and
 the query filters of list operations, so that /api/schema/ describes what the server really answers.
 
-Error bodies, as the views produce them (`cleverthis.api`):
+Error bodies, as the views produce them (`kernel.api`):
 - 400 `FieldErrors`: each key a field (payload fields as `payload.<name>`, `non_field_errors` for the
   body as a whole, a query parameter's name for a bad filter or page bound) with its messages; a body
   that is not JSON gives `{"detail": ...}`.
@@ -17,7 +17,7 @@ from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
-from cleverthis.api import MAX_PAGE_LIMIT, MAX_PAGE_OFFSET
+from kernel.api import MAX_PAGE_LIMIT, MAX_PAGE_OFFSET
 
 FIELD_ERRORS = {
     "type": "object",
@@ -80,7 +80,7 @@ def add_components(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
 
 
 def filter_parameters(filterset: Any) -> list[OpenApiParameter]:
-    """The query parameters of a `fleet.filters.FilterSet`, with the schema each parser accepts."""
+    """The query parameters of a `kernel.filters.FilterSet`, with the schema each parser accepts."""
     return [query(name, flt.schema, f"Filter on `{name}`.") for name, flt in filterset.filters.items()]
 
 

@@ -16,7 +16,7 @@ from rest_framework import exceptions, pagination, parsers, status
 from rest_framework.response import Response
 
 from agent.protocol import nesting_exceeds
-from fleet.exceptions import IllegalTransition
+from kernel.exceptions import IllegalTransition
 
 # Request bodies nested deeper than this are refused (400) before any code walks them recursively.
 MAX_JSON_NESTING = 64
