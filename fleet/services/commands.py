@@ -23,8 +23,7 @@ from fleet.services.common import require_operator
 SCHEDULING_COMMANDS = frozenset(
     {"container.create", "endpoint.start", "model.download", "ray.head.start", "ray.worker.start"}
 )
-
-
+# For each status, the statuses a command may reach it from (`command_transition`, `command_record_reports`).
 COMMAND_MOVES: dict[str, frozenset[str]] = {
     CommandStatus.DISPATCHED: frozenset({CommandStatus.QUEUED}),
     CommandStatus.RUNNING: frozenset({CommandStatus.QUEUED, CommandStatus.DISPATCHED}),
@@ -32,6 +31,7 @@ COMMAND_MOVES: dict[str, frozenset[str]] = {
     CommandStatus.FAILED: frozenset({CommandStatus.QUEUED, CommandStatus.DISPATCHED, CommandStatus.RUNNING}),
     CommandStatus.QUEUED: frozenset({CommandStatus.DISPATCHED}),  # un-claim after a failed send
 }
+# The timestamp column each status sets.
 COMMAND_TIMESTAMP = {
     CommandStatus.DISPATCHED: "dispatched_at",
     CommandStatus.RUNNING: "acked_at",
