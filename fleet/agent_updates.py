@@ -20,7 +20,7 @@ from agent import protocol
 from cleverthis.audit.services import on, operator_action
 from fleet import agent_packages, enqueue
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeEvent
-from fleet.services import _require_operator
+from fleet.services.common import require_operator
 from kernel.exceptions import IllegalTransition
 
 UPDATABLE_FROM_PROTOCOL = 2  # agents before protocol 2 cannot update themselves: re-run the install script
@@ -77,7 +77,7 @@ def _queue_update(node: Node, actor: AbstractBaseUser | None, why: str) -> Comma
 def node_update_agent(*, node: Node, actor: AbstractBaseUser) -> Command:
     """Send `node` an `agent.update` to the served version (Owner/Admin). Refused when the node already
     runs it, cannot update itself (too old) or has an update under way."""
-    _require_operator(actor, node.cluster.workspace)
+    require_operator(actor, node.cluster.workspace)
     with transaction.atomic():
         node = Node.objects.select_for_update().get(pk=node.pk)
         if is_current(node):
@@ -91,7 +91,7 @@ def node_update_agent(*, node: Node, actor: AbstractBaseUser) -> Command:
 @operator_action("cluster.update_agents", target=on("cluster", "cluster"))
 def cluster_update_agents(*, cluster: ComputeCluster, actor: AbstractBaseUser) -> list[Command]:
     """Send every node of `cluster` not on the served version an `agent.update` (those that can take one)."""
-    _require_operator(actor, cluster.workspace)
+    require_operator(actor, cluster.workspace)
     with transaction.atomic():
         nodes = list(Node.objects.select_for_update().filter(cluster=cluster).order_by("pk"))
         due = [n for n in nodes if not is_current(n) and not _refusal(n)]
@@ -103,7 +103,7 @@ def cluster_update_agents(*, cluster: ComputeCluster, actor: AbstractBaseUser) -
 @operator_action("cluster.auto_update_agents", target=on("cluster", "cluster"))
 def cluster_set_auto_update(*, cluster: ComputeCluster, actor: AbstractBaseUser, enabled: bool) -> ComputeCluster:
     """Turn automatic agent updates of `cluster` on or off (Owner/Admin)."""
-    _require_operator(actor, cluster.workspace)
+    require_operator(actor, cluster.workspace)
     ComputeCluster.objects.filter(pk=cluster.pk).update(auto_update_agents=bool(enabled))
     cluster.refresh_from_db()
     return cluster

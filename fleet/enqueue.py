@@ -16,7 +16,6 @@ logger = logging.getLogger(__name__)
 
 DISPATCH_COMMAND = "fleet.tasks.dispatch_command"
 DISPATCH_BATCH = "fleet.tasks.dispatch_batch"
-DRAIN_NODE = "fleet.tasks.drain_node"
 MARK_LOST_NODES_OFFLINE = "fleet.tasks.mark_lost_nodes_offline"
 
 
@@ -46,11 +45,6 @@ def dispatch_command(command_id: Any) -> None:
 def dispatch_batch(batch_id: Any) -> None:
     """Claim and send every command of a fan-out batch after commit."""
     on_commit(DISPATCH_BATCH, str(batch_id))
-
-
-def drain_node(node_id: Any) -> None:
-    """Take one drain pass for a node after commit."""
-    on_commit(DRAIN_NODE, str(node_id))
 
 
 def mark_lost_nodes_offline(*, countdown: float) -> None:

@@ -23,3 +23,7 @@ command_finished = django.dispatch.Signal()
 # that queues them, before the dispatch task is enqueued. A receiver may refuse the batch by raising
 # Django's ValidationError (nothing is then written; the caller gets HTTP 400).
 commands_queued = django.dispatch.Signal()
+
+# Sent with `node=<fleet.models.Node>` by `node_drain` when the node it put in draining still runs containers.
+# The workloads (`fleet.workloads.receivers`) enqueue a drain pass for it after commit.
+drain_requested = django.dispatch.Signal()

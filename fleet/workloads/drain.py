@@ -42,6 +42,9 @@ STOP_TIMEOUT_S = 30
 MAX_REPLACEMENT_ATTEMPTS = 3
 MAX_STOP_ATTEMPTS = 3
 REPLACEMENT_LABEL = "cleverthis.replacement-of"
+# The Celery task taking one drain pass for a node (`fleet.workloads.tasks.drain_node`): its wire name, kept
+# from when it lived in `fleet.tasks`. The core asks for a pass with `fleet.signals.drain_requested`.
+DRAIN_TASK = "fleet.tasks.drain_node"
 _SUFFIX = re.compile(r"-r\d+$")
 # Replacement states that still count as the one taking over (running, or on its way there).
 _LIVE = frozenset({ContainerStatus.PENDING, ContainerStatus.CREATED, ContainerStatus.RUNNING})
@@ -145,10 +148,6 @@ def _entry(container: Container, **extra: Any) -> dict[str, Any]:
     return {"container": str(container.pk), "name": container.name, **extra}
 
 
-def _event(node_id: Any, kind: str, message: str, *, data: dict | None = None, command: Command | None = None) -> None:
-    NodeEvent.objects.create(node_id=node_id, kind=kind, message=message, data=data or {}, command=command)
-
-
 def _block(node: Node, original: Container, reason: str, report: DrainReport) -> None:
     """Report `original` as staying; write the event once per container, reason and drain."""
     report.blocked.append(_entry(original, reason=reason))
@@ -160,10 +159,10 @@ def _block(node: Node, original: Container, reason: str, report: DrainReport) ->
         data__reason=reason,
     ).exists()
     if not already:
-        _event(
-            node.pk,
-            "drain.no_fit",
-            f"Drain: {reason}; {original.name} stays on this node and the node stays draining",
+        services.node_event_record(
+            node_id=node.pk,
+            kind="drain.no_fit",
+            message=f"Drain: {reason}; {original.name} stays on this node and the node stays draining",
             data={"container": str(original.pk), "reason": reason},
         )
 
@@ -171,7 +170,7 @@ def _block(node: Node, original: Container, reason: str, report: DrainReport) ->
 def _finish(node: Node, report: DrainReport) -> None:
     Node.objects.filter(pk=node.pk).update(containers_count=0)
     node.containers_count = 0
-    node = services._finish_drain(node)
+    node = services.node_finish_drain(node=node)
     report.status = node.status
     report.finished = node.status == NodeStatus.CORDONED
 
@@ -239,10 +238,10 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
                 original.status = ContainerStatus.STOPPING
                 original.stop_command = stop
                 original.save(update_fields=["status", "stop_command", "updated_at"])
-                _event(
-                    node.pk,
-                    "drain.stopping",
-                    f"Drain: replacement {live.name} runs on {live.node.name}; stopping {original.name} "
+                services.node_event_record(
+                    node_id=node.pk,
+                    kind="drain.stopping",
+                    message=f"Drain: replacement {live.name} runs on {live.node.name}; stopping {original.name} "
                     f"gracefully (timeout {STOP_TIMEOUT_S} s)",
                     data={"container": str(original.pk), "replacement": str(live.pk)},
                     command=stop,
@@ -304,8 +303,15 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
             target.pending_memory_mb += need["memory_mb"]
             message = f"Drain: starting replacement {name} for {original.name} on {target.node.name}"
             data = {"container": str(original.pk), "replacement": str(replacement.pk)}
-            _event(node.pk, "drain.replacing", message, data=data, command=create)
-            _event(target.node.pk, "drain.replacement", f"{message} (moved from {node.name})", data=data)
+            services.node_event_record(
+                node_id=node.pk, kind="drain.replacing", message=message, data=data, command=create
+            )
+            services.node_event_record(
+                node_id=target.node.pk,
+                kind="drain.replacement",
+                message=f"{message} (moved from {node.name})",
+                data=data,
+            )
             report.replacing.append(_entry(original, replacement=str(replacement.pk), target=str(target.node.pk)))
         Node.objects.filter(pk=node.pk).update(
             containers_count=Container.objects.filter(node=node, status__in=ContainerStatus.active()).count()

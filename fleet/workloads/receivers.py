@@ -2,7 +2,7 @@
 
 The core services (`fleet.services`) never import workloads: they send `fleet.signals` and these
 receivers reconcile containers, cached models and endpoints from inventories, follow command acks and
-outcomes, and let drains take their next step.
+outcomes, let drains take their next step, and enqueue the drain passes the core asks for.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 from django.db import transaction
 
 from agent import protocol
-from fleet import signals
+from fleet import enqueue, signals
 from fleet.models import Command, CommandStatus, CommandType, Node
 from fleet.workloads import drain
 from fleet.workloads.models import Container
@@ -40,6 +40,12 @@ def connect() -> None:
     signals.command_acked.connect(_on_command_acked, dispatch_uid="fleet.workloads.command_acked")
     signals.command_finished.connect(_on_command_finished, dispatch_uid="fleet.workloads.command_finished")
     signals.commands_queued.connect(_on_commands_queued, dispatch_uid="fleet.workloads.commands_queued")
+    signals.drain_requested.connect(_on_drain_requested, dispatch_uid="fleet.workloads.drain_requested")
+
+
+def _on_drain_requested(sender: object, node: Node, **kwargs: object) -> None:
+    """`node_drain` left the node draining with containers on it: one drain pass for it after commit."""
+    enqueue.on_commit(drain.DRAIN_TASK, str(node.pk))
 
 
 def _on_commands_queued(sender: object, commands: list[Command], **kwargs: object) -> None:
@@ -69,7 +75,6 @@ def _on_command_finished(sender: object, command: Command, **kwargs: object) -> 
             workloads_on_command_finished(command=command)
     except Exception:
         logger.exception("workload hook failed after command %s finished", command.pk)
-
 
 
 def workloads_on_inventory(*, node: Node, inventory: protocol.Inventory) -> None:

@@ -17,7 +17,7 @@ from fleet.workloads import drain
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="fleet.tasks.drain_node", autoretry_for=RETRYABLE, retry_backoff=5, max_retries=5)
+@shared_task(name=drain.DRAIN_TASK, autoretry_for=RETRYABLE, retry_backoff=5, max_retries=5)
 def drain_node(node_id: str) -> str | None:
     """One drain pass for `node_id`; returns the node's status afterwards (None if it is gone)."""
     return drain.drain_step(node_id=node_id).status

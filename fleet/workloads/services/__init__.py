@@ -1,0 +1,62 @@
+"""Writes for workloads, one module per aggregate: `containers`, `node_models` (models cached on nodes),
+`endpoints` (inference endpoints and their placement); `common` holds what they share.
+
+Called by the receivers of the fleet core's signals (`fleet.workloads.receivers`): inventory
+reconciliation, and the command-finished hook `workloads_on_command_finished`, so every finished command
+updates the rows it concerns. Callers import from here; every public name is re-exported below.
+"""
+
+from __future__ import annotations
+
+from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION, node_event_record_failure, system_actor
+from fleet.workloads.services.containers import (
+    REF_OUTCOME,
+    container_record_create_failed,
+    container_record_created,
+    container_record_ref_outcome,
+    containers_reconcile,
+)
+from fleet.workloads.services.endpoints import (
+    REVISION_RE,
+    PlacementError,
+    endpoint_create,
+    endpoint_record_acked,
+    endpoint_record_command_outcome,
+    endpoint_record_start_commands,
+    endpoint_restart,
+    endpoint_stop,
+    endpoints_reconcile,
+    node_free_vram_mb,
+    validate_model_id,
+)
+from fleet.workloads.services.node_models import (
+    node_model_record_download_failed,
+    node_model_record_downloaded,
+    node_models_reconcile,
+)
+
+__all__ = [
+    "MAX_MODEL_ID",
+    "MAX_REVISION",
+    "REF_OUTCOME",
+    "REVISION_RE",
+    "PlacementError",
+    "container_record_create_failed",
+    "container_record_created",
+    "container_record_ref_outcome",
+    "containers_reconcile",
+    "endpoint_create",
+    "endpoint_record_acked",
+    "endpoint_record_command_outcome",
+    "endpoint_record_start_commands",
+    "endpoint_restart",
+    "endpoint_stop",
+    "endpoints_reconcile",
+    "node_event_record_failure",
+    "node_free_vram_mb",
+    "node_model_record_download_failed",
+    "node_model_record_downloaded",
+    "node_models_reconcile",
+    "system_actor",
+    "validate_model_id",
+]
