@@ -18,9 +18,9 @@ from django.db import transaction
 
 from agent import protocol
 from cleverthis.audit.services import on, operator_action
+from cleverthis.tenancy.mixins import require_operator
 from fleet import agent_packages, enqueue
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeEvent
-from fleet.services.common import require_operator
 from kernel.exceptions import IllegalTransition
 
 UPDATABLE_FROM_PROTOCOL = 2  # agents before protocol 2 cannot update themselves: re-run the install script

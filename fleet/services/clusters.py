@@ -9,9 +9,10 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from cleverthis.audit.services import created, new, on, operator_action
+from cleverthis.tenancy.mixins import require_operator
 from cleverthis.tenancy.models import Workspace
 from fleet.models import ComputeCluster, Mode
-from fleet.services.common import full_clean, require_operator
+from fleet.services.common import full_clean
 from fleet.services.nodes import node_purge
 
 ARGOCD_FIELDS = ("argocd_server", "argocd_token", "git_repo_url", "git_branch")

@@ -13,10 +13,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from cleverthis.audit.services import Target, entry_for_commands, operator_action, target_of
+from cleverthis.tenancy.mixins import require_operator
 from fleet import enqueue, signals
 from fleet.models import Command, CommandStatus, ComputeCluster, Node, NodeEvent, NodeStatus
 from fleet.payloads import split_secrets, validate_payload
-from fleet.services.common import require_operator
 from kernel.exceptions import IllegalTransition
 
 # Commands that put new work on a node; refused for cordoned and draining nodes.

@@ -1,4 +1,4 @@
-"""Helpers shared by the fleet core's services (and the workloads'): the operator check, model validation, and
+"""Helpers shared by the fleet core's services (and the workloads'): model validation and
 host facts as agents report them."""
 
 from __future__ import annotations
@@ -6,22 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 
 from agent import protocol
-from cleverthis.tenancy.models import Workspace
-from cleverthis.tenancy.permissions import can_operate
-
-
-def require_operator(actor: Any, workspace: Workspace, *, what: str = "do this") -> None:
-    """403 unless `actor` is Owner or Admin of `workspace`: "Only workspace Owners and Admins can <what>."
-
-    Django's PermissionDenied, which pages, the admin and the API all answer with 403 (the API through
-    DRF). `cleverthis.tenancy.mixins.require_operator` words it the same but raises DRF's exception,
-    which only API views understand: a page or the admin would answer 500.
-    """
-    if not can_operate(actor, workspace):
-        raise PermissionDenied(f"Only workspace Owners and Admins can {what}.")
 
 
 def full_clean(obj: Any, *, exclude: Iterable[str] = ()) -> None:

@@ -10,9 +10,10 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from cleverthis.audit.services import created, new, on, operator_action
+from cleverthis.tenancy.mixins import require_operator
 from cleverthis.tenancy.models import Workspace
 from fleet.models import ComputeCluster, Namespace
-from fleet.services.common import full_clean, require_operator
+from fleet.services.common import full_clean
 
 
 def _parse_uuid(value: Any, field: str) -> uuid.UUID:

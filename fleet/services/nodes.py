@@ -15,9 +15,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from cleverthis.audit.services import on, operator_action
+from cleverthis.tenancy.mixins import require_operator
 from fleet import metrics_history, signals
 from fleet.models import Node, NodeCertificate, NodeStatus, RevokedSerial
-from fleet.services.common import require_operator
 from fleet.services.events import node_event_record
 from fleet.tunnel import groups
 from kernel.exceptions import IllegalTransition

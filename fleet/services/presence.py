@@ -20,9 +20,10 @@ from django.utils import timezone
 
 from agent import protocol
 from cleverthis.audit.services import on, operator_action
+from cleverthis.tenancy.mixins import require_operator
 from fleet import enqueue, metrics_history, signals
 from fleet.models import ClusterEvent, ComputeCluster, Node, NodeEvent, NodeStatus
-from fleet.services.common import gpu_fields, host_fact_fields, host_facts_parse, require_operator
+from fleet.services.common import gpu_fields, host_fact_fields, host_facts_parse
 from fleet.services.events import node_event_record
 from fleet.tunnel import groups
 

@@ -16,10 +16,11 @@ from django.utils import timezone
 
 from agent import protocol
 from cleverthis.audit.services import on, operator_action
+from cleverthis.tenancy.mixins import require_operator
 from fleet import ca
 from fleet.exceptions import JoinTokenRejected
 from fleet.models import ComputeCluster, JoinToken, Node, NodeCertificate
-from fleet.services.common import host_fact_fields, host_facts_parse, require_operator
+from fleet.services.common import host_fact_fields, host_facts_parse
 from fleet.services.events import node_event_record
 
 JOIN_TOKEN_PREFIX = "ct_node_"

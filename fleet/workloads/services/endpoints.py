@@ -14,10 +14,10 @@ from django.utils import timezone
 
 from agent import protocol
 from cleverthis.audit.services import created, new, on, operator_action
+from cleverthis.tenancy.mixins import require_operator
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
 from fleet.payloads import MODEL_ID_RE
 from fleet.services import command_queue, node_event_record
-from fleet.services.common import require_operator
 from fleet.workloads.errors import error_help, error_sentence
 from fleet.workloads.models import Endpoint, EndpointStatus, NodeModel
 from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION, node_event_record_failure
