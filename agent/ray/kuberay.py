@@ -178,7 +178,7 @@ def facts(obj: dict[str, Any], namespace: str = mf.NAMESPACE, **extra: Any) -> d
 
 
 def ray_nodes(host: str, port: int, head_member: str, *, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-    """The live Ray nodes from the head's state API, as `commands.normalize_status` nodes."""
+    """The live Ray nodes from the head's state API, as `agent.ray.members.normalize_status` nodes."""
     url = f"http://{host}:{port}/api/v0/nodes?limit=1000&detail=true"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:

@@ -403,7 +403,8 @@ def test_status_payload_and_stop_payload_accept_the_kuberay_runtime():
 @pytest.mark.timeout(240)
 def test_status_reads_the_node_list_of_a_real_ray_head(tmp_path):
     """The head's state API as real Ray 2.60 answers it (a process head standing in for the head pod)."""
-    from agent.ray.runtime import RayProcessRuntime, free_port
+    from agent.ray.ports import free_port
+    from agent.ray.process_runtime import RayProcessRuntime
     from tests.support.processes import VENV_BIN
 
     runtime = RayProcessRuntime(VENV_BIN / "ray", tmp_path / "ray")

@@ -16,8 +16,11 @@ from typing import Any
 import pytest
 
 from agent.executors.base import CommandFailed
-from agent.ray.commands import RayCommandHandler, member_name, member_of, normalize_status, port_in_use
-from agent.ray.runtime import NODE_LABEL, RayProcessRuntime, free_port, session_pids
+from agent.ray.commands import RayCommandHandler
+from agent.ray.gcs import NODE_LABEL
+from agent.ray.members import member_name, member_of, normalize_status
+from agent.ray.ports import free_port, port_in_use
+from agent.ray.process_runtime import RayProcessRuntime, session_pids
 from tests.support.processes import VENV_BIN, wait_until
 
 RAY_BIN = VENV_BIN / "ray"
@@ -103,7 +106,7 @@ def test_docker_head_spec_names_the_member_and_uses_the_payload_image():
     from agent import protocol
 
     p = protocol.parse_payload("ray.head.start", head_payload(gcs_port=6390, dashboard_port=8270))
-    spec = handler.docker_spec(p)
+    spec = handler.docker.spec(p)
     assert spec["name"] == f"ray-{HEAD}"
     assert spec["image"] == "rayproject/ray:2.60.0"
     assert spec["network_mode"] == "host"
@@ -120,7 +123,7 @@ def test_docker_spec_pins_ray_29s_agent_ports_to_distinct_free_ports():
     from agent import protocol
 
     payload = head_payload(gcs_port=6390, dashboard_port=8270, ray_version="2.9.0", image="rayproject/ray:2.9.0")
-    spec = handler.docker_spec(protocol.parse_payload("ray.head.start", payload))
+    spec = handler.docker.spec(protocol.parse_payload("ray.head.start", payload))
     flags = ("--dashboard-agent-grpc-port=", "--runtime-env-agent-port=", "--metrics-export-port=")
     ports = [int(a.split("=", 1)[1]) for a in spec["command"] if a.startswith(flags)]
     assert len(ports) == 3
@@ -137,8 +140,8 @@ def test_docker_specs_advertise_the_configured_node_ip(tmp_path, monkeypatch):
     from agent.ray.commands import default_handler
 
     def node_ips(handler: RayCommandHandler) -> list[list[str]]:
-        head = handler.docker_spec(protocol.parse_payload("ray.head.start", head_payload()))
-        worker = handler.docker_spec(
+        head = handler.docker.spec(protocol.parse_payload("ray.head.start", head_payload()))
+        worker = handler.docker.spec(
             protocol.parse_payload(
                 "ray.worker.start",
                 {
@@ -330,7 +333,7 @@ def test_process_runtime_head_worker_status_drain_stop(handler: RayCommandHandle
 
     # A fresh handler (agent restart) still finds and stops the head from its state file.
     restarted = RayCommandHandler(process_runtime=RayProcessRuntime(RAY_BIN, tmp_path / "ray"))
-    head_pid = restarted._member(HEAD).pid
+    head_pid = restarted.process.member(HEAD).pid
     assert restarted.run(
         "ray.node.stop", {"cluster_id": CLUSTER, "member_id": HEAD, "runtime": "process"}, progress
     ) == {"stopped": True}

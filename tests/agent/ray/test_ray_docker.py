@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from agent.executors.base import CommandFailed
-from agent.ray.commands import DockerRayContainers, RayCommandHandler, member_name
-from agent.ray.runtime import free_port
+from agent.ray.commands import RayCommandHandler
+from agent.ray.containers import DockerRayContainers
+from agent.ray.members import member_name
+from agent.ray.ports import free_port
 from tests.agent.executors.podman import registry_address, require_podman
 from tests.support.node_container import podman
 

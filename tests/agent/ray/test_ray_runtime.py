@@ -12,20 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.ray.runtime import (
-    NODE_LABEL,
-    RayClusterStatus,
-    RayNodeProcess,
-    RayProcessRuntime,
-    RayRuntimeError,
-    agent_ports_need_pinning,
-    docker_run_spec,
-    ephemeral_port_range,
-    free_port,
-    ray_start_args,
-    session_pids,
-    worker_port_window,
-)
+from agent.ray.docker_spec import docker_run_spec
+from agent.ray.gcs import NODE_LABEL, RayClusterStatus
+from agent.ray.ports import ephemeral_port_range, free_port, worker_port_window
+from agent.ray.process_runtime import RayNodeProcess, RayProcessRuntime, RayRuntimeError, session_pids
+from agent.ray.start_args import ray_start_args
+from agent.ray.versions import agent_ports_need_pinning
 from raymgr.autoscaler import ClusterDemand, ScalingPolicy, WorkerState, decide
 from tests.support.processes import VENV_BIN, wait_until
 
@@ -145,8 +137,8 @@ def test_free_port_skips_a_port_someone_listens_on(monkeypatch: pytest.MonkeyPat
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy = taken.getsockname()[1]
-        monkeypatch.setattr("agent.ray.runtime.ephemeral_port_range", lambda: (busy + 1, 65535))
-        monkeypatch.setattr("agent.ray.runtime.LISTEN_PORTS_FROM", busy)
+        monkeypatch.setattr("agent.ray.ports.ephemeral_port_range", lambda: (busy + 1, 65535))
+        monkeypatch.setattr("agent.ray.ports.LISTEN_PORTS_FROM", busy)
         # The only candidate is taken: it falls back to a port the kernel picks.
         assert free_port(attempts=5) != busy
 
@@ -165,7 +157,7 @@ def test_each_node_gets_a_worker_port_window_off_rays_shared_defaults(monkeypatc
     args = ray_start_args(role="worker", head_address="10.0.0.5:40001", worker_ports=(12000, 12999))
     assert "--min-worker-port=12000" in args
     assert "--max-worker-port=12999" in args
-    monkeypatch.setattr("agent.ray.runtime.ephemeral_port_range", lambda: (11500, 60999))
+    monkeypatch.setattr("agent.ray.ports.ephemeral_port_range", lambda: (11500, 60999))
     assert worker_port_window() is None  # no room below the ephemeral range: Ray's defaults
 
 
@@ -445,7 +437,7 @@ def test_worker_that_cannot_join_fails_cleanly(tmp_path: Path):
 
 def test_temp_dirs_leave_room_for_rays_socket_paths(tmp_path: Path):
     """The agent's default state dir gives /etc/cleverthis-agent/work/ray: Ray's sockets must still fit."""
-    from agent.ray.runtime import MAX_UNIX_PATH, SOCKET_SUFFIX
+    from agent.ray.process_runtime import MAX_UNIX_PATH, SOCKET_SUFFIX
 
     default = RayProcessRuntime(RAY_BIN, Path("/etc/cleverthis-agent/work/ray"))
     root = default._temp_root("ray-11111111-2222-4333-8444-555555555555")
