@@ -1,4 +1,4 @@
-"""The interface every executor implements, and the error it raises for documented failures.
+"""The interface every executor implements (documented failures raise `agent.errors.CommandFailed`).
 
 Executors are synchronous (the docker, kubernetes and git libraries all block); the tunnel runs them in
 a worker thread and hands them a thread-safe `ProgressFn`.
@@ -9,20 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from agent.errors import CommandFailed
 from agent.protocol import ContainerInfo
+
+# `CommandFailed` lives in `agent.errors`; still importable from here while callers move.
+__all__ = ["CommandFailed", "Executor", "ProgressFn"]
 
 # progress(message, percent=None, data=None) — safe to call from any thread.
 ProgressFn = Callable[..., None]
-
-
-class CommandFailed(Exception):
-    """A command failed for a documented reason; `code` is one of `agent.protocol.ERROR_CODES`."""
-
-    def __init__(self, code: str, message: str, **data: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
 
 
 class Executor(Protocol):

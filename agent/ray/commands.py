@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent import protocol
-from agent.executors.base import CommandFailed, ProgressFn
+from agent.errors import CommandFailed
+from agent.executors.base import ProgressFn
 from agent.ray import runtime
 from agent.ray.jobs import RayJobsHandler
 from agent.ray.runtime import RayNodeProcess, RayProcessRuntime, RayRuntimeError, docker_run_spec

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent.executors.base import CommandFailed
+from agent.errors import CommandFailed
 from agent.ray.commands import RayCommandHandler, member_name, member_of, normalize_status, port_in_use
 from agent.ray.runtime import NODE_LABEL, RayProcessRuntime, free_port, session_pids
 from tests.support.processes import VENV_BIN, wait_until

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agent.executors.base import CommandFailed
+from agent.errors import CommandFailed
 from agent.ray.commands import DockerRayContainers, RayCommandHandler, member_name
 from agent.ray.runtime import free_port
 from tests.agent.executors.podman import registry_address, require_podman
