@@ -10,7 +10,8 @@ from typing import Any
 
 from agent import asyncio_fixes
 from agent.config import AgentConfig, state_dir_from_env
-from agent.registration import RegistrationError, join
+from agent.errors import RegistrationError
+from agent.registration import join
 from agent.transport.tunnel import RunnerLike, run_agent
 from agent.update import launch
 
@@ -21,6 +22,7 @@ def make_runner_factory(config: AgentConfig) -> Any:
     """Build the CommandRunner for the cluster's orchestration mode (told by the control plane on connect)."""
 
     def factory(mode: str, mode_settings: dict[str, Any]) -> RunnerLike:
+        from agent.journal import journal_path
         from agent.ray.commands import default_handler
         from agent.runner import CommandRunner, build_executor
         from agent.workloads.endpoints import EndpointManager
@@ -41,7 +43,7 @@ def make_runner_factory(config: AgentConfig) -> Any:
             executor=executor,
             models=models,
             endpoints=endpoints,
-            journal_path=work_dir / "journal.jsonl",
+            journal_path=journal_path(work_dir),
             ray=default_handler(work_dir, executor=executor),
         )
 

@@ -10,14 +10,11 @@ import requests
 
 from agent import identity, inventory
 from agent.config import CA_FILE, CERT_FILE, NODE_FILE, AgentConfig
+from agent.errors import RegistrationError
 from agent.protocol import HostFacts, to_dict
 
 log = logging.getLogger("agent.registration")
 REGISTER_PATH = "/api/v1/agent/register"
-
-
-class RegistrationError(RuntimeError):
-    """The control plane refused the join (bad/expired/used token, bad CSR) or could not be reached."""
 
 
 # Said with every refused token: what the operator can do about it.

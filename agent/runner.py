@@ -2,7 +2,7 @@
 
 `CommandRunner.run` turns a `Command` into a `Result` or an `Error`: ``container.*`` goes to the
 cluster's executor, ``model.download`` to the `ModelCache`, ``endpoint.*`` to the `EndpointManager`.
-Every outcome (result or error) is appended to a JSON-lines journal and fsync'd before `run` returns, so
+Every outcome (result or error) is appended to the command journal (`agent.journal`) before `run` returns, so
 a command re-delivered with a finished idempotency key is answered from the journal without running
 the work again, also after an agent restart. A key re-delivered while its first delivery still runs
 waits for that run and gets the same outcome.
@@ -13,14 +13,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agent.executors.base import CommandFailed, Executor, ProgressFn
+from agent.errors import CommandFailed
+from agent.executors.base import Executor, ProgressFn
+from agent.journal import CommandJournal
 from agent.protocol import Command, ContainerInfo, Error, GpuInfo, Inventory, ProtocolError, Result, parse_payload
 from agent.ray.commands import RayCommandHandler
 from agent.workloads.endpoints import EndpointManager
@@ -49,46 +49,18 @@ class CommandRunner:
         self.models = models
         self.endpoints = endpoints
         self.journal_path = Path(journal_path)
+        self.journal = CommandJournal(self.journal_path)
         self._lock = threading.Lock()
-        self._journal_lock = threading.Lock()
-        self._done: dict[str, Result | Error] = {}
+        self._done: dict[str, Result | Error] = self.journal.load()
         self._running: dict[str, threading.Event] = {}
         self._last_containers: list[ContainerInfo] = []
         self._failing_parts: set[str] = set()
-        self._load_journal()
 
     # ---- journal
 
-    def _load_journal(self) -> None:
-        try:
-            lines = self.journal_path.read_text().splitlines()
-        except FileNotFoundError:
-            return
-        for number, line in enumerate(lines, 1):
-            try:
-                entry = json.loads(line)
-                if entry["kind"] == "result":
-                    outcome: Result | Error = Result(command_id=entry["command_id"], data=entry.get("data", {}))
-                else:
-                    outcome = Error(
-                        command_id=entry["command_id"],
-                        code=entry["code"],
-                        message=entry["message"],
-                        data=entry.get("data", {}),
-                    )
-            except (ValueError, KeyError, TypeError):
-                # A torn last line from a crash mid-write: that command was not finished.
-                log.warning("skipping unreadable journal line %d in %s", number, self.journal_path)
-                continue
-            self._done[entry["key"]] = outcome
-
-    def _append(self, key: str, command_type: str, outcome: Result | Error) -> None:
-        with self._journal_lock:
-            journal_append(self.journal_path, key, command_type, outcome)
-
     def record(self, key: str, command_type: str, outcome: Result | Error) -> None:
         """Journal the outcome of a command finished outside `run` (an agent update, by the new version)."""
-        self._append(key, command_type, outcome)
+        self.journal.append(key, command_type, outcome)
         with self._lock:
             self._done[key] = outcome
 
@@ -114,7 +86,7 @@ class CommandRunner:
             waiting.wait()
         try:
             outcome = self._execute(command, progress)
-            self._append(key, command.command_type, outcome)
+            self.journal.append(key, command.command_type, outcome)
             with self._lock:
                 self._done[key] = outcome
             return outcome
@@ -202,24 +174,6 @@ class CommandRunner:
             self._failing_parts.discard(name)
             log.info("the %s read again for the inventory", name)
         return value
-
-
-def journal_append(path: Path, key: str, command_type: str, outcome: Result | Error) -> None:
-    """Append one outcome to the journal at `path` and fsync it."""
-    entry: dict[str, Any] = {"key": key, "command_type": command_type, "command_id": outcome.command_id}
-    entry["at"] = time.time()
-    if isinstance(outcome, Result):
-        entry.update(kind="result", data=outcome.data)
-    else:
-        entry.update(kind="error", code=outcome.code, message=outcome.message, data=outcome.data)
-    line = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:

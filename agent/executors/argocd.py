@@ -29,8 +29,9 @@ import git
 import requests
 from git.exc import GitCommandError
 
+from agent.errors import CommandFailed
 from agent.executors import manifests as mf
-from agent.executors.base import CommandFailed, ProgressFn
+from agent.executors.base import ProgressFn
 from agent.protocol import ContainerCreatePayload, ContainerInfo, ContainerRefPayload
 
 MANIFEST_DIR = "manifests"

@@ -1,4 +1,4 @@
-"""The interface every executor implements, and the error it raises for documented failures.
+"""The interface every executor implements (documented failures raise `agent.errors.CommandFailed`).
 
 Executors are synchronous (the docker, kubernetes and git libraries all block); the tunnel runs them in
 a worker thread and hands them a thread-safe `ProgressFn`.
@@ -13,16 +13,6 @@ from agent.protocol import ContainerInfo
 
 # progress(message, percent=None, data=None) — safe to call from any thread.
 ProgressFn = Callable[..., None]
-
-
-class CommandFailed(Exception):
-    """A command failed for a documented reason; `code` is one of `agent.protocol.ERROR_CODES`."""
-
-    def __init__(self, code: str, message: str, **data: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
 
 
 class Executor(Protocol):

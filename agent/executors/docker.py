@@ -17,7 +17,8 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest
 
-from agent.executors.base import CommandFailed, ProgressFn
+from agent.errors import CommandFailed
+from agent.executors.base import ProgressFn
 from agent.protocol import ContainerCreatePayload, ContainerInfo, ContainerRefPayload
 
 MANAGED_LABEL = "io.cleverthis.managed"

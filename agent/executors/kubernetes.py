@@ -22,8 +22,9 @@ import kubernetes
 import urllib3
 from kubernetes.client.rest import ApiException
 
+from agent.errors import CommandFailed
 from agent.executors import manifests as mf
-from agent.executors.base import CommandFailed, ProgressFn
+from agent.executors.base import ProgressFn
 from agent.protocol import ContainerCreatePayload, ContainerInfo, ContainerRefPayload
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from agent import protocol
-from agent.executors.base import CommandFailed, ProgressFn
+from agent.errors import CommandFailed
+from agent.executors.base import ProgressFn
 from agent.ray.backends import DockerBackend, KubeRayBackend, ProcessBackend, RayBackend
 from agent.ray.containers import DockerRayContainers, RayContainers
 from agent.ray.jobs import RayJobsHandler

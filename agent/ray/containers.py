@@ -10,7 +10,7 @@ import contextlib
 from pathlib import Path
 from typing import Any, Protocol
 
-from agent.executors.base import CommandFailed
+from agent.errors import CommandFailed
 
 
 class RayContainers(Protocol):

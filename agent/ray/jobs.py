@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from agent import protocol
-from agent.executors.base import CommandFailed, ProgressFn
+from agent.errors import CommandFailed
+from agent.executors.base import ProgressFn
 
 RAY_JOB_COMMAND_TYPES = frozenset({"ray.job.submit", "ray.job.status", "ray.job.stop", "ray.serve.status"})
 MARKER = "CTFLEET "

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from agent import protocol
+from agent.errors import CommandFailed
 from agent.executors import manifests as mf
-from agent.executors.base import CommandFailed, ProgressFn
+from agent.executors.base import ProgressFn
 
 GROUP = "ray.io"
 VERSION = "v1"

@@ -33,7 +33,7 @@ from agent import identity, inventory
 from agent import protocol as p
 from agent.asyncio_fixes import cancel_and_wait
 from agent.config import AgentConfig
-from agent.executors.base import CommandFailed
+from agent.errors import CommandFailed
 from agent.transport.proxy import StreamManager
 from agent.transport.supervision import Supervisor, TaskFailed
 from agent.update import launch, updater

@@ -22,8 +22,8 @@ from pathlib import Path
 from agent import identity
 from agent import protocol as p
 from agent.config import AgentConfig
-from agent.executors.base import CommandFailed
-from agent.runner import journal_append
+from agent.errors import CommandFailed
+from agent.journal import journal_append, journal_path
 from agent.update.store import InstallError, UpdateMarker, VersionStore, now
 from agent.update.version import agent_version
 
@@ -37,7 +37,7 @@ def store_for(config: AgentConfig) -> VersionStore:
 
 
 def journal_for(config: AgentConfig) -> Path:
-    return config.work_dir / "journal.jsonl"
+    return journal_path(config.work_dir)
 
 
 def _download(url: str, destination: Path) -> str:

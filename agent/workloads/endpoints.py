@@ -28,7 +28,8 @@ from typing import Any
 import psutil
 import requests
 
-from agent.executors.base import CommandFailed, ProgressFn
+from agent.errors import CommandFailed
+from agent.executors.base import ProgressFn
 from agent.protocol import EndpointInfo, EndpointStartPayload, EndpointStopPayload, GpuInfo
 from agent.workloads.engine import VLLM_MODULE, Engine, choose_engine, cpu_bytes_needed, weights_bytes
 from agent.workloads.models import ModelCache

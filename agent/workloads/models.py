@@ -27,7 +27,8 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import tqdm as hf_tqdm
 
-from agent.executors.base import CommandFailed, ProgressFn
+from agent.errors import CommandFailed
+from agent.executors.base import ProgressFn
 from agent.protocol import CachedModel, ModelDownloadPayload
 
 DEFAULT_ROOT = Path("/var/cache/cleverthis/models")

@@ -254,6 +254,9 @@ def test_render_accepts_plain_urls() -> None:
     assert validate_control_plane_url("https://cp.example.com/fleet") == "https://cp.example.com/fleet"
 
 
+PROTOCOL_FILES = ("agent/protocol/__init__.py", "agent/protocol/frames.py", "agent/protocol/codec.py")
+
+
 def sdist_members(sdist: Path) -> set[str]:
     with tarfile.open(sdist) as archive:
         return {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
@@ -262,7 +265,7 @@ def sdist_members(sdist: Path) -> set[str]:
 def test_build_agent_sdist_ships_the_agent_and_its_installer(tmp_path: Path) -> None:
     before = sorted(p.name for p in REPO.iterdir())
     names = sdist_members(build_agent_sdist(project_dir=REPO, output_dir=tmp_path / "dist"))
-    assert {"agent/install/install.sh", "agent/install/cleverthis-agent.service", "agent/protocol.py"} <= names
+    assert {"agent/install/install.sh", "agent/install/cleverthis-agent.service", *PROTOCOL_FILES} <= names
     assert {"agent/__init__.py", "agent/install/__init__.py", "pyproject.toml", "PKG-INFO"} <= names
     assert not [n for n in names if "__pycache__" in n]
     assert sorted(p.name for p in REPO.iterdir()) == before
@@ -285,7 +288,7 @@ def test_project_packaging_selects_only_the_agent(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=source, capture_output=True, check=True)
     (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
     names = sdist_members(sdist)
-    assert {"agent/install/install.sh", "agent/install/cleverthis-agent.service", "agent/protocol.py"} <= names
+    assert {"agent/install/install.sh", "agent/install/cleverthis-agent.service", *PROTOCOL_FILES} <= names
     assert not [n for n in names if n.startswith(("cleverthis/", "fleet/", "raymgr/", "tests/", "manage.py"))]
 
 

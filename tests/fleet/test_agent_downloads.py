@@ -35,5 +35,6 @@ def test_agent_package_is_an_sdist_of_the_agent(client, settings, tmp_path):
         names = archive.getnames()
     for module in ("agent/transport/tunnel.py", "agent/ray/runtime.py", "agent/workloads/models.py"):
         assert any(name.endswith(module) for name in names), module
-    assert any(name.endswith("agent/protocol.py") for name in names)
+    for module in ("agent/protocol/__init__.py", "agent/protocol/frames.py", "agent/protocol/codec.py"):
+        assert any(name.endswith(module) for name in names), module
     assert not any("/fleet/" in name for name in names)

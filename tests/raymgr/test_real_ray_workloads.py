@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.executors.base import CommandFailed
+from agent.errors import CommandFailed
 from agent.ray.commands import RayCommandHandler
 from agent.ray.runtime import RayProcessRuntime, free_port
 from fleet.models import Command, CommandStatus

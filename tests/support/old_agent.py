@@ -23,13 +23,19 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
 
 
+# Where `PROTOCOL_VERSION` is defined: the protocol package's `versions` module, a single module before.
+VERSION_FILES = ("agent/protocol/versions.py", "agent/protocol.py")
+
+
 def _protocol_version_at(commit: str) -> int | None:
-    try:
-        text = _git("show", f"{commit}:agent/protocol.py")
-    except subprocess.CalledProcessError:
-        return None
-    found = re.search(r"(?m)^PROTOCOL_VERSION = (\d+)$", text)
-    return int(found.group(1)) if found else None
+    for path in VERSION_FILES:
+        try:
+            text = _git("show", f"{commit}:{path}")
+        except subprocess.CalledProcessError:
+            continue
+        found = re.search(r"(?m)^PROTOCOL_VERSION = (\d+)$", text)
+        return int(found.group(1)) if found else None
+    return None
 
 
 def previous_protocol_commit() -> str | None:
@@ -45,7 +51,7 @@ def previous_protocol_commit() -> str | None:
             "-G",
             rf"^PROTOCOL_VERSION = {p.PROTOCOL_VERSION}$",
             "--",
-            "agent/protocol.py",
+            *VERSION_FILES,
         ).split()
     except subprocess.CalledProcessError:
         return None

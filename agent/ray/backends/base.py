@@ -2,7 +2,7 @@
 
 The command handler picks a backend by the payload's ``runtime`` and calls `RayBackend.execute`, which
 runs one of the five ``ray.*`` node commands. Backends are synchronous; a documented failure raises
-`agent.executors.base.CommandFailed`.
+`agent.errors.CommandFailed`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agent import protocol
-from agent.executors.base import CommandFailed, ProgressFn
+from agent.errors import CommandFailed
+from agent.executors.base import ProgressFn
 
 Result = dict[str, Any]
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agent import protocol
-from agent.executors.base import CommandFailed, ProgressFn
+from agent.errors import CommandFailed
+from agent.executors.base import ProgressFn
 from agent.ray import incontainer
 from agent.ray.backends.base import MemberFile, RayBackend, Result
 from agent.ray.containers import RayContainers, available_memory_bytes, memory_bytes, short_reason

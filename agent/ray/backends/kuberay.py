@@ -8,7 +8,8 @@ drains are refused. Only kubernetes and argocd compute clusters have a KubeRay b
 from __future__ import annotations
 
 from agent import protocol
-from agent.executors.base import CommandFailed, ProgressFn
+from agent.errors import CommandFailed
+from agent.executors.base import ProgressFn
 from agent.ray.backends.base import RayBackend, Result
 from agent.ray.kuberay import KubeRayGitOps, KubeRayKube
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from agent import protocol
-from agent.executors.base import CommandFailed, ProgressFn
+from agent.errors import CommandFailed
+from agent.executors.base import ProgressFn
 from agent.ray.backends.base import MemberFile, RayBackend, Result
 from agent.ray.members import LOG_FILES, member_name, normalize_status, read_text, tail_lines
 from agent.ray.ports import free_port, port_in_use

@@ -10,7 +10,7 @@ import json
 from importlib import resources
 from typing import Any
 
-from agent.executors.base import CommandFailed
+from agent.errors import CommandFailed
 
 MARKER = "RAYJSON"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.errors import CommandFailed
 from agent.executors import manifests as mf
 from agent.executors.argocd import ArgoCDExecutor
-from agent.executors.base import CommandFailed
 from agent.protocol import ContainerCreatePayload, ContainerRefPayload, PortMapping
 from tests.support.argocd_standin import ArgoCDStandin
 from tests.support.processes import free_port

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import docker
 import pytest
 
-from agent.executors.base import CommandFailed
+from agent.errors import CommandFailed
 from agent.executors.docker import COMMAND_KEY_LABEL, MANAGED_LABEL, DockerExecutor, split_image
 from agent.protocol import ContainerCreatePayload, ContainerRefPayload, PortMapping
 from agent.runner import CommandRunner

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.errors import CommandFailed
 from agent.executors import manifests as mf
-from agent.executors.base import CommandFailed
 from agent.executors.kubernetes import KubernetesExecutor, resolve_kubeconfig
 from agent.protocol import ContainerCreatePayload, ContainerRefPayload, PortMapping
 from tests.support.k8s_standin import K8sStandin

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.executors.base import CommandFailed
+from agent.errors import CommandFailed
 from agent.ray import incontainer
 from agent.ray.incontainer import helper
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.errors import CommandFailed
 from agent.executors import manifests as mf
 from agent.executors.argocd import ArgoCDExecutor
-from agent.executors.base import CommandFailed
 from agent.executors.kubernetes import KubernetesExecutor
 from agent.protocol import RayHeadStartPayload, RayNodeStopPayload, RayStatusPayload, parse_payload
 from agent.ray import kuberay

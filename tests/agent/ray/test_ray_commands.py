@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent.executors.base import CommandFailed
+from agent.errors import CommandFailed
 from agent.ray.commands import RayCommandHandler
 from agent.ray.gcs import NODE_LABEL
 from agent.ray.members import member_name, member_of, normalize_status

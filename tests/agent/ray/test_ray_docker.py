@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agent.executors.base import CommandFailed
+from agent.errors import CommandFailed
 from agent.ray.commands import RayCommandHandler
 from agent.ray.containers import DockerRayContainers
 from agent.ray.members import member_name

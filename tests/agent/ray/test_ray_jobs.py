@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agent.executors.base import CommandFailed
+from agent.errors import CommandFailed
 from agent.ray.jobs import RayJobsHandler
 
 NOT_READY = "Request failed with status code 500: No available agent to submit job, please try again later.."

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from agent.executors.base import CommandFailed
+from agent.errors import CommandFailed
 from agent.protocol import EndpointStartPayload, EndpointStopPayload, GpuInfo, ModelDownloadPayload
 from agent.workloads.endpoints import VLLM_COMMAND, EndpointManager, _pid_alive, default_server_command
 from agent.workloads.engine import choose_engine

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.executors.base import CommandFailed
+from agent.errors import CommandFailed
 from agent.protocol import ModelDownloadPayload
 from agent.workloads.models import ModelCache
 from tests.support.hub_standin import HubStandin

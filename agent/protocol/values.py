@@ -1,0 +1,75 @@
+"""Value types shared by several messages: host facts, GPUs, containers, models, endpoints, the inventory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as reported by nvidia-ml-py."""
+
+    index: int
+    name: str
+    uuid: str = ""
+    memory_total_mb: int = 0
+    memory_used_mb: int = 0
+    utilization_percent: float = 0.0
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """Static facts about the node, sent at registration and in `Hello`."""
+
+    hostname: str
+    os: str = ""
+    arch: str = ""
+    cpu_count: int = 0
+    memory_total_mb: int = 0
+    agent_version: str = ""
+    gpus: list[GpuInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """A workload container (or Deployment) that the agent manages."""
+
+    container_id: str
+    name: str
+    image: str
+    status: str  # created | running | exited | stopped | missing
+    command_key: str = ""  # idempotency key of the container.create that made it
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CachedModel:
+    """A model snapshot in the node's cache."""
+
+    model_id: str
+    revision: str
+    path: str
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class EndpointInfo:
+    """A running inference endpoint on the node."""
+
+    endpoint_id: str
+    model_id: str
+    port: int
+    status: str  # starting | running | stopped | failed
+    pid: int = 0
+    container_id: str = ""
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Everything the agent runs and holds, sent on every (re)connect for reconciliation."""
+
+    containers: list[ContainerInfo] = field(default_factory=list)
+    endpoints: list[EndpointInfo] = field(default_factory=list)
+    models: list[CachedModel] = field(default_factory=list)
+    gpus: list[GpuInfo] = field(default_factory=list)
+    completed_command_keys: list[str] = field(default_factory=list)
