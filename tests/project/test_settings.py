@@ -145,7 +145,8 @@ def test_start_up_warns_when_node_origins_share_a_site_with_the_control_plane_or
         ENDPOINT_DOMAIN="endpoints.example.com",
         RAY_DASHBOARD_DOMAIN="ray.example.com",
     )
-    assert "ENDPOINT_DOMAIN" in shared.stderr and "RAY_DASHBOARD_DOMAIN" in shared.stderr
+    assert "ENDPOINT_DOMAIN" in shared.stderr
+    assert "RAY_DASHBOARD_DOMAIN" in shared.stderr
     assert "example.com" in shared.stderr
     apart = _settings_in_a_fresh_interpreter(
         tmp_path,
@@ -163,7 +164,7 @@ def test_start_up_warns_when_node_origins_share_a_site_with_the_control_plane_or
     ("control_plane", "endpoints", "dashboards", "named"),
     [
         ("https://fleet.example.com", "endpoints.example.com", "example-ray.net", ["ENDPOINT_DOMAIN"]),
-        ("https://fleet.example.com", "example-apps.net", "ray.example-apps.net", ["ENDPOINT_DOMAIN", "RAY_DASHBOARD_DOMAIN"]),
+        ("https://fleet.example.com", "apps.net", "ray.apps.net", ["ENDPOINT_DOMAIN", "RAY_DASHBOARD_DOMAIN"]),
         ("https://example.com", "example-apps.net", "dash.example.com", ["RAY_DASHBOARD_DOMAIN"]),
         ("https://fleet.example.com", "example-apps.net", "example-ray.net", []),
         ("http://127.0.0.1:8000", "endpoints.localhost", "ray.localhost", []),
