@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from cleverthis.asgi_scope import header
 from fleet.proxy import origins
+from kernel.asgi_scope import header
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}

@@ -120,3 +120,16 @@ def test_api_clients_with_a_token_are_not_browsers(hosts, owner):
 def test_a_public_endpoint_called_from_anywhere_without_the_cookie_still_answers(hosts):
     answer = call(hosts["public"], "/v1/chat/completions", method="POST", origin="https://app.example")
     assert isinstance(answer, ProxyTarget)
+
+
+@pytest.mark.parametrize("kind", ["serve", "private"])
+@pytest.mark.parametrize("role", ["viewer", "member"])
+def test_every_member_may_call_an_endpoint_or_deployment_from_its_own_page(hosts, workspace, member_of, kind, role):
+    """Calling an endpoint or a Serve deployment (a POST of a prediction) is using it: any member may, with
+    a token or the origin cookie, as the API allows any member's token (it is no Ray workload being run)."""
+    user = member_of(workspace, role)
+    host = hosts[kind]
+    own_page = call(host, "/v1/chat/completions", method="POST", user=user, origin=f"http://{host}:8000")
+    assert isinstance(own_page, ProxyTarget), own_page
+    token = Token.objects.create(user=user).key
+    assert isinstance(call(host, "/v1/chat/completions", method="POST", token=token), ProxyTarget)
