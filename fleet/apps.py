@@ -13,6 +13,7 @@ class FleetConfig(AppConfig):
     def ready(self) -> None:
         from agent import asyncio_fixes
         from fleet import agent_updates, signals
+        from fleet.proxy import site_checks  # registers its system check
         from fleet.workloads import receivers
 
         # Every cancellation reaches its task: Python 3.11's wait_for (used by redis-py for each command)
@@ -20,3 +21,5 @@ class FleetConfig(AppConfig):
         asyncio_fixes.install()
         receivers.connect()
         signals.command_finished.connect(agent_updates.record_outcome, dispatch_uid="fleet.agent_updates.outcome")
+        # node origins sharing a site with the control plane or each other: said at every start-up
+        site_checks.log_origin_domain_warnings()

@@ -5,6 +5,14 @@ workspace, signed in through the browser (API tokens and public access are not a
 plane's path `/ray/clusters/<id>/dashboard/…` checks the member's session and sends the browser to the
 dashboard's origin with a single-use ticket; there the origin cookie it was exchanged for is checked on
 every request (`fleet.proxy.origins`). The control plane's session cookie never reaches that origin.
+
+Rights there follow the API's role rules, per method and path (`acts`): every member of the workspace,
+Viewers included, may look (GET, HEAD and OPTIONS on Ray's read routes: the UI, jobs and their logs,
+actors, nodes, Serve applications, metrics); only Owners and Admins may act, as only they may run Ray
+workloads through the API: any other method (submitting, stopping or deleting jobs, uploading packages,
+deploying or deleting Serve applications) and the GET routes of Ray 2.x that act (killing an actor,
+`/api/actors/kill` and the older `/logical/kill_actor`; starting a profiler inside a live worker,
+`/worker/*_profile`, `/task/*_profile`, `/memory_profile`, `/api/launch_profiling`). Others get a 403.
 """
 
 from __future__ import annotations
@@ -15,15 +23,41 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from cleverthis.tenancy.asgi_auth import user_from_scope
-from cleverthis.tenancy.permissions import can_view
+from cleverthis.tenancy.permissions import can_operate, can_view
 from fleet.models import NodeStatus
-from fleet.proxy import origins
+from fleet.proxy import origin_guard, origins
 from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from kernel.asgi_scope import header
 from raymgr.models import RayCluster, RayClusterStatus
 
 DASHBOARD_PATH = re.compile(r"^/ray/clusters/(?P<id>[0-9a-f-]{36})/dashboard(?P<rest>/.*)?$")
 NO_TOKENS = "The Ray Dashboard needs a signed-in session of a workspace member, not a token."
+NOT_AN_OPERATOR = (
+    "Only workspace Owners and Admins can run Ray workloads: submitting or stopping jobs, killing actors, "
+    "changing Serve applications or profiling workers through the Ray Dashboard is theirs. "
+    "Members and Viewers may look."
+)
+# GET routes of the Ray Dashboard (2.x) that act, whichever version serves them
+ACTING_GET = re.compile(
+    r"/(api/actors/kill|logical/kill_actor|api/launch_profiling|memory_profile|(worker|task)/[a-z_]*profile)"
+)
+
+
+def _normalized(path: str) -> str:
+    """`path` as the dashboard's router sees it: no empty or `.` segments, `..` applied, no trailing `/`."""
+    segments: list[str] = []
+    for segment in path.split("/"):
+        if segment == "..":
+            if segments:
+                segments.pop()
+        elif segment not in ("", "."):
+            segments.append(segment)
+    return "/" + "/".join(segments)
+
+
+def acts(scope: dict[str, Any]) -> bool:
+    """Whether a request on a dashboard's origin changes something (see the module's docstring)."""
+    return not origin_guard.is_safe_method(scope) or ACTING_GET.fullmatch(_normalized(scope["path"])) is not None
 
 
 def _cluster_answer(user: Any, cluster_id: Any) -> RayCluster | ProxyRefusal:
@@ -58,6 +92,8 @@ def _decide(scope: dict[str, Any], cluster_id: str) -> ProxyTarget | ProxyRefusa
     found = _cluster_answer(user, cluster_id)
     if isinstance(found, ProxyRefusal):
         return found
+    if acts(scope) and not can_operate(user, found.workspace):
+        return ProxyRefusal(403, NOT_AN_OPERATOR)
     query = scope.get("query_string", b"").decode("latin-1")
     return ProxyTarget(
         node_id=found.head_node.pk,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from cleverthis.settings.env import (
     database_from_url,
@@ -18,7 +19,6 @@ BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
 SECRET_KEY = env_str("SECRET_KEY", "dev-insecure-secret-key-change-me-in-production-0123456789")
 DEBUG = env_bool("DEBUG", True)
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["*"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"])
 
 # Public URL of this control plane, used in join commands and install scripts.
@@ -33,6 +33,24 @@ AGENT_PACKAGE_CACHE_DIR = env_str("AGENT_PACKAGE_CACHE_DIR", "/tmp/cleverthis-ag
 # Dashboards at ray-<id>.<RAY_DASHBOARD_DOMAIN> (wildcard DNS and certificate; *.localhost needs none).
 ENDPOINT_DOMAIN = env_str("ENDPOINT_DOMAIN", "endpoints.localhost")
 RAY_DASHBOARD_DOMAIN = env_str("RAY_DASHBOARD_DOMAIN", "ray.localhost")
+# Hosts Django answers: the control plane's (CONTROL_PLANE_URL), the node-origin domains (their hosts never
+# reach Django: the proxy answers them, 404 for a name that is no node origin's), and local addresses.
+_CONTROL_PLANE_HOST = (urlsplit(CONTROL_PLANE_URL).hostname or "127.0.0.1").lower()
+ALLOWED_HOSTS = env_list(
+    "ALLOWED_HOSTS",
+    list(
+        dict.fromkeys(
+            [
+                f"[{_CONTROL_PLANE_HOST}]" if ":" in _CONTROL_PLANE_HOST else _CONTROL_PLANE_HOST,
+                "." + ENDPOINT_DOMAIN.lower().strip("."),
+                "." + RAY_DASHBOARD_DOMAIN.lower().strip("."),
+                "localhost",
+                "127.0.0.1",
+                "[::1]",
+            ]
+        )
+    ),
+)
 # Ray releases a cluster can be created with (docker runtime); the first is the default. Images are
 # RAY_IMAGE_TEMPLATE with {version} filled in (RAY_GPU_IMAGE_TEMPLATE on GPU nodes). The process runtime
 # runs the Ray installed next to the agent: only RAY_PROCESS_VERSION (that Ray's version) is offered there.

@@ -5,6 +5,10 @@ record and certificate; `*.localhost` locally). The older path form `/endpoints/
 plane's host redirects there (`relay.redirect_to_origin`) and is never proxied. Endpoints need an API
 token, or the origin cookie a signed-in member gets through a ticket (`fleet.proxy.origins`), unless
 they are marked public; the control plane's session cookie is never accepted on an endpoint's origin.
+Every member of the endpoint's workspace, Viewers included, may call it with any method (a `POST` to
+`/v1/chat/completions` is its normal use), as the API lets any member's token call it; starting, stopping
+or changing an endpoint is done on the control plane (Owners and Admins). A browser's state-changing call
+made with the origin cookie must come from this very origin (`fleet.proxy.origin_guard`).
 
 Where an endpoint leads (its node, port, status and whether it is public) is kept in process memory for
 `PROXY_ROUTE_CACHE_S` (default 2 s), so a stream of requests to one endpoint costs no database query

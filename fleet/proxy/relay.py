@@ -10,6 +10,9 @@ Everything else goes to Django untouched.
 
 Credentials of the control plane (Authorization, its cookies, the CSRF header) are never forwarded to
 a node, and no `Set-Cookie` of a node may name a control-plane cookie or reach beyond the node's host.
+A state-changing request a browser makes with the origin cookie from another origin is refused (403), and
+a host under the node-origin domains that names no node origin gets a plain 404, never the control
+plane's pages (`fleet.proxy.origin_guard`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 from uuid import UUID
 
 import h11
@@ -32,7 +35,7 @@ from websockets.protocol import State
 from websockets.uri import parse_uri
 
 from cleverthis.tenancy.asgi_auth import user_from_scope
-from fleet.proxy import origins
+from fleet.proxy import origin_guard, origins
 from fleet.proxy.streams import FIRST_BYTES_MAX, StreamUnavailable, TunnelStream
 from fleet.proxy.write_pressure import WritePressure
 from kernel.asgi_scope import header
@@ -110,6 +113,14 @@ class ProxyRedirect:
 Answer = ProxyTarget | ProxyRefusal | ProxyRedirect
 Resolver = Callable[[dict[str, Any]], Awaitable[Answer | None]]
 _resolvers: list[Resolver] = []
+CROSS_ORIGIN = (
+    "Refused: a request that changes something on this origin must come from a page of this origin "
+    "(Origin or Referer header). API clients send an API token (Authorization: Token <key>) instead."
+)
+NO_SUCH_ORIGIN = "No such endpoint, deployment or dashboard here."
+# characters a URL may carry as they are (RFC 3986 reserved and unreserved, and `%` for escapes already
+# there); everything else (non-ASCII, spaces, controls, quotes) is percent-encoded
+URL_SAFE = "!#$%&'()*+,/:;=?@[]~"
 
 
 def register_resolver(resolver: Resolver) -> Resolver:
@@ -119,6 +130,9 @@ def register_resolver(resolver: Resolver) -> Resolver:
 
 
 async def resolve(scope: dict[str, Any]) -> Answer | None:
+    """The first resolver's answer, after the checks every node origin shares (`origin_guard`)."""
+    if origins.is_node_origin(scope) and origin_guard.from_elsewhere(scope):
+        return ProxyRefusal(403, CROSS_ORIGIN)
     for resolver in _resolvers:
         answer = await resolver(scope)
         if answer is not None:
@@ -139,7 +153,20 @@ def redirect_to_origin(scope: dict[str, Any], host: str, path: str) -> ProxyRedi
         user = user_from_scope(scope)
         if user.is_authenticated:
             return ProxyRedirect(origins.ticket_redirect(scope, user_id=user.pk, host=host, next_path=path), 302)
-    return ProxyRedirect(origins.origin_url(scope, host) + path)
+    return ProxyRedirect(origins.origin_url(scope, host) + request_target(path).decode("ascii"))
+
+
+def request_target(path: str) -> bytes:
+    """`path` (with its query) as it may go on the wire: ASCII, percent-encoded where it must be.
+
+    The path part is the decoded text of an ASGI `path` (UTF-8), the query part the raw query decoded as
+    Latin-1 (one character per byte): each goes back to its bytes before encoding.
+    """
+    part, mark, query = path.partition("?")
+    encoded = quote(part.encode("utf-8", "surrogateescape"), safe=URL_SAFE)
+    if mark:
+        encoded += "?" + quote(query.encode("latin-1", "replace"), safe=URL_SAFE)
+    return encoded.encode("ascii")
 
 
 async def plain_response(
@@ -162,6 +189,9 @@ class TunnelProxyApp:
         if scope["type"] not in ("http", "websocket"):
             await self.inner(scope, receive, send)
             return
+        if not origins.is_node_origin(scope) and origin_guard.under_node_domain(origins.request_host(scope)):
+            await refuse_unknown_host(scope, receive, send)
+            return
         if scope["type"] == "http" and scope["path"] == origins.TICKET_PATH and origins.is_node_origin(scope):
             await exchange_ticket(scope, send)
             return
@@ -181,20 +211,50 @@ class TunnelProxyApp:
             await proxy_http(scope, receive, send, answer)
 
 
+async def refuse_unknown_host(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """A host under the node-origin domains that names no node origin: a plain 404 (a WebSocket: closed)."""
+    if scope["type"] == "websocket":
+        if (await receive())["type"] == "websocket.connect":
+            await send({"type": "websocket.close", "code": 4404})
+        return
+    await plain_response(send, 404, NO_SUCH_ORIGIN)
+
+
+def ticket_next(query_string: bytes) -> bytes | None:
+    """The `Location` an exchange goes on to: the query's `next` (default `/`), percent-encoded; None when
+    `next` is not a path on this origin. Bytes that are not UTF-8 go on as they came."""
+    values = parse_qs(query_string.decode("latin-1"), keep_blank_values=True, encoding="latin-1").get("next")
+    if not values:
+        return b"/"
+    raw = values[0]
+    if origins.safe_next(raw) != raw:
+        return None
+    return quote(raw.encode("latin-1"), safe=URL_SAFE).encode("ascii")
+
+
 async def exchange_ticket(scope: dict[str, Any], send: Any) -> None:
     """`GET <node origin>/__cleverthis/ticket?ticket=…&next=…`: trade a fresh single-use ticket for the
-    origin cookie of this host, then go to `next`; any other request here gets 403."""
-    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    origin cookie of this host, then go to `next` (percent-encoded); any other method gets 403.
+
+    The request is checked before the ticket is: one refused for its input (a `next` that is no path on
+    this origin: 400) leaves the ticket unused.
+    """
+    query_string = scope.get("query_string", b"")
+    if scope.get("method") != "GET":
+        await plain_response(send, 403, "This link expired or was used already: open it again from the control plane.")
+        return
+    location = ticket_next(query_string)
+    if location is None:
+        await plain_response(send, 400, "Bad request: next must be a path on this origin (it starts with one /).")
+        return
+    ticket = (parse_qs(query_string.decode("latin-1")).get("ticket") or [""])[0]
     host = origins.request_host(scope)
-    user_id = None
-    if scope.get("method") == "GET":
-        user_id = await database_sync_to_async(origins.redeem_ticket)((query.get("ticket") or [""])[0], host=host)
+    user_id = await database_sync_to_async(origins.redeem_ticket)(ticket, host=host)
     if not user_id:
         await plain_response(send, 403, "This link expired or was used already: open it again from the control plane.")
         return
     secure = origins.origin_url(scope, host).startswith("https:")
     cookie = origins.origin_cookie_header(user_id=user_id, host=host, secure=secure)
-    location = origins.safe_next((query.get("next") or ["/"])[0]).encode("latin-1")
     await plain_response(
         send, 302, "Signed in.", [(b"location", location), (b"set-cookie", cookie), (b"cache-control", b"no-store")]
     )
@@ -211,7 +271,7 @@ def _upstream_request(scope: dict[str, Any], target: ProxyTarget) -> h11.Request
         headers.append((b"content-length", length.encode()))
     elif scope["method"] not in ("GET", "HEAD", "OPTIONS", "DELETE"):
         headers.append((b"transfer-encoding", b"chunked"))
-    return h11.Request(method=scope["method"], target=target.path.encode("latin-1"), headers=headers)
+    return h11.Request(method=scope["method"], target=request_target(target.path), headers=headers)
 
 
 async def proxy_http(scope: dict[str, Any], receive: Any, send: Any, target: ProxyTarget) -> None:

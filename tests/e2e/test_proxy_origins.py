@@ -14,11 +14,15 @@ from typing import Any
 
 import pytest
 import requests
+from django.contrib.auth import get_user_model
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
+from cleverthis.tenancy import services as tenancy_services
+from cleverthis.tenancy.models import Role
 from fleet.models import Endpoint
 from fleet.proxy import origins
+from raymgr.models import RayCluster, RayClusterStatus
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.origin_client import redeem_ticket_redirect
 from tests.support.processes import free_port
@@ -42,6 +46,13 @@ class HostileWorkload(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Length", "8")
+        self.end_headers()
+        self.wfile.write(b"received")
 
 
 @pytest.fixture
@@ -165,3 +176,83 @@ def test_websocket_upgrades_from_a_foreign_origin_are_refused(control_plane, clu
         loop.call_soon_threadsafe(stop.set_result, None)
         thread.join(10)
         loop.close()
+
+
+def _signed_in(control_plane, user, path: str) -> dict[str, str]:
+    """Headers that reach the node origin `path` (on the control plane) leads to, as `user` signed in."""
+    browser = Client()
+    browser.force_login(user)
+    opened = requests.get(
+        f"{control_plane.url}{path}",
+        cookies={"sessionid": browser.cookies["sessionid"].value},
+        allow_redirects=False,
+        timeout=30,
+    )
+    assert opened.status_code == 302, opened.text
+    return redeem_ticket_redirect(control_plane.url, opened.headers["location"])
+
+
+def test_dashboard_rights_follow_roles_and_other_origins_cannot_post(control_plane, hostile_endpoint):
+    """Findings: a Viewer's `POST /api/jobs/` on the dashboard's origin reached the head; a page on a sibling
+    origin could POST there with the visitor's origin cookie (one site, so SameSite=Lax let it through)."""
+    endpoint, owner = hostile_endpoint
+    ray = RayCluster.objects.create(
+        workspace=endpoint.cluster.workspace,
+        compute_cluster=endpoint.cluster,
+        name="r",
+        status=RayClusterStatus.RUNNING,
+        head_node=endpoint.node,
+        dashboard_port=endpoint.port,  # the hostile workload stands in for the head's dashboard
+    )
+    viewer = get_user_model().objects.create_user("viewer", password="pw-viewer")
+    tenancy_services.membership_set(workspace=endpoint.cluster.workspace, user=viewer, role=Role.VIEWER)
+    dashboard = f"/ray/clusters/{ray.pk}/dashboard/"
+    own_origin = {"Origin": f"http://{origins.DASHBOARD.host(ray.pk)}:{control_plane.ports[0]}"}
+
+    as_viewer = {**_signed_in(control_plane, viewer, dashboard), **own_origin}
+    assert requests.get(f"{control_plane.url}/api/jobs/", headers=as_viewer, timeout=30).status_code == 200
+    submitted = requests.post(f"{control_plane.url}/api/jobs/", headers=as_viewer, json={}, timeout=30)
+    assert submitted.status_code == 403
+    assert "Only workspace Owners and Admins" in submitted.text
+    killed = requests.get(f"{control_plane.url}/api/actors/kill?actor_id=a", headers=as_viewer, timeout=30)
+    assert killed.status_code == 403
+
+    as_owner = _signed_in(control_plane, owner, dashboard)
+    url = f"{control_plane.url}/api/jobs/"
+    assert requests.post(url, headers={**as_owner, **own_origin}, json={}, timeout=30).text == "received"
+    sibling = {"Origin": f"http://{endpoint.hostname}:{control_plane.ports[0]}"}
+    from_sibling = requests.post(url, headers={**as_owner, **sibling}, json={}, timeout=30)
+    assert from_sibling.status_code == 403
+    assert "must come from a page of this origin" in from_sibling.text
+    assert requests.post(url, headers=as_owner, json={}, timeout=30).status_code == 403  # names no origin
+
+
+def test_a_ticket_with_any_next_and_a_malformed_node_host(control_plane, hostile_endpoint):
+    """Findings: `next=/logs/€` answered 500 and used the ticket up; `endpoint-zz.<ENDPOINT_DOMAIN>` (no
+    node object's name) served the control plane's pages."""
+    endpoint, user = hostile_endpoint
+    browser = Client()
+    browser.force_login(user)
+    opened = requests.get(
+        f"{control_plane.url}/endpoints/{endpoint.slug}/logs/€",
+        cookies={"sessionid": browser.cookies["sessionid"].value},
+        allow_redirects=False,
+        timeout=30,
+    )
+    assert opened.status_code == 302
+    ticket_url = opened.headers["location"].split(endpoint.hostname, 1)[1].split("/", 1)[1]
+    host = {"Host": f"{endpoint.hostname}:{control_plane.ports[0]}"}
+    assert "&next=" in ticket_url
+    elsewhere = ticket_url.split("&next=", 1)[0] + "&next=https%3A%2F%2Fevil.example%2F"
+    bad = requests.get(f"{control_plane.url}/{elsewhere}", headers=host, timeout=30)
+    assert bad.status_code == 400  # refused for its input, the ticket left unused
+    exchanged = requests.get(f"{control_plane.url}/{ticket_url}", headers=host, allow_redirects=False, timeout=30)
+    assert exchanged.status_code == 302, exchanged.text
+    assert exchanged.headers["location"] == "/logs/%E2%82%AC"
+
+    for name in (f"endpoint-zz.{origins.ENDPOINT.domain}", origins.DASHBOARD.domain):
+        for path in ("/", "/accounts/login/"):
+            answer = requests.get(f"{control_plane.url}{path}", headers={"Host": name}, timeout=30)
+            assert answer.status_code == 404
+            assert answer.headers["content-type"].startswith("text/plain")
+    assert requests.get(f"{control_plane.url}/accounts/login/", timeout=30).status_code == 200

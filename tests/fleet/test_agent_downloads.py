@@ -10,6 +10,7 @@ import pytest
 @pytest.mark.django_db
 def test_install_script_carries_the_control_plane_url(client, settings):
     settings.CONTROL_PLANE_URL_EXPLICIT = ""
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "fleet.example.com"]
     response = client.get("/agent/install.sh", HTTP_HOST="fleet.example.com")
     assert response.status_code == 200
     body = response.content.decode()

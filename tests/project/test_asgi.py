@@ -17,7 +17,7 @@ def anyio_backend() -> str:
 
 
 async def test_http_goes_to_django():
-    communicator = HttpCommunicator(application, "GET", "/healthz")
+    communicator = HttpCommunicator(application, "GET", "/healthz", headers=[(b"host", b"127.0.0.1:8000")])
     response = await communicator.get_response()
     assert response["status"] == 200
     assert response["body"] == b'{"status": "ok"}'
@@ -59,6 +59,8 @@ async def test_user_websocket_from_foreign_origin_is_refused(settings):
 
 
 async def test_unknown_websocket_route_is_rejected():
-    communicator = WebsocketCommunicator(application, "/ws/nothing-here/")
+    communicator = WebsocketCommunicator(
+        application, "/ws/nothing-here/", headers=[(b"origin", b"http://127.0.0.1:8000")]
+    )
     with pytest.raises(ValueError, match="No route found"):
         await communicator.connect()

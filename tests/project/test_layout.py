@@ -20,6 +20,7 @@ CORE_SEAMS = {
     "fleet.tunnel.groups",  # reach a node's tunnel: the one seam to the transport
     "fleet.workloads.models",  # re-exported by fleet.models so Django registers them with the app
     "fleet.workloads.receivers",  # connected at app start (FleetConfig.ready)
+    "fleet.proxy.site_checks",  # its system check registered, its start-up warning logged (FleetConfig.ready)
 }
 
 

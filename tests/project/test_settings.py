@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from django.conf import settings
 
@@ -91,3 +94,91 @@ def test_https_cookies_take_the_host_prefix_a_subdomain_cannot_set(tmp_path):
     }
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["__Host-sessionid", "__Host-csrftoken", "True"]
+
+
+def _settings_in_a_fresh_interpreter(tmp_path, code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings; " + code],
+        env={
+            "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
+            "PATH": "/usr/bin:/bin",
+            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),  # never the checkout's var/
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
+def test_allowed_hosts_follow_the_control_plane_and_the_origin_domains(tmp_path):
+    """Finding: ALLOWED_HOSTS defaulted to `*`, so any Host (a malformed node host too) got the control plane."""
+    code = "print(' '.join(settings.ALLOWED_HOSTS))"
+    configured = _settings_in_a_fresh_interpreter(
+        tmp_path,
+        code,
+        CONTROL_PLANE_URL="https://Fleet.Example.com:8443/",
+        ENDPOINT_DOMAIN="endpoints.example-usercontent.com",
+        RAY_DASHBOARD_DOMAIN=".ray.example-dashboards.com",
+    )
+    assert configured.stdout.split() == [
+        "fleet.example.com",
+        ".endpoints.example-usercontent.com",
+        ".ray.example-dashboards.com",
+        "localhost",
+        "127.0.0.1",
+        "[::1]",
+    ]
+    default = _settings_in_a_fresh_interpreter(tmp_path, code)
+    assert default.stdout.split() == ["127.0.0.1", ".endpoints.localhost", ".ray.localhost", "localhost", "[::1]"]
+    explicit = _settings_in_a_fresh_interpreter(tmp_path, code, ALLOWED_HOSTS="a.example,*")
+    assert explicit.stdout.split() == ["a.example", "*"]
+
+
+def test_start_up_warns_when_node_origins_share_a_site_with_the_control_plane_or_each_other(tmp_path):
+    """Finding: sibling node origins under one parent domain are one *site*: SameSite cookies do not
+    separate them, nor them from the control plane. Process start-up (`ready()`) says so, loudly."""
+    shared = _settings_in_a_fresh_interpreter(
+        tmp_path,
+        "pass",
+        CONTROL_PLANE_URL="https://fleet.example.com",
+        ENDPOINT_DOMAIN="endpoints.example.com",
+        RAY_DASHBOARD_DOMAIN="ray.example.com",
+    )
+    assert "ENDPOINT_DOMAIN" in shared.stderr
+    assert "RAY_DASHBOARD_DOMAIN" in shared.stderr
+    assert "example.com" in shared.stderr
+    apart = _settings_in_a_fresh_interpreter(
+        tmp_path,
+        "pass",
+        CONTROL_PLANE_URL="https://fleet.example.com",
+        ENDPOINT_DOMAIN="endpoints.example-usercontent.com",
+        RAY_DASHBOARD_DOMAIN="example-dashboards.net",
+    )
+    assert "DOMAIN" not in apart.stderr
+    development = _settings_in_a_fresh_interpreter(tmp_path, "pass", CONTROL_PLANE_URL="http://localhost:8000")
+    assert "DOMAIN" not in development.stderr  # *.localhost in development
+
+
+@pytest.mark.parametrize(
+    ("control_plane", "endpoints", "dashboards", "named"),
+    [
+        ("https://fleet.example.com", "endpoints.example.com", "example-ray.net", ["ENDPOINT_DOMAIN"]),
+        ("https://fleet.example.com", "apps.net", "ray.apps.net", ["ENDPOINT_DOMAIN", "RAY_DASHBOARD_DOMAIN"]),
+        ("https://example.com", "example-apps.net", "dash.example.com", ["RAY_DASHBOARD_DOMAIN"]),
+        ("https://fleet.example.com", "example-apps.net", "example-ray.net", []),
+        ("http://127.0.0.1:8000", "endpoints.localhost", "ray.localhost", []),
+    ],
+)
+def test_the_system_check_names_the_domains_that_share_a_site(settings, control_plane, endpoints, dashboards, named):
+    from django.core import checks
+
+    settings.CONTROL_PLANE_URL, settings.ENDPOINT_DOMAIN, settings.RAY_DASHBOARD_DOMAIN = (
+        control_plane,
+        endpoints,
+        dashboards,
+    )
+    found = [m for m in checks.run_checks(tags=[checks.Tags.security]) if m.id.startswith("fleet.proxy.")]
+    assert all(m.level == checks.WARNING for m in found)
+    assert sorted({name for m in found for name in named if name in m.msg}) == sorted(named)
+    assert bool(found) == bool(named)
