@@ -13,10 +13,12 @@ class FleetConfig(AppConfig):
     def ready(self) -> None:
         from agent import asyncio_fixes
         from fleet import agent_updates, signals
+        from fleet.proxy import wiring as proxy_wiring
         from fleet.workloads import receivers
 
         # Every cancellation reaches its task: Python 3.11's wait_for (used by redis-py for each command)
         # could lose one, and a tunnel consumer or the tunnel inbox reader then never ended.
         asyncio_fixes.install()
         receivers.connect()
+        proxy_wiring.connect()  # the proxy plugs its stream handler into the tunnel
         signals.command_finished.connect(agent_updates.record_outcome, dispatch_uid="fleet.agent_updates.outcome")
