@@ -14,6 +14,7 @@ class FleetConfig(AppConfig):
         from agent import asyncio_fixes
         from fleet import agent_updates, signals
         from fleet.proxy import wiring as proxy_wiring
+        from fleet.workloads import admin as workload_admin  # noqa: F401  (registers the workload ModelAdmins)
         from fleet.workloads import receivers
 
         # Every cancellation reaches its task: Python 3.11's wait_for (used by redis-py for each command)
