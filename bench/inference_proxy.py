@@ -198,8 +198,8 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
     from fleet import services
-    from fleet.models import Endpoint
     from fleet.models import Node as FleetNode
+    from fleet.workloads.models import Endpoint
 
     node_port = free_port()
     node_server = subprocess.Popen(

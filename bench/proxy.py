@@ -311,8 +311,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from fleet import services
-    from fleet.models import Endpoint
     from fleet.models import Node as FleetNode
+    from fleet.workloads.models import Endpoint
 
     Node.big = os.urandom(1 << 20) * args.big_mb
     node_port = free_port()

@@ -1,5 +1,8 @@
-"""Django admin for the fleet. Writes go through the services with `request.user`, so the
-Owner/Admin rule holds here too; the cluster mode is read-only after creation."""
+"""Django admin for the fleet's core. Writes go through the services with `request.user`, so the
+Owner/Admin rule holds here too; the cluster mode is read-only after creation.
+
+The workload models' admins are in `fleet.workloads.admin`, registered at app start (`FleetConfig.ready`):
+the admin's autodiscovery imports only this module."""
 
 from __future__ import annotations
 
@@ -20,14 +23,11 @@ from fleet.models import (
     Command,
     CommandType,
     ComputeCluster,
-    Container,
-    Endpoint,
     JoinToken,
     Namespace,
     Node,
     NodeCertificate,
     NodeEvent,
-    NodeModel,
     RevokedSerial,
 )
 from kernel.exceptions import IllegalTransition
@@ -311,32 +311,6 @@ class NamespaceAdmin(admin.ModelAdmin):
 
     def delete_model(self, request: HttpRequest, obj: Namespace) -> None:
         services.namespace_delete(actor=request.user, namespace=obj)
-
-
-@admin.register(Container)
-class ContainerAdmin(ReadOnlyAdmin):
-    """Workload containers as the agents report them (changed only by commands and inventory)."""
-
-    list_display = ["name", "node", "status", "image", "container_id", "updated_at"]
-    list_filter = ["status"]
-    search_fields = ["name", "container_id", "image"]
-
-
-@admin.register(NodeModel)
-class NodeModelAdmin(ReadOnlyAdmin):
-    """Which models are cached on which node."""
-
-    list_display = ["model_id", "revision", "node", "size_bytes", "updated_at"]
-    search_fields = ["model_id"]
-
-
-@admin.register(Endpoint)
-class EndpointAdmin(ReadOnlyAdmin):
-    """Inference endpoints (started and stopped through the API or pages, which check roles)."""
-
-    list_display = ["slug", "model_id", "node", "status", "port", "public", "created_at"]
-    list_filter = ["status", "public"]
-    search_fields = ["slug", "model_id"]
 
 
 @admin.register(ClusterEvent)

@@ -359,4 +359,7 @@ class Namespace(models.Model):
             raise ValidationError({"cluster": "The cluster must belong to the namespace's workspace."})
 
 
-from fleet.workloads.models import *  # noqa: E402,F403
+# Django must see every model of the app while it loads `fleet.models`: the workload models (containers,
+# cached models, endpoints) live in `fleet.workloads.models` under the same `fleet` app label. Import
+# them from there; nothing is re-exported here.
+from fleet.workloads import models as workload_models  # noqa: E402,F401

@@ -33,7 +33,8 @@ from fleet.forms import (
     TargetForm,
     apply_service_errors,
 )
-from fleet.models import CommandStatus, CommandType, ComputeCluster, Node, NodeModel, NodeStatus
+from fleet.models import CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
+from fleet.workloads.models import NodeModel
 from kernel.exceptions import IllegalTransition
 
 NODE_ACTIONS = {

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from raymgr.models import RayCluster, RayClusterEvent, RayNode, ServeDeployment, TrainingJob, TuneExperiment, TuneTrial
+from raymgr.models import RayCluster, RayClusterEvent, RayNode
+from raymgr.workloads.models import ServeDeployment, TrainingJob, TuneExperiment, TuneTrial
 
 
 class RayNodeInline(admin.TabularInline):

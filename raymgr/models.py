@@ -196,4 +196,7 @@ class RayClusterEvent(EventLogEntry):
         indexes = [models.Index(fields=["ray_cluster", "-created_at"], name="rayevent_cluster_created")]
 
 
-from raymgr.workloads.models import *  # noqa: E402,F403  (training jobs, Serve deployments, Tune experiments)
+# Django must see every model of the app while it loads `raymgr.models`: the Ray workload models (training
+# jobs, Serve deployments, Tune experiments) live in `raymgr.workloads.models` under the same `raymgr` app
+# label. Import them from there; nothing is re-exported here.
+from raymgr.workloads import models as workload_models  # noqa: E402,F401

@@ -38,9 +38,11 @@ from django.utils import timezone
 
 from cleverthis.tenancy.models import Workspace
 from cleverthis.tenancy.permissions import can_view
-from fleet.models import Endpoint, EndpointStatus, Node, NodeStatus
+from fleet import origin_names
+from fleet.models import Node, NodeStatus
 from fleet.proxy import origins
 from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
+from fleet.workloads.models import Endpoint, EndpointStatus
 
 PATH_FORM = re.compile(r"^/endpoints/(?P<slug>[0-9a-f]{12})(?P<rest>/.*)?$")
 UNAUTHENTICATED = (
@@ -51,7 +53,7 @@ UNAUTHENTICATED = (
 
 def _slug_and_path(scope: dict[str, Any]) -> tuple[str, str] | None:
     """(slug, path) of a request made to an endpoint's own origin, else None."""
-    slug = origins.ENDPOINT.ident(origins.request_host(scope))
+    slug = origin_names.ENDPOINT.ident(origins.request_host(scope))
     return (slug, scope["path"]) if slug else None
 
 
@@ -179,7 +181,7 @@ async def resolve_endpoint(scope: dict[str, Any]) -> Answer | None:
         match = PATH_FORM.match(scope["path"])
         if match is None or origins.is_node_origin(scope):
             return None
-        host = origins.ENDPOINT.host(match["slug"])
+        host = origin_names.ENDPOINT.host(match["slug"])
         return await database_sync_to_async(redirect_to_origin)(scope, host, match["rest"] or "/")
     # a cached public route leaves nothing to look up: answer without a thread hop
     answer = _public_answer_from_cache(scope, *found) or await database_sync_to_async(_decide)(scope, *found)

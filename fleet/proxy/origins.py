@@ -1,14 +1,10 @@
 """Origins of their own for everything nodes serve, and how a member's browser gets in.
 
 What a node serves (an inference endpoint, a Ray Serve deployment, a Ray Dashboard) is proxied only on a
-hostname of its own, never on the control plane's:
-
-- `endpoint-<slug>.<ENDPOINT_DOMAIN>` for endpoints,
-- `serve-<deployment id>.<ENDPOINT_DOMAIN>` for Serve deployments,
-- `ray-<cluster id>.<RAY_DASHBOARD_DOMAIN>` for Ray Dashboards,
-
-so a workload's script runs on an origin that holds none of the control plane's cookies and cannot act
-with a visitor's session. `*.localhost` names work in browsers without DNS for local use.
+hostname of its own (named by `fleet.origin_names`: `endpoint-<slug>.<ENDPOINT_DOMAIN>`,
+`serve-<deployment id>.<ENDPOINT_DOMAIN>`, `ray-<cluster id>.<RAY_DASHBOARD_DOMAIN>`), never on the
+control plane's, so a workload's script runs on an origin that holds none of the control plane's cookies
+and cannot act with a visitor's session. `*.localhost` names work in browsers without DNS for local use.
 
 On those origins the control plane's session cookie is never used. Callers present an API token, or
 a browser presents the origin cookie: a member who is signed in on the control plane follows a link
@@ -20,10 +16,8 @@ every request. Neither the ticket nor the cookie can be used on another host.
 
 from __future__ import annotations
 
-import re
 import secrets
 import uuid
-from dataclasses import dataclass
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -34,41 +28,18 @@ from django.contrib.auth.models import AnonymousUser
 from django.core import signing
 from django.core.cache import cache
 
+# The origins' names live in the core (models name their origin without loading the proxy); the kinds are
+# re-exported here for the proxy's resolvers.
+from fleet.origin_names import DASHBOARD as DASHBOARD
+from fleet.origin_names import ENDPOINT as ENDPOINT
+from fleet.origin_names import SERVE as SERVE
+from fleet.origin_names import is_node_origin_host
 from kernel.asgi_scope import header
 
 TICKET_PATH = "/__cleverthis/ticket"
 ORIGIN_COOKIE = "cleverthis_origin"
 _TICKET_SALT = "cleverthis.proxy.origin-ticket"
 _COOKIE_SALT = "cleverthis.proxy.origin-cookie"
-_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-
-
-@dataclass(frozen=True)
-class OriginKind:
-    """One family of node origins: `<prefix>-<id>.<domain>`."""
-
-    prefix: str
-    id_pattern: str
-    domain_setting: str
-
-    @property
-    def domain(self) -> str:
-        return str(getattr(settings, self.domain_setting)).lower().strip(".")
-
-    def host(self, ident: Any) -> str:
-        """The hostname (no port) of the origin of `ident`."""
-        return f"{self.prefix}-{ident}.{self.domain}"
-
-    def ident(self, host: str) -> str | None:
-        """The id in `host` when it is an origin of this kind, else None."""
-        match = re.fullmatch(rf"{self.prefix}-({self.id_pattern})\.{re.escape(self.domain)}", host)
-        return match.group(1) if match else None
-
-
-ENDPOINT = OriginKind("endpoint", r"[0-9a-f]{12}", "ENDPOINT_DOMAIN")
-SERVE = OriginKind("serve", _UUID, "ENDPOINT_DOMAIN")
-DASHBOARD = OriginKind("ray", _UUID, "RAY_DASHBOARD_DOMAIN")
-KINDS = (ENDPOINT, SERVE, DASHBOARD)
 
 
 def request_host(scope: dict[str, Any]) -> str:
@@ -81,8 +52,7 @@ def request_host(scope: dict[str, Any]) -> str:
 
 def is_node_origin(scope: dict[str, Any]) -> bool:
     """Whether the request was made to an origin of node content (any kind)."""
-    host = request_host(scope)
-    return any(kind.ident(host) for kind in KINDS)
+    return is_node_origin_host(request_host(scope))
 
 
 def origin_url(scope: dict[str, Any], host: str) -> str:
@@ -91,13 +61,6 @@ def origin_url(scope: dict[str, Any], host: str) -> str:
     raw = header(scope, b"host").strip()
     port = raw.rsplit(":", 1)[1] if ":" in raw and not raw.endswith("]") else ""
     return f"{scheme}://{host}" + (f":{port}" if port.isdigit() else "")
-
-
-def public_url(host: str) -> str:
-    """The URL shown for a node origin: NODE_ORIGIN_SCHEME (https unless set) and NODE_ORIGIN_PORT."""
-    scheme = settings.NODE_ORIGIN_SCHEME or "https"
-    port = settings.NODE_ORIGIN_PORT
-    return f"{scheme}://{host}" + (f":{port}" if port else "")
 
 
 def safe_next(path: str) -> str:

@@ -6,11 +6,11 @@ msgpack, and on the receiving side a Lua clean-up script, a BZPOPMIN and a backu
 For bulk bytes that made the other replica ~5x slower per GB than the replica holding the tunnel.
 
 Here each stream has one Redis list (`new_pipe_key`). The tunnel consumer appends without waiting
-(`PipeWriter`): whatever all the streams of this process queued up during one round trip goes in the
-next pipeline, an RPUSH + EXPIRE per stream, so hundreds of streams each sending a token cost one round
-trip, not one each. The proxying process pops with one BLMPOP (what is there, up to a count; BLPOP
-then LPOP on a Redis older than 7). Messages are the same
-dicts the local path hands over (`stream.opened`, `stream.data`, `stream.window`, `stream.end`),
+(`PipeWriter`, the sink `fleet.proxy.wiring` offers the tunnel): whatever all the streams of this
+process queued up during one round trip goes in the next pipeline, an RPUSH + EXPIRE per stream, so
+hundreds of streams each sending a token cost one round trip, not one each. The proxying process pops
+with one BLMPOP (what is there, up to a count; BLPOP then LPOP on a Redis older than 7). Messages are
+the same dicts the local path hands over (`stream.opened`, `stream.data`, `stream.window`, `stream.end`),
 encoded as one type byte plus a raw payload: no serialisation of the body bytes. The list never holds
 more than the stream's window (credit-based flow control), and it expires if its reader vanished.
 Messages *to* the tunnel (request bytes, credit, aborts) still go through the Channels layer to the
@@ -92,7 +92,8 @@ def decode(raw: bytes) -> dict[str, Any]:
 
 
 class PipeWriter:
-    """The tunnel side of one pipe: `send` never waits; this loop's `_Flusher` appends what queued up.
+    """The tunnel side of one pipe, a `fleet.tunnel.streams_seam.StreamSink`: `deliver` never waits; this
+    loop's `_Flusher` appends what queued up.
 
     The consumer hands messages over in order and goes on with the next frame at once (a heartbeat
     never waits behind a Redis round trip). The queue is bounded by the stream's window, since the
@@ -104,7 +105,7 @@ class PipeWriter:
         self._queue: list[bytes] = []
         self._flusher: _Flusher | None = None
 
-    def send(self, message: dict[str, Any]) -> None:
+    def deliver(self, message: dict[str, Any]) -> None:
         self._queue.append(encode(message))
         if self._flusher is None:
             self._flusher = _flusher()

@@ -42,12 +42,11 @@ from django.db import DataError
 from agent import protocol as p
 from fleet import agent_packages, agent_updates, ca, services
 from fleet.models import Command, Node
-from fleet.proxy import stream_pipes
-from fleet.proxy.streams import TunnelStream
 from fleet.tunnel import auth as tunnel_auth
 from fleet.tunnel import local_tunnels
 from fleet.tunnel.batching import Coalescer
 from fleet.tunnel.groups import AGENTS_GROUP, command_frame, node_group
+from fleet.tunnel.streams_seam import LocalStream, StreamSink, stream_handler
 from kernel import metrics
 from kernel.exceptions import IllegalTransition
 
@@ -261,8 +260,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     _relay_task: asyncio.Future[Any] | None = None
     _handshaking = False  # holds a place in HANDSHAKES (from connect until the welcome or the close)
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
-    # stream id → the pipe back to the process proxying it, or the stream itself when that is this process
-    streams: dict[int, stream_pipes.PipeWriter | TunnelStream]
+    # stream id → the sink back to the process proxying it (the stream itself when that is this process)
+    streams: dict[int, StreamSink]
     _beats: collections.deque[p.Heartbeat]
     _beat_task: asyncio.Future[None] | None = None
     _closing: asyncio.Future[None] | None = None
@@ -563,10 +562,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         streams = self.streams
         for stream_id, data in frame.chunks:
             target = streams.get(stream_id)
-            if isinstance(target, TunnelStream):
+            if target is not None:
                 target.deliver({"type": "stream.data", "data": data})
-            elif target is not None:
-                target.send({"type": "stream.data", "data": data})
 
     async def _on_stream_window(self, frame: p.StreamWindow) -> None:
         await self._to_stream(frame.stream_id, {"type": "stream.window", "increment": frame.increment})
@@ -578,10 +575,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     async def _to_stream(self, stream_id: int, message: dict[str, Any]) -> None:
         """Hand a message to the process proxying stream `stream_id`: in memory if it is this one."""
         target = self.streams.get(stream_id)
-        if isinstance(target, TunnelStream):
+        if target is not None:
             target.deliver(message)
-        elif target is not None:
-            target.send(message)
 
     _handlers: dict[type, Any] = {
         p.Heartbeat: _on_heartbeat,
@@ -643,12 +638,12 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             return
         if stream_id in self.streams:  # re-sent by a replica whose first answer was slow: opened already
             return
-        pipe = stream_pipes.PipeWriter(message["pipe"])
-        self.streams[stream_id] = pipe
-        pipe.send({"type": "stream.opened", "consumer": self.channel_name})
+        sink = stream_handler().reply_sink(message["pipe"])
+        self.streams[stream_id] = sink
+        sink.deliver({"type": "stream.opened", "consumer": self.channel_name})
         await self._open_stream(stream_id, message)
 
-    async def open_local_stream(self, stream: TunnelStream, opening: dict[str, Any]) -> None:
+    async def open_local_stream(self, stream: LocalStream, opening: dict[str, Any]) -> None:
         """A stream opened by a request in this process (`fleet.tunnel.local_tunnels`): no Redis."""
         self.streams[stream.stream_id] = stream
         await self._open_stream(stream.stream_id, opening)

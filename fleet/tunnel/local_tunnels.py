@@ -2,7 +2,8 @@
 
 Each authenticated tunnel consumer registers here by node id. Two things use the registry:
 
-- `fleet.proxy.streams.TunnelStream` talks to a tunnel held by the same process in memory, not via Redis;
+- a stream opened in this process (`fleet.tunnel.streams_seam.LocalStream`; the proxy's `TunnelStream`)
+  talks to a tunnel held by the same process in memory, not via Redis;
 - a fan-out to All nodes sends **one** channel-layer message per process (to its inbox, whose name is
   stored on each node row as `Node.tunnel_inbox`) instead of one per node; the inbox hands each
   command to its tunnel here. A node whose tunnel left this process meanwhile gets its message through
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 from channels.layers import get_channel_layer
 
 from fleet.tunnel.groups import INBOX_COMMANDS, NODE_COMMAND, node_group
+from fleet.tunnel.streams_seam import LocalStream
 
 log = logging.getLogger("fleet.tunnel")
 
@@ -28,7 +30,7 @@ class LocalTunnel(Protocol):
 
     async def node_command(self, message: dict[str, Any]) -> None: ...
 
-    async def open_local_stream(self, stream: Any, opening: dict[str, Any]) -> None: ...
+    async def open_local_stream(self, stream: LocalStream, opening: dict[str, Any]) -> None: ...
 
     async def stream_message(self, message: dict[str, Any]) -> None: ...
 

@@ -1,17 +1,17 @@
 """REST API for workloads: /containers/, /models/ (model locations), /endpoints/ (+ POST .../stop/).
 
 Exported as `router` (a SimpleRouter, no API root view) for inclusion under /api/v1/. Every queryset
-is scoped by `WorkspaceScopedMixin`; service errors map to 400 (field messages), 403, 409.
+is scoped by `WorkspaceScopedMixin`, lists are filtered by the filtersets of `fleet.workloads.filters`;
+service errors map to 400 (field messages), 403, 409.
 """
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -20,13 +20,14 @@ from rest_framework.routers import SimpleRouter
 
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from cleverthis.tenancy.selectors import workspace_ids
+from fleet.api.views import FilteredMixin
 from fleet.models import ComputeCluster, Node
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
-from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointStatus, NodeModel
+from fleet.workloads.filters import CONTAINER_FILTERS, ENDPOINT_FILTERS, MODEL_LOCATION_FILTERS
+from fleet.workloads.models import Container, Endpoint, NodeModel
 from fleet.workloads.services import PlacementError
 from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
-from kernel.schema import UUID, query
 
 # --------------------------------------------------------------------------------------------------
 # Serializers
@@ -174,88 +175,35 @@ class ServiceErrorsMixin(BaseServiceErrorsMixin):
         return super().translate_exception(exc)
 
 
-def _uuid_param(request: Request, name: str) -> uuid.UUID | None:
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return None
-    try:
-        return uuid.UUID(raw)
-    except ValueError:
-        raise exceptions.ValidationError({name: "Must be a UUID."}) from None
-
-
-def _choice_param(request: Request, name: str, choices: list[str]) -> str | None:
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return None
-    if raw not in choices:
-        raise exceptions.ValidationError({name: f"Choose one of {', '.join(choices)}."})
-    return raw
-
-
-_NODE = query("node", UUID, "Only those on this node.")
-_CLUSTER = query("cluster", UUID, "Only those of this compute cluster.")
-
-
-@extend_schema_view(
-    list=extend_schema(
-        parameters=[_NODE, _CLUSTER, query("status", {"type": "string", "enum": ContainerStatus.values}, "By status.")]
-    )
-)
-class ContainerViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
+class ContainerViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
     """Containers in the caller's workspaces; filter with ?node=, ?cluster=, ?status=."""
 
     serializer_class = ContainerSerializer
     queryset = Container.objects.all()
     workspace_field = "cluster__workspace"
+    filterset = CONTAINER_FILTERS
 
     def get_base_queryset(self) -> QuerySet[Container]:
-        rows = Container.objects.select_related("node").order_by("node__name", "name", "created_at", "pk")
-        node, cluster = _uuid_param(self.request, "node"), _uuid_param(self.request, "cluster")
-        state = _choice_param(self.request, "status", ContainerStatus.values)
-        if node:
-            rows = rows.filter(node_id=node)
-        if cluster:
-            rows = rows.filter(cluster_id=cluster)
-        if state:
-            rows = rows.filter(status=state)
-        return rows
+        return Container.objects.select_related("node").order_by("node__name", "name", "created_at", "pk")
 
 
-@extend_schema_view(
-    list=extend_schema(
-        parameters=[query("model_id", {"type": "string", "maxLength": 200}, "One model id."), _NODE, _CLUSTER]
-    )
-)
-class ModelLocationViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
+class ModelLocationViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
     """Which models are cached on which node; filter with ?model_id=, ?node=, ?cluster=."""
 
     serializer_class = ModelLocationSerializer
     queryset = NodeModel.objects.all()
     workspace_field = "node__cluster__workspace"
+    filterset = MODEL_LOCATION_FILTERS
 
     def get_base_queryset(self) -> QuerySet[NodeModel]:
-        rows = NodeModel.objects.select_related("node", "node__cluster").order_by(
+        return NodeModel.objects.select_related("node", "node__cluster").order_by(
             "model_id", "revision", "node__name", "pk"
         )
-        model_id = self.request.query_params.get("model_id")
-        node, cluster = _uuid_param(self.request, "node"), _uuid_param(self.request, "cluster")
-        if model_id:
-            rows = rows.filter(model_id=model_id)
-        if node:
-            rows = rows.filter(node_id=node)
-        if cluster:
-            rows = rows.filter(node__cluster_id=cluster)
-        return rows
 
 
-@extend_schema_view(
-    list=extend_schema(
-        parameters=[_NODE, _CLUSTER, query("status", {"type": "string", "enum": EndpointStatus.values}, "By status.")]
-    )
-)
 class EndpointViewSet(
     ServiceErrorsMixin,
+    FilteredMixin,
     WorkspaceScopedMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -266,18 +214,10 @@ class EndpointViewSet(
     serializer_class = EndpointSerializer
     queryset = Endpoint.objects.all()
     workspace_field = "cluster__workspace"
+    filterset = ENDPOINT_FILTERS
 
     def get_base_queryset(self) -> QuerySet[Endpoint]:
-        rows = Endpoint.objects.select_related("node", "created_by").order_by("-created_at", "pk")
-        node, cluster = _uuid_param(self.request, "node"), _uuid_param(self.request, "cluster")
-        state = _choice_param(self.request, "status", EndpointStatus.values)
-        if node:
-            rows = rows.filter(node_id=node)
-        if cluster:
-            rows = rows.filter(cluster_id=cluster)
-        if state:
-            rows = rows.filter(status=state)
-        return rows
+        return Endpoint.objects.select_related("node", "created_by").order_by("-created_at", "pk")
 
     def get_serializer_class(self) -> type[serializers.Serializer]:
         return EndpointCreateSerializer if self.action == "create" else EndpointSerializer

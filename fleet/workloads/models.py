@@ -1,6 +1,6 @@
 """Workload models: containers on nodes, models cached on nodes, and inference endpoints.
 
-Imported at the end of `fleet/models.py` so Django finds them in the `fleet` app.
+Imported (not re-exported) at the end of `fleet/models.py` so Django finds them in the `fleet` app.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-from fleet.proxy import origins
+from fleet import origin_names
 
 __all__ = ["Container", "ContainerStatus", "Endpoint", "EndpointStatus", "NodeModel"]
 
@@ -166,9 +166,9 @@ class Endpoint(models.Model):
     @property
     def hostname(self) -> str:
         """`endpoint-<slug>.<ENDPOINT_DOMAIN>`: the endpoint's own origin."""
-        return origins.ENDPOINT.host(self.slug)
+        return origin_names.ENDPOINT.host(self.slug)
 
     @property
     def url(self) -> str:
         """The public URL the control plane's proxy serves this endpoint on."""
-        return origins.public_url(self.hostname)
+        return origin_names.public_url(self.hostname)

@@ -1,7 +1,7 @@
 """Ray workloads on managed Ray clusters: training jobs, Serve deployments, Tune experiments and trials.
 
-Imported at the end of `raymgr.models` so Django registers them with the raymgr app. Status fields are
-written only through `raymgr.workloads.services` transition functions.
+Imported (not re-exported) at the end of `raymgr.models` so Django registers them with the raymgr app.
+Status fields are written only through `raymgr.workloads.services` transition functions.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 
 from cleverthis.tenancy.models import Workspace
-from fleet.proxy import origins
+from fleet import origin_names
 
 NAME_VALIDATOR = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "Use lower-case letters, digits and hyphens (a DNS label)."
@@ -178,7 +178,7 @@ class ServeDeployment(_Workload):
     @property
     def url(self) -> str:
         """The endpoint through the tunnel proxy, on its own origin `serve-<id>.<ENDPOINT_DOMAIN>`."""
-        return origins.public_url(origins.SERVE.host(self.pk))
+        return origin_names.public_url(origin_names.SERVE.host(self.pk))
 
     @property
     def app_name(self) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from cleverthis.tenancy.permissions import can_view
+from fleet import origin_names
 from fleet.models import NodeStatus
 from fleet.proxy import origins
 from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
@@ -60,11 +61,11 @@ def decide(scope: dict[str, Any], deployment_id: str) -> ProxyTarget | ProxyRefu
 @register_resolver
 async def resolve_serve(scope: dict[str, Any]) -> Answer | None:
     """Claim Serve deployment origins, and the control plane's Serve paths (to redirect them)."""
-    deployment_id = origins.SERVE.ident(origins.request_host(scope))
+    deployment_id = origin_names.SERVE.ident(origins.request_host(scope))
     if deployment_id is not None:
         return await database_sync_to_async(decide)(scope, deployment_id)
     match = SERVE_PATH.match(scope["path"])
     if match is None or origins.is_node_origin(scope):
         return None
-    host = origins.SERVE.host(match["id"])
+    host = origin_names.SERVE.host(match["id"])
     return await database_sync_to_async(redirect_to_origin)(scope, host, match["rest"] or "/")

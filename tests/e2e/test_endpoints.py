@@ -18,8 +18,8 @@ from django.conf import settings
 from rest_framework.authtoken.models import Token
 
 from fleet import services
-from fleet.models import Endpoint
 from fleet.workloads import services as workload_services
+from fleet.workloads.models import Endpoint
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.live import agent_run
 from tests.support.processes import wait_until

@@ -15,8 +15,8 @@ from rest_framework.authtoken.models import Token
 from agent import protocol
 from cleverthis.celery import app as celery_app
 from fleet import services
-from fleet.models import Endpoint
 from fleet.workloads import services as workload_services
+from fleet.workloads.models import Endpoint
 from raymgr import services as ray_services
 from tests.e2e.conftest import node_of, wait_status
 from tests.fleet.conftest import facts_dict, make_csr_pem, make_key

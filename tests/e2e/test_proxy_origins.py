@@ -20,8 +20,9 @@ from rest_framework.authtoken.models import Token
 
 from cleverthis.tenancy import services as tenancy_services
 from cleverthis.tenancy.models import Role
-from fleet.models import Endpoint
+from fleet import origin_names
 from fleet.proxy import origins
+from fleet.workloads.models import Endpoint
 from raymgr.models import RayCluster, RayClusterStatus
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.origin_client import redeem_ticket_redirect
@@ -125,7 +126,7 @@ def test_a_signed_in_member_reaches_a_private_endpoint_through_a_ticket(control_
     assert echoed.status_code == 200
     assert "cookie" not in echoed.json()  # the origin cookie itself is not forwarded either
     # the same cookie is no key on another node origin
-    elsewhere = {**signed_in, "Host": origins.ENDPOINT.host("0" * 12)}
+    elsewhere = {**signed_in, "Host": origin_names.ENDPOINT.host("0" * 12)}
     assert requests.get(f"{control_plane.url}/echo", headers=elsewhere, timeout=30).status_code == 404
 
 

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
-from fleet.models import Endpoint, Node
+from fleet.models import Node
 from fleet.proxy import relay
+from fleet.workloads.models import Endpoint
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.processes import free_port
 

@@ -19,8 +19,8 @@ from django.conf import settings as django_settings
 from django.test import Client
 
 from agent.ray.runtime import free_port
+from fleet import origin_names
 from fleet.models import Node
-from fleet.proxy import origins
 from raymgr import services as ray_services
 from raymgr.models import RayCluster, RayNode
 from raymgr.tasks import autoscale
@@ -91,7 +91,7 @@ def test_ray_cluster_scales_up_for_work_then_down_and_stops_starts_deletes(
         timeout=30,
     )
     assert opened.status_code == 302, opened.text
-    assert opened.headers["location"].startswith(f"http://{origins.DASHBOARD.host(ray.pk)}:")
+    assert opened.headers["location"].startswith(f"http://{origin_names.DASHBOARD.host(ray.pk)}:")
     on_origin = redeem_ticket_redirect(control_plane.url, opened.headers["location"])
     answers: list[requests.Response] = []
 

@@ -13,8 +13,8 @@ import requests
 from rest_framework.authtoken.models import Token
 
 from agent.ray.runtime import free_port
+from fleet import origin_names
 from fleet.models import Node
-from fleet.proxy import origins
 from raymgr import services as ray_services
 from raymgr.models import RayCluster
 from raymgr.workloads import services
@@ -96,7 +96,7 @@ def test_train_then_serve_answers_through_the_tunnel(
     moved = requests.post(control_plane.url + deployment.proxy_path, json={}, allow_redirects=False, timeout=30)
     assert (moved.status_code, moved.headers["location"]) == (
         307,
-        f"http://{origins.SERVE.host(deployment.pk)}:{control_plane.ports[0]}/",
+        f"http://{origin_names.SERVE.host(deployment.pk)}:{control_plane.ports[0]}/",
     )
     body = serve_answer(control_plane, deployment, token.key, {"prompt": "hi tunnel"}).json()
     assert body["input"] == {"prompt": "hi tunnel"}

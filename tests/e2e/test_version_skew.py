@@ -16,7 +16,8 @@ import requests
 
 from agent import protocol as p
 from fleet import services
-from fleet.models import Command, Endpoint, Node, NodeEvent
+from fleet.models import Command, Node, NodeEvent
+from fleet.workloads.models import Endpoint
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.live import ControlPlane, subprocess_env
 from tests.support.old_agent import old_agent_join, old_agent_run, previous_protocol_tree

@@ -22,8 +22,9 @@ import requests
 from rest_framework.authtoken.models import Token
 
 from fleet import services
-from fleet.models import Command, Endpoint, NodeModel
+from fleet.models import Command
 from fleet.workloads import services as workload_services
+from fleet.workloads.models import Endpoint, NodeModel
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.processes import REPO_ROOT, wait_until
 from tests.support.tiny_llm import build

@@ -18,7 +18,9 @@ APPS = ("fleet", "raymgr", "agent", "cleverthis", "kernel")
 # sub-packages, and no others.
 CORE_SEAMS = {
     "fleet.tunnel.groups",  # reach a node's tunnel: the one seam to the transport
-    "fleet.workloads.models",  # re-exported by fleet.models so Django registers them with the app
+    "fleet.proxy.wiring",  # plugs the proxy into the tunnel's stream seam at app start (FleetConfig.ready)
+    "fleet.workloads.admin",  # registered at app start (FleetConfig.ready): autodiscovery imports only fleet.admin
+    "fleet.workloads.models",  # loaded (not re-exported) by fleet.models so Django registers them with the app
     "fleet.workloads.receivers",  # connected at app start (FleetConfig.ready)
     "fleet.proxy.site_checks",  # its system check registered, its start-up warning logged (FleetConfig.ready)
 }
@@ -129,6 +131,42 @@ def test_the_fleet_core_reaches_transport_and_workloads_only_through_their_seams
         name: sorted(t for t in imports_of(name) if t.startswith(packages) and t not in CORE_SEAMS) for name in core
     }
     assert {name: found for name, found in offenders.items() if found} == {}
+
+
+def reachable_from(module: str) -> set[str]:
+    """Project modules `module` imports, directly or through the modules it imports."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for target in imports_of(todo.pop()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_no_module_of_the_tunnel_imports_the_proxy():
+    """The transport offers a seam the proxy plugs into (`fleet.tunnel.streams_seam`), never the reverse."""
+    tunnel = [name for name in MODULES if name == "fleet.tunnel" or name.startswith("fleet.tunnel.")]
+    assert "fleet.tunnel.consumer" in tunnel
+    offenders = {name: sorted(t for t in imports_of(name) if t.split(".")[:2] == ["fleet", "proxy"]) for name in tunnel}
+    assert {name: found for name, found in offenders.items() if found} == {}
+
+
+@pytest.mark.parametrize(
+    "models", ["fleet.models", "fleet.workloads.models", "raymgr.models", "raymgr.workloads.models"]
+)
+def test_loading_the_models_loads_nothing_of_the_proxy(models):
+    """Models name their origins through `fleet.origin_names`; tickets and cookies stay in `fleet.proxy`."""
+    assert sorted(t for t in reachable_from(models) if t.split(".")[:2] == ["fleet", "proxy"]) == []
+
+
+def test_models_modules_re_export_no_workload_models():
+    """`fleet.models` and `raymgr.models` load their workload models for Django without `import *`."""
+    for name in ("fleet.models", "raymgr.models"):
+        tree = ast.parse(MODULES[name].read_text())
+        stars = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.names[0].name == "*"]
+        assert stars == [], name
 
 
 def test_services_enqueue_tasks_only_through_the_seam():

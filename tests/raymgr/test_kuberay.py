@@ -224,7 +224,7 @@ def test_workloads_and_serve_traffic_go_to_the_head_service(owner, workspace, ku
 def test_serve_and_dashboard_targets_carry_the_head_service_host(owner, workspace, kube, add_node):
     from rest_framework.authtoken.models import Token
 
-    from fleet.proxy import origins
+    from fleet import origin_names
     from fleet.proxy.relay import ProxyTarget
     from raymgr.workloads.serve_proxy import decide
 
@@ -240,7 +240,7 @@ def test_serve_and_dashboard_targets_carry_the_head_service_host(owner, workspac
         "type": "http",
         "path": "/",
         "headers": [
-            (b"host", origins.SERVE.host(deployment.pk).encode()),
+            (b"host", origin_names.SERVE.host(deployment.pk).encode()),
             (b"authorization", f"Token {token}".encode()),
         ],
         "query_string": b"",

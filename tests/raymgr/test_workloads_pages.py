@@ -196,7 +196,7 @@ def test_viewer_cannot_create_and_strangers_get_404(owner, workspace, other_work
 def test_serve_proxy_resolver_decisions(owner, workspace, running, other_workspace, member_of):
     from rest_framework.authtoken.models import Token
 
-    from fleet.proxy import origins
+    from fleet import origin_names
     from fleet.proxy.relay import ProxyRefusal, ProxyTarget
     from raymgr.workloads.serve_proxy import SERVE_PATH, decide
 
@@ -207,7 +207,7 @@ def test_serve_proxy_resolver_decisions(owner, workspace, running, other_workspa
     assert (match["id"], match["rest"]) == (str(deployment.pk), "/v1/chat")
 
     def scope(user=None, query=b"", path="/"):
-        headers = [(b"host", origins.SERVE.host(deployment.pk).encode())]
+        headers = [(b"host", origin_names.SERVE.host(deployment.pk).encode())]
         if user is not None:
             headers.append((b"authorization", f"Token {Token.objects.get_or_create(user=user)[0].key}".encode()))
         return {"type": "http", "path": path, "headers": headers, "query_string": query}

@@ -8,8 +8,8 @@ from typing import Any
 
 import requests
 
+from fleet import origin_names
 from fleet import services as fleet_services
-from fleet.proxy import origins
 from raymgr.workloads import services
 from tests.support.live import ControlPlane
 from tests.support.processes import wait_until
@@ -30,7 +30,7 @@ def poll_workloads_until(done: Callable[[], bool], what: str, timeout: float = 1
 
 def serve_origin(deployment: Any) -> dict[str, str]:
     """The Host header of a Serve deployment's own origin (its control-plane path only redirects there)."""
-    return {"Host": origins.SERVE.host(deployment.pk)}
+    return {"Host": origin_names.SERVE.host(deployment.pk)}
 
 
 def serve_answer(

@@ -7,10 +7,11 @@ import asyncio
 import pytest
 from rest_framework.authtoken.models import Token
 
-from fleet.models import Endpoint, NodeStatus
-from fleet.proxy import endpoint_routes, origins
+from fleet import origin_names
+from fleet.models import NodeStatus
+from fleet.proxy import endpoint_routes
 from fleet.proxy.relay import ProxyRefusal, ProxyTarget
-from fleet.workloads.models import EndpointStatus
+from fleet.workloads.models import Endpoint, EndpointStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +32,7 @@ def endpoint(cluster, node) -> Endpoint:
 
 def scope(slug: str, token: str = "") -> dict:
     """A request on the endpoint's own origin."""
-    headers = [(b"host", f"{origins.ENDPOINT.host(slug)}:8000".encode())]
+    headers = [(b"host", f"{origin_names.ENDPOINT.host(slug)}:8000".encode())]
     if token:
         headers.append((b"authorization", f"Token {token}".encode()))
     return {"type": "http", "path": "/v1/models", "query_string": b"a=1", "headers": headers}

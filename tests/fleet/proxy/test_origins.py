@@ -21,10 +21,10 @@ from rest_framework.authtoken.models import Token
 import fleet.proxy.endpoint_routes  # noqa: F401  (registers the endpoint resolver, as cleverthis.asgi does)
 import raymgr.dashboard_proxy
 import raymgr.workloads.serve_proxy
-from fleet.models import Endpoint
+from fleet import origin_names
 from fleet.proxy import endpoint_routes, origins, relay
 from fleet.proxy.relay import ProxyRedirect, ProxyRefusal, ProxyTarget
-from fleet.workloads.models import EndpointStatus
+from fleet.workloads.models import Endpoint, EndpointStatus
 from raymgr.models import RayCluster, RayClusterStatus
 from raymgr.workloads.models import ServeDeployment, ServeStatus
 
@@ -102,14 +102,14 @@ def path_forms(w: dict) -> list[str]:
 def test_on_their_own_origins_the_routes_do_reach_the_node(world):
     """The other half of the property below: the origins themselves do proxy (it is not vacuous)."""
     owner = world["owner"]
-    public_host = origins.ENDPOINT.host(world["public"].slug)
+    public_host = origin_names.ENDPOINT.host(world["public"].slug)
     assert isinstance(resolve(request(public_host, "/v1/models")), ProxyTarget)
-    private_host = origins.ENDPOINT.host(world["private"].slug)
+    private_host = origin_names.ENDPOINT.host(world["private"].slug)
     assert isinstance(resolve(request(private_host, "/", token=world["token"])), ProxyTarget)
     assert isinstance(resolve(request(private_host, "/", cookie=origin_cookie(owner, private_host))), ProxyTarget)
-    ray_host = origins.DASHBOARD.host(world["ray"].pk)
+    ray_host = origin_names.DASHBOARD.host(world["ray"].pk)
     assert isinstance(resolve(request(ray_host, "/api/version", cookie=origin_cookie(owner, ray_host))), ProxyTarget)
-    serve_host = origins.SERVE.host(world["serve"].pk)
+    serve_host = origin_names.SERVE.host(world["serve"].pk)
     assert isinstance(resolve(request(serve_host, "/", method="POST", token=world["token"])), ProxyTarget)
 
 
@@ -135,7 +135,7 @@ def test_no_node_body_is_ever_served_on_the_control_planes_host(world, data):
                 {"token": world["token"]},
                 {"cookie": f"sessionid={world['session']}"},
                 {"cookie": origin_cookie(owner, host.rsplit(":", 1)[0])},
-                {"cookie": origin_cookie(owner, origins.DASHBOARD.host(world["ray"].pk))},
+                {"cookie": origin_cookie(owner, origin_names.DASHBOARD.host(world["ray"].pk))},
             ]
         )
     )
@@ -150,7 +150,7 @@ def test_path_forms_redirect_to_the_origin_keeping_path_and_query(world):
     assert resolve(scope) == ProxyRedirect(f"http://endpoint-{slug}.endpoints.localhost:8000/v1/models?a=1", 307)
     serve = world["serve"]
     answer = resolve(request("cp.test", f"/ray/serving/{serve.pk}/endpoint/predict", method="POST"))
-    assert answer == ProxyRedirect(f"http://{origins.SERVE.host(serve.pk)}/predict", 307)
+    assert answer == ProxyRedirect(f"http://{origin_names.SERVE.host(serve.pk)}/predict", 307)
 
 
 def test_a_signed_in_member_goes_through_a_single_use_ticket(world):
@@ -162,19 +162,19 @@ def test_a_signed_in_member_goes_through_a_single_use_ticket(world):
     )
     assert isinstance(answer, ProxyRedirect)
     assert answer.status == 302
-    host = origins.DASHBOARD.host(ray.pk)
+    host = origin_names.DASHBOARD.host(ray.pk)
     assert answer.location.startswith(f"http://{host}:8000{origins.TICKET_PATH}?ticket=")
     ticket = answer.location.split("ticket=", 1)[1].split("&", 1)[0]
     from urllib.parse import unquote
 
     ticket = unquote(ticket)
-    assert origins.redeem_ticket(ticket, host=origins.DASHBOARD.host(world["serve"].pk)) is None  # another host
+    assert origins.redeem_ticket(ticket, host=origin_names.DASHBOARD.host(world["serve"].pk)) is None  # another host
     assert origins.redeem_ticket(ticket, host=host) == str(world["owner"].pk)
     assert origins.redeem_ticket(ticket, host=host) is None  # used once already
 
 
 def test_a_ticket_expires(world, settings, monkeypatch):
-    host = origins.ENDPOINT.host(world["private"].slug)
+    host = origin_names.ENDPOINT.host(world["private"].slug)
     ticket = origins.ticket_for(user_id=world["owner"].pk, host=host)
     now = time.time()
     monkeypatch.setattr("django.core.signing.time.time", lambda: now + settings.ORIGIN_TICKET_MAX_AGE_S + 1)
@@ -183,10 +183,10 @@ def test_a_ticket_expires(world, settings, monkeypatch):
 
 def test_the_control_planes_session_is_no_key_to_a_node_origin(world):
     """Even where a session cookie reaches a node origin (a parent-domain cookie), it is not accepted."""
-    private_host = origins.ENDPOINT.host(world["private"].slug)
+    private_host = origin_names.ENDPOINT.host(world["private"].slug)
     refused = resolve(request(private_host, "/", cookie=f"sessionid={world['session']}"))
     assert refused == ProxyRefusal(401, endpoint_routes.UNAUTHENTICATED)
-    ray_host = origins.DASHBOARD.host(world["ray"].pk)
+    ray_host = origin_names.DASHBOARD.host(world["ray"].pk)
     assert resolve(request(ray_host, "/", cookie=f"sessionid={world['session']}")).status == 401
     # an origin cookie is bound to its own host
     other = origin_cookie(world["owner"], private_host)
@@ -194,7 +194,7 @@ def test_the_control_planes_session_is_no_key_to_a_node_origin(world):
 
 
 def test_the_dashboard_refuses_tokens_and_strangers(world, make_user):
-    ray_host = origins.DASHBOARD.host(world["ray"].pk)
+    ray_host = origin_names.DASHBOARD.host(world["ray"].pk)
     assert resolve(request(ray_host, "/", token=world["token"])).status == 401
     stranger = make_user("stranger")
     assert resolve(request(ray_host, "/", cookie=origin_cookie(stranger, ray_host))) == ProxyRefusal(
@@ -253,7 +253,7 @@ def test_the_ticket_exchange_only_goes_on_to_a_path_of_the_same_origin(next_path
 def test_the_ticket_exchange_sets_a_host_only_cookie_and_refuses_reuse(world):
     import asyncio
 
-    host = origins.DASHBOARD.host(world["ray"].pk)
+    host = origin_names.DASHBOARD.host(world["ray"].pk)
     ticket = origins.ticket_for(user_id=world["owner"].pk, host=host)
     from urllib.parse import quote
 
@@ -288,5 +288,5 @@ def test_endpoint_urls_use_the_configured_origin_scheme_and_port(world, settings
 
 def test_a_running_endpoint_status_is_checked_on_the_origin(world):
     Endpoint.objects.filter(pk=world["public"].pk).update(status=EndpointStatus.STOPPED)
-    host = origins.ENDPOINT.host(world["public"].slug)
+    host = origin_names.ENDPOINT.host(world["public"].slug)
     assert resolve(request(host, "/")) == ProxyRefusal(503, "Endpoint is stopped, not running.")

@@ -33,10 +33,10 @@ def test_writer_never_waits_and_the_reader_gets_everything_in_order():
 
     async def scenario() -> list[dict]:
         writer = stream_pipes.PipeWriter(key)
-        writer.send({"type": "stream.opened", "consumer": "c"})
+        writer.deliver({"type": "stream.opened", "consumer": "c"})
         for chunk in chunks:
-            writer.send({"type": "stream.data", "data": chunk})  # returns at once, flushed in batches
-        writer.send({"type": "stream.end", "error": ""})
+            writer.deliver({"type": "stream.data", "data": chunk})  # returns at once, flushed in batches
+        writer.deliver({"type": "stream.end", "error": ""})
         received: list[dict] = []
         while not received or received[-1]["type"] != "stream.end":
             got = await stream_pipes.pop(key, timeout=5)
@@ -59,7 +59,7 @@ def test_an_unread_pipe_expires_and_remove_drops_it():
 
     async def scenario() -> None:
         writer = stream_pipes.PipeWriter(key)
-        writer.send({"type": "stream.data", "data": b"left behind"})
+        writer.deliver({"type": "stream.data", "data": b"left behind"})
         await writer.drained()
 
     asyncio.run(scenario())
@@ -87,11 +87,11 @@ def test_many_pipes_written_at_once_each_get_their_messages_in_order():
         writers = [stream_pipes.PipeWriter(key) for key in keys]
         for token in range(20):  # interleaved, as 50 streams' tokens arrive through one tunnel
             for index, writer in enumerate(writers):
-                writer.send({"type": "stream.data", "data": f"{index}:{token}".encode()})
+                writer.deliver({"type": "stream.data", "data": f"{index}:{token}".encode()})
                 if token == 10:
                     await asyncio.sleep(0)  # let a flush start in the middle of the stream
         for writer in writers:
-            writer.send({"type": "stream.end", "error": ""})
+            writer.deliver({"type": "stream.end", "error": ""})
         received: dict[str, list[dict]] = {}
         for key in keys:
             got: list[dict] = []

@@ -1,0 +1,39 @@
+"""Django admin for the workload models: read-only (they change only through commands, inventory and
+the services behind the API and pages, which check roles).
+
+Registered at app start (`FleetConfig.ready` imports this module): the admin's autodiscovery imports only
+`fleet.admin`.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from fleet.admin import ReadOnlyAdmin
+from fleet.workloads.models import Container, Endpoint, NodeModel
+
+
+@admin.register(Container)
+class ContainerAdmin(ReadOnlyAdmin):
+    """Workload containers as the agents report them (changed only by commands and inventory)."""
+
+    list_display = ["name", "node", "status", "image", "container_id", "updated_at"]
+    list_filter = ["status"]
+    search_fields = ["name", "container_id", "image"]
+
+
+@admin.register(NodeModel)
+class NodeModelAdmin(ReadOnlyAdmin):
+    """Which models are cached on which node."""
+
+    list_display = ["model_id", "revision", "node", "size_bytes", "updated_at"]
+    search_fields = ["model_id"]
+
+
+@admin.register(Endpoint)
+class EndpointAdmin(ReadOnlyAdmin):
+    """Inference endpoints (started and stopped through the API or pages, which check roles)."""
+
+    list_display = ["slug", "model_id", "node", "status", "port", "public", "created_at"]
+    list_filter = ["status", "public"]
+    search_fields = ["slug", "model_id"]
