@@ -15,9 +15,9 @@ from rest_framework.authtoken.models import Token
 
 import raymgr.dashboard_proxy
 import raymgr.workloads.serve_proxy
-from fleet.models import Endpoint
 from fleet.proxy import endpoint_routes, origins, relay
 from fleet.proxy.relay import ProxyRefusal, ProxyTarget
+from fleet.workloads.models import Endpoint
 from raymgr.models import RayCluster, RayClusterStatus
 from raymgr.workloads.models import ServeDeployment, ServeStatus
 
