@@ -38,6 +38,8 @@ VLLM_COMMAND = [sys.executable, "-m", VLLM_MODULE]
 STATE_FILE = "endpoints.json"
 LOG_TAIL_BYTES = 4000
 START_LOG_TAIL_BYTES = 2000
+# Records of stopped endpoints kept, so a repeated stop of one of them answers "stopped" again.
+STOPPED_KEPT = 200
 MIB = 1024 * 1024
 
 
@@ -242,14 +244,26 @@ class EndpointManager:
         }
 
     def stop(self, payload: EndpointStopPayload) -> dict[str, Any]:
-        """Stop the endpoint's server (SIGTERM, then SIGKILL); stopping an unknown one is a no-op."""
+        """Stop the endpoint's server (SIGTERM, then SIGKILL).
+
+        Stopping an endpoint this node stopped before answers "stopped" again (re-delivery is safe: the
+        record stays as a tombstone); an id this node never ran fails with `not_found`.
+        """
         with self._lock:
             state = self._load()
-            record = state.pop(payload.endpoint_id, None)
+            record = state.get(payload.endpoint_id)
             if record is None:
-                return {"endpoint_id": payload.endpoint_id, "status": "stopped"}
+                raise CommandFailed(
+                    "not_found",
+                    f"no endpoint {payload.endpoint_id} has run on this node",
+                    endpoint_id=payload.endpoint_id,
+                )
+            if record.get("status") == "stopped":
+                return {"endpoint_id": payload.endpoint_id, "status": "stopped", "pid": record["pid"]}
             if _server_alive(record) or record["pid"] in self._children:
                 self._terminate(record["pid"])
+            record.update(status="stopped", stopped_at=time.time())
+            _forget_old_tombstones(state)
             self._save(state)
         return {"endpoint_id": payload.endpoint_id, "status": "stopped", "pid": record["pid"]}
 
@@ -266,13 +280,14 @@ class EndpointManager:
                 pid=rec["pid"],
             )
             for endpoint_id, rec in sorted(state.items())
-            if _server_alive(rec)
+            if rec.get("status") != "stopped" and _server_alive(rec)
         ]
 
     def stop_all(self) -> None:
         """Stop every endpoint this manager knows (agent shutdown with workloads to be drained)."""
-        for endpoint_id in list(self._load()):
-            self.stop(EndpointStopPayload(endpoint_id=endpoint_id))
+        for endpoint_id, record in list(self._load().items()):
+            if record.get("status") != "stopped":
+                self.stop(EndpointStopPayload(endpoint_id=endpoint_id))
 
     # ---- helpers
 
@@ -414,3 +429,14 @@ def _tail(path: Path) -> str:
     except OSError:
         return ""
     return data[-LOG_TAIL_BYTES:].decode(errors="replace")
+
+
+def _forget_old_tombstones(state: dict[str, dict[str, Any]]) -> None:
+    """Keep the newest STOPPED_KEPT records of stopped endpoints, so the state file stays small."""
+    stopped = sorted(
+        (rec.get("stopped_at", 0.0), endpoint_id)
+        for endpoint_id, rec in state.items()
+        if rec.get("status") == "stopped"
+    )
+    for _, endpoint_id in stopped[: max(0, len(stopped) - STOPPED_KEPT)]:
+        del state[endpoint_id]

@@ -267,3 +267,22 @@ def test_engine_follows_the_node_and_the_settings():
     assert (forced.device, forced.program[0]) == ("cpu", "/opt/vllm-cpu/bin/python")
     assert "--enforce-eager" in forced.args()
     assert "--enforce-eager" not in choose_engine(gpus, environ).args()
+
+
+def test_stopping_an_endpoint_this_node_never_ran_fails_with_a_reason(manager):
+    with pytest.raises(CommandFailed) as failed:
+        manager.stop(EndpointStopPayload(endpoint_id="never-started"))
+    assert failed.value.code == "not_found"
+    assert "never-started" in failed.value.message
+
+
+def test_a_stopped_endpoint_stays_out_of_the_inventory_and_stops_again(manager, cached_models, tmp_path):
+    result = manager.start(EndpointStartPayload(endpoint_id="ep-tomb", model_id=MODEL), quiet)
+    manager.stop(EndpointStopPayload(endpoint_id="ep-tomb"))
+    restarted = EndpointManager(cached_models, tmp_path / "state", server_command=STANDIN)
+    assert restarted.inventory() == []
+    assert restarted.stop(EndpointStopPayload(endpoint_id="ep-tomb")) == {
+        "endpoint_id": "ep-tomb",
+        "status": "stopped",
+        "pid": result["pid"],
+    }
