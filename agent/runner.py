@@ -124,6 +124,16 @@ class CommandRunner:
             return self.ray.run(kind, payload, progress)
         raise CommandFailed("unknown_command", f"no handler for {kind!r}")
 
+    def end_workloads(self) -> None:
+        """Stop every inference endpoint server and Ray node this agent started (the node was deleted).
+
+        Containers are left to their engine: they are the machine owner's to keep or remove.
+        """
+        self.endpoints.stop_all()
+        if self.ray is not None:
+            self.ray.stop_all()
+        log.info("node deleted: stopped this agent's endpoint servers and Ray nodes")
+
     # ---- inventory
 
     def proxy_ports(self) -> set[int]:

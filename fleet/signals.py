@@ -27,3 +27,8 @@ commands_queued = django.dispatch.Signal()
 # Sent with `node=<fleet.models.Node>` by `node_drain` when the node it put in draining still runs containers.
 # The workloads (`fleet.workloads.receivers`) enqueue a drain pass for it after commit.
 drain_requested = django.dispatch.Signal()
+
+# Sent with `node=<fleet.models.Node>` and `reachable=<bool>` by `node_purge` inside the deleting transaction,
+# before the node's rows go. `reachable` says whether its agent holds a tunnel now (it is then told to stop
+# what it started, and exits). Receivers record what becomes of the workloads that ran there.
+node_deleting = django.dispatch.Signal()

@@ -15,6 +15,7 @@ running member answers its existing facts; stopping an unknown one succeeds with
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -32,6 +33,7 @@ from agent.ray.members import member_name, member_of, normalize_status
 from agent.ray.ports import port_in_use
 from agent.ray.process_runtime import RayProcessRuntime, RayRuntimeError
 
+log = logging.getLogger(__name__)
 RAY_COMMAND_TYPES = frozenset({"ray.head.start", "ray.worker.start", "ray.node.drain", "ray.node.stop", "ray.status"})
 
 
@@ -93,6 +95,17 @@ class RayCommandHandler:
         for backend in self.backends.values():
             targets |= backend.proxy_targets()
         return targets
+
+    def stop_all(self) -> None:
+        """Stop every Ray node this agent started, workers before heads (the node was deleted)."""
+        for backend in (self.process, self.docker):
+            members = backend.members.load()
+            for member_id in sorted(members, key=lambda m: members[m].get("role") == "head"):
+                stop = protocol.RayNodeStopPayload(cluster_id="", member_id=member_id, runtime=backend.runtime)
+                try:
+                    backend.node_stop(stop, lambda *_, **__: None)
+                except (CommandFailed, RayRuntimeError, OSError) as exc:
+                    log.warning("could not stop Ray node %s: %s", member_name(member_id), exc)
 
     def handles(self, command_type: str) -> bool:
         """True for the `ray.*` command types (workload ones go to `self.jobs`)."""

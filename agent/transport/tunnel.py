@@ -58,6 +58,8 @@ class RunnerLike(Protocol):
 
     def record(self, idempotency_key: str, command_type: str, outcome: p.Result | p.Error) -> None: ...
 
+    def end_workloads(self) -> None: ...
+
 
 RunnerFactory = Callable[[str, dict[str, Any]], RunnerLike]
 
@@ -235,6 +237,7 @@ class TunnelClient:
                 delay = self.policy.delay(0)
             except SessionEnded as ended:
                 if ended.revoked:
+                    await self._end_workloads()
                     log.error(
                         "node revoked by the control plane (%s): not reconnecting; this machine left the cluster, "
                         "remove the agent with: systemctl disable --now cleverthis-agent",
@@ -464,6 +467,16 @@ class TunnelClient:
         if self.runner is None:
             return p.Inventory(gpus=gpus)
         return await asyncio.to_thread(self.runner.inventory, gpus)
+
+    async def _end_workloads(self) -> None:
+        """The node was deleted: stop the servers and Ray nodes this agent started (nothing may outlive it)."""
+        try:
+            if self.runner is None:  # revoked before this session's welcome: what earlier ones started
+                self._ensure_runner("standalone", {})
+            if self.runner is not None:
+                await asyncio.to_thread(self.runner.end_workloads)
+        except Exception:  # the agent exits either way; say what may still run
+            log.exception("node revoked: could not stop every workload this agent started")
 
     def _ensure_runner(self, mode: str, mode_settings: dict[str, Any]) -> None:
         key = (mode, repr(sorted(mode_settings.items())))

@@ -132,6 +132,8 @@ def node_purge(*, node: Node) -> None:
         [RevokedSerial(serial=s, reason=f"node {node.pk} deleted") for s in serials], ignore_conflicts=True
     )
     node_id = node.pk
+    reachable = Node.objects.filter(pk=node_id, connected=True).exists()
+    signals.node_deleting.send(sender=Node, node=node, reachable=reachable)
     Node.objects.filter(pk=node_id).delete()
     transaction.on_commit(lambda: groups.send_to_node(node_id, groups.revoke_message("node deleted")))
     transaction.on_commit(lambda: metrics_history.forget(node_id))

@@ -19,6 +19,17 @@ class ErrorHelp:
 
 
 _HELP: dict[str, tuple[str, str, str]] = {
+    "node_deleted": (
+        "Node deleted",
+        "The node this endpoint ran on was deleted; its agent was told to stop the endpoint's server and left.",
+        "Start the endpoint again on another node.",
+    ),
+    "node_lost": (
+        "Node deleted while offline",
+        "The node this endpoint ran on was deleted while its agent was offline: the server could not be told "
+        "to stop and may still run on that machine.",
+        "Stop the server on that machine (or uninstall the agent there), and start the endpoint on another node.",
+    ),
     "docker_unavailable": (
         "Docker is not running",
         "The agent could not reach the Docker engine on the node.",

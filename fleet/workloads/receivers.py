@@ -25,6 +25,7 @@ from fleet.workloads.services import (
     endpoint_record_acked,
     endpoint_record_command_outcome,
     endpoint_record_start_commands,
+    endpoints_end_with_node,
     endpoints_reconcile,
     node_model_record_download_failed,
     node_model_record_downloaded,
@@ -41,6 +42,12 @@ def connect() -> None:
     signals.command_finished.connect(_on_command_finished, dispatch_uid="fleet.workloads.command_finished")
     signals.commands_queued.connect(_on_commands_queued, dispatch_uid="fleet.workloads.commands_queued")
     signals.drain_requested.connect(_on_drain_requested, dispatch_uid="fleet.workloads.drain_requested")
+    signals.node_deleting.connect(_on_node_deleting, dispatch_uid="fleet.workloads.node_deleting")
+
+
+def _on_node_deleting(sender: object, node: Node, reachable: bool, **kwargs: object) -> None:
+    """Inside the delete's transaction: the node's endpoints stop with it (or are marked lost)."""
+    endpoints_end_with_node(node=node, reachable=reachable)
 
 
 def _on_drain_requested(sender: object, node: Node, **kwargs: object) -> None:

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 import requests
 from django.conf import settings
@@ -140,3 +141,35 @@ def test_request_body_over_the_limit_is_413(control_plane, running_endpoint):
     )
     assert response.status_code == 413
     assert "exceeds" in response.text
+
+
+def test_deleting_the_node_stops_its_endpoint_server(control_plane, running_endpoint):
+    endpoint, user, (proc, state, _) = running_endpoint
+    records = json.loads((state / "work" / "endpoints" / "endpoints.json").read_text())
+    server = psutil.Process(records[endpoint.slug]["pid"])
+    services.node_delete(node=endpoint.node, actor=user)
+
+    endpoint.refresh_from_db()
+    assert (endpoint.status, endpoint.failure_code) == ("stopped", "node_deleted")
+    assert "was deleted" in endpoint.failure_message
+    wait_until(lambda: not _running(server), timeout=30, what="the endpoint's server to stop")
+    assert proc.popen.wait(timeout=30) == 3, proc.log()  # the revoked agent exits and stays down (EXIT_REVOKED)
+
+
+def test_an_offline_nodes_endpoint_is_marked_lost_when_the_node_is_deleted(control_plane, running_endpoint):
+    endpoint, user, (proc, _, _) = running_endpoint
+    proc.kill()
+    node = endpoint.node
+    wait_until(lambda: not type(node).objects.get(pk=node.pk).connected, timeout=30, what="tunnel closed")
+    services.node_delete(node=node, actor=user)
+
+    endpoint.refresh_from_db()
+    assert (endpoint.status, endpoint.failure_code, endpoint.node) == ("failed", "node_lost", None)
+    assert "could not be reached" in endpoint.failure_message
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

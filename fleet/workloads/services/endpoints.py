@@ -393,6 +393,26 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
     return endpoint
 
 
+def endpoints_end_with_node(*, node: Node, reachable: bool) -> int:
+    """The live endpoints of a node being deleted (inside its transaction); returns how many changed.
+
+    With a tunnel open the agent is told to stop what it started before it exits (revocation): the endpoints
+    are stopped. Without one nothing can reach their servers: they fail as lost, and say so.
+    """
+    if reachable:
+        status, code = EndpointStatus.STOPPED, "node_deleted"
+        message = f"Node {node.name} was deleted: its agent was told to stop this endpoint's server."
+    else:
+        status, code = EndpointStatus.FAILED, "node_lost"
+        message = (
+            f"Node {node.name} was deleted while its agent was offline: this endpoint's server could not be "
+            "reached and may still run on that machine."
+        )
+    return Endpoint.objects.filter(node=node, status__in=EndpointStatus.live()).update(
+        status=status, failure_code=code, failure_message=message, updated_at=timezone.now()
+    )
+
+
 def endpoints_reconcile(*, node: Node, inventory: protocol.Inventory) -> int:
     """Running endpoints the agent reports update their rows (port, status); running rows it no longer
     reports become failed (the process is gone). Returns how many rows changed."""
