@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from fleet import origin_names
 from fleet.proxy import origins
 from kernel.asgi_scope import header
 
@@ -42,7 +43,7 @@ def under_node_domain(host: str) -> bool:
     host = host.lower().rstrip(".")
     if not host or host == control_plane_host():
         return False
-    return any(host == kind.domain or host.endswith("." + kind.domain) for kind in origins.KINDS)
+    return any(host == kind.domain or host.endswith("." + kind.domain) for kind in origin_names.KINDS)
 
 
 def carries_origin_cookie(scope: dict[str, Any]) -> bool:
