@@ -8,6 +8,11 @@ from typing import Any
 
 from celery import Celery
 
+from cleverthis import kombu_fixes
+
+# A worker that loses Redis under load must reconnect, not exit (see `cleverthis.kombu_fixes`).
+kombu_fixes.apply()
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cleverthis.settings.base")
 
 app = Celery("cleverthis")
