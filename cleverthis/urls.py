@@ -61,6 +61,7 @@ api_v1 = [
 urlpatterns = [
     path("", tenancy_views.dashboard, name="dashboard"),
     path("healthz", tenancy_views.healthz, name="healthz"),
+    path("dispatch-banner", tenancy_views.dispatch_banner, name="dispatch-banner"),
     path("metrics", metrics_view, name="metrics"),
     path("accounts/login/", tenancy_views.SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

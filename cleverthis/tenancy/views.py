@@ -13,6 +13,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 
+from cleverthis.dispatch_health import dispatch_status
 from cleverthis.overview import fleet_overview
 from cleverthis.throttling import sign_in_throttled
 
@@ -23,11 +24,24 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     return render(request, "tenancy/dashboard.html", {"workspaces": fleet_overview(user=request.user)})
 
 
+@never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
-    """Liveness and database check for load balancers and the start-up script."""
+    """Liveness and database check for load balancers and the start-up script, plus dispatch at a glance.
+
+    `status` is "ok" whenever this process and the database answer (so a load balancer keeps a replica
+    whose worker is gone); `dispatch` says whether commands are being dispatched: the broker answers, the
+    worker's last heartbeat, the queue depths (`cleverthis.dispatch_health`).
+    """
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
-    return JsonResponse({"status": "ok"})
+    return JsonResponse({"status": "ok", "dispatch": dispatch_status().as_json()})
+
+
+@login_required
+@never_cache
+def dispatch_banner(request: HttpRequest) -> HttpResponse:
+    """The pages' "commands are not being dispatched" banner, polled by every page of a signed-in user."""
+    return render(request, "dispatch_banner.html")
 
 
 class SignInView(auth_views.LoginView):
