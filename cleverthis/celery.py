@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from celery import Celery, bootsteps
+from celery.worker.consumer import Consumer
 from django.conf import settings
 from redis.exceptions import RedisError
 
@@ -24,6 +26,22 @@ logger = logging.getLogger(__name__)
 app = Celery("cleverthis")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+class ReconnectingConsumer(Consumer):
+    """Celery's consumer (the worker_consumer setting), trying a lost broker again at least every
+    BROKER_RECONNECT_INTERVAL_MAX_S seconds.
+
+    Celery reconnects with kombu's default waits, 2, 4, 6, ... up to 30 s between attempts and not
+    configurable, so after an outage of a minute the worker could notice Redis is back only 30 s later.
+    """
+
+    def ensure_connected(self, conn: Any) -> Any:
+        cap = float(settings.BROKER_RECONNECT_INTERVAL_MAX_S)
+        conn.ensure_connection = functools.partial(
+            conn.ensure_connection, interval_start=min(1.0, cap), interval_step=1.0, interval_max=cap
+        )
+        return super().ensure_connected(conn)
 
 
 class WorkerHeartbeat(bootsteps.StartStopStep):

@@ -236,6 +236,9 @@ CELERY_BROKER_CONNECTION_RETRY = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+# Between reconnect attempts the worker waits 1, 2, 3 ... s up to this (Celery's own waits grow to 30 s).
+CELERY_WORKER_CONSUMER = "cleverthis.celery:ReconnectingConsumer"
+BROKER_RECONNECT_INTERVAL_MAX_S = env_float("BROKER_RECONNECT_INTERVAL_MAX_S", 5.0)
 # The worker's consumer records a heartbeat this often; pages, /healthz and /metrics call dispatch
 # stalled once the freshest one is older than WORKER_HEARTBEAT_STALE_S (`cleverthis.dispatch_health`).
 WORKER_HEARTBEAT_INTERVAL_S = env_float("WORKER_HEARTBEAT_INTERVAL_S", 5.0)
