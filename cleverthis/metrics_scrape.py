@@ -2,7 +2,8 @@
 
 One scrape merges the instruments of every process on this machine (`kernel.metrics`, multiprocess
 files) and adds gauges read from the database at that moment: nodes by status per cluster, commands by
-type and status, Ray clusters by state, and each node's utilization and heartbeat age.
+type and status, Ray clusters by state, and each node's utilization and heartbeat age; and from the broker
+(`cleverthis.dispatch_health`): whether it answers, each Celery worker's heartbeat age, the queue depths.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
+from cleverthis.dispatch_health import DispatchCollector
 from fleet.models import Command, Node, NodeStatus
 from kernel import metrics  # noqa: F401  (names the multiprocess directory, creates it)
 from raymgr.models import RayCluster, RayClusterStatus
@@ -156,6 +158,7 @@ def render() -> bytes:
     forget_dead_processes(path)
     MultiProcessCollector(registry, path=path)
     registry.register(DatabaseCollector())
+    registry.register(DispatchCollector())
     return generate_latest(registry)
 
 

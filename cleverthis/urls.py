@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import APIRootView
 
+from cleverthis import health
 from cleverthis.audit.api import router as audit_router
 from cleverthis.metrics_scrape import metrics_view
 from cleverthis.overview import dashboard
@@ -61,7 +62,8 @@ api_v1 = [
 
 urlpatterns = [
     path("", dashboard, name="dashboard"),
-    path("healthz", tenancy_views.healthz, name="healthz"),
+    path("healthz", health.healthz, name="healthz"),
+    path("dispatch-banner", health.dispatch_banner, name="dispatch-banner"),
     path("metrics", metrics_view, name="metrics"),
     path("accounts/login/", tenancy_views.SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

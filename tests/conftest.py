@@ -18,6 +18,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
+from cleverthis.dispatch_health import HEARTBEATS_KEY
 from cleverthis.tenancy import services as tenancy_services
 from cleverthis.tenancy.models import Role, Workspace
 from fleet import metrics_history
@@ -34,6 +35,7 @@ TEST_REDIS_PATTERNS = (
     f"{stream_pipes.KEY_PREFIX}*",  # proxy stream pipes
     f"{metrics_history.KEY_PREFIX}*",  # nodes' utilization history
     "celery-task-meta-*",  # Celery results
+    HEARTBEATS_KEY,  # the workers' heartbeats
     "_kombu.*",  # Celery queue bindings
     "unacked*",  # Celery messages taken but not acknowledged, and their index
     *_CELERY_QUEUES,

@@ -182,6 +182,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "cleverthis.tenancy.context_processors.workspaces",
+                "cleverthis.health.dispatch",
             ],
         },
     },
@@ -245,6 +246,21 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": env_int("CELERY_UNACKED_RESTORE_INTERVAL_S", 10),
     "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
 }
+# Losing the broker is never fatal: the worker reconnects, on start-up too, for as long as it takes
+# (Celery's default gives up after 100 attempts). A broker lost mid-task lets running tasks finish
+# (worker_cancel_long_running_tasks_on_connection_loss stays off): dispatch tasks are idempotent and
+# beat re-sends what a lost broker dropped. The crash kombu had on that path: `cleverthis.kombu_fixes`.
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+# Between reconnect attempts the worker waits 1, 2, 3 ... s up to this (Celery's own waits grow to 30 s).
+CELERY_WORKER_CONSUMER = "cleverthis.celery:ReconnectingConsumer"
+BROKER_RECONNECT_INTERVAL_MAX_S = env_float("BROKER_RECONNECT_INTERVAL_MAX_S", 5.0)
+# The worker's consumer records a heartbeat this often; pages, /healthz and /metrics call dispatch
+# stalled once the freshest one is older than WORKER_HEARTBEAT_STALE_S (`cleverthis.dispatch_health`).
+WORKER_HEARTBEAT_INTERVAL_S = env_float("WORKER_HEARTBEAT_INTERVAL_S", 5.0)
+WORKER_HEARTBEAT_STALE_S = env_float("WORKER_HEARTBEAT_STALE_S", 30.0)
 CELERY_TASK_ROUTES = {
     "fleet.tasks.dispatch_*": {"queue": "dispatch"},
     "fleet.tasks.gitops_*": {"queue": "gitops"},

@@ -1,6 +1,7 @@
-"""Pages of the tenancy app: the health check and sign-in (site and admin).
+"""Pages of the tenancy app: sign-in (site and admin).
 
-The home page reads every app, so it lives in the root (`cleverthis.overview`).
+The home page reads every app, so it lives in the root (`cleverthis.overview`); so do the health check
+and the dispatch banner (`cleverthis.health`), which read the broker.
 """
 
 from __future__ import annotations
@@ -9,19 +10,11 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 
 from kernel.throttling import sign_in_throttled
-
-
-def healthz(request: HttpRequest) -> JsonResponse:
-    """Liveness and database check for load balancers and the start-up script."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-    return JsonResponse({"status": "ok"})
 
 
 class SignInView(auth_views.LoginView):

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import shutil
 import signal
 import threading
 import time
@@ -32,7 +31,8 @@ from fleet.tasks import mark_lost_nodes_offline
 from fleet.workloads.tasks import drain_tick
 from tests.e2e.conftest import node_of
 from tests.support.live import ControlPlane, agent_join, subprocess_env
-from tests.support.processes import ManagedProcess, free_port, port_open, wait_until
+from tests.support.private_redis import PrivateRedis
+from tests.support.processes import free_port, wait_until
 
 # --------------------------------------------------------------------------------------------------
 # a tiny TCP load balancer (asyncio, loopback only)
@@ -168,45 +168,6 @@ def test_killing_the_replica_holding_the_tunnels_loses_no_command(tmp_path, clus
 
 # --------------------------------------------------------------------------------------------------
 # Redis restart
-
-
-class PrivateRedis:
-    """A redis-server of this test's own on a free port (the shared one on 6379 is never touched)."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.port = free_port()
-        self.log_dir = log_dir
-        self.proc: ManagedProcess | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        argv = [
-            shutil.which("redis-server") or "redis-server",
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]
-        self.starts += 1
-        self.proc = ManagedProcess(f"redis-{self.starts}", argv, log_dir=self.log_dir)
-        wait_until(lambda: port_open(self.port), timeout=10, what="private redis")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.popen.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop()
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
 
 
 def _api_dispatch(base_url: str, token: str, cluster: ComputeCluster, model: str) -> list[str]:

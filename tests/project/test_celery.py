@@ -32,6 +32,14 @@ def test_broker_is_redis_and_serializer_json():
     assert app.conf.task_serializer == "json"
 
 
+def test_a_lost_broker_is_retried_forever_and_often():
+    """Never give up on the broker, and try it again at least every few seconds (cleverthis.celery)."""
+    assert app.conf.broker_connection_retry is True
+    assert app.conf.broker_connection_retry_on_startup is True
+    assert app.conf.broker_connection_max_retries is None
+    assert app.conf.worker_consumer == "cleverthis.celery:ReconnectingConsumer"
+
+
 def test_beat_keeps_its_schedule_in_its_own_checkout_or_run(tmp_path):
     """No schedule file shared between checkouts: by default it is under this checkout's var/, in a test
     run under the run's directory; beat makes the directory it needs."""
@@ -68,3 +76,22 @@ def test_beat_keeps_its_schedule_in_its_own_checkout_or_run(tmp_path):
     finally:
         beat.stop()
     assert not list(REPO_ROOT.glob("celerybeat-schedule*"))
+
+
+def test_a_consuming_worker_records_its_heartbeat(worker):
+    """The consumer's heartbeat step writes to the broker while it consumes (cleverthis.dispatch_health)."""
+    from cleverthis.dispatch_health import HEARTBEATS_KEY, broker_client, dispatch_status
+    from tests.support.processes import wait_until
+
+    def beats() -> dict[str, float]:
+        return {name: age for name, age in dispatch_status().worker_ages.items() if name.startswith("celery-worker@")}
+
+    try:
+        wait_until(lambda: bool(beats()), timeout=60, what="a heartbeat of the worker")
+        name, age = next(iter(beats().items()))
+        assert age < 30, worker.log()
+        assert dispatch_status().workers_alive >= 1
+    finally:
+        worker.stop()
+        for name in beats():
+            broker_client().hdel(HEARTBEATS_KEY, name)

@@ -51,7 +51,10 @@ def test_schema_and_docs_are_served(client, owner):
 
 
 def test_healthz(client):
-    assert client.get("/healthz").json() == {"status": "ok"}
+    body = client.get("/healthz").json()
+    assert body["status"] == "ok"
+    # whether commands are being dispatched: tests/project/test_dispatch_health.py
+    assert set(body["dispatch"]) == {"ok", "broker_reachable", "worker_heartbeat_age_s", "workers_alive", "queue_depth"}
 
 
 def test_bootstrap_demo_is_idempotent(django_user_model):
