@@ -194,6 +194,9 @@ class EndpointManager:
             argv += list(payload.extra_args)
             env = engine.env(dict(os.environ))
             if chosen:
+                # The indices are NVML's, which count GPUs in PCI bus order; CUDA counts fastest first unless
+                # told otherwise, so on a node with unlike GPUs the same index could name another card.
+                env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in chosen)
             self.state_dir.mkdir(parents=True, exist_ok=True)
             log_path = self.state_dir / f"endpoint-{payload.endpoint_id}.log"

@@ -140,6 +140,7 @@ def test_gpus_with_most_free_memory_are_given_to_the_server(cached_models, tmp_p
         )
         environ = Path(f"/proc/{result['pid']}/environ").read_bytes().split(b"\0")
         assert b"CUDA_VISIBLE_DEVICES=2,1" in environ
+        assert b"CUDA_DEVICE_ORDER=PCI_BUS_ID" in environ  # NVML's indices name the same cards for CUDA
         cmdline = Path(f"/proc/{result['pid']}/cmdline").read_bytes().split(b"\0")
         assert cmdline[cmdline.index(b"--tensor-parallel-size") + 1] == b"2"
     finally:
