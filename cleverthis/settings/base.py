@@ -247,7 +247,6 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 CELERY_TASK_ROUTES = {
     "fleet.tasks.dispatch_*": {"queue": "dispatch"},
-    "fleet.tasks.gitops_*": {"queue": "gitops"},
 }
 # Task modules outside `<app>.tasks` (autodiscovery only finds those).
 CELERY_IMPORTS = ["fleet.workloads.tasks"]
