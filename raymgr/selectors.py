@@ -9,7 +9,6 @@ from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
 
 from cleverthis.tenancy.selectors import scope_to_user
-from fleet.models import ComputeCluster
 from raymgr.models import RayCluster, RayClusterEvent, RayNode, RayNodeStatus
 
 AnyUser = AbstractBaseUser | AnonymousUser
@@ -39,8 +38,3 @@ def ray_node_list(*, cluster: RayCluster, include_stopped: bool = False) -> Quer
 def ray_event_list(*, cluster: RayCluster) -> QuerySet[RayClusterEvent]:
     """The cluster's event log, newest first."""
     return cluster.events.order_by("-created_at", "-pk")
-
-
-def compute_cluster_choices(*, user: AnyUser) -> QuerySet[ComputeCluster]:
-    """Compute clusters a Ray cluster can be created on: those of `user`'s workspaces."""
-    return scope_to_user(ComputeCluster.objects.select_related("workspace"), user=user).order_by("name")

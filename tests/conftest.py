@@ -28,7 +28,7 @@ from tests.support import loop_guard
 User = get_user_model()
 
 # Keys the control plane and Celery write in the test Redis database.
-_CELERY_QUEUES = ("default", "dispatch", "gitops", "celery")
+_CELERY_QUEUES = ("default", "dispatch", "celery")
 TEST_REDIS_PATTERNS = (
     f"{settings.CACHES['default']['KEY_PREFIX']}:*",  # cache: rate-limit counters, tickets
     f"{settings.CHANNEL_LAYERS['default']['CONFIG']['prefix']}*",  # channel layer: groups, channels

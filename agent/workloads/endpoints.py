@@ -43,11 +43,6 @@ STOPPED_KEPT = 200
 MIB = 1024 * 1024
 
 
-def default_server_command() -> list[str]:
-    """The program part of the server command on a node without GPUs (see `engine.choose_engine`)."""
-    return choose_engine([]).program
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -136,10 +136,6 @@ class ModelCache:
         path = self.root / repo_folder(model_id) / "snapshots" / entry["commit"]
         return path if path.is_dir() else None
 
-    def is_cached(self, model_id: str, revision: str = "main") -> bool:
-        """True when `download` completed for this model and revision and the files are still there."""
-        return self.path_for(model_id, revision) is not None
-
     def inventory(self) -> list[CachedModel]:
         """Every completed snapshot in the cache."""
         models: list[CachedModel] = []

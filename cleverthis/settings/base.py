@@ -263,7 +263,6 @@ WORKER_HEARTBEAT_INTERVAL_S = env_float("WORKER_HEARTBEAT_INTERVAL_S", 5.0)
 WORKER_HEARTBEAT_STALE_S = env_float("WORKER_HEARTBEAT_STALE_S", 30.0)
 CELERY_TASK_ROUTES = {
     "fleet.tasks.dispatch_*": {"queue": "dispatch"},
-    "fleet.tasks.gitops_*": {"queue": "gitops"},
 }
 # Task modules outside `<app>.tasks` (autodiscovery only finds those).
 CELERY_IMPORTS = ["fleet.workloads.tasks"]

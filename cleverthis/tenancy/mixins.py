@@ -7,11 +7,10 @@ from typing import Any, ClassVar
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from rest_framework.exceptions import NotFound
-from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
 from cleverthis.tenancy.models import Workspace
-from cleverthis.tenancy.permissions import can_edit, can_operate
+from cleverthis.tenancy.permissions import can_operate
 from cleverthis.tenancy.selectors import scope_to_user, workspace_list
 
 
@@ -52,21 +51,3 @@ def require_operator(user: Any, workspace: Workspace, *, what: str = "do this") 
     """Raise 403 unless `user` is Owner or Admin of `workspace` ("Only workspace Owners and Admins can <what>.")."""
     if not can_operate(user, workspace):
         raise PermissionDenied(f"Only workspace Owners and Admins can {what}.")
-
-
-def require_editor(user: Any, workspace: Workspace) -> None:
-    """Raise 403 unless `user` is Owner, Admin or Member of `workspace`."""
-    if not can_edit(user, workspace):
-        raise PermissionDenied("Viewers cannot change anything in this workspace.")
-
-
-class IsWorkspaceOperatorOrReadOnly(BasePermission):
-    """Reads for every member; writes on an object only for its workspace's Owners and Admins."""
-
-    message = "Only workspace Owners and Admins can do this."
-
-    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
-        if request.method in SAFE_METHODS:
-            return True
-        workspace = getattr(obj, "workspace", obj)
-        return can_operate(request.user, workspace)

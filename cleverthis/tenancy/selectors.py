@@ -8,7 +8,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import Model, QuerySet
 
-from cleverthis.tenancy.models import Membership, Role, Workspace
+from cleverthis.tenancy.models import Membership, Workspace
 
 AnyUser = AbstractBaseUser | AnonymousUser
 M = TypeVar("M", bound=Model)
@@ -34,16 +34,3 @@ def workspace_ids(*, user: AnyUser, roles: frozenset[str] | None = None) -> Quer
 def scope_to_user(queryset: QuerySet[M], *, user: AnyUser, workspace_field: str = "workspace") -> QuerySet[M]:
     """Restrict `queryset` to rows whose `workspace_field` is one of `user`'s workspaces."""
     return queryset.filter(**{f"{workspace_field}__in": workspace_ids(user=user)})
-
-
-def membership_role(*, user: AnyUser, workspace: Workspace) -> Role | None:
-    """The role of `user` in `workspace`, or None for non-members."""
-    if not user.is_authenticated:
-        return None
-    role = Membership.objects.filter(user=user, workspace=workspace).values_list("role", flat=True).first()
-    return Role(role) if role else None
-
-
-def default_workspace(*, user: AnyUser) -> Workspace | None:
-    """The first workspace of `user`, used when a page needs one and none was chosen."""
-    return workspace_list(user=user).order_by("created_at").first()

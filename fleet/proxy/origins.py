@@ -17,7 +17,6 @@ every request. Neither the ticket nor the cookie can be used on another host.
 from __future__ import annotations
 
 import secrets
-import uuid
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -144,13 +143,6 @@ def caller_on_origin(scope: dict[str, Any], *, tokens: bool = True) -> Any:
     if header(scope, b"authorization"):
         return user_from_token(scope) if tokens else AnonymousUser()
     return user_from_origin_cookie(scope)
-
-
-def parse_uuid(value: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return None
 
 
 # ---- what the proxy never lets through

@@ -6,7 +6,6 @@ from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
 
 from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.mixins import require_operator
@@ -14,9 +13,11 @@ from cleverthis.tenancy.models import Workspace
 from fleet.models import ComputeCluster, Mode
 from fleet.services.common import full_clean
 from fleet.services.nodes import node_purge
+from kernel.rows import save_unique_name
 
 ARGOCD_FIELDS = ("argocd_server", "argocd_token", "git_repo_url", "git_branch")
 CLUSTER_FIELDS = ("name", "description", *ARGOCD_FIELDS)
+NAME_TAKEN = "A cluster with this name already exists in the workspace."
 
 
 def _clean_cluster_fields(fields: dict[str, Any]) -> dict[str, Any]:
@@ -53,11 +54,7 @@ def cluster_create(
     full_clean(cluster)
     if mode == Mode.ARGOCD:
         _require_argocd(cluster)
-    try:
-        with transaction.atomic():
-            cluster.save()
-    except IntegrityError:
-        raise ValidationError({"name": "A cluster with this name already exists in the workspace."}) from None
+    save_unique_name(cluster, message=NAME_TAKEN)
     return cluster
 
 
@@ -85,11 +82,7 @@ def cluster_update(*, actor: AbstractBaseUser, cluster: ComputeCluster, **fields
     full_clean(cluster, exclude=["workspace"])
     if cluster.mode == Mode.ARGOCD:
         _require_argocd(cluster)
-    try:
-        with transaction.atomic():
-            cluster.save()
-    except IntegrityError:
-        raise ValidationError({"name": "A cluster with this name already exists in the workspace."}) from None
+    save_unique_name(cluster, message=NAME_TAKEN)
     return cluster
 
 

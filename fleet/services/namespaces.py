@@ -7,13 +7,13 @@ from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
 
 from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.mixins import require_operator
 from cleverthis.tenancy.models import Workspace
 from fleet.models import ComputeCluster, Namespace
 from fleet.services.common import full_clean
+from kernel.rows import save_unique_name
 
 
 def _parse_uuid(value: Any, field: str) -> uuid.UUID:
@@ -44,11 +44,7 @@ def namespace_create(*, actor: AbstractBaseUser, workspace: Workspace, name: str
     require_operator(actor, workspace)
     namespace = Namespace(workspace=workspace, name=name, cluster=_namespace_cluster(workspace, cluster_id))
     full_clean(namespace, exclude=["workspace", "cluster"])
-    try:
-        with transaction.atomic():
-            namespace.save()
-    except IntegrityError:
-        raise ValidationError({"name": "A namespace with this name already exists in the workspace."}) from None
+    save_unique_name(namespace, message="A namespace with this name already exists in the workspace.")
     return namespace
 
 

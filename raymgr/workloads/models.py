@@ -235,11 +235,6 @@ class TuneExperiment(_Workload):
         ordering = ["-created_at"]
         constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="tuneexperiment_unique_ws_name")]
 
-    @property
-    def trials_done(self) -> int:
-        """Trials that finished (terminated or errored)."""
-        return sum(1 for t in self.trials.all() if t.status in ("TERMINATED", "ERROR"))
-
 
 class TuneTrial(models.Model):
     """One trial of a Tune experiment: its config, progress and latest result."""

@@ -1,35 +1,28 @@
-"""The layout keeps its promises: no import circles inside an app, and the fleet's core reaches the
-transport and the workloads only through their seams.
+"""The layout keeps its promises (docs/architecture.md): no import circles between modules, between sibling
+rooms of an app or between apps; arrows point down the floors (root -> apps -> kernel, the agent on its own);
+an app's core reaches its rooms only through their seams; services reach Celery only through the enqueue seam.
 
 Imports are read from the source (module level and inside functions alike), so a lazy import inside a
-function counts: it is how circles hide.
+function counts: it is how circles hide. Each rule names its offenders when it fails.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("fleet", "raymgr", "agent", "cleverthis", "kernel")
-# The fleet core (modules at the top of fleet/ and the fleet.services package) may use these modules of its
-# sub-packages, and no others.
-CORE_SEAMS = {
-    "fleet.tunnel.groups",  # reach a node's tunnel: the one seam to the transport
-    "fleet.proxy.wiring",  # plugs the proxy into the tunnel's stream seam at app start (FleetConfig.ready)
-    "fleet.workloads.admin",  # registered at app start (FleetConfig.ready): autodiscovery imports only fleet.admin
-    "fleet.workloads.models",  # loaded (not re-exported) by fleet.models so Django registers them with the app
-    "fleet.workloads.receivers",  # connected at app start (FleetConfig.ready)
-    "fleet.proxy.site_checks",  # its system check registered, its start-up warning logged (FleetConfig.ready)
-}
+PACKAGES = ("fleet", "raymgr", "agent", "cleverthis", "kernel")
+APP_PACKAGES = ("cleverthis.tenancy", "cleverthis.audit", "fleet", "raymgr")
 
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for app in APPS:
-        for path in (ROOT / app).rglob("*.py"):
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
             if "migrations" in path.parts:
                 continue
             name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
@@ -46,13 +39,18 @@ def _resolve(name: str) -> str | None:
     return name or None
 
 
+def _import_nodes(module: str) -> list[ast.Import | ast.ImportFrom]:
+    tree = ast.parse(MODULES[module].read_text())
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
+
+
 def imports_of(module: str) -> set[str]:
     """Project modules `module` imports anywhere in its source."""
     out: set[str] = set()
-    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+    for node in _import_nodes(module):
         if isinstance(node, ast.Import):
             out.update(filter(None, (_resolve(alias.name) for alias in node.names)))
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        elif node.module and node.level == 0:
             for alias in node.names:
                 submodule = f"{node.module}.{alias.name}"
                 target = submodule if submodule in MODULES else _resolve(node.module)
@@ -62,8 +60,22 @@ def imports_of(module: str) -> set[str]:
     return out
 
 
+def top_level_imports_of(module: str) -> set[str]:
+    """First names of every absolute import in `module`'s source, third-party and standard library included."""
+    out: set[str] = set()
+    for node in _import_nodes(module):
+        if isinstance(node, ast.Import):
+            out.update(alias.name.split(".")[0] for alias in node.names)
+        elif node.module and node.level == 0:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
 def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    """Strongly connected components with more than one node (Tarjan, iterative)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -107,81 +119,7 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return circles
 
 
-def test_the_circle_finder_finds_a_circle():
-    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert import_circles({"a": {"b"}, "b": set()}) == []
-
-
-@pytest.mark.parametrize("app", APPS)
-def test_no_import_circles_between_modules_of_one_app(app):
-    graph = {
-        name: {target for target in imports_of(name) if target.split(".")[0] == app}
-        for name in MODULES
-        if name.split(".")[0] == app
-    }
-    assert import_circles(graph) == []
-
-
-def test_the_fleet_core_reaches_transport_and_workloads_only_through_their_seams():
-    core_dirs = (ROOT / "fleet", ROOT / "fleet" / "services")
-    core = [name for name, path in MODULES.items() if name.startswith("fleet.") and path.parent in core_dirs]
-    assert "fleet.services" in core
-    packages = ("fleet.tunnel.", "fleet.proxy.", "fleet.workloads.")
-    offenders = {
-        name: sorted(t for t in imports_of(name) if t.startswith(packages) and t not in CORE_SEAMS) for name in core
-    }
-    assert {name: found for name, found in offenders.items() if found} == {}
-
-
-def reachable_from(module: str) -> set[str]:
-    """Project modules `module` imports, directly or through the modules it imports."""
-    seen: set[str] = set()
-    todo = [module]
-    while todo:
-        for target in imports_of(todo.pop()):
-            if target not in seen:
-                seen.add(target)
-                todo.append(target)
-    return seen
-
-
-def test_no_module_of_the_tunnel_imports_the_proxy():
-    """The transport offers a seam the proxy plugs into (`fleet.tunnel.streams_seam`), never the reverse."""
-    tunnel = [name for name in MODULES if name == "fleet.tunnel" or name.startswith("fleet.tunnel.")]
-    assert "fleet.tunnel.consumer" in tunnel
-    offenders = {name: sorted(t for t in imports_of(name) if t.split(".")[:2] == ["fleet", "proxy"]) for name in tunnel}
-    assert {name: found for name, found in offenders.items() if found} == {}
-
-
-@pytest.mark.parametrize(
-    "models", ["fleet.models", "fleet.workloads.models", "raymgr.models", "raymgr.workloads.models"]
-)
-def test_loading_the_models_loads_nothing_of_the_proxy(models):
-    """Models name their origins through `fleet.origin_names`; tickets and cookies stay in `fleet.proxy`."""
-    assert sorted(t for t in reachable_from(models) if t.split(".")[:2] == ["fleet", "proxy"]) == []
-
-
-def test_models_modules_re_export_no_workload_models():
-    """`fleet.models` and `raymgr.models` load their workload models for Django without `import *`."""
-    for name in ("fleet.models", "raymgr.models"):
-        tree = ast.parse(MODULES[name].read_text())
-        stars = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.names[0].name == "*"]
-        assert stars == [], name
-
-
-def test_services_enqueue_tasks_only_through_the_seam():
-    services = [name for name in MODULES if "services" in name.split(".")]  # modules and packages alike
-    assert {"fleet.services.commands", "fleet.workloads.services.endpoints", "raymgr.services"} <= set(services)
-    for name in [*services, "fleet.workloads.drain"]:
-        assert not {t for t in imports_of(name) if t.endswith(".tasks")}, name
-
-
-# The control plane's layers: the root imports the apps, the apps import the kernel, never the other way.
-APP_PACKAGES = ("cleverthis.tenancy", "cleverthis.audit", "fleet", "raymgr")
-KERNEL_MAY_IMPORT = ("agent.protocol",)  # the agent's wire protocol is the ground floor
-
-
-def _in(name: str, packages: tuple[str, ...]) -> bool:
+def _in(name: str, packages: Iterable[str]) -> bool:
     return any(name == package or name.startswith(f"{package}.") for package in packages)
 
 
@@ -189,23 +127,267 @@ def _is_root(name: str) -> bool:
     return _in(name, ("cleverthis",)) and not _in(name, APP_PACKAGES)
 
 
+def _floor_room(name: str) -> str:
+    """The app (or `kernel`, `root`, `agent`) a module belongs to."""
+    for app in APP_PACKAGES:
+        if _in(name, (app,)):
+            return app
+    return "root" if _is_root(name) else name.split(".")[0]
+
+
+def _offenders(modules: Iterable[str], bad) -> dict[str, list[str]]:
+    """{module: sorted imports for which `bad(target)` holds}, modules without any left out."""
+    found = {name: sorted(t for t in GRAPH[name] if bad(t)) for name in modules}
+    return {name: targets for name, targets in found.items() if targets}
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
 def test_the_layer_rules_see_every_layer():
-    assert "kernel.api" in MODULES
+    assert {"kernel.api", "agent.protocol", "fleet.tunnel.groups", "raymgr.workloads.models"} <= set(MODULES)
     assert _is_root("cleverthis.urls")
     assert _is_root("cleverthis")
     assert not _is_root("cleverthis.tenancy.views")
     assert not _is_root("kernel.api")
+    assert _floor_room("cleverthis.audit.models") == "cleverthis.audit"
+    assert _floor_room("fleet.workloads.services.endpoints") == "fleet"
+
+
+# ---- circles, at three sizes: modules, sibling rooms of an app, apps ----
+
+
+def test_no_import_circles_between_modules_of_the_whole_project():
+    circles = import_circles(GRAPH)
+    assert circles == [], f"modules importing each other (directly or round a circle): {circles}"
+
+
+# The rooms of an app: sub-packages with a job of their own. The app's core (its top-level modules and
+# its services/, api/ and the like) wires them together; rooms never import each other in a circle.
+ROOMS = {
+    "fleet": ("fleet.tunnel", "fleet.proxy", "fleet.workloads"),
+    "raymgr": ("raymgr.workloads",),
+    "agent": (
+        "agent.protocol",
+        "agent.transport",
+        "agent.executors",
+        "agent.ray",
+        "agent.workloads",
+        "agent.update",
+        "agent.install",
+    ),
+}
+
+
+def _room_of(name: str, rooms: Iterable[str]) -> str | None:
+    return next((room for room in rooms if _in(name, (room,))), None)
+
+
+def room_graph(rooms: tuple[str, ...]) -> dict[str, set[str]]:
+    """Which room imports which sibling room (direct imports between the rooms' own modules)."""
+    graph: dict[str, set[str]] = {room: set() for room in rooms}
+    for name, targets in GRAPH.items():
+        source = _room_of(name, rooms)
+        if source:
+            graph[source] |= {_room_of(t, rooms) for t in targets} - {None, source}
+    return graph
+
+
+@pytest.mark.parametrize("app", sorted(ROOMS))
+def test_no_import_circles_between_sibling_rooms(app):
+    assert all(any(_in(name, (room,)) for name in MODULES) for room in ROOMS[app])
+    circles = import_circles(room_graph(ROOMS[app]))
+    assert circles == [], f"sibling rooms of {app} importing each other: {circles}"
+
+
+def test_no_import_circles_between_apps():
+    graph: dict[str, set[str]] = {}
+    for name, targets in GRAPH.items():
+        graph.setdefault(_floor_room(name), set()).update(_floor_room(t) for t in targets)
+    for room, targets in graph.items():
+        targets.discard(room)
+    circles = import_circles(graph)
+    assert circles == [], f"apps importing each other: {circles}"
+
+
+# ---- floors: root -> apps -> kernel; the agent stands alone ----
+
+KERNEL_MAY_IMPORT = ("agent.protocol",)  # the agent's wire protocol is the ground floor
+# What the control plane may take from the agent package: the wire protocol, the packaging helpers that
+# build the agent's sdist and install script (`fleet.agent_packages`, `fleet.agent_views`), and the asyncio
+# cancellation fix both sides install at start (`fleet.apps`).
+CONTROL_PLANE_MAY_IMPORT_FROM_AGENT = ("agent.protocol", "agent.install", "agent.asyncio_fixes")
+# First names of imports that belong to the control plane: the agent never needs them.
+CONTROL_PLANE_IMPORTS = frozenset(
+    {
+        "django",
+        "rest_framework",
+        "drf_spectacular",
+        "django_filters",
+        "channels",
+        "channels_redis",
+        "celery",
+        "daphne",
+        "kernel",
+        "fleet",
+        "raymgr",
+        "cleverthis",
+    }
+)
 
 
 def test_the_kernel_imports_no_app_and_nothing_of_the_root():
     kernel = [name for name in MODULES if _in(name, ("kernel",))]
-    offenders = {
-        name: sorted(t for t in imports_of(name) if not _in(t, ("kernel", *KERNEL_MAY_IMPORT))) for name in kernel
-    }
-    assert {name: found for name, found in offenders.items() if found} == {}
+    offenders = _offenders(kernel, lambda t: not _in(t, ("kernel", *KERNEL_MAY_IMPORT)))
+    assert offenders == {}, f"kernel modules importing above the kernel: {offenders}"
 
 
 def test_no_app_imports_the_root():
     apps = [name for name in MODULES if _in(name, APP_PACKAGES)]
-    offenders = {name: sorted(t for t in imports_of(name) if _is_root(t)) for name in apps}
-    assert {name: found for name, found in offenders.items() if found} == {}
+    offenders = _offenders(apps, _is_root)
+    assert offenders == {}, f"app modules importing the root (urls, asgi, celery, overview, ...): {offenders}"
+
+
+def test_the_agent_imports_nothing_of_the_control_plane():
+    agent = [name for name in MODULES if _in(name, ("agent",))]
+    assert "agent.runner" in agent
+    found = {name: sorted(top_level_imports_of(name) & CONTROL_PLANE_IMPORTS) for name in agent}
+    offenders = {name: tops for name, tops in found.items() if tops}
+    assert offenders == {}, f"agent modules importing the control plane or Django: {offenders}"
+
+
+def test_the_control_plane_imports_only_the_protocol_and_packaging_helpers_of_the_agent():
+    control_plane = [name for name in MODULES if not _in(name, ("agent",))]
+    offenders = _offenders(
+        control_plane, lambda t: _in(t, ("agent",)) and not _in(t, CONTROL_PLANE_MAY_IMPORT_FROM_AGENT)
+    )
+    assert offenders == {}, f"control-plane modules importing agent internals: {offenders}"
+
+
+# ---- an app's core reaches its rooms only through their seams ----
+
+# The fleet core (modules at the top of fleet/ and the fleet.services package) may reach these modules of
+# its rooms, and no others.
+FLEET_SEAMS = {
+    "fleet.tunnel.groups",  # reach a node's tunnel: the one seam to the transport
+    "fleet.proxy.wiring",  # plugs the proxy into the tunnel's stream seam at app start (FleetConfig.ready)
+    "fleet.proxy.site_checks",  # its system check registered, its start-up warning logged (FleetConfig.ready)
+    "fleet.workloads.admin",  # registered at app start (FleetConfig.ready): autodiscovery imports only fleet.admin
+    "fleet.workloads.models",  # loaded (not re-exported) by fleet.models so Django registers them with the app
+    "fleet.workloads.receivers",  # connected at app start (FleetConfig.ready)
+}
+# The raymgr core (modules at the top of raymgr/ and raymgr.services) may reach these of raymgr.workloads.
+RAYMGR_SEAMS = {
+    "raymgr.workloads.models",  # loaded by raymgr.models so Django registers them with the app
+    "raymgr.workloads.wiring",  # connected at app start (RaymgrConfig.ready)
+    "raymgr.workloads.views",  # pages mounted by raymgr.urls, cards shown on the Ray dashboard
+    "raymgr.workloads.api",  # viewsets mounted by raymgr.api.urls
+}
+CORES = {
+    "fleet": (("fleet", "fleet/services"), ROOMS["fleet"], FLEET_SEAMS),
+    "raymgr": (("raymgr", "raymgr/services"), ROOMS["raymgr"], RAYMGR_SEAMS),
+}
+
+
+def reach_into_rooms(start: Iterable[str], rooms: tuple[str, ...], seams: set[str]) -> dict[str, str]:
+    """Room modules outside `seams` that `start` reaches, each with one import path that gets there.
+
+    The walk follows imports through every module outside the rooms; it stops at room modules (a seam's
+    own imports are the room's business).
+    """
+    offenders: dict[str, str] = {}
+    seen = set(start)
+    todo = [(name, (name,)) for name in start]
+    while todo:
+        name, path = todo.pop()
+        for target in sorted(GRAPH[name]):
+            if _room_of(target, rooms):
+                if target not in seams:
+                    offenders.setdefault(target, " -> ".join((*path, target)))
+            elif target not in seen:
+                seen.add(target)
+                todo.append((target, (*path, target)))
+    return offenders
+
+
+def reachable_from(module: str) -> set[str]:
+    """Project modules `module` imports, directly or through the modules it imports."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for target in GRAPH[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+@pytest.mark.parametrize("app", sorted(CORES))
+def test_the_core_reaches_its_rooms_only_through_their_seams(app):
+    core_dirs, rooms, seams = CORES[app]
+    core = [name for name, path in MODULES.items() if path.parent in {ROOT / d for d in core_dirs}]
+    assert f"{app}.services" in core
+    assert seams <= set(MODULES)
+    offenders = reach_into_rooms(core, rooms, seams)
+    assert offenders == {}, f"the {app} core reaches room modules that are no seam: {offenders}"
+
+
+def test_no_module_of_the_tunnel_imports_the_proxy():
+    """The transport offers a seam the proxy plugs into (`fleet.tunnel.streams_seam`), never the reverse."""
+    tunnel = [name for name in MODULES if _in(name, ("fleet.tunnel",))]
+    assert "fleet.tunnel.consumer" in tunnel
+    offenders = _offenders(tunnel, lambda t: _in(t, ("fleet.proxy",)))
+    assert offenders == {}, f"tunnel modules importing the proxy: {offenders}"
+
+
+@pytest.mark.parametrize(
+    "models", ["fleet.models", "fleet.workloads.models", "raymgr.models", "raymgr.workloads.models"]
+)
+def test_loading_the_models_loads_nothing_of_the_proxy(models):
+    """Models name their origins through `fleet.origin_names`; tickets and cookies stay in `fleet.proxy`."""
+    found = sorted(t for t in reachable_from(models) if _in(t, ("fleet.proxy",)))
+    assert found == [], f"loading {models} loads proxy modules: {found}"
+
+
+# ---- services ----
+
+
+def test_services_enqueue_tasks_only_through_the_seam():
+    """Tasks import services, never the reverse: services send tasks by name through `fleet.enqueue`."""
+    services = [name for name in MODULES if "services" in name.split(".")]  # modules and packages alike
+    assert {
+        "fleet.services.commands",
+        "fleet.workloads.services.endpoints",
+        "raymgr.services.lifecycle",
+        "raymgr.workloads.services.jobs",
+        "cleverthis.tenancy.services",
+    } <= set(services)
+    checked = [*services, "fleet.workloads.drain"]
+    offenders = _offenders(checked, lambda t: t.rpartition(".")[2] == "tasks")
+    offenders.update({name: ["celery"] for name in checked if "celery" in top_level_imports_of(name)})
+    assert offenders == {}, f"services importing tasks or Celery (use fleet.enqueue): {offenders}"
+
+
+# ---- models ----
+
+
+def _python_files() -> list[Path]:
+    """Every Python file of the project but migrations: the packages, the tests, the benches."""
+    paths = [path for folder in (*PACKAGES, "tests", "bench") for path in (ROOT / folder).rglob("*.py")]
+    return [path for path in [*paths, *ROOT.glob("*.py")] if "migrations" not in path.parts]
+
+
+def test_nothing_imports_models_with_a_star():
+    """Models modules are imported by name (`from fleet.workloads import models`), never `import *`-ed."""
+    offenders = []
+    for path in _python_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and any(alias.name == "*" for alias in node.names)
+                and "models" in (node.module or "").split(".")
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == [], f"`from ... models import *` found: {offenders}"

@@ -100,7 +100,7 @@ class ManagedProcess:
 def celery_worker(
     log_dir: Path,
     *,
-    queues: str = "default,dispatch,gitops",
+    queues: str = "default,dispatch",
     env: dict[str, str] | None = None,
     name: str = "celery-worker",
 ) -> ManagedProcess:

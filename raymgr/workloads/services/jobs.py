@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, models, transaction
+from django.db import models
 from django.utils import timezone
 
 from cleverthis.tenancy.models import Workspace
 from fleet.models import Node
 from kernel.exceptions import IllegalTransition
+from kernel.rows import save_unique_name
 from raymgr.models import RayCluster, RayClusterStatus
 from raymgr.workloads.models import JobStatus, TrainingJob, TuneExperiment
 from raymgr.workloads.services.head import send_to_head
@@ -71,11 +72,7 @@ def full_clean(row: models.Model, errors: dict[str, Any]) -> None:
 
 def save_new(row: models.Model) -> None:
     """Insert `row`; a name already used in the workspace is a `ValidationError` on `name`."""
-    try:
-        with transaction.atomic():
-            row.save(force_insert=True)
-    except IntegrityError:
-        raise ValidationError({"name": "This name is already used in the workspace."}) from None
+    save_unique_name(row, message="This name is already used in the workspace.", force_insert=True)
 
 
 def gpu_capacity(cluster: RayCluster) -> float:

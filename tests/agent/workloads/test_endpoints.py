@@ -12,7 +12,7 @@ import requests
 
 from agent.errors import CommandFailed
 from agent.protocol import EndpointStartPayload, EndpointStopPayload, GpuInfo, ModelDownloadPayload
-from agent.workloads.endpoints import VLLM_COMMAND, EndpointManager, _pid_alive, default_server_command
+from agent.workloads.endpoints import VLLM_COMMAND, EndpointManager, _pid_alive
 from agent.workloads.engine import choose_engine
 from agent.workloads.models import ModelCache
 from tests.support.hub_standin import HubStandin
@@ -169,10 +169,10 @@ def test_server_that_never_answers_times_out_and_is_killed(cached_models, tmp_pa
 
 def test_default_command_is_vllm_unless_configured(monkeypatch):
     monkeypatch.delenv("CLEVERTHIS_ENDPOINT_SERVER", raising=False)
-    assert default_server_command() == VLLM_COMMAND
+    assert choose_engine([]).program == VLLM_COMMAND
     assert VLLM_COMMAND[1:] == ["-m", "vllm.entrypoints.openai.api_server"]
     monkeypatch.setenv("CLEVERTHIS_ENDPOINT_SERVER", "/opt/py/bin/python -m my.server")
-    assert default_server_command() == ["/opt/py/bin/python", "-m", "my.server"]
+    assert choose_engine([]).program == ["/opt/py/bin/python", "-m", "my.server"]
 
 
 def test_an_endpoint_still_loading_is_reported_as_starting(cached_models, tmp_path):

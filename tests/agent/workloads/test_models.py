@@ -55,10 +55,10 @@ def test_download_snapshots_every_file_and_reports_progress(cache, hub):
     assert last_data["files"] == 3
     assert any(data.get("bytes_total") for _, _, data in progress.calls[:-1]), progress.calls
 
-    assert cache.is_cached("acme/tiny")
-    assert cache.is_cached("acme/tiny", sha)
+    assert cache.path_for("acme/tiny") is not None
+    assert cache.path_for("acme/tiny", sha) is not None
     assert cache.path_for("acme/tiny") == path
-    assert not cache.is_cached("acme/tiny", "other-branch")
+    assert cache.path_for("acme/tiny", "other-branch") is None
     [entry] = cache.inventory()
     assert (entry.model_id, entry.revision, entry.path) == ("acme/tiny", "main", str(path))
     assert entry.size_bytes == result["size_bytes"]
@@ -98,7 +98,7 @@ def test_unknown_repo_is_model_not_found(cache, hub):
     with pytest.raises(CommandFailed) as err:
         cache.download(ModelDownloadPayload(model_id="acme/missing"), Recorder())
     assert err.value.code == "model_not_found"
-    assert not cache.is_cached("acme/missing")
+    assert cache.path_for("acme/missing") is None
 
 
 def test_unknown_revision_is_model_not_found(cache, hub):

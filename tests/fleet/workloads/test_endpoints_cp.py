@@ -10,9 +10,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from agent import protocol
 from fleet import services
 from fleet.models import Command, NodeEvent
-from fleet.workloads import selectors as workload_selectors
 from fleet.workloads import services as workloads
-from fleet.workloads.models import Endpoint, EndpointStatus
+from fleet.workloads.models import Endpoint, EndpointStatus, NodeModel
 from fleet.workloads.services import PlacementError
 from kernel.exceptions import IllegalTransition
 from tests.fleet import agent_side
@@ -212,7 +211,7 @@ def test_model_download_result_records_the_snapshot(cluster, node, owner):
         node=node,
     )
     agent_side.result(command, path="/cache/org--tiny/v1", size_bytes=1234)
-    (row,) = workload_selectors.model_locations(user=owner, model_id="org/tiny")
+    (row,) = NodeModel.objects.filter(model_id="org/tiny")
     assert (row.node_id, row.revision, row.path, row.size_bytes) == (node.pk, "v1", "/cache/org--tiny/v1", 1234)
     # Now an endpoint can start from it.
     endpoint = workloads.endpoint_create(actor=owner, cluster=cluster, model_id="org/tiny", revision="v1")
@@ -227,7 +226,7 @@ def test_failed_download_is_explained(cluster, node, owner):
     event = NodeEvent.objects.get(node=node, kind="model.failed")
     assert "Model not found" in event.message
     assert "404 Repository Not Found" in event.message
-    assert not workload_selectors.model_locations(user=owner, model_id="org/nope").exists()
+    assert not NodeModel.objects.filter(model_id="org/nope").exists()
 
 
 def test_endpoint_start_from_the_commands_tab_makes_the_same_endpoint_record(cluster, register_node, owner):
