@@ -46,7 +46,7 @@ def procfile_worker(plane: ControlPlane) -> ManagedProcess:
     """The worker as the Procfile runs it (not the suite's solo worker): the crash was in this one."""
     argv = [
         str(VENV_BIN / "celery"),
-        *("-A", "cleverthis", "worker", "-Q", "default,dispatch,gitops", "--loglevel=INFO"),
+        *("-A", "cleverthis", "worker", "-Q", "default,dispatch", "--loglevel=INFO"),
         *("--concurrency=2", "-n", "broker-loss@%h"),
     ]
     return ManagedProcess("celery-worker", argv, log_dir=plane.log_dir, env=plane.env)

@@ -51,7 +51,7 @@ def broker_gone(settings):
 
 
 def test_queues_are_the_ones_the_worker_consumes():
-    assert worker_queues() == ["default", "dispatch", "gitops"]
+    assert worker_queues() == ["default", "dispatch"]
 
 
 def test_status_reads_heartbeats_and_queue_depths_of_every_priority(broker, settings):
@@ -61,13 +61,13 @@ def test_status_reads_heartbeats_and_queue_depths_of_every_priority(broker, sett
     heartbeat_record(hostname="w2@b", at=now - 100)
     broker.rpush("dispatch", "t1", "t2")
     broker.rpush(f"dispatch{PRIORITY_SEPARATOR}6", "t3")
-    broker.rpush("gitops", "t4")
+    broker.rpush("default", "t4")
     status = dispatch_status(now=now)
     assert status.broker_reachable
     assert status.worker_ages == pytest.approx({"w1@a": 5, "w2@b": 100}, abs=0.01)
     assert status.heartbeat_age_s == pytest.approx(5, abs=0.01)
     assert status.workers_alive == 1
-    assert status.queue_depth == {"default": 0, "dispatch": 3, "gitops": 1}
+    assert status.queue_depth == {"default": 1, "dispatch": 3}
     assert status.problem is None
 
 
@@ -124,7 +124,7 @@ def test_healthz_reports_the_worker_heartbeat_and_queue_depth(client, broker):
     assert dispatch["broker_reachable"] is True
     assert 2 <= dispatch["worker_heartbeat_age_s"] < 60
     assert dispatch["workers_alive"] == 1
-    assert dispatch["queue_depth"] == {"default": 0, "dispatch": 1, "gitops": 0}
+    assert dispatch["queue_depth"] == {"default": 0, "dispatch": 1}
     assert "w@h" not in response.content.decode()  # /healthz answers anyone: no worker names
 
 
@@ -168,7 +168,6 @@ def test_metrics_report_broker_worker_heartbeats_and_queue_depths(client, broker
     assert 41 <= found[("cleverthis_worker_heartbeat_age_seconds", (("worker", "w@h"),))] < 100
     assert found[("cleverthis_celery_queue_depth", (("queue", "dispatch"),))] == 2
     assert found[("cleverthis_celery_queue_depth", (("queue", "default"),))] == 1
-    assert found[("cleverthis_celery_queue_depth", (("queue", "gitops"),))] == 0
 
 
 def test_metrics_say_the_broker_is_down(client, broker_gone, settings):
