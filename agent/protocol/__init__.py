@@ -14,9 +14,10 @@ into one `StreamBatch` message (streaming inference: one small chunk per token o
 so the peer parses one WebSocket message for many chunks instead of one each.
 
 Modules, bottom up (each imports only those above it in this list): `versions` (versions and their
-negotiation, limits, close and error codes, `ProtocolError`), `validation` (typed `from_dict`),
-`values` (shared value types), `payloads` (command payloads, `parse_payload`), `proofs` (what each side
-signs), `frames` (every frame), `codec` (`encode` / `decode`). Every public name is re-exported here, so
+negotiation, limits, close and error codes, `ProtocolError`), `rules` (field bounds and patterns as
+metadata), `validation` (typed `from_dict`), `values` (shared value types), `payloads` (command payloads,
+one definition each, `parse_payload`), `results` (typed command results, `parse_result`), `proofs` (what
+each side signs), `frames` (every frame), `codec` (`encode` / `decode`). Every public name is re-exported here, so
 `from agent import protocol; protocol.Hello` keeps working.
 """
 
@@ -86,6 +87,16 @@ from agent.protocol.proofs import (
     is_valid_nonce,
     server_proof_message,
 )
+from agent.protocol.rules import (
+    ENDPOINT_ID_RE,
+    FILE_NAME_RE,
+    MODEL_ID_RE,
+    NAME_RE,
+    REVISION_RE,
+    Rule,
+    field_rules,
+    rule,
+)
 from agent.protocol.validation import (
     from_dict,
     nesting_exceeds,
@@ -139,14 +150,19 @@ __all__ = [
     "COMMAND_TYPES",
     "CONTROL_FRAME_TYPES",
     "DEFAULT_STREAM_WINDOW",
+    "ENDPOINT_ID_RE",
     "ERROR_CODES",
+    "FILE_NAME_RE",
     "FRAME_TYPES",
     "HEARTBEAT_INTERVAL_S",
     "MAX_FRAME_BYTES",
     "MAX_NESTING",
     "MIN_PROTOCOL_VERSION",
+    "MODEL_ID_RE",
+    "NAME_RE",
     "PAYLOAD_TYPES",
     "PROTOCOL_VERSION",
+    "REVISION_RE",
     "SERVER_PROOF_CONTEXT",
     "STREAM_BATCH_MAX_BYTES",
     "STREAM_BATCH_SINCE",
@@ -188,6 +204,7 @@ __all__ = [
     "RayWorkerStartPayload",
     "Result",
     "Revoked",
+    "Rule",
     "StreamBatch",
     "StreamData",
     "StreamEnd",
@@ -200,6 +217,7 @@ __all__ = [
     "decode",
     "encode",
     "encode_batch",
+    "field_rules",
     "from_dict",
     "is_valid_nonce",
     "negotiate",
@@ -207,6 +225,7 @@ __all__ = [
     "new_id",
     "parse_payload",
     "parse_version_range",
+    "rule",
     "server_proof_message",
     "since",
     "to_dict",

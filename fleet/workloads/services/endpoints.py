@@ -13,10 +13,10 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from agent import protocol
+from agent.protocol import MODEL_ID_RE
 from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.mixins import require_operator
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
-from fleet.payloads import MODEL_ID_RE
 from fleet.services import command_queue, node_event_record
 from fleet.workloads.errors import error_help, error_sentence
 from fleet.workloads.models import Endpoint, EndpointStatus, NodeModel
