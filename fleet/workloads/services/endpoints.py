@@ -353,7 +353,8 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
         if command.command_type == CommandType.ENDPOINT_START:
             if endpoint.status not in (EndpointStatus.PENDING, EndpointStatus.STARTING):
                 return endpoint  # stopped meanwhile, or a duplicate outcome
-            port = _valid_port((command.result or {}).get("port"))
+            result: protocol.EndpointStartResult | None = command.parsed_result
+            port = _valid_port(result.port if result is not None else None)
             if ok and port:
                 endpoint.status, endpoint.port = EndpointStatus.RUNNING, port
                 endpoint.failure_code = endpoint.failure_message = ""
