@@ -21,7 +21,18 @@ from typing import Any, TypeVar
 from agent.errors import CommandFailed
 from agent.executors.base import Executor, ProgressFn
 from agent.journal import CommandJournal
-from agent.protocol import Command, ContainerInfo, Error, GpuInfo, Inventory, ProtocolError, Result, parse_payload
+from agent.protocol import (
+    Command,
+    ContainerInfo,
+    Error,
+    GpuInfo,
+    Inventory,
+    ProtocolError,
+    Result,
+    build_result,
+    parse_payload,
+    result_to_dict,
+)
 from agent.ray.commands import RayCommandHandler
 from agent.workloads.endpoints import EndpointManager
 from agent.workloads.models import ModelCache
@@ -108,7 +119,7 @@ class CommandRunner:
         except Exception as exc:
             log.exception("command %s (%s) failed unexpectedly", command_id, command.command_type)
             return Error(command_id=command_id, code="internal", message=f"{type(exc).__name__}: {exc}")
-        return Result(command_id=command_id, data=_jsonable(data))
+        return Result(command_id=command_id, data=result_data(command.command_type, data))
 
     def _route(self, command: Command, payload: Any, progress: ProgressFn) -> dict[str, Any]:
         kind = command.command_type
@@ -184,6 +195,20 @@ class CommandRunner:
             self._failing_parts.discard(name)
             log.info("the %s read again for the inventory", name)
         return value
+
+
+def result_data(command_type: str, data: Any) -> dict[str, Any]:
+    """The `Result` data of a handler's outcome: a typed result (`agent.protocol.results`) as its dict, or
+    a handler's dict built into its typed result first. A dict that does not fit its result type (a handler
+    reporting a field the protocol lacks) is logged and sent as it is: the command did succeed."""
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        return result_to_dict(data)
+    data = _jsonable(data)
+    try:
+        return result_to_dict(build_result(command_type, data))
+    except ProtocolError as exc:
+        log.error("the %s result does not fit its protocol type, sent as it is: %s", command_type, exc)
+        return data
 
 
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:

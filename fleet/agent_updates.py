@@ -122,17 +122,17 @@ def record_outcome(sender: Any = None, *, command: Command, **_: Any) -> None:
     """`command_finished` receiver: an `agent.update`'s outcome on the node's event log."""
     if command.command_type != CommandType.AGENT_UPDATE:
         return
-    result = command.result or {}
-    if command.status == CommandStatus.SUCCEEDED:
-        if result.get("unchanged"):
-            message = f"Agent already at {result.get('version')}: nothing to update"
+    result: protocol.AgentUpdateResult | None = command.parsed_result
+    if result is not None:
+        if result.unchanged:
+            message = f"Agent already at {result.version}: nothing to update"
         else:
             message = (
-                f"Agent updated {result.get('previous_version')} → {result.get('version')}; "
-                f"back online {result.get('seconds')} s after the update started"
+                f"Agent updated {result.previous_version} → {result.version}; "
+                f"back online {result.seconds} s after the update started"
             )
         NodeEvent.objects.create(
-            node_id=command.node_id, kind="agent.updated", message=message, data=result, command=command
+            node_id=command.node_id, kind="agent.updated", message=message, data=command.result or {}, command=command
         )
     else:
         NodeEvent.objects.create(

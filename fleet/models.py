@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
+from agent import protocol
 from cleverthis.tenancy.models import Workspace
 from fleet import payloads
 from kernel.crypto import EncryptedTextField
@@ -299,6 +300,25 @@ class Command(models.Model):
     def finished(self) -> bool:
         """Succeeded or failed: nothing about it changes any more."""
         return self.status in CommandStatus.terminal()
+
+    def parse_result(self) -> Any:
+        """Read `result` into its typed form (`agent.protocol.parse_result`, lenient with an older or newer
+        agent's fields) and keep it as `parsed_result`; None unless the command succeeded."""
+        if self.status != CommandStatus.SUCCEEDED:
+            return None
+        parsed = protocol.parse_result(self.command_type, self.result)
+        self.__dict__["_parsed_result"] = (self.result, parsed)
+        return parsed
+
+    @property
+    def parsed_result(self) -> Any:
+        """The typed result of a succeeded command (e.g. `protocol.ContainerResult`), parsed once when it was
+        recorded (`fleet.services.command_records`) or on first use; None unless it succeeded. The raw dict
+        stays in `result`."""
+        kept = self.__dict__.get("_parsed_result")
+        if kept is not None and kept[0] is self.result and self.status == CommandStatus.SUCCEEDED:
+            return kept[1]
+        return self.parse_result()
 
     def submitted_payload(self) -> dict[str, Any]:
         """The payload as it was submitted: secrets merged back in, `secret_fields` marks kept."""

@@ -1,7 +1,10 @@
-"""Field-level validation of command payloads, one DRF serializer per command type.
+"""Validation of command payloads: the API's serializers derived from `agent.protocol`'s payload dataclasses.
 
-`validate_payload` gives field messages (a `ValidationError` keyed by payload field) and then checks
-the result against `agent.protocol.parse_payload`, so what is stored is exactly what the agent accepts.
+`PAYLOAD_SERIALIZERS` maps each command type the API accepts to `kernel.payload_schema.serializer_for` of its
+protocol payload (the Ray apps add theirs at start, `register_payload_types`), so the bounds, patterns and
+messages are defined once, in the protocol, and the agent's `parse_payload` enforces the same. `validate_payload`
+gives field messages (a `ValidationError` keyed by payload field) and returns the payload with its defaults
+filled in, exactly as the agent will parse it.
 
 Secrets: `split_secrets` takes out of the stored payload what must stay secret: `registry_password`
 (dropped), every value of `env` and of `runtime_env.env_vars` (keys kept, values masked), and the
@@ -12,16 +15,15 @@ The originals go to `Command.secrets` (encrypted) and come back only in `Command
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from rest_framework import serializers
 
 from agent import protocol
+from kernel.payload_schema import serializer_for
 
-NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-ENDPOINT_ID_RE = r"^[0-9a-f]{12}$"
-MODEL_ID_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$"
 SECRET_FIELDS = frozenset({"registry_password"})  # never kept in the payload, not even masked
 # Mappings whose every value is secret (their keys stay visible): container env, a Ray job's env_vars.
 SECRET_MAPPINGS: tuple[tuple[str, str | None], ...] = (("env", None), ("runtime_env", "env_vars"))
@@ -31,100 +33,39 @@ MARKABLE_FIELDS = frozenset(
 )
 MARKS = "secret_fields"
 MASK = "••••••"
-MAX_LIST = 64
 
 
-def _strings(max_length: int = 1000, **kwargs: Any) -> serializers.ListField:
-    return serializers.ListField(
-        child=serializers.CharField(max_length=max_length, allow_blank=True), max_length=MAX_LIST, **kwargs
-    )
+def new_endpoint_id() -> str:
+    """A fresh endpoint id (12 hex digits): endpoint.start without one starts a new endpoint (the Commands
+    tab does that), the same id restarts a stopped one."""
+    return uuid.uuid4().hex[:12]
 
 
-def _mapping(**kwargs: Any) -> serializers.DictField:
-    return serializers.DictField(child=serializers.CharField(max_length=4000, allow_blank=True), **kwargs)
+# Per-command behaviour the protocol does not describe: fields the control plane makes up when left out.
+PAYLOAD_FILLS: dict[str, dict[str, Any]] = {"endpoint.start": {"endpoint_id": new_endpoint_id}}
+
+PAYLOAD_SERIALIZERS: dict[str, type[serializers.Serializer]] = {}
 
 
-class PortMappingSerializer(serializers.Serializer):
-    """A published port."""
-
-    container_port = serializers.IntegerField(min_value=1, max_value=65535)
-    host_port = serializers.IntegerField(min_value=0, max_value=65535, required=False)
-    protocol = serializers.ChoiceField(choices=["tcp", "udp"], required=False)
-
-
-class ContainerCreateSerializer(serializers.Serializer):
-    """container.create."""
-
-    image = serializers.CharField(max_length=500)
-    name = serializers.RegexField(NAME_RE, max_length=128, error_messages={"invalid": "Use letters, digits, _ . -"})
-    command = _strings(required=False)
-    env = _mapping(required=False)
-    ports = PortMappingSerializer(many=True, required=False, max_length=MAX_LIST)
-    cpu = serializers.FloatField(min_value=0, max_value=1024, required=False)
-    memory_mb = serializers.IntegerField(min_value=0, max_value=16 * 1024 * 1024, required=False)
-    gpus = serializers.IntegerField(min_value=0, max_value=64, required=False)
-    labels = _mapping(required=False)
-    endpoint_host = serializers.CharField(max_length=253, required=False, allow_blank=True)
-    registry_username = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    registry_password = serializers.CharField(max_length=2000, required=False, allow_blank=True)
-    start = serializers.BooleanField(required=False)
+def register_payload_types(command_types: Iterable[str]) -> None:
+    """Let the API accept `command_types`, validated as their `agent.protocol` payload says (idempotent)."""
+    for command_type in command_types:
+        if command_type not in PAYLOAD_SERIALIZERS:
+            cls = protocol.PAYLOAD_TYPES[command_type]
+            PAYLOAD_SERIALIZERS[command_type] = serializer_for(cls, fill=PAYLOAD_FILLS.get(command_type))
 
 
-class ContainerRefSerializer(serializers.Serializer):
-    """container.start / stop / destroy."""
-
-    container = serializers.CharField(max_length=255)
-    timeout_s = serializers.IntegerField(min_value=0, max_value=3600, required=False)
-
-
-class ModelDownloadSerializer(serializers.Serializer):
-    """model.download."""
-
-    model_id = serializers.RegexField(
-        MODEL_ID_RE, max_length=200, error_messages={"invalid": "Not a valid model id (expected owner/name)."}
-    )
-    revision = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$", max_length=200, required=False)
-    allow_patterns = _strings(max_length=200, required=False)
-
-
-class EndpointStartSerializer(serializers.Serializer):
-    """endpoint.start. `endpoint_id` (the endpoint's 12-hex-digit id) is made up when left out: the
-    Commands tab starts a new endpoint that way, and the same id restarts a stopped one."""
-
-    endpoint_id = serializers.RegexField(
-        ENDPOINT_ID_RE,
-        required=False,
-        error_messages={"invalid": "An endpoint id is 12 hex digits (leave it out to start a new endpoint)."},
-    )
-    model_id = serializers.RegexField(
-        MODEL_ID_RE, max_length=200, error_messages={"invalid": "Not a valid model id (expected owner/name)."}
-    )
-    revision = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$", max_length=200, required=False)
-    port = serializers.IntegerField(min_value=0, max_value=65535, required=False)
-    gpus = serializers.IntegerField(min_value=0, max_value=64, required=False)
-    min_vram_mb = serializers.IntegerField(min_value=0, required=False)
-    extra_args = _strings(max_length=500, required=False)
-
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        return {"endpoint_id": uuid.uuid4().hex[:12], **attrs}
-
-
-class EndpointStopSerializer(serializers.Serializer):
-    """endpoint.stop."""
-
-    endpoint_id = serializers.RegexField(NAME_RE, max_length=100)
-
-
-PAYLOAD_SERIALIZERS: dict[str, type[serializers.Serializer]] = {
-    "container.create": ContainerCreateSerializer,
-    "container.start": ContainerRefSerializer,
-    "container.stop": ContainerRefSerializer,
-    "container.destroy": ContainerRefSerializer,
-    "model.download": ModelDownloadSerializer,
-    "endpoint.start": EndpointStartSerializer,
-    "endpoint.stop": EndpointStopSerializer,
-}
+register_payload_types(
+    [
+        "container.create",
+        "container.start",
+        "container.stop",
+        "container.destroy",
+        "model.download",
+        "endpoint.start",
+        "endpoint.stop",
+    ]
+)
 
 
 def _plain(value: Any) -> Any:
@@ -143,6 +84,8 @@ def validate_payload(command_type: Any, payload: Any) -> dict[str, Any]:
         )
     if not isinstance(payload, dict):
         raise ValidationError({"payload": "The payload must be a JSON object."})
+    if protocol.nesting_exceeds(payload, protocol.MAX_NESTING - 1):  # it travels inside a Command frame
+        raise ValidationError({"payload": f"The payload is nested deeper than {protocol.MAX_NESTING - 1} levels."})
     payload = dict(payload)
     marks = payload.pop(MARKS, [])
     serializer = PAYLOAD_SERIALIZERS[command_type](data=payload)
@@ -155,12 +98,7 @@ def validate_payload(command_type: Any, payload: Any) -> dict[str, Any]:
     marked = _check_marks(marks, set(serializer.fields), errors)
     if errors:
         raise ValidationError(errors)
-    data = _plain(dict(serializer.validated_data))
-    try:
-        parsed = protocol.parse_payload(command_type, data)
-    except protocol.ProtocolError as exc:
-        raise ValidationError({"payload": str(exc)}) from None
-    clean = protocol.to_dict(parsed)
+    clean = _plain(dict(serializer.validated_data))
     if marked:
         clean[MARKS] = marked
     return clean

@@ -1,6 +1,9 @@
 """Command payloads: the `payload` of a `Command` frame, one dataclass per command type, and `parse_payload`.
 
-Also the agent self-update's payload and the message the control plane's CA signs for an agent package.
+Each payload is defined once, here: its fields' bounds and patterns are `agent.protocol.rules` metadata,
+enforced by `parse_payload` on the agent and turned into the control plane's API validation and OpenAPI
+schema (`kernel.payload_schema.serializer_for`). Also the agent self-update's payload and the message the
+control plane's CA signs for an agent package.
 """
 
 from __future__ import annotations
@@ -9,6 +12,22 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from agent.protocol.rules import (
+    AGENT_VERSION_RE,
+    ENDPOINT_ID_RE,
+    FILE_NAME_RE,
+    HEAD_ADDRESS_RE,
+    HOST_RE,
+    KUBE_NAME_RE,
+    MAX_ITEMS,
+    MODEL_ID_RE,
+    NAME_RE,
+    RAY_NODE_ID_RE,
+    RAY_VERSION_RE,
+    REVISION_RE,
+    SHA256_HEX_RE,
+    rule,
+)
 from agent.protocol.validation import from_dict, nesting_exceeds
 from agent.protocol.versions import MAX_NESTING, ProtocolError
 
@@ -34,12 +53,16 @@ CommandType = Literal[
 COMMAND_TYPES: tuple[str, ...] = get_args(CommandType)
 
 
+MODEL_ID = rule(max_length=200, pattern=MODEL_ID_RE, message="Not a valid model id (expected owner/name).")
+REVISION = rule(max_length=200, pattern=REVISION_RE)
+
+
 @dataclass(frozen=True)
 class PortMapping:
     """A container port published on the host (host_port 0 = pick any free port)."""
 
-    container_port: int
-    host_port: int = 0
+    container_port: int = field(metadata=rule(min=1, max=65535))
+    host_port: int = field(default=0, metadata=rule(min=0, max=65535))
     protocol: Literal["tcp", "udp"] = "tcp"
 
 
@@ -47,18 +70,19 @@ class PortMapping:
 class ContainerCreatePayload:
     """container.create: run `image` as `name` with resource requests."""
 
-    image: str
-    name: str
-    command: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    ports: list[PortMapping] = field(default_factory=list)
-    cpu: float = 0.0  # cores; 0 = no limit
-    memory_mb: int = 0  # 0 = no limit
-    gpus: int = 0
-    labels: dict[str, str] = field(default_factory=dict)
-    endpoint_host: str = ""  # when set (kubernetes mode), an Ingress routes this host to the first port
-    registry_username: str = ""
-    registry_password: str = ""
+    image: str = field(metadata=rule(max_length=500))
+    name: str = field(metadata=rule(max_length=128, pattern=NAME_RE, message="Use letters, digits, _ . -"))
+    command: list[str] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS, item_max_length=1000))
+    env: dict[str, str] = field(default_factory=dict, metadata=rule(item_max_length=4000))
+    ports: list[PortMapping] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS))
+    cpu: float = field(default=0.0, metadata=rule(min=0, max=1024))  # cores; 0 = no limit
+    memory_mb: int = field(default=0, metadata=rule(min=0, max=16 * 1024 * 1024))  # 0 = no limit
+    gpus: int = field(default=0, metadata=rule(min=0, max=64))
+    labels: dict[str, str] = field(default_factory=dict, metadata=rule(item_max_length=4000))
+    # when set (kubernetes mode), an Ingress routes this host to the first port
+    endpoint_host: str = field(default="", metadata=rule(max_length=253))
+    registry_username: str = field(default="", metadata=rule(max_length=200))
+    registry_password: str = field(default="", metadata=rule(max_length=2000))
     start: bool = True
 
 
@@ -66,37 +90,43 @@ class ContainerCreatePayload:
 class ContainerRefPayload:
     """container.start / container.stop / container.destroy: which container, by id or name."""
 
-    container: str
-    timeout_s: int = 10  # graceful stop timeout before SIGKILL
+    container: str = field(metadata=rule(max_length=255))
+    timeout_s: int = field(default=10, metadata=rule(min=0, max=3600))  # graceful stop timeout before SIGKILL
 
 
 @dataclass(frozen=True)
 class ModelDownloadPayload:
     """model.download: snapshot a Hub repository into the node cache."""
 
-    model_id: str
-    revision: str = "main"
-    allow_patterns: list[str] = field(default_factory=list)
+    model_id: str = field(metadata=MODEL_ID)
+    revision: str = field(default="main", metadata=REVISION)
+    allow_patterns: list[str] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS, item_max_length=200))
 
 
 @dataclass(frozen=True)
 class EndpointStartPayload:
-    """endpoint.start: serve a cached model with an OpenAI-compatible server."""
+    """endpoint.start: serve a cached model with an OpenAI-compatible server. The API makes `endpoint_id` up
+    when left out (a new endpoint); the same id restarts a stopped one."""
 
-    endpoint_id: str
-    model_id: str
-    revision: str = "main"
-    port: int = 0  # 0 = pick a free port
-    gpus: int = 0
-    min_vram_mb: int = 0
-    extra_args: list[str] = field(default_factory=list)
+    endpoint_id: str = field(
+        metadata=rule(
+            pattern=ENDPOINT_ID_RE,
+            message="An endpoint id is 12 hex digits (leave it out to start a new endpoint).",
+        )
+    )
+    model_id: str = field(metadata=MODEL_ID)
+    revision: str = field(default="main", metadata=REVISION)
+    port: int = field(default=0, metadata=rule(min=0, max=65535))  # 0 = pick a free port
+    gpus: int = field(default=0, metadata=rule(min=0, max=64))
+    min_vram_mb: int = field(default=0, metadata=rule(min=0))
+    extra_args: list[str] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS, item_max_length=500))
 
 
 @dataclass(frozen=True)
 class EndpointStopPayload:
     """endpoint.stop."""
 
-    endpoint_id: str
+    endpoint_id: str = field(metadata=rule(max_length=100, pattern=NAME_RE))
 
 
 # ---- managed Ray (ray.*): `runtime` "docker" runs rayproject/ray containers, "process" runs `ray start`
@@ -104,67 +134,77 @@ class EndpointStopPayload:
 # cluster (the control plane's RayNode id) and is used for container names and the node's Ray label.
 
 
+RUNTIME = Literal["docker", "process", "kuberay"]
+ID = rule(max_length=100, pattern=NAME_RE)  # a cluster, member or submission id
+PORT = rule(min=1, max=65535)
+CPUS = rule(min=0, max=1024)
+GPUS = rule(min=0, max=64)
+IMAGE = rule(max_length=500)
+RAY_VERSION = rule(max_length=32, pattern=RAY_VERSION_RE)
+HOST = rule(max_length=253, pattern=HOST_RE)  # kuberay: the head Service's host (else 127.0.0.1 on the node)
+
+
 @dataclass(frozen=True)
 class RayHeadStartPayload:
     """ray.head.start: start the head of managed Ray cluster `cluster_id` on this node."""
 
-    cluster_id: str
-    member_id: str
-    ray_version: str
-    image: str
-    runtime: Literal["docker", "process", "kuberay"] = "docker"
-    gcs_port: int = 6379
-    dashboard_port: int = 8265
-    num_cpus: float = 0.0  # 0 = what Ray detects
-    num_gpus: int = 0
+    cluster_id: str = field(metadata=ID)
+    member_id: str = field(metadata=ID)
+    ray_version: str = field(metadata=RAY_VERSION)
+    image: str = field(metadata=IMAGE)
+    runtime: RUNTIME = "docker"
+    gcs_port: int = field(default=6379, metadata=PORT)
+    dashboard_port: int = field(default=8265, metadata=PORT)
+    num_cpus: float = field(default=0.0, metadata=CPUS)  # 0 = what Ray detects
+    num_gpus: int = field(default=0, metadata=GPUS)
     # kuberay only: the RayCluster's name and its worker group (KubeRay's autoscaler sizes it).
-    name: str = ""
-    min_workers: int = 0
-    max_workers: int = 0
-    idle_timeout_s: int = 60
-    worker_cpus: float = 0.0
-    worker_memory_mb: int = 0
-    worker_gpus: int = 0
-    worker_image: str = ""
+    name: str = field(default="", metadata=rule(max_length=50, pattern=KUBE_NAME_RE))
+    min_workers: int = field(default=0, metadata=rule(min=0, max=1000))
+    max_workers: int = field(default=0, metadata=rule(min=0, max=1000))
+    idle_timeout_s: int = field(default=60, metadata=rule(min=0, max=86400))
+    worker_cpus: float = field(default=0.0, metadata=CPUS)
+    worker_memory_mb: int = field(default=0, metadata=rule(min=0, max=4 * 1024 * 1024))
+    worker_gpus: int = field(default=0, metadata=GPUS)
+    worker_image: str = field(default="", metadata=IMAGE)
 
 
 @dataclass(frozen=True)
 class RayWorkerStartPayload:
     """ray.worker.start: start a worker joining the head at `head_address` (ip:gcs_port)."""
 
-    cluster_id: str
-    member_id: str
-    ray_version: str
-    image: str
-    head_address: str
-    runtime: Literal["docker", "process", "kuberay"] = "docker"
-    num_cpus: float = 0.0
-    num_gpus: int = 0
+    cluster_id: str = field(metadata=ID)
+    member_id: str = field(metadata=ID)
+    ray_version: str = field(metadata=RAY_VERSION)
+    image: str = field(metadata=IMAGE)
+    head_address: str = field(metadata=rule(max_length=300, pattern=HEAD_ADDRESS_RE))
+    runtime: RUNTIME = "docker"
+    num_cpus: float = field(default=0.0, metadata=CPUS)
+    num_gpus: int = field(default=0, metadata=GPUS)
 
 
 @dataclass(frozen=True)
 class RayNodeDrainPayload:
     """ray.node.drain (sent to the head's node): ask Ray to drain worker `ray_node_id` before it stops."""
 
-    cluster_id: str
-    member_id: str  # the worker being drained
-    ray_node_id: str
-    runtime: Literal["docker", "process", "kuberay"] = "docker"
-    head_member_id: str = ""
-    gcs_port: int = 6379
-    reason: str = "idle"
-    deadline_s: int = 60
+    cluster_id: str = field(metadata=ID)
+    member_id: str = field(metadata=ID)  # the worker being drained
+    ray_node_id: str = field(metadata=rule(max_length=128, pattern=RAY_NODE_ID_RE))
+    runtime: RUNTIME = "docker"
+    head_member_id: str = field(default="", metadata=ID)
+    gcs_port: int = field(default=6379, metadata=PORT)
+    reason: str = field(default="idle", metadata=rule(max_length=200, blank=True))
+    deadline_s: int = field(default=60, metadata=rule(min=0, max=3600))
 
 
 @dataclass(frozen=True)
 class RayNodeStopPayload:
     """ray.node.stop: stop (and remove) one Ray node of a managed cluster on this node."""
 
-    cluster_id: str
-    member_id: str
-    runtime: Literal["docker", "process", "kuberay"] = "docker"
-    container: str = ""
-    timeout_s: int = 30
+    cluster_id: str = field(metadata=ID)
+    member_id: str = field(metadata=ID)
+    runtime: RUNTIME = "docker"
+    container: str = field(default="", metadata=rule(max_length=255))
+    timeout_s: int = field(default=30, metadata=rule(min=0, max=3600))
     delete: bool = False  # kuberay: delete the RayCluster (otherwise it is suspended)
 
 
@@ -172,12 +212,12 @@ class RayNodeStopPayload:
 class RayStatusPayload:
     """ray.status (sent to the head's node): nodes, usage, pending demand and, optionally, log tails."""
 
-    cluster_id: str
-    member_id: str  # the head
-    runtime: Literal["docker", "process", "kuberay"] = "docker"
-    gcs_port: int = 6379
+    cluster_id: str = field(metadata=ID)
+    member_id: str = field(metadata=ID)  # the head
+    runtime: RUNTIME = "docker"
+    gcs_port: int = field(default=6379, metadata=PORT)
     include_logs: bool = False
-    log_lines: int = 200
+    log_lines: int = field(default=200, metadata=rule(min=0, max=2000))
 
 
 # ---- Ray workloads (ray.job.*, ray.serve.*), all sent to the head's node and run against the head's
@@ -190,44 +230,47 @@ class RayStatusPayload:
 class RayJobSubmitPayload:
     """ray.job.submit: submit Ray job `submission_id` (idempotent: an existing submission is reported)."""
 
-    cluster_id: str
-    member_id: str  # the head
-    submission_id: str
-    entrypoint: str
-    runtime: Literal["docker", "process", "kuberay"] = "docker"
-    dashboard_port: int = 8265
-    host: str = ""  # kuberay: the head Service's host (else 127.0.0.1 on the head's node)
-    files: dict[str, str] = field(default_factory=dict)
+    cluster_id: str = field(metadata=ID)
+    member_id: str = field(metadata=ID)  # the head
+    submission_id: str = field(metadata=ID)
+    entrypoint: str = field(metadata=rule(max_length=4000))
+    runtime: RUNTIME = "docker"
+    dashboard_port: int = field(default=8265, metadata=PORT)
+    host: str = field(default="", metadata=HOST)
+    files: dict[str, str] = field(
+        default_factory=dict,
+        metadata=rule(item_max_length=200_000, key_pattern=FILE_NAME_RE, message="Bad file name(s)", strip=False),
+    )
     runtime_env: dict[str, Any] = field(default_factory=dict)
-    entrypoint_num_cpus: float = 0.0
-    entrypoint_num_gpus: float = 0.0
-    metadata: dict[str, str] = field(default_factory=dict)
+    entrypoint_num_cpus: float = field(default=0.0, metadata=CPUS)
+    entrypoint_num_gpus: float = field(default=0.0, metadata=rule(min=0, max=64))
+    metadata: dict[str, str] = field(default_factory=dict, metadata=rule(item_max_length=500))
 
 
 @dataclass(frozen=True)
 class RayJobRefPayload:
     """ray.job.status (state, log tail, traceback, result markers) / ray.job.stop of one Ray job."""
 
-    cluster_id: str
-    member_id: str
-    submission_id: str
-    runtime: Literal["docker", "process", "kuberay"] = "docker"
-    dashboard_port: int = 8265
-    log_lines: int = 200
-    host: str = ""
+    cluster_id: str = field(metadata=ID)
+    member_id: str = field(metadata=ID)
+    submission_id: str = field(metadata=ID)
+    runtime: RUNTIME = "docker"
+    dashboard_port: int = field(default=8265, metadata=PORT)
+    log_lines: int = field(default=200, metadata=rule(min=0, max=5000))
+    host: str = field(default="", metadata=HOST)
 
 
 @dataclass(frozen=True)
 class RayServeStatusPayload:
     """ray.serve.status: Serve applications, deployments, replica states and replica log tails."""
 
-    cluster_id: str
-    member_id: str
-    runtime: Literal["docker", "process", "kuberay"] = "docker"
-    dashboard_port: int = 8265
-    app_name: str = ""
-    log_lines: int = 50
-    host: str = ""
+    cluster_id: str = field(metadata=ID)
+    member_id: str = field(metadata=ID)
+    runtime: RUNTIME = "docker"
+    dashboard_port: int = field(default=8265, metadata=PORT)
+    app_name: str = field(default="", metadata=rule(max_length=100))
+    log_lines: int = field(default=50, metadata=rule(min=0, max=2000))
+    host: str = field(default="", metadata=HOST)
 
 
 # ---- agent self-update (protocol 2 on)
@@ -235,15 +278,13 @@ class RayServeStatusPayload:
 # What the control plane's CA key signs for an agent package: a context string (starting with "C", so
 # never a DER structure this key also signs), the version, a NUL, and the package's SHA-256 in hex.
 AGENT_PACKAGE_CONTEXT = b"CleverThis agent package v1\x00"
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-_AGENT_VERSION = re.compile(r"[A-Za-z0-9.+_-]{1,100}")
 
 
 def agent_package_message(version: str, sha256: str) -> bytes:
     """The bytes the CA signs for package `version` with digest `sha256` (ProtocolError if malformed)."""
-    if not _AGENT_VERSION.fullmatch(version) or version in {".", ".."}:
+    if not re.fullmatch(AGENT_VERSION_RE, version) or version in {".", ".."}:
         raise ProtocolError("an agent version is 1-100 characters of letters, digits and . + _ -")
-    if not _SHA256_HEX.fullmatch(sha256):
+    if not re.fullmatch(SHA256_HEX_RE, sha256):
         raise ProtocolError("a package digest is 64 lower-case hex characters (SHA-256)")
     return AGENT_PACKAGE_CONTEXT + version.encode("ascii") + b"\x00" + sha256.encode("ascii")
 
@@ -254,7 +295,7 @@ class AgentUpdatePayload:
     CA's `signature_b64` over `agent_package_message(version, sha256)`, install it beside the running
     version, switch over and restart; roll back unless the new version connects within `rollback_after_s`."""
 
-    version: str
+    version: str  # checked by `agent_package_message` when the package is verified
     sha256: str
     signature_b64: str
     path: str = "/agent/package.tar.gz"

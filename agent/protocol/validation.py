@@ -1,6 +1,8 @@
-"""Typed validation of decoded JSON: `from_dict` builds a dataclass checking every field against its type hints.
+"""Typed validation of decoded JSON: `from_dict` builds a dataclass checking every field against its type hints
+and its `agent.protocol.rules` rule (bounds, patterns).
 
-Used by the codec for frames and by `parse_payload` for command payloads; `nesting_exceeds` bounds depth.
+Used by the codec for frames, by `parse_payload` for command payloads and, leniently, by `parse_result` for
+command results; `nesting_exceeds` bounds depth.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import types
 import typing
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from agent.protocol.rules import check_rule, field_rules
 from agent.protocol.versions import ProtocolError
 
 T = TypeVar("T")
@@ -35,20 +38,34 @@ def nesting_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
-def from_dict(cls: type[T], data: Any, *, where: str) -> T:
-    """Build dataclass `cls` from `data`, checking every field's type; `ProtocolError` otherwise."""
+def from_dict(cls: type[T], data: Any, *, where: str, lenient: bool = False) -> T:
+    """Build dataclass `cls` from `data`, checking every field's type and rule; `ProtocolError` otherwise.
+
+    `lenient` (for what a peer reports rather than what it asks): unknown fields are ignored and a field
+    whose value does not fit its type or rule reads as absent (its default), at every nesting level.
+    """
     if not isinstance(data, dict):
         raise ProtocolError(f"{where} must be an object")
     hints = _hints(cls)
+    rules = field_rules(cls)
     known = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     unknown = set(data) - set(known)
-    if unknown:
+    if unknown and not lenient:
         raise ProtocolError(f"{where} has unknown field(s): {', '.join(sorted(unknown))}")
     kwargs: dict[str, Any] = {}
     for name, fld in known.items():
+        required = fld.default is dataclasses.MISSING and fld.default_factory is dataclasses.MISSING
         if name in data:
-            kwargs[name] = _coerce(hints[name], data[name], where=f"{where}.{name}")
-        elif fld.default is dataclasses.MISSING and fld.default_factory is dataclasses.MISSING:
+            try:
+                value = _coerce(hints[name], data[name], where=f"{where}.{name}", lenient=lenient)
+                if name in rules:
+                    check_rule(rules[name], value, where=f"{where}.{name}")
+            except ProtocolError:
+                if not lenient or required:
+                    raise
+                continue
+            kwargs[name] = value
+        elif required:
             raise ProtocolError(f"{where} is missing required field {name!r}")
     return cls(**kwargs)
 
@@ -62,7 +79,7 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINT_CACHE[cls]
 
 
-def _coerce(hint: Any, value: Any, *, where: str) -> Any:
+def _coerce(hint: Any, value: Any, *, where: str, lenient: bool = False) -> Any:
     origin = get_origin(hint)
     if origin is Literal:
         if value not in get_args(hint):
@@ -77,7 +94,7 @@ def _coerce(hint: Any, value: Any, *, where: str) -> Any:
             if option is type(None):
                 continue
             try:
-                return _coerce(option, value, where=where)
+                return _coerce(option, value, where=where, lenient=lenient)
             except ProtocolError as exc:
                 last_error = exc
         raise last_error or ProtocolError(f"{where} has the wrong type")
@@ -85,19 +102,19 @@ def _coerce(hint: Any, value: Any, *, where: str) -> Any:
         if not isinstance(value, list):
             raise ProtocolError(f"{where} must be a list")
         (item_hint,) = get_args(hint) or (Any,)
-        return [_coerce(item_hint, item, where=f"{where}[{i}]") for i, item in enumerate(value)]
+        return [_coerce(item_hint, item, where=f"{where}[{i}]", lenient=lenient) for i, item in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise ProtocolError(f"{where} must be an object")
         key_hint, value_hint = get_args(hint) or (str, Any)
         return {
-            _coerce(key_hint, k, where=f"{where} key"): _coerce(value_hint, v, where=f"{where}[{k!r}]")
+            _coerce(key_hint, k, where=f"{where} key"): _coerce(value_hint, v, where=f"{where}[{k!r}]", lenient=lenient)
             for k, v in value.items()
         }
     if hint is Any or hint is typing.Any:
         return value
     if dataclasses.is_dataclass(hint):
-        return from_dict(hint, value, where=where)
+        return from_dict(hint, value, where=where, lenient=lenient)
     if hint is bool:
         if not isinstance(value, bool):
             raise ProtocolError(f"{where} must be a boolean")

@@ -554,8 +554,8 @@ class TunnelClient:
         try:
             payload = p.parse_payload(command.command_type, command.payload)
             if payload.version == inventory.agent_version():
-                data = {"version": payload.version, "unchanged": True}
-                outcome = p.Result(command_id=command.command_id, data=data)
+                result = p.AgentUpdateResult(version=payload.version, unchanged=True)
+                outcome = p.Result(command_id=command.command_id, data=p.result_to_dict(result))
             else:
                 self._send(p.Progress(command_id=command.command_id, message=f"downloading agent {payload.version}"))
                 self._updating = True

@@ -113,8 +113,8 @@ def confirm(config: AgentConfig, marker: UpdateMarker) -> p.Result:
     seconds = round(now() - marker.started_at, 2)
     store_for(config).write_marker(_moved(marker, "confirmed"))
     log.info("agent update to %s confirmed: connected %.1fs after the update started", marker.to_version, seconds)
-    data = {"version": marker.to_version, "previous_version": marker.from_version, "seconds": seconds}
-    return p.Result(command_id=marker.command_id, data=data)
+    result = p.AgentUpdateResult(version=marker.to_version, previous_version=marker.from_version, seconds=seconds)
+    return p.Result(command_id=marker.command_id, data=p.result_to_dict(result))
 
 
 def rollback(config: AgentConfig, marker: UpdateMarker, reason: str) -> None:

@@ -159,6 +159,7 @@ def command_record_reports(*, reports: list[CommandReport]) -> list[Command | Ex
                 setattr(command, COMMAND_TIMESTAMP[report.to], now)
                 for name, value in report.fields.items():
                     setattr(command, name, value)
+                command.parse_result()  # once, here: the receivers of command_finished read it typed
                 changed[report.to][command.pk] = command
                 moves.append((report, command))
                 outcomes[i] = command

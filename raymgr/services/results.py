@@ -10,6 +10,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from agent import protocol
 from fleet.models import Command, CommandStatus
 from raymgr.failures import failure_text
 from raymgr.models import RayCluster, RayNode, RayNodeRole, RayNodeStatus
@@ -58,10 +59,9 @@ def _on_start(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool
             # Stopped while it was starting: the earlier stop may have run first, so stop it again.
             actor = operator_for(cluster)
             if actor is not None:
-                ray_node.container_id = str((command.result or {}).get("container_id", ""))[:128]
+                ray_node.container_id = command.parsed_result.container_id[:128]
                 stop_ray_node(cluster, ray_node, actor)
         return
-    data = command.result or {}
     role = ray_node.role
     if not ok:
         reason = _error_text(command)
@@ -74,12 +74,13 @@ def _on_start(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool
         else:
             record_event(cluster, "worker_failed", f"A worker failed to start on {ray_node.node.name}: {reason}")
         return
+    result: protocol.RayNodeStartResult = command.parsed_result
     ray_node_set_status(
         ray_node,
         RayNodeStatus.RUNNING,
-        container_id=str(data.get("container_id", ""))[:128],
-        ray_node_id=str(data.get("ray_node_id", ""))[:128],
-        ip=str(data.get("ip", ""))[:64],
+        container_id=result.container_id[:128],
+        ray_node_id=result.ray_node_id[:128],
+        ip=result.ip[:64],
     )
     actor = operator_for(cluster)
     wanted = S.PENDING if role == RayNodeRole.HEAD else S.RUNNING
@@ -95,12 +96,12 @@ def _on_start(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool
         )
         return
     if cluster.is_kuberay:
-        verb = "resumed" if data.get("resumed") else ("found" if data.get("existed") else "applied")
+        verb = "resumed" if result.resumed else ("found" if result.existed else "applied")
         ray_cluster_transition(
             cluster=cluster,
             to=S.RUNNING,
             head_ip="",
-            head_hostname=str(data.get("hostname", ""))[:253],
+            head_hostname=result.hostname[:253],
             head_container_id=ray_node.container_id,
             started_at=timezone.now(),
         )
@@ -112,7 +113,7 @@ def _on_start(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool
         cluster=cluster,
         to=S.RUNNING,
         head_ip=ray_node.ip or ray_node.node.hostname,
-        head_hostname=str(data.get("hostname") or ray_node.node.hostname)[:253],
+        head_hostname=(result.hostname or ray_node.node.hostname)[:253],
         head_container_id=ray_node.container_id,
         started_at=timezone.now(),
     )
@@ -184,8 +185,9 @@ def _on_status(cluster: RayCluster, ray_node: RayNode, command: Command, ok: boo
     if cluster.last_status_at and command.finished_at and command.finished_at < cluster.last_status_at:
         return  # an older status arriving late
     ray_cluster_record_status(cluster=cluster, status=command.result or {}, at=command.finished_at)
-    host = ((command.result or {}).get("kuberay") or {}).get("head_host")
-    if cluster.is_kuberay and isinstance(host, str) and host and host != cluster.head_hostname:
+    result: protocol.RayStatusResult = command.parsed_result
+    host = result.kuberay.head_host if result.kuberay is not None else ""
+    if cluster.is_kuberay and host and host != cluster.head_hostname:
         RayCluster.objects.filter(pk=cluster.pk).update(head_hostname=host[:253])
 
 

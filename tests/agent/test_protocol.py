@@ -178,3 +178,127 @@ def test_malformed_stream_batches_are_refused_with_a_reason(raw, reason):
 def test_stream_batches_are_not_control_frames():
     assert "stream_batch" not in p.CONTROL_FRAME_TYPES
     assert "stream_data" not in p.CONTROL_FRAME_TYPES
+
+
+# ---- payload rules (field metadata) enforced by parse_payload / from_dict
+
+CREATE = {"image": "nginx", "name": "web"}
+
+
+@pytest.mark.parametrize(
+    ("command_type", "payload", "reason"),
+    [
+        ("container.create", {**CREATE, "image": ""}, "image may not be blank"),
+        ("container.create", {**CREATE, "image": "i" * 501}, "image is longer than 500"),
+        ("container.create", {**CREATE, "name": "-web"}, "Use letters, digits, _ . -"),
+        ("container.create", {**CREATE, "gpus": 65}, "gpus must be at most 64"),
+        ("container.create", {**CREATE, "cpu": -0.5}, "cpu must be at least 0"),
+        ("container.create", {**CREATE, "command": ["x"] * 65}, "holds more than 64 items"),
+        ("container.create", {**CREATE, "command": ["x" * 1001]}, r"command\[0\] is longer than 1000"),
+        ("container.create", {**CREATE, "env": {"K": "v" * 4001}}, "is longer than 4000"),
+        ("container.create", {**CREATE, "ports": [{"container_port": 0}]}, "container_port must be at least 1"),
+        ("container.create", {**CREATE, "ports": [{"container_port": 80, "host_port": 65536}]}, "at most 65535"),
+        ("container.stop", {"container": "c", "timeout_s": 3601}, "timeout_s must be at most 3600"),
+        ("model.download", {"model_id": "../../etc"}, r"Not a valid model id \(expected owner/name\)"),
+        ("model.download", {"model_id": "org/m", "revision": ""}, "revision may not be blank"),
+        ("endpoint.start", {"endpoint_id": "ep1", "model_id": "org/m"}, "An endpoint id is 12 hex digits"),
+        ("endpoint.start", {"endpoint_id": "0123456789ab", "model_id": "org/m", "port": 70000}, "at most 65535"),
+        ("ray.head.start", {"cluster_id": "c", "member_id": "m", "ray_version": "2.9", "image": "r"}, "ray_version"),
+        ("ray.node.drain", {"cluster_id": "c", "member_id": "m", "ray_node_id": "xyz"}, "ray_node_id"),
+        ("ray.job.status", {"cluster_id": "c", "member_id": "m", "submission_id": "s", "log_lines": 5001}, "5000"),
+        (
+            "ray.job.submit",
+            {"cluster_id": "c", "member_id": "m", "submission_id": "s", "entrypoint": "e", "files": {"../x": ""}},
+            r"Bad file name\(s\): \.\./x",
+        ),
+    ],
+)
+def test_payload_rules_are_enforced_by_the_agent(command_type, payload, reason):
+    with pytest.raises(p.ProtocolError, match=reason):
+        p.parse_payload(command_type, payload)
+
+
+def test_payload_bounds_themselves_are_accepted():
+    payload = {**CREATE, "name": "w" * 128, "gpus": 64, "cpu": 1024, "command": ["x" * 1000] * 64}
+    assert p.parse_payload("container.create", payload).gpus == 64
+    assert p.parse_payload("container.stop", {"container": "c", "timeout_s": 0}).timeout_s == 0
+
+
+def test_every_default_passes_its_own_rule():
+    """What the control plane stores (every field, defaults filled in) is what the agent accepts."""
+    required = {
+        "container.create": CREATE,
+        "container.start": {"container": "c"},
+        "model.download": {"model_id": "org/m"},
+        "endpoint.start": {"endpoint_id": "0123456789ab", "model_id": "org/m"},
+        "endpoint.stop": {"endpoint_id": "0123456789ab"},
+        "ray.head.start": {"cluster_id": "c", "member_id": "m", "ray_version": "2.9.0", "image": "r"},
+        "ray.job.submit": {"cluster_id": "c", "member_id": "m", "submission_id": "s", "entrypoint": "e"},
+    }
+    for command_type, payload in required.items():
+        parsed = p.parse_payload(command_type, payload)
+        assert p.parse_payload(command_type, p.to_dict(parsed)) == parsed
+
+
+def test_every_api_payload_field_carries_a_rule():
+    """Bounds live in the protocol: each field of the payloads the API accepts is bounded (bool and Literal
+    fields are bounded by their type)."""
+    import dataclasses
+    import typing
+
+    for command_type, cls in p.PAYLOAD_TYPES.items():
+        if command_type == "agent.update":
+            continue
+        hints = typing.get_type_hints(cls)
+        for fld in dataclasses.fields(cls):
+            if hints[fld.name] is bool or typing.get_origin(hints[fld.name]) is typing.Literal:
+                continue
+            if fld.name == "runtime_env":  # free-form (Ray's own runtime_env), bounded by the frame's nesting
+                continue
+            assert "rule" in fld.metadata, (command_type, fld.name)
+
+
+def test_rule_metadata_merges_with_since():
+    meta = p.rule(max_length=3, since=2)
+    assert meta["since"] == 2
+    assert meta["rule"].max_length == 3
+
+
+# ---- typed results
+
+
+def test_results_are_built_strictly_and_sent_without_unreported_fields():
+    data = {"container_id": "c1", "name": "web", "status": "running", "ports": {"80": 8080}, "existed": False}
+    result = p.build_result("container.create", data)
+    assert isinstance(result, p.ContainerResult)
+    assert result.ports == {"80": 8080}
+    assert result.commit is None
+    assert p.result_to_dict(result) == data  # the JSON shape the handler gave, nothing added
+    with pytest.raises(p.ProtocolError, match="unknown field"):
+        p.build_result("container.create", {**data, "surprise": 1})
+    with pytest.raises(p.ProtocolError, match="must be a boolean"):
+        p.build_result("container.create", {**data, "existed": "no"})
+
+
+def test_results_are_read_leniently_across_versions():
+    """An agent of another protocol version: extra fields are ignored, missing ones take their defaults and
+    an ill-typed one reads as absent; parse_result never raises."""
+    newer = p.parse_result("ray.head.start", {"container_id": "c", "ip": "10.0.0.2", "gpu_model": "H200"})
+    assert (newer.container_id, newer.ip, newer.ray_node_id, newer.pid) == ("c", "10.0.0.2", "", None)
+    odd = p.parse_result("endpoint.start", {"endpoint_id": "e", "port": "8000", "pid": True})
+    assert (odd.endpoint_id, odd.port, odd.pid) == ("e", 0, 0)
+    status = p.parse_result(
+        "ray.status", {"nodes": [{"ray_node_id": "n1", "idle_s": 3, "new": 1}], "kuberay": {"head_host": "h"}}
+    )
+    assert status.nodes[0].idle_s == 3.0
+    assert status.kuberay.head_host == "h"
+    assert p.parse_result("model.download", "not an object") == p.ModelDownloadResult()
+    assert p.parse_result("no.such.type", {}) is None
+    assert set(p.RESULT_TYPES) == set(p.COMMAND_TYPES)
+
+
+def test_job_status_times_keep_their_json_type():
+    data = {"submission_id": "s", "status": "RUNNING", "start_time": 1700000000000, "end_time": None}
+    result = p.build_result("ray.job.status", data)
+    assert p.result_to_dict(result)["start_time"] == 1700000000000
+    assert isinstance(p.result_to_dict(result)["start_time"], int)

@@ -183,7 +183,7 @@ def test_download_then_serve_then_inventory(runner, executor, run_id):
         command_id="s",
         idempotency_key=f"ep-{run_id}",
         command_type="endpoint.start",
-        payload={"endpoint_id": "e1", "model_id": MODEL},
+        payload={"endpoint_id": "e1e1e1e1e1e1", "model_id": MODEL},
     )
     started = runner.run(start, Recorder())
     assert isinstance(started, Result)
@@ -193,13 +193,16 @@ def test_download_then_serve_then_inventory(runner, executor, run_id):
     gpus = [GpuInfo(index=0, name="test", memory_total_mb=1)]
     inventory = runner.inventory(gpus)
     assert [m.model_id for m in inventory.models] == [MODEL]
-    assert [(e.endpoint_id, e.port) for e in inventory.endpoints] == [("e1", started.data["port"])]
+    assert [(e.endpoint_id, e.port) for e in inventory.endpoints] == [("e1e1e1e1e1e1", started.data["port"])]
     assert created.data["container_id"] in {c.container_id for c in inventory.containers}
     assert inventory.gpus == gpus
     assert {f"dl-{run_id}", f"ep-{run_id}", f"c-{run_id}"} <= set(inventory.completed_command_keys)
 
     stop = Command(
-        command_id="t", idempotency_key=f"eps-{run_id}", command_type="endpoint.stop", payload={"endpoint_id": "e1"}
+        command_id="t",
+        idempotency_key=f"eps-{run_id}",
+        command_type="endpoint.stop",
+        payload={"endpoint_id": "e1e1e1e1e1e1"},
     )
     assert runner.run(stop, Recorder()).data["status"] == "stopped"
     assert runner.inventory([]).endpoints == []

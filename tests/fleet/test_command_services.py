@@ -8,7 +8,7 @@ from channels.layers import get_channel_layer
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from agent import protocol
-from fleet import enqueue, services
+from fleet import enqueue, services, signals
 from fleet.models import Command, CommandStatus, Node, NodeEvent
 from fleet.payloads import MASK
 from fleet.tasks import dispatch_command
@@ -341,3 +341,28 @@ def test_command_frame_carries_secrets_and_key(node, cluster, owner):
     assert decoded.payload["registry_password"] == "pw"
     parsed = protocol.parse_payload(decoded.command_type, decoded.payload)
     assert parsed.image == "nginx:1.27"
+
+
+def test_a_result_is_parsed_once_typed_and_tolerates_other_agent_versions(node, cluster, owner):
+    """A newer agent's extra fields and an older one's missing or odd ones never fail the command: the raw
+    result is stored as it came, and receivers read the typed result."""
+    command = _dispatched(node, cluster, owner)
+    services.command_record_ack(node=node, command_id=command.pk)
+    seen = []
+
+    def receiver(sender, command, **kwargs):
+        seen.append(command.parsed_result)
+
+    signals.command_finished.connect(receiver, weak=False, dispatch_uid="test-typed-result")
+    try:
+        data = {"container_id": "abc", "status": 7, "from_protocol_9": {"x": 1}}
+        done = services.command_record_result(node=node, command_id=command.pk, data=data)
+    finally:
+        signals.command_finished.disconnect(dispatch_uid="test-typed-result")
+    assert done.status == CommandStatus.SUCCEEDED
+    assert done.result == data
+    assert seen == [protocol.ContainerResult(container_id="abc")]
+    assert Command.objects.get(pk=command.pk).parsed_result == protocol.ContainerResult(container_id="abc")
+    failed = _dispatched(node, cluster, owner)
+    services.command_record_error(node=node, command_id=failed.pk, code="internal", message="x", data={"a": 1})
+    assert Command.objects.get(pk=failed.pk).parsed_result is None

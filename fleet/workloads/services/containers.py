@@ -123,10 +123,10 @@ def container_record_created(*, command: Command) -> Container | None:
     """A container.create succeeded: the row (created at dispatch, or now) gets the agent's container id."""
     if command.command_type != CommandType.CONTAINER_CREATE or command.status != CommandStatus.SUCCEEDED:
         return None
-    data = command.result or {}
-    container_id = str(data.get("container_id") or "")[:128]
+    result: protocol.ContainerResult = command.parsed_result
+    container_id = result.container_id[:128]
     spec = command.payload or {}
-    reported = data.get("status")
+    reported = result.status
     if reported in ContainerStatus.reported():
         status = reported
     else:

@@ -13,10 +13,10 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from agent import protocol
+from agent.protocol import MODEL_ID_RE
 from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.mixins import require_operator
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
-from fleet.payloads import MODEL_ID_RE
 from fleet.services import command_queue, node_event_record
 from fleet.workloads.errors import error_help, error_sentence
 from fleet.workloads.models import Endpoint, EndpointStatus, NodeModel
@@ -353,7 +353,8 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
         if command.command_type == CommandType.ENDPOINT_START:
             if endpoint.status not in (EndpointStatus.PENDING, EndpointStatus.STARTING):
                 return endpoint  # stopped meanwhile, or a duplicate outcome
-            port = _valid_port((command.result or {}).get("port"))
+            result: protocol.EndpointStartResult | None = command.parsed_result
+            port = _valid_port(result.port if result is not None else None)
             if ok and port:
                 endpoint.status, endpoint.port = EndpointStatus.RUNNING, port
                 endpoint.failure_code = endpoint.failure_message = ""

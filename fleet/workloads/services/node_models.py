@@ -60,13 +60,14 @@ def node_model_record_downloaded(*, command: Command) -> NodeModel | None:
 
     Uses the result's `path` (required) and `size_bytes` / `revision` when the agent sends them.
     """
-    payload, data = command.payload or {}, command.result or {}
-    model_id, path = payload.get("model_id"), data.get("path")
-    revision = data.get("revision") or payload.get("revision") or "main"
-    if not isinstance(model_id, str) or not isinstance(path, str) or not path or not isinstance(revision, str):
+    payload = command.payload or {}
+    result: protocol.ModelDownloadResult | None = command.parsed_result
+    model_id = payload.get("model_id")
+    if result is None or not isinstance(model_id, str) or not result.path:
         return None
-    size = data.get("size_bytes", 0)
-    size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
+    path = result.path
+    revision = result.revision or str(payload.get("revision") or "main")
+    size = max(result.size_bytes, 0)
     row, _ = NodeModel.objects.update_or_create(
         node_id=command.node_id,
         model_id=model_id[:MAX_MODEL_ID],

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from agent import protocol
 from fleet.models import Command, CommandStatus
 from raymgr.workloads import health
 from raymgr.workloads.models import ServeDeployment, ServeStatus, TrainingJob, TuneExperiment, TuneTrial
@@ -22,7 +23,7 @@ def workload_on_command_finished(*, command: Command) -> None:
         return
     ok = command.status == CommandStatus.SUCCEEDED
     payload = command.payload or {}
-    data = command.result or {}
+    result = command.parsed_result  # the command type's typed result when it succeeded, else None
     submission_id = str(payload.get("submission_id", ""))
     with transaction.atomic():
         if command.command_type == "ray.serve.status":
@@ -33,14 +34,14 @@ def workload_on_command_finished(*, command: Command) -> None:
                 .first()
             )
             if deployment is not None and ok:
-                _record_serve_status(deployment, data)
+                _record_serve_status(deployment, result)
             return
         row = _row_for(submission_id)
         if row is None:
             return
         if isinstance(row, ServeDeployment):
             if command.command_type == "ray.job.status" and ok and row.submission_id == submission_id:
-                _record_serve_job(row, data)
+                _record_serve_job(row, result)
             elif command.command_type == "ray.job.submit" and not ok:
                 ServeDeployment.objects.filter(pk=row.pk).update(
                     status=ServeStatus.FAILED, status_changed_at=timezone.now(), failure_reason=_error(command)
@@ -49,7 +50,7 @@ def workload_on_command_finished(*, command: Command) -> None:
         if command.command_type == "ray.job.submit" and not ok and row.status in J.active():
             job_transition(row, J.FAILED, failure_reason=f"Submission to Ray failed: {_error(command)}")
         elif command.command_type == "ray.job.status" and ok:
-            _record_job_status(row, data)
+            _record_job_status(row, result, command.result or {})
         elif (
             command.command_type == "ray.job.status" and command.error_code == "not_found" and row.status in J.active()
         ):
@@ -72,17 +73,20 @@ def _row_for(submission_id: str) -> TrainingJob | TuneExperiment | ServeDeployme
         return None
 
 
-def _record_job_status(row: TrainingJob | TuneExperiment, data: dict[str, Any]) -> None:
-    """Store a `ray.job.status` result on a training job / experiment and move its state."""
-    ray_state = str(data.get("status", ""))
+def _record_job_status(
+    row: TrainingJob | TuneExperiment, result: protocol.RayJobStatusResult, raw: dict[str, Any]
+) -> None:
+    """Store a `ray.job.status` result on a training job / experiment and move its state (`raw`, the
+    result as the agent sent it, is kept as the row's last status, less logs and markers)."""
+    ray_state = result.status
     fields: dict[str, Any] = {
-        "last_status": {k: v for k, v in data.items() if k not in ("logs", "markers")},
+        "last_status": {k: v for k, v in raw.items() if k not in ("logs", "markers")},
         "last_status_at": timezone.now(),
-        "logs": str(data.get("logs", ""))[-200_000:],
+        "logs": result.logs[-200_000:],
     }
-    if data.get("traceback"):
-        fields["traceback"] = str(data["traceback"])[-50_000:]
-    markers = data.get("markers") if isinstance(data.get("markers"), list) else []
+    if result.traceback:
+        fields["traceback"] = result.traceback[-50_000:]
+    markers = result.markers
     if isinstance(row, TrainingJob):
         checkpoints = [
             {"path": str(m.get("path", "")), "metrics": m.get("metrics") or {}}
@@ -102,9 +106,9 @@ def _record_job_status(row: TrainingJob | TuneExperiment, data: dict[str, Any]) 
     else:
         target = RAY_JOB_STATES.get(ray_state, row.status)
     if target == J.FAILED and not fields.get("failure_reason"):
-        fields["failure_reason"] = str(data.get("message", ""))[:2000]
+        fields["failure_reason"] = result.message[:2000]
     if target == J.QUEUED and row.status == J.QUEUED and isinstance(row, TrainingJob):  # experiments have none
-        fields["queue_reason"] = "Ray has the job pending: " + (str(data.get("message", "")) or "waiting for resources")
+        fields["queue_reason"] = "Ray has the job pending: " + (result.message or "waiting for resources")
     if row.status in J.active() and target != row.status and target in JOB_TRANSITIONS[row.status]:
         job_transition(row, target, **fields)
     else:
@@ -129,12 +133,12 @@ def _record_trials(experiment: TuneExperiment, markers: list[dict[str, Any]]) ->
         TuneTrial.objects.update_or_create(experiment=experiment, trial_id=trial_id, defaults=entry)
 
 
-def _record_serve_job(deployment: ServeDeployment, data: dict[str, Any]) -> None:
+def _record_serve_job(deployment: ServeDeployment, result: protocol.RayJobStatusResult) -> None:
     """A deploy/delete job's status: failures (with traceback) are shown; success hands over to Serve status."""
-    state = str(data.get("status", ""))
+    state = result.status
     fields: dict[str, Any] = {"last_status_at": timezone.now()}
     if state == "FAILED" or state == "STOPPED":
-        reason = str(data.get("traceback") or data.get("message") or "the deploy job failed")
+        reason = result.traceback or result.message or "the deploy job failed"
         fields.update(status=ServeStatus.FAILED, failure_reason=reason[-20_000:])
     elif state == "SUCCEEDED" and deployment.status == ServeStatus.STOPPING:
         fields.update(status=ServeStatus.STOPPED, endpoint_url="")
@@ -143,14 +147,13 @@ def _record_serve_job(deployment: ServeDeployment, data: dict[str, Any]) -> None
     ServeDeployment.objects.filter(pk=deployment.pk).update(**fields)
 
 
-def _record_serve_status(deployment: ServeDeployment, data: dict[str, Any]) -> None:
-    apps = data.get("applications") if isinstance(data.get("applications"), dict) else {}
-    app = apps.get(deployment.app_name)
+def _record_serve_status(deployment: ServeDeployment, result: protocol.RayServeStatusResult) -> None:
+    app = result.applications.get(deployment.app_name)
     status, reason = health.serve_health(app, deploying=deployment.status == ServeStatus.DEPLOYING)
     fields: dict[str, Any] = {
         "last_status": {
             **{k: v for k, v in (app or {}).items() if k != "replica_logs"},
-            "http_port": data.get("http_port"),
+            "http_port": result.http_port,
         },
         "last_status_at": timezone.now(),
     }
@@ -160,7 +163,7 @@ def _record_serve_status(deployment: ServeDeployment, data: dict[str, Any]) -> N
         fields["failure_reason"] = reason
         if status != deployment.status:
             fields.update(status=status, status_changed_at=timezone.now())
-        port = data.get("http_port") or deployment.http_port
+        port = result.http_port or deployment.http_port
         cluster = deployment.ray_cluster
         if status in (ServeStatus.RUNNING, ServeStatus.DEGRADED) and cluster.head_ip:
             fields["endpoint_url"] = f"http://{cluster.head_ip}:{port}{deployment.route_prefix}"
