@@ -113,7 +113,7 @@ class RayHeadStartPayload:
     ray_version: str
     image: str
     runtime: Literal["docker", "process", "kuberay"] = "docker"
-    gcs_port: int = 6379
+    gcs_port: int = 0  # 0 = the agent picks a free port on its machine (reported back as gcs_port)
     dashboard_port: int = 8265
     num_cpus: float = 0.0  # 0 = what Ray detects
     num_gpus: int = 0
