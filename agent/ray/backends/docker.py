@@ -63,10 +63,11 @@ class DockerBackend(RayBackend):
         """The container for a head or worker start: the payload's image, host network.
 
         On the host network every port a Ray node binds is a port of the machine: the head takes the GCS and
-        dashboard ports the control plane chose (a GCS port of 0: `gcs_port`, else a free one); the per-node ports Ray would otherwise fix (client server
-        10001, dashboard agent 52365), and the agent ports of Ray releases that draw them racily
-        (`agent_ports_need_pinning`), are picked free here, outside the ephemeral range, and the node's
-        workers get their own port window (`worker_port_window`), so several Ray nodes can share a machine.
+        dashboard ports the control plane chose (a GCS port of 0: `gcs_port`, else a free one); the per-node
+        ports Ray would otherwise fix (client server 10001, dashboard agent 52365), and the agent ports of Ray
+        releases that draw them racily (`agent_ports_need_pinning`), are picked free here, outside the ephemeral
+        range, and the node's workers get their own port window (`worker_port_window`) holding none of the
+        node's own ports, so several Ray nodes can share a machine.
         The dashboard listens on loopback only: the control plane reaches it through this agent's tunnel.
         """
         is_head = isinstance(p, protocol.RayHeadStartPayload)
@@ -74,7 +75,8 @@ class DockerBackend(RayBackend):
         if agent_ports_need_pinning(p.ray_version):
             ports.update({key: free_port() for key in AGENT_PORTS})
         if is_head:
-            ports.update(gcs=gcs_port or p.gcs_port or free_port(), dashboard=p.dashboard_port, client_server=free_port())
+            gcs = gcs_port or p.gcs_port or free_port()
+            ports.update(gcs=gcs, dashboard=p.dashboard_port, client_server=free_port())
         window = worker_port_window(avoid=ports.values())  # never one of this node's own ports (Ray refuses)
         if window:
             ports.update(min_worker=window[0], max_worker=window[1])

@@ -22,7 +22,7 @@ from agent.ray.commands import RayCommandHandler
 from agent.ray.incontainer import MARKER
 from agent.ray.members import member_name
 from agent.ray.ports import free_port, worker_port_window
-from agent.ray.process_runtime import RayProcessRuntime
+from agent.ray.process_runtime import RayProcessRuntime, RayRuntimeError
 from raymgr.failures import failure_text
 
 CLUSTER = "c0ffee00-0000-4000-8000-000000000001"
@@ -134,7 +134,8 @@ if args and args[0] == "--version":
     print("ray, version 2.60.0")
     sys.exit(0)
 flags = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
-ports = {{k: int(v) for k, v in flags.items() if k.endswith("port") and k not in ("min-worker-port", "max-worker-port")}}
+window_flags = ("min-worker-port", "max-worker-port")
+ports = {{k: int(v) for k, v in flags.items() if k.endswith("port") and k not in window_flags}}
 low, high = int(flags.get("min-worker-port", 0)), int(flags.get("max-worker-port", -1))
 always_refuse = {refuse}
 clash = [p for p in ports.values() if low <= p <= high]
@@ -162,7 +163,7 @@ def fake_ray(tmp_path: Path, *, refuse: bool) -> Path:
 def test_process_heads_worker_window_avoids_its_own_ports(tmp_path: Path):
     runtime = RayProcessRuntime(fake_ray(tmp_path, refuse=False), tmp_path / "work")
     for _ in range(30):
-        with pytest.raises(Exception) as err:
+        with pytest.raises(RayRuntimeError, match="exited with 3") as err:
             runtime.start_head(gcs_port=15000, dashboard_port=12000, num_cpus=1, timeout=10)
         assert "NO-OVERLAP" in str(err.value), str(err.value)[-400:]
 
