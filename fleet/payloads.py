@@ -105,7 +105,6 @@ class EndpointStartSerializer(serializers.Serializer):
     min_vram_mb = serializers.IntegerField(min_value=0, required=False)
     extra_args = _strings(max_length=500, required=False)
 
-
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         return {"endpoint_id": uuid.uuid4().hex[:12], **attrs}
 

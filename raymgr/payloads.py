@@ -33,11 +33,11 @@ class _RayBase(serializers.Serializer):
 
 
 class RayHeadStartSerializer(_RayBase):
-    """ray.head.start."""
+    """ray.head.start (a `gcs_port` of 0: the agent picks a free port on its machine)."""
 
     ray_version = serializers.RegexField(VERSION_RE, max_length=32)
     image = serializers.CharField(max_length=500)
-    gcs_port = port_field(required=False)
+    gcs_port = serializers.IntegerField(min_value=0, max_value=65535, required=False)
     dashboard_port = port_field(required=False)
     num_cpus = serializers.FloatField(min_value=0, max_value=1024, required=False)
     num_gpus = serializers.IntegerField(min_value=0, max_value=64, required=False)

@@ -6,7 +6,7 @@ import pytest
 
 from fleet import services as fleet_services
 from fleet.models import Command
-from tests.raymgr.conftest import start_head
+from tests.raymgr.conftest import finish, last_command, start_head
 
 pytestmark = pytest.mark.django_db
 
@@ -88,7 +88,10 @@ def test_start_stop_and_illegal_transitions_are_409(api_client_for, owner, works
     response = client.post(f"{URL}{cluster_id}/start/")
     assert response.status_code == 409
     assert "pending Ray cluster cannot become pending" in response.json()["detail"]
-    assert client.post(f"{URL}{cluster_id}/stop/").json()["status"] == "stopped"
+    assert client.post(f"{URL}{cluster_id}/stop/").json()["status"] == "stopping"
+    assert client.post(f"{URL}{cluster_id}/stop/").status_code == 409
+    finish(last_command("ray.node.stop", cluster_id=cluster_id))  # its head's stop finished: stopped
+    assert client.get(f"{URL}{cluster_id}/").json()["status"] == "stopped"
     assert client.post(f"{URL}{cluster_id}/stop/").status_code == 409
     assert client.post(f"{URL}{cluster_id}/start/").json()["status"] == "pending"
 
@@ -181,7 +184,9 @@ def test_version_change_is_refused_with_a_clear_message_while_running(
         "The Ray version cannot change while the cluster is running: it runs Ray 2.9.0. "
         "Stop the cluster first, then change the version."
     ]
-    assert client.post(f"{URL}{cluster_id}/stop/").json()["status"] == "stopped"
+    assert client.post(f"{URL}{cluster_id}/stop/").json()["status"] == "stopping"
+    finish(last_command("ray.node.stop", cluster_id=cluster_id))  # its head container is gone: stopped
+    assert client.get(f"{URL}{cluster_id}/").json()["status"] == "stopped"
     response = client.patch(f"{URL}{cluster_id}/", {"ray_version": "9.9.9"}, format="json")
     assert response.status_code == 400
     assert "offered Ray versions" in response.json()["ray_version"][0]
@@ -194,7 +199,6 @@ def test_stop_reads_stopping_until_its_nodes_stopped_and_start_meanwhile_is_409(
     api_client_for, owner, workspace, compute, add_node
 ):
     from raymgr.models import RayCluster
-    from tests.raymgr.conftest import finish, last_command
 
     add_node(compute, "cpu-1")
     client = api_client_for(owner)
@@ -212,7 +216,6 @@ def test_stop_reads_stopping_until_its_nodes_stopped_and_start_meanwhile_is_409(
 
 def test_create_without_a_gcs_port_lets_the_heads_node_pick_one(api_client_for, owner, workspace, compute, add_node):
     from raymgr.models import RayCluster
-    from tests.raymgr.conftest import finish, last_command
 
     add_node(compute, "cpu-1")
     client = api_client_for(owner)

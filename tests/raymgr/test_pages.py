@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from raymgr.models import RayCluster
-from tests.raymgr.conftest import start_head
+from tests.raymgr.conftest import finish, last_command, start_head
 
 pytestmark = pytest.mark.django_db
 
@@ -101,9 +101,14 @@ def test_actions_stop_start_delete_with_confirm(browser, compute, add_node, make
     assert "This cannot be undone" in page
     browser.post(f"/ray/clusters/{cluster.pk}/stop/")
     cluster.refresh_from_db()
+    assert cluster.status == "stopping"
+    response = browser.post(f"/ray/clusters/{cluster.pk}/start/", follow=True)
+    assert "still stopping: wait until it has stopped" in response.content.decode()
+    finish(last_command("ray.node.stop", cluster_id=str(cluster.pk)))
+    cluster.refresh_from_db()
     assert cluster.status == "stopped"
     response = browser.post(f"/ray/clusters/{cluster.pk}/stop/", follow=True)
-    assert "stopped Ray cluster cannot become stopped" in response.content.decode()
+    assert "stopped Ray cluster cannot become stopping" in response.content.decode()
     browser.post(f"/ray/clusters/{cluster.pk}/start/")
     cluster.refresh_from_db()
     assert cluster.status == "pending"

@@ -107,14 +107,15 @@ def test_state_machine_refuses_illegal_transitions(compute, add_node, make_ray, 
     with pytest.raises(IllegalTransition, match="pending Ray cluster cannot become pending"):
         services.ray_cluster_start(actor=owner, cluster=cluster)
     services.ray_cluster_stop(actor=owner, cluster=cluster)
+    finish(last_command("ray.node.stop", cluster_id=str(cluster.pk)))  # its head's stop finished
     with pytest.raises(IllegalTransition, match="stopped Ray cluster cannot become running"):
         services.ray_cluster_transition(cluster=cluster, to=RayClusterStatus.RUNNING)
-    with pytest.raises(IllegalTransition, match="stopped Ray cluster cannot become stopped"):
+    with pytest.raises(IllegalTransition, match="stopped Ray cluster cannot become stopping"):
         services.ray_cluster_stop(actor=owner, cluster=cluster)
     cluster.refresh_from_db()
     assert cluster.status == RayClusterStatus.STOPPED
     statuses = list(cluster.events.filter(kind="status").values_list("data__status", flat=True))
-    assert statuses == ["stopped"]
+    assert statuses == ["stopped", "stopping"]  # newest first
 
 
 def test_status_changed_at_moves_with_each_transition(compute, add_node, make_ray, owner):
@@ -133,13 +134,15 @@ def test_stop_stops_every_node_and_start_brings_head_back(compute, add_node, mak
     worker_start = last_command("ray.worker.start", cluster_id=str(cluster.pk))
     finish(worker_start, data={"container_id": "c-w", "ray_node_id": "cc" * 28})
     cluster = services.ray_cluster_stop(actor=owner, cluster=cluster)
-    assert cluster.status == RayClusterStatus.STOPPED
+    assert cluster.status == RayClusterStatus.STOPPING
     stops = list(Command.objects.filter(command_type="ray.node.stop", payload__cluster_id=str(cluster.pk)))
     assert len(stops) == 2
     assert {c.payload["container"] for c in stops} == {"c-head", "c-w"}
     for stop in stops:
         finish(stop)
     assert set(RayNode.objects.filter(ray_cluster=cluster).values_list("status", flat=True)) == {"stopped"}
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.STOPPED
     cluster = services.ray_cluster_start(actor=owner, cluster=cluster)
     assert cluster.status == RayClusterStatus.PENDING
     assert Command.objects.filter(command_type="ray.head.start").count() == 2
@@ -153,11 +156,17 @@ def test_a_head_that_starts_after_stop_is_stopped_again(compute, add_node, make_
     cluster = make_ray()
     command = last_command("ray.head.start", cluster_id=str(cluster.pk))
     services.ray_cluster_stop(actor=owner, cluster=cluster)
-    finish(command, data={"container_id": "late"})
+    finish(last_command("ray.node.stop", cluster_id=str(cluster.pk)), data={"stopped": False})  # ran first
     cluster.refresh_from_db()
     assert cluster.status == RayClusterStatus.STOPPED
+    finish(command, data={"container_id": "late"})
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.STOPPING  # the late head runs: stopping it again
     late_stop = last_command("ray.node.stop", container="late")
     assert late_stop is not None
+    finish(late_stop)
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.STOPPED
 
 
 def test_delete_waits_for_stops_then_removes_the_row(compute, add_node, make_ray, owner):
@@ -224,6 +233,7 @@ def test_version_is_immutable_while_running(compute, add_node, make_ray, owner, 
     assert "ray_version" in err.value.message_dict
     services.ray_cluster_update(actor=owner, cluster=cluster, max_workers=4)
     services.ray_cluster_stop(actor=owner, cluster=cluster)
+    finish(last_command("ray.node.stop", cluster_id=str(cluster.pk)))
     cluster = services.ray_cluster_update(actor=owner, cluster=cluster, ray_version="2.61.0")
     assert (cluster.ray_version, cluster.max_workers) == ("2.61.0", 4)
 
@@ -278,9 +288,7 @@ def statuses(cluster):
     return list(cluster.events.filter(kind="status").order_by("created_at").values_list("data__status", flat=True))
 
 
-def test_stop_is_stopping_until_every_ray_node_has_stopped_and_start_waits_for_it(
-    compute, add_node, make_ray, owner
-):
+def test_stop_is_stopping_until_every_ray_node_has_stopped_and_start_waits_for_it(compute, add_node, make_ray, owner):
     add_node(compute, "cpu-1")
     add_node(compute, "cpu-2")
     cluster = make_ray(min_workers=1)
@@ -369,7 +377,8 @@ def test_a_head_started_while_its_stop_was_in_flight_is_stopped_once_that_stop_i
     assert Command.objects.filter(command_type="ray.node.stop").count() == 1  # no second stop in flight
     finish(stop, data={"stopped": False})  # that stop found nothing to stop: it ran before the start
     again = last_command("ray.node.stop", container="late")
-    assert again is not None and again.pk != stop.pk
+    assert again is not None
+    assert again.pk != stop.pk
     cluster.refresh_from_db()
     assert cluster.status == RayClusterStatus.STOPPING
     finish(again)
