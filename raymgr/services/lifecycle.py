@@ -153,10 +153,15 @@ def ray_cluster_update(*, actor: AbstractBaseUser, cluster: RayCluster, **fields
     cluster = RayCluster.objects.select_for_update().get(pk=cluster.pk)
     if "ray_version" in fields and fields["ray_version"] != cluster.ray_version:
         if cluster.status not in (S.STOPPED, S.FAILED):
+            then = (
+                "Wait until it has stopped, then change the version."
+                if cluster.status == S.STOPPING
+                else "Stop the cluster first, then change the version."
+            )
             raise ValidationError(
                 {
                     "ray_version": f"The Ray version cannot change while the cluster is {cluster.status}: "
-                    f"it runs Ray {cluster.ray_version}. Stop the cluster first, then change the version."
+                    f"it runs Ray {cluster.ray_version}. {then}"
                 }
             )
         if version_error(cluster.runtime, fields["ray_version"]):
