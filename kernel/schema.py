@@ -24,7 +24,7 @@ FIELD_ERRORS = {
     "description": (
         "Field errors: each key names a field (`payload.<name>` for a command payload's fields, "
         "`non_field_errors` for the body as a whole, the parameter for a bad query value) and holds its "
-        "messages. A body that is not valid JSON answers `{\"detail\": \"JSON parse error - ...\"}`."
+        'messages. A body that is not valid JSON answers `{"detail": "JSON parse error - ..."}`.'
     ),
     "additionalProperties": {
         "anyOf": [{"type": "array", "items": {}}, {"type": "string"}, {"type": "object"}],

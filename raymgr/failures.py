@@ -12,10 +12,18 @@ _TITLES = {
 }
 _HINTS = {
     "Image pull failure": "Check the image name, the registry credentials and the node's network.",
-    "Port conflict": "Drain the node and retry.",
+    "Port conflict": (
+        "Another program on the node listens on that port (a Redis on 6379, another Ray cluster, or a Ray node "
+        "that is still stopping): stop it or choose another port, then start the cluster again."
+    ),
     "Insufficient memory": "The head node requires 4 GB free RAM minimum; free memory on the node or pick another.",
     "Container engine unavailable": "Check that Docker runs on the node.",
 }
+# Ray itself refused one node's ports (two of its components on one port), e.g. an older agent's worker range.
+_RAY_REFUSAL_HINT = (
+    "Choose GCS and dashboard ports outside Ray's worker ports (10002-19999), or leave the GCS port empty so "
+    "the node picks a free one, then start the cluster again."
+)
 MAX_DETAIL = 300
 
 
@@ -44,4 +52,6 @@ def failure_text(code: str, message: str) -> str:
     if not title:
         return f"{code}: {detail}" if code else detail
     hint = _HINTS.get(title, "")
+    if title == "Port conflict" and "Ray refused to start" in (message or ""):
+        hint = _RAY_REFUSAL_HINT
     return f"{title}: {detail.rstrip('.')}." + (f" {hint}" if hint else "")

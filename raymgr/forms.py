@@ -83,7 +83,13 @@ class RayClusterCreateForm(forms.Form):
         help_text="KubeRay: GPUs per worker pod.",
     )
     checkpoint_on_stop = forms.BooleanField(required=False, label="Checkpoint jobs before stopping")
-    gcs_port = forms.IntegerField(min_value=1, max_value=65535, initial=6379, label="GCS port")
+    gcs_port = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=65535,
+        label="GCS port",
+        help_text="Leave empty: the head's node picks a free port at each start.",
+    )
     dashboard_port = forms.IntegerField(min_value=1, max_value=65535, initial=8265)
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:

@@ -27,6 +27,8 @@ class RayClusterStatus(models.TextChoices):
     PENDING = "pending", "Pending"
     RUNNING = "running", "Running"
     FAILED = "failed", "Failed"
+    # Stop accepted: its Ray nodes' stop commands are under way (their containers/processes still run).
+    STOPPING = "stopping", "Stopping"
     STOPPED = "stopped", "Stopped"
     DELETING = "deleting", "Deleting"
 
@@ -79,7 +81,16 @@ class RayCluster(models.Model):
     head_hostname = models.CharField(max_length=253, blank=True, default="")
     head_ip = models.CharField(max_length=64, blank=True, default="")
     head_container_id = models.CharField(max_length=128, blank=True, default="")
-    gcs_port = models.PositiveIntegerField(default=6379, validators=[MinValueValidator(1), MaxValueValidator(65535)])
+    # The GCS port asked for; None (the default): the head's node picks a free one at each start.
+    gcs_port = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=None,
+        validators=[MinValueValidator(1), MaxValueValidator(65535)],
+        help_text="Empty: a free port on the head's node, picked at each start.",
+    )
+    # The GCS port the current head listens on (the one asked for, or the one its node picked).
+    head_gcs_port = models.PositiveIntegerField(null=True, blank=True, default=None)
     dashboard_port = models.PositiveIntegerField(
         default=8265, validators=[MinValueValidator(1), MaxValueValidator(65535)]
     )
@@ -126,7 +137,7 @@ class RayCluster(models.Model):
     @property
     def gcs_address(self) -> str:
         """ip:port workers join."""
-        return f"{self.head_ip}:{self.gcs_port}" if self.head_ip else ""
+        return f"{self.head_ip}:{self.head_gcs_port}" if self.head_ip and self.head_gcs_port else ""
 
 
 class RayNodeRole(models.TextChoices):

@@ -38,7 +38,7 @@ def choose_head_node(
     nodes: Sequence[NodeLike],
     *,
     ports_in_use: Mapping[Any, Collection[int]],
-    gcs_port: int,
+    gcs_port: int | None,
     dashboard_port: int,
     min_free_mb: int = HEAD_MIN_FREE_MB,
 ) -> NodeLike:
@@ -46,6 +46,7 @@ def choose_head_node(
 
     Among acceptable nodes, CPU-only nodes win over GPU nodes (GPUs are for workers), then the most free
     RAM, then the name. `ports_in_use` maps a node's pk to the ports other Ray heads already hold there.
+    A `gcs_port` of None is picked free by the node itself: only the dashboard port is checked then.
     Raises `PlacementError` naming the first obstacle: no node online, too little memory, port conflict.
     """
     online = [n for n in nodes if n.status == "online"]
@@ -59,7 +60,7 @@ def choose_head_node(
             f"Insufficient memory: the head needs {min_free_mb} MB free RAM; the best online node, {best.name}, "
             f"has {free_memory_mb(best)} MB free.",
         )
-    wanted = {gcs_port, dashboard_port}
+    wanted = {port for port in (gcs_port, dashboard_port) if port}
     free_ports = [n for n in roomy if not wanted & set(ports_in_use.get(n.pk, ()))]
     if not free_ports:
         taken = sorted(wanted & set().union(*(set(ports_in_use.get(n.pk, ())) for n in roomy)))

@@ -1,7 +1,7 @@
 """Ray pages: dashboard, Clusters list, create form, detail with htmx tabs, start/stop/delete actions.
 
 A view renders the full page, or for htmx requests only its partial. The summary partial polls while
-the cluster is pending or deleting and stops (HTTP 286) once it is not; so does the header (status
+the cluster is pending, stopping or deleting and stops (HTTP 286) once it is not; so does the header (status
 badge, banner, Open Ray Dashboard, buttons), which keeps watching a running cluster every 30 s.
 """
 
@@ -29,7 +29,7 @@ from raymgr.forms import RayClusterCreateForm
 from raymgr.models import RayCluster, RayClusterStatus
 
 TABS = ("summary", "nodes", "jobs", "logs", "events")
-IN_PROGRESS = (RayClusterStatus.PENDING, RayClusterStatus.DELETING)
+IN_PROGRESS = (RayClusterStatus.PENDING, RayClusterStatus.STOPPING, RayClusterStatus.DELETING)
 
 
 @login_required
@@ -43,14 +43,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @login_required
 def cluster_list(request: HttpRequest) -> HttpResponse:
     """Ray → Clusters, with Start / Stop / Delete on each row for the workspace's Owners and Admins (the
-    rows update themselves while a cluster is pending or deleting)."""
+    rows update themselves while a cluster is pending, stopping or deleting)."""
     clusters = list(selectors.ray_cluster_list(user=request.user))
     operable = set(workspace_ids(user=request.user, roles=Role.operators()).values_list("workspace_id", flat=True))
     for c in clusters:
         c.can_operate = c.workspace_id in operable
     every = live.poll_every(changing=any(c.status in IN_PROGRESS for c in clusters))
     context = {"clusters": clusters, "rows_every": every}
-    if request.htmx:  # the rows poll themselves while a cluster is pending or deleting
+    if request.htmx:  # the rows poll themselves while a cluster is pending, stopping or deleting
         return live.respond(request, "raymgr/_cluster_rows.html", context, element_id="ray-cluster-rows", every=every)
     context["can_create"] = bool(operable)
     return render(request, "raymgr/cluster_list.html", context)
@@ -121,7 +121,7 @@ def _head_context(request: HttpRequest, cluster: RayCluster) -> dict[str, Any]:
         "dashboard_url": dashboard_path(cluster),
         "can_operate": can_operate(request.user, cluster.workspace),
         "head_url": reverse("raymgr:cluster_detail", args=[cluster.pk]) + "?part=head",
-        # pending/deleting change by the second; a running cluster may still fail, so it is watched
+        # pending/stopping/deleting change by the second; a running cluster may still fail, so it is watched
         "head_every": live.poll_every(
             changing=cluster.status in IN_PROGRESS, watched=cluster.status == RayClusterStatus.RUNNING
         ),

@@ -153,7 +153,8 @@ class RayHeadStartPayload:
     ray_version: str = field(metadata=RAY_VERSION)
     image: str = field(metadata=IMAGE)
     runtime: RUNTIME = "docker"
-    gcs_port: int = field(default=6379, metadata=PORT)
+    # 0 = the agent picks a free port on its machine (reported back as the result's gcs_port)
+    gcs_port: int = field(default=0, metadata=rule(min=0, max=65535))
     dashboard_port: int = field(default=8265, metadata=PORT)
     num_cpus: float = field(default=0.0, metadata=CPUS)  # 0 = what Ray detects
     num_gpus: int = field(default=0, metadata=GPUS)

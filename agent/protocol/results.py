@@ -77,6 +77,7 @@ class RayNodeStartResult:
     ip: str = ""
     hostname: str = ""  # kuberay: the head Service's host
     gcs_address: str | None = None
+    gcs_port: int | None = None  # a head's GCS port (the one the agent picked when it was asked for none)
     dashboard_url: str | None = None
     dashboard_port: int | None = None  # kuberay
     pid: int | None = None  # process runtime
@@ -99,6 +100,7 @@ class RayNodeStopResult:
 
     stopped: bool = False
     reason: str | None = None  # why nothing was stopped
+    joined: bool | None = None  # a stop already running for this member was joined (its outcome answered)
     container_id: str | None = None
     suspended: bool | None = None  # kuberay
     deleted: bool | None = None  # kuberay

@@ -30,7 +30,7 @@ from agent.ray.containers import DockerRayContainers, RayContainers
 from agent.ray.jobs import RayJobsHandler
 from agent.ray.kuberay import KubeRayGitOps, KubeRayKube
 from agent.ray.members import member_name, member_of, normalize_status
-from agent.ray.ports import port_in_use
+from agent.ray.ports import port_in_use, ray_port_refusal
 from agent.ray.process_runtime import RayProcessRuntime, RayRuntimeError
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,9 @@ class RayCommandHandler:
         except ValueError as exc:
             raise CommandFailed("invalid_payload", str(exc)) from None
         except RayRuntimeError as exc:
+            refusal = ray_port_refusal(str(exc))
+            if refusal:  # Ray refused ports of its own node: a port conflict, with Ray's reason
+                raise CommandFailed("conflict", refusal) from None
             raise CommandFailed("internal", str(exc)) from None
 
 

@@ -8,7 +8,9 @@ window of Ray's default worker range, so several Ray nodes on one host network r
 from __future__ import annotations
 
 import random
+import re
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 
 RAY_WORKER_PORTS = (10002, 19999)  # Ray's default --min-worker-port/--max-worker-port
@@ -57,7 +59,7 @@ WORKER_PORT_WINDOW = 1000
 WORKER_PORTS_FROM = 11000  # above the bottom of Ray's default range, which every other Ray node walks first
 
 
-def worker_port_window(size: int = WORKER_PORT_WINDOW) -> tuple[int, int] | None:
+def worker_port_window(size: int = WORKER_PORT_WINDOW, *, avoid: Iterable[int] = ()) -> tuple[int, int] | None:
     """A random range of `size` ports for one Ray node's workers, or None where there is no room for one.
 
     Every Ray node otherwise hands its workers ports from the same default range (10002-19999), walking it
@@ -65,12 +67,51 @@ def worker_port_window(size: int = WORKER_PORT_WINDOW) -> tuple[int, int] | None
     same port to both, and the later worker dies binding it (its actor "died unexpectedly"). A window
     starts at random within Ray's default range (where `free_port` never draws) above its bottom, so
     nodes rarely overlap, and when they do they walk different ports.
+
+    `avoid` are the ports the node itself uses (GCS, dashboard, client server, agent ports…): Ray refuses
+    to start when its worker range holds one of them ("worker_ports is trying to use a port number … used
+    by other components"), so the window never does.
     """
     last_start = min(RAY_WORKER_PORTS[1] + 1, ephemeral_port_range()[0]) - size
     if last_start < WORKER_PORTS_FROM:
         return None
-    start = random.randint(WORKER_PORTS_FROM, last_start)
-    return start, start + size - 1
+    # The runs of allowed starts between the avoided ports: a window starting at s holds s..s+size-1.
+    runs: list[tuple[int, int]] = []
+    start = WORKER_PORTS_FROM
+    for port in sorted({p for p in avoid if WORKER_PORTS_FROM <= p <= last_start + size - 1}):
+        if port - size >= start:
+            runs.append((start, port - size))
+        start = max(start, port + 1)
+    if start <= last_start:
+        runs.append((start, last_start))
+    if not runs:
+        return None
+    weights = [high - low + 1 for low, high in runs]
+    low, high = random.choices(runs, weights=weights)[0]
+    first = random.randint(low, high)
+    return first, first + size - 1
+
+
+RAY_PORT_REFUSAL = re.compile(
+    r"Ray component (?P<component>\w+) is trying to use a port number (?P<port>\d+) that is used by other components"
+)
+
+
+def ray_port_refusal(text: str) -> str | None:
+    """A clear message when `text` (a Ray node's output) holds Ray's refusal of a port used twice, else None.
+
+    Ray checks the ports of one node before starting it and refuses when two of its components would share
+    one (for instance a worker port window holding the GCS port).
+    """
+    found = RAY_PORT_REFUSAL.search(text or "")
+    if found is None:
+        return None
+    component, port = found["component"], found["port"]
+    what = "its worker port range" if component == "worker_ports" else f"its {component} port"
+    return (
+        f"Ray refused to start: port {port} is used by another of this Ray node's components and {what} "
+        "holds it too (each port may serve one component)"
+    )
 
 
 def port_in_use(port: int, host: str = "0.0.0.0") -> bool:

@@ -218,7 +218,7 @@ class RayProcessRuntime:
             dashboard_agent_listen_port=ports["dashboard_agent_listen"],
             node_ip_address=self.node_ip_address,
             temp_dir=str(temp_dir),
-            worker_ports=worker_port_window(),
+            worker_ports=worker_port_window(avoid=ports.values()),  # Ray refuses a range holding its own ports
         )
         pid, log_path = self._spawn(name=name, args=args, temp_dir=temp_dir)
         node = RayNodeProcess(
@@ -270,7 +270,7 @@ class RayProcessRuntime:
             dashboard_agent_listen_port=dashboard_agent_listen_port,
             node_ip_address=self.node_ip_address,
             temp_dir=str(temp_dir),
-            worker_ports=worker_port_window(),
+            worker_ports=worker_port_window(avoid={dashboard_agent_listen_port}),
         )
         pid, log_path = self._spawn(name=name, args=args, temp_dir=temp_dir)
         node = RayNodeProcess(

@@ -46,8 +46,7 @@ from fleet.workloads.models import Endpoint, EndpointStatus
 
 PATH_FORM = re.compile(r"^/endpoints/(?P<slug>[0-9a-f]{12})(?P<rest>/.*)?$")
 UNAUTHENTICATED = (
-    "This endpoint needs an API token (Authorization: Token <key>), or open it from the control plane "
-    "while signed in."
+    "This endpoint needs an API token (Authorization: Token <key>), or open it from the control plane while signed in."
 )
 
 

@@ -45,6 +45,7 @@ class RayClusterSerializer(serializers.ModelSerializer):
             "head_ip",
             "head_container_id",
             "gcs_port",
+            "head_gcs_port",
             "dashboard_port",
             "dashboard_url",
             "created_at",
@@ -72,7 +73,14 @@ class RayClusterCreateSerializer(serializers.Serializer):
     min_workers = serializers.IntegerField(min_value=0, max_value=1000, required=False, default=0)
     max_workers = serializers.IntegerField(min_value=0, max_value=1000, required=False, default=10)
     idle_timeout_s = serializers.IntegerField(min_value=1, max_value=86400, required=False, default=60)
-    gcs_port = serializers.IntegerField(min_value=1, max_value=65535, required=False, default=6379)
+    gcs_port = serializers.IntegerField(
+        min_value=1,
+        max_value=65535,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Omitted or null: the head's node picks a free port at each start (head_gcs_port tells which).",
+    )
     dashboard_port = serializers.IntegerField(min_value=1, max_value=65535, required=False, default=8265)
     checkpoint_on_stop = serializers.BooleanField(required=False, default=False)
     worker_cpus = serializers.FloatField(min_value=0.1, max_value=1024, required=False, default=1.0)

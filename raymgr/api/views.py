@@ -93,13 +93,13 @@ class RayClusterViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.Model
     @extend_schema(request=None, responses={200: s.RayClusterSerializer})
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
-        """stopped/failed → pending (head placed again, then workers up to min_workers)."""
+        """stopped/failed → pending (head placed again, then workers up to min_workers); 409 while stopping."""
         return Response(self._read(services.ray_cluster_start(actor=request.user, cluster=self.get_object())))
 
     @extend_schema(request=None, responses={200: s.RayClusterSerializer})
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
-        """→ stopped: every Ray node is stopped; running jobs are interrupted."""
+        """→ stopping: every Ray node is stopped (running jobs are interrupted); stopped once they all have."""
         return Response(self._read(services.ray_cluster_stop(actor=request.user, cluster=self.get_object())))
 
     @extend_schema(

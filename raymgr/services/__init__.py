@@ -2,11 +2,15 @@
 
 State machine (owned by `ray_cluster_transition`, the only writer of `RayCluster.status`):
 
-    pending  → running | failed | stopped | deleting
-    running  → failed | stopped | deleting
-    failed   → pending (start) | stopped | deleting
-    stopped  → pending (start) | deleting
+    pending  → running | failed | stopping (stop) | deleting
+    running  → failed | stopping (stop) | deleting
+    failed   → pending (start) | stopping (stop) | deleting
+    stopping → stopped (every Ray node's stop finished; containers gone) | deleting
+    stopped  → pending (start) | stopping (a Ray node that started after its stop is stopped again) | deleting
     deleting → (row deleted once every Ray node is stopped)
+
+Start while stopping is refused (409, "wait until it has stopped"). A Ray node whose stop is in flight
+is never sent a second stop (`stop_in_flight`): Stop then Delete waits for the same stop.
 
 Everything that touches a machine is a fleet `Command` dispatched with `fleet.services.command_queue`
 (`ray.head.start`, `ray.worker.start`, `ray.node.drain`, `ray.node.stop`, `ray.status`); results come
@@ -29,43 +33,53 @@ from raymgr.services.autoscale import autoscale_pass, ray_cluster_autoscale
 from raymgr.services.common import (
     DELETE_GRACE,
     KUBE_MODES,
+    KUBERAY_GCS_PORT,
     PORT_HOLDING,
     STATUS_LOG_LINES,
     STATUS_MAX_AGE,
+    STOP_GRACE,
     UPDATABLE,
     dispatch,
+    gcs_port_payload,
     operator_for,
     ray_cluster_stopping,
     record_event,
     running_head,
+    stop_in_flight,
 )
 from raymgr.services.lifecycle import (
     ray_cluster_create,
     ray_cluster_delete,
     ray_cluster_finish_delete,
+    ray_cluster_finish_stop,
     ray_cluster_start,
     ray_cluster_stop,
     ray_cluster_update,
     runtime_for,
 )
 from raymgr.services.results import ray_cluster_record_status, ray_on_command_finished
-from raymgr.services.transitions import TRANSITIONS, ray_cluster_transition, ray_node_set_status
+from raymgr.services.transitions import REFUSALS, TRANSITIONS, ray_cluster_transition, ray_node_set_status
 
 __all__ = [
     "DELETE_GRACE",
+    "KUBERAY_GCS_PORT",
     "KUBE_MODES",
     "PORT_HOLDING",
+    "REFUSALS",
     "STATUS_LOG_LINES",
     "STATUS_MAX_AGE",
+    "STOP_GRACE",
     "TRANSITIONS",
     "UPDATABLE",
     "autoscale_pass",
     "dispatch",
+    "gcs_port_payload",
     "operator_for",
     "ray_cluster_autoscale",
     "ray_cluster_create",
     "ray_cluster_delete",
     "ray_cluster_finish_delete",
+    "ray_cluster_finish_stop",
     "ray_cluster_record_status",
     "ray_cluster_start",
     "ray_cluster_stop",
@@ -77,4 +91,5 @@ __all__ = [
     "record_event",
     "running_head",
     "runtime_for",
+    "stop_in_flight",
 ]

@@ -18,8 +18,10 @@ from raymgr.services.common import (
     DELETE_GRACE,
     STATUS_LOG_LINES,
     STATUS_MAX_AGE,
+    STOP_GRACE,
     S,
     dispatch,
+    gcs_port_payload,
     operator_for,
     record_event,
     resource_amounts,
@@ -27,7 +29,7 @@ from raymgr.services.common import (
 )
 from raymgr.services.hosts import next_worker_node, start_workers, worker_candidates
 from raymgr.services.launch import drain_worker
-from raymgr.services.lifecycle import ray_cluster_finish_delete
+from raymgr.services.lifecycle import ray_cluster_finish_delete, ray_cluster_finish_stop
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +154,7 @@ def _request_status(cluster: RayCluster, head: RayNode, actor: Any) -> Command |
         "cluster_id": str(cluster.pk),
         "member_id": str(head.pk),
         "runtime": cluster.runtime,
-        "gcs_port": cluster.gcs_port,
+        **gcs_port_payload(cluster),
         "include_logs": True,
         "log_lines": STATUS_LOG_LINES,
     }
@@ -163,7 +165,7 @@ def _request_status(cluster: RayCluster, head: RayNode, actor: Any) -> Command |
 
 
 def autoscale_pass() -> int:
-    """Beat: one autoscaler pass over every running Ray cluster, and the sweep of stuck deletions.
+    """Beat: one autoscaler pass over every running Ray cluster, and the sweep of stuck stops and deletions.
 
     Ray clusters on a compute cluster whose automation is paused (suspected partition) are skipped.
 
@@ -179,6 +181,10 @@ def autoscale_pass() -> int:
                 done += 1
         except Exception:  # one broken cluster must not stop the others
             logger.exception("autoscaler pass failed for Ray cluster %s", cluster.pk)
+    cutoff = timezone.now() - STOP_GRACE
+    for cluster in RayCluster.objects.filter(status=S.STOPPING, status_changed_at__lt=cutoff):
+        with transaction.atomic():
+            ray_cluster_finish_stop(cluster, force=True)
     cutoff = timezone.now() - DELETE_GRACE
     for cluster in RayCluster.objects.filter(status=S.DELETING, status_changed_at__lt=cutoff):
         with transaction.atomic():

@@ -17,10 +17,14 @@ from fleet.models import Command, Mode, Node
 from raymgr.models import RayCluster, RayClusterEvent, RayClusterStatus, RayNode, RayNodeRole, RayNodeStatus
 
 S = RayClusterStatus
-# Heads of clusters in these states hold their ports on their node.
-PORT_HOLDING = (S.PENDING, S.RUNNING)
+# Heads of clusters in these states hold their ports on their node (a stopping head runs until its stop ends).
+PORT_HOLDING = (S.PENDING, S.RUNNING, S.STOPPING, S.DELETING)
 # A deleting cluster whose stop commands never finish (node gone for good) is removed after this.
 DELETE_GRACE = dt.timedelta(minutes=10)
+# A stopping cluster whose stop commands never finish is marked stopped after this (its nodes: no answer).
+STOP_GRACE = dt.timedelta(minutes=10)
+# The GCS port of a KubeRay head (its pod has a network of its own: Ray's default is free there).
+KUBERAY_GCS_PORT = 6379
 # The autoscaler decides on a stored status only if it is at most this old.
 STATUS_MAX_AGE = dt.timedelta(minutes=2)
 STATUS_LOG_LINES = 100
@@ -58,6 +62,16 @@ def dispatch(actor: Any, node: Node, command_type: str, payload: dict[str, Any])
         actor=actor, cluster=node.cluster, command_type=command_type, payload=payload, node=node
     )
     return command
+
+
+def stop_in_flight(ray_node: RayNode) -> bool:
+    """True while a `ray.node.stop` of this Ray node is under way (a second one must not be sent)."""
+    return ray_node.status == RayNodeStatus.STOPPING and ray_node.pending_command_id is not None
+
+
+def gcs_port_payload(cluster: RayCluster) -> dict[str, int]:
+    """``{"gcs_port": <the current head's GCS port>}``, or nothing when it is not known (yet)."""
+    return {"gcs_port": cluster.head_gcs_port} if cluster.head_gcs_port else {}
 
 
 def running_head(cluster: RayCluster) -> RayNode | None:

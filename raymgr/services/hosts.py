@@ -23,16 +23,20 @@ def _ports_in_use(cluster: RayCluster) -> dict[Any, set[int]]:
             node__cluster_id=cluster.compute_cluster_id,
         )
         .exclude(ray_cluster=cluster)
-        .values_list("node_id", "ray_cluster__gcs_port", "ray_cluster__dashboard_port")
+        .values_list("node_id", "ray_cluster__head_gcs_port", "ray_cluster__dashboard_port")
     )
     used: dict[Any, set[int]] = {}
     for node_id, gcs, dashboard in rows:
-        used.setdefault(node_id, set()).update({gcs, dashboard})
+        used.setdefault(node_id, set()).update(port for port in (gcs, dashboard) if port)
     return used
 
 
 def launch_host_head(cluster: RayCluster, actor: Any) -> None:
-    """Place the head on the fittest node whose ports are free and start it there."""
+    """Place the head on the fittest node whose ports are free and start it there.
+
+    Without a GCS port asked for, the payload's ``gcs_port`` is 0: the agent picks a free port on its
+    machine (never one something else listens on, e.g. Redis's 6379) and reports it with the head's start.
+    """
     nodes = list(Node.objects.filter(cluster_id=cluster.compute_cluster_id).select_related("cluster"))
     try:
         node = choose_head_node(
@@ -52,7 +56,7 @@ def launch_host_head(cluster: RayCluster, actor: Any) -> None:
         "ray_version": cluster.ray_version,
         "image": cluster.image_for(node),
         "runtime": cluster.runtime,
-        "gcs_port": cluster.gcs_port,
+        "gcs_port": cluster.gcs_port or 0,
         "dashboard_port": cluster.dashboard_port,
         "num_gpus": node.gpu_count if cluster.runtime == RayRuntime.DOCKER else 0,
     }
@@ -63,7 +67,9 @@ def launch_host_head(cluster: RayCluster, actor: Any) -> None:
         ray_cluster_transition(cluster=cluster, to=S.FAILED, reason=f"The head cannot start on {node.name}: {exc}")
         return
     RayNode.objects.filter(pk=head.pk).update(start_command=command)
-    RayCluster.objects.filter(pk=cluster.pk).update(head_node=node, head_hostname=node.hostname)
+    RayCluster.objects.filter(pk=cluster.pk).update(
+        head_node=node, head_hostname=node.hostname, head_gcs_port=cluster.gcs_port
+    )
     record_event(
         cluster,
         "placement",

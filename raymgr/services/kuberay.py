@@ -8,7 +8,7 @@ from typing import Any
 from fleet.models import Mode, Node
 from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster, RayNode, RayNodeRole, RayNodeStatus, RayRuntime
-from raymgr.services.common import S, dispatch, record_event
+from raymgr.services.common import KUBERAY_GCS_PORT, S, dispatch, record_event
 from raymgr.services.transitions import ray_cluster_transition, ray_node_set_status
 
 
@@ -31,7 +31,7 @@ def launch_kuberay_head(cluster: RayCluster, actor: Any) -> None:
         "ray_version": cluster.ray_version,
         "image": cluster.image(),
         "runtime": RayRuntime.KUBERAY,
-        "gcs_port": cluster.gcs_port,
+        "gcs_port": cluster.gcs_port or KUBERAY_GCS_PORT,
         "dashboard_port": cluster.dashboard_port,
         "name": cluster.kuberay_name,
         "min_workers": cluster.min_workers,
@@ -49,7 +49,7 @@ def launch_kuberay_head(cluster: RayCluster, actor: Any) -> None:
         ray_cluster_transition(cluster=cluster, to=S.FAILED, reason=f"{node.name} cannot apply the RayCluster: {exc}")
         return
     RayNode.objects.filter(pk=head.pk).update(start_command=command)
-    RayCluster.objects.filter(pk=cluster.pk).update(head_node=node)
+    RayCluster.objects.filter(pk=cluster.pk).update(head_node=node, head_gcs_port=cluster.gcs_port or KUBERAY_GCS_PORT)
     where = "commits it for ArgoCD" if cluster.compute_cluster.mode == Mode.ARGOCD else "applies it"
     record_event(
         cluster,

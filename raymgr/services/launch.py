@@ -6,7 +6,7 @@ from typing import Any
 
 from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster, RayNode, RayNodeStatus
-from raymgr.services.common import S, dispatch, record_event
+from raymgr.services.common import S, dispatch, gcs_port_payload, record_event, stop_in_flight
 from raymgr.services.hosts import launch_host_head
 from raymgr.services.kuberay import launch_kuberay_head
 from raymgr.services.transitions import ray_node_set_status
@@ -21,7 +21,13 @@ def launch_head(cluster: RayCluster, actor: Any) -> None:
 
 
 def stop_ray_node(cluster: RayCluster, ray_node: RayNode, actor: Any) -> None:
-    """Send `ray.node.stop` for one Ray node (kuberay: delete the RayCluster when deleting, else suspend it)."""
+    """Send `ray.node.stop` for one Ray node (kuberay: delete the RayCluster when deleting, else suspend it).
+
+    Never while a stop of that Ray node is in flight: a second stop would cut the first one short (the
+    engine kills a container it is already stopping). The in-flight stop's result decides what follows.
+    """
+    if stop_in_flight(ray_node):
+        return
     payload = {
         "cluster_id": str(cluster.pk),
         "member_id": str(ray_node.pk),
@@ -39,8 +45,10 @@ def stop_ray_node(cluster: RayCluster, ray_node: RayNode, actor: Any) -> None:
 
 
 def stop_all(cluster: RayCluster, actor: Any, *, why: str) -> None:
-    """Stop every live Ray node of the cluster, with an event saying `why`."""
-    ray_nodes = list(cluster.ray_nodes.filter(status__in=RayNodeStatus.live()).select_related("node__cluster"))
+    """Stop every live Ray node of the cluster, with an event saying `why` (those already stopping are left to
+    the stop in flight)."""
+    live = cluster.ray_nodes.filter(status__in=RayNodeStatus.live()).select_related("node__cluster")
+    ray_nodes = [ray_node for ray_node in live if not stop_in_flight(ray_node)]
     for ray_node in ray_nodes:
         stop_ray_node(cluster, ray_node, actor)
     if ray_nodes:
@@ -58,7 +66,7 @@ def drain_worker(cluster: RayCluster, worker: RayNode, head: RayNode | None, act
         "ray_node_id": worker.ray_node_id,
         "runtime": cluster.runtime,
         "head_member_id": str(head.pk),
-        "gcs_port": cluster.gcs_port,
+        **gcs_port_payload(cluster),
         "reason": why[:200],
     }
     try:

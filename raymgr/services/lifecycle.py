@@ -1,4 +1,4 @@
-"""Operator actions on a Ray cluster: create, update, start, stop, delete (and the final removal)."""
+"""Operator actions on a Ray cluster: create, update, start, stop, delete (and the final stop and removal)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from cleverthis.tenancy.mixins import require_operator
 from cleverthis.tenancy.models import Workspace
 from fleet.models import ComputeCluster
 from raymgr.models import RayCluster, RayNodeStatus, RayRuntime
-from raymgr.services.common import KUBE_MODES, UPDATABLE, S, ray_cluster_stopping, record_event
+from raymgr.services.common import KUBE_MODES, STOP_GRACE, UPDATABLE, S, ray_cluster_stopping, record_event
 from raymgr.services.launch import launch_head, stop_all
-from raymgr.services.transitions import ray_cluster_transition
+from raymgr.services.transitions import ray_cluster_transition, ray_node_set_status
 from raymgr.versions import default_version, version_error
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def ray_cluster_create(
     min_workers: int = 0,
     max_workers: int = 10,
     idle_timeout_s: int = 60,
-    gcs_port: int = 6379,
+    gcs_port: int | None = None,
     dashboard_port: int = 8265,
     checkpoint_on_stop: bool = False,
     worker_cpus: float = 1.0,
@@ -84,7 +84,9 @@ def ray_cluster_create(
     On kubernetes/argocd compute clusters the runtime is always kuberay (a KubeRay RayCluster whose
     worker pods request `worker_cpus`, `worker_memory_mb` and `worker_gpus`); kuberay is refused
     elsewhere. `ray_version` must be one the runtime offers (`raymgr.versions`); None picks the runtime's
-    default. Placement failures do not raise: the cluster is created `failed` with the reason recorded.
+    default. `gcs_port` None (the default): the head's node picks a free port at each start, so it never
+    collides with anything listening there (a Redis on 6379 above all). Placement failures do not raise: the
+    cluster is created `failed` with the reason recorded.
     """
     require_operator(actor, workspace, what="manage Ray clusters")
     errors = _validate_bounds(min_workers, max_workers, idle_timeout_s)
@@ -100,7 +102,7 @@ def ray_cluster_create(
         ray_version = default_version(runtime)
     elif version_error(runtime, ray_version):
         errors["ray_version"] = version_error(runtime, ray_version)
-    if gcs_port == dashboard_port:
+    if gcs_port is not None and gcs_port == dashboard_port:
         errors["dashboard_port"] = "Must differ from the GCS port."
     if runtime == RayRuntime.PROCESS and gcs_port == 6379:
         errors["gcs_port"] = "The process runtime cannot use 6379 (Redis's port on shared machines); choose another."
@@ -151,10 +153,15 @@ def ray_cluster_update(*, actor: AbstractBaseUser, cluster: RayCluster, **fields
     cluster = RayCluster.objects.select_for_update().get(pk=cluster.pk)
     if "ray_version" in fields and fields["ray_version"] != cluster.ray_version:
         if cluster.status not in (S.STOPPED, S.FAILED):
+            then = (
+                "Wait until it has stopped, then change the version."
+                if cluster.status == S.STOPPING
+                else "Stop the cluster first, then change the version."
+            )
             raise ValidationError(
                 {
                     "ray_version": f"The Ray version cannot change while the cluster is {cluster.status}: "
-                    f"it runs Ray {cluster.ray_version}. Stop the cluster first, then change the version."
+                    f"it runs Ray {cluster.ray_version}. {then}"
                 }
             )
         if version_error(cluster.runtime, fields["ray_version"]):
@@ -175,10 +182,20 @@ def ray_cluster_update(*, actor: AbstractBaseUser, cluster: RayCluster, **fields
 
 @operator_action("ray_cluster.start", target=on("cluster", "ray_cluster"))
 def ray_cluster_start(*, actor: AbstractBaseUser, cluster: RayCluster) -> RayCluster:
-    """stopped/failed → pending: place the head again; workers follow up to min_workers once it runs."""
+    """stopped/failed → pending: place the head again; workers follow up to min_workers once it runs.
+
+    Refused (409) while the cluster is still stopping: its Ray nodes still run and hold their ports, so a new
+    head would meet them; start it once it has stopped.
+    """
     require_operator(actor, cluster.workspace, what="manage Ray clusters")
     cluster = ray_cluster_transition(
-        cluster=cluster, to=S.PENDING, head_node=None, head_ip="", head_hostname="", head_container_id=""
+        cluster=cluster,
+        to=S.PENDING,
+        head_node=None,
+        head_ip="",
+        head_hostname="",
+        head_container_id="",
+        head_gcs_port=None,
     )
     stop_all(cluster, actor, why="left over from before the restart")
     launch_head(cluster, actor)
@@ -188,12 +205,38 @@ def ray_cluster_start(*, actor: AbstractBaseUser, cluster: RayCluster) -> RayClu
 
 @operator_action("ray_cluster.stop", target=on("cluster", "ray_cluster"))
 def ray_cluster_stop(*, actor: AbstractBaseUser, cluster: RayCluster) -> RayCluster:
-    """→ stopped: every Ray node is stopped (running jobs are interrupted; checkpointed first when enabled)."""
+    """→ stopping: every Ray node is stopped (running jobs are interrupted; checkpointed first when enabled);
+    → stopped once their stop commands have finished (at once when none runs)."""
     require_operator(actor, cluster.workspace, what="manage Ray clusters")
     ray_cluster_stopping.send(sender=RayCluster, ray_cluster=cluster)
-    cluster = ray_cluster_transition(cluster=cluster, to=S.STOPPED, started_at=None)
+    cluster = ray_cluster_transition(
+        cluster=cluster, to=S.STOPPING, from_states=(S.PENDING, S.RUNNING, S.FAILED), started_at=None
+    )
     stop_all(cluster, actor, why="cluster stopped")
-    return cluster
+    return ray_cluster_finish_stop(cluster)
+
+
+def ray_cluster_finish_stop(cluster: RayCluster, *, force: bool = False) -> RayCluster:
+    """stopping → stopped once no Ray node of the cluster is live any more.
+
+    With `force` (a stop that got no answer within `STOP_GRACE`), the Ray nodes still waiting are marked
+    stopped with the reason, and the cluster too.
+    """
+    cluster.refresh_from_db(fields=["status"])
+    if cluster.status != S.STOPPING:
+        return cluster
+    live = cluster.ray_nodes.filter(status__in=RayNodeStatus.live())
+    if force:
+        for ray_node in live:
+            ray_node_set_status(
+                ray_node,
+                RayNodeStatus.STOPPED,
+                pending_command=None,
+                failure_reason=f"no answer to its stop within {int(STOP_GRACE.total_seconds() // 60)} minutes",
+            )
+    elif live.exists():
+        return cluster
+    return ray_cluster_transition(cluster=cluster, to=S.STOPPED)
 
 
 @operator_action("ray_cluster.delete", target=on("cluster", "ray_cluster"))

@@ -17,7 +17,7 @@ from raymgr.models import RayCluster, RayNode, RayNodeRole, RayNodeStatus
 from raymgr.services.common import S, operator_for, record_event, resource_amounts
 from raymgr.services.hosts import start_workers
 from raymgr.services.launch import stop_all, stop_ray_node
-from raymgr.services.lifecycle import ray_cluster_finish_delete
+from raymgr.services.lifecycle import ray_cluster_finish_delete, ray_cluster_finish_stop
 from raymgr.services.transitions import ray_cluster_transition, ray_node_set_status
 
 
@@ -56,11 +56,13 @@ def _on_start(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool
         return
     if ray_node.status != RayNodeStatus.STARTING:
         if ok and ray_node.status in (RayNodeStatus.STOPPING, RayNodeStatus.STOPPED):
-            # Stopped while it was starting: the earlier stop may have run first, so stop it again.
-            actor = operator_for(cluster)
-            if actor is not None:
-                ray_node.container_id = command.parsed_result.container_id[:128]
-                stop_ray_node(cluster, ray_node, actor)
+            # Stopped while it was starting: the stop may have run before the start. Still in flight, that
+            # stop's result tells (`_on_stop`); over already, this Ray node is stopped again.
+            container_id = command.parsed_result.container_id[:128]
+            RayNode.objects.filter(pk=ray_node.pk).update(container_id=container_id)
+            ray_node.container_id = container_id
+            if ray_node.status == RayNodeStatus.STOPPED:
+                _stop_again(cluster, ray_node, why="it started after its stop had run")
         return
     role = ray_node.role
     if not ok:
@@ -88,6 +90,7 @@ def _on_start(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool
         # Stopped or deleted meanwhile: this Ray node must not stay up.
         if actor is not None:
             stop_ray_node(cluster, ray_node, actor)
+        ray_cluster_finish_stop(cluster)
         ray_cluster_finish_delete(cluster)
         return
     if role == RayNodeRole.WORKER:
@@ -112,6 +115,7 @@ def _on_start(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool
     cluster = ray_cluster_transition(
         cluster=cluster,
         to=S.RUNNING,
+        head_gcs_port=_gcs_port_of(result) or cluster.head_gcs_port or cluster.gcs_port,
         head_ip=ray_node.ip or ray_node.node.hostname,
         head_hostname=(result.hostname or ray_node.node.hostname)[:253],
         head_container_id=ray_node.container_id,
@@ -148,9 +152,49 @@ def _on_drain(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool
     stop_ray_node(cluster, ray_node, actor)
 
 
+def _gcs_port_of(result: protocol.RayNodeStartResult) -> int | None:
+    """The GCS port a head's start reports (``gcs_port``, else the port of ``gcs_address``), None if neither."""
+    port = result.gcs_port
+    if not port:
+        tail = (result.gcs_address or "").rsplit(":", 1)[-1]
+        port = int(tail) if tail.isdigit() else None
+    return port if port and 0 < port < 65536 else None
+
+
+def _stop_again(cluster: RayCluster, ray_node: RayNode, *, why: str) -> None:
+    """Stop a Ray node whose stop is over but which runs (again); the cluster is stopping until it is gone."""
+    actor = operator_for(cluster)
+    if actor is None:
+        return
+    record_event(
+        cluster, "stopping", f"Stopping the {ray_node.get_role_display().lower()} on {ray_node.node.name} again: {why}"
+    )
+    stop_ray_node(cluster, ray_node, actor)
+    if cluster.status == S.STOPPED and ray_node.status == RayNodeStatus.STOPPING:
+        ray_cluster_transition(cluster=cluster, to=S.STOPPING)
+
+
+def _started_during(ray_node: RayNode, stop: Command) -> bool:
+    """True when the Ray node's start succeeded after `stop` was sent (the stop may have found nothing)."""
+    start = ray_node.start_command
+    return bool(
+        start is not None
+        and start.status == CommandStatus.SUCCEEDED
+        and start.finished_at is not None
+        and start.finished_at >= stop.created_at
+    )
+
+
 def _on_stop(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool) -> None:
     if ray_node.pending_command_id != command.pk:
         return
+    if ok and cluster.is_kuberay and cluster.status == S.DELETING and not command.payload.get("delete"):
+        # Deleted while its suspend was in flight: the suspend is over, now the RayCluster itself goes.
+        ray_node_set_status(ray_node, RayNodeStatus.STOPPING, pending_command=None)
+        actor = operator_for(cluster)
+        if actor is not None:
+            stop_ray_node(cluster, ray_node, actor)
+            return
     reason = "" if ok else _error_text(command)
     ray_node_set_status(ray_node, RayNodeStatus.STOPPED, pending_command=None, failure_reason=reason)
     record_event(
@@ -159,9 +203,13 @@ def _on_stop(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool)
         f"{ray_node.get_role_display()} on {ray_node.node.name} stopped"
         + (f" (agent said: {reason})" if reason else ""),
     )
+    if ok and (command.result or {}).get("stopped") is False and _started_during(ray_node, command):
+        # The stop ran before the start it raced with: nothing was stopped, and the node runs now.
+        _stop_again(cluster, ray_node, why="it started after its stop had run")
     if ray_node.role == RayNodeRole.HEAD and cluster.status == S.RUNNING and cluster.head_node_id == ray_node.node_id:
         ray_cluster_transition(cluster=cluster, to=S.FAILED, reason="The head was stopped.")
         _stop_orphans(cluster)
+    ray_cluster_finish_stop(cluster)
     ray_cluster_finish_delete(cluster)
 
 

@@ -160,9 +160,7 @@ def test_a_frozen_agent_is_caught_by_pings_then_offline_after_the_grace(tmp_path
         control.stop()
 
 
-def test_a_frozen_agent_is_caught_by_missed_heartbeats_when_pings_do_not(
-    tmp_path, cluster, operator, agents, settings
-):
+def test_a_frozen_agent_is_caught_by_missed_heartbeats_when_pings_do_not(tmp_path, cluster, operator, agents, settings):
     """The same freeze with daphne's pings too slow to matter (600 s): the lost-nodes pass (the beat's,
     run here every half second) finds no heartbeat for NODE_OFFLINE_AFTER_S (4 s here, heartbeats every
     1 s), marks the node offline and closes its half-open tunnel; after SIGCONT the agent reconnects."""

@@ -154,4 +154,3 @@ def test_a_protocol_2_agent_still_proxies_a_streamed_answer_with_its_per_stream_
     finally:
         server.shutdown()
         server.server_close()
-

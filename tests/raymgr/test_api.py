@@ -6,7 +6,7 @@ import pytest
 
 from fleet import services as fleet_services
 from fleet.models import Command
-from tests.raymgr.conftest import start_head
+from tests.raymgr.conftest import finish, last_command, start_head
 
 pytestmark = pytest.mark.django_db
 
@@ -88,7 +88,10 @@ def test_start_stop_and_illegal_transitions_are_409(api_client_for, owner, works
     response = client.post(f"{URL}{cluster_id}/start/")
     assert response.status_code == 409
     assert "pending Ray cluster cannot become pending" in response.json()["detail"]
-    assert client.post(f"{URL}{cluster_id}/stop/").json()["status"] == "stopped"
+    assert client.post(f"{URL}{cluster_id}/stop/").json()["status"] == "stopping"
+    assert client.post(f"{URL}{cluster_id}/stop/").status_code == 409
+    finish(last_command("ray.node.stop", cluster_id=cluster_id))  # its head's stop finished: stopped
+    assert client.get(f"{URL}{cluster_id}/").json()["status"] == "stopped"
     assert client.post(f"{URL}{cluster_id}/stop/").status_code == 409
     assert client.post(f"{URL}{cluster_id}/start/").json()["status"] == "pending"
 
@@ -181,10 +184,46 @@ def test_version_change_is_refused_with_a_clear_message_while_running(
         "The Ray version cannot change while the cluster is running: it runs Ray 2.9.0. "
         "Stop the cluster first, then change the version."
     ]
-    assert client.post(f"{URL}{cluster_id}/stop/").json()["status"] == "stopped"
+    assert client.post(f"{URL}{cluster_id}/stop/").json()["status"] == "stopping"
+    finish(last_command("ray.node.stop", cluster_id=cluster_id))  # its head container is gone: stopped
+    assert client.get(f"{URL}{cluster_id}/").json()["status"] == "stopped"
     response = client.patch(f"{URL}{cluster_id}/", {"ray_version": "9.9.9"}, format="json")
     assert response.status_code == 400
     assert "offered Ray versions" in response.json()["ray_version"][0]
     response = client.patch(f"{URL}{cluster_id}/", {"ray_version": "2.60.0"}, format="json")
     assert response.status_code == 200
     assert response.json()["ray_version"] == "2.60.0"
+
+
+def test_stop_reads_stopping_until_its_nodes_stopped_and_start_meanwhile_is_409(
+    api_client_for, owner, workspace, compute, add_node
+):
+    from raymgr.models import RayCluster
+
+    add_node(compute, "cpu-1")
+    client = api_client_for(owner)
+    cluster_id = client.post(URL, body(workspace, compute), format="json").json()["id"]
+    start_head(RayCluster.objects.get(pk=cluster_id))
+    assert client.post(f"{URL}{cluster_id}/stop/").json()["status"] == "stopping"
+    response = client.post(f"{URL}{cluster_id}/start/")
+    assert response.status_code == 409
+    assert "wait until it has stopped" in response.json()["detail"]
+    assert client.get(f"{URL}?status=stopping").json()["count"] == 1
+    finish(last_command("ray.node.stop", cluster_id=cluster_id))
+    assert client.get(f"{URL}{cluster_id}/").json()["status"] == "stopped"
+    assert client.post(f"{URL}{cluster_id}/start/").json()["status"] == "pending"
+
+
+def test_create_without_a_gcs_port_lets_the_heads_node_pick_one(api_client_for, owner, workspace, compute, add_node):
+    from raymgr.models import RayCluster
+
+    add_node(compute, "cpu-1")
+    client = api_client_for(owner)
+    data = client.post(URL, body(workspace, compute, runtime="process"), format="json").json()
+    assert data["status"] == "pending", data
+    assert data["gcs_port"] is None
+    assert data["head_gcs_port"] is None
+    finish(last_command("ray.head.start", cluster_id=data["id"]), data={"ip": "10.0.0.2", "gcs_port": 24001})
+    read = client.get(f"{URL}{data['id']}/").json()
+    assert (read["status"], read["gcs_port"], read["head_gcs_port"]) == ("running", None, 24001)
+    assert RayCluster.objects.get(pk=data["id"]).gcs_address == "10.0.0.2:24001"

@@ -9,6 +9,7 @@ from django.test import Client
 
 from fleet import services as fleet_services
 from raymgr.models import RayCluster, RayClusterStatus
+from tests.raymgr.conftest import finish, last_command
 
 pytestmark = pytest.mark.django_db
 
@@ -36,6 +37,13 @@ def test_rows_offer_the_actions_of_their_state_and_come_back_to_the_list(browser
     response = browser.post(f"/ray/clusters/{cluster.pk}/stop/", {"next": "list"})
     assert response.status_code == 302
     assert response["Location"] == "/ray/clusters/"
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.STOPPING  # its head's stop is under way
+    row = _row(browser.get("/ray/clusters/").content.decode(), cluster)
+    assert ">Start</button>" not in row  # not until it has stopped
+    assert ">Stop</button>" not in row
+    assert ">Delete</button>" in row
+    finish(last_command("ray.node.stop", cluster_id=str(cluster.pk)))
     cluster.refresh_from_db()
     assert cluster.status == RayClusterStatus.STOPPED
     row = _row(browser.get("/ray/clusters/").content.decode(), cluster)

@@ -57,9 +57,11 @@ def test_a_traceback_never_reaches_the_page(owner, compute, add_node, make_ray):
 
 
 def test_failure_text_words():
-    assert failure_text("conflict", "port 6379 is already in use on a") == (
-        "Port conflict: port 6379 is already in use on a. Drain the node and retry."
-    )
+    # The advice names the real cause (something listens on the port), not draining the node.
+    text = failure_text("conflict", "port 6379 is already in use on a")
+    assert text.startswith("Port conflict: port 6379 is already in use on a. Another program on the node listens")
+    assert "still stopping" in text
+    assert "Drain the node" not in text
     assert failure_text("conflict", "Ray refused the drain: busy") == "conflict: Ray refused the drain: busy"
     assert failure_text("insufficient_memory", "needs 4096 MB").startswith("Insufficient memory: needs 4096 MB.")
     assert one_line("x" * 500).endswith("…")

@@ -320,3 +320,21 @@ def test_the_api_creates_a_kuberay_cluster_with_worker_sizes_and_refuses_bad_one
     bad = client.post("/api/v1/ray/clusters/", {**base, "name": "bad", "worker_memory_mb": 1}, format="json")
     assert bad.status_code == 400
     assert "worker_memory_mb" in bad.json()
+
+
+def test_delete_right_after_stop_deletes_the_raycluster_once_its_suspend_is_over(owner, workspace, kube, add_node):
+    add_node(kube, "agent")
+    cluster = create(owner, workspace, kube)
+    applied(cluster)
+    services.ray_cluster_stop(actor=owner, cluster=cluster)
+    assert services.ray_cluster_delete(actor=owner, cluster=RayCluster.objects.get(pk=cluster.pk)) is not None
+    stops = Command.objects.filter(command_type="ray.node.stop", payload__cluster_id=str(cluster.pk))
+    (suspend,) = stops  # no second stop while the suspend is in flight
+    assert not suspend.payload.get("delete")
+    finish(suspend, data={"stopped": True, "suspended": True})
+    delete = last_command("ray.node.stop", cluster_id=str(cluster.pk))
+    assert delete.pk != suspend.pk
+    assert delete.payload["delete"] is True  # the suspended RayCluster is not left behind
+    assert RayCluster.objects.filter(pk=cluster.pk).exists()
+    finish(delete, data={"stopped": True, "deleted": True})
+    assert not RayCluster.objects.filter(pk=cluster.pk).exists()

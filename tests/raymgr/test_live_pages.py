@@ -176,3 +176,33 @@ def test_status_polls_are_the_systems_and_an_operators_start_is_theirs(browser, 
     assert f'id="command-{poll.pk}"' not in page  # hidden until "Show system commands"
     shown = browser.get(f"/compute/clusters/{compute.pk}/commands/?show_system=1").content.decode()
     assert f'id="command-{poll.pk}"' in shown
+
+
+def test_cluster_pages_keep_polling_while_stopping(browser, owner, compute, add_node, make_ray):
+    add_node(compute, "cpu-1")
+    cluster = make_ray()
+    start_head(cluster)
+    ray_services.ray_cluster_stop(actor=owner, cluster=cluster)
+    url = f"/ray/clusters/{cluster.pk}/"
+    poll = browser.get(f"{url}?part=head", HTTP_HX_TRIGGER="ray-cluster-head", **HX)
+    body = poll.content.decode()
+    assert poll.status_code == 200
+    assert 'data-status="stopping"' in body
+    assert ">Stopping<" in body
+    assert 'hx-trigger="every 3s"' in body  # transitional: keeps polling fast
+    assert ">Start</button>" not in body  # not until it has stopped
+    assert "wait until it has stopped" in body
+    summary = browser.get(f"{url}?tab=summary", HTTP_HX_TRIGGER="ray-summary", **HX)
+    assert summary.status_code == 200
+    assert 'hx-trigger="every 3s"' in summary.content.decode()
+    rows = browser.get("/ray/clusters/", HTTP_HX_TRIGGER="ray-cluster-rows", **HX)
+    assert rows.status_code == 200  # the list keeps polling (286 would stop it)
+    assert ">Stopping<" in rows.content.decode()
+
+    from tests.raymgr.conftest import finish
+
+    finish(last_command("ray.node.stop", cluster_id=str(cluster.pk)))
+    poll = browser.get(f"{url}?part=head", HTTP_HX_TRIGGER="ray-cluster-head", **HX)
+    assert poll.status_code == 286  # stopped: settled
+    assert 'data-status="stopped"' in poll.content.decode()
+    assert ">Start</button>" in poll.content.decode()

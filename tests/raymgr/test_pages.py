@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from raymgr.models import RayCluster
-from tests.raymgr.conftest import start_head
+from tests.raymgr.conftest import finish, last_command, start_head
 
 pytestmark = pytest.mark.django_db
 
@@ -101,9 +101,14 @@ def test_actions_stop_start_delete_with_confirm(browser, compute, add_node, make
     assert "This cannot be undone" in page
     browser.post(f"/ray/clusters/{cluster.pk}/stop/")
     cluster.refresh_from_db()
+    assert cluster.status == "stopping"
+    response = browser.post(f"/ray/clusters/{cluster.pk}/start/", follow=True)
+    assert "still stopping: wait until it has stopped" in response.content.decode()
+    finish(last_command("ray.node.stop", cluster_id=str(cluster.pk)))
+    cluster.refresh_from_db()
     assert cluster.status == "stopped"
     response = browser.post(f"/ray/clusters/{cluster.pk}/stop/", follow=True)
-    assert "stopped Ray cluster cannot become stopped" in response.content.decode()
+    assert "stopped Ray cluster cannot become stopping" in response.content.decode()
     browser.post(f"/ray/clusters/{cluster.pk}/start/")
     cluster.refresh_from_db()
     assert cluster.status == "pending"
@@ -143,3 +148,24 @@ def test_admin_lists_ray_clusters(compute, make_ray, make_user):
     client = Client()
     client.force_login(admin)
     assert "visible" in client.get("/admin/raymgr/raycluster/").content.decode()
+
+
+def test_create_form_leaves_the_gcs_port_empty_so_the_node_picks_a_free_one(browser, compute, add_node):
+    add_node(compute, "cpu-1")
+    page = browser.get("/ray/clusters/new/").content.decode()
+    assert 'value="6379"' not in page  # Redis's port on the machine the README sets up
+    form = {
+        "name": "dflt",
+        "compute_cluster": str(compute.pk),
+        "ray_version": "2.9.0",
+        "runtime": "docker",
+        "min_workers": "0",
+        "max_workers": "10",
+        "idle_timeout_s": "60",
+        "gcs_port": "",
+        "dashboard_port": "8265",
+    }
+    assert browser.post("/ray/clusters/new/", form).status_code == 302
+    cluster = RayCluster.objects.get()
+    assert cluster.gcs_port is None
+    assert cluster.status == "pending"

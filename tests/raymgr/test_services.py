@@ -107,14 +107,15 @@ def test_state_machine_refuses_illegal_transitions(compute, add_node, make_ray, 
     with pytest.raises(IllegalTransition, match="pending Ray cluster cannot become pending"):
         services.ray_cluster_start(actor=owner, cluster=cluster)
     services.ray_cluster_stop(actor=owner, cluster=cluster)
+    finish(last_command("ray.node.stop", cluster_id=str(cluster.pk)))  # its head's stop finished
     with pytest.raises(IllegalTransition, match="stopped Ray cluster cannot become running"):
         services.ray_cluster_transition(cluster=cluster, to=RayClusterStatus.RUNNING)
-    with pytest.raises(IllegalTransition, match="stopped Ray cluster cannot become stopped"):
+    with pytest.raises(IllegalTransition, match="stopped Ray cluster cannot become stopping"):
         services.ray_cluster_stop(actor=owner, cluster=cluster)
     cluster.refresh_from_db()
     assert cluster.status == RayClusterStatus.STOPPED
     statuses = list(cluster.events.filter(kind="status").values_list("data__status", flat=True))
-    assert statuses == ["stopped"]
+    assert statuses == ["stopped", "stopping"]  # newest first
 
 
 def test_status_changed_at_moves_with_each_transition(compute, add_node, make_ray, owner):
@@ -133,13 +134,15 @@ def test_stop_stops_every_node_and_start_brings_head_back(compute, add_node, mak
     worker_start = last_command("ray.worker.start", cluster_id=str(cluster.pk))
     finish(worker_start, data={"container_id": "c-w", "ray_node_id": "cc" * 28})
     cluster = services.ray_cluster_stop(actor=owner, cluster=cluster)
-    assert cluster.status == RayClusterStatus.STOPPED
+    assert cluster.status == RayClusterStatus.STOPPING
     stops = list(Command.objects.filter(command_type="ray.node.stop", payload__cluster_id=str(cluster.pk)))
     assert len(stops) == 2
     assert {c.payload["container"] for c in stops} == {"c-head", "c-w"}
     for stop in stops:
         finish(stop)
     assert set(RayNode.objects.filter(ray_cluster=cluster).values_list("status", flat=True)) == {"stopped"}
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.STOPPED
     cluster = services.ray_cluster_start(actor=owner, cluster=cluster)
     assert cluster.status == RayClusterStatus.PENDING
     assert Command.objects.filter(command_type="ray.head.start").count() == 2
@@ -153,11 +156,17 @@ def test_a_head_that_starts_after_stop_is_stopped_again(compute, add_node, make_
     cluster = make_ray()
     command = last_command("ray.head.start", cluster_id=str(cluster.pk))
     services.ray_cluster_stop(actor=owner, cluster=cluster)
-    finish(command, data={"container_id": "late"})
+    finish(last_command("ray.node.stop", cluster_id=str(cluster.pk)), data={"stopped": False})  # ran first
     cluster.refresh_from_db()
     assert cluster.status == RayClusterStatus.STOPPED
+    finish(command, data={"container_id": "late"})
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.STOPPING  # the late head runs: stopping it again
     late_stop = last_command("ray.node.stop", container="late")
     assert late_stop is not None
+    finish(late_stop)
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.STOPPED
 
 
 def test_delete_waits_for_stops_then_removes_the_row(compute, add_node, make_ray, owner):
@@ -224,6 +233,7 @@ def test_version_is_immutable_while_running(compute, add_node, make_ray, owner, 
     assert "ray_version" in err.value.message_dict
     services.ray_cluster_update(actor=owner, cluster=cluster, max_workers=4)
     services.ray_cluster_stop(actor=owner, cluster=cluster)
+    finish(last_command("ray.node.stop", cluster_id=str(cluster.pk)))
     cluster = services.ray_cluster_update(actor=owner, cluster=cluster, ray_version="2.61.0")
     assert (cluster.ray_version, cluster.max_workers) == ("2.61.0", 4)
 
@@ -269,3 +279,138 @@ def test_without_owners_or_admins_results_still_advance_state_but_start_nothing(
     cluster.refresh_from_db()
     assert cluster.status == RayClusterStatus.RUNNING  # no Owner/Admin: no worker follow-ups, no error
     assert not Command.objects.filter(command_type="ray.worker.start").exists()
+
+
+# --- a stop is "stopping" until its Ray nodes have stopped; no second stop while one is in flight ----------
+
+
+def statuses(cluster):
+    return list(cluster.events.filter(kind="status").order_by("created_at").values_list("data__status", flat=True))
+
+
+def test_stop_is_stopping_until_every_ray_node_has_stopped_and_start_waits_for_it(compute, add_node, make_ray, owner):
+    add_node(compute, "cpu-1")
+    add_node(compute, "cpu-2")
+    cluster = make_ray(min_workers=1)
+    start_head(cluster)
+    finish(last_command("ray.worker.start", cluster_id=str(cluster.pk)), data={"container_id": "c-w"})
+    cluster = services.ray_cluster_stop(actor=owner, cluster=cluster)
+    assert cluster.status == RayClusterStatus.STOPPING  # its containers still run
+    with pytest.raises(IllegalTransition, match="still stopping: wait until it has stopped"):
+        services.ray_cluster_start(actor=owner, cluster=cluster)
+    with pytest.raises(IllegalTransition, match="stopping Ray cluster cannot become stopping"):
+        services.ray_cluster_stop(actor=owner, cluster=cluster)
+    head_stop, worker_stop = (
+        last_command("ray.node.stop", container="c-head"),
+        last_command("ray.node.stop", container="c-w"),
+    )
+    finish(worker_stop)
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.STOPPING  # the head still runs
+    finish(head_stop)
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.STOPPED
+    assert statuses(cluster)[-2:] == ["stopping", "stopped"]
+    cluster = services.ray_cluster_start(actor=owner, cluster=cluster)
+    assert cluster.status == RayClusterStatus.PENDING
+
+
+def test_a_stopping_clusters_head_still_holds_its_ports(compute, add_node, make_ray, owner):
+    add_node(compute, "cpu-1")
+    first = make_ray("first", gcs_port=6390)
+    start_head(first)
+    services.ray_cluster_stop(actor=owner, cluster=first)
+    second = make_ray("second", gcs_port=6390, dashboard_port=8266)
+    assert second.status == RayClusterStatus.FAILED
+    assert "Port conflict" in second.failure_reason
+
+
+def test_stop_of_a_cluster_with_nothing_running_is_stopped_at_once(compute, make_ray, owner):
+    cluster = make_ray()  # no nodes: failed, nothing live
+    cluster = services.ray_cluster_stop(actor=owner, cluster=cluster)
+    assert cluster.status == RayClusterStatus.STOPPED
+
+
+def test_a_stop_that_never_finishes_is_given_up_after_the_grace(compute, add_node, make_ray, owner):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    add_node(compute, "cpu-1")
+    cluster = make_ray()
+    start_head(cluster)
+    services.ray_cluster_stop(actor=owner, cluster=cluster)
+    services.autoscale_pass()
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.STOPPING
+    RayCluster.objects.filter(pk=cluster.pk).update(status_changed_at=timezone.now() - dt.timedelta(hours=1))
+    services.autoscale_pass()
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.STOPPED
+    head = RayNode.objects.get(ray_cluster=cluster)
+    assert head.status == RayNodeStatus.STOPPED
+    assert "no answer" in head.failure_reason
+
+
+def test_delete_right_after_stop_sends_no_second_stop(compute, add_node, make_ray, owner):
+    add_node(compute, "cpu-1")
+    cluster = make_ray()
+    start_head(cluster)
+    services.ray_cluster_stop(actor=owner, cluster=cluster)
+    assert services.ray_cluster_delete(actor=owner, cluster=RayCluster.objects.get(pk=cluster.pk)) is not None
+    stops = Command.objects.filter(command_type="ray.node.stop", payload__cluster_id=str(cluster.pk))
+    assert stops.count() == 1  # the head's stop in flight is the one the delete waits for
+    assert RayCluster.objects.get(pk=cluster.pk).status == RayClusterStatus.DELETING
+    finish(stops.get())
+    assert not RayCluster.objects.filter(pk=cluster.pk).exists()
+
+
+def test_a_head_started_while_its_stop_was_in_flight_is_stopped_once_that_stop_is_over(
+    compute, add_node, make_ray, owner
+):
+    add_node(compute, "cpu-1")
+    cluster = make_ray()
+    start = last_command("ray.head.start", cluster_id=str(cluster.pk))
+    services.ray_cluster_stop(actor=owner, cluster=cluster)
+    stop = last_command("ray.node.stop", cluster_id=str(cluster.pk))
+    finish(start, data={"container_id": "late"})  # the start won the race on the agent
+    assert Command.objects.filter(command_type="ray.node.stop").count() == 1  # no second stop in flight
+    finish(stop, data={"stopped": False})  # that stop found nothing to stop: it ran before the start
+    again = last_command("ray.node.stop", container="late")
+    assert again is not None
+    assert again.pk != stop.pk
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.STOPPING
+    finish(again)
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.STOPPED
+
+
+# --- the default GCS port: none, picked free on the head's node (never Redis's 6379) -----------------------
+
+
+def test_the_default_gcs_port_is_picked_on_the_heads_node_never_redis(compute, add_node, owner, workspace):
+    add_node(compute, "cpu-1")
+    add_node(compute, "cpu-2")
+    for runtime, dashboard in (("docker", 8265), ("process", 8266)):
+        cluster = services.ray_cluster_create(
+            actor=owner,
+            workspace=workspace,
+            compute_cluster=compute,
+            name=f"d-{runtime}",
+            runtime=runtime,
+            min_workers=1,
+            dashboard_port=dashboard,
+        )
+        assert cluster.status == RayClusterStatus.PENDING, cluster.failure_reason
+        assert cluster.gcs_port is None
+        start = last_command("ray.head.start", cluster_id=str(cluster.pk))
+        assert start.payload["gcs_port"] == 0  # the agent picks a free port on its machine
+        finish(start, data={"container_id": "c", "ip": "10.0.0.1", "gcs_port": 23456})
+        cluster.refresh_from_db()
+        assert cluster.status == RayClusterStatus.RUNNING
+        assert cluster.gcs_address == "10.0.0.1:23456"
+        worker = last_command("ray.worker.start", cluster_id=str(cluster.pk))
+        assert worker.payload["head_address"] == "10.0.0.1:23456"
+        services.autoscale_pass()
+        assert last_command("ray.status", cluster_id=str(cluster.pk)).payload["gcs_port"] == 23456

@@ -20,10 +20,20 @@ from agent.executors.base import ProgressFn
 Result = dict[str, Any]
 
 
+class _StopInFlight:
+    """One stop of a member being carried out: those who join it wait for its outcome."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: Result | None = None
+        self.error: BaseException | None = None
+
+
 class RayBackend(ABC):
     """Runs Ray nodes for one runtime (``process``, ``docker`` or ``kuberay``)."""
 
     runtime: ClassVar[str]
+    _stops_lock = threading.Lock()
 
     @abstractmethod
     def head_start(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> Result:
@@ -45,6 +55,35 @@ class RayBackend(ABC):
     def status(self, p: protocol.RayStatusPayload, progress: ProgressFn) -> Result:
         """The cluster as `agent.ray.members.normalize_status` shapes it (plus log tails when asked)."""
 
+    def stop_once(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> Result:
+        """`node_stop`, except that a stop of a member already stopping joins that stop: it waits for it and
+        answers its outcome (with ``joined: True``) rather than stopping the member again (a second
+        ``docker stop`` of a stopping container kills it instead of letting Ray shut down)."""
+        key = (p.member_id, p.delete)
+        with self._stops_lock:
+            stops: dict[tuple[str, bool], _StopInFlight] = vars(self).setdefault("_stops_in_flight", {})
+            current: _StopInFlight | None = stops.get(key)
+            leader = current is None
+            if leader:
+                current = stops[key] = _StopInFlight()
+        assert current is not None
+        if not leader:
+            progress(f"a stop of Ray node {p.member_id} is already under way: waiting for it")
+            current.done.wait()
+            if current.error is not None:
+                raise current.error
+            return {**(current.result or {}), "joined": True}
+        try:
+            current.result = self.node_stop(p, progress)
+            return current.result
+        except BaseException as exc:
+            current.error = exc
+            raise
+        finally:
+            with self._stops_lock:
+                stops.pop(key, None)
+            current.done.set()
+
     def dashboard_ports(self) -> set[int]:
         """Ports of the Ray dashboards this backend runs on this node (the control plane may proxy them)."""
         return set()
@@ -63,7 +102,7 @@ class RayBackend(ABC):
             case "ray.node.drain":
                 return self.node_drain(payload, progress)
             case "ray.node.stop":
-                return self.node_stop(payload, progress)
+                return self.stop_once(payload, progress)
             case "ray.status":
                 return self.status(payload, progress)
         raise CommandFailed("unknown_command", f"{command_type} is not a Ray node command")

@@ -22,7 +22,7 @@ from agent.ray.backends.base import MemberFile, RayBackend, Result
 from agent.ray.containers import RayContainers, available_memory_bytes, memory_bytes, short_reason
 from agent.ray.docker_spec import docker_run_spec
 from agent.ray.members import CONTAINER_RAY_DIR, LOG_FILES, member_name, normalize_status
-from agent.ray.ports import free_port, port_in_use, worker_port_window
+from agent.ray.ports import free_port, port_in_use, ray_port_refusal, worker_port_window
 from agent.ray.versions import AGENT_PORTS, agent_ports_need_pinning
 
 T = TypeVar("T")
@@ -57,25 +57,29 @@ class DockerBackend(RayBackend):
     def dashboard_ports(self) -> set[int]:
         return self.members.dashboard_ports()
 
-    def spec(self, p: protocol.RayHeadStartPayload | protocol.RayWorkerStartPayload) -> dict[str, Any]:
+    def spec(
+        self, p: protocol.RayHeadStartPayload | protocol.RayWorkerStartPayload, *, gcs_port: int | None = None
+    ) -> dict[str, Any]:
         """The container for a head or worker start: the payload's image, host network.
 
         On the host network every port a Ray node binds is a port of the machine: the head takes the GCS and
-        dashboard ports the control plane chose; the per-node ports Ray would otherwise fix (client server
-        10001, dashboard agent 52365), and the agent ports of Ray releases that draw them racily
-        (`agent_ports_need_pinning`), are picked free here, outside the ephemeral range, and the node's
-        workers get their own port window (`worker_port_window`), so several Ray nodes can share a machine.
+        dashboard ports the control plane chose (a GCS port of 0: `gcs_port`, else a free one); the per-node
+        ports Ray would otherwise fix (client server 10001, dashboard agent 52365), and the agent ports of Ray
+        releases that draw them racily (`agent_ports_need_pinning`), are picked free here, outside the ephemeral
+        range, and the node's workers get their own port window (`worker_port_window`) holding none of the
+        node's own ports, so several Ray nodes can share a machine.
         The dashboard listens on loopback only: the control plane reaches it through this agent's tunnel.
         """
         is_head = isinstance(p, protocol.RayHeadStartPayload)
         ports = {"dashboard_agent_listen": free_port()}
         if agent_ports_need_pinning(p.ray_version):
             ports.update({key: free_port() for key in AGENT_PORTS})
-        window = worker_port_window()
+        if is_head:
+            gcs = gcs_port or p.gcs_port or free_port()
+            ports.update(gcs=gcs, dashboard=p.dashboard_port, client_server=free_port())
+        window = worker_port_window(avoid=ports.values())  # never one of this node's own ports (Ray refuses)
         if window:
             ports.update(min_worker=window[0], max_worker=window[1])
-        if is_head:
-            ports.update(gcs=p.gcs_port, dashboard=p.dashboard_port, client_server=free_port())
         spec = docker_run_spec(
             "head" if is_head else "worker",
             p.ray_version,
@@ -99,23 +103,28 @@ class DockerBackend(RayBackend):
     def head_start(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> Result:
         name = member_name(p.member_id)
         state = self._engine().state(name)
-        if state is None or not state.get("Running"):
+        running = bool(state is not None and state.get("Running"))
+        if not running:
             for port in (p.gcs_port, p.dashboard_port):
-                if port_in_use(port):
+                if port and port_in_use(port):
                     raise CommandFailed("conflict", f"port {port} is already in use on {self.hostname}")
-        spec = self.spec(p)
-        progress(f"starting Ray head container {spec['name']} ({spec['image']})")
+        # No GCS port asked for (0): a free one here, or the one the running head already listens on.
+        remembered = (self.members.get(p.member_id) or {}).get("gcs_port") if running else None
+        gcs_port = p.gcs_port or remembered or free_port()
+        spec = self.spec(p, gcs_port=gcs_port)
+        progress(f"starting Ray head container {spec['name']} ({spec['image']}) on GCS port {gcs_port}")
         container_id, joined = self._start_container(
-            spec, "head", lambda: self._wait_joined(spec["name"], p.member_id, p.gcs_port)
+            spec, "head", lambda: self._wait_joined(spec["name"], p.member_id, gcs_port)
         )
         dashboard_url = f"http://127.0.0.1:{p.dashboard_port}"
-        self.members.put(p.member_id, {"role": "head", "dashboard_url": dashboard_url})
+        self.members.put(p.member_id, {"role": "head", "dashboard_url": dashboard_url, "gcs_port": gcs_port})
         return {
             "container_id": container_id,
             "ray_node_id": joined["ray_node_id"],
             "ip": joined["ip"],
             "hostname": self.hostname,
-            "gcs_address": f"{joined['ip']}:{p.gcs_port}",
+            "gcs_port": gcs_port,
+            "gcs_address": f"{joined['ip']}:{gcs_port}",
             "dashboard_url": dashboard_url,
         }
 
@@ -187,7 +196,11 @@ class DockerBackend(RayBackend):
         if state.get("OOMKilled") or state.get("ExitCode") == 137:
             limit = f" (limit {self.container_memory})" if self.container_memory else ""
             raise CommandFailed("insufficient_memory", f"the Ray {role} container ran out of memory{limit}")
-        last = [line for line in self._engine().logs(name, lines=30).splitlines() if line.strip()]
+        output = self._engine().logs(name, lines=30)
+        refusal = ray_port_refusal(output)
+        if refusal:
+            raise CommandFailed("conflict", refusal)
+        last = [line for line in output.splitlines() if line.strip()]
         raise CommandFailed(
             "internal",
             f"the Ray {role} container exited with code {state.get('ExitCode')}: "

@@ -57,11 +57,12 @@ class ProcessBackend(RayBackend):
         if existing is not None:
             return {**self._facts(existing), "already_running": True}
         for port in (p.gcs_port, p.dashboard_port):
-            if port_in_use(port):
+            if port and port_in_use(port):
                 raise CommandFailed("conflict", f"port {port} is already in use on {self.hostname}")
-        progress(f"starting Ray {p.ray_version} head (process) on port {p.gcs_port}")
+        gcs_port = p.gcs_port or free_port()  # none asked for (0): a free one on this machine
+        progress(f"starting Ray {p.ray_version} head (process) on port {gcs_port}")
         node = self._runtime().start_head(
-            gcs_port=p.gcs_port,
+            gcs_port=gcs_port,
             dashboard_port=p.dashboard_port,
             num_cpus=self._num_cpus(p.num_cpus),
             num_gpus=p.num_gpus or None,
@@ -140,6 +141,7 @@ class ProcessBackend(RayBackend):
             "pid": node.pid,
             "gcs_address": node.gcs_address,
             "dashboard_url": node.dashboard_url or "",
+            **({"gcs_port": node.ports["gcs"]} if node.role == "head" and node.ports.get("gcs") else {}),
         }
 
     def _running(self, member_id: str) -> RayNodeProcess | None:

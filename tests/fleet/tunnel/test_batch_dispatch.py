@@ -335,7 +335,6 @@ def test_sweeper_resends_what_never_reached_a_connected_node_and_leaves_the_rest
     assert resend_stuck_commands() == 0  # just claimed: not stale yet
 
 
-
 def test_sweeper_fails_a_command_its_connected_node_never_acknowledges_with_a_reason(
     cluster, register_node, owner, settings, client
 ):
