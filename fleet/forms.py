@@ -229,7 +229,7 @@ class TargetForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.nodes = {str(n.pk): n for n in nodes}
         self.fields["target"].choices = [("all", "All nodes (every online node)")] + [
-            (str(n.pk), f"{n.name} ({n.status})") for n in nodes
+            (str(n.pk), f"{n.name} · {n.short_id} ({n.status})") for n in nodes
         ]
 
     def target_node(self) -> Node | None:

@@ -148,6 +148,12 @@ class Node(models.Model):
         return self.name
 
     @property
+    def short_id(self) -> str:
+        """The first 8 hex digits of the node's id: what tells apart nodes of one host (both are named after
+        the hostname until renamed), shown beside the name."""
+        return self.pk.hex[:8] if self.pk else ""
+
+    @property
     def last_seen_at(self) -> Any:
         """When the agent was last heard from: its last hello or heartbeat (None: never)."""
         return self.last_heartbeat_at

@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from fleet import metrics_history
+from fleet import command_results, metrics_history
 
 register = template.Library()
 
@@ -106,6 +106,24 @@ def last_line(text: str | None) -> str:
 def multiline(text: str | None) -> bool:
     """Whether a message has more than one non-empty line."""
     return len([line for line in (text or "").splitlines() if line.strip()]) > 1
+
+
+@register.filter
+def url_breaks(url: str) -> str:
+    """`url`, escaped, with a line-break opportunity (<wbr>) after its scheme and before each dot, so a
+    narrow column breaks it between its names rather than anywhere."""
+    scheme, sep, rest = str(url).partition("://")
+    if not sep:
+        scheme, rest = "", scheme
+    parts = [format_html("{}", part) for part in rest.split(".")]
+    head = format_html("{}://<wbr>", scheme) if sep else ""
+    return mark_safe(head + "<wbr>.".join(parts))
+
+
+@register.filter
+def result_summary(result: dict[str, Any] | None) -> str:
+    """A command's result in a few words (`fleet.command_results.result_summary`)."""
+    return command_results.result_summary(result)
 
 
 @register.filter

@@ -172,3 +172,9 @@ class Endpoint(models.Model):
     def url(self) -> str:
         """The public URL the control plane's proxy serves this endpoint on."""
         return origin_names.public_url(self.hostname)
+
+    @property
+    def proxy_path(self) -> str:
+        """The control plane's path for the endpoint: a signed-in member's GET goes on to the endpoint's
+        origin through a ticket (`fleet.proxy.endpoint_routes`), so a private endpoint opens in the browser."""
+        return f"/endpoints/{self.slug}/"

@@ -325,7 +325,7 @@ def test_fleet_pages_fit_a_laptop_and_a_phone(browser_page, control_plane, opera
     page.wait_for_selector("dialog.join-token[open] #join-command")
     assert page.evaluate("document.querySelector('dialog.join-token').matches(':modal')")
     assert "only once" in page.inner_text("dialog.join-token")
-    page.click("dialog.join-token button[data-copy]")
+    page.click("dialog.join-token button[data-copy-target]")
     page.wait_for_function("document.querySelector('#copy-status').textContent.length > 0")
     _fits(page)
     _shot(page, "fleetui-join-token-dialog")

@@ -80,6 +80,6 @@ def test_join_command_dialog_has_a_copy_button_and_the_one_time_warning(browser,
     body = browser.post(f"/compute/clusters/{cluster.pk}/join-tokens/", HTTP_HX_REQUEST="true").content.decode()
     assert re.search(r"<dialog class=\"join-token\" data-modal", body)
     assert '<code class="secret" id="join-command">curl -fsSL' in body
-    assert 'data-copy="#join-command"' in body
+    assert 'data-copy-target="#join-command"' in body
     assert "shown <strong>only once</strong>" in body
     assert "expires" in body

@@ -42,7 +42,8 @@ def test_endpoints_page_lists_model_node_status_url_access_and_log(browser, runn
         assert "acme/tiny-llama" in body
         assert "cpu-1" in body
         assert "Running" in body
-        assert f'data-copy="{running.url}"' in body
+        assert f'data-copy-text="{running.url}"' in body
+        assert f'href="/endpoints/{running.slug}/v1/models"' in body  # Open: through the ticket flow
         assert "Private (API token)" in body
         assert "none yet" in body
         assert "Application startup complete." in body
