@@ -24,5 +24,5 @@ def console_text(text: str | None) -> str:
     """Logs for a page: escape sequences removed and the ``CTFLEET`` marker lines dropped."""
     if not text:
         return ""
-    lines = strip_ansi(text).split("\n")
+    lines = (line.removesuffix("\r") for line in strip_ansi(text).split("\n"))
     return "\n".join(line for line in lines if not MARKER_LINE.match(line))
