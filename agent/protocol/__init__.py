@@ -97,6 +97,7 @@ from agent.protocol.values import (
     GpuInfo,
     HostFacts,
     Inventory,
+    InventoryProblem,
 )
 from agent.protocol.versions import (
     CLOSE_AGENT_TOO_OLD,
@@ -109,6 +110,7 @@ from agent.protocol.versions import (
     DEFAULT_STREAM_WINDOW,
     ERROR_CODES,
     HEARTBEAT_INTERVAL_S,
+    INVENTORY_PROBLEMS_SINCE,
     MAX_FRAME_BYTES,
     MAX_NESTING,
     MIN_PROTOCOL_VERSION,
@@ -142,6 +144,7 @@ __all__ = [
     "ERROR_CODES",
     "FRAME_TYPES",
     "HEARTBEAT_INTERVAL_S",
+    "INVENTORY_PROBLEMS_SINCE",
     "MAX_FRAME_BYTES",
     "MAX_NESTING",
     "MIN_PROTOCOL_VERSION",
@@ -173,6 +176,7 @@ __all__ = [
     "Hello",
     "HostFacts",
     "Inventory",
+    "InventoryProblem",
     "InventoryReport",
     "ModelDownloadPayload",
     "PortMapping",
