@@ -23,13 +23,15 @@ class NodeProblem:
     code: str
     message: str  # the agent's own reason
     title: str  # what it means for the operator, one line
+    short: str  # the Nodes list's few words
     fix: str  # what to do, in the documents' words
     commands: tuple[str, ...] = ()  # shell commands that help, run on the node
 
 
-# code → (title, fix, commands)
-ADVICE: dict[str, tuple[str, str, tuple[str, ...]]] = {
+# code → (short, title, fix, commands)
+ADVICE: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "kubernetes_unavailable": (
+        "No Kubernetes API",
         "The agent cannot reach the Kubernetes API: containers cannot run on this node.",
         "Give the agent Kubernetes credentials on this node: configure kubectl (the agent reads ~/.kube/config "
         "or the KUBECONFIG variable), or create a service account with the cluster-admin role and set "
@@ -43,17 +45,20 @@ ADVICE: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ),
     ),
     "docker_unavailable": (
+        "Docker unreachable",
         "The agent cannot reach Docker: containers cannot run on this node.",
         "The agent requires Docker. Check that Docker runs on the node (docker info), start it, then restart "
         "the agent.",
         ("docker info", RESTART),
     ),
     "gitops_failed": (
+        "GitOps repository unreachable",
         "The agent cannot read the GitOps repository: workloads cannot be deployed through ArgoCD.",
         "Check ARGOCD_GIT_REPO, ARGOCD_GIT_BRANCH and the node's access to that repository, then restart the agent.",
         (LOGS, RESTART),
     ),
     "argocd_sync_failed": (
+        "ArgoCD unreachable",
         "The agent cannot reach ArgoCD: workloads cannot be deployed on this node.",
         "Check ARGOCD_SERVER and ARGOCD_TOKEN on the node and that the ArgoCD API is reachable, then restart "
         "the agent.",
@@ -61,6 +66,7 @@ ADVICE: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
 }
 DEFAULT_ADVICE = (
+    "Cannot read its {part}",
     "The agent cannot read its {part}.",
     "Check the agent's log on the node for the error, then restart the agent.",
     (LOGS, RESTART),
@@ -80,13 +86,14 @@ def node_problems(node: Any) -> list[NodeProblem]:
         if not isinstance(item, dict):
             continue
         part, code = str(item.get("part", "")), str(item.get("code", ""))
-        title, fix, commands = ADVICE.get(code, DEFAULT_ADVICE)
+        short, title, fix, commands = ADVICE.get(code, DEFAULT_ADVICE)
         problems.append(
             NodeProblem(
                 part=part,
                 code=code,
                 message=str(item.get("message", "")),
                 title=title.format(part=part or "inventory"),
+                short=short.format(part=part or "inventory"),
                 fix=fix,
                 commands=commands,
             )

@@ -86,7 +86,9 @@ class TrainingJobForm(_OnCluster):
 
     kind = forms.ChoiceField(choices=TrainingKind.choices)
     script = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 12, "placeholder": SCRIPT_EXAMPLE, "spellcheck": "false"}),
+        widget=forms.Textarea(
+            attrs={"rows": 12, "placeholder": SCRIPT_EXAMPLE, "spellcheck": "false", "class": "code"}
+        ),
         required=False,
         strip=False,
         help_text=SCRIPT_HELP,
@@ -120,7 +122,7 @@ class TuneExperimentForm(_OnCluster):
     cpus_per_trial = forms.FloatField(min_value=0, initial=1.0)
     gpus_per_trial = forms.FloatField(min_value=0, initial=0.0)
     training_script = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 8, "placeholder": SCRIPT_EXAMPLE, "spellcheck": "false"}),
+        widget=forms.Textarea(attrs={"rows": 8, "placeholder": SCRIPT_EXAMPLE, "spellcheck": "false", "class": "code"}),
         required=False,
         strip=False,
         help_text="For 'Train with best config': a training script (as on Ray → Training) that reads the best "

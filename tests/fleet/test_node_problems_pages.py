@@ -38,8 +38,8 @@ def test_kubernetes_node_without_credentials_warns_with_the_fix_then_clears(brow
     assert node.status == "online"  # the agent is connected: it stays online, with a warning
 
     listing = browser.get(f"/compute/clusters/{node.cluster_id}/nodes/").content.decode()
-    assert "The agent cannot reach the Kubernetes API: containers cannot run on this node." in listing
-    assert f'href="/compute/nodes/{node.pk}/#node-problems">How to fix</a>' in listing
+    assert 'title="The agent cannot reach the Kubernetes API: containers cannot run on this node."' in listing
+    assert f'⚠ No Kubernetes API: <a href="/compute/nodes/{node.pk}/#node-problems">how to fix</a>' in listing
 
     page = browser.get(f"/compute/nodes/{node.pk}/").content.decode()
     assert 'id="node-problems" class="banner warning" role="alert"' in page
@@ -61,7 +61,7 @@ def test_kubernetes_node_without_credentials_warns_with_the_fix_then_clears(brow
     assert NodeEvent.objects.filter(node=node, kind="agent.problem_resolved").count() == 1
     assert "node-problems" not in browser.get(f"/compute/nodes/{node.pk}/").content.decode()
     listing = browser.get(f"/compute/clusters/{node.cluster_id}/nodes/").content.decode()
-    assert "How to fix" not in listing
+    assert "how to fix" not in listing
 
 
 def test_an_offline_node_shows_offline_not_its_last_problems(browser, kube_node):
