@@ -27,6 +27,7 @@ from agent.protocol import (
     Error,
     GpuInfo,
     Inventory,
+    InventoryProblem,
     ProtocolError,
     Result,
     build_result,
@@ -40,6 +41,7 @@ from agent.workloads.models import ModelCache
 log = logging.getLogger(__name__)
 # How many finished keys the inventory reports (the journal itself keeps all of them).
 INVENTORY_KEYS = 1000
+PROBLEM_CHARS = 1000  # the most of a failure's message an inventory problem carries
 T = TypeVar("T")
 
 
@@ -164,24 +166,32 @@ class CommandRunner:
         Each part is read on its own, so the engine changing underneath (a restart, containers going
         away) costs only its own part: containers that cannot be listed are reported as last listed
         (not as gone), any other part that fails as empty. The first failure of a part is logged with
-        its traceback, repeats quietly until it reads again.
+        its traceback, repeats quietly until it reads again. Each part that failed is one of the inventory's
+        `problems` (e.g. a kubernetes executor without credentials), which the node's page shows with the fix.
         """
-        containers = self._part("containers", self.executor.list_containers, self._last_containers)
+        problems: list[InventoryProblem] = []
+        containers = self._part("containers", self.executor.list_containers, self._last_containers, problems)
         self._last_containers = containers
         with self._lock:
             keys = list(self._done)[-INVENTORY_KEYS:]
         return Inventory(
             containers=containers,
-            endpoints=self._part("endpoints", self.endpoints.inventory, []),
-            models=self._part("models", self.models.inventory, []),
+            endpoints=self._part("endpoints", self.endpoints.inventory, [], problems),
+            models=self._part("models", self.models.inventory, [], problems),
             gpus=list(gpus),
             completed_command_keys=keys,
+            problems=problems,
         )
 
-    def _part(self, name: str, read: Callable[[], list[T]], fallback: list[T]) -> list[T]:
+    def _part(
+        self, name: str, read: Callable[[], list[T]], fallback: list[T], problems: list[InventoryProblem]
+    ) -> list[T]:
+        """`read()`, or `fallback` when it fails; a failure is added to `problems` (the control plane shows it)."""
         try:
             value = read()
         except Exception as exc:
+            code, message = (exc.code, exc.message) if isinstance(exc, CommandFailed) else ("internal", repr(exc))
+            problems.append(InventoryProblem(part=name, code=code, message=message[:PROBLEM_CHARS]))
             if name not in self._failing_parts:
                 self._failing_parts.add(name)
                 if isinstance(exc, CommandFailed):

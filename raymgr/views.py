@@ -2,7 +2,8 @@
 
 A view renders the full page, or for htmx requests only its partial. The summary partial polls while
 the cluster is pending, stopping or deleting and stops (HTTP 286) once it is not; so does the header (status
-badge, banner, Open Ray Dashboard, buttons), which keeps watching a running cluster every 30 s.
+badge, banner, Open Ray Dashboard, buttons), which keeps watching a running cluster every 30 s. The Jobs tab (the
+cluster's training jobs, Tune experiments and Serve deployments) polls while one of them is active.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ from raymgr import selectors, services
 from raymgr.api.serializers import dashboard_path
 from raymgr.forms import RayClusterCreateForm
 from raymgr.models import RayCluster, RayClusterStatus
+from raymgr.workloads import selectors as wselectors
 
 TABS = ("summary", "nodes", "jobs", "logs", "events")
 IN_PROGRESS = (RayClusterStatus.PENDING, RayClusterStatus.STOPPING, RayClusterStatus.DELETING)
+# Tabs that update themselves: their element id (a poll from it that finds nothing changing gets 286).
+LIVE_TABS = {"summary": "ray-summary", "jobs": "ray-jobs"}
 
 
 @login_required
@@ -102,9 +106,23 @@ def _tab_context(cluster: RayCluster, tab: str) -> dict[str, Any]:
             context["workers"] = cluster.ray_nodes.filter(role="worker").exclude(status="stopped").count()
     elif tab == "nodes":
         context["ray_nodes"] = list(selectors.ray_node_list(cluster=cluster))
-    elif tab == "jobs":
-        jobs = status.get("jobs")
-        context["jobs"] = jobs if isinstance(jobs, list) else []
+    elif tab == "jobs":  # the control plane's workloads on the cluster, then other Ray jobs the head reported
+        workloads = wselectors.cluster_workload_list(cluster=cluster)
+        known = {w.submission_id for w in workloads if w.submission_id}
+        jobs = status.get("jobs") if isinstance(status.get("jobs"), list) else []
+        context["workloads"] = workloads
+        context["jobs"] = [
+            {
+                "id": str(j.get("submission_id") or j.get("job_id") or ""),
+                "status": str(j.get("status") or ""),
+                "entrypoint": str(j.get("entrypoint") or ""),
+            }
+            for j in jobs
+            if isinstance(j, dict) and j.get("submission_id") not in known
+        ]
+        context["live_every"] = live.poll_every(
+            changing=any(w.changing for w in workloads), watched=any(w.active for w in workloads)
+        )
     elif tab == "logs":
         logs = status.get("logs") if isinstance(status.get("logs"), dict) else {}
         context["gcs_log"] = str(logs.get("gcs", ""))
@@ -145,9 +163,9 @@ def cluster_detail(request: HttpRequest, pk: Any) -> HttpResponse:
         raise Http404("No such tab.")
     context = _tab_context(cluster, tab)
     if request.htmx:
-        if tab == "summary":
+        if tab in LIVE_TABS:
             every = context["live_every"]
-            return live.respond(request, "raymgr/_tab_summary.html", context, element_id="ray-summary", every=every)
+            return live.respond(request, f"raymgr/_tab_{tab}.html", context, element_id=LIVE_TABS[tab], every=every)
         return render(request, f"raymgr/_tab_{tab}.html", context)
     head = _head_context(request, cluster)
     context.update(head, tabs=TABS)

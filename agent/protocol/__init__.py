@@ -129,6 +129,7 @@ from agent.protocol.values import (
     GpuInfo,
     HostFacts,
     Inventory,
+    InventoryProblem,
 )
 from agent.protocol.versions import (
     CLOSE_AGENT_TOO_OLD,
@@ -141,6 +142,7 @@ from agent.protocol.versions import (
     DEFAULT_STREAM_WINDOW,
     ERROR_CODES,
     HEARTBEAT_INTERVAL_S,
+    INVENTORY_PROBLEMS_SINCE,
     MAX_FRAME_BYTES,
     MAX_NESTING,
     MIN_PROTOCOL_VERSION,
@@ -176,6 +178,7 @@ __all__ = [
     "FILE_NAME_RE",
     "FRAME_TYPES",
     "HEARTBEAT_INTERVAL_S",
+    "INVENTORY_PROBLEMS_SINCE",
     "MAX_FRAME_BYTES",
     "MAX_NESTING",
     "MIN_PROTOCOL_VERSION",
@@ -215,6 +218,7 @@ __all__ = [
     "Hello",
     "HostFacts",
     "Inventory",
+    "InventoryProblem",
     "InventoryReport",
     "ModelDownloadPayload",
     "ModelDownloadResult",

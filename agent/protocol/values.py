@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agent.protocol.versions import INVENTORY_PROBLEMS_SINCE, since
+
 
 @dataclass(frozen=True)
 class GpuInfo:
@@ -65,6 +67,15 @@ class EndpointInfo:
 
 
 @dataclass(frozen=True)
+class InventoryProblem:
+    """A part of the inventory the agent could not read, and why: the executor's engine is unreachable."""
+
+    part: str  # containers | endpoints | models
+    code: str  # an ErrorCode: kubernetes_unavailable, docker_unavailable, gitops_failed, internal, ...
+    message: str
+
+
+@dataclass(frozen=True)
 class Inventory:
     """Everything the agent runs and holds, sent on every (re)connect for reconciliation."""
 
@@ -73,3 +84,5 @@ class Inventory:
     models: list[CachedModel] = field(default_factory=list)
     gpus: list[GpuInfo] = field(default_factory=list)
     completed_command_keys: list[str] = field(default_factory=list)
+    # What the agent could not read for this inventory, e.g. a kubernetes executor without credentials.
+    problems: list[InventoryProblem] = field(default_factory=list, metadata=since(INVENTORY_PROBLEMS_SINCE))

@@ -452,6 +452,9 @@ class TunnelClient:
             if self.runner is not None:
                 inv = await asyncio.to_thread(self.runner.inventory, [])
                 containers = sum(1 for c in inv.containers if c.status == "running")
+                reported = self._reported_inventory
+                if reported is not None and _problem_kinds(inv) != _problem_kinds(reported):
+                    await self._report_inventory()  # a part became unreadable or readable again: say so now
             beat = await asyncio.to_thread(inventory.heartbeat, containers)
             self._heartbeats_in_flight[beat.id] = time.monotonic()
             if len(self._heartbeats_in_flight) > 100:  # acks lost with an old session
@@ -596,6 +599,11 @@ class TunnelClient:
         if inv != self._reported_inventory:
             self._reported_inventory = inv
             self._send(p.InventoryReport(inventory=inv))
+
+
+def _problem_kinds(inv: p.Inventory) -> set[tuple[str, str]]:
+    """(part, code) of each of the inventory's problems (their messages may differ from read to read)."""
+    return {(problem.part, problem.code) for problem in inv.problems}
 
 
 def run_agent(config: AgentConfig, runner_factory: RunnerFactory) -> int:

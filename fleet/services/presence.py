@@ -21,7 +21,7 @@ from django.utils import timezone
 from agent import protocol
 from cleverthis.audit.services import on, operator_action
 from cleverthis.tenancy.mixins import require_operator
-from fleet import enqueue, metrics_history, signals
+from fleet import enqueue, metrics_history, node_problems, signals
 from fleet.models import ClusterEvent, ComputeCluster, Node, NodeEvent, NodeStatus
 from fleet.services.common import gpu_fields, host_fact_fields, host_facts_parse
 from fleet.services.events import node_event_record
@@ -39,10 +39,29 @@ def node_record_inventory(*, node: Node, inventory: protocol.Inventory) -> Node:
     if inventory.gpus:
         fields.update(gpu_fields(inventory.gpus))
     with transaction.atomic():
+        before = node_problems.problem_kinds(node.inventory)
         Node.objects.filter(pk=node.pk).update(**fields)
         signals.inventory_received.send(sender=Node, node=node, inventory=inventory)
         node.refresh_from_db()
+        _record_problem_events(node, before)
     return node
+
+
+def _record_problem_events(node: Node, before: set[tuple[str, str]]) -> None:
+    """An event for each problem the agent newly reports (with its fix) and one when they are all gone."""
+    now = node_problems.problem_kinds(node.inventory)
+    for problem in node_problems.node_problems(node):
+        if (problem.part, problem.code) not in before:
+            node_event_record(
+                node_id=node.pk,
+                kind="agent.problem",
+                message=f"{problem.title} The agent says: {problem.message.rstrip('.')}. {problem.fix}",
+                data={"part": problem.part, "code": problem.code},
+            )
+    if before and not now:
+        node_event_record(
+            node_id=node.pk, kind="agent.problem_resolved", message="The agent reads its inventory again."
+        )
 
 
 @transaction.atomic

@@ -138,3 +138,11 @@ def agent_state(node: Any) -> str:
     if 0 < node.protocol_version < agent_updates.UPDATABLE_FROM_PROTOCOL:
         return "too old to update itself: re-run the install script"
     return "update available"
+
+
+@register.filter
+def node_problems(node: Any) -> list[Any]:
+    """What the node's connected agent cannot do, each with its fix (`fleet.node_problems`)."""
+    from fleet import node_problems as problems
+
+    return problems.node_problems(node)

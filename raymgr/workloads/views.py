@@ -28,7 +28,7 @@ from raymgr.workloads import forms as wforms
 from raymgr.workloads import health, selectors, services
 from raymgr.workloads.models import JobStatus, ServeStatus
 
-SERVE_CHANGING = (ServeStatus.PENDING, ServeStatus.DEPLOYING, ServeStatus.STOPPING)
+SERVE_CHANGING = selectors.SERVE_CHANGING  # a deployment whose status changes by the second
 
 
 def cards_context(user: Any) -> dict[str, Any]:
