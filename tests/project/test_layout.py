@@ -284,6 +284,7 @@ RAYMGR_SEAMS = {
     "raymgr.workloads.wiring",  # connected at app start (RaymgrConfig.ready)
     "raymgr.workloads.views",  # pages mounted by raymgr.urls, cards shown on the Ray dashboard
     "raymgr.workloads.api",  # viewsets mounted by raymgr.api.urls
+    "raymgr.workloads.selectors",  # reads: the cluster page's Jobs tab lists the cluster's workloads
 }
 CORES = {
     "fleet": (("fleet", "fleet/services"), ROOMS["fleet"], FLEET_SEAMS),
