@@ -21,7 +21,7 @@ from django.utils import timezone
 from agent import protocol
 from cleverthis.audit.services import on, operator_action
 from cleverthis.tenancy.mixins import require_operator
-from fleet import enqueue, metrics_history, signals
+from fleet import browser_push, enqueue, metrics_history, signals
 from fleet.models import ClusterEvent, ComputeCluster, Node, NodeEvent, NodeStatus
 from fleet.services.common import gpu_fields, host_fact_fields, host_facts_parse
 from fleet.services.events import node_event_record
@@ -78,6 +78,7 @@ def node_connected(
     )
     node.refresh_from_db()
     node_record_inventory(node=node, inventory=inventory)
+    browser_push.node_changed(node=node)
     message = "Agent connected" + ("; status → online" if became_online else f" (status stays {node.status})")
     node_event_record(
         node_id=node.pk,
@@ -136,6 +137,7 @@ def node_disconnected(*, node: Node, inbox: str = "", session: uuid.UUID | None 
     online = Node.objects.filter(pk=node.pk, status=NodeStatus.ONLINE).exists()
     suffix = f"; offline in {grace} s unless it reconnects" if online else ""
     node_event_record(node_id=node.pk, kind="disconnected", message=f"Agent disconnected (tunnel closed){suffix}")
+    browser_push.node_changed(node=node)
     if online:
         enqueue.mark_lost_nodes_offline(countdown=grace + OFFLINE_PASS_BATCH_S)
 
@@ -203,6 +205,7 @@ def node_record_heartbeats(*, beats: list[tuple[uuid.UUID | str, protocol.Heartb
         NodeEvent.objects.bulk_create(
             [NodeEvent(node_id=pk, kind="online", message="Heartbeat received; status → online") for pk in came_back]
         )
+        browser_push.node_ids_changed(node_ids=came_back)
     known = {str(node_id) for node_id, _, _ in rows}
     metrics_history.record([_sample(node_id, beat) for node_id, beat in beats if str(node_id) in known])
     return {node_id for node_id, connected, _ in rows if not connected}
@@ -271,6 +274,7 @@ def nodes_mark_lost_offline() -> int:
             ]
         )
         _pause_partitioned_clusters([row[:3] for row in rows])
+        browser_push.node_ids_changed(node_ids=[row[0] for row in rows])  # offline, or no longer connected
     return len(online)
 
 
