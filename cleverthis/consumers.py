@@ -24,6 +24,9 @@ class PingConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "pong", "user": name})
 
 
+LIVE_RENEW_S = 300.0  # a tab's renew re-reads its user's workspaces at most this often
+
+
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     """A signed-in browser tab's socket: node changes of the user's workspaces, pushed as they commit.
 
@@ -68,9 +71,6 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def browser_nodes(self, message: dict) -> None:
         await self.send_json({"type": "nodes", "nodes": message["nodes"], "clusters": message["clusters"]})
-
-
-LIVE_RENEW_S = 300.0
 
 
 @database_sync_to_async
