@@ -24,7 +24,8 @@ from kernel import timeseries
 log = logging.getLogger(__name__)
 
 _pending: dict[tuple[str, int], list[float]] = {}  # (series, minute) → [requests, errors, ms sum, ms max]
-_flush_handle: asyncio.TimerHandle | None = None
+_flush_handle: asyncio.TimerHandle | None = None  # the flush scheduled, if any
+_flush_loop: asyncio.AbstractEventLoop | None = None  # the loop it is scheduled on (a loop that ended never runs it)
 
 
 class MeteredSend:
@@ -58,14 +59,15 @@ def observe(series: str, status: int, seconds: float, *, now: float | None = Non
 
 
 def _schedule_flush() -> None:
-    global _flush_handle
-    if _flush_handle is not None:
-        return
+    global _flush_handle, _flush_loop
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # no loop (a sync caller): write now
         flush()
         return
+    if _flush_handle is not None and _flush_loop is loop:
+        return  # one is due on this loop
+    _flush_loop = loop
     _flush_handle = loop.call_later(settings.ENDPOINT_REQUESTS_FLUSH_S, _flush_in_thread, loop)
 
 
