@@ -131,13 +131,15 @@ def node_disconnected(*, node: Node, inbox: str = "", session: uuid.UUID | None 
         rows = rows.filter(tunnel_session=session)
     elif inbox:
         rows = rows.filter(tunnel_inbox__in=[inbox, ""])
+    was_connected = rows.filter(connected=True).exists()  # (the lost-nodes pass may have cleared it already)
     if not rows.update(connected=False, tunnel_inbox="", disconnected_at=timezone.now()):
         return  # a deleted node, or a newer tunnel holds it: no event
     grace = settings.NODE_OFFLINE_GRACE_S
     online = Node.objects.filter(pk=node.pk, status=NodeStatus.ONLINE).exists()
     suffix = f"; offline in {grace} s unless it reconnects" if online else ""
     node_event_record(node_id=node.pk, kind="disconnected", message=f"Agent disconnected (tunnel closed){suffix}")
-    browser_push.node_changed(node=node)
+    if was_connected:  # the pages show "reconnecting…" or when it was last seen
+        browser_push.node_changed(node=node)
     if online:
         enqueue.mark_lost_nodes_offline(countdown=grace + OFFLINE_PASS_BATCH_S)
 

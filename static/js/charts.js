@@ -109,7 +109,8 @@
     [0, top / 2, top].forEach(function (p) {
       var y = H - PAD - (p / top) * (H - 2 * PAD);
       el("line", { x1: PAD, x2: W - PAD, y1: y, y2: y, stroke: "#dfe3e8", "stroke-width": 1 }, svg);
-      var t = el("text", { x: W - PAD, y: y - 2, "text-anchor": "end", "font-size": 9, fill: "#6b7480" }, svg);
+      // the top label sits under its line, inside the drawing
+      var t = el("text", { x: W - PAD, y: p === top ? y + 9 : y - 2, "text-anchor": "end", "font-size": 9, fill: "#6b7480" }, svg);
       t.textContent = fmt(p, unit);
     });
     var legend = document.createElement("ul");

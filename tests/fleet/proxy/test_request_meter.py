@@ -91,7 +91,7 @@ def test_the_meter_looks_through_to_daphnes_send_for_write_pressure():
         channel = object()
         producer = None
 
-        def registerProducer(self, producer, streaming):  # noqa: N802 (Twisted's name)
+        def registerProducer(self, producer, streaming):
             self.producer = producer
 
     request = Request()
