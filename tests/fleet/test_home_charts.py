@@ -71,12 +71,8 @@ def test_sample_records_nodes_utilization_and_ray_by_state_in_three_queries(
     with django_assert_num_queries(3):
         fleet_history.fleet_history_sample(now=T0)
     first = fleet_history.fleet_history(workspace_ids=[ws.pk], now=T0)[ws.pk][-1]
-    assert (first["nodes.online"], first["nodes.offline"], first["nodes.cordoned"], first["nodes.draining"]) == (
-        1,
-        1,
-        1,
-        0,
-    )
+    states = [first[f"nodes.{s}"] for s in ("online", "offline", "cordoned", "draining")]
+    assert states == [1, 1, 1, 0]
     assert (first["ray.running"], first["ray.failed"], first["ray.pending"]) == (1, 1, 0)
     # over the reporting nodes (busy and the cordoned one, not the offline one), weighted by cores,
     # memory and GPUs: busy reports 40 % CPU, 50 % memory, 80 % GPU; the cordoned one nothing yet
