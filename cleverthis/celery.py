@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 app = Celery("cleverthis")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+app.autodiscover_tasks(["cleverthis"])  # the root's own tasks (cleverthis/tasks.py): the root is no installed app
 
 
 class ReconnectingConsumer(Consumer):

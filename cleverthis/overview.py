@@ -2,7 +2,10 @@
 
 Per workspace: its compute clusters with nodes online/offline/cordoned (draining counts as cordoned:
 it takes no new work either), GPUs (in use = holding memory or busy) and VRAM; running containers,
-endpoints and Ray clusters; and the most recent failures (commands, endpoints, Ray clusters).
+endpoints and Ray clusters; the most recent failures (commands, endpoints, Ray clusters); and the last
+hour in pictures (`cleverthis.fleet_charts`: nodes by state, utilization, commands, endpoint requests and
+latency, Ray clusters by state). The page refreshes itself every 30 s, and at once when a node of one
+of the user's workspaces changes state (`fleet.browser_push`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 
+from cleverthis import fleet_history
+from cleverthis.fleet_charts import Chart, workspace_charts
 from cleverthis.tenancy.selectors import AnyUser, scope_to_user, workspace_list
 from fleet.models import Command, CommandStatus, Node, NodeStatus
 from fleet.selectors import cluster_list
@@ -64,6 +69,7 @@ class WorkspaceGlance:
     endpoints: int = 0
     ray_clusters: int = 0
     failures: list[Failure] = field(default_factory=list)
+    charts: list[Chart] = field(default_factory=list)
 
     def total(self, attr: str) -> int:
         """The sum of one node counter over the workspace's clusters."""
@@ -91,9 +97,11 @@ def fleet_overview(*, user: AnyUser) -> list[WorkspaceGlance]:
     if not glances:
         return []
     clusters: dict[Any, ClusterGlance] = {}
+    cluster_workspaces: dict[Any, Any] = {}
     for c in cluster_list(user=user):
         clusters[c.pk] = ClusterGlance(pk=c.pk, name=c.name)
         glances[c.workspace_id].clusters.append(clusters[c.pk])
+        cluster_workspaces[c.pk] = c.workspace_id
     nodes = scope_to_user(Node.objects.all(), user=user, workspace_field="cluster__workspace").values_list(
         "cluster_id", "status", "gpu_count", "gpus", "vram_used_mb", "vram_total_mb"
     )
@@ -113,13 +121,28 @@ def fleet_overview(*, user: AnyUser) -> list[WorkspaceGlance]:
         glance.vram_total_mb += vram_total
     _count_running(glances, user)
     _recent_failures(glances, user)
+    _charts(glances, cluster_workspaces)
     return list(glances.values())
+
+
+def _charts(glances: dict[Any, WorkspaceGlance], cluster_workspaces: dict[Any, Any]) -> None:
+    """The last hour's pictures: rollups from Redis (no query), commands per minute (one query)."""
+    history = fleet_history.fleet_history(workspace_ids=list(glances))
+    commands = fleet_history.commands_per_minute(cluster_workspaces=cluster_workspaces)
+    for pk, glance in glances.items():
+        glance.charts = workspace_charts(history=history[pk], commands=commands.get(pk) or [{} for _ in history[pk]])
+
+
+REFRESH_S = 30  # the home page's own refresh; node state changes arrive at once by push
 
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    """Home: the fleet at a glance per workspace of the user (nodes, GPUs, running work, recent failures)."""
-    return render(request, "tenancy/dashboard.html", {"workspaces": fleet_overview(user=request.user)})
+    """Home: the fleet at a glance per workspace of the user (nodes, GPUs, running work, recent failures,
+    the last hour in charts); htmx: just the workspaces (`tenancy/_fleet.html`)."""
+    context = {"workspaces": fleet_overview(user=request.user), "refresh_s": REFRESH_S}
+    template = "tenancy/_fleet.html" if request.htmx else "tenancy/dashboard.html"
+    return render(request, template, context)
 
 
 def _count_running(glances: dict[Any, WorkspaceGlance], user: AnyUser) -> None:

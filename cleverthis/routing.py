@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, re_path
 
-from cleverthis.consumers import PingConsumer
+from cleverthis.consumers import LiveConsumer, PingConsumer
 from fleet.tunnel.consumer import AgentTunnelConsumer, HandshakeAdmission
 
 AGENT_PATH_PREFIX = "/agent/"
@@ -20,4 +20,6 @@ agent_websocket_urlpatterns: list[URLPattern] = [
 
 user_websocket_urlpatterns: list[URLPattern] = [
     re_path(r"^ws/ping/$", PingConsumer.as_asgi()),
+    # signed-in browsers: node changes of their workspaces, pushed (fleet.browser_push)
+    re_path(r"^ws/live/$", LiveConsumer.as_asgi()),
 ]

@@ -23,6 +23,7 @@ from cleverthis.tenancy import services as tenancy_services
 from cleverthis.tenancy.models import Role, Workspace
 from fleet import metrics_history
 from fleet.proxy import stream_pipes
+from kernel import timeseries
 from tests.support import loop_guard
 
 User = get_user_model()
@@ -34,6 +35,7 @@ TEST_REDIS_PATTERNS = (
     f"{settings.CHANNEL_LAYERS['default']['CONFIG']['prefix']}*",  # channel layer: groups, channels
     f"{stream_pipes.KEY_PREFIX}*",  # proxy stream pipes
     f"{metrics_history.KEY_PREFIX}*",  # nodes' utilization history
+    f"{timeseries.KEY_PREFIX}*",  # the home page's per-minute rollups
     "celery-task-meta-*",  # Celery results
     HEARTBEATS_KEY,  # the workers' heartbeats
     "_kombu.*",  # Celery queue bindings

@@ -273,6 +273,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "fleet-drain-tick": {"task": "fleet.workload_tasks.drain_tick", "schedule": 10.0},
     "raymgr-autoscale": {"task": "raymgr.tasks.autoscale", "schedule": float(env_int("RAY_AUTOSCALE_EVERY_S", 15))},
     "raymgr-workloads": {"task": "raymgr.tasks.poll_workloads", "schedule": 10.0},
+    # the home page's charts: one sample a minute of nodes and Ray clusters by state, and utilization
+    "fleet-history-sample": {"task": "cleverthis.tasks.sample_fleet_history", "schedule": 60.0},
 }
 # Where beat keeps its schedule state: in this checkout, never a path shared with other checkouts.
 CELERY_BEAT_SCHEDULE_FILENAME = env_str("CELERY_BEAT_SCHEDULE_FILENAME", str(BASE_DIR / "var" / "celerybeat-schedule"))

@@ -19,7 +19,9 @@ checked on every request.
 Each forwarded request counts towards the endpoint's `request_count` and `last_request_at`: counted in
 this process and written with one UPDATE at most every `ENDPOINT_REQUESTS_FLUSH_S` (default 5 s) per
 endpoint: the first request of a quiet endpoint at once, the ones of a burst with the first request
-after that interval (so the figures of a burst's tail wait for the endpoint's next request).
+after that interval (so the figures of a burst's tail wait for the endpoint's next request). Each also
+counts, with its status and time to first byte, in its workspace's per-minute rollups for the home page
+(`fleet.proxy.request_meter`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from fleet.models import Node, NodeStatus
 from fleet.proxy import origins
 from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from fleet.workloads.models import Endpoint, EndpointStatus
+from kernel import timeseries
 
 PATH_FORM = re.compile(r"^/endpoints/(?P<slug>[0-9a-f]{12})(?P<rest>/.*)?$")
 UNAUTHENTICATED = (
@@ -125,6 +128,7 @@ def _target(
         port=route.port,
         path=path + (f"?{query}" if query else ""),
         node_online=route.node_online,
+        meter=timeseries.workspace_series(route.workspace.pk),
     )
 
 

@@ -35,7 +35,7 @@ from websockets.protocol import State
 from websockets.uri import parse_uri
 
 from cleverthis.tenancy.asgi_auth import user_from_scope
-from fleet.proxy import origin_guard, origins
+from fleet.proxy import origin_guard, origins, request_meter
 from fleet.proxy.streams import FIRST_BYTES_MAX, StreamUnavailable, TunnelStream
 from fleet.proxy.write_pressure import WritePressure
 from kernel.asgi_scope import header
@@ -92,6 +92,7 @@ class ProxyTarget:
     path: str
     node_online: bool = True
     host: str = ""  # an in-cluster host the agent dials (a KubeRay head's Service); '' = the node itself
+    meter: str = ""  # the series its requests count in (`request_meter`); '' = not counted
 
 
 @dataclass(frozen=True)
@@ -206,9 +207,10 @@ class TunnelProxyApp:
         elif isinstance(answer, ProxyRefusal):
             await plain_response(send, answer.status, answer.message)
         elif not answer.node_online:
-            await plain_response(send, 502, "Bad gateway: the node serving this endpoint is offline.")
+            offline = "Bad gateway: the node serving this endpoint is offline."
+            await request_meter.metered(answer.meter, send, lambda s: plain_response(s, 502, offline))
         else:
-            await proxy_http(scope, receive, send, answer)
+            await request_meter.metered(answer.meter, send, lambda s: proxy_http(scope, receive, s, answer))
 
 
 async def refuse_unknown_host(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -29,7 +29,9 @@ class WritePressure:
 
     @classmethod
     def of(cls, send: Any) -> WritePressure:
-        """The pressure of the daphne request behind `send` (daphne passes `partial(handle_reply, request)`)."""
+        """The pressure of the daphne request behind `send` (daphne passes `partial(handle_reply, request)`;
+        a wrapper that keeps it as `__wrapped__`, such as `request_meter.MeteredSend`, is looked through)."""
+        send = getattr(send, "__wrapped__", send)
         request = None
         if isinstance(send, functools.partial) and send.args:
             candidate = send.args[0]

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from cleverthis.audit.services import on, operator_action
 from cleverthis.tenancy.mixins import require_operator
-from fleet import metrics_history, signals
+from fleet import browser_push, metrics_history, signals
 from fleet.models import Node, NodeCertificate, NodeStatus, RevokedSerial
 from fleet.services.events import node_event_record
 from fleet.tunnel import groups
@@ -38,6 +38,7 @@ def _transition_node(
         raise IllegalTransition(refusal.format(status=current))
     node_event_record(node_id=node.pk, kind=event, message=f"Status → {to}")
     node.refresh_from_db()
+    browser_push.node_changed(node=node)
     return node
 
 
@@ -54,6 +55,7 @@ def node_rename(*, node: Node, actor: AbstractBaseUser, name: str) -> Node:
     Node.objects.filter(pk=node.pk).update(name=name)
     node.name = name
     node_event_record(node_id=node.pk, kind="renamed", message=f"Renamed from {old} to {name}")
+    browser_push.node_changed(node=node)
     return node
 
 
@@ -115,6 +117,7 @@ def node_finish_drain(*, node: Node) -> Node:
             node_id=node.pk, kind="drained", message="Drain finished: no containers left on the node; status → cordoned"
         )
         node.refresh_from_db()
+        browser_push.node_changed(node=node)
     return node
 
 
@@ -134,6 +137,7 @@ def node_purge(*, node: Node) -> None:
     node_id = node.pk
     reachable = Node.objects.filter(pk=node_id, connected=True).exists()
     signals.node_deleting.send(sender=Node, node=node, reachable=reachable)
+    browser_push.node_changed(node=node)  # (sent after the commit: the open pages drop its row)
     Node.objects.filter(pk=node_id).delete()
     transaction.on_commit(lambda: groups.send_to_node(node_id, groups.revoke_message("node deleted")))
     transaction.on_commit(lambda: metrics_history.forget(node_id))

@@ -21,7 +21,7 @@ from django.utils import timezone
 from agent import protocol
 from cleverthis.audit.services import on, operator_action
 from cleverthis.tenancy.mixins import require_operator
-from fleet import enqueue, metrics_history, node_problems, signals
+from fleet import browser_push, enqueue, metrics_history, node_problems, signals
 from fleet.models import ClusterEvent, ComputeCluster, Node, NodeEvent, NodeStatus
 from fleet.services.common import gpu_fields, host_fact_fields, host_facts_parse
 from fleet.services.events import node_event_record
@@ -97,6 +97,7 @@ def node_connected(
     )
     node.refresh_from_db()
     node_record_inventory(node=node, inventory=inventory)
+    browser_push.node_changed(node=node)
     message = "Agent connected" + ("; status → online" if became_online else f" (status stays {node.status})")
     node_event_record(
         node_id=node.pk,
@@ -149,12 +150,15 @@ def node_disconnected(*, node: Node, inbox: str = "", session: uuid.UUID | None 
         rows = rows.filter(tunnel_session=session)
     elif inbox:
         rows = rows.filter(tunnel_inbox__in=[inbox, ""])
+    was_connected = rows.filter(connected=True).exists()  # (the lost-nodes pass may have cleared it already)
     if not rows.update(connected=False, tunnel_inbox="", disconnected_at=timezone.now()):
         return  # a deleted node, or a newer tunnel holds it: no event
     grace = settings.NODE_OFFLINE_GRACE_S
     online = Node.objects.filter(pk=node.pk, status=NodeStatus.ONLINE).exists()
     suffix = f"; offline in {grace} s unless it reconnects" if online else ""
     node_event_record(node_id=node.pk, kind="disconnected", message=f"Agent disconnected (tunnel closed){suffix}")
+    if was_connected:  # the pages show "reconnecting…" or when it was last seen
+        browser_push.node_changed(node=node)
     if online:
         enqueue.mark_lost_nodes_offline(countdown=grace + OFFLINE_PASS_BATCH_S)
 
@@ -222,6 +226,7 @@ def node_record_heartbeats(*, beats: list[tuple[uuid.UUID | str, protocol.Heartb
         NodeEvent.objects.bulk_create(
             [NodeEvent(node_id=pk, kind="online", message="Heartbeat received; status → online") for pk in came_back]
         )
+        browser_push.node_ids_changed(node_ids=came_back)
     known = {str(node_id) for node_id, _, _ in rows}
     metrics_history.record([_sample(node_id, beat) for node_id, beat in beats if str(node_id) in known])
     return {node_id for node_id, connected, _ in rows if not connected}
@@ -290,6 +295,7 @@ def nodes_mark_lost_offline() -> int:
             ]
         )
         _pause_partitioned_clusters([row[:3] for row in rows])
+        browser_push.node_ids_changed(node_ids=[row[0] for row in rows])  # offline, or no longer connected
     return len(online)
 
 

@@ -2,7 +2,8 @@
  *
  * <div data-chart='{"series": {"cpu": [..]}, "labels": {"cpu": "CPU"}, "window": "last hour"}'>
  *   draws one line chart (0–100 %) with a legend; every series has its own dash pattern and marker
- *   shape as well as its colour, so the chart reads without colour.
+ *   shape as well as its colour, so the chart reads without colour. Optional "unit" ("%" by default,
+ *   "" for counts, " ms") and "max" (the top of the scale; null fits it to the data) draw other scales.
  * <span data-sparkline='[..]'> draws a small line of one series (0–100 %).
  * null values are gaps (no heartbeat in that bucket). The server writes the text alternative
  * (aria-label and a data table); this file only draws. Re-runs on every htmx swap.
@@ -14,8 +15,35 @@
     cpu: { color: "#2f6fed", dash: "", marker: "circle" },
     memory: { color: "#1f9d55", dash: "6 3", marker: "square" },
     gpu: { color: "#b45309", dash: "2 3", marker: "triangle" },
-    vram: { color: "#7c3aed", dash: "9 3 2 3", marker: "diamond" }
+    vram: { color: "#7c3aed", dash: "9 3 2 3", marker: "diamond" },
+    // the home page's series: states, commands, requests, latency
+    online: { color: "#1f9d55", dash: "", marker: "circle" },
+    running: { color: "#1f9d55", dash: "", marker: "circle" },
+    offline: { color: "#6b7480", dash: "6 3", marker: "square" },
+    stopped: { color: "#6b7480", dash: "9 3 2 3", marker: "diamond" },
+    cordoned: { color: "#b45309", dash: "2 3", marker: "triangle" },
+    pending: { color: "#b45309", dash: "2 3", marker: "triangle" },
+    draining: { color: "#7c3aed", dash: "9 3 2 3", marker: "diamond" },
+    failed: { color: "#c62828", dash: "6 3", marker: "square" },
+    errors: { color: "#c62828", dash: "6 3", marker: "square" },
+    sent: { color: "#2f6fed", dash: "", marker: "circle" },
+    requests: { color: "#2f6fed", dash: "", marker: "circle" },
+    mean: { color: "#2f6fed", dash: "", marker: "circle" },
+    max: { color: "#b45309", dash: "2 3", marker: "triangle" }
   };
+  var PALETTE = ["cpu", "memory", "gpu", "vram"];
+
+  function niceMax(top) {
+    if (!(top > 0)) return 1;
+    var step = Math.pow(10, Math.floor(Math.log10(top)));
+    var nice = [1, 2, 2.5, 5, 10].map(function (m) { return m * step; }).filter(function (v) { return v >= top; })[0];
+    return nice;
+  }
+
+  function fmt(v, unit) {
+    var rounded = Math.abs(v) >= 10 || unit === "%" ? Math.round(v) : Math.round(v * 10) / 10;
+    return rounded + unit;
+  }
 
   function el(name, attrs, parent) {
     var node = document.createElementNS(NS, name);
@@ -24,8 +52,9 @@
     return node;
   }
 
-  function segments(values, width, height, pad) {
+  function segments(values, width, height, pad, top) {
     var n = values.length, out = [], current = [];
+    top = top || 100;
     var dx = n > 1 ? (width - 2 * pad) / (n - 1) : 0;
     values.forEach(function (v, i) {
       if (v === null || v === undefined) {
@@ -33,7 +62,7 @@
         current = [];
         return;
       }
-      var y = height - pad - (Math.max(0, Math.min(100, v)) / 100) * (height - 2 * pad);
+      var y = height - pad - (Math.max(0, Math.min(top, v)) / top) * (height - 2 * pad);
       current.push([pad + i * dx, y]);
     });
     if (current.length) out.push(current);
@@ -67,19 +96,28 @@
 
   function drawChart(box) {
     var spec = JSON.parse(box.getAttribute("data-chart"));
+    var unit = spec.unit === undefined ? "%" : spec.unit;
+    var top = spec.max;
+    if (top === undefined) top = 100;
+    if (top === null) {
+      var seen = [].concat.apply([], Object.keys(spec.series).map(function (n) { return spec.series[n]; }));
+      top = niceMax(Math.max.apply(null, [0].concat(seen.filter(function (v) { return v !== null; }))));
+      if (unit === "" && top < 2) top = 2; // counts: whole numbers on the grid
+    }
     var W = 320, H = 120, PAD = 8;
     var svg = el("svg", { viewBox: "0 0 " + W + " " + H, class: "chart-svg", "aria-hidden": "true", focusable: "false" });
-    [0, 50, 100].forEach(function (p) {
-      var y = H - PAD - (p / 100) * (H - 2 * PAD);
+    [0, top / 2, top].forEach(function (p) {
+      var y = H - PAD - (p / top) * (H - 2 * PAD);
       el("line", { x1: PAD, x2: W - PAD, y1: y, y2: y, stroke: "#dfe3e8", "stroke-width": 1 }, svg);
-      var t = el("text", { x: W - PAD, y: y - 2, "text-anchor": "end", "font-size": 9, fill: "#6b7480" }, svg);
-      t.textContent = p + "%";
+      // the top label sits under its line, inside the drawing
+      var t = el("text", { x: W - PAD, y: p === top ? y + 9 : y - 2, "text-anchor": "end", "font-size": 9, fill: "#6b7480" }, svg);
+      t.textContent = fmt(p, unit);
     });
     var legend = document.createElement("ul");
     legend.className = "chart-legend";
-    Object.keys(spec.series).forEach(function (name) {
-      var style = STYLES[name] || STYLES.cpu;
-      var segs = segments(spec.series[name], W, H, PAD);
+    Object.keys(spec.series).forEach(function (name, i) {
+      var style = STYLES[name] || STYLES[PALETTE[i % PALETTE.length]];
+      var segs = segments(spec.series[name], W, H, PAD, top);
       segs.forEach(function (pts) { line(svg, pts, style, 2); });
       var end = lastPoint(segs);
       if (end) marker(svg, end[0], end[1], style, 3);
@@ -89,7 +127,7 @@
       marker(key, 15, 5, style, 3);
       item.appendChild(key);
       var values = spec.series[name].filter(function (v) { return v !== null; });
-      var now = values.length ? Math.round(values[values.length - 1]) + "%" : "no data";
+      var now = values.length ? fmt(values[values.length - 1], unit) : "no data";
       item.appendChild(document.createTextNode(" " + (spec.labels[name] || name) + ": " + now));
       legend.appendChild(item);
     });

@@ -254,6 +254,9 @@ def test_fleet_pages_fit_a_laptop_and_a_phone(browser_page, control_plane, opera
     user, workspace = operator
     base = control_plane.url
     lab, nodes, ray, job = _fleet_world(user, workspace)
+    from cleverthis import fleet_history
+
+    fleet_history.fleet_history_sample()  # what beat records each minute: the home page's pictures
 
     page.goto(f"{base}/accounts/login/")
     page.fill("input[name=username]", "ops")
@@ -301,8 +304,14 @@ def test_fleet_pages_fit_a_laptop_and_a_phone(browser_page, control_plane, opera
     page.wait_for_selector(f"#node-{nodes[0].pk} .spark svg polyline")
     assert page.locator(f"#node-{nodes[0].pk} .spark svg").count() == 4  # CPU, memory, GPU, VRAM
 
-    # the home page's numbers link to their pages
+    # the home page's pictures: the fleet's last hour, drawn, each with its text alternative
     page.goto(f"{base}/")
+    page.wait_for_selector(f"#chart-{workspace.pk}-nodes .chart-box svg polyline", state="attached")
+    assert page.locator(f"#workspace-{workspace.pk} figure.chart .chart-box svg.chart-svg").count() == 6
+    label = page.get_attribute(f"#chart-{workspace.pk}-nodes .chart-box", "aria-label")
+    assert label.startswith("Nodes by state, last hour: Online: now 0, min 0, max 0; Offline: now 2")
+
+    # the home page's numbers link to their pages
     page.click(f"#workspace-{workspace.pk} a:has-text('lab')")
     page.wait_for_url(f"{base}/compute/clusters/{lab.pk}/nodes/")
 

@@ -12,6 +12,7 @@ from fleet.models import NodeStatus
 from fleet.proxy import endpoint_routes
 from fleet.proxy.relay import ProxyRefusal, ProxyTarget
 from fleet.workloads.models import Endpoint, EndpointStatus
+from kernel import timeseries
 
 pytestmark = pytest.mark.django_db
 
@@ -45,7 +46,13 @@ def decide(request_scope: dict):
 
 def test_a_cached_public_route_costs_no_query(endpoint, node, django_assert_num_queries):
     first = decide(scope(endpoint.slug))
-    assert first == ProxyTarget(node_id=node.pk, port=8123, path="/v1/models?a=1", node_online=True)
+    assert first == ProxyTarget(
+        node_id=node.pk,
+        port=8123,
+        path="/v1/models?a=1",
+        node_online=True,
+        meter=timeseries.workspace_series(endpoint.cluster.workspace_id),  # its requests count there
+    )
     with django_assert_num_queries(0):
         assert decide(scope(endpoint.slug)) == first
 
