@@ -1,5 +1,6 @@
 #!/bin/bash
 # The control-plane image's entry point: one process per container, chosen by the first argument.
+# web, worker and beat first wait (SCHEMA_WAIT_S, 600) until the database is migrated.
 #   web        daphne (pages, API, admin, the agent tunnel, node origins) on $PORT (8000), behind a proxy
 #   worker     the Celery worker (dispatch, drain, GitOps)
 #   beat       Celery beat: run exactly one
@@ -28,9 +29,24 @@ wait_for_database() {
   done
 }
 
+# web, worker and beat start once the release step has migrated the database, whatever starts them
+# (compose without dependency conditions, a Kubernetes rollout racing its migrate Job): they wait for it.
+wait_for_schema() {
+  local deadline=$((SECONDS + ${SCHEMA_WAIT_S:-600}))
+  until python manage.py migrate --check >/dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "$1: the database is unreachable or not migrated (run the migrate step)" >&2
+      return 1
+    fi
+    echo "$1: waiting for the database and its migrations" >&2
+    sleep 2
+  done
+}
+
 case "${1:-web}" in
   web)
     shift || true
+    wait_for_schema web
     reset_metrics
     exec daphne -e "tcp:port=${PORT:-8000}:interface=0.0.0.0:backlog=1024" --proxy-headers \
       --websocket-max-message-size=4194304 --websocket-max-frame-size=4194304 \
@@ -39,12 +55,14 @@ case "${1:-web}" in
     ;;
   worker)
     shift
+    wait_for_schema worker
     reset_metrics
     exec celery -A cleverthis worker -Q default,dispatch,gitops --loglevel="${LOG_LEVEL:-INFO}" \
       --concurrency="${WORKER_CONCURRENCY:-2}" "$@"
     ;;
   beat)
     shift
+    wait_for_schema beat
     reset_metrics
     exec celery -A cleverthis beat --loglevel="${LOG_LEVEL:-INFO}" "$@"
     ;;
