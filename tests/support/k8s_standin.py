@@ -5,9 +5,12 @@ Objects live in memory. Supported: namespaces (cluster scope), and per namespace
 (ray.io/v1, plus the ``/apis/ray.io/v1`` discovery path) with list (``labelSelector`` equality
 terms), create, read, replace, merge/strategic-merge or JSON patch, and delete.
 
-RayClusters: with ``kuberay_installed=False`` every ray.io path answers the API's 404 for an unknown
-resource, as a cluster without the CRD does. Created and replaced RayClusters are checked against
-`tests.support.raycluster_schema` (422 Invalid, like the CRD's OpenAPI validation). Like the KubeRay
+Every object created, replaced or patched is validated as the API server would, answering 422 Invalid:
+namespaces, deployments, services, secrets and ingresses against the official Kubernetes schemas
+(`tests.support.k8s_schema`, kubernetes-validate's strict schemas: an unknown field or a wrong type
+fails), RayClusters against `tests.support.raycluster_schema` (the CRD's OpenAPI validation).
+With ``kuberay_installed=False`` every ray.io path answers the API's 404 for an unknown resource, as a
+cluster without the CRD does. Like the KubeRay
 operator, the stand-in then reports a status: ``suspended`` while ``spec.suspend``, otherwise
 ``ready`` with ``minReplicas`` ready workers and ``head.serviceIP`` = `ray_service_ip`. Errors are proper
 ``Status`` objects: 404 NotFound (also for a missing namespace on create), 409 AlreadyExists, 401 without
@@ -31,7 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from tests.support import raycluster_schema
+from tests.support import k8s_schema, raycluster_schema
 from tests.support.loopback import LoopbackHTTPServer
 
 # (url prefix, group, version, plural, kind)
@@ -197,6 +200,8 @@ class K8sStandin(LoopbackHTTPServer):
                 "items": list(self.namespaces.values()),
             }
         if name is None and method == "POST":
+            if invalid := _invalid("namespaces", body):
+                return invalid
             name = body["metadata"]["name"]
             if name in self.namespaces:
                 return 409, _status(409, "AlreadyExists", f'namespaces "{name}" already exists', name, "namespaces")
@@ -275,15 +280,19 @@ class K8sStandin(LoopbackHTTPServer):
 
 
 def _invalid(plural: str, body: Any) -> tuple[int, Any] | None:
-    """422 Invalid for a RayCluster that breaks the schema (what the CRD's validation would refuse)."""
-    if plural != "rayclusters":
-        return None
-    problems = raycluster_schema.problems(body)
+    """422 Invalid for an object the API server would refuse: against its official schema (strict), or
+    for a RayCluster the CRD's schema."""
+    if plural == "namespaces":
+        group, kind, obj = "", "Namespace", {**(body or {}), "kind": "Namespace", "apiVersion": "v1"}
+    else:
+        _, group, api_version, kind = RESOURCES[plural]
+        obj = {**(body or {}), "kind": kind, "apiVersion": api_version}
+    problems = raycluster_schema.problems(body) if plural == "rayclusters" else k8s_schema.problems(obj)
     if not problems:
         return None
     name = (body or {}).get("metadata", {}).get("name", "")
-    message = f'RayCluster.ray.io "{name}" is invalid: ' + "; ".join(problems)
-    return 422, _status(422, "Invalid", message, name, "rayclusters", "ray.io")
+    message = f'{kind}{"." + group if group else ""} "{name}" is invalid: ' + "; ".join(problems)
+    return 422, _status(422, "Invalid", message, name, plural, group)
 
 
 def _status(
