@@ -342,7 +342,10 @@ class TunnelClient:
                 sender.send, allowed_port=self._port_is_proxied, allowed_target=self._target_is_proxied
             )
             try:
-                self._reported_inventory = hello.inventory
+                # A blank Hello (no runner yet in this process, or nothing to report) says nothing about
+                # problems to the control plane: the first report of the session always follows it.
+                blank = not (hello.inventory.containers or hello.inventory.models or hello.inventory.endpoints)
+                self._reported_inventory = None if blank and not hello.inventory.problems else hello.inventory
                 await self._report_inventory()
                 await supervisor.watch(self._receive_loop(ws, streams))
             finally:

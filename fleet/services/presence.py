@@ -30,12 +30,17 @@ from fleet.tunnel import groups
 logger = logging.getLogger(__name__)
 
 
-def node_record_inventory(*, node: Node, inventory: protocol.Inventory) -> Node:
+def node_record_inventory(*, node: Node, inventory: protocol.Inventory, from_hello: bool = False) -> Node:
     """Store the node's inventory and reconcile containers, cached models and endpoints from it.
 
-    The reconcile sets `containers_count` (active containers) and takes a drain's next step.
+    The reconcile sets `containers_count` (active containers) and takes a drain's next step. A blank
+    inventory in a Hello (what an agent process sends before it knows its cluster's mode) says nothing
+    about problems: the stored ones stay until the agent's inventory report right after (`from_hello`).
     """
-    fields: dict[str, Any] = {"inventory": protocol.to_dict(inventory)}
+    data = protocol.to_dict(inventory)
+    if from_hello and _blank(inventory) and isinstance(node.inventory, dict) and node.inventory.get("problems"):
+        data["problems"] = node.inventory["problems"]
+    fields: dict[str, Any] = {"inventory": data}
     if inventory.gpus:
         fields.update(gpu_fields(inventory.gpus))
     with transaction.atomic():
@@ -45,6 +50,11 @@ def node_record_inventory(*, node: Node, inventory: protocol.Inventory) -> Node:
         node.refresh_from_db()
         _record_problem_events(node, before)
     return node
+
+
+def _blank(inventory: protocol.Inventory) -> bool:
+    """Nothing but GPUs: no container, model, endpoint or problem (an agent that has not looked yet)."""
+    return not (inventory.containers or inventory.models or inventory.endpoints or inventory.problems)
 
 
 def _record_problem_events(node: Node, before: set[tuple[str, str]]) -> None:
@@ -96,7 +106,7 @@ def node_connected(
         status=NodeStatus.ONLINE, status_changed_at=now
     )
     node.refresh_from_db()
-    node_record_inventory(node=node, inventory=inventory)
+    node_record_inventory(node=node, inventory=inventory, from_hello=True)
     browser_push.node_changed(node=node)
     message = "Agent connected" + ("; status → online" if became_online else f" (status stays {node.status})")
     node_event_record(

@@ -21,12 +21,13 @@ from rest_framework.authtoken.models import Token
 from cleverthis.tenancy import services as tenancy_services
 from cleverthis.tenancy.models import Role
 from fleet import origin_names
+from fleet.models import NodeEvent
 from fleet.proxy import origins
 from fleet.workloads.models import Endpoint
 from raymgr.models import RayCluster, RayClusterStatus
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.origin_client import redeem_ticket_redirect
-from tests.support.processes import free_port
+from tests.support.processes import free_port, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -169,7 +170,14 @@ def test_websocket_upgrades_from_a_foreign_origin_are_refused(control_plane, clu
                 )
                 return sock.recv(200).split(b"\r\n", 1)[0]
 
-        assert upgrade(f"http://{endpoint.hostname}:{control_plane.ports[0]}").startswith(b"HTTP/1.1 101")
+        # The agent's first inventory report after it connects does not list this hand-made endpoint (no
+        # server of the agent's own) and fails its row: wait for that report, then mark the row running again.
+        # The report also says the agent has no Docker here (`agent.problem`), should it land before the row.
+        reported = ("endpoint.failed", "agent.problem")
+        wait_until(lambda: NodeEvent.objects.filter(node=node, kind__in=reported).exists(), timeout=30)
+        Endpoint.objects.filter(pk=endpoint.pk).update(status="running", failure_code="", failure_message="")
+        own_origin = f"http://{endpoint.hostname}:{control_plane.ports[0]}"
+        wait_until(lambda: upgrade(own_origin).startswith(b"HTTP/1.1 101"), timeout=20, what="the route cache")
         assert upgrade("").startswith(b"HTTP/1.1 101")  # not a browser: nothing ambient to abuse
         assert upgrade("http://evil.example") == b"HTTP/1.1 403 Access denied"
         assert upgrade(f"http://127.0.0.1:{control_plane.ports[0]}") == b"HTTP/1.1 403 Access denied"
