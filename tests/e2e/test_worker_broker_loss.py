@@ -127,7 +127,7 @@ class HeldDispatch:
         self.locker.set_autocommit(False)
         with self.locker.cursor() as cursor:
             cursor.execute("SELECT id FROM fleet_command WHERE id = %s FOR UPDATE", [self.command.pk])
-        app = Celery("held", broker=broker_url)
+        app = Celery("held", broker=broker_url, set_as_current=False)  # the suite's own app stays current
         try:
             app.send_task("fleet.tasks.dispatch_command", args=[str(self.command.pk)], queue="dispatch")
         finally:
