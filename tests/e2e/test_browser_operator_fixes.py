@@ -27,11 +27,11 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 
 from fleet import services
-from fleet.models import Command, CommandStatus, ComputeCluster, Node
+from fleet.models import Command, CommandStatus, ComputeCluster, Node, NodeEvent
 from fleet.workloads.models import Endpoint
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.live import ControlPlane, agent_join, agent_run, subprocess_env
-from tests.support.processes import REPO_ROOT, free_port
+from tests.support.processes import REPO_ROOT, free_port, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = REPO_ROOT / "test-output" / "screenshots"
@@ -205,6 +205,9 @@ def test_private_endpoint_opens_signed_in_from_the_endpoints_page(page, world, p
     try:
         node = node_of(state)
         wait_status(node, "online", timeout=30)
+        # The agent's first inventory report after connecting (which says it has no Docker here) would fail
+        # a hand-made endpoint row made before it: it lists only endpoints of its own.
+        wait_until(lambda: NodeEvent.objects.filter(node=node, kind="agent.problem").exists(), timeout=30)
         endpoint = Endpoint.objects.create(
             cluster=cluster, node=node, model_id="acme/tiny", status="running", port=port, public=False
         )
