@@ -1,4 +1,4 @@
-"""What an operator hit in the browser (issue 35), each checked in Chromium against one live daphne.
+"""What an operator hit in the browser (issue 35), each checked in Chromium against a live daphne.
 
 Copy buttons put the text itself on the clipboard (read back from it); a private endpoint opens signed
 in from the Endpoints page; the Endpoints tables fit a phone; Recent commands show their result; the
@@ -6,10 +6,9 @@ drain confirmation says where the containers go and two nodes of one host can be
 sidebar runs the whole length of a long page. Screenshots at 1366 and 390 px go to
 test-output/screenshots/operator-fixes-*.png.
 
-One daphne serves the whole module (no Celery worker: nothing here is dispatched); each test has its
-own browser context, signed in, with clipboard permissions. The database is emptied after each test and
-its content types and permissions made again: `reset_sequences` gives them the same ids again, which the
-long-lived daphne has cached (else its workspace permission checks fail from the second test on).
+Each test has a daphne of its own (no Celery worker: nothing here is dispatched) and its own browser
+context, signed in, with clipboard permissions. The database is emptied after each test and its content
+types and permissions made again (`reset_sequences` keeps their ids stable).
 """
 
 from __future__ import annotations
@@ -44,9 +43,11 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def plane(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """One daphne on the test database for every test of this module."""
+    """A daphne of its own for each test: one shared by the module kept what it had cached of rows that
+    the tests' database flushes replace (after other e2e modules had run, its pages answered "No such
+    endpoint." for a new test's rows)."""
     live = ControlPlane(log_dir=tmp_path_factory.mktemp("plane"), env=subprocess_env())
     live.start_replica()
     yield live
