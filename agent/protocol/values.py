@@ -86,3 +86,9 @@ class Inventory:
     completed_command_keys: list[str] = field(default_factory=list)
     # What the agent could not read for this inventory, e.g. a kubernetes executor without credentials.
     problems: list[InventoryProblem] = field(default_factory=list, metadata=since(INVENTORY_PROBLEMS_SINCE))
+
+    @property
+    def blank(self) -> bool:
+        """Nothing but GPUs: no container, model, endpoint or problem (what an agent process sends before it
+        has looked, in its first Hello): it says nothing about what the node runs or lacks."""
+        return not (self.containers or self.models or self.endpoints or self.problems)

@@ -344,8 +344,7 @@ class TunnelClient:
             try:
                 # A blank Hello (no runner yet in this process, or nothing to report) says nothing about
                 # problems to the control plane: the first report of the session always follows it.
-                blank = not (hello.inventory.containers or hello.inventory.models or hello.inventory.endpoints)
-                self._reported_inventory = None if blank and not hello.inventory.problems else hello.inventory
+                self._reported_inventory = None if hello.inventory.blank else hello.inventory
                 await self._report_inventory()
                 await supervisor.watch(self._receive_loop(ws, streams))
             finally:

@@ -38,7 +38,7 @@ def node_record_inventory(*, node: Node, inventory: protocol.Inventory, from_hel
     about problems: the stored ones stay until the agent's inventory report right after (`from_hello`).
     """
     data = protocol.to_dict(inventory)
-    if from_hello and _blank(inventory) and isinstance(node.inventory, dict) and node.inventory.get("problems"):
+    if from_hello and inventory.blank and isinstance(node.inventory, dict) and node.inventory.get("problems"):
         data["problems"] = node.inventory["problems"]
     fields: dict[str, Any] = {"inventory": data}
     if inventory.gpus:
@@ -50,11 +50,6 @@ def node_record_inventory(*, node: Node, inventory: protocol.Inventory, from_hel
         node.refresh_from_db()
         _record_problem_events(node, before)
     return node
-
-
-def _blank(inventory: protocol.Inventory) -> bool:
-    """Nothing but GPUs: no container, model, endpoint or problem (an agent that has not looked yet)."""
-    return not (inventory.containers or inventory.models or inventory.endpoints or inventory.problems)
 
 
 def _record_problem_events(node: Node, before: set[tuple[str, str]]) -> None:
