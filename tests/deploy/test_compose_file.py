@@ -1,14 +1,39 @@
-"""deploy/compose: the stack's shape, checked without a container engine (the e2e test runs it)."""
+"""deploy/compose: the stack's shape, checked without a container engine (the e2e test runs it).
+
+The file is also validated against the Compose Specification's JSON schema (the one Docker Compose
+validates with), as vendored by check-jsonschema: Docker Compose itself does not run here.
+"""
 
 from __future__ import annotations
 
+import copy
+import json
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import yaml
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 COMPOSE = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())
 SERVICES = COMPOSE["services"]
+
+
+def compose_spec_errors(document: dict[str, Any]) -> list[str]:
+    """What the Compose Specification's schema finds wrong in `document` (empty: valid)."""
+    vendored = resources.files("check_jsonschema.builtin_schemas.vendor").joinpath("compose-spec.json")
+    schema = json.loads(vendored.read_text())
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(document)]
+
+
+def test_the_file_follows_the_compose_specification():
+    assert compose_spec_errors(COMPOSE) == []
+    # the schema is strict: a key Docker Compose does not know fails
+    misspelled = copy.deepcopy(COMPOSE)
+    misspelled["services"]["web"]["restart_policy"] = "always"
+    assert any("restart_policy" in error for error in compose_spec_errors(misspelled))
 
 
 def test_one_migrate_step_several_web_replicas_one_worker_exactly_one_beat():
