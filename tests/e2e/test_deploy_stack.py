@@ -1,164 +1,139 @@
-"""The one-machine stack of deploy/compose, run by podman-compose from the images deploy/build-image makes:
-it comes up behind TLS from a local CA, an agent joins through https:// verifying that CA and goes
-online, and a worker killed inside the stack is started again by its restart policy and dispatches
-commands again.
+"""The one-machine stack of deploy/compose, run by podman-compose from the images deploy/build-image makes,
+brought up once for the module with the README's commands (docs/deploy.md):
 
-Skipped (with the reason) where the stack cannot run: not root, no Podman, no podman-compose, or images
-that cannot be built here (deploy/build-image exit 3). `.ci/test` builds the images first (cached).
+- it serves TLS from a local CA; an agent joins through https:// verifying that CA and goes online;
+- an endpoint answers on its own `https://endpoint-….endpoints.localhost` origin through HAProxy, and a
+  streamed (SSE) answer arrives unbuffered through every hop;
+- a browser signs in over https and gets `__Host-` cookies (HTTPS_COOKIES=1);
+- a worker or a web replica killed inside the stack is started again by its restart policy, the agent
+  reconnects, and commands flow again;
+- deploy/compose/roll moves every process to a fresh container while the node stays online, and a
+  command after the roll runs.
+
+The tests run in this order and share the stack and the node. Skipped (with the reason) where the stack
+cannot run: not root, no Podman, no podman-compose, or images that cannot be built here (deploy/build-image
+exit 3). `.ci/test` builds the images first (cached).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
-import shutil
+import re
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
+from tests.support.compose_stack import COMPOSE_DIR, Stack, dispatch_and_wait, running_stack, start_endpoint
 from tests.support.hub_standin import HubStandin
-from tests.support.live import agent_join, agent_run
-from tests.support.processes import REPO_ROOT, VENV_BIN, free_port, wait_until
+from tests.support.live import agent_join, agent_run, stop_endpoint_servers
+from tests.support.processes import VENV_BIN, ManagedProcess, wait_until
 
-pytestmark = pytest.mark.integration
+CHROMIUM = Path("/usr/bin/chromium")
+MODELS = ("acme/tiny", "acme/again", "acme/chat", "acme/after-web-1", "acme/after-web-2", "acme/after-roll")
 
-COMPOSE_FILE = REPO_ROOT / "deploy" / "compose" / "compose.yaml"
-PODMAN_DIR = Path(os.environ.get("CLEVERTHIS_PODMAN_DIR", "/var/tmp/cleverthis-podman"))
-PODMAN_ENV = {
-    "CONTAINERS_CONF": str(PODMAN_DIR / "containers.conf"),
-    "CONTAINERS_STORAGE_CONF": str(PODMAN_DIR / "storage.conf"),
-    "CONTAINERS_REGISTRIES_CONF": str(PODMAN_DIR / "registries.conf"),
-}
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 @dataclass
-class Stack:
-    """A running compose project: its URL, the local CA that signed its certificate, its containers."""
+class JoinedNode:
+    """The agent joined to the stack: its node, its process and the gate its endpoint's streams wait on."""
 
-    project: str
-    env_file: Path
-    url: str
-    ca: Path
-    env: dict[str, str]
+    node_id: str
+    agent: ManagedProcess
+    stream_gate: Path
 
-    def container(self, service: str, number: int = 1) -> str:
-        return f"{self.project}_{service}_{number}"
-
-    def podman(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["podman", *args], env=self.env, capture_output=True, text=True, timeout=timeout)
-
-    def manage(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """A manage.py command in the first web container."""
-        return self.podman("exec", self.container("web"), "cleverthis", "manage", *args, timeout=timeout)
-
-    def shell(self, code: str, timeout: float = 120) -> str:
-        done = self.manage("shell", "-c", code, timeout=timeout)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout.strip().splitlines()[-1]  # after Django's shell's "N objects imported" line
-
-    def compose(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        argv = [str(VENV_BIN / "podman-compose"), "-p", self.project, "-f", str(COMPOSE_FILE)]
-        argv += ["--env-file", str(self.env_file), *args]
-        return subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
-
-    def logs(self) -> str:
-        names = self.podman(
-            "ps", "-a", "--filter", f"label=io.podman.compose.project={self.project}", "--format", "{{.Names}}"
-        ).stdout.split()
-        return "\n".join(f"--- {n}\n{self.podman('logs', '--tail', '30', n).stderr[-3000:]}" for n in names)
+    def tunnels(self) -> int:
+        """How many times the agent's tunnel has connected so far."""
+        return self.agent.log().count("connected to ")
 
 
-def build_images() -> dict[str, str]:
-    if os.geteuid() != 0:
-        pytest.skip("the deployment stack needs root (rootful Podman)")
-    if shutil.which("podman") is None:
-        pytest.skip("Podman is not installed (.ci/podman-setup installs it)")
-    if not (VENV_BIN / "podman-compose").exists():
-        pytest.skip("podman-compose is not installed (requirements/dev.txt)")
-    built = subprocess.run(
-        ["bash", str(REPO_ROOT / "deploy" / "build-image")], capture_output=True, text=True, timeout=3600
-    )
-    if built.returncode == 3:
-        pytest.skip(f"the deployment images cannot be built here: {built.stderr.strip()[-300:]}")
-    assert built.returncode == 0, built.stderr[-3000:]
-    return dict(line.split("=", 1) for line in built.stdout.splitlines() if "=" in line)
-
-
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    images = build_images()
-    port = free_port()
-    env_file = tmp_path / "stack.env"
-    env = {**os.environ, **PODMAN_ENV, "HTTPS_BIND": "127.0.0.1", "HTTP_PORT": str(free_port()), **images}
-    made = subprocess.run(
-        ["bash", str(REPO_ROOT / "deploy" / "compose" / "init"), "--host", "localhost", "--https-port", str(port),
-         "--env-file", str(env_file), "--certs", str(tmp_path / "certs")],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # a lost node goes offline sooner than in production (beat checks every 15 s)
-    env_file.write_text(env_file.read_text() + "NODE_OFFLINE_AFTER_S=20\n")
-    plane = Stack(
-        f"ctdeploy{uuid.uuid4().hex[:8]}", env_file, f"https://localhost:{port}", tmp_path / "certs" / "ca.crt", env
-    )
-    try:
-        up = plane.compose("up", "-d")
-        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-        wait_until(lambda: healthy(plane), timeout=180, interval=1, what="the stack answering over https")
+    with running_stack(tmp_path_factory.mktemp("stack"), NODE_OFFLINE_AFTER_S="20") as plane:
         yield plane
-    finally:
-        down = plane.compose("down", "-v", "-t", "3")
-        if down.returncode != 0:  # leave nothing behind: whatever compose could not remove
-            leftovers = plane.podman("ps", "-aq", "--filter", f"label=io.podman.compose.project={plane.project}")
-            for cid in leftovers.stdout.split():
-                plane.podman("rm", "-f", "-t", "0", cid)
-            for volume in ("pgdata", "redisdata"):
-                plane.podman("volume", "rm", "-f", f"{plane.project}_{volume}")
-            plane.podman("network", "rm", "-f", f"{plane.project}_default")
 
 
-def healthy(plane: Stack) -> bool:
-    """The stack answers over https and its worker consumes (heartbeat in /healthz)."""
+@pytest.fixture(scope="module")
+def node(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JoinedNode]:
+    """An agent joined over https (trusting exactly the local CA), its endpoints served by the stand-in."""
+    workdir = tmp_path_factory.mktemp("node")
+    assert stack.manage("bootstrap_demo").returncode == 0, stack.logs()
+    token = stack.manage("local_node_token", "--state-dir", "/tmp/none", "--url", stack.url).stdout.strip()
+    assert token, stack.logs()
+    tls_env = {"SSL_CERT_FILE": str(stack.ca), "REQUESTS_CA_BUNDLE": str(stack.ca)}
+    state = workdir / "agent"
+    joined = agent_join(stack.url, token, state, env=tls_env)
+    assert joined.returncode == 0, joined.stderr
+    hub = HubStandin().start()
+    for model in MODELS:
+        hub.add_repo(model, {"config.json": b"{}"})
+    gate = workdir / "stream-gate"
+    server = f"{VENV_BIN / 'python'} -m tests.support.openai_standin --stream-gate {gate}"
+    env = {**tls_env, "HF_ENDPOINT": hub.url, "CLEVERTHIS_MODEL_CACHE": str(workdir / "models")}
+    agent = agent_run(state, workdir, env={**env, "CLEVERTHIS_ENDPOINT_SERVER": server})
     try:
-        answer = requests.get(f"{plane.url}/healthz", verify=str(plane.ca), timeout=5)
-    except requests.RequestException:
-        return False
-    return answer.status_code == 200 and answer.json()["dispatch"]["workers_alive"] >= 1
+        wait_until(lambda: "connected to" in agent.log(), timeout=60, interval=0.5, what="the agent's tunnel")
+        yield JoinedNode(json.loads((state / "node.json").read_text())["node_id"], agent, gate)
+    finally:
+        gate.touch()  # a stream still held lets go
+        agent.stop()
+        stop_endpoint_servers(state)
+        hub.stop()
 
 
-def pid_of(plane: Stack, container: str) -> int:
-    return int(plane.podman("inspect", "--format", "{{.State.Pid}}", container).stdout.strip() or 0)
+def node_status(stack: Stack, node: JoinedNode) -> str:
+    return stack.shell(f'from fleet.models import Node; print(Node.objects.get(pk="{node.node_id}").status)')
 
 
-def dispatch_and_wait(plane: Stack, node_id: str, model: str) -> str:
-    """Send model.download to the node from inside the stack; the command's final status."""
-    code = f"""
-import time
-from fleet import services
-from fleet.models import Command, Node
-node = Node.objects.get(pk="{node_id}")
-owner = node.cluster.workspace.memberships.get(role="owner").user
-(command,) = services.command_dispatch(actor=owner, cluster=node.cluster, command_type="model.download",
-                                       payload={{"model_id": "{model}"}}, node=node)
-deadline = time.time() + 60
-while time.time() < deadline:
-    command.refresh_from_db()
-    if command.status in ("succeeded", "failed"):
-        break
-    time.sleep(0.5)
-print(command.status)
-"""
-    return plane.shell(code)
+def offline_events(stack: Stack, node: JoinedNode) -> int:
+    events = f'NodeEvent.objects.filter(node_id="{node.node_id}", kind="offline")'
+    return int(stack.shell(f"from fleet.models import NodeEvent; print({events}.count())"))
 
 
-def test_stack_serves_tls_an_agent_joins_and_a_killed_worker_comes_back(stack: Stack, tmp_path: Path):
+def kill_and_see_it_restarted(stack: Stack, container: str) -> None:
+    """SIGKILL the container's main process (as an OOM kill would); wait until its restart policy restarted it."""
+    before = stack.pid(container)
+    os.kill(before, signal.SIGKILL)
+    wait_until(lambda: stack.pid(container) not in (0, before), timeout=60, interval=0.5, what=f"{container} back")
+
+
+def reconnect_gaps(log: str) -> list[float]:
+    """Seconds from each tunnel loss the agent logged to its next "connected to" line."""
+    stamps = re.findall(
+        r"^(\S+ \S+) \S+ \S+ (disconnected|cannot connect|tunnel session ended|connected to)", log, re.M
+    )
+    gaps, lost = [], None
+    for stamp, what in stamps:
+        when = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
+        if what == "connected to" and lost is not None:
+            gaps.append((when - lost).total_seconds())
+            lost = None
+        elif what != "connected to" and lost is None:
+            lost = when
+    return gaps
+
+
+def wait_healthy(stack: Stack, container: str) -> None:
+    """Wait until the container passes the health check the compose file declares for it."""
+    passes = lambda: stack.podman("healthcheck", "run", container).returncode == 0  # noqa: E731
+    wait_until(passes, timeout=120, interval=1, what=f"{container} healthy")
+
+
+def test_stack_serves_tls_and_an_agent_joins_over_https(stack: Stack, node: JoinedNode):
     # TLS from the local CA; a client that does not trust it is refused
     with pytest.raises(requests.exceptions.SSLError):
         requests.get(f"{stack.url}/healthz", timeout=5, verify=True)
@@ -166,39 +141,137 @@ def test_stack_serves_tls_an_agent_joins_and_a_killed_worker_comes_back(stack: S
     assert requests.get(f"{stack.url}/healthz", headers={"Host": "elsewhere.test"}, verify=str(stack.ca),
                         timeout=5).status_code == 404  # fmt: skip
     # two web replicas behind the proxy, exactly one beat
-    assert stack.podman("container", "exists", stack.container("web", 2)).returncode == 0
-    assert stack.podman("container", "exists", stack.container("beat", 2)).returncode != 0
+    assert stack.names("web") == [stack.container("web", 1), stack.container("web", 2)]
+    assert stack.names("beat") == [stack.container("beat")]
     # the health checks the compose file declares pass (Podman without systemd runs them only when asked)
     for service in ("web", "worker"):
         checked = stack.podman("healthcheck", "run", stack.container(service))
         assert checked.returncode == 0, f"{service}: {checked.stdout}{checked.stderr}"
 
-    stack.manage("bootstrap_demo")
-    token = stack.manage("local_node_token", "--state-dir", "/tmp/none", "--url", stack.url).stdout.strip()
-    assert token, stack.logs()
-    # the agent trusts exactly the local CA: its certificate verification is real
-    tls_env = {"SSL_CERT_FILE": str(stack.ca), "REQUESTS_CA_BUNDLE": str(stack.ca)}
-    state = tmp_path / "agent"
-    joined = agent_join(stack.url, token, state, env=tls_env)
-    assert joined.returncode == 0, joined.stderr
-    node_id = json.loads((state / "node.json").read_text())["node_id"]
-    hub = HubStandin().start()
-    hub.add_repo("acme/tiny", {"config.json": b"{}"})
-    hub.add_repo("acme/again", {"config.json": b"{}"})
-    models = str(tmp_path / "models")
-    agent = agent_run(state, tmp_path, env={**tls_env, "HF_ENDPOINT": hub.url, "CLEVERTHIS_MODEL_CACHE": models})
-    try:
-        wait_until(lambda: "connected to" in agent.log(), timeout=60, interval=0.5, what="the agent's tunnel")
-        assert stack.shell(f'from fleet.models import Node; print(Node.objects.get(pk="{node_id}").status)') == "online"
-        assert dispatch_and_wait(stack, node_id, "acme/tiny") == "succeeded"
+    assert node_status(stack, node) == "online"
+    assert dispatch_and_wait(stack, node.node_id, "acme/tiny") == "succeeded", node.agent.log()[-2000:]
 
-        worker = stack.container("worker")
-        before = pid_of(stack, worker)
-        os.kill(before, signal.SIGKILL)  # the worker dies (as an OOM kill would): its restart policy brings it back
-        wait_until(lambda: pid_of(stack, worker) not in (0, before), timeout=60, interval=0.5, what="worker restarted")
-        started = time.monotonic()
-        assert dispatch_and_wait(stack, node_id, "acme/again") == "succeeded", agent.log()[-2000:]
-        print(f"a command after the worker's restart took {time.monotonic() - started:.1f} s")
+
+def test_a_killed_worker_comes_back_and_dispatches_again(stack: Stack, node: JoinedNode):
+    kill_and_see_it_restarted(stack, stack.container("worker"))
+    started = time.monotonic()
+    assert dispatch_and_wait(stack, node.node_id, "acme/again") == "succeeded", node.agent.log()[-2000:]
+    print(f"a command after the worker's restart took {time.monotonic() - started:.1f} s")
+
+
+def test_an_endpoint_answers_on_its_https_origin_and_streams_unbuffered(stack: Stack, node: JoinedNode):
+    assert dispatch_and_wait(stack, node.node_id, "acme/chat") == "succeeded"
+    made = json.loads(start_endpoint(stack, node.node_id, "acme/chat"))
+    assert made["status"] == "running", made["failure"]
+    url = made["url"]
+    assert re.fullmatch(rf"https://endpoint-[0-9a-f]{{12}}\.endpoints\.localhost:{stack.port}", url), url
+    auth = ["-H", f"Authorization: Token {made['token']}"]
+
+    # through HAProxy on the wildcard host, TLS verified against the local CA
+    answered = subprocess.run(stack.curl(f"{url}/v1/models", "-w", "\n%{http_code}", *auth),
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    body, status = answered.stdout.rsplit("\n", 1)
+    assert status == "200", answered.stdout + answered.stderr
+    assert json.loads(body)["data"][0]["id"] == "acme/chat"
+    anonymous = subprocess.run(stack.curl(f"{url}/v1/models", "-o", "/dev/null", "-w", "%{http_code}"),
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert anonymous.stdout == "401"
+
+    # SSE: the stand-in holds the last word until the gate exists, and only the first event opens it, so
+    # a hop that buffered the stream would deliver nothing before curl gives up
+    question = {"model": "acme/chat", "stream": True, "messages": [{"role": "user", "content": "hello through tls"}]}
+    argv = stack.curl(f"{url}/v1/chat/completions", "--max-time", "45", *auth,
+                      "-H", "Content-Type: application/json", "--data", json.dumps(question))  # fmt: skip
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as stream:
+        assert stream.stdout is not None
+        assert stream.stderr is not None
+        first = stream.stdout.readline()
+        assert first.startswith(b"data: "), (first, stream.stderr.read())
+        node.stream_gate.touch()
+        rest = stream.stdout.read()
+    events = [line[6:] for line in (first + rest).splitlines() if line.startswith(b"data: ")]
+    assert events[-1] == b"[DONE]"
+    words = [json.loads(event)["choices"][0]["delta"].get("content", "") for event in events[:-1]]
+    assert "".join(words) == "echo: hello through tls"
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed (apt-get install chromium)")
+def test_a_browser_signs_in_over_https_and_gets_host_cookies(stack: Stack, node: JoinedNode):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    # Chromium trusts the stack's certificate by its public key (no system trust store is changed here)
+    cert = x509.load_pem_x509_certificate((stack.ca.parent / "server.pem").read_bytes())
+    spki = cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    pin = base64.b64encode(hashlib.sha256(spki).digest()).decode()
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  f"--ignore-certificate-errors-spki-list={pin}"],
+        )  # fmt: skip
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(20000)
+            page.goto(f"{stack.url}/accounts/login/")
+            page.fill("input[name=username]", "admin")  # bootstrap_demo's user
+            page.fill("input[name=password]", "admin")
+            with page.expect_response(lambda r: r.request.method == "POST") as posted:
+                page.click("button[type=submit]")
+            page.wait_for_url(f"{stack.url}/")
+            assert "admin" in page.content()
+            set_cookies = [h["value"] for h in posted.value.headers_array() if h["name"].lower() == "set-cookie"]
+            cookies = {c["name"]: c for c in page.context.cookies()}
+        finally:
+            browser.close()
+    assert set(cookies) >= {"__Host-sessionid", "__Host-csrftoken"}, cookies
+    for cookie in cookies.values():
+        assert cookie["secure"], cookie
+        assert cookie["path"] == "/", cookie
+        assert cookie["domain"] == "localhost", cookie  # host-only: no Domain attribute
+    session = next(c for c in set_cookies if c.startswith("__Host-sessionid="))
+    attributes = {part.strip().split("=")[0].lower() for part in session.split(";")[1:]}
+    assert {"secure", "path", "httponly"} <= attributes, session
+    assert "domain" not in attributes, session
+    assert "Path=/;" in session + ";"
+
+
+def test_killed_web_replicas_come_back_and_commands_flow_again(stack: Stack, node: JoinedNode):
+    tunnels = node.tunnels()
+    for number in (1, 2):  # the agent's tunnel is on one of them: it reconnects to the other
+        web = stack.container("web", number)
+        kill_and_see_it_restarted(stack, web)
+        assert dispatch_and_wait(stack, node.node_id, f"acme/after-web-{number}") == "succeeded", stack.logs()
+        wait_healthy(stack, web)
+        time.sleep(6)  # HAProxy checks every 5 s: it sends connections to the replica again before the next kill
+    assert node.tunnels() > tunnels, node.agent.log()[-2000:]
+    assert node_status(stack, node) == "online"
+    print(f"tunnel back after a replica's kill in {reconnect_gaps(node.agent.log())[-1]:.1f} s")
+
+
+def test_the_roll_replaces_every_process_and_tunnels_come_back_within_a_reconnect(stack: Stack, node: JoinedNode):
+    before: dict[str, Any] = {s: stack.names(s) for s in ("web", "worker", "beat")}
+    ids = {n: stack.podman("inspect", "--format", "{{.Id}}", n).stdout.strip() for ns in before.values() for n in ns}
+    tunnels, gaps, offline = node.tunnels(), len(reconnect_gaps(node.agent.log())), offline_events(stack, node)
+    # a new release: the image under a tag of its own, pinned in the settings file (docs/deploy.md)
+    release = stack.setting("CONTROL_PLANE_IMAGE").rsplit(":", 1)[0] + f":{stack.project}"
+    assert stack.podman("tag", stack.setting("CONTROL_PLANE_IMAGE"), release).returncode == 0
+    stack.change_setting("CONTROL_PLANE_IMAGE", release)
+    try:
+        rolled = subprocess.run(
+            ["bash", str(COMPOSE_DIR / "roll"), "--env-file", str(stack.env_file), "-p", stack.project],
+            env={**stack.env, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert rolled.returncode == 0, rolled.stderr[-3000:] + stack.logs()
+        # the same replica names, every one a new container of the new release
+        assert {s: stack.names(s) for s in before} == before
+        for name, old in ids.items():
+            assert stack.podman("inspect", "--format", "{{.Id}}", name).stdout.strip() != old, name
+            assert stack.podman("inspect", "--format", "{{.ImageName}}", name).stdout.strip() == release, name
     finally:
-        agent.stop()
-        hub.stop()
+        stack.podman("untag", release, release)  # the containers keep the image itself
+    # the tunnel moved with the replicas and the node never went offline
+    assert node.tunnels() > tunnels
+    assert offline_events(stack, node) == offline
+    assert node_status(stack, node) == "online"
+    assert dispatch_and_wait(stack, node.node_id, "acme/after-roll") == "succeeded", node.agent.log()[-2000:]
+    moved = reconnect_gaps(node.agent.log())[gaps:]
+    print(f"the roll moved the tunnel {len(moved)} times, back after " + ", ".join(f"{g:.1f} s" for g in moved))

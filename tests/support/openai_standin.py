@@ -5,6 +5,10 @@ Run it like vLLM's server: ``python -m tests.support.openai_standin --model <pat
 the model path is not a directory holding ``config.json``. It serves ``GET /v1/models``, ``GET /health``
 and ``POST /v1/chat/completions`` (answer: ``echo: <last user message>``; with ``"stream": true`` the
 answer comes word by word as Server-Sent Events ending with ``data: [DONE]``).
+
+``--stream-gate PATH`` (not a vLLM flag) holds a streamed answer's last word until PATH exists (at most
+``GATE_WAIT_S``): a client that needs its first event to create PATH proves that every hop in between
+passes events on as they are produced, with no wall-clock measure.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+GATE_WAIT_S = 120.0
+
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="openai_standin")
@@ -28,12 +34,23 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     # Like vLLM's engine core: a helper process of the server's, here in a session of its own (the worst
     # case for whoever stops the server), printed as "engine child pid <pid>".
     parser.add_argument("--engine-child", action="store_true")
+    parser.add_argument("--stream-gate", type=Path, default=None)
     args, _ignored = parser.parse_known_args(argv)
     return args
 
 
-def make_handler(model_name: str) -> type[BaseHTTPRequestHandler]:
-    """The request handler serving `model_name`."""
+def wait_for_gate(gate: Path | None) -> None:
+    """Return once `gate` exists (at once without a gate; after GATE_WAIT_S at most, saying so)."""
+    deadline = time.monotonic() + GATE_WAIT_S
+    while gate is not None and not gate.exists():
+        if time.monotonic() > deadline:
+            sys.stderr.write(f"openai-standin: {gate} never appeared; sending the last word anyway\n")
+            return
+        time.sleep(0.05)
+
+
+def make_handler(model_name: str, stream_gate: Path | None = None) -> type[BaseHTTPRequestHandler]:
+    """The request handler serving `model_name` (streamed answers held before their last word by `stream_gate`)."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -98,6 +115,8 @@ def make_handler(model_name: str) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             words = answer.split(" ")
             for i, word in enumerate(words):
+                if i == len(words) - 1 and i > 0:
+                    wait_for_gate(stream_gate)
                 chunk = {
                     "id": completion_id,
                     "object": "chat.completion.chunk",
@@ -132,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True, stdin=subprocess.DEVNULL
         )
         print(f"engine child pid {child.pid}", flush=True)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(name))
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(name, args.stream_gate))
     server.daemon_threads = True
     print(f"openai-standin serving {name} on {args.host}:{args.port}", flush=True)
     try:
