@@ -31,6 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import requests
 from cryptography import x509
@@ -53,6 +54,7 @@ class JoinedNode:
 
     node_id: str
     agent: ManagedProcess
+    state: Path
     stream_gate: Path
 
     def tunnels(self) -> int:
@@ -87,7 +89,7 @@ def node(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Joi
     agent = agent_run(state, workdir, env={**env, "CLEVERTHIS_ENDPOINT_SERVER": server})
     try:
         wait_until(lambda: "connected to" in agent.log(), timeout=60, interval=0.5, what="the agent's tunnel")
-        yield JoinedNode(json.loads((state / "node.json").read_text())["node_id"], agent, gate)
+        yield JoinedNode(json.loads((state / "node.json").read_text())["node_id"], agent, state, gate)
     finally:
         gate.touch()  # a stream still held lets go
         agent.stop()
@@ -179,6 +181,9 @@ def test_an_endpoint_answers_on_its_https_origin_and_streams_unbuffered(stack: S
 
     # SSE: the stand-in holds the last word until the gate exists, and only the first event opens it, so
     # a hop that buffered the stream would deliver nothing before curl gives up
+    slug = url.split("//endpoint-", 1)[1].split(".", 1)[0]
+    served = json.loads((node.state / "work" / "endpoints" / "endpoints.json").read_text())[slug]
+    assert "--stream-gate" in psutil.Process(served["pid"]).cmdline()
     question = {"model": "acme/chat", "stream": True, "messages": [{"role": "user", "content": "hello through tls"}]}
     argv = stack.curl(f"{url}/v1/chat/completions", "--max-time", "45", *auth,
                       "-H", "Content-Type: application/json", "--data", json.dumps(question))  # fmt: skip
