@@ -132,7 +132,7 @@ def build_images() -> dict[str, str]:
 
 
 @contextmanager
-def running_stack(workdir: Path, **settings: str) -> Iterator[Stack]:
+def running_stack(workdir: Path) -> Iterator[Stack]:
     """The stack up with the README's commands (init, up -d) on localhost, answering over https; then down."""
     images = build_images()
     port = free_port()
@@ -145,7 +145,6 @@ def running_stack(workdir: Path, **settings: str) -> Iterator[Stack]:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
-    env_file.write_text(env_file.read_text() + "".join(f"{k}={v}\n" for k, v in settings.items()))
     plane = Stack(
         f"ctdeploy{uuid.uuid4().hex[:8]}", env_file, f"https://localhost:{port}", workdir / "certs" / "ca.crt", env
     )
