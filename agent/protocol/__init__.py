@@ -1,24 +1,28 @@
 """The wire protocol between the compute agent and the control plane.
 
 One package, imported by both sides (the agent never imports Django; the control plane imports this
-package). Every frame is a JSON object ``{"v": PROTOCOL_VERSION, "type": ..., "id": ..., ...}`` sent as
-one WebSocket text message. Each frame type is a frozen dataclass; `encode` turns one into text and
-`decode` parses and validates text back into the right dataclass, raising `ProtocolError` (with a
-reason fit to send back in a close frame) for anything malformed.
+package). Every control frame is a JSON object ``{"v": PROTOCOL_VERSION, "type": ..., "id": ..., ...}``
+sent as one WebSocket text message (stream bytes and batches are binary messages). Each frame type is a
+frozen dataclass; `encode` turns one into text (or bytes) and `decode` parses and validates a message back
+into the right dataclass, raising `ProtocolError` (with a reason fit to send back in a close frame) for
+anything malformed.
 
 Control frames (hello, heartbeat, command, ack, progress, result, error, backoff, revoked) are small;
 bulk bytes (proxied HTTP bodies) travel in `StreamData` frames on numbered streams with credit-based
 flow control (`StreamWindow`), so a sender can always put a control frame ahead of queued bulk data.
 From protocol 3 on, a sender may coalesce the data of several streams that is ready at the same moment
 into one `StreamBatch` message (streaming inference: one small chunk per token on hundreds of streams),
-so the peer parses one WebSocket message for many chunks instead of one each.
+so the peer parses one WebSocket message for many chunks instead of one each. From protocol 5 on, the
+opens, data, window increments and ends of several streams go together in one `StreamFrames` message
+(hundreds of requests opening at once: one message, instead of an open, the request and its end each).
 
 Modules, bottom up (each imports only those above it in this list): `versions` (versions and their
 negotiation, limits, close and error codes, `ProtocolError`), `rules` (field bounds and patterns as
 metadata), `validation` (typed `from_dict`), `values` (shared value types), `payloads` (command payloads,
 one definition each, `parse_payload`), `results` (typed command results, `parse_result`), `proofs` (what
-each side signs), `frames` (every frame), `codec` (`encode` / `decode`). Every public name is re-exported here, so
-`from agent import protocol; protocol.Hello` keeps working.
+each side signs), `frames` (every frame), `stream_frames` (the binary layout of `StreamFrames`), `codec`
+(`encode` / `decode`). Every public name is re-exported here, so `from agent import protocol;
+protocol.Hello` keeps working.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ from agent.protocol.frames import (
     StreamBatch,
     StreamData,
     StreamEnd,
+    StreamFrame,
+    StreamFrames,
     StreamOpen,
     StreamWindow,
     Welcome,
@@ -118,6 +124,13 @@ from agent.protocol.rules import (
     field_rules,
     rule,
 )
+from agent.protocol.stream_frames import (
+    ENTRY_OVERHEAD,
+    FRAMES_MAGIC,
+    decode_stream_frames,
+    encode_stream_frames,
+    entry_size,
+)
 from agent.protocol.validation import (
     from_dict,
     nesting_exceeds,
@@ -149,6 +162,7 @@ from agent.protocol.versions import (
     PROTOCOL_VERSION,
     STREAM_BATCH_MAX_BYTES,
     STREAM_BATCH_SINCE,
+    STREAM_FRAMES_SINCE,
     TUNNEL_PATH,
     ErrorCode,
     ProtocolError,
@@ -174,8 +188,10 @@ __all__ = [
     "CONTROL_FRAME_TYPES",
     "DEFAULT_STREAM_WINDOW",
     "ENDPOINT_ID_RE",
+    "ENTRY_OVERHEAD",
     "ERROR_CODES",
     "FILE_NAME_RE",
+    "FRAMES_MAGIC",
     "FRAME_TYPES",
     "HEARTBEAT_INTERVAL_S",
     "INVENTORY_PROBLEMS_SINCE",
@@ -191,6 +207,7 @@ __all__ = [
     "SERVER_PROOF_CONTEXT",
     "STREAM_BATCH_MAX_BYTES",
     "STREAM_BATCH_SINCE",
+    "STREAM_FRAMES_SINCE",
     "TUNNEL_PATH",
     "Ack",
     "AgentUpdatePayload",
@@ -249,6 +266,8 @@ __all__ = [
     "StreamBatch",
     "StreamData",
     "StreamEnd",
+    "StreamFrame",
+    "StreamFrames",
     "StreamOpen",
     "StreamWindow",
     "Welcome",
@@ -257,8 +276,11 @@ __all__ = [
     "at_version",
     "build_result",
     "decode",
+    "decode_stream_frames",
     "encode",
     "encode_batch",
+    "encode_stream_frames",
+    "entry_size",
     "field_rules",
     "from_dict",
     "is_valid_nonce",

@@ -1,4 +1,4 @@
-"""Encoding and decoding: a frame as JSON text (control frames) or binary (stream data), and back.
+"""Encoding and decoding: a frame as JSON text (control frames) or binary (stream data, batches), and back.
 
 `decode` parses and validates one WebSocket message into the right frame dataclass, raising
 `ProtocolError` (with a reason fit to send back in a close frame) for anything malformed.
@@ -11,7 +11,8 @@ import json
 import struct
 from typing import Any, TypeVar
 
-from agent.protocol.frames import FRAME_TYPES, Frame, StreamBatch, StreamData
+from agent.protocol.frames import FRAME_TYPES, Frame, StreamBatch, StreamData, StreamFrames
+from agent.protocol.stream_frames import FRAMES_MAGIC, decode_stream_frames, encode_stream_frames
 from agent.protocol.validation import from_dict, nesting_exceeds
 from agent.protocol.versions import (
     MAX_FRAME_BYTES,
@@ -60,6 +61,8 @@ def encode(frame: Frame) -> str | bytes:
         return _BINARY_HEADER.pack(BINARY_MAGIC, frame.v, frame.stream_id) + frame.data
     if isinstance(frame, StreamBatch):
         return encode_batch(frame.chunks, frame.v)
+    if isinstance(frame, StreamFrames):
+        return encode_stream_frames(frame.frames, frame.v)
     return json.dumps(to_dict(frame, frame.v), separators=(",", ":"))
 
 
@@ -93,9 +96,11 @@ def _check_version(version: Any) -> None:
         )
 
 
-def _decode_binary(raw: bytes) -> StreamData | StreamBatch:
+def _decode_binary(raw: bytes) -> StreamData | StreamBatch | StreamFrames:
     if raw[:1] == bytes([BATCH_MAGIC]):
         return _decode_batch(raw)
+    if raw[:1] == bytes([FRAMES_MAGIC]):
+        return decode_stream_frames(raw)
     if len(raw) < _BINARY_HEADER.size:
         raise ProtocolError("binary frame shorter than its header")
     magic, version, stream_id = _BINARY_HEADER.unpack_from(raw)
@@ -136,7 +141,7 @@ def _refuse_constant(name: str) -> Any:
 def decode(raw: str | bytes) -> Frame:
     """Parse and validate one frame; raise `ProtocolError` with a reason on anything malformed.
 
-    Text messages are JSON control frames; binary messages are `StreamData` or `StreamBatch`.
+    Text messages are JSON control frames; binary messages are `StreamData`, `StreamBatch` or `StreamFrames`.
     """
     if len(raw) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(raw)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
@@ -156,7 +161,7 @@ def decode(raw: str | bytes) -> Frame:
     _check_version(version)
     frame_type = data.get("type")
     cls = FRAME_TYPES.get(frame_type) if isinstance(frame_type, str) else None
-    if cls is StreamData or cls is StreamBatch:
+    if cls is StreamData or cls is StreamBatch or cls is StreamFrames:
         raise ProtocolError("stream data must be sent as a binary message")
     if cls is None:
         raise ProtocolError(f"unknown frame type {frame_type!r}")

@@ -260,6 +260,30 @@ class StreamEnd(Frame):
     error: str = ""
 
 
+# The frames of one stream that a `StreamFrames` message can carry.
+StreamFrame = StreamOpen | StreamData | StreamWindow | StreamEnd
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamFrames(Frame):
+    """Either direction, protocol 5 on: the opens, data, window increments and ends of several streams in
+    one binary message (hundreds of requests opening at once cost one message, not three each).
+
+    `frames` are delivered in the order they were queued, exactly as if each had come as a message of its
+    own (so a stream's open comes before its data, and its end after them); the entries carry no id and
+    the message's version. Binary layout (`agent.protocol.stream_frames`): magic 0xCF, the protocol
+    version, then per entry its kind (1 open, 2 data, 3 window, 4 end), the stream id (unsigned 64-bit
+    big-endian), the body's length (unsigned 32-bit big-endian) and the body: for an open the port
+    (unsigned 16-bit), the window (unsigned 32-bit) and the host (UTF-8, the rest of the body); for data
+    the bytes; for a window the increment (unsigned 32-bit); for an end the error (UTF-8, empty for a
+    normal end). At least one entry, nothing after the last.
+    """
+
+    TYPE: ClassVar[str] = "stream_frames"
+    id: str = ""  # like StreamData: no id
+    frames: list[StreamFrame] = field(default_factory=list)
+
+
 FRAME_TYPES: dict[str, type[Frame]] = {
     cls.TYPE: cls
     for cls in (
@@ -281,6 +305,7 @@ FRAME_TYPES: dict[str, type[Frame]] = {
         StreamBatch,
         StreamWindow,
         StreamEnd,
+        StreamFrames,
     )
 }
-CONTROL_FRAME_TYPES = frozenset(FRAME_TYPES) - {"stream_data", "stream_batch"}
+CONTROL_FRAME_TYPES = frozenset(FRAME_TYPES) - {"stream_data", "stream_batch", "stream_frames"}

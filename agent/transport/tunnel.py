@@ -94,16 +94,20 @@ class FrameSender:
     `STREAM_BATCH_MAX_BYTES`) go out as one `StreamBatch` message. Nothing waits for a batch to fill: a
     lone chunk goes out at once as `StreamData`, and chunks coalesce only while the socket was busy or
     when several streams' bytes arrived in the same event-loop turn. A protocol-2 peer gets one
-    `StreamData` per chunk.
+    `StreamData` per chunk. From protocol 5 on, streams' window increments and aborts queued together
+    go out as one `StreamFrames` message, and so do streams' normal ends with the data queued around
+    them; an older peer gets each of those frames on its own.
     """
 
     def __init__(self, ws: Any, version: int = p.PROTOCOL_VERSION) -> None:
         self._ws = ws
         self.version = version  # the session's protocol version: every frame goes out at it
         self.batching = version >= p.STREAM_BATCH_SINCE
-        self._control: collections.deque[str | bytes] = collections.deque()
-        # encoded frames, or (stream id, bytes) for stream data still to be framed
-        self._bulk: collections.deque[str | bytes | tuple[int, bytes]] = collections.deque()
+        self.stream_frames = version >= p.STREAM_FRAMES_SINCE
+        # encoded frames, or (protocol 5 on) stream windows and aborts still to be framed together
+        self._control: collections.deque[str | bytes | p.StreamWindow | p.StreamEnd] = collections.deque()
+        # (stream id, bytes) of stream data, and streams' normal ends, still to be framed
+        self._bulk: collections.deque[tuple[int, bytes] | p.StreamEnd] = collections.deque()
         self._wakeup = asyncio.Event()
         self.closed = False
 
@@ -116,7 +120,9 @@ class FrameSender:
         elif isinstance(frame, p.StreamEnd) and not frame.error:
             # A stream's normal end queues behind its data (it must not overtake the last chunks); an
             # abort (StreamEnd with an error) and every other control frame go first.
-            self._bulk.append(p.encode(p.at_version(frame, self.version)))
+            self._bulk.append(frame)
+        elif self.stream_frames and isinstance(frame, p.StreamWindow | p.StreamEnd):
+            self._control.append(frame)
         else:
             self._control.append(p.encode(p.at_version(frame, self.version)))
         self._wakeup.set()
@@ -130,27 +136,54 @@ class FrameSender:
     def next_message(self) -> str | bytes | None:
         """The next message to put on the socket: a control frame if any is queued, else bulk (None: empty)."""
         if self._control:
-            return self._control.popleft()
+            return self._next_control()
         if not self._bulk:
             return None
-        item = self._bulk.popleft()
-        if not isinstance(item, tuple):
+        return self._next_bulk()
+
+    def _next_control(self) -> str | bytes:
+        control = self._control
+        item = control.popleft()
+        if isinstance(item, str | bytes):
             return item
-        stream_id, data = item
-        bulk = self._bulk
-        if not self.batching or not bulk or not isinstance(bulk[0], tuple):
-            return p.encode(p.StreamData(stream_id=stream_id, data=data, v=self.version))
-        chunks = [item]
-        size = len(data) + p.BATCH_CHUNK_OVERHEAD
-        while bulk and isinstance(bulk[0], tuple):
-            following = len(bulk[0][1]) + p.BATCH_CHUNK_OVERHEAD
+        frames: list[p.StreamFrame] = [item]  # stream windows and aborts queued together: one message
+        size = p.entry_size(item)
+        while control and not isinstance(control[0], str | bytes):
+            following = p.entry_size(control[0])
             if size + following > p.STREAM_BATCH_MAX_BYTES:
                 break
-            chunks.append(bulk.popleft())  # type: ignore[arg-type]  # (a tuple: checked above)
+            frames.append(control.popleft())  # type: ignore[arg-type]  # (a stream frame: checked above)
             size += following
-        if len(chunks) == 1:
-            return p.encode(p.StreamData(stream_id=stream_id, data=data, v=self.version))
-        return p.encode_batch(chunks, self.version)
+        return self._stream_message(frames)
+
+    def _next_bulk(self) -> str | bytes:
+        bulk = self._bulk
+        first = bulk.popleft()
+        run = [first]
+        size = _bulk_size(first)
+        while bulk and self._joins(run[0], bulk[0]):
+            following = _bulk_size(bulk[0])
+            if size + following > p.STREAM_BATCH_MAX_BYTES:
+                break
+            run.append(bulk.popleft())
+            size += following
+        if len(run) == 1:
+            return self._stream_message([_as_frame(first)])
+        if all(isinstance(item, tuple) for item in run):
+            return p.encode_batch(run, self.version)  # type: ignore[arg-type]  # (all data: checked above)
+        return p.encode_stream_frames([_as_frame(item) for item in run], self.version)
+
+    def _joins(self, first: tuple[int, bytes] | p.StreamEnd, following: tuple[int, bytes] | p.StreamEnd) -> bool:
+        """Whether `following` may go in the same message as the run that starts with `first`."""
+        if self.stream_frames:
+            return True
+        return self.batching and isinstance(first, tuple) and isinstance(following, tuple)
+
+    def _stream_message(self, frames: list[p.StreamFrame]) -> str | bytes:
+        """One stream frame as its own message, or several as one `StreamFrames` (protocol 5 on)."""
+        if len(frames) == 1:
+            return p.encode(p.at_version(frames[0], self.version))
+        return p.encode_stream_frames(frames, self.version)
 
     async def run(self) -> None:
         """Drain the queues onto the socket until it closes."""
@@ -164,6 +197,16 @@ class FrameSender:
                 await self._ws.send(message)
         finally:
             self.closed = True
+
+
+def _bulk_size(item: tuple[int, bytes] | p.StreamEnd) -> int:
+    """The bytes a bulk item takes in a batch message."""
+    return len(item[1]) + p.ENTRY_OVERHEAD if isinstance(item, tuple) else p.entry_size(item)
+
+
+def _as_frame(item: tuple[int, bytes] | p.StreamEnd) -> p.StreamFrame:
+    """A bulk item as the stream frame it stands for."""
+    return p.StreamData(stream_id=item[0], data=item[1]) if isinstance(item, tuple) else item
 
 
 class TunnelClient:
@@ -429,7 +472,10 @@ class TunnelClient:
                 log.warning("ignoring malformed frame from control plane: %s", exc)
                 continue
             self._raise_if_terminal(frame)
-            if isinstance(frame, p.StreamBatch):
+            if isinstance(frame, p.StreamFrames):
+                for entry in frame.frames:  # opens, data, windows and ends of many streams, in order
+                    streams.handle(entry)
+            elif isinstance(frame, p.StreamBatch):
                 for stream_id, data in frame.chunks:
                     streams.handle(p.StreamData(stream_id=stream_id, data=data, v=frame.v))
             elif isinstance(frame, p.StreamOpen | p.StreamData | p.StreamWindow | p.StreamEnd):

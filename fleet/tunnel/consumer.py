@@ -46,6 +46,7 @@ from fleet.tunnel import auth as tunnel_auth
 from fleet.tunnel import local_tunnels
 from fleet.tunnel.batching import Coalescer
 from fleet.tunnel.groups import AGENTS_GROUP, command_frame, node_group
+from fleet.tunnel.outbox import StreamOutbox
 from fleet.tunnel.streams_seam import LocalStream, StreamSink, stream_handler
 from kernel import metrics
 from kernel.exceptions import IllegalTransition
@@ -265,6 +266,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     _beats: collections.deque[p.Heartbeat]
     _beat_task: asyncio.Future[None] | None = None
     _closing: asyncio.Future[None] | None = None
+    _outbox: StreamOutbox | None = None  # stream frames towards the agent, written by `_outbox_task`
+    _outbox_task: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """As Channels does, with heartbeats taken ahead of queued stream data (`HeartbeatFirst`)."""
@@ -345,9 +348,11 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         self._handshake_done()
         REVOCATIONS.discard(self)
-        for task in (getattr(self, "_hello_timer", None), self._relay_task, self._beat_task):
+        for task in (getattr(self, "_hello_timer", None), self._relay_task, self._beat_task, self._outbox_task):
             if task is not None:
                 task.cancel()
+        if self._outbox is not None:
+            self._outbox.close()
         if self.node_id is not None:
             # The database first: when many sockets drop at once (a partition, a deploy) Redis may
             # refuse some of the clean-up below, and the node must not stay "connected" because of it.
@@ -565,6 +570,22 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             if target is not None:
                 target.deliver({"type": "stream.data", "data": data})
 
+    async def _on_stream_frames(self, frame: p.StreamFrames) -> None:
+        """Several streams' data, window increments and ends in one message: each to its stream, in order."""
+        streams = self.streams
+        for entry in frame.frames:
+            target = streams.get(entry.stream_id)
+            if target is None:
+                continue
+            if type(entry) is p.StreamData:
+                target.deliver({"type": "stream.data", "data": entry.data})
+            elif type(entry) is p.StreamWindow:
+                target.deliver({"type": "stream.window", "increment": entry.increment})
+            elif type(entry) is p.StreamEnd:
+                target.deliver({"type": "stream.end", "error": entry.error})
+                streams.pop(entry.stream_id, None)
+            # (an open from the agent means nothing: only the control plane opens streams)
+
     async def _on_stream_window(self, frame: p.StreamWindow) -> None:
         await self._to_stream(frame.stream_id, {"type": "stream.window", "increment": frame.increment})
 
@@ -587,6 +608,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         p.InventoryReport: _on_inventory,
         p.StreamData: _on_stream_data,
         p.StreamBatch: _on_stream_batch,
+        p.StreamFrames: _on_stream_frames,
         p.StreamWindow: _on_stream_window,
         p.StreamEnd: _on_stream_end,
     }
@@ -649,19 +671,26 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         await self._open_stream(stream.stream_id, opening)
 
     async def _open_stream(self, stream_id: int, opening: dict[str, Any]) -> None:
-        """Tell the agent: open, then the first request bytes and the request's end if they came along."""
-        await self._send_frame(
+        """Tell the agent: open, then the first request bytes and the request's end if they came along.
+
+        From protocol 5 on these, and whatever else is queued for the agent's streams in this event-loop
+        turn, go out as one message (`StreamOutbox`).
+        """
+        frames: list[p.StreamFrame] = [
             p.StreamOpen(
                 stream_id=stream_id,
                 port=int(opening["port"]),
                 window=int(opening["window"]),
                 host=str(opening.get("host", "")),
             )
-        )
+        ]
         if opening.get("data"):
-            await self._send_frame(p.StreamData.of(stream_id, opening["data"]))
+            frames.append(p.StreamData.of(stream_id, opening["data"]))
         if opening.get("end"):
-            await self._send_frame(p.StreamEnd(stream_id=stream_id))
+            frames.append(p.StreamEnd(stream_id=stream_id))
+        outbox = self._stream_outbox()
+        for frame in frames:
+            outbox.put(frame)
 
     _LOCAL_STREAM_MESSAGES = frozenset({"stream.data", "stream.window", "stream.end"})
 
@@ -674,12 +703,13 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     async def stream_data(self, message: dict[str, Any]) -> None:
         """`stream.data`: request bytes for the agent."""
         if message["stream_id"] in self.streams:
-            await self._send_frame(p.StreamData.of(message["stream_id"], message["data"]))
+            self._stream_outbox().put(p.StreamData.of(message["stream_id"], message["data"]))
 
     async def stream_window(self, message: dict[str, Any]) -> None:
         """`stream.window`: the proxying process returns response credit to the agent."""
         if message["stream_id"] in self.streams:
-            await self._send_frame(p.StreamWindow(stream_id=message["stream_id"], increment=int(message["increment"])))
+            frame = p.StreamWindow(stream_id=message["stream_id"], increment=int(message["increment"]))
+            self._stream_outbox().put(frame)
 
     async def stream_end(self, message: dict[str, Any]) -> None:
         """`stream.end`: the request is complete or aborted (`error` set)."""
@@ -687,7 +717,24 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if stream_id in self.streams:
             if message.get("error"):
                 self.streams.pop(stream_id, None)
-            await self._send_frame(p.StreamEnd(stream_id=stream_id, error=message.get("error", "")))
+            self._stream_outbox().put(p.StreamEnd(stream_id=stream_id, error=message.get("error", "")))
+
+    def _stream_outbox(self) -> StreamOutbox:
+        """This tunnel's outbox of stream frames, its writer started (and supervised) on first use."""
+        if self._outbox is None:
+            self._outbox = StreamOutbox(self._send_message, self.protocol)
+            self._outbox_task = asyncio.ensure_future(self._outbox.run())
+            self._outbox_task.add_done_callback(self._outbox_done)
+        return self._outbox
+
+    def _outbox_done(self, task: asyncio.Future[None]) -> None:
+        """The stream writer failed (the socket refused a message): log why and close the tunnel."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("tunnel of node %s: sending stream frames failed; closing", self.node_id, exc_info=task.exception())
+        if self._outbox is not None:
+            self._outbox.close()
+        self._closing = asyncio.ensure_future(self.close(code=1011, reason="stream sender failed"))
 
     # ---- helpers
 
@@ -695,7 +742,9 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         await self._send_frame(command_frame(command))
 
     async def _send_frame(self, frame: p.Frame) -> None:
-        encoded = p.encode(p.at_version(frame, self.protocol))
+        await self._send_message(p.encode(p.at_version(frame, self.protocol)))
+
+    async def _send_message(self, encoded: str | bytes) -> None:
         if isinstance(encoded, bytes):
             await self.send(bytes_data=encoded)
         else:

@@ -166,7 +166,7 @@ def _chunk(stream_id: int, data: bytes, length: int | None = None) -> bytes:
         (_batch_header() + _chunk(1, b"a") + b"\x00\x01\x02", "cut inside a chunk header"),
         (_batch_header() + _chunk(1, b"abc", length=4), "runs past the end"),
         (_batch_header() + _chunk(1, b"a") + _chunk(2, b"bb", length=2**32 - 1), "runs past the end"),
-        (b"\xcf\x03" + _chunk(1, b"a"), "bad magic byte"),
+        (b"\xd0\x03" + _chunk(1, b"a"), "bad magic byte"),
         ('{"v": 3, "type": "stream_batch", "chunks": []}', "must be sent as a binary message"),
     ],
 )

@@ -131,7 +131,7 @@ class TokenStream(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-def test_a_protocol_2_agent_still_proxies_a_streamed_answer_with_its_per_stream_frames(
+def test_an_agent_one_protocol_version_behind_still_proxies_a_streamed_answer_with_its_own_frames(
     control_plane, cluster, operator, old_agent
 ):
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), TokenStream)

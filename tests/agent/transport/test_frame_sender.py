@@ -1,5 +1,6 @@
-"""The agent's FrameSender: control frames first, a stream's normal end stays behind its data, and from
-protocol 3 on the data of several streams that is ready together goes out as one `StreamBatch`."""
+"""The agent's FrameSender: control frames first, a stream's normal end stays behind its data, from
+protocol 3 on the data of several streams that is ready together goes out as one `StreamBatch`, and from
+protocol 5 on streams' windows and ends go out together too (`StreamFrames`)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ def _chunks(frames: list[p.Frame]) -> list[tuple[int, bytes]]:
     for frame in frames:
         if isinstance(frame, p.StreamBatch):
             chunks.extend((stream_id, bytes(data)) for stream_id, data in frame.chunks)
+        elif isinstance(frame, p.StreamFrames):
+            chunks.extend(_chunks(frame.frames))  # type: ignore[arg-type]
         elif isinstance(frame, p.StreamData):
             chunks.append((frame.stream_id, frame.payload()))
     return chunks
@@ -190,3 +193,137 @@ def test_the_agent_hands_each_chunk_of_a_batch_from_the_control_plane_to_its_str
     with pytest.raises(SessionEnded):  # after the frames, the socket closes: the session ends
         asyncio.run(client._receive_loop(Incoming(raws), streams))  # type: ignore[arg-type]
     assert streams.handled == chunks
+
+
+def _entries(frames: list[p.Frame]) -> list[p.Frame]:
+    """`frames` with every `StreamFrames` opened up into its entries, in wire order."""
+    out: list[p.Frame] = []
+    for frame in frames:
+        out.extend(frame.frames if isinstance(frame, p.StreamFrames) else [frame])
+    return out
+
+
+def _shape(frames: list[p.Frame]) -> list[tuple[str, int, object]]:
+    """(type, stream id, what it carries) of each stream frame: comparable across encodings."""
+    shape = []
+    for frame in _entries(frames):
+        if isinstance(frame, p.StreamData):
+            shape.append(("data", frame.stream_id, frame.payload()))
+        elif isinstance(frame, p.StreamWindow):
+            shape.append(("window", frame.stream_id, frame.increment))
+        elif isinstance(frame, p.StreamEnd):
+            shape.append(("end", frame.stream_id, frame.error))
+        else:
+            shape.append((frame.TYPE, 0, None))
+    return shape
+
+
+def _queue_a_burst(sender: FrameSender) -> None:
+    """What 3 streams' answers and credit returns look like when they are ready in the same turn."""
+    for stream_id in (1, 2, 3):
+        sender.send(p.StreamData.of(stream_id, f"answer {stream_id}".encode()))
+        sender.send(p.StreamWindow(stream_id=stream_id, increment=100))
+        sender.send(p.StreamEnd(stream_id=stream_id))
+    sender.send(p.StreamEnd(stream_id=4, error="cannot connect to port 1"))
+
+
+def test_from_protocol_5_windows_and_ends_go_out_together_with_the_data_around_them():
+    sender = FrameSender(Socket(), version=5)
+    _queue_a_burst(sender)
+    frames = _drain(sender)
+    # two messages: the control line (windows and the abort) first, then the data with the normal ends
+    assert [type(f) for f in frames] == [p.StreamFrames, p.StreamFrames]
+    assert {f.v for f in frames} == {5}
+    assert _shape(frames) == [
+        ("window", 1, 100),
+        ("window", 2, 100),
+        ("window", 3, 100),
+        ("end", 4, "cannot connect to port 1"),
+        ("data", 1, b"answer 1"),
+        ("end", 1, ""),
+        ("data", 2, b"answer 2"),
+        ("end", 2, ""),
+        ("data", 3, b"answer 3"),
+        ("end", 3, ""),
+    ]
+
+
+def test_a_protocol_4_peer_gets_the_same_frames_one_message_each_but_for_batched_data():
+    sender = FrameSender(Socket(), version=4)
+    _queue_a_burst(sender)
+    frames = _drain(sender)
+    assert not any(isinstance(f, p.StreamFrames) for f in frames)
+    assert {f.v for f in frames} == {4}
+    # the same frames, each stream's in the same order (a normal end still cuts a data batch at 4)
+    v5 = FrameSender(Socket(), version=5)
+    _queue_a_burst(v5)
+    assert _shape(frames) == _shape(_drain(v5))
+    assert len(frames) == 3 + 1 + 3 * 2
+
+
+def test_from_protocol_5_a_control_frame_between_windows_keeps_its_place():
+    sender = FrameSender(Socket(), version=5)
+    sender.send(p.StreamWindow(stream_id=1, increment=1))
+    beat = p.Heartbeat(cpu_percent=1.0, memory_percent=1.0)
+    sender.send(beat)
+    sender.send(p.StreamWindow(stream_id=2, increment=2))
+    sender.send(p.StreamWindow(stream_id=3, increment=3))
+    frames = _drain(sender)
+    assert [type(f) for f in frames] == [p.StreamWindow, p.Heartbeat, p.StreamFrames]
+    assert _shape(frames) == [("window", 1, 1), ("heartbeat", 0, None), ("window", 2, 2), ("window", 3, 3)]
+
+
+def test_from_protocol_5_data_alone_still_goes_out_as_a_stream_batch_and_mixed_runs_are_bounded():
+    sender = FrameSender(Socket(), version=5)
+    for stream_id in (1, 2):
+        sender.send(p.StreamData.of(stream_id, b"token"))
+    assert [type(f) for f in _drain(sender)] == [p.StreamBatch]
+    piece = 10 * 1024
+    sent = []
+    for i in range(100):  # ~1 MB with an end after every tenth chunk: several bounded messages
+        sender.send(p.StreamData.of(i % 3, bytes([i]) * piece))
+        sent.append(("data", i % 3, bytes([i]) * piece))
+        if i % 10 == 9:
+            sender.send(p.StreamEnd(stream_id=i % 3))
+            sent.append(("end", i % 3, ""))
+    raws = []
+    while (message := sender.next_message()) is not None:
+        raws.append(message)
+    assert len(raws) > 1
+    assert all(len(raw) <= p.STREAM_BATCH_MAX_BYTES + 2 for raw in raws)
+    assert _shape([p.decode(raw) for raw in raws]) == sent
+
+
+def test_the_agent_dispatches_each_entry_of_stream_frames_from_the_control_plane_in_order(tmp_path):
+    from websockets.exceptions import ConnectionClosedOK
+
+    from tests.agent.transport.test_close_reasons import _client
+
+    class Streams:
+        def __init__(self) -> None:
+            self.handled: list[p.Frame] = []
+
+        def handle(self, frame: p.Frame) -> None:
+            self.handled.append(frame)
+
+    class Incoming:
+        def __init__(self, raws: list[bytes]) -> None:
+            self.raws = raws
+
+        async def recv(self) -> bytes:
+            if not self.raws:
+                raise ConnectionClosedOK(None, None)
+            return self.raws.pop(0)
+
+    entries: list[p.StreamFrame] = [
+        p.StreamOpen(stream_id=1, port=8000, id="", v=5),
+        p.StreamData(stream_id=1, data=b"GET /", v=5),
+        p.StreamEnd(stream_id=1, id="", v=5),
+        p.StreamOpen(stream_id=2, port=8000, id="", v=5),
+        p.StreamWindow(stream_id=3, increment=7, id="", v=5),
+    ]
+    streams = Streams()
+    client = _client(tmp_path, 9)
+    with pytest.raises(SessionEnded):  # after the frames, the socket closes: the session ends
+        asyncio.run(client._receive_loop(Incoming([p.encode_stream_frames(entries, 5)]), streams))  # type: ignore[arg-type]
+    assert streams.handled == entries
