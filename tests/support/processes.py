@@ -139,6 +139,8 @@ LISTEN_BACKLOG = 2048
 # tests' environment runs them on another. daphne serves `manage.py runserver`; granian is benchmarked.
 PRODUCTION_SERVER = "uvicorn"
 SERVERS = ("uvicorn", "daphne", "granian")
+# What a few key tunnel tests run on, each: production's server and development's (both must keep passing).
+BOTH_SERVERS = ("uvicorn", "daphne")
 ASGI_APP = "cleverthis.asgi:application"
 
 
@@ -204,13 +206,14 @@ def web_server_argv(
     raise ValueError(f"unknown ASGI server {server!r}: expected one of {', '.join(SERVERS)}")
 
 
-# uvicorn as in the Procfile: uvloop, httptools, the sans-I/O websockets protocol; no compression of tunnel
+# uvicorn as in the Procfile: uvloop, httptools, the sans-I/O websockets protocol with a closing handshake
+# for a failed connection (`cleverthis.uvicorn_fixes`: 1009 reaches the peer); no compression of tunnel
 # frames (daphne offers none either), no lifespan (Channels' router has none), no Server/Date headers added
 # to proxied responses (as daphne: the node's own pass through), a bounded wait for open streams at shutdown.
 UVICORN_OPTIONS = (
     "--loop=uvloop",
     "--http=httptools",
-    "--ws=websockets-sansio",
+    "--ws=cleverthis.uvicorn_fixes:ClosingHandshakeProtocol",
     "--ws-per-message-deflate=false",
     "--lifespan=off",
     "--no-access-log",
