@@ -12,10 +12,12 @@ layer from any replica.
 Every frame from the agent is validated by `agent.protocol.decode`; a malformed or oversized frame
 closes this one socket with a reason (close code 4400) and never affects other sockets.
 
-Heartbeats go ahead of stream data: daphne queues a socket's messages for the consumer in arrival
+Heartbeats go ahead of stream data: the server queues a socket's messages for the consumer in arrival
 order, and `HeartbeatFirst` takes a heartbeat out of that queue before the stream data that arrived
 ahead of it; its database write then runs beside the data path (`_answer_heartbeats`), so neither
-waits for the other.
+waits for the other. daphne reads a socket without bound, so its queue holds the whole backlog; uvicorn
+stops reading while its queue is not empty, so the backlog waits in the socket and in the agent, whose
+sender puts heartbeats ahead of stream data itself, and `HeartbeatFirst` looks a bounded way ahead.
 """
 
 from __future__ import annotations
@@ -88,22 +90,47 @@ CLOSE_STALE = p.CLOSE_STALE
 CLOSE_AGENT_TOO_OLD = p.CLOSE_AGENT_TOO_OLD
 
 
+# Messages `HeartbeatFirst` holds ahead under uvicorn (most are at most a batch of stream data, 256 KiB).
+UVICORN_READ_AHEAD = 16
+
+
 class HeartbeatFirst:
-    """A receive callable over daphne's queue of one socket's messages that hands out heartbeats first.
+    """A receive callable over the server's queue of one socket's messages that hands out heartbeats first.
 
     Whatever waits in the queue is moved into two lines: heartbeat frames and everything else. A
     heartbeat then goes out before stream data that arrived ahead of it; all other messages keep their
     order (so a stream's end never overtakes its data). A heartbeat is recognised without parsing: the
     encoder writes a frame's type last, so only a heartbeat's text ends with this (a nested value that
     reads `"type":"heartbeat"` is followed by the frame's own type).
+
+    Each message is still taken with the server's own `receive` (uvicorn resumes reading the socket
+    when its queue runs empty), and at most `read_ahead` messages wait here (None: no bound, where the
+    server reads without bound anyway), so the server's backpressure on the socket stays.
     """
 
     _MARK = '"type":"heartbeat"}'
 
-    def __init__(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
+    def __init__(self, receive: Any, queue: asyncio.Queue[dict[str, Any]], *, read_ahead: int | None = None) -> None:
+        self._receive = receive
         self._queue = queue
+        self._read_ahead = read_ahead
         self._beats: collections.deque[dict[str, Any]] = collections.deque()
         self._rest: collections.deque[dict[str, Any]] = collections.deque()
+
+    @classmethod
+    def over(cls, receive: Any) -> HeartbeatFirst | None:
+        """Heartbeats first over the server's `receive`, where its queue can be found (else None).
+
+        daphne passes its queue's `get`; uvicorn its WebSocket protocol's `receive`, over the protocol's
+        `queue`, which holds what one read of the socket brought (reading pauses until it is empty).
+        """
+        owner = getattr(receive, "__self__", None)
+        if isinstance(owner, asyncio.Queue):
+            return cls(receive, owner)
+        queue = getattr(owner, "queue", None)
+        if isinstance(queue, asyncio.Queue):
+            return cls(receive, queue, read_ahead=UVICORN_READ_AHEAD)
+        return None
 
     def _take(self, message: dict[str, Any]) -> None:
         text = message.get("text")
@@ -112,11 +139,14 @@ class HeartbeatFirst:
         else:
             self._rest.append(message)
 
+    def _room(self) -> bool:
+        return self._read_ahead is None or len(self._beats) + len(self._rest) < self._read_ahead
+
     async def __call__(self) -> dict[str, Any]:
         if not self._beats and not self._rest:
-            self._take(await self._queue.get())
-        while not self._queue.empty():
-            self._take(self._queue.get_nowait())
+            self._take(await self._receive())
+        while not self._queue.empty() and self._room():
+            self._take(await self._receive())  # a message waits: returns without suspending
         return self._beats.popleft() if self._beats else self._rest.popleft()
 
 
@@ -268,10 +298,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """As Channels does, with heartbeats taken ahead of queued stream data (`HeartbeatFirst`)."""
-        queue = getattr(receive, "__self__", None)  # daphne passes its queue's `get`
-        if isinstance(queue, asyncio.Queue):
-            receive = HeartbeatFirst(queue)
-        await super().__call__(scope, receive, send)
+        await super().__call__(scope, HeartbeatFirst.over(receive) or receive, send)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Route a message to its handler, without Channels' `close_old_connections` hop per message.
