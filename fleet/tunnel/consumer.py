@@ -48,6 +48,7 @@ from fleet.tunnel import auth as tunnel_auth
 from fleet.tunnel import local_tunnels
 from fleet.tunnel.batching import Coalescer
 from fleet.tunnel.groups import AGENTS_GROUP, command_frame, node_group
+from fleet.tunnel.server_io import HeartbeatFirst, SendUntilClosed
 from fleet.tunnel.streams_seam import LocalStream, StreamSink, stream_handler
 from kernel import metrics
 from kernel.exceptions import IllegalTransition
@@ -88,66 +89,6 @@ CLOSE_REVOKED = p.CLOSE_REVOKED
 CLOSE_BACKOFF = p.CLOSE_BACKOFF
 CLOSE_STALE = p.CLOSE_STALE
 CLOSE_AGENT_TOO_OLD = p.CLOSE_AGENT_TOO_OLD
-
-
-# Messages `HeartbeatFirst` holds ahead under uvicorn (most are at most a batch of stream data, 256 KiB).
-UVICORN_READ_AHEAD = 16
-
-
-class HeartbeatFirst:
-    """A receive callable over the server's queue of one socket's messages that hands out heartbeats first.
-
-    Whatever waits in the queue is moved into two lines: heartbeat frames and everything else. A
-    heartbeat then goes out before stream data that arrived ahead of it; all other messages keep their
-    order (so a stream's end never overtakes its data). A heartbeat is recognised without parsing: the
-    encoder writes a frame's type last, so only a heartbeat's text ends with this (a nested value that
-    reads `"type":"heartbeat"` is followed by the frame's own type).
-
-    Each message is still taken with the server's own `receive` (uvicorn resumes reading the socket
-    when its queue runs empty), and at most `read_ahead` messages wait here (None: no bound, where the
-    server reads without bound anyway), so the server's backpressure on the socket stays.
-    """
-
-    _MARK = '"type":"heartbeat"}'
-
-    def __init__(self, receive: Any, queue: asyncio.Queue[dict[str, Any]], *, read_ahead: int | None = None) -> None:
-        self._receive = receive
-        self._queue = queue
-        self._read_ahead = read_ahead
-        self._beats: collections.deque[dict[str, Any]] = collections.deque()
-        self._rest: collections.deque[dict[str, Any]] = collections.deque()
-
-    @classmethod
-    def over(cls, receive: Any) -> HeartbeatFirst | None:
-        """Heartbeats first over the server's `receive`, where its queue can be found (else None).
-
-        daphne passes its queue's `get`; uvicorn its WebSocket protocol's `receive`, over the protocol's
-        `queue`, which holds what one read of the socket brought (reading pauses until it is empty).
-        """
-        owner = getattr(receive, "__self__", None)
-        if isinstance(owner, asyncio.Queue):
-            return cls(receive, owner)
-        queue = getattr(owner, "queue", None)
-        if isinstance(queue, asyncio.Queue):
-            return cls(receive, queue, read_ahead=UVICORN_READ_AHEAD)
-        return None
-
-    def _take(self, message: dict[str, Any]) -> None:
-        text = message.get("text")
-        if message.get("type") == "websocket.receive" and text is not None and text.endswith(self._MARK):
-            self._beats.append(message)
-        else:
-            self._rest.append(message)
-
-    def _room(self) -> bool:
-        return self._read_ahead is None or len(self._beats) + len(self._rest) < self._read_ahead
-
-    async def __call__(self) -> dict[str, Any]:
-        if not self._beats and not self._rest:
-            self._take(await self._receive())
-        while not self._queue.empty() and self._room():
-            self._take(await self._receive())  # a message waits: returns without suspending
-        return self._beats.popleft() if self._beats else self._rest.popleft()
 
 
 class HandshakeGate:
@@ -297,8 +238,9 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     _closing: asyncio.Future[None] | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """As Channels does, with heartbeats taken ahead of queued stream data (`HeartbeatFirst`)."""
-        await super().__call__(scope, HeartbeatFirst.over(receive) or receive, send)
+        """As Channels does, with heartbeats taken ahead of queued stream data (`HeartbeatFirst`) and
+        nothing sent after the socket closed (`SendUntilClosed`)."""
+        await super().__call__(scope, HeartbeatFirst.over(receive) or receive, SendUntilClosed(send))
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Route a message to its handler, without Channels' `close_old_connections` hop per message.

@@ -22,8 +22,8 @@ from fleet.proxy import stream_pipes
 from fleet.proxy.streams import TunnelStream
 from fleet.tunnel import consumer as tunnel_consumer
 from fleet.tunnel.batching import Coalescer
-from fleet.tunnel.consumer import HeartbeatFirst
 from fleet.tunnel.groups import node_group
+from fleet.tunnel.server_io import HeartbeatFirst
 from tests.fleet.tunnel.test_tunnel_bad_input import Identity, _hello, node_identity  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -240,7 +240,7 @@ class _PausingSocket:
 async def test_under_uvicorn_heartbeats_go_first_within_a_bounded_look_ahead():
     """uvicorn stops reading while its queue holds messages: the heartbeat is taken ahead of the stream
     data before it within `UVICORN_READ_AHEAD` messages, and no more than that is read ahead of the consumer."""
-    from fleet.tunnel.consumer import UVICORN_READ_AHEAD
+    from fleet.tunnel.server_io import UVICORN_READ_AHEAD
 
     data = [_receive(data=p.encode(p.StreamData.of(1, bytes([i % 256])))) for i in range(UVICORN_READ_AHEAD * 3)]
     beat = _receive(text=p.encode(p.Heartbeat(cpu_percent=1.0, memory_percent=1.0)))
