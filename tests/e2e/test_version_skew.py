@@ -139,6 +139,9 @@ def test_a_protocol_2_agent_still_proxies_a_streamed_answer_with_its_per_stream_
     port = server.server_address[1]
     try:
         user, _ = operator
+        # the old agent stays old: an automatic update restarting it mid-request would break the stream
+        cluster.auto_update_agents = False
+        cluster.save(update_fields=["auto_update_agents"])
         proc, state = old_agent(control_plane.url, cluster, user, "old-proxy", {"CLEVERTHIS_PROXY_PORTS": str(port)})
         node = node_of(state)
         wait_status(node, "online", timeout=60)
