@@ -16,8 +16,8 @@ Heartbeats go ahead of stream data: the server queues a socket's messages for th
 order, and `HeartbeatFirst` takes a heartbeat out of that queue before the stream data that arrived
 ahead of it; its database write then runs beside the data path (`_answer_heartbeats`), so neither
 waits for the other. daphne reads a socket without bound, so its queue holds the whole backlog; uvicorn
-stops reading while its queue is not empty, so the backlog waits in the socket and in the agent, whose
-sender puts heartbeats ahead of stream data itself, and `HeartbeatFirst` looks a bounded way ahead.
+stops reading while its queue is not empty, and `HeartbeatFirst` takes what it queued as it comes, so
+the backlog reaches it there too (`fleet.tunnel.server_io`).
 """
 
 from __future__ import annotations

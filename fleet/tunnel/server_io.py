@@ -13,9 +13,6 @@ import asyncio
 import collections
 from typing import Any
 
-# Messages `HeartbeatFirst` holds ahead under uvicorn (most are at most a batch of stream data, 256 KiB).
-UVICORN_READ_AHEAD = 16
-
 
 class HeartbeatFirst:
     """A receive callable over the server's queue of one socket's messages that hands out heartbeats first.
@@ -26,17 +23,19 @@ class HeartbeatFirst:
     encoder writes a frame's type last, so only a heartbeat's text ends with this (a nested value that
     reads `"type":"heartbeat"` is followed by the frame's own type).
 
-    Each message is still taken with the server's own `receive` (uvicorn resumes reading the socket
-    when its queue runs empty), and at most `read_ahead` messages wait here (None: no bound, where the
-    server reads without bound anyway), so the server's backpressure on the socket stays.
+    Each message is still taken with the server's own `receive` (uvicorn resumes reading the socket when
+    its queue runs empty). Everything that arrived is taken, as daphne reads a socket without bound:
+    uvicorn alone would leave the backlog in the socket, where a heartbeat waits behind all of it (at
+    1,024 proxied streams a heartbeat round trip p99 of 0.6-0.8 s looking 16 messages ahead, 56 ms
+    looking at all). What waits here stays bounded all the same: stream data comes only against the
+    credit this side granted, one window per stream; the other frames are small.
     """
 
     _MARK = '"type":"heartbeat"}'
 
-    def __init__(self, receive: Any, queue: asyncio.Queue[dict[str, Any]], *, read_ahead: int | None = None) -> None:
+    def __init__(self, receive: Any, queue: asyncio.Queue[dict[str, Any]]) -> None:
         self._receive = receive
         self._queue = queue
-        self._read_ahead = read_ahead
         self._beats: collections.deque[dict[str, Any]] = collections.deque()
         self._rest: collections.deque[dict[str, Any]] = collections.deque()
 
@@ -52,7 +51,7 @@ class HeartbeatFirst:
             return cls(receive, owner)
         queue = getattr(owner, "queue", None)
         if isinstance(queue, asyncio.Queue):
-            return cls(receive, queue, read_ahead=UVICORN_READ_AHEAD)
+            return cls(receive, queue)
         return None
 
     def _take(self, message: dict[str, Any]) -> None:
@@ -62,13 +61,10 @@ class HeartbeatFirst:
         else:
             self._rest.append(message)
 
-    def _room(self) -> bool:
-        return self._read_ahead is None or len(self._beats) + len(self._rest) < self._read_ahead
-
     async def __call__(self) -> dict[str, Any]:
         if not self._beats and not self._rest:
             self._take(await self._receive())
-        while not self._queue.empty() and self._room():
+        while not self._queue.empty():
             self._take(await self._receive())  # a message waits: returns without suspending
         return self._beats.popleft() if self._beats else self._rest.popleft()
 
