@@ -2,7 +2,7 @@
 
 The old agent is the previous release's own code, extracted from this repository's history
 (`tests.support.old_agent`): it sends no protocol range, decodes only its own version and refuses
-frames with fields it does not know. Real daphne, Celery worker, PostgreSQL and Redis.
+frames with fields it does not know. The real web server, Celery worker, PostgreSQL and Redis.
 """
 
 from __future__ import annotations
