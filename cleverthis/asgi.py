@@ -27,8 +27,9 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from cleverthis import daphne_fixes  # noqa: E402
 
-# Under daphne: close frames carry the consumer's reason, and an oversized message gets a 1009 close
-# frame instead of a dropped connection (see `cleverthis.daphne_fixes`).
+# Under daphne (development): close frames carry the consumer's reason, and an oversized message gets a
+# 1009 close frame instead of a dropped connection (see `cleverthis.daphne_fixes`). Under uvicorn
+# (production) the web command's `--ws` protocol does the latter (`cleverthis.uvicorn_fixes`).
 daphne_fixes.apply()
 
 if settings.SERVE_STATIC:

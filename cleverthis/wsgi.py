@@ -1,4 +1,4 @@
-"""WSGI entry point (management tooling only; the product is served by daphne over ASGI)."""
+"""WSGI entry point (management tooling only; the product is served over ASGI: uvicorn, daphne in development)."""
 
 import os
 

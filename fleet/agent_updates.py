@@ -112,7 +112,10 @@ def cluster_set_auto_update(*, cluster: ComputeCluster, actor: AbstractBaseUser,
 def node_auto_update(*, node: Node) -> Command | None:
     """On connect: queue an update when the node's cluster updates automatically and it is not current."""
     with transaction.atomic():
-        node = Node.objects.select_for_update().select_related("cluster").get(pk=node.pk)
+        found = Node.objects.select_for_update().select_related("cluster").filter(pk=node.pk).first()
+        if found is None:  # deleted while its tunnel said hello: the revocation closes that tunnel
+            return None
+        node = found
         if not node.cluster.auto_update_agents or is_current(node) or _refusal(node):
             return None
         return _queue_update(node, None, "(automatic updates are on for this cluster)")

@@ -1,6 +1,6 @@
 """Prometheus instruments that the processes update as things happen (tunnels, commands, proxy, autoscaler).
 
-Every control-plane process (daphne replicas, Celery workers and beat) writes its values to files in
+Every control-plane process (web processes, Celery workers and beat) writes its values to files in
 `PROMETHEUS_MULTIPROC_DIR` (prometheus_client's multiprocess mode); a scrape of `/metrics` on any web
 process merges the files of all of them (`cleverthis.metrics_scrape`). The directory comes from the
 settings, which put it in the environment before prometheus_client is imported (it picks its mode then).

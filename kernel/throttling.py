@@ -4,7 +4,7 @@
 `SettingsRateThrottle` is the DRF throttle built on it (unlike DRF's `SimpleRateThrottle`, which reads
 its rates once at import, a changed setting applies at once); `sign_in_throttled` guards sign-in forms.
 The client is `REMOTE_ADDR` only: a client-sent X-Forwarded-For is never trusted (behind a reverse
-proxy, daphne's --proxy-headers puts the real client there).
+proxy, uvicorn's --proxy-headers puts the real client there).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ HEARTBEAT_INTERVAL_S = 30.0
 # Agent → control plane WebSocket path.
 TUNNEL_PATH = "/agent/tunnel"
 
-# Close codes of the tunnel; the close frame also carries a reason (`cleverthis.daphne_fixes`).
+# Close codes of the tunnel; the close frame also carries a reason (`cleverthis.daphne_fixes`, `uvicorn_fixes`).
 CLOSE_PROTOCOL_ERROR = 4400  # a malformed, oversized or unacceptable frame (or agent_nonce)
 CLOSE_UNAUTHORIZED = 4401  # no hello, or a hello that does not authenticate
 CLOSE_REVOKED = 4403  # this node's certificate is revoked: never reconnect

@@ -94,7 +94,7 @@ COMMAND_RESEND_AFTER_S = env_int("COMMAND_RESEND_AFTER_S", 30)
 COMMAND_MAX_ATTEMPTS = env_int("COMMAND_MAX_ATTEMPTS", 5)
 
 # Request limits (count/period: s, min, hour, day), counted per client IP (REMOTE_ADDR: behind a
-# reverse proxy run daphne with --proxy-headers) in the cache. Over the limit: 429 with Retry-After.
+# reverse proxy run uvicorn with --proxy-headers) in the cache. Over the limit: 429 with Retry-After.
 AGENT_REGISTER_RATE = env_rate("AGENT_REGISTER_RATE", "30/min")  # POST /api/v1/agent/register
 SIGN_IN_RATE = env_rate("SIGN_IN_RATE", "10/min")  # sign-in POSTs, per client IP and per username
 
@@ -130,13 +130,13 @@ ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
 # Prometheus metrics at /metrics (cleverthis.metrics_scrape): a scrape sends `Authorization: Bearer
 # <METRICS_TOKEN>`; with no token set the endpoint refuses everyone (403).
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
-# Every process on this machine (daphne replicas, Celery worker and beat) keeps its counters in files here
+# Every process on this machine (the web processes, Celery worker and beat) keeps its counters in files here
 # (prometheus_client's multiprocess mode, set up by kernel.metrics); a scrape merges them. Empty it
 # before the processes start (.ci/up does); one directory per machine.
 PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", str(BASE_DIR / "var" / "metrics"))
 
 INSTALLED_APPS = [
-    "daphne",
+    "daphne",  # `manage.py runserver` serves ASGI with daphne (development); production runs uvicorn
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -336,7 +336,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
-# daphne serves /static/ itself unless a CDN or reverse proxy does it (set SERVE_STATIC=0 then).
+# The web processes serve /static/ themselves (Django's ASGI static files handler, whatever the server)
+# unless a CDN or reverse proxy does it (set SERVE_STATIC=0 then).
 SERVE_STATIC = env_bool("SERVE_STATIC", True)
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 2 * 1024 * 1024)

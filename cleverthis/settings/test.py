@@ -29,8 +29,8 @@ DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = "cleverthis-test:channels:"
 CACHES["default"]["KEY_PREFIX"] = "cleverthis-test"
-# The suite registers many agents and signs in often from 127.0.0.1 (e2e tests start daphne with these
-# settings): limits no test reaches. Per-second windows keep their counters in Redis for a second or two.
+# The suite registers many agents and signs in often from 127.0.0.1 (e2e tests start web servers with
+# these settings): limits no test reaches. Per-second windows keep their counters in Redis for a second or two.
 # The throttling tests lower them for themselves.
 AGENT_REGISTER_RATE = "100000/s"
 SIGN_IN_RATE = "100000/s"

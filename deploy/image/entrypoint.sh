@@ -1,7 +1,8 @@
 #!/bin/bash
 # The control-plane image's entry point: one process per container, chosen by the first argument.
 # web, worker and beat first wait (SCHEMA_WAIT_S, 600) until the database is migrated.
-#   web        daphne (pages, API, admin, the agent tunnel, node origins) on $PORT (8000), behind a proxy
+#   web        uvicorn (pages, API, admin, the agent tunnel, node origins) on $PORT (8000), behind a proxy:
+#              WEB_CONCURRENCY processes (default: the CPUs this container may use) on one socket
 #   worker     the Celery worker (dispatch, drain, GitOps)
 #   beat       Celery beat: run exactly one
 #   migrate    apply migrations and exit (the release step; safe to run while an older release serves)
@@ -48,10 +49,13 @@ case "${1:-web}" in
     shift || true
     wait_for_schema web
     reset_metrics
-    exec daphne -e "tcp:port=${PORT:-8000}:interface=0.0.0.0:backlog=1024" --proxy-headers \
-      --websocket-max-message-size=4194304 --websocket-max-frame-size=4194304 \
-      --ping-interval "${TUNNEL_PING_INTERVAL_S:-10}" --ping-timeout "${TUNNEL_PING_TIMEOUT_S:-20}" \
-      "$@" cleverthis.asgi:application
+    exec uvicorn cleverthis.asgi:application --host 0.0.0.0 --port "${PORT:-8000}" \
+      --workers "${WEB_CONCURRENCY:-$(nproc)}" --backlog 2048 --loop uvloop --http httptools \
+      --ws cleverthis.uvicorn_fixes:ClosingHandshakeProtocol --ws-per-message-deflate false --ws-max-size 4194304 \
+      --ws-ping-interval "${TUNNEL_PING_INTERVAL_S:-10}" --ws-ping-timeout "${TUNNEL_PING_TIMEOUT_S:-20}" \
+      --lifespan off --no-access-log --no-server-header --no-date-header \
+      --proxy-headers --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-*}" --timeout-graceful-shutdown 5 \
+      "$@"
     ;;
   worker)
     shift

@@ -8,7 +8,9 @@ streaming producer with the Twisted request behind daphne's `send`, so the relay
 buffer is above Twisted's high-water mark: credit goes back to the agent only as fast as the client
 reads, and the control plane holds at most about one chunk per response.
 
-Under any other ASGI server (tests call the app directly) it never waits.
+Under any other ASGI server it never waits: uvicorn's `send` for a response body itself waits while the
+transport's buffer is above its high-water mark, so the relay is held back there already (the same
+end-to-end test runs on both servers); tests that call the app directly have no socket.
 """
 
 from __future__ import annotations

@@ -12,10 +12,12 @@ layer from any replica.
 Every frame from the agent is validated by `agent.protocol.decode`; a malformed or oversized frame
 closes this one socket with a reason (close code 4400) and never affects other sockets.
 
-Heartbeats go ahead of stream data: daphne queues a socket's messages for the consumer in arrival
+Heartbeats go ahead of stream data: the server queues a socket's messages for the consumer in arrival
 order, and `HeartbeatFirst` takes a heartbeat out of that queue before the stream data that arrived
 ahead of it; its database write then runs beside the data path (`_answer_heartbeats`), so neither
-waits for the other.
+waits for the other. daphne reads a socket without bound, so its queue holds the whole backlog; uvicorn
+stops reading while its queue is not empty, and `HeartbeatFirst` takes what it queued as it comes, so
+the backlog reaches it there too (`fleet.tunnel.server_io`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from fleet.tunnel import local_tunnels
 from fleet.tunnel.batching import Coalescer
 from fleet.tunnel.groups import AGENTS_GROUP, command_frame, node_group
 from fleet.tunnel.outbox import StreamOutbox
+from fleet.tunnel.server_io import HeartbeatFirst, SendUntilClosed
 from fleet.tunnel.streams_seam import LocalStream, StreamSink, stream_handler
 from kernel import metrics
 from kernel.exceptions import IllegalTransition
@@ -87,38 +90,6 @@ CLOSE_REVOKED = p.CLOSE_REVOKED
 CLOSE_BACKOFF = p.CLOSE_BACKOFF
 CLOSE_STALE = p.CLOSE_STALE
 CLOSE_AGENT_TOO_OLD = p.CLOSE_AGENT_TOO_OLD
-
-
-class HeartbeatFirst:
-    """A receive callable over daphne's queue of one socket's messages that hands out heartbeats first.
-
-    Whatever waits in the queue is moved into two lines: heartbeat frames and everything else. A
-    heartbeat then goes out before stream data that arrived ahead of it; all other messages keep their
-    order (so a stream's end never overtakes its data). A heartbeat is recognised without parsing: the
-    encoder writes a frame's type last, so only a heartbeat's text ends with this (a nested value that
-    reads `"type":"heartbeat"` is followed by the frame's own type).
-    """
-
-    _MARK = '"type":"heartbeat"}'
-
-    def __init__(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
-        self._queue = queue
-        self._beats: collections.deque[dict[str, Any]] = collections.deque()
-        self._rest: collections.deque[dict[str, Any]] = collections.deque()
-
-    def _take(self, message: dict[str, Any]) -> None:
-        text = message.get("text")
-        if message.get("type") == "websocket.receive" and text is not None and text.endswith(self._MARK):
-            self._beats.append(message)
-        else:
-            self._rest.append(message)
-
-    async def __call__(self) -> dict[str, Any]:
-        if not self._beats and not self._rest:
-            self._take(await self._queue.get())
-        while not self._queue.empty():
-            self._take(self._queue.get_nowait())
-        return self._beats.popleft() if self._beats else self._rest.popleft()
 
 
 class HandshakeGate:
@@ -270,11 +241,9 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     _outbox_task: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """As Channels does, with heartbeats taken ahead of queued stream data (`HeartbeatFirst`)."""
-        queue = getattr(receive, "__self__", None)  # daphne passes its queue's `get`
-        if isinstance(queue, asyncio.Queue):
-            receive = HeartbeatFirst(queue)
-        await super().__call__(scope, receive, send)
+        """As Channels does, with heartbeats taken ahead of queued stream data (`HeartbeatFirst`) and
+        nothing sent after the socket closed (`SendUntilClosed`)."""
+        await super().__call__(scope, HeartbeatFirst.over(receive) or receive, SendUntilClosed(send))
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Route a message to its handler, without Channels' `close_old_connections` hop per message.

@@ -14,8 +14,11 @@ from fleet import services
 from fleet.models import Node
 from tests.support.hub_standin import HubStandin
 from tests.support.live import ControlPlane, agent_join, agent_run, stop_endpoint_servers, subprocess_env
-from tests.support.processes import VENV_BIN, wait_until
+from tests.support.processes import BOTH_SERVERS, VENV_BIN, wait_until
 from tests.support.ray_docker import ray_container_env, remove_containers
+
+# A test that takes `control_plane` and must pass on production's server and development's, each.
+both_servers = pytest.mark.parametrize("control_plane", BOTH_SERVERS, indirect=True)
 
 
 @pytest.fixture
@@ -42,9 +45,12 @@ def hub():
 
 
 @pytest.fixture
-def control_plane(tmp_path, settings):
+def control_plane(request, tmp_path, settings):
+    """One web replica and a Celery worker; the replica runs the server a test names through indirect
+    parametrization (`@both_servers`), else the default one (`processes.default_server()`)."""
     settings.NODE_OFFLINE_AFTER_S = 3
-    plane = ControlPlane(log_dir=tmp_path, env=subprocess_env(NODE_OFFLINE_AFTER_S="3"))
+    server = getattr(request, "param", None)
+    plane = ControlPlane(log_dir=tmp_path, env=subprocess_env(NODE_OFFLINE_AFTER_S="3"), server=server)
     plane.start_replica()
     plane.start_worker()
     yield plane

@@ -1,4 +1,4 @@
-"""Agent self-update end to end: real daphne, Celery worker, PostgreSQL, Redis and agent processes.
+"""Agent self-update end to end: real web server, Celery worker, PostgreSQL, Redis and agent processes.
 
 The control plane serves a package built from a copy of this checkout's agent (AGENT_PACKAGE_SOURCE_DIR)
 that differs from the running agent, so it is a newer version; the agent downloads it from the control

@@ -1,5 +1,5 @@
 """An inference endpoint end to end: model download → endpoint.start on the node → requests through the
-control plane's tunnel proxy (daphne) to the node, which accepts no inbound connection of its own.
+control plane's tunnel proxy (the web server) to the node, which accepts no inbound connection of its own.
 
 vLLM cannot run here (its wheel pins a CUDA torch): the agent starts the OpenAI-compatible stand-in
 `tests.support.openai_standin` with the exact arguments it would give vLLM.
@@ -52,7 +52,7 @@ def test_endpoint_answers_through_the_tunnel(control_plane, running_endpoint):
     endpoint, user, _ = running_endpoint
     assert endpoint.url == f"https://endpoint-{endpoint.slug}.endpoints.localhost"
     token = Token.objects.create(user=user)
-    # on the endpoint's own origin (its host name; daphne answers every name on this address)
+    # on the endpoint's own origin (its host name; the web server answers every name on this address)
     auth = {"Authorization": f"Token {token.key}", "Host": endpoint.hostname}
     base = control_plane.url
 
@@ -96,7 +96,7 @@ def test_endpoint_refuses_anonymous_and_unknown(control_plane, running_endpoint)
     assert "API token" in anonymous.text
     unknown = requests.get(url, headers={"Host": f"endpoint-000000000000.{settings.ENDPOINT_DOMAIN}"}, timeout=30)
     assert unknown.status_code == 404
-    # made public by another process: daphne sees it once its cached route expires (PROXY_ROUTE_CACHE_S)
+    # made public by another process: the web server sees it once its cached route expires (PROXY_ROUTE_CACHE_S)
     Endpoint.objects.filter(pk=endpoint.pk).update(public=True)
 
     def status() -> int:

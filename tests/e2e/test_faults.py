@@ -1,6 +1,6 @@
-"""Faults: a daphne replica killed, Redis restarted, the Celery worker killed mid-dispatch, a partition.
+"""Faults: a web replica killed, Redis restarted, the Celery worker killed mid-dispatch, a partition.
 
-The process tests (marked `integration`) run the real thing: daphne replicas, a Celery worker, real
+The process tests (marked `integration`) run the real thing: web replicas, a Celery worker, real
 agents (`python -m agent run`), PostgreSQL and Redis. The partition-safety tests at the end are
 plain database tests of the beat pass (`nodes_mark_lost_offline`) and the passes it pauses.
 """
@@ -118,7 +118,7 @@ def _assert_each_ran_once(ids: list) -> None:
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
 def test_killing_the_replica_holding_the_tunnels_loses_no_command(tmp_path, cluster, operator, agents, hub, settings):
-    """kill -9 the daphne holding every tunnel: agents reconnect through the balancer to the other one.
+    """kill -9 the web replica holding every tunnel: agents reconnect through the balancer to the other one.
 
     Commands dispatched right after the kill (while the dead replica still looks connected in the
     database) are delivered after the reconnect, once each, and each runs once on its node.
@@ -189,7 +189,7 @@ def test_dispatch_resumes_after_redis_restarts(tmp_path, cluster, operator, agen
     """Redis (broker + channel layer) dies and comes back empty: commands flow again afterwards.
 
     The control plane's processes all use a private Redis; commands go in through the API of the
-    running daphne, so this test process never needs Redis itself.
+    running web server, so this test process never needs Redis itself.
     """
     user, _ = operator
     hub.add_repo("acme/second", {"config.json": b"{}", "weights.bin": b"2" * 2048})
@@ -220,7 +220,7 @@ def test_dispatch_resumes_after_redis_restarts(tmp_path, cluster, operator, agen
         wait_until(lambda: _all_succeeded(later), timeout=60, what="command after the redis restart")
         _assert_each_ran_once([*ids, *later])
         assert proc.log().count("command model.download succeeded") == 2
-        # how it recovered: the tunnel's channel-layer receive broke with Redis, daphne closed the
+        # how it recovered: the tunnel's channel-layer receive broke with Redis, the server closed the
         # socket, and the agent's reconnect joined its node group again in the new, empty Redis
         assert proc.log().count("connected to") >= 2
         assert plane.worker is not None
@@ -392,7 +392,7 @@ def test_a_frozen_agent_is_dropped_by_websocket_pings_and_gets_its_commands_when
     tmp_path, cluster, operator, agents, settings
 ):
     """SIGSTOP: the agent's kernel keeps the TCP connection up, so nothing but an unanswered ping can tell.
-    daphne pings an idle tunnel and drops it when no pong comes; the node is recorded disconnected, a
+    The web server pings an idle tunnel and drops it when no pong comes; the node is recorded disconnected, a
     command sent meanwhile waits queued, and after SIGCONT the agent reconnects and runs it.
     Short ping timings here (2 s idle, 3 s timeout); the Procfile's are 10 s and 20 s."""
     user, _ = operator

@@ -1,4 +1,4 @@
-"""`.ci/up`'s local demo node: the script it starts (`.ci/local-node`), run against a real daphne and
+"""`.ci/up`'s local demo node: the script it starts (`.ci/local-node`), run against a real web server and
 Celery worker, joins this machine to the Demo workspace's "local" standalone cluster and the node comes
 online; with Podman (root, as in CI) a container runs on the engine the script set up. Started again, it
 is the same node (no second join).

@@ -1,4 +1,4 @@
-"""`/metrics` of a real control plane: two daphne replicas and a Celery worker sharing one Prometheus
+"""`/metrics` of a real control plane: two web replicas and a Celery worker sharing one Prometheus
 multiprocess directory, a real agent, real commands, a proxied endpoint and a Ray autoscaler pass on the
 worker. Scraped from the replica that does not hold the tunnel, it still shows what every process did.
 """

@@ -1,9 +1,9 @@
-"""Honest online/offline with real processes: daphne, a Celery worker, Redis, PostgreSQL, real agents.
+"""Honest online/offline with real processes: the web server, a Celery worker, Redis, PostgreSQL, real agents.
 
 - kill -9 of an agent: its tunnel closes, the node goes offline NODE_OFFLINE_GRACE_S later through the
   pass the close scheduled on the real worker (no beat runs here, and heartbeat silence is set far off);
 - a restart within the grace: the node never shows offline;
-- SIGSTOP (the kernel keeps the TCP connection open): caught by daphne's WebSocket pings, and with
+- SIGSTOP (the kernel keeps the TCP connection open): caught by the web server's WebSocket pings, and with
   pings out of the way by missed heartbeats; after SIGCONT the node is back online.
 
 The tests print the detection times they saw; they never assert on wall-clock speed.
@@ -130,7 +130,7 @@ def test_an_agent_restarted_within_the_grace_never_shows_offline(plane, cluster,
 
 
 def test_a_frozen_agent_is_caught_by_pings_then_offline_after_the_grace(tmp_path, cluster, operator, agents, settings):
-    """SIGSTOP: only daphne's unanswered ping can tell; the close it makes starts the grace.
+    """SIGSTOP: only the web server's unanswered ping can tell; the close it makes starts the grace.
     Short ping timings here (2 s idle, 3 s timeout) and the default grace; heartbeat silence 60 s."""
     user, _ = operator
     settings.NODE_OFFLINE_AFTER_S = 60
@@ -161,7 +161,7 @@ def test_a_frozen_agent_is_caught_by_pings_then_offline_after_the_grace(tmp_path
 
 
 def test_a_frozen_agent_is_caught_by_missed_heartbeats_when_pings_do_not(tmp_path, cluster, operator, agents, settings):
-    """The same freeze with daphne's pings too slow to matter (600 s): the lost-nodes pass (the beat's,
+    """The same freeze with the web server's pings too slow to matter (600 s): the lost-nodes pass (the beat's,
     run here every half second) finds no heartbeat for NODE_OFFLINE_AFTER_S (4 s here, heartbeats every
     1 s), marks the node offline and closes its half-open tunnel; after SIGCONT the agent reconnects."""
     user, _ = operator

@@ -1,4 +1,4 @@
-"""Node content on origins of its own, through real daphne, a real agent and a real server on the node.
+"""Node content on origins of its own, through the real web server, a real agent and a real server on the node.
 
 The server on the node plays a hostile workload: it tries to set the control plane's cookies and a
 cookie for the parent domain, and echoes every request header it receives, so the test sees exactly
@@ -179,8 +179,9 @@ def test_websocket_upgrades_from_a_foreign_origin_are_refused(control_plane, clu
         own_origin = f"http://{endpoint.hostname}:{control_plane.ports[0]}"
         wait_until(lambda: upgrade(own_origin).startswith(b"HTTP/1.1 101"), timeout=20, what="the route cache")
         assert upgrade("").startswith(b"HTTP/1.1 101")  # not a browser: nothing ambient to abuse
-        assert upgrade("http://evil.example") == b"HTTP/1.1 403 Access denied"
-        assert upgrade(f"http://127.0.0.1:{control_plane.ports[0]}") == b"HTTP/1.1 403 Access denied"
+        # refused before the handshake: 403 (its reason phrase is the server's: "Forbidden", "Access denied")
+        assert upgrade("http://evil.example").startswith(b"HTTP/1.1 403 ")
+        assert upgrade(f"http://127.0.0.1:{control_plane.ports[0]}").startswith(b"HTTP/1.1 403 ")
     finally:
         loop.call_soon_threadsafe(stop.set_result, None)
         thread.join(10)

@@ -1,8 +1,10 @@
-"""HTTP proxied through a real agent's tunnel, from another process than the daphne that holds it.
+"""HTTP proxied through a real agent's tunnel, from another process than the web server that holds it.
 
-This test process plays the proxying replica (its own channel-layer connection); daphne holds the
-agent's socket; the agent pipes to a real HTTP server on its "node". Exercised: streamed bodies in both
-directions, SSE arriving as it is produced, flow control with a slow reader, 502 for a dead target.
+This test process plays the proxying replica (its own channel-layer connection); the web server holds
+the agent's socket; the agent pipes to a real HTTP server on its "node". Exercised: streamed bodies in
+both directions, SSE arriving as it is produced, flow control with a slow reader, 502 for a dead target.
+The tests marked `both_servers` run on uvicorn (production) and daphne (development) each, two of them
+with the client on the web server itself.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from channels.db import database_sync_to_async
 from fleet.models import Node
 from fleet.proxy import relay
 from fleet.workloads.models import Endpoint
-from tests.e2e.conftest import node_of, wait_status
+from tests.e2e.conftest import both_servers, node_of, wait_status
 from tests.support.processes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -219,6 +221,7 @@ def test_a_small_request_travels_with_the_opening_message(proxied_node):
         assert (b"x-seen-path", f"/echo{i}".encode()) in [(k.lower(), v) for k, v in answer["headers"]]
 
 
+@both_servers
 def test_sse_events_arrive_as_they_are_produced(proxied_node):
     app = relay.TunnelProxyApp(None)
     result = asyncio.run(asgi_call(app, "GET", "/test-proxy/sse"))
@@ -230,27 +233,58 @@ def test_sse_events_arrive_as_they_are_produced(proxied_node):
     assert first_arrival < events[-1]["t"]
 
 
+def _public_endpoint(node: Node, port: int) -> Endpoint:
+    """A running public endpoint on `node` serving `port`: the web server proxies its origin to the node."""
+    cluster = Node.objects.get(pk=node.pk).cluster
+    return Endpoint.objects.create(cluster=cluster, node=node, model_id="t/m", status="running", port=port, public=True)
+
+
+@both_servers
+def test_sse_through_the_web_server_arrives_as_it_is_produced(proxied_node, control_plane, backend):
+    """A client of the web server itself (its HTTP side, not only its tunnel) gets each event as it comes."""
+    import http.client
+
+    node, _ = proxied_node
+    endpoint = _public_endpoint(node, backend)
+    connection = http.client.HTTPConnection("127.0.0.1", control_plane.ports[0], timeout=30)
+    try:
+        connection.request("GET", "/sse", headers={"Host": endpoint.hostname})
+        response = connection.getresponse()
+        assert response.status == 200
+        assert response.getheader("content-type") == "text/event-stream"
+        events, arrivals = [], []
+        while len(events) < 3:
+            line = response.readline()
+            assert line, events
+            if line.startswith(b"data: "):
+                events.append(json.loads(line[6:]))
+                arrivals.append(time.time())
+    finally:
+        connection.close()
+    assert [e["i"] for e in events] == [0, 1, 2]
+    assert arrivals[0] < events[-1]["t"]  # the first event came before the server produced the last one
+
+
 def test_slow_client_still_gets_everything(proxied_node):
     app = relay.TunnelProxyApp(None)
     result = asyncio.run(asgi_call(app, "GET", "/test-proxy/big", read_delay=0.002))
     assert result["body"] == BIG
 
 
+@both_servers
 def test_a_client_that_stops_reading_stops_the_node_instead_of_filling_the_control_plane(
     proxied_node, control_plane, backend
 ):
-    """Real daphne: the response waits for the client's socket, so credit stops and the agent stops reading.
+    """Real server: the response waits for the client's socket, so credit stops and the agent stops reading.
 
-    Daphne's own `send` never waits for the socket; without the proxy's write pressure the control
-    plane would take the whole body from the node into memory while the client reads nothing.
+    uvicorn's `send` waits for the socket itself; daphne's never does, and without the proxy's write
+    pressure the control plane would take the whole body from the node into memory while the client
+    reads nothing.
     """
     import socket
 
     node, _ = proxied_node
-    cluster = Node.objects.get(pk=node.pk).cluster
-    endpoint = Endpoint.objects.create(
-        cluster=cluster, node=node, model_id="t/m", status="running", port=backend, public=True
-    )
+    endpoint = _public_endpoint(node, backend)
     Backend.huge_written = 0
     client = socket.socket()
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)

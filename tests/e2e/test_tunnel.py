@@ -1,7 +1,8 @@
-"""Agent ↔ control plane end to end, all real processes: daphne, a Celery worker, Redis, PostgreSQL, agents.
+"""Agent ↔ control plane end to end, all real processes: the web server, a Celery worker, Redis, PostgreSQL, agents.
 
 Heartbeats run every second here (AGENT_HEARTBEAT_INTERVAL_S=1) and nodes go offline after 3 s of
-silence, so the whole lifecycle fits in seconds.
+silence, so the whole lifecycle fits in seconds. The tests marked `both_servers` run on uvicorn
+(production) and on daphne (development) each; the others on the default server.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import pytest
 
 from fleet import services
 from fleet.models import Command, Node, NodeEvent
-from tests.e2e.conftest import node_of, wait_status
-from tests.support.live import agent_run
+from tests.e2e.conftest import both_servers, node_of, wait_status
+from tests.support.live import ControlPlane, agent_run, subprocess_env
 from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
+@both_servers
 def test_join_heartbeat_offline_and_back_online(control_plane, cluster, operator, agents, client):
     user, _ = operator
     proc, state, env = agents(control_plane, cluster, user, "a")
@@ -80,6 +82,7 @@ def test_agent_reconnects_after_control_plane_restart(control_plane, cluster, op
     assert Node.objects.get(pk=node.pk).connected
 
 
+@both_servers
 def test_command_to_all_nodes_reaches_every_agent_once(control_plane, cluster, operator, agents, hub):
     user, _ = operator
     procs = [agents(control_plane, cluster, user, name)[0] for name in ("a", "b")]
@@ -146,6 +149,7 @@ def test_commands_queued_while_offline_are_delivered_on_reconnect(control_plane,
         restarted.stop()
 
 
+@both_servers
 def test_delete_closes_the_socket_on_another_replica_and_refuses_reconnect(control_plane, cluster, operator, agents):
     user, _ = operator
     second_port = control_plane.start_replica()
@@ -179,10 +183,11 @@ def test_backoff_broadcast_keeps_agents_away_then_they_return(control_plane, clu
     assert time.monotonic() - asked_at >= 2.9
 
 
+@both_servers
 def test_agent_logs_the_code_and_reason_the_control_plane_closed_with_and_retries(
     control_plane, cluster, operator, agents, tmp_path
 ):
-    """daphne carries close reasons: an agent whose hello is refused logs 4401 and why, and keeps retrying."""
+    """Close reasons reach the agent: one whose hello is refused logs 4401 and why, and keeps retrying."""
     from agent import identity
     from agent.config import KEY_FILE
 
@@ -199,3 +204,47 @@ def test_agent_logs_the_code_and_reason_the_control_plane_closed_with_and_retrie
     finally:
         again.stop()
     assert "Traceback" not in control_plane.replicas[0].log()
+
+
+def test_tunnels_spread_over_the_processes_of_one_replica_and_a_fan_out_reaches_them_all(
+    tmp_path, settings, cluster, operator, agents, hub
+):
+    """uvicorn `--workers 2` (as the Procfile runs it, with one process per core): both processes accept on
+    one socket, so agents' tunnels land in different processes, and a command to All nodes reaches each."""
+    user, _ = operator
+    settings.NODE_OFFLINE_AFTER_S = 3
+    plane = ControlPlane(log_dir=tmp_path, env=subprocess_env(NODE_OFFLINE_AFTER_S="3"), server="uvicorn", workers=2)
+    try:
+        plane.start_replica()
+        plane.start_worker()
+        names: list[str] = []
+        # which process accepts a connection is the kernel's choice: add agents until two processes hold some
+        while len(names) < 8:
+            names.append(f"w{len(names)}")
+            agents(plane, cluster, user, names[-1])
+            wait_until(
+                lambda: (
+                    Node.objects.filter(cluster=cluster, status="online").exclude(tunnel_inbox="").count() == len(names)
+                ),
+                timeout=30,
+                what=f"{len(names)} nodes online",
+            )
+            inboxes = set(Node.objects.filter(cluster=cluster).values_list("tunnel_inbox", flat=True))
+            if len(names) >= 3 and len(inboxes) >= 2:
+                break
+        assert len(inboxes) >= 2, f"all {len(names)} tunnels in one process: {inboxes}"
+        commands = services.command_dispatch(
+            actor=user, cluster=cluster, command_type="model.download", payload={"model_id": "acme/tiny"}
+        )
+        assert len(commands) == len(names)
+        wait_until(
+            lambda: (
+                Command.objects.filter(pk__in=[c.pk for c in commands], status="succeeded").count() == len(commands)
+            ),
+            timeout=90,
+            what="every node's download succeeded",
+        )
+        assert len(hub.gets_of("weights.bin")) == len(names)  # each node ran it once
+        assert "Traceback" not in plane.replicas[0].log(), plane.replicas[0].log()[-3000:]
+    finally:
+        plane.stop()

@@ -2,7 +2,7 @@
 
 The old agent is the previous release's own code, extracted from this repository's history
 (`tests.support.old_agent`): it sends no protocol range, decodes only its own version and refuses
-frames with fields it does not know. Real daphne, Celery worker, PostgreSQL and Redis.
+frames with fields it does not know. The real web server, Celery worker, PostgreSQL and Redis.
 """
 
 from __future__ import annotations
@@ -139,6 +139,9 @@ def test_an_agent_one_protocol_version_behind_still_proxies_a_streamed_answer_wi
     port = server.server_address[1]
     try:
         user, _ = operator
+        # the old agent stays old: an automatic update restarting it mid-request would break the stream
+        cluster.auto_update_agents = False
+        cluster.save(update_fields=["auto_update_agents"])
         proc, state = old_agent(control_plane.url, cluster, user, "old-proxy", {"CLEVERTHIS_PROXY_PORTS": str(port)})
         node = node_of(state)
         wait_status(node, "online", timeout=60)

@@ -117,6 +117,16 @@ def test_update_a_cluster_and_turn_on_automatic_updates(api_client_for, owner, c
     assert agent_updates.node_auto_update(node=node) is None  # already under way
 
 
+def test_a_node_deleted_while_its_tunnel_says_hello_gets_no_automatic_update(cluster, node):
+    """The tunnel's hello checks for an update after its welcome; a delete may land in between."""
+    cluster.auto_update_agents = True
+    cluster.save(update_fields=["auto_update_agents"])
+    _on_version(node, "0.0.1+old")
+    stale = Node.objects.get(pk=node.pk)
+    Node.objects.filter(pk=node.pk).delete()
+    assert agent_updates.node_auto_update(node=stale) is None
+
+
 def test_the_outcome_lands_in_the_event_log(owner, node):
     _on_version(node, "0.0.1+old")
     done = agent_updates.node_update_agent(node=node, actor=owner)

@@ -1,7 +1,7 @@
 """Honest online/offline: a closed tunnel → offline after NODE_OFFLINE_GRACE_S unless the agent came back.
 
 Database tests of the services and the pass the beat (and each close) runs; the real processes
-(daphne, agents killed and frozen) are in tests/e2e/test_presence.py.
+(web servers, agents killed and frozen) are in tests/e2e/test_presence.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`/metrics` in-process: the bearer token, the database gauges, and live gauges of dead processes.
 
-The end-to-end scrape of a real control plane (daphne replicas, a Celery worker, an agent) is in
+The end-to-end scrape of a real control plane (web replicas, a Celery worker, an agent) is in
 tests/e2e/test_metrics.py.
 """
 

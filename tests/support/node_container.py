@@ -1,7 +1,7 @@
 """A booted node for end-to-end tests: a Debian container with systemd as PID 1, run by Podman.
 
 `.ci/node-image` builds the image (debootstrap, cached by recipe hash) and a wheelhouse of the agent's
-dependencies; both are read here. The container shares the host's network, so it reaches a daphne on
+dependencies; both are read here. The container shares the host's network, so it reaches a web server on
 127.0.0.1 exactly as a node reaches its control plane, and gets the Podman service of
 `.ci/podman-setup` as its Docker engine: that service's Docker API socket is bind-mounted at
 /run/docker.sock, where the docker CLI and the agent's Docker SDK look by default.

@@ -22,8 +22,8 @@ from fleet.proxy import stream_pipes
 from fleet.proxy.streams import TunnelStream
 from fleet.tunnel import consumer as tunnel_consumer
 from fleet.tunnel.batching import Coalescer
-from fleet.tunnel.consumer import HeartbeatFirst
 from fleet.tunnel.groups import node_group
+from fleet.tunnel.server_io import HeartbeatFirst
 from tests.fleet.tunnel.test_tunnel_bad_input import Identity, _hello, node_identity  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -199,7 +199,8 @@ async def test_a_heartbeat_queued_behind_a_backlog_of_stream_data_is_handed_out_
     progress = _receive(text=p.encode(p.Progress(command_id="c1", message="m", data={"type": "heartbeat"})))
     for message in [*backlog, end, ack, progress, beat]:
         queue.put_nowait(message)
-    receive = HeartbeatFirst(queue)
+    receive = HeartbeatFirst.over(queue.get)  # as daphne passes it: its queue's `get`, read without bound
+    assert receive is not None
     assert await receive() is beat
     rest = [await receive() for _ in range(len(backlog) + 3)]
     assert rest == [*backlog, end, ack, progress]  # the rest in arrival order: no end overtakes its data
@@ -209,6 +210,45 @@ async def test_a_heartbeat_queued_behind_a_backlog_of_stream_data_is_handed_out_
     assert not waiting.done()
     queue.put_nowait(ack)
     assert await waiting is ack
+
+
+class _PausingSocket:
+    """Stands for uvicorn's WebSocket protocol: a `queue` and a `receive` that resumes reading the socket
+    once the queue is empty; what the socket still holds is delivered one read (`chunk` messages) at a time."""
+
+    def __init__(self, messages: list[dict[str, Any]], chunk: int) -> None:
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.unread = list(messages)
+        self.chunk = chunk
+        self.reads = 0
+        self._read()
+
+    def _read(self) -> None:
+        batch, self.unread = self.unread[: self.chunk], self.unread[self.chunk :]
+        self.reads += 1
+        for message in batch:
+            self.queue.put_nowait(message)
+
+    async def receive(self) -> dict[str, Any]:
+        message = await self.queue.get()
+        if self.queue.empty() and self.unread:
+            self._read()
+        return message
+
+
+@pytest.mark.asyncio
+async def test_under_uvicorn_a_heartbeat_behind_several_reads_of_stream_data_is_handed_out_first():
+    """uvicorn stops reading while its queue holds messages and reads on once `receive` emptied it: the
+    backlog still reaches `HeartbeatFirst`, and the heartbeat overtakes the stream data read before it."""
+    data = [_receive(data=p.encode(p.StreamData.of(1, bytes([i % 256])))) for i in range(200)]
+    beat = _receive(text=p.encode(p.Heartbeat(cpu_percent=1.0, memory_percent=1.0)))
+    socket = _PausingSocket([*data[:150], beat, *data[150:]], chunk=4)
+    receive = HeartbeatFirst.over(socket.receive)
+    assert receive is not None
+    assert await receive() is beat
+    assert socket.reads > 150 // socket.chunk  # it took many reads of the socket to get there
+    rest = [await receive() for _ in range(len(data))]
+    assert rest == data  # stream data in arrival order
 
 
 @pytest.mark.asyncio
