@@ -1,4 +1,5 @@
-"""A live control plane for end-to-end tests: real daphne replicas, a real Celery worker, real agents.
+"""A live control plane for end-to-end tests: real web replicas (the production ASGI server unless
+`CONTROL_PLANE_SERVER` or the test names another), a real Celery worker, real agents.
 
 The subprocesses use the test database that pytest-django created (tests using these helpers need
 `transactional_db` so rows are committed and visible across processes) and the test Redis database.
@@ -20,10 +21,10 @@ from tests.support.processes import (
     ManagedProcess,
     celery_worker,
     clean_environ,
-    daphne,
     free_port,
     port_open,
     wait_until,
+    web_server,
 )
 
 
@@ -45,8 +46,9 @@ def subprocess_env(**overrides: str) -> dict[str, str]:
 
 @dataclass
 class ControlPlane:
-    """One or more daphne replicas plus a Celery worker, all on the test database; the replicas listen on
-    `host` (loopback by default; an address agents in other network namespaces reach, for simulated hosts)."""
+    """One or more web replicas plus a Celery worker, all on the test database; the replicas listen on
+    `host` (loopback by default; an address agents in other network namespaces reach, for simulated hosts)
+    and run `server` (`processes.default_server()` when None) with `workers` processes each."""
 
     log_dir: Path
     env: dict[str, str]
@@ -54,17 +56,27 @@ class ControlPlane:
     replicas: list[ManagedProcess] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
     worker: ManagedProcess | None = None
+    server: str | None = None
+    workers: int = 1
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.ports[0]}"
 
     def start_replica(self, port: int | None = None) -> int:
-        """Start a daphne on `port` (a free one by default) and wait until it listens."""
+        """Start a web replica on `port` (a free one by default) and wait until it listens."""
         port = port or free_port()
         index = len(self.replicas)
-        proc = daphne(self.log_dir, port, env=self.env, name=f"daphne-{index}-{port}", host=self.host)
-        wait_until(lambda: port_open(port, self.host) or not proc.alive(), timeout=30, what=f"daphne on {port}")
+        proc = web_server(
+            self.log_dir,
+            port,
+            server=self.server,
+            workers=self.workers,
+            env=self.env,
+            name=f"web-{index}-{port}",
+            host=self.host,
+        )
+        wait_until(lambda: port_open(port, self.host) or not proc.alive(), timeout=30, what=f"web server on {port}")
         assert proc.alive(), proc.log()
         self.replicas.append(proc)
         self.ports.append(port)

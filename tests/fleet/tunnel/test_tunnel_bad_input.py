@@ -2,9 +2,10 @@
 
 The consumer is driven through the real ASGI application (`cleverthis.asgi.application`, path
 /agent/tunnel) with channels' WebsocketCommunicator over the real Redis channel layer and PostgreSQL;
-two tests do the same against a real daphne. A bad frame must close only its own socket, with close
-code 4400 and a reason (daphne's own message limit: 1009); an authentication failure closes with 4401,
-a revoked certificate with 4403. The reason reaches the peer in the close frame (`cleverthis.daphne_fixes`).
+two tests do the same against a real server, uvicorn (production) and daphne (development). A bad frame
+must close only its own socket, with close code 4400 and a reason (the server's own message limit: 1009);
+an authentication failure closes with 4401, a revoked certificate with 4403. The reason reaches the peer
+in the close frame (`cleverthis.daphne_fixes`, `cleverthis.uvicorn_fixes`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from cleverthis.asgi import application
 from fleet import ca, services
 from fleet.models import Command, JoinToken, Node, NodeEvent
 from fleet.tunnel.consumer import CLOSE_PROTOCOL_ERROR, CLOSE_REVOKED, CLOSE_UNAUTHORIZED
+from tests.support.processes import BOTH_SERVERS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -587,7 +589,7 @@ def test_concurrent_use_of_one_token_registers_one_node(cluster, owner):
 
 
 # --------------------------------------------------------------------------------------------------
-# the same against a real daphne
+# the same against a real server: the production one (uvicorn) and daphne (development)
 
 
 def _closed_by_server(ws: Any, raw: str | bytes | None) -> tuple[int | None, str | None]:
@@ -605,13 +607,14 @@ def _closed_by_server(ws: Any, raw: str | bytes | None) -> tuple[int | None, str
 
 
 @pytest.mark.integration
-def test_real_daphne_closes_bad_sockets_with_4400_and_a_reason_and_keeps_serving(tmp_path, cluster, owner):
+@pytest.mark.parametrize("server", BOTH_SERVERS)
+def test_real_server_closes_bad_sockets_with_4400_and_a_reason_and_keeps_serving(tmp_path, cluster, owner, server):
     import websockets.sync.client as ws_client
 
     from tests.support.live import ControlPlane, subprocess_env
-    from tests.support.processes import DAPHNE_MAX_MESSAGE_BYTES
+    from tests.support.processes import MAX_WEBSOCKET_MESSAGE_BYTES
 
-    plane = ControlPlane(log_dir=tmp_path, env=subprocess_env())
+    plane = ControlPlane(log_dir=tmp_path, env=subprocess_env(), server=server)
     port = plane.start_replica()
     sockets = contextlib.ExitStack()  # every socket opened below is closed at the end, whatever happens
     try:
@@ -646,11 +649,11 @@ def test_real_daphne_closes_bad_sockets_with_4400_and_a_reason_and_keeps_serving
             assert heartbeat_answered(good)
         log = plane.replicas[0].log()
         assert log.count(f"closing tunnel of node {bad_ident.node_id}") == len(cases), log[-3000:]
-        # beyond daphne's own message limit: a 1009 close frame for that socket (not a dropped TCP
+        # beyond the server's own message limit: a 1009 close frame for that socket (not a dropped TCP
         # connection, 1006), and the others stay
-        code, reason = _closed_by_server(authenticate(bad_ident), "x" * (DAPHNE_MAX_MESSAGE_BYTES + 1))
+        code, reason = _closed_by_server(authenticate(bad_ident), "x" * (MAX_WEBSOCKET_MESSAGE_BYTES + 1))
         assert code == 1009, (code, reason)
-        assert "exceeds payload limit" in (reason or "")
+        assert "exceeds" in (reason or ""), reason  # daphne: "exceeds payload limit"; uvicorn: "... exceeds limit of"
         assert heartbeat_answered(good)
         good.close()
         assert plane.replicas[0].alive()
@@ -661,13 +664,14 @@ def test_real_daphne_closes_bad_sockets_with_4400_and_a_reason_and_keeps_serving
 
 
 @pytest.mark.integration
-def test_real_daphne_tells_unauthenticated_peers_why_it_closed_without_a_traceback(tmp_path):
+@pytest.mark.parametrize("server", BOTH_SERVERS)
+def test_real_server_tells_unauthenticated_peers_why_it_closed_without_a_traceback(tmp_path, server):
     """Before any hello: deep nesting, garbage, a 6 MiB frame and a bad agent_nonce each get a clean close."""
     import websockets.sync.client as ws_client
 
     from tests.support.live import ControlPlane, subprocess_env
 
-    plane = ControlPlane(log_dir=tmp_path, env=subprocess_env())
+    plane = ControlPlane(log_dir=tmp_path, env=subprocess_env(), server=server)
     port = plane.start_replica()
     try:
         base = f"ws://127.0.0.1:{port}/agent/tunnel"
