@@ -293,12 +293,13 @@ def print_tables(results: Results, args: argparse.Namespace, counts: dict[str, d
     short = {"direct": "direct", "tunnel's replica": "tunnel rep", "other replica": "other rep"}
     print(
         f"\n{args.tokens} chunks per stream, one every {args.interval_ms:g} ms, each stream on a fresh connection; "
-        f"{args.workers} web process(es) per replica; {args.load_processes} load generator processes; "
+        f"{args.workers} web process(es) per replica (daphne: 1, it has no workers); {args.load_processes} load "
+        "generator processes; "
         f"{os.cpu_count()} CPUs"
     )
     for concurrency in args.concurrency:
         print(f"\n== {concurrency} concurrent streams")
-        print(f"{'':<34}" + "".join(f"{server:<{WIDTH * len(labels)}}" for server in results))
+        print(f"{'':<34}" + "".join(f"{server:^{WIDTH * len(labels)}}" for server in results))
         print(f"{'':<34}" + "".join(f"{short[label]:>{WIDTH}}" for _ in results for label in labels))
         row = functools.partial(print_row, results=results, labels=labels, concurrency=concurrency)
         row("TTFT p50 (ms)", value=lambda c, _: c.ttft_p50)

@@ -1,7 +1,8 @@
 """The ASGI servers the benchmarks compare, and the CPU each group of processes spends.
 
 One application (`cleverthis.asgi:application`) is served by each candidate in turn; `start` runs one
-replica (`workers` processes sharing its port) through `tests.support.processes.web_server`. `CpuMeter`
+replica (`workers` processes sharing its port) as the tests and the Procfile run it
+(`tests.support.processes.web_server`). `CpuMeter`
 reads user + system CPU seconds per role (a replica's whole process tree, the agents processes, Redis,
 PostgreSQL's backends of one database), so each benchmark can print what every process spent.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.support.processes import ManagedProcess
+from tests.support.processes import ManagedProcess, web_server
 
 SERVERS = ("daphne", "uvicorn", "granian")
 
@@ -25,31 +26,14 @@ def installed(names: Iterable[str] = SERVERS) -> list[str]:
 
 
 def start(log_dir: Path, port: int, *, server: str, workers: int, env: dict[str, str], name: str) -> ManagedProcess:
-    """One replica of the web process under `server`: `workers` processes on 127.0.0.1:`port`."""
-    try:
-        from tests.support.processes import web_server
-    except ImportError:  # INTERIM until the `server` branch lands
-        web_server = _interim_web_server
-    return web_server(log_dir, port, server=server, workers=workers, env=env, name=name)
+    """One replica of the web process under `server`: `workers` processes on 127.0.0.1:`port` (daphne,
+    which has no workers, always runs one: `processes_per_replica` says so)."""
+    return web_server(log_dir, port, server=server, workers=processes_per_replica(server, workers), env=env, name=name)
 
 
-def _interim_web_server(log_dir, port, *, server=None, workers=1, env=None, name="web", host="127.0.0.1"):  # type: ignore[no-untyped-def]
-    """INTERIM: uvicorn/granian argv until tests.support.processes.web_server exists."""
-    from tests.support.processes import VENV_BIN, daphne
-
-    app = "cleverthis.asgi:application"
-    if server in (None, "daphne"):
-        assert workers == 1
-        return daphne(log_dir, port, env=env, name=name, host=host)
-    if server == "uvicorn":
-        argv = [str(VENV_BIN / "uvicorn"), "--host", host, "--port", str(port), "--workers", str(workers)]
-        argv += ["--loop", "uvloop", "--http", "httptools", "--ws", "websockets", "--lifespan", "off"]
-        argv += ["--no-access-log", "--backlog", "1024", "--ws-max-size", str(4 << 20), "--log-level", "warning"]
-        argv += ["--ws-ping-interval", "10", "--ws-ping-timeout", "20", app]
-    else:
-        argv = [str(VENV_BIN / "granian"), "--interface", "asginl", "--host", host, "--port", str(port)]
-        argv += ["--workers", str(workers), "--loop", "uvloop", "--backlog", "1024", "--log-level", "warning", app]
-    return ManagedProcess(name, argv, log_dir=log_dir, env=env)
+def processes_per_replica(server: str, workers: int) -> int:
+    """How many web processes a replica of `server` runs when `workers` are asked for."""
+    return 1 if server == "daphne" else workers
 
 
 def tree(pid: int) -> list[psutil.Process]:
