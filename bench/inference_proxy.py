@@ -27,14 +27,11 @@ Every process is stopped (whole process groups) however the run ends, and the da
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import functools
-import json
 import os
 import resource
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,57 +52,13 @@ from proxy import (  # noqa: E402  (django.setup() on the bench database and a p
     prepare_database,
     start_redis,
 )
-from stream_load import DONE, LoadGenerators, StreamResult, run_loop  # noqa: E402
+from stream_load import LoadGenerators, StreamResult, start_node_server  # noqa: E402
 
 from tests.support.live import agent_join, agent_run  # noqa: E402
 from tests.support.processes import ManagedProcess, free_port, port_open, wait_until  # noqa: E402
 
-BACKLOG = 4096
 TARGETS = ("direct", "tunnel's replica", "other replica")
 PROXIED = TARGETS[1:]
-
-
-# -- the node's streaming server ------------------------------------------------------------------
-
-
-def serve_tokens(port: int, tokens: int, interval_s: float) -> None:
-    """An asyncio SSE server (a process of its own): `tokens` chunks, one every `interval_s`."""
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":", 1)[1])
-            if length:
-                await reader.readexactly(length)
-            writer.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                b"Connection: close\r\n\r\n"
-            )
-            for index in range(tokens):
-                event = {
-                    "id": "bench",
-                    "object": "chat.completion.chunk",
-                    "choices": [{"delta": {"content": f"t{index} "}}],
-                }
-                writer.write(b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n")
-                await writer.drain()
-                await asyncio.sleep(interval_s)
-            writer.write(DONE + b"\n\n")
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-    async def main() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=BACKLOG)
-        async with server:
-            await server.serve_forever()
-
-    run_loop(main())
 
 
 # -- figures ---------------------------------------------------------------------------------------
@@ -407,10 +360,7 @@ def main() -> None:
         redis = start_redis(tmp)
         stack.callback(redis.stop)
         node_port = free_port()
-        node_server = subprocess.Popen(
-            [sys.executable, __file__, "--serve", str(node_port), str(args.tokens), str(args.interval_ms / 1000)],
-            start_new_session=True,
-        )
+        node_server = start_node_server(node_port, args.tokens, args.interval_ms / 1000)
         stack.callback(lambda: (os.killpg(node_server.pid, signal.SIGKILL), node_server.wait()))
         wait_until(lambda: port_open(node_port), timeout=30, what="node server")
         load = LoadGenerators(args.load_processes)
@@ -426,7 +376,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--serve":
-        serve_tokens(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
-    else:
-        main()
+    main()

@@ -1,4 +1,8 @@
-"""The streaming load generator of `bench/inference_proxy.py`: asyncio processes of their own.
+"""Both ends of `bench/inference_proxy.py`'s streams, each in asyncio processes of their own.
+
+The node's server (`start_node_server`) answers `POST /v1/chat/completions` with server-sent events, as
+an OpenAI-compatible server streaming tokens does: one `data:` chunk per token at a fixed interval,
+then `data: [DONE]`.
 
 So that the client is never what limits a measurement, the load runs in `LoadGenerators`: one process
 per core (uvloop when installed), each opening its share of the concurrent streams, every stream on a
@@ -7,7 +11,7 @@ fresh connection. A process takes one JSON line on stdin per load,
     {"port": 8000, "host": "endpoint-x.localhost", "streams": 128, "tokens": 50}
 
 and answers one JSON line with what each of its streams saw (time to first token, the gaps between
-tokens, tokens counted, the error if any). End of input ends the process. It never imports Django.
+tokens, tokens counted, the error if any). End of input ends the process. Neither imports Django.
 """
 
 from __future__ import annotations
@@ -25,6 +29,53 @@ from pathlib import Path
 
 MARKER = b'"delta"'
 DONE = b"data: [DONE]"
+BACKLOG = 4096
+
+
+def serve_tokens(port: int, tokens: int, interval_s: float) -> None:
+    """An asyncio SSE server (a process of its own): `tokens` chunks, one every `interval_s`."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            if length:
+                await reader.readexactly(length)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                b"Connection: close\r\n\r\n"
+            )
+            for index in range(tokens):
+                event = {
+                    "id": "bench",
+                    "object": "chat.completion.chunk",
+                    "choices": [{"delta": {"content": f"t{index} "}}],
+                }
+                writer.write(b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n")
+                await writer.drain()
+                await asyncio.sleep(interval_s)
+            writer.write(DONE + b"\n\n")
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=BACKLOG)
+        async with server:
+            await server.serve_forever()
+
+    run_loop(main())
+
+
+def start_node_server(port: int, tokens: int, interval_s: float) -> subprocess.Popen[bytes]:
+    """`serve_tokens` in a process (and process group) of its own on 127.0.0.1:`port`."""
+    argv = [sys.executable, str(Path(__file__).resolve()), "--serve", str(port), str(tokens), str(interval_s)]
+    return subprocess.Popen(argv, start_new_session=True)
 
 
 @dataclass
@@ -157,4 +208,7 @@ class LoadGenerators:
 
 
 if __name__ == "__main__":
-    run_loop(serve())
+    if len(sys.argv) == 5 and sys.argv[1] == "--serve":
+        serve_tokens(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
+    else:
+        run_loop(serve())
