@@ -1,35 +1,41 @@
-"""Streaming inference through the proxy: direct vs the endpoint URL, side by side in one run.
+"""Streaming inference through the proxy under each ASGI server: direct vs the endpoint URL, one run.
 
-    .venv/bin/python bench/inference_proxy.py
-    .venv/bin/python bench/inference_proxy.py --concurrency 1 64 256 1024 --tokens 100 --interval-ms 20
+    .venv/bin/python bench/inference_proxy.py                                   # every server installed
+    .venv/bin/python bench/inference_proxy.py --servers daphne uvicorn --concurrency 64 256 --workers 2
 
-Sets up, on this machine: PostgreSQL + Redis (running), two real daphne replicas, a real agent joined to
-the first, and on the "node" an OpenAI-compatible streaming server (`POST /v1/chat/completions` with
-`"stream": true` answers server-sent events: one `data:` event per token at a fixed interval, then
-`data: [DONE]`). The same load (N concurrent streams, each on its own connection) runs against:
+Sets up, on this machine: PostgreSQL (running), a private redis-server, and on the "node" an
+OpenAI-compatible streaming server (`POST /v1/chat/completions` with `"stream": true` answers
+server-sent events: one `data:` chunk per token at a fixed interval, then `data: [DONE]`). Then, for
+each server in `--servers` (daphne, uvicorn[standard], granian: the same ASGI application), in turn:
+two replicas of `--workers` processes each, a real agent joined to the first (a node of its own), and
+the same load (N concurrent streams, each on a fresh connection) against three columns:
 - direct: the node server itself;
-- proxied: the endpoint's own origin (`endpoint-<slug>.<ENDPOINT_DOMAIN>`) on the replica holding the
-  tunnel (daphne → tunnel → agent → server);
-- other replica: the same URL on a replica that does not hold the tunnel (bytes via Redis).
+- tunnel's replica: the endpoint's own origin (`endpoint-<slug>.<ENDPOINT_DOMAIN>`) on the replica the
+  agent's tunnel is connected to (web → tunnel → agent → server);
+- other replica: the same URL on the replica that does not hold the tunnel.
 
-Printed per concurrency, one column per target: time to first token p50/p99, inter-token latency
-p50/p99, completed streams and errors, tokens/s in total, CPU seconds per 1,000 tokens per process,
-and the agent's heartbeat round trip (it heartbeats every 0.2 s here) during the load.
+The load runs in processes of its own (`bench/stream_load.py`: one asyncio process per core), so the
+client is not the bottleneck and its CPU is reported like everyone else's. Printed per concurrency,
+every server's columns side by side: TTFT p50/p99, inter-token p99, errors, chunks/s and its ratio to
+direct, the agent's heartbeat round trip p99 during that load (it heartbeats every 0.2 s here), and
+the CPU seconds per 1,000 chunks of each group of processes (each replica's web processes, the agent,
+Redis, the node server, the load generators). Then the issue's goals, each with PASS or MISS.
+
+Every process is stopped (whole process groups) however the run ends, and the database is dropped.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
-import json
+import functools
 import os
 import resource
 import signal
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,288 +44,336 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 os.environ.setdefault("BENCH_DB", "cleverthis_bench_inference")
 
-from proxy import control_plane_env, cpu_seconds, heartbeat_rtts, prepare_database, redis_pid  # noqa: E402
+import web_servers  # noqa: E402
+from proxy import (  # noqa: E402  (django.setup() on the bench database and a private Redis)
+    control_plane_env,
+    drop_database,
+    heartbeat_rtts,
+    prepare_database,
+    start_redis,
+)
+from stream_load import LoadGenerators, StreamResult, start_node_server  # noqa: E402
 
 from tests.support.live import agent_join, agent_run  # noqa: E402
-from tests.support.processes import daphne, free_port, port_open, wait_until  # noqa: E402
+from tests.support.processes import ManagedProcess, free_port, port_open, wait_until  # noqa: E402
 
-MARKER = b'"delta"'
-DONE = b"data: [DONE]"
-BACKLOG = 4096
-
-
-# -- the node's streaming server ------------------------------------------------------------------
+TARGETS = ("direct", "tunnel's replica", "other replica")
+PROXIED = TARGETS[1:]
 
 
-def serve_tokens(port: int, tokens: int, interval_s: float) -> None:
-    """An asyncio SSE server (a process of its own): `tokens` events, one every `interval_s`."""
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":", 1)[1])
-            if length:
-                await reader.readexactly(length)
-            writer.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                b"Connection: close\r\n\r\n"
-            )
-            for index in range(tokens):
-                event = {
-                    "id": "bench",
-                    "object": "chat.completion.chunk",
-                    "choices": [{"delta": {"content": f"t{index} "}}],
-                }
-                writer.write(b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n")
-                await writer.drain()
-                await asyncio.sleep(interval_s)
-            writer.write(DONE + b"\n\n")
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-    async def main() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=BACKLOG)
-        async with server:
-            await server.serve_forever()
-
-    asyncio.run(main())
-
-
-# -- the client ------------------------------------------------------------------------------------
-
-
-@dataclass
-class StreamResult:
-    """What one client stream saw."""
-
-    ttft: float | None = None
-    gaps: list[float] = field(default_factory=list)
-    tokens: int = 0
-    error: str | None = None
-
-
-async def one_stream(port: int, host: str, tokens: int) -> StreamResult:
-    """One streaming chat completion on a fresh connection; times every token as it arrives."""
-    result = StreamResult()
-    body = json.dumps({"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    started = time.perf_counter()
-    writer = None
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: " + host.encode() + b"\r\nContent-Type: application/json\r\n"
-            b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
-        )
-        await writer.drain()
-        head = await reader.readuntil(b"\r\n\r\n")
-        status = int(head.split(b" ", 2)[1])
-        if status != 200:
-            rest = await reader.read(300)
-            result.error = f"HTTP {status} {rest[:120]!r}"
-            return result
-        tail = b""
-        last = None
-        seen_done = False
-        while chunk := await reader.read(65536):
-            now = time.perf_counter()
-            data = tail + chunk
-            count = data.count(MARKER)
-            for _ in range(count):
-                if result.ttft is None:
-                    result.ttft = now - started
-                elif last is not None:
-                    result.gaps.append(now - last)
-                last = now
-            result.tokens += count
-            seen_done = seen_done or DONE in data
-            tail = data[-(len(DONE) - 1) :]
-        if result.tokens != tokens or not seen_done:
-            result.error = f"incomplete: {result.tokens} of {tokens} tokens"
-    except (OSError, asyncio.IncompleteReadError, ValueError) as error:
-        result.error = f"{type(error).__name__}: {error}"
-    finally:
-        if writer is not None:
-            writer.close()
-    return result
-
-
-async def load(port: int, host: str, concurrency: int, tokens: int) -> tuple[list[StreamResult], float]:
-    """`concurrency` streams at once: their results and the wall time until the last ended."""
-    started = time.perf_counter()
-    results = await asyncio.gather(*(one_stream(port, host, tokens) for _ in range(concurrency)))
-    return list(results), time.perf_counter() - started
+# -- figures ---------------------------------------------------------------------------------------
 
 
 def pct(values: list[float], q: float) -> float:
     return sorted(values)[int(q * (len(values) - 1))] if values else float("nan")
 
 
-def summarize(results: list[StreamResult], elapsed: float) -> dict[str, object]:
-    ttfts = [r.ttft for r in results if r.ttft is not None]
-    gaps = [gap for r in results for gap in r.gaps]
-    errors = [r.error for r in results if r.error]
-    return {
-        "ttft_p50": pct(ttfts, 0.5) * 1000,
-        "ttft_p99": pct(ttfts, 0.99) * 1000,
-        "itl_p50": pct(gaps, 0.5) * 1000,
-        "itl_p99": pct(gaps, 0.99) * 1000,
-        "completed": len(results) - len(errors),
-        "errors": len(errors),
-        "first_error": errors[0] if errors else "",
-        "tokens": sum(r.tokens for r in results),
-        "tokens_s": sum(r.tokens for r in results) / elapsed,
-    }
+@dataclass
+class Column:
+    """One load against one target: latencies (ms), chunks, errors, CPU per role, heartbeat round trips."""
+
+    ttft_p50: float
+    ttft_p99: float
+    itl_p50: float
+    itl_p99: float
+    chunks: int
+    chunks_s: float
+    errors: int
+    first_error: str
+    cpu_per_1k: dict[str, float] = field(default_factory=dict)
+    window: tuple[float, float] = (0.0, 0.0)
+    heartbeats: list[float] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, results: list[StreamResult], elapsed: float) -> Column:
+        ttfts = [r.ttft for r in results if r.ttft is not None]
+        gaps = [gap for r in results for gap in r.gaps]
+        errors = [r.error for r in results if r.error]
+        chunks = sum(r.tokens for r in results)
+        return cls(
+            ttft_p50=pct(ttfts, 0.5) * 1000,
+            ttft_p99=pct(ttfts, 0.99) * 1000,
+            itl_p50=pct(gaps, 0.5) * 1000,
+            itl_p99=pct(gaps, 0.99) * 1000,
+            chunks=chunks,
+            chunks_s=chunks / elapsed,
+            errors=len(errors),
+            first_error=errors[0] if errors else "",
+        )
+
+
+# -- one server ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    """What every server's run shares: the node server, the load, the database rows, the directory."""
+
+    args: argparse.Namespace
+    tmp: Path
+    node_port: int
+    node_pid: int
+    redis: ManagedProcess
+    load: LoadGenerators
+    user: object
+    cluster: object
+
+
+def wait_for_session(agent: ManagedProcess, sessions: int, timeout: float = 60) -> None:
+    """Wait until the agent logged its `sessions`-th connection (its tunnel is up)."""
+    wait_until(lambda: agent.log().count(" connected to ") >= sessions, timeout=timeout, what="agent tunnel")
+
+
+def endpoint_for(setup: Setup, node: object, server: str) -> object:
+    """A running endpoint on `node` serving the node server's port (after the agent's first inventory
+    report, which would otherwise mark a hand-made running endpoint failed)."""
+    from fleet.workloads.models import Endpoint
+
+    time.sleep(1.5)
+    endpoint, _ = Endpoint.objects.update_or_create(
+        node=node,
+        model_id=f"bench/{server}",
+        defaults={"cluster": setup.cluster, "status": "running", "port": setup.node_port, "public": True},
+    )
+    return endpoint
+
+
+def measure_server(setup: Setup, server: str) -> tuple[dict[int, dict[str, Column]], dict[str, int]]:
+    """Two replicas under `server` and an agent on the first; every concurrency against every target.
+
+    Returns the columns by concurrency and target, and how many processes each CPU role counted."""
+    from agent.config import AgentConfig
+    from fleet import services
+    from fleet.models import Node as FleetNode
+
+    args, tmp = setup.args, setup.tmp
+    env = control_plane_env()
+    start = dict(server=server, workers=args.workers, env=env)
+    web_port, other_port = free_port(), free_port()
+    web = other = agent = None
+    try:
+        web = web_servers.start(tmp, web_port, name=f"{server}-tunnel", **start)
+        wait_until(lambda: port_open(web_port), timeout=60, what=f"{server} replica")
+        _, raw = services.join_token_create(cluster=setup.cluster, actor=setup.user)
+        state = tmp / f"state-{server}"
+        joined = agent_join(f"http://127.0.0.1:{web_port}", raw, state)
+        assert joined.returncode == 0, joined.stderr
+        agent = agent_run(state, tmp, name=f"agent-{server}", env={"CLEVERTHIS_PROXY_PORTS": str(setup.node_port)})
+        wait_for_session(agent, 1)
+        node = FleetNode.objects.get(pk=AgentConfig.load(state).node_id)
+        endpoint = endpoint_for(setup, node, server)
+        other = web_servers.start(tmp, other_port, name=f"{server}-other", **start)
+        wait_until(lambda: port_open(other_port), timeout=60, what=f"second {server} replica")
+        targets = {
+            "direct": (setup.node_port, "node"),
+            "tunnel's replica": (web_port, endpoint.hostname),
+            "other replica": (other_port, endpoint.hostname),
+        }
+        targets = {label: target for label, target in targets.items() if label in args.targets}
+        for port, host in targets.values():  # warm up (every worker process: several small loads)
+            for _ in range(3):
+                setup.load.run(port, host, 4 * args.workers, args.tokens)
+        meter = web_servers.CpuMeter(
+            {
+                "web, tunnel's replica": lambda: web_servers.tree(web.popen.pid),
+                "web, other replica": lambda: web_servers.tree(other.popen.pid),
+                "agent": lambda: web_servers.tree(agent.popen.pid),
+                "redis": lambda: web_servers.tree(setup.redis.popen.pid),
+                "node server": lambda: web_servers.tree(setup.node_pid),
+                "load generators": lambda: [p for pid in setup.load.pids for p in web_servers.tree(pid)],
+            }
+        )
+        table: dict[int, dict[str, Column]] = {}
+        for concurrency in args.concurrency:
+            table[concurrency] = {}
+            for label, (port, host) in targets.items():
+                meter.start()
+                begun = time.time()
+                results, elapsed = setup.load.run(port, host, concurrency, args.tokens)
+                spent = meter.read()
+                column = Column.of(results, elapsed)
+                column.window = (begun, time.time())
+                thousands = max(column.chunks, 1) / 1000
+                column.cpu_per_1k = {role: seconds / thousands for role, seconds in spent.items()}
+                table[concurrency][label] = column
+                print(
+                    f"  {server} {concurrency:>5} streams {label:<17} TTFT p99 {column.ttft_p99:8.1f} ms, "
+                    f"{column.errors} errors",
+                    flush=True,
+                )
+                time.sleep(1)
+        time.sleep(0.5)
+        log = agent.log()
+        for columns in table.values():
+            for column in columns.values():
+                column.heartbeats = heartbeat_rtts(log, *column.window)
+        return table, meter.counts()
+    finally:
+        for process in (other, agent, web):
+            if process is not None:
+                process.stop()
+
+
+# -- printing --------------------------------------------------------------------------------------
+
+
+Results = dict[str, dict[int, dict[str, Column]]]  # server -> concurrency -> target -> column
+WIDTH = 12
+
+
+def print_row(
+    name: str, results: Results, labels: list[str], concurrency: int, value: Callable, fmt: str = "{:.1f}"
+) -> None:
+    """One row: `value(column, that load's columns)` for every server's columns side by side."""
+    cells = []
+    for table in results.values():
+        columns = table.get(concurrency, {})
+        for label in labels:
+            shown = value(columns[label], columns) if label in columns else None
+            cells.append("-" if shown is None else fmt.format(shown))
+    print(f"{name:<34}" + "".join(f"{cell:>{WIDTH}}" for cell in cells))
+
+
+def ratio_to_direct(column: Column, columns: dict[str, Column]) -> float | None:
+    """Chunks/s of this column over the direct column's (None without a direct column)."""
+    direct = columns.get("direct")
+    return column.chunks_s / direct.chunks_s if direct and direct.chunks_s else None
+
+
+def print_tables(results: Results, args: argparse.Namespace, counts: dict[str, dict[str, int]]) -> None:
+    """Per concurrency, every server's columns side by side."""
+    labels = [label for label in TARGETS if label in args.targets]
+    short = {"direct": "direct", "tunnel's replica": "tunnel rep", "other replica": "other rep"}
+    print(
+        f"\n{args.tokens} chunks per stream, one every {args.interval_ms:g} ms, each stream on a fresh connection; "
+        f"{args.workers} web process(es) per replica (daphne: 1, it has no workers); {args.load_processes} load "
+        "generator processes; "
+        f"{os.cpu_count()} CPUs"
+    )
+    for concurrency in args.concurrency:
+        print(f"\n== {concurrency} concurrent streams")
+        print(f"{'':<34}" + "".join(f"{server:^{WIDTH * len(labels)}}" for server in results))
+        print(f"{'':<34}" + "".join(f"{short[label]:>{WIDTH}}" for _ in results for label in labels))
+        row = functools.partial(print_row, results=results, labels=labels, concurrency=concurrency)
+        row("TTFT p50 (ms)", value=lambda c, _: c.ttft_p50)
+        row("TTFT p99 (ms)", value=lambda c, _: c.ttft_p99)
+        row("inter-token p50 (ms)", value=lambda c, _: c.itl_p50)
+        row("inter-token p99 (ms)", value=lambda c, _: c.itl_p99)
+        row("errors", value=lambda c, _: c.errors, fmt="{:d}")
+        row("chunks/s", value=lambda c, _: c.chunks_s, fmt="{:.0f}")
+        row("chunks/s ratio to direct", value=ratio_to_direct, fmt="{:.2f}")
+        row("heartbeat RTT p99 (ms)", value=lambda c, _: pct(c.heartbeats, 0.99))
+        row("heartbeat samples", value=lambda c, _: len(c.heartbeats), fmt="{:d}")
+        print("CPU-s per 1,000 chunks:")
+        for role in next(iter(counts.values())):
+            processes = "/".join(str(counts[server].get(role, "?")) for server in results)
+            row(f"  {role} ({processes})", value=lambda c, _, role=role: c.cpu_per_1k[role], fmt="{:.3f}")
+        row("  all processes", value=lambda c, _: sum(c.cpu_per_1k.values()), fmt="{:.3f}")
+        for server, table in results.items():
+            for label, column in table.get(concurrency, {}).items():
+                if column.first_error:
+                    print(f"  first error ({server}, {label}): {column.first_error}")
+    print("(in brackets: each server's processes in that group)")
+
+
+def goals(columns: dict[str, Column], concurrency: int) -> list[tuple[str, float | None, str, bool | None]]:
+    """The issue's goals for one load: (goal, measured value, target, met?). Goals are stated at 256 and
+    1,024 streams; a load up to 256 is held to the first set, a larger one to the second."""
+    direct = columns.get("direct")
+    proxied = {label: columns[label] for label in PROXIED if label in columns}
+    checks: list[tuple[str, float | None, str, bool | None]] = []
+
+    def check(goal: str, value: float | None, target: str, limit: float) -> None:
+        checks.append((goal, value, target, None if value is None else value <= limit))
+
+    def ttft_ratio(label: str, limit: float) -> None:
+        value = proxied[label].ttft_p99 / direct.ttft_p99 if direct else None
+        check(f"TTFT p99 {label} / direct", value, f"<= {limit:g}x", limit)
+
+    for label in proxied:
+        if concurrency <= 256:
+            ttft_ratio(label, 1.5 if label == "tunnel's replica" else 2.0)
+            value = proxied[label].itl_p99 - direct.itl_p99 if direct else None
+            check(f"ITL p99 {label} - direct (ms)", value, "<= +20 ms", 20)
+        else:
+            ttft_ratio(label, 3.0)
+        checks.append((f"failed streams, {label}", proxied[label].errors, "0", proxied[label].errors == 0))
+    rtts = [rtt for column in columns.values() for rtt in column.heartbeats]
+    p99 = pct(rtts, 0.99) if rtts else None
+    checks.append(("heartbeat RTT p99 during the loads (ms)", p99, "< 100 ms", None if p99 is None else p99 < 100))
+    return checks
+
+
+def print_goals(results: Results, args: argparse.Namespace) -> None:
+    print("\n== goals (issue #36; held to the 256-stream set up to 256 streams, the 1,024-stream set above)")
+    print(f"{'server':<9}{'streams':>8}  {'goal':<44}{'measured':>10}  {'target':<11}")
+    for server, table in results.items():
+        for concurrency in args.concurrency:
+            for goal, value, target, met in goals(table[concurrency], concurrency):
+                shown = "-" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
+                verdict = "n/a" if met is None else "PASS" if met else "MISS"
+                print(f"{server:<9}{concurrency:>8}  {goal:<44}{shown:>10}  {target:<11}{verdict}")
 
 
 # -- set-up ----------------------------------------------------------------------------------------
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM / SIGHUP: stop as on Ctrl-C, through every `finally` that stops a process."""
+    signal.raise_signal(signal.SIGINT)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256, 1024])
-    parser.add_argument("--tokens", type=int, default=100, help="tokens per stream")
-    parser.add_argument("--interval-ms", type=float, default=20.0, help="time between tokens on the node")
     parser.add_argument(
-        "--targets",
+        "--servers",
         nargs="+",
-        choices=["direct", "proxied", "other replica"],
-        default=["direct", "proxied", "other replica"],
-        help="measure only these columns (quote 'other replica')",
+        choices=web_servers.SERVERS,
+        default=web_servers.installed(),
+        help="ASGI servers to compare (default: every one installed)",
     )
-    parser.add_argument("--keep", metavar="DIR", help="work in DIR (daphne/agent logs) instead of a temp dir")
+    parser.add_argument("--workers", type=int, default=1, help="web processes per replica")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 256, 1024])
+    parser.add_argument("--tokens", type=int, default=50, help="chunks per stream")
+    parser.add_argument("--interval-ms", type=float, default=20.0, help="time between chunks on the node")
+    parser.add_argument(
+        "--load-processes", type=int, default=os.cpu_count() or 1, help="load generator processes (one per core)"
+    )
+    parser.add_argument(
+        "--targets", nargs="+", choices=TARGETS, default=list(TARGETS), help="measure only these columns (quote them)"
+    )
+    parser.add_argument("--keep", metavar="DIR", help="work in DIR (server/agent logs) instead of a temp dir")
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
 
-    from fleet import services
-    from fleet.models import Node as FleetNode
-    from fleet.workloads.models import Endpoint
-
-    node_port = free_port()
-    node_server = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(node_port), str(args.tokens), str(args.interval_ms / 1000)],
-        start_new_session=True,
-    )
-    wait_until(lambda: port_open(node_port), timeout=30, what="node server")
-
-    user, cluster = prepare_database()
-    env = control_plane_env()
-    table: dict[int, dict[str, dict[str, object]]] = {}
-    windows: dict[int, tuple[float, float]] = {}
-    cpu: dict[int, dict[str, dict[str, float]]] = {}
+    results: Results = {}
+    counts: dict[str, dict[str, int]] = {}
     with contextlib.ExitStack() as stack:
         if args.keep:
-            tmp_path = Path(args.keep)
-            tmp_path.mkdir(parents=True, exist_ok=True)
+            tmp = Path(args.keep)
+            tmp.mkdir(parents=True, exist_ok=True)
         else:
-            tmp_path = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-inference-")))
-        web_port, other_port = free_port(), free_port()
-        web = daphne(tmp_path, web_port, env=env)
-        agent = other = None
-        try:
-            wait_until(lambda: port_open(web_port), timeout=30, what="daphne")
-            _, raw = services.join_token_create(cluster=cluster, actor=user)
-            joined = agent_join(f"http://127.0.0.1:{web_port}", raw, tmp_path / "state")
-            assert joined.returncode == 0, joined.stderr
-            agent = agent_run(tmp_path / "state", tmp_path, env={"CLEVERTHIS_PROXY_PORTS": str(node_port)})
-            wait_until(lambda: FleetNode.objects.filter(connected=True).exists(), timeout=30, what="agent")
-            time.sleep(1.5)  # the agent's first inventory report reconciles endpoints
-            node = FleetNode.objects.get()
-            endpoint = Endpoint.objects.create(
-                cluster=cluster, node=node, model_id="bench/m", status="running", port=node_port, public=True
-            )
-            origin = endpoint.hostname
-            other = daphne(tmp_path, other_port, env=env, name="daphne-other")
-            wait_until(lambda: port_open(other_port), timeout=30, what="second daphne")
-            targets = {
-                "direct": (node_port, "node"),
-                "proxied": (web_port, origin),
-                "other replica": (other_port, origin),
-            }
-            targets = {label: target for label, target in targets.items() if label in args.targets}
-            pids = {
-                "bench client": [os.getpid()],
-                "node server": [node_server.pid],
-                "daphne (tunnel)": [web.popen.pid],
-                "daphne (other)": [other.popen.pid],
-                "agent": [agent.popen.pid],
-                "redis": [redis_pid()],
-            }
-
-            async def run() -> None:
-                for port, host in targets.values():  # warm up
-                    await load(port, host, 4, args.tokens)
-                for concurrency in args.concurrency:
-                    table[concurrency] = {}
-                    cpu[concurrency] = {}
-                    windows[concurrency] = (time.time(), 0.0)
-                    for label, (port, host) in targets.items():
-                        before = cpu_seconds(pids)
-                        results, elapsed = await load(port, host, concurrency, args.tokens)
-                        after = cpu_seconds(pids)
-                        summary = summarize(results, elapsed)
-                        table[concurrency][label] = summary
-                        thousands = max(summary["tokens"], 1) / 1000
-                        cpu[concurrency][label] = {role: (after[role] - before[role]) / thousands for role in pids}
-                        await asyncio.sleep(1)
-                    windows[concurrency] = (windows[concurrency][0], time.time())
-
-            asyncio.run(run())
-            time.sleep(0.5)
-            log = agent.log()
-        finally:
-            for process in (other, agent):
-                if process is not None:
-                    process.stop()
-            web.stop()
-            os.killpg(node_server.pid, signal.SIGTERM)
-            node_server.wait(10)
-
-    labels = [label for label in ("direct", "proxied", "other replica") if label in args.targets]
-    compared = [label for label in labels if label != "direct"] if "direct" in labels else []
-    print(f"\n{args.tokens} tokens per stream, one every {args.interval_ms:g} ms; each stream on its own connection")
-    for concurrency, by_label in table.items():
-        print(f"\n== {concurrency} concurrent streams")
-        print(
-            f"{'':<34}"
-            + "".join(f"{label:>15}" for label in labels)
-            + "".join(f"{label + '/direct':>22}" for label in compared)
-        )
-
-        def row(name: str, key: str, unit: str, ratio: bool = True, by_label: dict = by_label) -> None:
-            values = {label: float(by_label[label][key]) for label in labels}
-            direct = values.get("direct") or 0.0
-            tail = "".join(f"{values[label] / direct:>22.2f}" for label in compared) if ratio and direct else ""
-            print(f"{name:<34}" + "".join(f"{value:>15.1f}" for value in values.values()) + tail + f"   {unit}")
-
-        row("TTFT p50", "ttft_p50", "ms")
-        row("TTFT p99", "ttft_p99", "ms")
-        row("inter-token p50", "itl_p50", "ms")
-        row("inter-token p99", "itl_p99", "ms")
-        row("completed streams", "completed", "", ratio=False)
-        row("errors", "errors", "", ratio=False)
-        row("tokens/s (all streams)", "tokens_s", "tok/s")
-        print("CPU s per 1,000 tokens:")
-        for role in next(iter(cpu[concurrency].values())):
-            print(f"    {role:<30}" + "".join(f"{cpu[concurrency][label][role]:>15.3f}" for label in labels))
-        for label in labels:
-            if by_label[label]["first_error"]:
-                print(f"  first error ({label}): {by_label[label]['first_error']}")
-        rtts = heartbeat_rtts(log, *windows[concurrency])
-        print(
-            f"heartbeat round trip during this load: p50 {pct(rtts, 0.5):.1f} ms, p99 {pct(rtts, 0.99):.1f} ms "
-            f"({len(rtts)} samples)"
-        )
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-inference-")))
+        redis = start_redis(tmp)
+        stack.callback(redis.stop)
+        node_port = free_port()
+        node_server = start_node_server(node_port, args.tokens, args.interval_ms / 1000)
+        stack.callback(lambda: (os.killpg(node_server.pid, signal.SIGKILL), node_server.wait()))
+        wait_until(lambda: port_open(node_port), timeout=30, what="node server")
+        load = LoadGenerators(args.load_processes)
+        stack.callback(load.stop)
+        stack.callback(drop_database)
+        user, cluster = prepare_database()
+        setup = Setup(args, tmp, node_port, node_server.pid, redis, load, user, cluster)
+        for server in args.servers:
+            print(f"measuring {server} ({args.workers} worker(s) per replica) ...", flush=True)
+            results[server], counts[server] = measure_server(setup, server)
+    print_tables(results, args, counts)
+    print_goals(results, args)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--serve":
-        serve_tokens(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
-    else:
-        main()
+    main()

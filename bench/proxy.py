@@ -3,14 +3,17 @@
     .venv/bin/python bench/proxy.py
     .venv/bin/python bench/proxy.py --requests 500 --concurrency 8 --big-mb 100
 
-Sets up, on this machine: PostgreSQL + Redis (running), a real daphne, a real agent process joined to
-it, and an HTTP server on the "node" side. Then measures the same workloads against the server directly
+Sets up, on this machine: PostgreSQL (running), a private redis-server, one web replica under the
+chosen ASGI server (`--server`, default daphne; `--workers` processes), a real agent process joined
+to it, and an HTTP server on the "node" side. Then measures the same workloads against the server directly
 and through the control plane (`endpoint-<slug>.<ENDPOINT_DOMAIN>` → tunnel → agent → server):
 - small requests: requests/s and p50/p99 latency at a fixed concurrency;
 - one large body (default 100 MB), repeated for a few seconds: median MB/s, and the CPU seconds each
-  process spent per GB moved (the benchmark's own client and node server, daphne, the agent);
+  process spent per GB moved (the benchmark's own client and node server, the web replicas, the agent);
 - heartbeat round trips reported by the agent while the large transfers run, against idle;
-- the same through a second daphne replica that does not hold the tunnel (bytes via Redis).
+- the same through a second replica that does not hold the tunnel.
+
+The benchmark's database is dropped at the end, and every process it started is stopped.
 """
 
 from __future__ import annotations
@@ -29,8 +32,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cleverthis.settings.base")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
+
+from tests.support.processes import ManagedProcess, free_port, port_open, wait_until  # noqa: E402
+
+# A redis-server of the benchmark's own (started by `start_redis`): the shared one is never touched, and
+# the CPU it spends carrying the other replica's stream bytes is this benchmark's alone.
+REDIS_PORT = free_port()
+os.environ["REDIS_URL"] = f"redis://127.0.0.1:{REDIS_PORT}/0"
 BENCH_DB = os.environ.get("BENCH_DB", "cleverthis_bench_proxy")
 os.environ["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{BENCH_DB}"
 
@@ -38,11 +48,11 @@ import django  # noqa: E402
 
 django.setup()
 
+import web_servers  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from tests.support.live import agent_join, agent_run  # noqa: E402
-from tests.support.processes import daphne, free_port, port_open, wait_until  # noqa: E402
 
 SMALL = b'{"ok": true}'
 
@@ -157,14 +167,15 @@ async def big_transfers(
     }
 
 
-def redis_pid() -> int:
-    """The Redis server's process (the channel layer carries the other replica's stream bytes)."""
-    import psutil
+def start_redis(log_dir: Path) -> ManagedProcess:
+    """The benchmark's own redis-server on REDIS_PORT (the channel layer of its replicas)."""
+    import shutil
 
-    for proc in psutil.process_iter(["name"]):
-        if proc.info["name"] == "redis-server":
-            return proc.pid
-    raise RuntimeError("no redis-server process found")
+    argv = [shutil.which("redis-server") or "redis-server", "--port", str(REDIS_PORT), "--bind", "127.0.0.1"]
+    argv += ["--save", "", "--appendonly", "no", "--maxclients", "30000", "--tcp-backlog", "4096"]
+    redis = ManagedProcess("redis", argv, log_dir=log_dir)
+    wait_until(lambda: port_open(REDIS_PORT), timeout=10, what="redis")
+    return redis
 
 
 def pids_roles(big: dict[str, dict[str, object]]) -> list[str]:
@@ -223,7 +234,7 @@ def heartbeat_rtts(log: str, start: float, end: float) -> list[float]:
 
 
 def control_plane_env(**extra: str) -> dict[str, str]:
-    """Environment of the benchmark's daphnes and agent: its database and Redis, quiet logs, a heartbeat
+    """Environment of the benchmark's web replicas and agent: its database and Redis, quiet logs, a heartbeat
     every 0.2 s (round trips to sample), and registration unthrottled."""
     return {
         "DATABASE_URL": os.environ["DATABASE_URL"],
@@ -235,6 +246,16 @@ def control_plane_env(**extra: str) -> dict[str, str]:
         "LOG_LEVEL": "WARNING",
         **extra,
     }
+
+
+def drop_database() -> None:
+    """Drop the benchmark's database (its connections closed first)."""
+    import psycopg
+    from django.db import connections
+
+    connections.close_all()
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
 
 
 def prepare_database() -> tuple[object, object]:
@@ -275,6 +296,7 @@ async def profile_proxied(directory: str, processes: dict[str, int], targets: di
                         "--format",
                         "raw",
                         "--nonblocking",
+                        "--subprocesses",
                         "-o",
                         str(Path(directory) / f"{target}-{phase}-{role}.txt"),
                     ],
@@ -295,6 +317,8 @@ async def profile_proxied(directory: str, processes: dict[str, int], targets: di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--server", choices=web_servers.SERVERS, default="daphne", help="the ASGI server")
+    parser.add_argument("--workers", type=int, default=1, help="web processes per replica")
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--big-mb", type=int, default=100)
@@ -306,7 +330,7 @@ def main() -> None:
         "--profile",
         metavar="DIR",
         help="after measuring, repeat the proxied workloads (through each replica) under py-spy and write "
-        "collapsed stacks of both daphnes and the agent into DIR (needs py-spy)",
+        "collapsed stacks of both replicas and the agent into DIR (needs py-spy)",
     )
     args = parser.parse_args()
 
@@ -320,15 +344,16 @@ def main() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", node_port), Node)
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
-    user, cluster = prepare_database()
     env = control_plane_env(PROXY_MAX_BODY_BYTES=str(1 << 30))
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
         tmp_path = Path(tmp)
+        redis = start_redis(tmp_path)
         web_port = free_port()
-        web = daphne(tmp_path, web_port, env=env)
-        agent = None
+        web = agent = None
         try:
-            wait_until(lambda: port_open(web_port), timeout=30, what="daphne")
+            user, cluster = prepare_database()
+            web = web_servers.start(tmp_path, web_port, server=args.server, workers=args.workers, env=env, name="web")
+            wait_until(lambda: port_open(web_port), timeout=30, what=args.server)
             _, raw = services.join_token_create(cluster=cluster, actor=user)
             joined = agent_join(f"http://127.0.0.1:{web_port}", raw, tmp_path / "state")
             assert joined.returncode == 0, joined.stderr
@@ -345,8 +370,10 @@ def main() -> None:
             # a second replica, started after the agent connected to the first: its requests reach the
             # tunnel through the Redis channel layer, as most requests do when several replicas run
             other_port = free_port()
-            other = daphne(tmp_path, other_port, env=env, name="daphne-other")
-            wait_until(lambda: port_open(other_port), timeout=30, what="second daphne")
+            other = web_servers.start(
+                tmp_path, other_port, server=args.server, workers=args.workers, env=env, name="web-other"
+            )
+            wait_until(lambda: port_open(other_port), timeout=30, what=f"second {args.server}")
             targets = {
                 "direct": (node_port, "node"),
                 "2 bare relays": (relay_port, "node"),
@@ -356,10 +383,10 @@ def main() -> None:
             pids = {
                 "bench (client+server)": [os.getpid()],
                 "bare relays": [relay.pid for relay in relays],
-                "daphne (tunnel)": [web.popen.pid],
-                "daphne (other)": [other.popen.pid],
+                f"{args.server} (tunnel)": [proc.pid for proc in web_servers.tree(web.popen.pid)],
+                f"{args.server} (other)": [proc.pid for proc in web_servers.tree(other.popen.pid)],
                 "agent": [agent.popen.pid],
-                "redis": [redis_pid()],
+                "redis": [redis.popen.pid],
             }
 
             async def run() -> dict[str, object]:
@@ -388,7 +415,7 @@ def main() -> None:
                     if label == "proxied":
                         results["big_window"] = (big_start, time.time())
                 if args.profile:
-                    processes = {"daphne": web.popen.pid, "other": other.popen.pid, "agent": agent.popen.pid}
+                    processes = {"web": web.popen.pid, "other": other.popen.pid, "agent": agent.popen.pid}
                     await profile_proxied(
                         args.profile,
                         processes,
@@ -406,8 +433,11 @@ def main() -> None:
                 other.stop()
             if agent is not None:
                 agent.stop()
-            web.stop()
+            if web is not None:
+                web.stop()
             server.shutdown()
+            redis.stop()
+            drop_database()
 
     idle = heartbeat_rtts(log, *results["idle_window"])
     during = heartbeat_rtts(log, *results["big_window"])

@@ -1,9 +1,9 @@
 """Simulated agents for the fleet benchmarks: real tunnels, an executor that answers at once.
 
 `InstantRunner` is the simulated executor. Run as a script, this module is one agents process of
-`bench/fleet_scale.py`: it runs a real `TunnelClient` for each state directory listed in a file (nodes
-the benchmark registered), opening them at `--connect-rate` tunnels per second, and answers one-line
-commands on stdin with one JSON line on stdout:
+`bench/fleet_scale.py` (one per core): it runs a real `TunnelClient` for each state directory listed
+in a file (nodes the benchmark registered), opening them at `--connect-rate` tunnels per second, and
+answers one-line commands on stdin with one JSON line on stdout:
 
     stats   {"connected": <clients in a live session now>, "sessions": <sessions begun so far>,
              "acks": <heartbeats answered so far>,
@@ -11,6 +11,13 @@ commands on stdin with one JSON line on stdout:
     stop    stops every client, answers {"stopped": true} and exits
 
 End of input (the benchmark died) stops every client the same way.
+
+Cheap by construction, so the machine's time goes to the control plane: one event loop (uvloop when
+installed) per process and no thread at all. The real client hands its blocking calls (reading the
+host's inventory, the runner) to `asyncio.to_thread`; here the loop's default executor is
+`InlineExecutor`, which runs them on the spot — they are instant for a simulated node (the
+`InstantRunner`, a psutil read), so the wire protocol, keys and frames stay the real client's while
+thousands of clients share one thread instead of a pool's hand-offs. Stdin is read by the loop too.
 
 It never imports Django, like the agent itself.
 """
@@ -20,7 +27,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -49,11 +58,29 @@ class InstantRunner:
         return set()
 
 
+class InlineExecutor(ThreadPoolExecutor):
+    """An executor that runs each call at once in the caller's thread (it never starts a thread).
+
+    A subclass of ThreadPoolExecutor only because `loop.set_default_executor` accepts nothing else."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to the awaiting coroutine, as a pool thread would
+            future.set_exception(exc)
+        return future
+
+
 async def serve(state_dirs: list[Path], connect_rate: float = 100.0) -> None:
     """Run one tunnel per state directory, opened `connect_rate` per second, and answer `stats`/`stop` lines."""
     from agent.config import AgentConfig
     from agent.transport.tunnel import ReconnectPolicy, TunnelClient
 
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(InlineExecutor())
+    commands = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin)
     stop = asyncio.Event()
     clients = [
         TunnelClient(
@@ -67,16 +94,16 @@ async def serve(state_dirs: list[Path], connect_rate: float = 100.0) -> None:
     tasks: list[asyncio.Task[int]] = []
 
     async def connect() -> None:
-        started = asyncio.get_running_loop().time()
+        started = loop.time()
         for i, client in enumerate(clients):
             tasks.append(asyncio.ensure_future(client.run(stop)))
-            ahead = started + (i + 1) / connect_rate - asyncio.get_running_loop().time()
+            ahead = started + (i + 1) / connect_rate - loop.time()
             if ahead > 0:
                 await asyncio.sleep(ahead)  # a steady connect ramp, not a storm
 
     ramp = asyncio.ensure_future(connect())
     seen = [0] * len(clients)
-    while line := (await asyncio.to_thread(sys.stdin.readline)).strip():
+    while line := (await commands.readline()).decode().strip():
         if line == "stats":
             rtts: list[float] = []
             for i, client in enumerate(clients):
@@ -105,10 +132,12 @@ if __name__ == "__main__":
     import argparse
     import logging
 
+    from stream_load import run_loop
+
     parser = argparse.ArgumentParser(description="one agents process of bench/fleet_scale.py")
     parser.add_argument("listing", type=Path, help="a file listing one agent state directory a line")
     parser.add_argument("--connect-rate", type=float, default=100.0, help="tunnels opened per second")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     listed = args.listing.read_text().split()
-    asyncio.run(serve([Path(entry) for entry in listed], connect_rate=args.connect_rate))
+    run_loop(serve([Path(entry) for entry in listed], connect_rate=args.connect_rate))
