@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import weakref
 from typing import Any
 
 from django.conf import settings
@@ -28,6 +29,7 @@ log = logging.getLogger("fleet.tunnel.peers")
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
 _state: dict[str, Any] = {"loop": None, "server": None, "address": "", "starting": None}
+_accepted: weakref.WeakSet[PeerLink] = weakref.WeakSet()  # links accepted and not yet gone
 
 
 def advertised_host(bind: str) -> str:
@@ -99,7 +101,16 @@ def _accept() -> PeerLink:
     served = ServedLink(peer_wire.link_key())
     link = PeerLink(served)
     served.start_handshake_timer(link)
+    _accepted.add(link)
     return link
+
+
+def stop() -> None:
+    """Stop listening and drop every accepted link (their streams end at their agents). Tests, shutdown."""
+    for link in list(_accepted):
+        link.close("the listener stopped")
+    _stop_old()
+    _state.update(loop=None, server=None, address="", starting=None)
 
 
 def _stop_old() -> None:
