@@ -32,7 +32,7 @@ from fleet.tunnel import local_tunnels, peer_listener, peer_wire
 from kernel import metrics
 
 # Request bytes per data message towards the tunnel.
-CHUNK_BYTES = 256 * 1024
+CHUNK_BYTES = peer_wire.DATA_MAX
 # Request bytes that may travel with the stream's opening message.
 FIRST_BYTES_MAX = 64 * 1024
 # A read hands over the response chunks already waiting, joined, up to about this many bytes.

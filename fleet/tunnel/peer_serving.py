@@ -44,7 +44,12 @@ class PeerSink:
         kind = message["type"]
         if kind == "stream.data":
             data = message["data"]
-            link.send(peer_wire.header(peer_wire.DATA, stream_id, len(data)), data)
+            if len(data) <= peer_wire.DATA_MAX:
+                link.send(peer_wire.header(peer_wire.DATA, stream_id, len(data)), data)
+            else:  # (an agent's chunks are far smaller; a frame over the reader's limit would drop the link)
+                for start in range(0, len(data), peer_wire.DATA_MAX):
+                    piece = data[start : start + peer_wire.DATA_MAX]
+                    link.send(peer_wire.header(peer_wire.DATA, stream_id, len(piece)), piece)
         elif kind == "stream.window":
             link.send(peer_wire.window_frame(stream_id, int(message["increment"])))
         elif kind == "stream.end":

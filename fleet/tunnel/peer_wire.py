@@ -36,8 +36,10 @@ _OPEN = struct.Struct("!16sHIBH")  # node id, port, window, end flag, host lengt
 _INCREMENT = struct.Struct("!Q")
 NONCE_BYTES = 16
 PROOF_BYTES = 32
-# The largest payload either side sends: a data chunk (256 KiB) or an opening with its first bytes.
+# The largest payload a reader takes; DATA is sent in pieces of at most DATA_MAX, an OPEN carries at
+# most 64 KiB of first bytes.
 MAX_PAYLOAD = 1024 * 1024
+DATA_MAX = 256 * 1024
 
 
 class PeerProtocolError(Exception):
