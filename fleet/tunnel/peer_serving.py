@@ -87,6 +87,18 @@ def _lane_done(task: asyncio.Task[None]) -> None:
         log.error("peer link lane ended by an unexpected error", exc_info=task.exception())
 
 
+async def _open_at(tunnel: local_tunnels.LocalTunnel, opening: peer_wire.Opening, sink: PeerSink) -> None:
+    """Open the stream at the tunnel, unless it closed since the OPEN arrived (then the stream ends)."""
+    if local_tunnels.get(opening.node_id) is not tunnel:
+        sink.deliver({"type": "stream.end", "error": "tunnel closed"})
+        return
+    try:
+        await tunnel.open_local_stream(sink, opening.message())
+    except Exception as exc:
+        log.exception("peer link: opening stream %s at the tunnel of node %s failed", sink.stream_id, opening.node_id)
+        sink.deliver({"type": "stream.end", "error": f"the tunnel could not open the stream: {exc}"})
+
+
 class ServedLink:
     """The `LinkHandler` of an accepted link: the handshake, then the streams it opens here."""
 
@@ -152,8 +164,7 @@ class ServedLink:
         self._streams[stream_id] = (opening.node_id, tunnel)
         link.send(peer_wire.frame(peer_wire.OPENED, stream_id))
         sink = PeerSink(stream_id, link, self)
-        message = opening.message()
-        self._lane(opening.node_id).push(lambda: tunnel.open_local_stream(sink, message))
+        self._lane(opening.node_id).push(lambda: _open_at(tunnel, opening, sink))
 
     def _to_tunnel(self, stream_id: int, message: dict[str, Any]) -> None:
         entry = self._streams.get(stream_id)
