@@ -10,7 +10,7 @@ the first, and on the "node" an OpenAI-compatible streaming server (`POST /v1/ch
 - direct: the node server itself;
 - proxied: the endpoint's own origin (`endpoint-<slug>.<ENDPOINT_DOMAIN>`) on the replica holding the
   tunnel (daphne → tunnel → agent → server);
-- other replica: the same URL on a replica that does not hold the tunnel (bytes via Redis).
+- other replica: the same URL on a replica that does not hold the tunnel (over a peer link to the first).
 
 Printed per concurrency, one column per target: time to first token p50/p99, inter-token latency
 p50/p99, completed streams and errors, tokens/s in total, CPU seconds per 1,000 tokens per process,

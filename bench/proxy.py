@@ -10,7 +10,7 @@ and through the control plane (`endpoint-<slug>.<ENDPOINT_DOMAIN>` â†’ tunnel â†
 - one large body (default 100 MB), repeated for a few seconds: median MB/s, and the CPU seconds each
   process spent per GB moved (the benchmark's own client and node server, daphne, the agent);
 - heartbeat round trips reported by the agent while the large transfers run, against idle;
-- the same through a second daphne replica that does not hold the tunnel (bytes via Redis).
+- the same through a second daphne replica that does not hold the tunnel (over a peer link to the first).
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ async def big_transfers(
 
 
 def redis_pid() -> int:
-    """The Redis server's process (the channel layer carries the other replica's stream bytes)."""
+    """The Redis server's process (the channel layer: heartbeats, commands; no stream bytes)."""
     import psutil
 
     for proc in psutil.process_iter(["name"]):
@@ -343,7 +343,7 @@ def main() -> None:
 
             relay_port, relays = start_relays(node_port)
             # a second replica, started after the agent connected to the first: its requests reach the
-            # tunnel through the Redis channel layer, as most requests do when several replicas run
+            # tunnel over a peer link to the first, as most requests do when several replicas run
             other_port = free_port()
             other = daphne(tmp_path, other_port, env=env, name="daphne-other")
             wait_until(lambda: port_open(other_port), timeout=30, what="second daphne")

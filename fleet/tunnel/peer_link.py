@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from typing import Protocol, cast
 
 from fleet.tunnel import peer_wire
 
@@ -47,8 +47,7 @@ class PeerLink(asyncio.Protocol):
     # ---- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # (uvloop's transports do not subclass it)
         if not self.name:
             peer = transport.get_extra_info("peername")
             self.name = peer_wire.format_address(*peer[:2]) if peer else "?"

@@ -250,3 +250,26 @@ async def test_a_peer_that_cannot_prove_the_key_gets_no_stream(node, not_held_he
     finally:
         server.close()
         peer_dialer.links().close_all()
+
+
+def test_peer_links_work_on_uvloop_as_on_asyncio(node, not_held_here):
+    """uvicorn runs the web processes on uvloop (whose transports are not asyncio's classes)."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def scenario() -> bytes:
+        agent = AgentStandIn()
+        local_tunnels.add(node.pk, agent)
+        try:
+            await _record_peer(node, await peer_listener.address())
+            stream = await TunnelStream.open(node_id=node.pk, port=8000, first_bytes=b"GET /", finished=True)
+            await agent.until(lambda: stream.stream_id in agent.sinks)
+            agent.sinks[stream.stream_id].deliver({"type": "stream.data", "data": b"hello from the node"})
+            agent.sinks[stream.stream_id].deliver({"type": "stream.end", "error": ""})
+            return await _read_all(stream)
+        finally:
+            local_tunnels.discard(node.pk, agent)
+            peer_dialer.links().close_all()
+            peer_listener.stop()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(scenario()) == b"hello from the node"
