@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import socket
 import weakref
@@ -34,12 +35,20 @@ _accepted: weakref.WeakSet[PeerLink] = weakref.WeakSet()  # links accepted and n
 
 def advertised_host(bind: str) -> str:
     """The host other processes dial: TUNNEL_PEER_ADVERTISE, else the bind address, else (binding every
-    interface) the address this host's name resolves to."""
+    interface) the address this host's name resolves to (a container's address on its network), or, where
+    that is a loopback address (Debian maps the host name to 127.0.1.1), the default route's interface's."""
     if settings.TUNNEL_PEER_ADVERTISE:
         return settings.TUNNEL_PEER_ADVERTISE
     if bind not in _WILDCARDS:
         return bind
-    return socket.gethostbyname(socket.gethostname())
+    host = socket.gethostbyname(socket.gethostname())
+    if ipaddress.ip_address(host).is_loopback:
+        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: it only picks the outgoing interface
+            host = probe.getsockname()[0]
+    if ipaddress.ip_address(host).is_loopback:
+        log.warning("peer listener binds every interface but can only advertise %s: set TUNNEL_PEER_ADVERTISE", host)
+    return host
 
 
 def current_address() -> str:
