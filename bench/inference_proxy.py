@@ -12,7 +12,7 @@ the same load (N concurrent streams, each on a fresh connection) against three c
 - direct: the node server itself;
 - tunnel's replica: the endpoint's own origin (`endpoint-<slug>.<ENDPOINT_DOMAIN>`) on the replica the
   agent's tunnel is connected to (web → tunnel → agent → server);
-- other replica: the same URL on the replica that does not hold the tunnel.
+- other replica: the same URL on the replica that does not hold the tunnel (over a peer link to it).
 
 The load runs in processes of its own (`bench/stream_load.py`: one asyncio process per core), so the
 client is not the bottleneck and its CPU is reported like everyone else's. Printed per concurrency,

@@ -11,7 +11,7 @@ and through the control plane (`endpoint-<slug>.<ENDPOINT_DOMAIN>` â†’ tunnel â†
 - one large body (default 100 MB), repeated for a few seconds: median MB/s, and the CPU seconds each
   process spent per GB moved (the benchmark's own client and node server, the web replicas, the agent);
 - heartbeat round trips reported by the agent while the large transfers run, against idle;
-- the same through a second replica that does not hold the tunnel.
+- the same through a second replica that does not hold the tunnel (over a peer link to the first).
 
 The benchmark's database is dropped at the end, and every process it started is stopped.
 """
@@ -368,7 +368,7 @@ def main() -> None:
 
             relay_port, relays = start_relays(node_port)
             # a second replica, started after the agent connected to the first: its requests reach the
-            # tunnel through the Redis channel layer, as most requests do when several replicas run
+            # tunnel over a peer link to the first, as most requests do when several replicas run
             other_port = free_port()
             other = web_servers.start(
                 tmp_path, other_port, server=args.server, workers=args.workers, env=env, name="web-other"

@@ -14,7 +14,6 @@ class FleetConfig(AppConfig):
         from agent import asyncio_fixes
         from fleet import agent_updates, signals
         from fleet.proxy import site_checks  # registers its system check
-        from fleet.proxy import wiring as proxy_wiring
         from fleet.workloads import admin as workload_admin  # noqa: F401  (registers the workload ModelAdmins)
         from fleet.workloads import receivers
 
@@ -22,7 +21,6 @@ class FleetConfig(AppConfig):
         # could lose one, and a tunnel consumer or the tunnel inbox reader then never ended.
         asyncio_fixes.install()
         receivers.connect()
-        proxy_wiring.connect()  # the proxy plugs its stream handler into the tunnel
         signals.command_finished.connect(agent_updates.record_outcome, dispatch_uid="fleet.agent_updates.outcome")
         # node origins sharing a site with the control plane or each other: said at every start-up
         site_checks.log_origin_domain_warnings()

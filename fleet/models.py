@@ -120,6 +120,9 @@ class Node(models.Model):
     disconnected_at = models.DateTimeField(null=True, blank=True)
     # The channel-layer inbox of the control-plane process holding the tunnel (fleet.tunnel.local_tunnels).
     tunnel_inbox = models.CharField(max_length=200, blank=True, default="")
+    # The peer address (`host:port`) of that process, where other processes open streams to the tunnel
+    # (fleet.tunnel.peer_listener); "" while disconnected.
+    tunnel_peer = models.CharField(max_length=300, blank=True, default="")
     cpu_count = models.PositiveIntegerField(default=0)
     memory_total_mb = models.PositiveBigIntegerField(default=0)
     cpu_percent = models.FloatField(default=0.0)

@@ -71,7 +71,7 @@ HEARTBEAT_LAG_SECONDS = Histogram(
 )
 PROXY_STREAMS = Counter(
     "cleverthis_proxy_streams",
-    "Byte streams opened to ports on nodes (via: local = the tunnel is in this process, redis = another replica).",
+    "Byte streams opened to ports on nodes (via: local = the tunnel is in this process, peer = another process).",
     ["via"],
 )
 PROXY_STREAMS_ACTIVE = Gauge(

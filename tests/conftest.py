@@ -22,7 +22,6 @@ from cleverthis.dispatch_health import HEARTBEATS_KEY
 from cleverthis.tenancy import services as tenancy_services
 from cleverthis.tenancy.models import Role, Workspace
 from fleet import metrics_history
-from fleet.proxy import stream_pipes
 from kernel import timeseries
 from tests.support import loop_guard
 
@@ -33,7 +32,6 @@ _CELERY_QUEUES = ("default", "dispatch", "celery")
 TEST_REDIS_PATTERNS = (
     f"{settings.CACHES['default']['KEY_PREFIX']}:*",  # cache: rate-limit counters, tickets
     f"{settings.CHANNEL_LAYERS['default']['CONFIG']['prefix']}*",  # channel layer: groups, channels
-    f"{stream_pipes.KEY_PREFIX}*",  # proxy stream pipes
     f"{metrics_history.KEY_PREFIX}*",  # nodes' utilization history
     f"{timeseries.KEY_PREFIX}*",  # the home page's per-minute rollups
     "celery-task-meta-*",  # Celery results

@@ -112,6 +112,16 @@ AGENT_REVOCATION_RECHECK_S = env_float("AGENT_REVOCATION_RECHECK_S", 30.0)
 # at least this long after the last renewal: Redis forgets a membership after channels_redis's
 # group_expiry (a day) or when its keys are lost, and a command sent to the node would reach no one.
 TUNNEL_GROUP_REFRESH_S = env_float("TUNNEL_GROUP_REFRESH_S", 60.0)
+# The peer listener of each web process (fleet.tunnel.peer_listener): a request that lands in another
+# process than the one holding the node's tunnel opens its stream there, directly. It binds
+# TUNNEL_PEER_BIND, port TUNNEL_PEER_PORT (0: any free one; otherwise the first free one of the
+# TUNNEL_PEER_PORT_COUNT ports from there, one per web process of the machine), and is dialed at
+# TUNNEL_PEER_ADVERTISE (default: the bind address; this host's address when binding 0.0.0.0). Every
+# replica must reach every other one there (Kubernetes: the pod IP; compose: the service network).
+TUNNEL_PEER_BIND = env_str("TUNNEL_PEER_BIND", "127.0.0.1")
+TUNNEL_PEER_PORT = env_int("TUNNEL_PEER_PORT", 0)
+TUNNEL_PEER_PORT_COUNT = env_int("TUNNEL_PEER_PORT_COUNT", 16)
+TUNNEL_PEER_ADVERTISE = env_str("TUNNEL_PEER_ADVERTISE", "")
 # The oldest agent wire protocol accepted (default: one version behind this release, for rolling deploys).
 # Older agents are refused with close code 4426 and a node event saying to re-run the install script.
 AGENT_PROTOCOL_MIN = env_int("AGENT_PROTOCOL_MIN", 0)

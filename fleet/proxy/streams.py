@@ -1,20 +1,18 @@
-"""Byte streams to a port on a node, opened from any control-plane process through the channel layer.
+"""Byte streams to a port on a node, opened from any control-plane process.
 
-The process handling an HTTP request may not be the daphne replica that holds the node's tunnel, so a
-stream is set up through Redis: `TunnelStream.open` sends `stream.open` to the node's group; the tunnel
-consumer that holds the socket answers `stream.opened` with its own channel name, and from then on both
-sides talk directly (`stream.data`, `stream.window`, `stream.end`): towards the tunnel through the
-Channels layer to the consumer's channel, back from it through the stream's own Redis list
-(`fleet.proxy.stream_pipes`), which carries the response bytes without the channel layer's per-message cost.
+The process handling an HTTP request may not be the one holding the node's tunnel. `TunnelStream.open`
+looks for the tunnel in this process first (`fleet.tunnel.local_tunnels`): then the stream talks to the
+tunnel consumer in memory, no serialisation, no network. Otherwise it asks where the tunnel is held
+(`fleet.proxy.peer_routes`: the peer address that process recorded on the node row) and opens the stream
+there over a peer link (`fleet.proxy.peer_dialer`): one persistent, authenticated TCP connection per
+pair of processes, carrying every stream between them. The process holding the tunnel may answer
+"not here" (the tunnel moved, the agent is reconnecting elsewhere): the opener reads the address again
+and retries until its grace period ends.
 
 Flow control is end to end and credit based: the agent may send only as many response bytes as this
 side granted (initial `window`, then `stream.window` increments once bytes were handed to the client),
 and this side sends request bytes only against credit the agent returned after writing them locally.
-So neither Redis nor the agent ever holds more than one window per stream, however slow the client.
-
-When this very process holds the node's tunnel (one replica, or the request landed on the replica
-with the tunnel) the stream skips Redis: it talks to the tunnel consumer in memory (`fleet.tunnel.local_tunnels`),
-with the same messages and the same flow control, and no serialisation or network round trip per chunk.
+So neither a peer link nor the agent ever holds more than one window per stream, however slow the client.
 """
 
 from __future__ import annotations
@@ -26,21 +24,21 @@ import secrets
 import time
 from typing import Any
 
-import redis.exceptions
-from channels.layers import get_channel_layer
+from django.db import DatabaseError
 
 from agent.protocol import DEFAULT_STREAM_WINDOW
-from fleet.proxy import stream_pipes
-from fleet.tunnel import local_tunnels
-from fleet.tunnel.groups import node_group
+from fleet.proxy import peer_dialer, peer_routes
+from fleet.tunnel import local_tunnels, peer_listener, peer_wire
 from kernel import metrics
 
-# Bytes per message sent through the channel layer.
-CHUNK_BYTES = 256 * 1024
+# Request bytes per data message towards the tunnel.
+CHUNK_BYTES = peer_wire.DATA_MAX
 # Request bytes that may travel with the stream's opening message.
 FIRST_BYTES_MAX = 64 * 1024
 # A read hands over the response chunks already waiting, joined, up to about this many bytes.
 READ_MAX_BYTES = 256 * 1024
+# Between two attempts to find the node's tunnel (doubling up to the last), while the grace lasts.
+RETRY_PAUSES_S = (0.05, 0.1, 0.2, 0.4, 0.5)
 
 _TO_NODE = metrics.PROXY_BYTES.labels(direction="to_node")
 _FROM_NODE = metrics.PROXY_BYTES.labels(direction="from_node")
@@ -61,23 +59,22 @@ class StreamUnavailable(Exception):
 class TunnelStream:
     """One proxied byte stream to `port` on a node."""
 
-    def __init__(self, layer: Any, pipe: str, stream_id: int, window: int) -> None:
-        self._layer = layer
-        self._pipe = pipe  # the Redis list the tunnel's replica answers into (fleet.proxy.stream_pipes)
+    def __init__(self, stream_id: int, window: int) -> None:
         self.stream_id = stream_id
         self.window = window
-        self._consumer: str | None = None
-        self._local: local_tunnels.LocalTunnel | None = None
+        self._local: local_tunnels.LocalTunnel | None = None  # the tunnel, when this process holds it
+        self._peer: peer_dialer.DialedLink | None = None  # else the link to the process that holds it
         self._send_credit = DEFAULT_STREAM_WINDOW
         self._credit_changed = asyncio.Event()
         self._incoming: collections.deque[dict[str, Any]] = collections.deque()
         self._arrived: asyncio.Future[None] | None = None  # a read waiting for `_incoming`
-        self._pump: asyncio.Task[None] | None = None
         self._unacked_read = 0
         self._uncounted = 0  # response bytes read but not yet added to the byte counter
+        self._end_arrived = False  # the agent ended the stream (the end may still wait in `_incoming`)
         self.ended = False
         self.error = ""
         self._counted = False  # counted among the open streams (metrics) until closed
+        self._why_not = "the node's agent is not connected"  # why the last attempt to open failed
 
     @classmethod
     async def open(
@@ -99,51 +96,55 @@ class TunnelStream:
         if len(first_bytes) > FIRST_BYTES_MAX:
             raise ValueError(f"first_bytes over {FIRST_BYTES_MAX} bytes")
         opening = {"port": port, "host": host, "window": window, "data": first_bytes, "end": finished}
-        tunnel = local_tunnels.get(node_id)
-        if tunnel is not None:
-            stream = cls(None, "", secrets.randbits(52), window)
-            stream._local = tunnel
-            stream._after_open(opening)
-            await tunnel.open_local_stream(stream, opening)
-            stream._count_open("local")
-            return stream
-        layer = get_channel_layer()
-        pipe = stream_pipes.new_pipe_key()
-        stream = cls(layer, pipe, secrets.randbits(52), window)
-        stream._after_open(opening)
+        stream = cls(secrets.randbits(52), window)
         deadline = time.monotonic() + grace_s
-        message = {"type": "stream.open", "stream_id": stream.stream_id, "pipe": pipe, **opening}
+        for attempt in range(1_000_000):
+            tunnel = local_tunnels.get(node_id)
+            if tunnel is not None:
+                stream._local = tunnel
+                stream._after_open(opening)
+                await tunnel.open_local_stream(stream, opening)
+                stream._count_open("local")
+                return stream
+            if await stream._open_at_peer(node_id, opening, deadline):
+                stream._after_open(opening)
+                stream._count_open("peer")
+                return stream
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            await asyncio.sleep(min(RETRY_PAUSES_S[min(attempt, len(RETRY_PAUSES_S) - 1)], left))
+        raise StreamUnavailable(stream._why_not)
+
+    async def _open_at_peer(self, node_id: Any, opening: dict[str, Any], deadline: float) -> bool:
+        """Open the stream at the process holding the node's tunnel; False (with `_why_not`) to try again."""
         try:
-            while True:
-                try:
-                    await layer.group_send(node_group(node_id), message)
-                    answers = await stream_pipes.pop(
-                        pipe, timeout=min(1.0, max(0.05, deadline - time.monotonic())), most=1
-                    )
-                except redis.exceptions.ConnectionError as exc:
-                    # Redis away, or this process's pool of Redis connections in use to the last one (a
-                    # thousand requests opening streams at once): try again until the grace ends. A
-                    # re-sent open is ignored by the tunnel that already has it.
-                    if time.monotonic() >= deadline:
-                        raise StreamUnavailable(f"the control plane could not reach the node's tunnel ({exc})") from exc
-                    await asyncio.sleep(0.05 + secrets.randbelow(150) / 1000)
-                    continue
-                if not answers:
-                    if time.monotonic() >= deadline:
-                        raise StreamUnavailable("the node's agent is not connected")
-                    continue
-                answer = answers[0]
-                if answer["type"] == "stream.opened":
-                    stream._consumer = answer["consumer"]
-                    break
-                if answer["type"] == "stream.end":
-                    raise StreamUnavailable(answer.get("error") or "the agent refused the stream")
-        except StreamUnavailable:
-            await stream_pipes.remove(pipe)
-            raise
-        stream._pump = asyncio.ensure_future(stream._receive_loop())
-        stream._count_open("redis")
-        return stream
+            address = await peer_routes.peer_of(node_id)
+        except DatabaseError as exc:
+            self._why_not = f"the control plane could not look up the node's tunnel ({exc})"
+            return False
+        if not address:
+            self._why_not = "the node's agent is not connected"
+            return False
+        if address == peer_listener.current_address():  # recorded as held here, but it is not (any more)
+            peer_routes.forget(node_id, address)
+            self._why_not = "the node's agent is not connected"
+            return False
+        wire_opening = peer_wire.Opening(str(node_id), **opening)
+        try:
+            link = await peer_dialer.links().link_to(address)
+            timeout = max(0.05, deadline - time.monotonic())
+            opened = await link.open(self.stream_id, self, wire_opening, timeout=timeout)
+        except (peer_dialer.PeerUnreachable, TimeoutError) as exc:
+            peer_routes.forget(node_id, address)
+            self._why_not = f"the control plane could not reach the node's tunnel ({exc or 'no answer'})"
+            return False
+        if not opened:  # the tunnel left that process: ask the database again
+            peer_routes.forget(node_id, address)
+            self._why_not = "the node's agent is not connected"
+            return False
+        self._peer = link
+        return True
 
     def _after_open(self, opening: dict[str, Any]) -> None:
         self._send_credit -= len(opening["data"])  # the first bytes count against the agent's window
@@ -154,22 +155,17 @@ class TunnelStream:
         metrics.PROXY_STREAMS_ACTIVE.inc()
         self._counted = True
 
-    async def _receive_loop(self) -> None:
-        """Messages from the tunnel's replica, popped from this stream's Redis list until its end."""
-        while True:
-            for message in await stream_pipes.pop(self._pipe, timeout=5.0):
-                self.deliver(message)
-                if message["type"] == "stream.end":
-                    return
-
     def deliver(self, message: dict[str, Any]) -> None:
-        """A message from the tunnel consumer: response bytes, returned credit, or the end."""
+        """A message from the tunnel consumer (or the peer link to it): response bytes, returned credit,
+        or the end."""
         if message.get("type") == "stream.window":
             self._send_credit += int(message.get("increment", 0))
             self._credit_changed.set()
-        elif message.get("type") == "stream.opened":
-            pass  # a late answer to an open this stream re-sent while waiting: it is open already
         else:
+            if message.get("type") == "stream.end":
+                self._end_arrived = True
+                self.error = self.error or message.get("error", "")
+                self._credit_changed.set()  # a write waiting for credit gets none any more
             self._incoming.append(message)
             if self._arrived is not None and not self._arrived.done():
                 self._arrived.set_result(None)
@@ -179,19 +175,19 @@ class TunnelStream:
         view = memoryview(data)
         while view:
             while self._send_credit <= 0:
-                if self.ended:
+                if self.ended or self._end_arrived:
                     raise StreamUnavailable(self.error or "stream closed")
                 self._credit_changed.clear()
                 await self._credit_changed.wait()
             size = min(len(view), CHUNK_BYTES, self._send_credit)
             self._send_credit -= size
             _TO_NODE.inc(size)
-            await self._to_consumer({"type": "stream.data", "data": bytes(view[:size])})
+            await self._to_tunnel({"type": "stream.data", "data": bytes(view[:size])})
             view = view[size:]
 
     async def finish_writing(self) -> None:
         """The request is complete (the agent keeps the upstream socket open for the response)."""
-        await self._to_consumer({"type": "stream.end", "error": ""})
+        await self._to_tunnel({"type": "stream.end", "error": ""})
 
     async def read(self, timeout: float | None = None) -> bytes:
         """The next response bytes; b"" at the end of the stream.
@@ -239,7 +235,7 @@ class TunnelStream:
         self._unacked_read += size
         if self._unacked_read >= self.window // 4:
             increment, self._unacked_read = self._unacked_read, 0
-            await self._to_consumer({"type": "stream.window", "increment": increment})
+            await self._to_tunnel({"type": "stream.window", "increment": increment})
 
     async def close(self) -> None:
         """Abort the stream (client went away) and release the agent's connection."""
@@ -252,15 +248,24 @@ class TunnelStream:
         if not self.ended:
             self.ended = True
             with contextlib.suppress(Exception):
-                await self._to_consumer({"type": "stream.end", "error": "closed by control plane"})
-        if self._pump is not None:
-            self._pump.cancel()
-            with contextlib.suppress(Exception):
-                await stream_pipes.remove(self._pipe)
+                await self._to_tunnel({"type": "stream.end", "error": "closed by control plane"})
+        if self._peer is not None:
+            self._peer.forget(self.stream_id)
 
-    async def _to_consumer(self, message: dict[str, Any]) -> None:
+    async def _to_tunnel(self, message: dict[str, Any]) -> None:
+        """A message for the tunnel consumer: in memory, or as a frame on the peer link to its process."""
         if self._local is not None:
             await self._local.stream_message({**message, "stream_id": self.stream_id})
             return
-        assert self._consumer is not None
-        await self._layer.send(self._consumer, {**message, "stream_id": self.stream_id})
+        assert self._peer is not None
+        kind, stream_id = message["type"], self.stream_id
+        try:
+            if kind == "stream.data":
+                data = message["data"]
+                self._peer.send(peer_wire.header(peer_wire.DATA, stream_id, len(data)), data)
+            elif kind == "stream.window":
+                self._peer.send(peer_wire.window_frame(stream_id, message["increment"]))
+            else:
+                self._peer.send(peer_wire.end_frame(stream_id, message.get("error", "")))
+        except peer_dialer.PeerUnreachable as exc:
+            raise StreamUnavailable(str(exc)) from exc

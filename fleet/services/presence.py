@@ -76,12 +76,14 @@ def node_connected(
     facts: protocol.HostFacts,
     inventory: protocol.Inventory,
     inbox: str = "",
+    peer: str = "",
     session: uuid.UUID | None = None,
     protocol_version: int = protocol.PROTOCOL_VERSION,
 ) -> None:
     """The node's agent authenticated on a tunnel: connected, offline → online, facts and inventory stored.
 
-    `inbox` is the channel-layer inbox of the process holding the tunnel (`fleet.tunnel.local_tunnels`);
+    `inbox` is the channel-layer inbox of the process holding the tunnel (`fleet.tunnel.local_tunnels`),
+    `peer` its peer address, where other processes open proxied streams (`fleet.tunnel.peer_listener`);
     `session` names this tunnel (a fresh id per socket) so that only its own close disconnects the node;
     `protocol_version` is the tunnel's. An agent one protocol version behind gets an event asking for its
     update. Call it before `command_pending_for_node` so no command queued meanwhile is missed.
@@ -91,6 +93,7 @@ def node_connected(
     Node.objects.filter(pk=node.pk).update(
         connected=True,
         tunnel_inbox=inbox,
+        tunnel_peer=peer,
         tunnel_session=session or uuid.uuid4(),
         disconnected_at=None,
         last_heartbeat_at=now,
@@ -156,7 +159,7 @@ def node_disconnected(*, node: Node, inbox: str = "", session: uuid.UUID | None 
     elif inbox:
         rows = rows.filter(tunnel_inbox__in=[inbox, ""])
     was_connected = rows.filter(connected=True).exists()  # (the lost-nodes pass may have cleared it already)
-    if not rows.update(connected=False, tunnel_inbox="", disconnected_at=timezone.now()):
+    if not rows.update(connected=False, tunnel_inbox="", tunnel_peer="", disconnected_at=timezone.now()):
         return  # a deleted node, or a newer tunnel holds it: no event
     grace = settings.NODE_OFFLINE_GRACE_S
     online = Node.objects.filter(pk=node.pk, status=NodeStatus.ONLINE).exists()

@@ -45,12 +45,12 @@ from agent import protocol as p
 from fleet import agent_packages, agent_updates, ca, services
 from fleet.models import Command, Node
 from fleet.tunnel import auth as tunnel_auth
-from fleet.tunnel import local_tunnels
+from fleet.tunnel import local_tunnels, peer_listener
 from fleet.tunnel.batching import Coalescer
 from fleet.tunnel.groups import AGENTS_GROUP, command_frame, node_group
 from fleet.tunnel.outbox import StreamOutbox
 from fleet.tunnel.server_io import HeartbeatFirst, SendUntilClosed
-from fleet.tunnel.streams_seam import LocalStream, StreamSink, stream_handler
+from fleet.tunnel.streams_seam import LocalStream, StreamSink
 from kernel import metrics
 from kernel.exceptions import IllegalTransition
 
@@ -232,7 +232,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     _relay_task: asyncio.Future[Any] | None = None
     _handshaking = False  # holds a place in HANDSHAKES (from connect until the welcome or the close)
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
-    # stream id → the sink back to the process proxying it (the stream itself when that is this process)
+    # stream id → its sink: the stream itself (a request in this process) or a peer link back to another one
     streams: dict[int, StreamSink]
     _beats: collections.deque[p.Heartbeat]
     _beat_task: asyncio.Future[None] | None = None
@@ -407,9 +407,10 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_AGENT_TOO_OLD, reason=reason)
             return
         self.inbox = await local_tunnels.inbox()
+        peer = await _peer_address()
         self.session = uuid.uuid4()
         node = await database_sync_to_async(_connect_node)(
-            certificate_node_id, hello, self.inbox, self.session, self.protocol
+            certificate_node_id, hello, self.inbox, peer, self.session, self.protocol
         )
         if node is None:
             await self._send_frame(p.Revoked(reason="node no longer exists"))
@@ -620,22 +621,13 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         await self.close(code=CLOSE_BACKOFF, reason="backoff")
 
     async def stream_open(self, message: dict[str, Any]) -> None:
-        """`stream.open` (group): a process wants a byte stream to a port on this node."""
-        if self.node_id is None:
-            return
-        stream_id = int(message["stream_id"])
-        if not message.get("pipe"):  # from a replica of an older version (rolling deploy): it will retry
-            log.warning("ignoring stream.open without a pipe for stream %s", stream_id)
-            return
-        if stream_id in self.streams:  # re-sent by a replica whose first answer was slow: opened already
-            return
-        sink = stream_handler().reply_sink(message["pipe"])
-        self.streams[stream_id] = sink
-        sink.deliver({"type": "stream.opened", "consumer": self.channel_name})
-        await self._open_stream(stream_id, message)
+        """`stream.open` (group) from a replica of an older version (rolling deploy): streams now come over
+        peer links (`fleet.tunnel.peer_serving`); ignored, so that replica answers 502 until it is replaced."""
+        log.warning("ignoring a channel-layer stream.open for node %s (a replica of an older version)", self.node_id)
 
     async def open_local_stream(self, stream: LocalStream, opening: dict[str, Any]) -> None:
-        """A stream opened by a request in this process (`fleet.tunnel.local_tunnels`): no Redis."""
+        """A stream opened in this process (`fleet.tunnel.local_tunnels`): by a request here, or by
+        another process over a peer link (`fleet.tunnel.peer_serving`)."""
         self.streams[stream.stream_id] = stream
         await self._open_stream(stream.stream_id, opening)
 
@@ -661,32 +653,23 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         for frame in frames:
             outbox.put(frame)
 
-    _LOCAL_STREAM_MESSAGES = frozenset({"stream.data", "stream.window", "stream.end"})
-
     async def stream_message(self, message: dict[str, Any]) -> None:
-        """A message from a stream in this process: the same handlers as the channel-layer ones."""
-        if message["type"] not in self._LOCAL_STREAM_MESSAGES:
-            raise ValueError(f"not a stream message: {message['type']}")
-        await getattr(self, get_handler_name(message))(message)
-
-    async def stream_data(self, message: dict[str, Any]) -> None:
-        """`stream.data`: request bytes for the agent."""
-        if message["stream_id"] in self.streams:
-            self._stream_outbox().put(p.StreamData.of(message["stream_id"], message["data"]))
-
-    async def stream_window(self, message: dict[str, Any]) -> None:
-        """`stream.window`: the proxying process returns response credit to the agent."""
-        if message["stream_id"] in self.streams:
-            frame = p.StreamWindow(stream_id=message["stream_id"], increment=int(message["increment"]))
-            self._stream_outbox().put(frame)
-
-    async def stream_end(self, message: dict[str, Any]) -> None:
-        """`stream.end`: the request is complete or aborted (`error` set)."""
+        """A message from a stream opened in this process: request bytes (`stream.data`), response credit
+        returned (`stream.window`), or the request's end (`stream.end`; aborted when `error` is set)."""
         stream_id = message["stream_id"]
-        if stream_id in self.streams:
+        if stream_id not in self.streams:
+            return
+        kind = message["type"]
+        if kind == "stream.data":
+            self._stream_outbox().put(p.StreamData.of(stream_id, message["data"]))
+        elif kind == "stream.window":
+            self._stream_outbox().put(p.StreamWindow(stream_id=stream_id, increment=int(message["increment"])))
+        elif kind == "stream.end":
             if message.get("error"):
                 self.streams.pop(stream_id, None)
             self._stream_outbox().put(p.StreamEnd(stream_id=stream_id, error=message.get("error", "")))
+        else:
+            raise ValueError(f"not a stream message: {kind}")
 
     def _stream_outbox(self) -> StreamOutbox:
         """This tunnel's outbox of stream frames, its writer started (and supervised) on first use."""
@@ -720,7 +703,19 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=encoded)
 
 
-def _connect_node(node_id: UUID, hello: p.Hello, inbox: str, session: uuid.UUID, protocol: int) -> Node | None:
+async def _peer_address() -> str:
+    """This process's peer address (its listener started on first use); "" (logged) if none could start:
+    the tunnel then serves streams of its own process only."""
+    try:
+        return await peer_listener.address()
+    except OSError:
+        log.exception("no peer listener: other processes cannot open streams to the tunnels of this one")
+        return ""
+
+
+def _connect_node(
+    node_id: UUID, hello: p.Hello, inbox: str, peer: str, session: uuid.UUID, protocol: int
+) -> Node | None:
     node = Node.objects.select_related("cluster").filter(pk=node_id).first()
     if node is None:
         return None
@@ -729,6 +724,7 @@ def _connect_node(node_id: UUID, hello: p.Hello, inbox: str, session: uuid.UUID,
         facts=hello.facts,
         inventory=hello.inventory,
         inbox=inbox,
+        peer=peer,
         session=session,
         protocol_version=protocol,
     )

@@ -84,3 +84,11 @@ def test_proxy_serves_tls_for_the_control_plane_and_wildcard_node_origins():
     env = SERVICES["web"]["environment"]
     assert env["HTTPS_COOKIES"] == "1"
     assert env["NODE_ORIGIN_SCHEME"] == "https"
+
+
+def test_web_replicas_listen_for_peer_links_on_the_compose_network():
+    """A proxied request on one replica opens its stream at the replica holding the tunnel: the others
+    must reach its peer listener, so it binds every interface (advertising its container's address)."""
+    assert SERVICES["web"]["environment"]["TUNNEL_PEER_BIND"] == "0.0.0.0"
+    for single in ("worker", "beat"):
+        assert "TUNNEL_PEER_BIND" not in SERVICES[single]["environment"]

@@ -71,6 +71,18 @@ def test_web_runs_several_replicas_rolling_and_autoscaled():
     assert web["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
 
 
+def test_web_pods_reach_each_other_for_peer_links_at_the_pod_ip_on_a_declared_port():
+    """A proxied request on one pod opens its stream at the pod holding the tunnel: each pod listens on
+    every interface, advertises its own IP (downward API) and declares the fixed peer port."""
+    (container,) = objects()[("Deployment", "cleverthis-web")]["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["TUNNEL_PEER_BIND"]["value"] == "0.0.0.0"
+    assert env["TUNNEL_PEER_ADVERTISE"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports["peer"] == int(env["TUNNEL_PEER_PORT"]["value"])
+    assert ports["peer"] != ports["http"]
+
+
 def test_exactly_one_beat_that_never_overlaps_and_a_worker():
     found = objects()
     beat = found[("Deployment", "cleverthis-beat")]

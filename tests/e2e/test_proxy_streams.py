@@ -374,3 +374,39 @@ def test_websocket_upgrade_passes_through(proxied_node, ws_backend, monkeypatch)
     assert accepted == {"type": "websocket.accept"}
     assert text == {"type": "websocket.send", "text": "echo:ping"}
     assert binary == {"type": "websocket.send", "bytes": b"cba"}
+
+
+def test_the_replica_holding_the_tunnel_dying_mid_response_cuts_the_response_short(proxied_node, control_plane):
+    """This process reaches daphne's tunnel over a peer link; daphne is killed after the first SSE event:
+    the link drops, the stream ends with an error, and the response ends at once, cut short (no hang)."""
+    app = relay.TunnelProxyApp(None)
+    scope = {"type": "http", "method": "GET", "path": "/test-proxy/sse", "raw_path": b"/test-proxy/sse"}
+    scope |= {"query_string": b"", "headers": [], "scheme": "http"}
+
+    async def scenario() -> tuple[int, list[bytes]]:
+        status, chunks = 0, []
+        requested = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal requested
+            if not requested:
+                requested = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await asyncio.Event().wait()  # the client stays
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message.get("body"):
+                chunks.append(message["body"])
+                if len(chunks) == 1:
+                    control_plane.replicas[0].kill()
+
+        await asyncio.wait_for(app(scope, receive, send), timeout=20)
+        return status, chunks
+
+    status, chunks = asyncio.run(scenario())
+    assert status == 200
+    events = [line for line in b"".join(chunks).decode().split("\n") if line.startswith("data: ")]
+    assert len(events) == 1  # of 3: the rest never came, and the relay did not wait for them

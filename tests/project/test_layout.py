@@ -272,7 +272,6 @@ def test_the_control_plane_imports_only_the_protocol_and_packaging_helpers_of_th
 # its rooms, and no others.
 FLEET_SEAMS = {
     "fleet.tunnel.groups",  # reach a node's tunnel: the one seam to the transport
-    "fleet.proxy.wiring",  # plugs the proxy into the tunnel's stream seam at app start (FleetConfig.ready)
     "fleet.proxy.site_checks",  # its system check registered, its start-up warning logged (FleetConfig.ready)
     "fleet.workloads.admin",  # registered at app start (FleetConfig.ready): autodiscovery imports only fleet.admin
     "fleet.workloads.models",  # loaded (not re-exported) by fleet.models so Django registers them with the app

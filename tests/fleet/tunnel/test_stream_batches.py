@@ -3,7 +3,7 @@ heartbeats that neither wait behind nor hold up stream data.
 
 Driven through the real ASGI application with channels' WebsocketCommunicator over the real Redis
 channel layer and PostgreSQL, as the other tunnel tests are. The streams are real `TunnelStream`s: on
-the replica holding the tunnel (in memory) and from another process (the Redis stream pipe).
+the process holding the tunnel (in memory) and from another process (over a peer link).
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
 from agent import protocol as p
 from cleverthis.asgi import application
-from fleet.proxy import stream_pipes
+from fleet.proxy import peer_dialer
 from fleet.proxy.streams import TunnelStream
 from fleet.tunnel import consumer as tunnel_consumer
+from fleet.tunnel import peer_listener
 from fleet.tunnel.batching import Coalescer
-from fleet.tunnel.groups import node_group
 from fleet.tunnel.server_io import HeartbeatFirst
 from tests.fleet.tunnel.test_tunnel_bad_input import Identity, _hello, node_identity  # noqa: F401
+from tests.support.peer_streams import open_over_link
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -117,20 +117,15 @@ async def test_interleaved_streams_in_batches_reach_each_stream_in_order(node_id
 
 
 @pytest.mark.asyncio
-async def test_a_batch_reaches_a_stream_proxied_by_another_replica_in_order(node_identity):  # noqa: F811
+async def test_a_batch_reaches_a_stream_opened_by_another_process_in_order(node_identity):  # noqa: F811
     comm, _ = await _tunnel(node_identity, "1-3")
-    pipe = stream_pipes.new_pipe_key()
-    opening = {"port": 8000, "window": 4096, "data": b"", "end": False}
-    message = {"type": "stream.open", "stream_id": 77, "pipe": pipe, **opening}
-    await get_channel_layer().group_send(node_group(node_identity.node_id), message)
+    _, collector, _ = await open_over_link(node_identity.node_id, 77)
     await _until(comm, p.StreamOpen)
     await _send(comm, p.StreamBatch(chunks=[(77, b"a"), (5, b"not ours"), (77, b"b")], v=3))
     await _send(comm, p.StreamBatch(chunks=[(77, b"c")], v=3))
-    got: list[dict[str, Any]] = []
-    while len([m for m in got if m["type"] == "stream.data"]) < 3:
-        got += await stream_pipes.pop(pipe, timeout=5)
-    assert [m["data"] for m in got if m["type"] == "stream.data"] == [b"a", b"b", b"c"]
-    await stream_pipes.remove(pipe)
+    await collector.until(lambda c: c.data() == b"abc")
+    peer_dialer.links().close_all()
+    peer_listener.stop()
     await comm.disconnect()
 
 
@@ -249,50 +244,3 @@ async def test_under_uvicorn_a_heartbeat_behind_several_reads_of_stream_data_is_
     assert socket.reads > 150 // socket.chunk  # it took many reads of the socket to get there
     rest = [await receive() for _ in range(len(data))]
     assert rest == data  # stream data in arrival order
-
-
-@pytest.mark.asyncio
-async def test_a_stream_open_waits_out_an_exhausted_redis_pool_instead_of_failing(node_identity, monkeypatch):  # noqa: F811
-    """A thousand requests opening streams on another replica at once used up its Redis connections and
-    answered 500 (redis-py refuses beyond its pool); the open now tries again within the dial grace."""
-    import redis.exceptions
-
-    from fleet.tunnel import local_tunnels
-
-    comm, _ = await _tunnel(node_identity, "1-3")
-    monkeypatch.setattr(local_tunnels, "get", lambda node_id: None)  # as on a replica without the tunnel
-    layer = get_channel_layer()
-    real_group_send = layer.group_send
-    calls = 0
-
-    async def busy_twice(group: str, message: dict[str, Any]) -> None:
-        nonlocal calls
-        calls += 1
-        if calls <= 2:
-            raise redis.exceptions.MaxConnectionsError("Too many connections")
-        await real_group_send(group, message)
-
-    monkeypatch.setattr(layer, "group_send", busy_twice)
-    stream = await TunnelStream.open(node_id=node_identity.node_id, port=8000, grace_s=10, first_bytes=b"GET /")
-    opened = await _until(comm, p.StreamOpen)
-    assert opened.stream_id == stream.stream_id
-    assert calls == 3
-    await stream.close()
-    await comm.disconnect()
-
-
-@pytest.mark.asyncio
-async def test_a_stream_open_that_never_reaches_redis_ends_unavailable_after_the_grace(node_identity, monkeypatch):  # noqa: F811
-    import redis.exceptions
-
-    from fleet.proxy.streams import StreamUnavailable
-    from fleet.tunnel import local_tunnels
-
-    monkeypatch.setattr(local_tunnels, "get", lambda node_id: None)
-
-    async def always_busy(group: str, message: dict[str, Any]) -> None:
-        raise redis.exceptions.MaxConnectionsError("Too many connections")
-
-    monkeypatch.setattr(get_channel_layer(), "group_send", always_busy)
-    with pytest.raises(StreamUnavailable, match="could not reach the node's tunnel"):
-        await TunnelStream.open(node_id=node_identity.node_id, port=8000, grace_s=0.5, first_bytes=b"GET /")

@@ -10,7 +10,6 @@ in the close frame (`cleverthis.daphne_fixes`, `cleverthis.uvicorn_fixes`).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import datetime as dt
@@ -256,7 +255,8 @@ async def test_reports_about_another_nodes_command_are_ignored_not_applied(clust
 
 @pytest.mark.asyncio
 async def test_a_stream_open_from_an_older_replica_is_ignored_not_fatal(node_identity):
-    """During a rolling deploy an old replica's `stream.open` has a `reply` channel instead of a `pipe`."""
+    """During a rolling deploy an old replica still sends `stream.open` through the channel layer (streams now
+    come over peer links): the tunnel ignores it."""
     from channels.layers import get_channel_layer
 
     from fleet.tunnel.groups import node_group
@@ -266,38 +266,6 @@ async def test_a_stream_open_from_an_older_replica_is_ignored_not_fatal(node_ide
     await get_channel_layer().group_send(node_group(node_identity.node_id), old_style)
     assert await _heartbeat_answered(comm)  # the tunnel lives on
     await comm.disconnect()
-
-
-@pytest.mark.asyncio
-async def test_a_stream_open_sent_again_by_a_waiting_replica_opens_the_stream_once(node_identity):
-    """A replica re-sends `stream.open` when the first answer is slow (a loaded tunnel replica): the
-    tunnel must open the stream at the agent once and answer `stream.opened` once, or the second answer
-    lands in the response and the request fails."""
-    from channels.layers import get_channel_layer
-
-    from fleet.proxy import stream_pipes
-    from fleet.tunnel.groups import node_group
-
-    comm = await _authenticated(node_identity)
-    pipe = stream_pipes.new_pipe_key()
-    opening = {"type": "stream.open", "stream_id": 11, "pipe": pipe, "port": 8000, "window": 1024, "data": b""}
-    try:
-        for _ in range(2):
-            await get_channel_layer().group_send(node_group(node_identity.node_id), opening)
-        first = await _frame(comm)
-        assert isinstance(first, p.StreamOpen), first
-        await asyncio.sleep(0.5)  # the re-sent open reaches the consumer too
-        await comm.send_to(text_data=p.encode(p.Heartbeat(cpu_percent=1.0, memory_percent=2.0)))
-        later = []
-        while not isinstance(frame := await _frame(comm), p.HeartbeatAck):
-            later.append(frame)
-        assert [frame for frame in later if isinstance(frame, p.StreamOpen)] == []
-        answers = await stream_pipes.pop(pipe, timeout=1.0)
-        answers += await stream_pipes.pop(pipe, timeout=0.5)
-        assert [answer["type"] for answer in answers] == ["stream.opened"]
-    finally:
-        await stream_pipes.remove(pipe)
-        await comm.disconnect()
 
 
 # --------------------------------------------------------------------------------------------------
