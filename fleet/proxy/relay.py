@@ -410,10 +410,12 @@ async def _forward_response(
             await send({"type": "http.response.start", "status": event.status_code, "headers": headers})
             started = state.started = True
             pressure.start()
+            send = request_meter.after_head(send)  # (the meter has what it notes: body messages skip it)
             timeout = settings.PROXY_IDLE_TIMEOUT_S  # long-lived (SSE) responses may pause between events
         elif isinstance(event, h11.Data):
             await send({"type": "http.response.body", "body": bytes(event.data), "more_body": True})
-            await pressure.wait()
+            if not pressure.writable:
+                await pressure.wait()
         elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
             pressure.stop()
             with contextlib.suppress(Exception):

@@ -46,6 +46,14 @@ class MeteredSend:
         await self.__wrapped__(message)
 
 
+def after_head(send: Any) -> Any:
+    """The `send` for a response's body once its head went out: a `MeteredSend` has noted all it notes
+    by then, so the body's messages (one per streamed token) go to the server's send directly."""
+    if isinstance(send, MeteredSend) and send.head_at is not None:
+        return send.__wrapped__
+    return send
+
+
 def observe(series: str, status: int, seconds: float, *, now: float | None = None) -> None:
     """Note one request (status 0: no answer reached the client) and schedule the flush if none is."""
     key = (series, timeseries.minute_of(now if now is not None else time.time()))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import math
 import secrets
 import time
 from typing import Any
@@ -42,14 +43,10 @@ RETRY_PAUSES_S = (0.05, 0.1, 0.2, 0.4, 0.5)
 
 _TO_NODE = metrics.PROXY_BYTES.labels(direction="to_node")
 _FROM_NODE = metrics.PROXY_BYTES.labels(direction="from_node")
+_OPENED = {via: metrics.PROXY_STREAMS.labels(via=via) for via in ("local", "peer")}
 # Response bytes are added to the byte counter per this many (and at the stream's close), not per read:
 # a streamed answer is one small read per token, and each counter update costs more than the read.
 COUNT_FROM_NODE_EVERY = 64 * 1024
-
-
-def _time_out(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
 
 
 class StreamUnavailable(Exception):
@@ -68,6 +65,10 @@ class TunnelStream:
         self._credit_changed = asyncio.Event()
         self._incoming: collections.deque[dict[str, Any]] = collections.deque()
         self._arrived: asyncio.Future[None] | None = None  # a read waiting for `_incoming`
+        # A waiting read times out at `_read_deadline` (loop time). One timer per stream, re-armed only when
+        # it fires early, instead of a timer made and cancelled for every chunk read.
+        self._read_deadline = math.inf
+        self._read_timer: asyncio.TimerHandle | None = None
         self._unacked_read = 0
         self._uncounted = 0  # response bytes read but not yet added to the byte counter
         self._end_arrived = False  # the agent ended the stream (the end may still wait in `_incoming`)
@@ -151,7 +152,7 @@ class TunnelStream:
         _TO_NODE.inc(len(opening["data"]))
 
     def _count_open(self, via: str) -> None:
-        metrics.PROXY_STREAMS.labels(via=via).inc()
+        _OPENED[via].inc()
         metrics.PROXY_STREAMS_ACTIVE.inc()
         self._counted = True
 
@@ -201,13 +202,11 @@ class TunnelStream:
         if not incoming:
             loop = asyncio.get_running_loop()
             self._arrived = arrived = loop.create_future()
-            timer = loop.call_later(timeout, _time_out, arrived) if timeout is not None else None
+            self._arm_read_timer(loop, timeout)
             try:
                 await arrived  # TimeoutError when the timer fired first
             finally:
                 self._arrived = None
-                if timer is not None:
-                    timer.cancel()
         message = incoming.popleft()
         if message["type"] == "stream.end":
             self.ended = True
@@ -227,6 +226,30 @@ class TunnelStream:
             self._uncounted = 0
         return data
 
+    def _arm_read_timer(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> None:
+        """Let the waiting read time out after `timeout` s (None: never), reusing the stream's timer."""
+        if timeout is None:
+            self._read_deadline = math.inf
+            return
+        self._read_deadline = deadline = loop.time() + timeout
+        timer = self._read_timer
+        if timer is not None and timer.when() <= deadline:
+            return  # it fires first, sees the later deadline and waits on
+        if timer is not None:
+            timer.cancel()
+        self._read_timer = loop.call_at(deadline, self._read_timer_fired)
+
+    def _read_timer_fired(self) -> None:
+        self._read_timer = None
+        arrived = self._arrived
+        if arrived is None or arrived.done() or self._read_deadline == math.inf:
+            return  # no read waits (the next one arms the timer again)
+        loop = arrived.get_loop()
+        if loop.time() >= self._read_deadline:
+            arrived.set_exception(TimeoutError())
+        else:
+            self._read_timer = loop.call_at(self._read_deadline, self._read_timer_fired)
+
     async def consumed(self, size: int) -> None:
         """Tell the agent `size` response bytes reached the client, returning that much credit.
 
@@ -239,6 +262,9 @@ class TunnelStream:
 
     async def close(self) -> None:
         """Abort the stream (client went away) and release the agent's connection."""
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
         if self._uncounted:
             _FROM_NODE.inc(self._uncounted)
             self._uncounted = 0

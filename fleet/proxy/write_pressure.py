@@ -50,6 +50,11 @@ class WritePressure:
         self._request.registerProducer(self, True)
         self._registered = True
 
+    @property
+    def writable(self) -> bool:
+        """Whether the client's socket can take more now (`wait` would return at once)."""
+        return self._writable.is_set()
+
     async def wait(self) -> None:
         await self._writable.wait()
 
