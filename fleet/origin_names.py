@@ -12,6 +12,7 @@ enter an origin (tickets, the origin cookie) is `fleet.proxy.origins`.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +40,16 @@ class OriginKind:
 
     def ident(self, host: str) -> str | None:
         """The id in `host` when it is an origin of this kind, else None."""
-        match = re.fullmatch(rf"{self.prefix}-({self.id_pattern})\.{re.escape(self.domain)}", host)
+        if not host.startswith(self.prefix):  # (most hosts: no pattern to match)
+            return None
+        match = _origin_pattern(self.prefix, self.id_pattern, self.domain).fullmatch(host)
         return match.group(1) if match else None
+
+
+@functools.lru_cache(maxsize=64)
+def _origin_pattern(prefix: str, id_pattern: str, domain: str) -> re.Pattern[str]:
+    """`<prefix>-<id>.<domain>`, compiled once per domain (every proxied request asks several times)."""
+    return re.compile(rf"{prefix}-({id_pattern})\.{re.escape(domain)}")
 
 
 ENDPOINT = OriginKind("endpoint", r"[0-9a-f]{12}", "ENDPOINT_DOMAIN")
