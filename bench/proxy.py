@@ -4,9 +4,10 @@
     .venv/bin/python bench/proxy.py --requests 500 --concurrency 8 --big-mb 100
 
 Sets up, on this machine: PostgreSQL (running), a private redis-server, one web replica under the
-chosen ASGI server (`--server`, default daphne; `--workers` processes), a real agent process joined
-to it, and an HTTP server on the "node" side. Then measures the same workloads against the server directly
-and through the control plane (`endpoint-<slug>.<ENDPOINT_DOMAIN>` → tunnel → agent → server):
+chosen ASGI server (`--server`, default uvicorn, the production server; `--workers` processes), a
+real agent process joined to it, and an HTTP server on the "node" side. Then measures the same
+workloads against the server directly and through the control plane
+(`endpoint-<slug>.<ENDPOINT_DOMAIN>` → tunnel → agent → server):
 - small requests: requests/s and p50/p99 latency at a fixed concurrency;
 - one large body (default 100 MB), repeated for a few seconds: median MB/s, and the CPU seconds each
   process spent per GB moved (the benchmark's own client and node server, the web replicas, the agent);
@@ -317,7 +318,7 @@ async def profile_proxied(directory: str, processes: dict[str, int], targets: di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--server", choices=web_servers.SERVERS, default="daphne", help="the ASGI server")
+    parser.add_argument("--server", choices=web_servers.SERVERS, default="uvicorn", help="the ASGI server")
     parser.add_argument("--workers", type=int, default=1, help="web processes per replica")
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=8)
