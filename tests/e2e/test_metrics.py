@@ -117,7 +117,7 @@ def test_one_scrape_shows_every_process(plane, cluster, operator, agents):
     assert value(found, "cleverthis_command_ack_seconds_count", type="model.download") == 1
     assert value(found, "cleverthis_command_ack_seconds_count", type="endpoint.start") == 1
     assert value(found, "cleverthis_heartbeat_lag_seconds_count") >= 1
-    assert value(found, "cleverthis_proxy_streams_total", via="redis") >= 1
+    assert value(found, "cleverthis_proxy_streams_total", via="peer") >= 1
     assert value(found, "cleverthis_proxy_streams_active") == 0
     assert value(found, "cleverthis_proxy_bytes_total", direction="to_node") > 0
     assert value(found, "cleverthis_proxy_bytes_total", direction="from_node") > len(b'"acme/tiny"')
