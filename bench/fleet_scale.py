@@ -169,15 +169,20 @@ def queries_per_heartbeat(node_id: str, samples: int = 20) -> tuple[float, float
     return len(sql) / samples, len(writes) / samples
 
 
+# py-spy from this virtualenv, else from PATH
+PY_SPY = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
+
+
 def _start_profilers(directory: str, roots: dict[str, list[int]], label: str) -> list[subprocess.Popen[bytes]]:
-    """py-spy flame graphs of the web replicas, the worker and the agents processes during the fan-out
+    """py-spy profiles (collapsed stacks) of the web replicas, the worker and the agents processes during the fan-out
     (--profile), each with its subprocesses (a server's workers)."""
     Path(directory).mkdir(parents=True, exist_ok=True)
     out = []
     for role, pids in roots.items():
         for i, pid in enumerate(pids):
-            target = Path(directory) / f"{role}-{i}-{label}.svg"
-            argv = ["py-spy", "record", "-d", "15", "-r", "50", "-p", str(pid), "-o", str(target), "--nonblocking"]
+            target = Path(directory) / f"{role}-{i}-{label}.txt"
+            argv = [PY_SPY, "record", "-d", "15", "-r", "50", "-p", str(pid), "-o", str(target), "--nonblocking"]
+            argv += ["--format", "raw"]  # collapsed stacks: grep-able, and flamegraph.pl or speedscope draw them
             out.append(
                 subprocess.Popen([*argv, "--subprocesses"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )
@@ -521,7 +526,9 @@ def main() -> None:
     parser.add_argument("--fanout-timeout", type=float, default=300.0, help="give up waiting for the fan-out (s)")
     parser.add_argument("--samples", type=int, default=40, help="API requests per endpoint")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR (server/celery logs) instead of a temp dir")
-    parser.add_argument("--profile", metavar="DIR", help="write py-spy flame graphs of the fan-out into DIR")
+    parser.add_argument(
+        "--profile", metavar="DIR", help="write py-spy profiles (collapsed stacks) of the fan-out into DIR"
+    )
     args = parser.parse_args()
     import logging
 
