@@ -505,14 +505,7 @@ async def run_size(n: int, server: str, args: argparse.Namespace, workdir: Path)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000, 10000])
-    parser.add_argument(
-        "--servers",
-        nargs="+",
-        choices=web_servers.SERVERS,
-        default=web_servers.installed(),
-        help="ASGI servers to compare (default: every one installed)",
-    )
-    parser.add_argument("--workers", type=int, default=1, help="web processes per replica")
+    web_servers.add_arguments(parser)
     parser.add_argument("--heartbeat", type=float, default=30.0, help="heartbeat interval (s): the product's 30 s")
     parser.add_argument("--window", type=float, default=30.0, help="heartbeat measurement window (s)")
     parser.add_argument(

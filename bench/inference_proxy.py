@@ -325,14 +325,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--servers",
-        nargs="+",
-        choices=web_servers.SERVERS,
-        default=web_servers.installed(),
-        help="ASGI servers to compare (default: every one installed)",
-    )
-    parser.add_argument("--workers", type=int, default=1, help="web processes per replica")
+    web_servers.add_arguments(parser)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--tokens", type=int, default=50, help="chunks per stream")
     parser.add_argument("--interval-ms", type=float, default=20.0, help="time between chunks on the node")

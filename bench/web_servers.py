@@ -9,6 +9,7 @@ PostgreSQL's backends of one database), so each benchmark can print what every p
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -23,6 +24,18 @@ SERVERS = ("daphne", "uvicorn", "granian")
 def installed(names: Iterable[str] = SERVERS) -> list[str]:
     """The servers among `names` that this virtualenv can run."""
     return [name for name in names if importlib.util.find_spec(name) is not None]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every server-comparing benchmark takes: `--servers` and `--workers`."""
+    parser.add_argument(
+        "--servers",
+        nargs="+",
+        choices=SERVERS,
+        default=installed(),
+        help="ASGI servers to compare (default: every one installed)",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="web processes per replica")
 
 
 def start(log_dir: Path, port: int, *, server: str, workers: int, env: dict[str, str], name: str) -> ManagedProcess:
