@@ -9,6 +9,7 @@ the beat schedule; see cleverthis/settings/test.py).
 
 from __future__ import annotations
 
+import resource
 import shutil
 from collections.abc import Callable
 
@@ -45,6 +46,13 @@ TEST_REDIS_PATTERNS = (
 
 def pytest_configure(config: pytest.Config) -> None:
     loop_guard.install()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """The limits the processes and containers this session starts inherit (a container cannot exceed them)."""
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)
+    return f"open files (soft/hard): {nofile[0]}/{nofile[1]}; processes: {nproc[0]}/{nproc[1]}"
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -20,15 +20,10 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
+from tests.support.podman_env import podman_env
 from tests.support.processes import REPO_ROOT, VENV_BIN, free_port, wait_until
 
 COMPOSE_DIR = REPO_ROOT / "deploy" / "compose"
-PODMAN_DIR = Path(os.environ.get("CLEVERTHIS_PODMAN_DIR", "/var/tmp/cleverthis-podman"))
-PODMAN_ENV = {
-    "CONTAINERS_CONF": str(PODMAN_DIR / "containers.conf"),
-    "CONTAINERS_STORAGE_CONF": str(PODMAN_DIR / "storage.conf"),
-    "CONTAINERS_REGISTRIES_CONF": str(PODMAN_DIR / "registries.conf"),
-}
 
 
 @dataclass
@@ -137,7 +132,7 @@ def running_stack(workdir: Path) -> Iterator[Stack]:
     images = build_images()
     port = free_port()
     env_file = workdir / "stack.env"
-    env = {**os.environ, **PODMAN_ENV}
+    env = podman_env()
     made = subprocess.run(
         ["bash", str(COMPOSE_DIR / "init"), "--host", "localhost", "--https-port", str(port),
          "--env-file", str(env_file), "--certs", str(workdir / "certs")],

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.agent.executors.podman import STATE_DIR as PODMAN_DIR
-from tests.support.node_container import podman_env
+from tests.support.podman_env import podman_env
 from tests.support.processes import ManagedProcess, wait_until
 
 NETNS_DIR = Path("/run/netns")

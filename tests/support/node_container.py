@@ -9,7 +9,6 @@ dependencies; both are read here. The container shares the host's network, so it
 
 from __future__ import annotations
 
-import os
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent.executors.podman import STATE_DIR as PODMAN_DIR
+from tests.support.podman_env import podman_env
 from tests.support.processes import REPO_ROOT, wait_until
 
 WHEELHOUSE_IN_NODE = "/srv/wheels"
@@ -27,16 +26,6 @@ LABEL = "io.cleverthis.test=node-container"
 # A container left behind by a killed test run stops (and is removed) by itself after this long.
 MAX_LIFETIME_S = 1800
 EXIT_CANNOT_BUILD = 3  # .ci/node-image: not root, or no podman
-
-
-def podman_env() -> dict[str, str]:
-    """The podman CLI on the storage and configuration of .ci/podman-setup (where the image lives)."""
-    return {
-        **os.environ,
-        "CONTAINERS_CONF": str(PODMAN_DIR / "containers.conf"),
-        "CONTAINERS_STORAGE_CONF": str(PODMAN_DIR / "storage.conf"),
-        "CONTAINERS_REGISTRIES_CONF": str(PODMAN_DIR / "registries.conf"),
-    }
 
 
 def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
