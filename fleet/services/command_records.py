@@ -16,7 +16,7 @@ from cleverthis.audit.services import (
     entry_settle,
 )
 from fleet import signals
-from fleet.models import Command, CommandStatus, Node, NodeEvent
+from fleet.models import COMMAND_OPEN_STATUSES, Command, CommandStatus, Node, NodeEvent
 from fleet.services.commands import COMMAND_MOVES, COMMAND_TIMESTAMP
 from fleet.services.events import node_event_record
 from kernel import metrics
@@ -192,18 +192,17 @@ def command_record_reports(*, reports: list[CommandReport]) -> list[Command | Ex
 
 
 def _audit_follow(moves: list[tuple[CommandReport, Command]]) -> None:
-    """Settle the audit entries of the operator actions whose commands just finished: one query to
-    count their commands by status, one UPDATE per entry; nothing for commands no action sent."""
+    """Settle the audit entries of the operator actions whose commands just finished: per entry, one
+    look at the partial index of its open commands and one UPDATE; nothing for commands no action sent."""
     finished = [(r, c) for r, c in moves if c.audit_entry_id and r.to != CommandStatus.RUNNING]
     if not finished:
         return
     entries = {c.audit_entry_id for _, c in finished}
-    open_ = set(
-        Command.objects.filter(audit_entry_id__in=entries)
-        .exclude(status__in=[CommandStatus.SUCCEEDED, CommandStatus.FAILED])
-        .values_list("audit_entry_id", flat=True)
-        .distinct()
-    )
+    open_ = {
+        entry_id
+        for entry_id in entries
+        if Command.objects.filter(audit_entry_id=entry_id, status__in=COMMAND_OPEN_STATUSES).exists()
+    }
     for entry_id in entries:
         mine = [c for _, c in finished if c.audit_entry_id == entry_id]
         failure = next(
