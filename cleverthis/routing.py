@@ -9,7 +9,8 @@ from __future__ import annotations
 from django.urls import URLPattern, re_path
 
 from cleverthis.consumers import LiveConsumer, PingConsumer
-from fleet.tunnel.consumer import AgentTunnelConsumer, HandshakeAdmission
+from fleet.tunnel.consumer import AgentTunnelConsumer
+from fleet.tunnel.handshakes import HandshakeAdmission
 
 AGENT_PATH_PREFIX = "/agent/"
 

@@ -35,7 +35,6 @@ from urllib.parse import parse_qs
 from uuid import UUID
 
 from channels.consumer import get_handler_name
-from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -43,12 +42,14 @@ from django.db import DataError
 
 from agent import protocol as p
 from fleet import agent_packages, agent_updates, ca, services
-from fleet.models import Command, Node
+from fleet.models import Command
 from fleet.tunnel import auth as tunnel_auth
-from fleet.tunnel import local_tunnels, peer_listener
-from fleet.tunnel.batching import Coalescer
+from fleet.tunnel import local_tunnels, peer_listener, records
 from fleet.tunnel.groups import AGENTS_GROUP, command_frame, node_group
+from fleet.tunnel.handshakes import BUSY_REASON, HANDSHAKES, accepted_protocol_range, handshake_backoff_s
 from fleet.tunnel.outbox import StreamOutbox
+from fleet.tunnel.records import database_sync_to_async
+from fleet.tunnel.revocations import REVOCATIONS
 from fleet.tunnel.server_io import HeartbeatFirst, SendUntilClosed
 from fleet.tunnel.streams_seam import LocalStream, StreamSink
 from kernel import metrics
@@ -57,166 +58,12 @@ from kernel.exceptions import IllegalTransition
 log = logging.getLogger("fleet.tunnel")
 
 
-def database_sync_to_async(func: Any) -> Any:
-    """Run ORM work for tunnels on the thread pool, not daphne's one shared sync thread.
-
-    Each tunnel's calls still run one at a time (the consumer awaits them in order), but hundreds of
-    tunnels no longer queue behind one another; Django gives each pool thread its own connection.
-    """
-    return DatabaseSyncToAsync(func, thread_sensitive=False)
-
-
-async def _write_reports(reports: list[services.CommandReport]) -> list[Any]:
-    return await database_sync_to_async(services.command_record_reports)(reports=reports)
-
-
-# Acks, results and errors from all tunnels of this process, written together when they arrive
-# together (a fan-out to All nodes); each tunnel still awaits its own, so its frames stay in order.
-REPORTS: Coalescer[services.CommandReport, Command | None] = Coalescer(_write_reports)
-
-
-async def _write_heartbeats(beats: list[tuple[UUID, p.Heartbeat]]) -> list[Any]:
-    disconnected = await database_sync_to_async(services.node_record_heartbeats)(beats=beats)
-    return [UUID(str(node_id)) in disconnected for node_id, _ in beats]
-
-
-# Heartbeats of all tunnels of this process: those that arrive together are one UPDATE together. Each
-# submitter learns whether the database holds its node as disconnected (then its tunnel must close).
-HEARTBEATS: Coalescer[tuple[UUID, p.Heartbeat], bool] = Coalescer(_write_heartbeats)
-
 CLOSE_PROTOCOL_ERROR = p.CLOSE_PROTOCOL_ERROR
 CLOSE_UNAUTHORIZED = p.CLOSE_UNAUTHORIZED
 CLOSE_REVOKED = p.CLOSE_REVOKED
 CLOSE_BACKOFF = p.CLOSE_BACKOFF
 CLOSE_STALE = p.CLOSE_STALE
 CLOSE_AGENT_TOO_OLD = p.CLOSE_AGENT_TOO_OLD
-
-
-class HandshakeGate:
-    """How many tunnels of this process are between connect and welcome; admits up to a limit.
-
-    Each handshake costs a CA signature, a certificate check and several queries on the thread pool.
-    When thousands of agents dial at once (a deploy, a restart of the control plane) and every one is
-    let in, the handshakes queue in the process until the agents' opening timeout (10 s) passes; they
-    retry within seconds, and the work done for the abandoned ones is lost: the process stays busy and
-    almost nobody connects. Refusing the excess at once with a Backoff keeps the queue short.
-    """
-
-    def __init__(self) -> None:
-        self.open = 0
-
-    def enter(self, limit: int) -> bool:
-        """Take a place if fewer than `limit` are taken; False when full."""
-        if self.open >= limit:
-            return False
-        self.open += 1
-        return True
-
-    def leave(self) -> None:
-        self.open = max(0, self.open - 1)
-
-
-HANDSHAKES = HandshakeGate()
-
-
-def handshake_backoff_s() -> float:
-    """How long an agent refused by a full `HANDSHAKES` waits: AGENT_HANDSHAKE_BACKOFF_S, spread ±50 %."""
-    return settings.AGENT_HANDSHAKE_BACKOFF_S * (0.5 + secrets.randbelow(1001) / 1000)
-
-
-BUSY_REASON = "control plane busy: too many agents connecting"
-
-
-def _busy_backoff_frame(query_string: bytes) -> str | bytes:
-    """The Backoff frame for a refused tunnel, at the version that tunnel would have spoken."""
-    query = parse_qs(query_string.decode("latin-1"))
-    agent_range = p.parse_version_range((query.get("protocol") or ["1"])[0])
-    version = p.negotiate((p.MIN_PROTOCOL_VERSION, p.PROTOCOL_VERSION), agent_range) if agent_range else None
-    frame = p.Backoff(retry_after_s=handshake_backoff_s(), reason=BUSY_REASON)
-    return p.encode(p.at_version(frame, version or p.PROTOCOL_VERSION))
-
-
-class HandshakeAdmission:
-    """ASGI wrapper of the tunnel consumer: while `HANDSHAKES` is full, a new tunnel gets its Backoff
-    from here, without a consumer (no channel-layer subscription, nothing for daphne to shut down)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "websocket" or HANDSHAKES.open < settings.AGENT_MAX_HANDSHAKES:
-            await self.app(scope, receive, send)
-            return
-        message = await receive()
-        if message["type"] != "websocket.connect":
-            return
-        await send({"type": "websocket.accept"})
-        encoded = _busy_backoff_frame(scope.get("query_string", b""))
-        await send(
-            {"type": "websocket.send", **({"bytes": encoded} if isinstance(encoded, bytes) else {"text": encoded})}
-        )
-        await send({"type": "websocket.close", "code": CLOSE_BACKOFF, "reason": "busy"})
-
-
-class RevocationWatch:
-    """Belt and braces for a missed revoke broadcast: every AGENT_REVOCATION_RECHECK_S, one look at the
-    revocation list for all the tunnels of this process (a query per 1,000 of them), instead of a query
-    per tunnel (10,000 tunnels made that 333 queries a second, as many as their heartbeats).
-
-    The loop runs as long as the process's event loop; a failed pass is logged and the next one runs.
-    """
-
-    CHUNK = 1000
-
-    def __init__(self) -> None:
-        self._tunnels: set[AgentTunnelConsumer] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def add(self, tunnel: AgentTunnelConsumer) -> None:
-        """Watch an authenticated tunnel (starts this event loop's pass loop on first use)."""
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # a new event loop (tests): tunnels of the old one are gone
-            self._loop, self._tunnels, self._task = loop, set(), None
-        if self._task is None or self._task.done():
-            self._task = loop.create_task(self._run())
-        self._tunnels.add(tunnel)
-
-    def discard(self, tunnel: AgentTunnelConsumer) -> None:
-        self._tunnels.discard(tunnel)
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(settings.AGENT_REVOCATION_RECHECK_S)
-            try:
-                await self.check_now()
-            except Exception:  # the database away: the next pass tries again
-                log.exception("revocation re-check failed; next one in %ss", settings.AGENT_REVOCATION_RECHECK_S)
-
-    async def check_now(self) -> int:
-        """One pass: close every watched tunnel whose certificate is revoked; returns how many."""
-        tunnels = [t for t in self._tunnels if t.certificate_serial]
-        closed = 0
-        for first in range(0, len(tunnels), self.CHUNK):
-            chunk = tunnels[first : first + self.CHUNK]
-            serials = [t.certificate_serial or "" for t in chunk]
-            revoked = await database_sync_to_async(tunnel_auth.revoked_among)(serials)
-            for tunnel in chunk:
-                if tunnel.certificate_serial in revoked:
-                    self._tunnels.discard(tunnel)
-                    await tunnel.node_revoke({"reason": "certificate revoked"})
-                    closed += 1
-        return closed
-
-
-REVOCATIONS = RevocationWatch()
-
-
-def accepted_protocol_range() -> tuple[int, int]:
-    """The agent protocol versions this control plane takes: from AGENT_PROTOCOL_MIN (default: one
-    version behind this release) to this release's own."""
-    low = max(p.MIN_PROTOCOL_VERSION, min(int(settings.AGENT_PROTOCOL_MIN or 0), p.PROTOCOL_VERSION))
-    return low, p.PROTOCOL_VERSION
 
 
 class AgentTunnelConsumer(AsyncWebsocketConsumer):
@@ -409,7 +256,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         self.inbox = await local_tunnels.inbox()
         peer = await _peer_address()
         self.session = uuid.uuid4()
-        node = await database_sync_to_async(_connect_node)(
+        node = await database_sync_to_async(records.connect_node)(
             certificate_node_id, hello, self.inbox, peer, self.session, self.protocol
         )
         if node is None:
@@ -493,7 +340,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
 
     async def _record_heartbeat(self, frame: p.Heartbeat) -> None:
         assert self.node_id is not None
-        held_disconnected = await HEARTBEATS.submit((self.node_id, frame))
+        held_disconnected = await records.HEARTBEATS.submit((self.node_id, frame))
         metrics.observe_heartbeat_lag(frame.sent_at)
         if held_disconnected:
             log.warning("closing tunnel of node %s: the node is held as disconnected", self.node_id)
@@ -504,7 +351,9 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
 
     async def _on_ack(self, frame: p.Ack) -> None:
         assert self.node_id is not None
-        await REPORTS.submit(services.CommandReport.ack(self.node_id, frame.command_id, duplicate=frame.duplicate))
+        await records.REPORTS.submit(
+            services.CommandReport.ack(self.node_id, frame.command_id, duplicate=frame.duplicate)
+        )
 
     async def _on_progress(self, frame: p.Progress) -> None:
         await database_sync_to_async(services.command_record_progress)(
@@ -517,17 +366,17 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
 
     async def _on_result(self, frame: p.Result) -> None:
         assert self.node_id is not None
-        await REPORTS.submit(services.CommandReport.result(self.node_id, frame.command_id, frame.data))
+        await records.REPORTS.submit(services.CommandReport.result(self.node_id, frame.command_id, frame.data))
 
     async def _on_error(self, frame: p.Error) -> None:
         assert self.node_id is not None
         report = services.CommandReport.error(
             self.node_id, frame.command_id, code=frame.code, message=frame.message, data=frame.data
         )
-        await REPORTS.submit(report)
+        await records.REPORTS.submit(report)
 
     async def _on_inventory(self, frame: p.InventoryReport) -> None:
-        await database_sync_to_async(_record_inventory)(self.node_id, frame.inventory)
+        await database_sync_to_async(records.record_inventory)(self.node_id, frame.inventory)
 
     async def _on_stream_data(self, frame: p.StreamData) -> None:
         await self._to_stream(frame.stream_id, {"type": "stream.data", "data": frame.payload()})
@@ -595,7 +444,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
                 frame = p.encode(p.at_version(p.decode(frame), self.protocol))
             await self.send(text_data=frame)
             return
-        command = await database_sync_to_async(_load_command)(self.node_id, message["command_id"])
+        command = await database_sync_to_async(records.load_command)(self.node_id, message["command_id"])
         if command is not None:
             await self._send_command(command)
 
@@ -711,31 +560,3 @@ async def _peer_address() -> str:
     except OSError:
         log.exception("no peer listener: other processes cannot open streams to the tunnels of this one")
         return ""
-
-
-def _connect_node(
-    node_id: UUID, hello: p.Hello, inbox: str, peer: str, session: uuid.UUID, protocol: int
-) -> Node | None:
-    node = Node.objects.select_related("cluster").filter(pk=node_id).first()
-    if node is None:
-        return None
-    services.node_connected(
-        node=node,
-        facts=hello.facts,
-        inventory=hello.inventory,
-        inbox=inbox,
-        peer=peer,
-        session=session,
-        protocol_version=protocol,
-    )
-    return Node.objects.select_related("cluster").get(pk=node_id)
-
-
-def _record_inventory(node_id: UUID, inventory: p.Inventory) -> None:
-    node = Node.objects.filter(pk=node_id).first()
-    if node is not None:
-        services.node_record_inventory(node=node, inventory=inventory)
-
-
-def _load_command(node_id: UUID, command_id: str) -> Command | None:
-    return Command.objects.filter(id=command_id, node_id=node_id).first()

@@ -19,7 +19,8 @@ from agent import protocol as p
 from cleverthis.asgi import application
 from fleet import services
 from fleet.models import Node
-from fleet.tunnel.consumer import CLOSE_BACKOFF, HANDSHAKES, AgentTunnelConsumer
+from fleet.tunnel.consumer import CLOSE_BACKOFF, AgentTunnelConsumer
+from fleet.tunnel.handshakes import HANDSHAKES
 from tests.fleet.tunnel.test_tunnel_bad_input import _close_of, _frame, _hello, _open, _register
 
 pytestmark = pytest.mark.django_db(transaction=True)

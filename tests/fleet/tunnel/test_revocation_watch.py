@@ -14,7 +14,8 @@ from agent import protocol as p
 from fleet import services
 from fleet.models import RevokedSerial
 from fleet.tunnel import auth as tunnel_auth
-from fleet.tunnel.consumer import CLOSE_REVOKED, REVOCATIONS, RevocationWatch
+from fleet.tunnel.consumer import CLOSE_REVOKED
+from fleet.tunnel.revocations import REVOCATIONS, RevocationWatch
 from tests.fleet.tunnel.test_tunnel_bad_input import _authenticated, _close_of, _frame, _heartbeat_answered, _register
 
 pytestmark = pytest.mark.django_db(transaction=True)

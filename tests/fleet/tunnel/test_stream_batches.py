@@ -19,8 +19,8 @@ from agent import protocol as p
 from cleverthis.asgi import application
 from fleet.proxy import peer_dialer
 from fleet.proxy.streams import TunnelStream
-from fleet.tunnel import consumer as tunnel_consumer
 from fleet.tunnel import peer_listener
+from fleet.tunnel import records as tunnel_records
 from fleet.tunnel.batching import Coalescer
 from fleet.tunnel.server_io import HeartbeatFirst
 from tests.fleet.tunnel.test_tunnel_bad_input import Identity, _hello, node_identity  # noqa: F401
@@ -160,7 +160,7 @@ async def test_stream_data_is_delivered_while_a_heartbeat_waits_for_its_database
         written.extend(beats)
         return [False for _ in beats]
 
-    monkeypatch.setattr(tunnel_consumer, "HEARTBEATS", Coalescer(slow_write))
+    monkeypatch.setattr(tunnel_records, "HEARTBEATS", Coalescer(slow_write))
     comm, _ = await _tunnel(node_identity, "1-3")
     (stream,) = await _local_streams(node_identity, comm, 1)
     beat = p.Heartbeat(cpu_percent=1.0, memory_percent=1.0)
