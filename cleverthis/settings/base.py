@@ -335,6 +335,9 @@ OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
 OIDC_WORKSPACE_MAP = env_workspace_map("OIDC_WORKSPACE_MAP")
 OIDC_TIMEOUT = env_float("OIDC_TIMEOUT_S", 10.0)  # each request to the provider
 OIDC_VERIFY_SSL = env_bool("OIDC_VERIFY_SSL", True)
+# how the client authenticates at the token endpoint: HTTP Basic (client_secret_basic, OIDC's default) or,
+# with 0, the secret in the form body (client_secret_post)
+OIDC_TOKEN_USE_BASIC_AUTH = env_bool("OIDC_TOKEN_AUTH_BASIC", True)
 OIDC_USE_PKCE = True
 OIDC_STORE_ID_TOKEN = True  # the id_token_hint of RP-initiated logout
 OIDC_CREATE_USER = True
