@@ -9,7 +9,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 from guardian.shortcuts import assign_perm, remove_perm
@@ -96,8 +96,14 @@ def sso_sign_in(
         SsoIdentity.objects.select_for_update().select_related("user").filter(issuer=issuer, subject=subject).first()
     )
     if identity is None:
-        user = get_user_model().objects.create_user(_free_username(sso.username_base(claims, username_claim)))
-        identity = SsoIdentity(user=user, issuer=issuer, subject=subject)
+        try:
+            with transaction.atomic():  # a savepoint: two first sign-ins of one subject at once
+                user = get_user_model().objects.create_user(_free_username(sso.username_base(claims, username_claim)))
+                identity = SsoIdentity.objects.create(user=user, issuer=issuer, subject=subject, last_sign_in_at=now)
+        except IntegrityError:
+            identity = (
+                SsoIdentity.objects.select_for_update().select_related("user").get(issuer=issuer, subject=subject)
+            )
     user = identity.user
     user.email = str(claims.get("email") or "")[:254]
     user.first_name = str(claims.get("given_name") or "")[:150]

@@ -237,3 +237,13 @@ def test_provider_endpoints_explicit_override_and_missing_ones_are_named(setting
     settings.OIDC_OP_TOKEN_ENDPOINT = ""
     with pytest.raises(oidc.ProviderUnavailable, match="token_endpoint"):
         oidc.provider_endpoints()
+
+
+@pytest.mark.django_db
+def test_the_admin_lists_identities_and_which_memberships_the_mapping_granted(client, workspace):
+    sign_in()
+    client.force_login(get_user_model().objects.create_superuser("root", password="pw"))
+    page = client.get("/admin/tenancy/ssoidentity/").content.decode()
+    assert "u-1" in page
+    assert client.get("/admin/tenancy/ssoidentity/add/").status_code == 403
+    assert client.get("/admin/tenancy/membership/?granted_by_sso__exact=1").content.decode().count("alice") >= 1
