@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -66,7 +65,10 @@ urlpatterns = [
     path("dispatch-banner", health.dispatch_banner, name="dispatch-banner"),
     path("metrics", metrics_view, name="metrics"),
     path("accounts/login/", tenancy_views.SignInView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/logout/", tenancy_views.SignOutView.as_view(), name="logout"),
+    path("accounts/oidc/authenticate/", tenancy_views.SsoStartView.as_view(), name="oidc_authentication_init"),
+    path("accounts/oidc/callback/", tenancy_views.SsoCallbackView.as_view(), name="oidc_authentication_callback"),
+    path("accounts/oidc/no-workspace/", tenancy_views.sso_no_workspace, name="sso-no-workspace"),
     path("agent/install.sh", agent_views.install_script, name="agent-install-script"),
     path("agent/package.tar.gz", agent_views.agent_package, name="agent-package"),
     path("admin/login/", tenancy_views.admin_sign_in),  # before admin.site.urls: sign-in is rate limited

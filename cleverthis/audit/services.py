@@ -221,6 +221,23 @@ def _record_refusal(
         logger.exception("could not record the refusal of %s", name)
 
 
+def entry_record(*, name: str, actor: Any, target: Target, detail: dict[str, Any] | None = None) -> AuditEntry:
+    """Write an `ok` entry for something that happened outside an operator service (a single sign-on
+    changing memberships), in the caller's transaction. `name` must have been registered with
+    `register_action`."""
+    action = _Action(id=uuid.uuid4(), at=timezone.now())
+    entry = _entry(action, name, actor, target, outcome=Outcome.OK, detail=detail or {}, finished_at=action.at)
+    entry.save(force_insert=True)
+    return entry
+
+
+def register_action(name: str, target_type: str) -> str:
+    """Make `name` (acting on `target_type`) known to the audit page's filters; returns `name`."""
+    ACTIONS.add(name)
+    TARGET_TYPES.add(target_type)
+    return name
+
+
 def entry_settle(*, entry_id: uuid.UUID, failure: str = "", done: bool = False, git_commit: str = "") -> None:
     """Follow the commands of a `pending` entry: `failure` makes it `failed` (the first one counts),
     `done` (all finished, none failed) makes it `ok`; `git_commit` is kept if none was yet. One UPDATE."""

@@ -13,6 +13,8 @@ from cleverthis.settings.env import (
     env_list,
     env_rate,
     env_str,
+    env_workspace_map,
+    oidc_config_errors,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -302,6 +304,60 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
+
+# Single sign-on with OpenID Connect (mozilla-django-oidc, wrapped by cleverthis.tenancy.oidc): on when
+# OIDC_CLIENT_ID is set; off, the sign-in page is the local password form alone. The provider's endpoints
+# come from its discovery document (OIDC_ISSUER, or OIDC_DISCOVERY_URL for a non-standard location),
+# fetched at the first sign-in (never at import), or each explicitly (OIDC_*_ENDPOINT, which also override
+# discovered ones). Register <CONTROL_PLANE_URL>/accounts/oidc/callback/ as the client's redirect URI and
+# <CONTROL_PLANE_URL>/accounts/login/ as its post-logout redirect URI. An incomplete or malformed
+# configuration stops the process at start-up with the reason.
+OIDC_RP_CLIENT_ID = env_str("OIDC_CLIENT_ID", "")
+OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET", "")
+OIDC_ISSUER = env_str("OIDC_ISSUER", "").rstrip("/")
+OIDC_DISCOVERY_URL = env_str(
+    "OIDC_DISCOVERY_URL", f"{OIDC_ISSUER}/.well-known/openid-configuration" if OIDC_ISSUER else ""
+)
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = env_str("OIDC_USERINFO_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = env_str("OIDC_JWKS_ENDPOINT", "")
+OIDC_OP_END_SESSION_ENDPOINT = env_str("OIDC_END_SESSION_ENDPOINT", "")  # RP-initiated logout, if offered
+OIDC_RP_SCOPES = env_str("OIDC_SCOPES", "openid email profile groups")
+OIDC_RP_SIGN_ALGO = env_str("OIDC_SIGN_ALGO", "RS256")
+OIDC_DISPLAY_NAME = env_str("OIDC_DISPLAY_NAME", "single sign-on")  # the button: "Sign in with <name>"
+# The claim that names a user (made unique if a local account has it already) and the claim whose values
+# OIDC_WORKSPACE_MAP maps to workspace memberships, applied at every sign-in:
+# `<claim value>=<workspace slug>:<role>,...` (e.g. `fleet-admins=acme:admin,fleet-users=acme:member`).
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
+OIDC_WORKSPACE_MAP = env_workspace_map("OIDC_WORKSPACE_MAP")
+OIDC_TIMEOUT = env_float("OIDC_TIMEOUT_S", 10.0)  # each request to the provider
+OIDC_VERIFY_SSL = env_bool("OIDC_VERIFY_SSL", True)
+# how the client authenticates at the token endpoint: HTTP Basic (client_secret_basic, OIDC's default) or,
+# with 0, the secret in the form body (client_secret_post)
+OIDC_TOKEN_USE_BASIC_AUTH = env_bool("OIDC_TOKEN_AUTH_BASIC", True)
+OIDC_USE_PKCE = True
+OIDC_STORE_ID_TOKEN = True  # the id_token_hint of RP-initiated logout
+OIDC_CREATE_USER = True
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
+if OIDC_ENABLED:
+    _oidc_errors = oidc_config_errors(
+        client_secret=OIDC_RP_CLIENT_SECRET,
+        discovery_url=OIDC_DISCOVERY_URL,
+        endpoints={
+            "OIDC_AUTHORIZATION_ENDPOINT": OIDC_OP_AUTHORIZATION_ENDPOINT,
+            "OIDC_TOKEN_ENDPOINT": OIDC_OP_TOKEN_ENDPOINT,
+            "OIDC_USERINFO_ENDPOINT": OIDC_OP_USER_ENDPOINT,
+            "OIDC_JWKS_ENDPOINT": OIDC_OP_JWKS_ENDPOINT,
+            "OIDC_END_SESSION_ENDPOINT": OIDC_OP_END_SESSION_ENDPOINT,
+        },
+        sign_algo=OIDC_RP_SIGN_ALGO,
+    )
+    if _oidc_errors:
+        raise ValueError("OIDC single sign-on is misconfigured: " + "; ".join(_oidc_errors))
+    AUTHENTICATION_BACKENDS.append("cleverthis.tenancy.oidc.OidcBackend")
 
 REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -84,3 +85,68 @@ def database_from_url(url: str, *, pool_max_size: int = 0) -> dict[str, Any]:
     if pool_max_size > 0:
         database["OPTIONS"] = {"pool": {"min_size": 1, "max_size": pool_max_size, "timeout": 30}}
     return database
+
+
+WORKSPACE_ROLES = ("owner", "admin", "member", "viewer")
+
+
+def env_workspace_map(name: str) -> tuple[tuple[str, str, str], ...]:
+    """Return the claim mapping `name` as (claim value, workspace slug, role) triples.
+
+    Format: comma-separated `<claim value>=<workspace slug>:<role>`, e.g.
+    `fleet-admins=acme:admin,fleet-users=acme:member`; a value may map to several workspaces. A malformed
+    entry, a bad slug or an unknown role fails loudly at start-up.
+    """
+    entries = []
+    for item in env_list(name, []):
+        value, eq, place = item.rpartition("=")
+        slug, colon, role = place.partition(":")
+        value, slug, role = value.strip(), slug.strip(), role.strip().lower()
+        if not eq or not value or not colon:
+            raise ValueError(f"environment variable {name}: {item!r} is not `<claim value>=<workspace slug>:<role>`")
+        if not re.fullmatch(r"[-a-zA-Z0-9_]+", slug):
+            raise ValueError(f"environment variable {name}: {slug!r} in {item!r} is not a workspace slug")
+        if role not in WORKSPACE_ROLES:
+            raise ValueError(
+                f"environment variable {name}: role {role!r} in {item!r} is not one of {', '.join(WORKSPACE_ROLES)}"
+            )
+        entries.append((value, slug, role))
+    return tuple(entries)
+
+
+def _is_url(value: str) -> bool:
+    parts = urlparse(value)
+    return parts.scheme in {"http", "https"} and bool(parts.netloc)
+
+
+def oidc_config_errors(
+    *,
+    client_secret: str,
+    discovery_url: str,
+    endpoints: dict[str, str],
+    sign_algo: str,
+) -> list[str]:
+    """What is missing or malformed in an enabled OIDC configuration (empty: it is complete).
+
+    Either a discovery document (OIDC_ISSUER or OIDC_DISCOVERY_URL) or the explicit endpoints
+    (OIDC_AUTHORIZATION_ENDPOINT, OIDC_TOKEN_ENDPOINT, OIDC_USERINFO_ENDPOINT, and OIDC_JWKS_ENDPOINT for
+    RS*/ES* signatures) must be given; explicit endpoints override discovered ones.
+    """
+    errors = []
+    if not client_secret:
+        errors.append("OIDC_CLIENT_SECRET is required with OIDC_CLIENT_ID")
+    if discovery_url and not _is_url(discovery_url):
+        errors.append(f"OIDC_ISSUER / OIDC_DISCOVERY_URL must be an http(s) URL, got {discovery_url!r}")
+    for variable, value in endpoints.items():
+        if value and not _is_url(value):
+            errors.append(f"{variable} must be an http(s) URL, got {value!r}")
+    if not discovery_url:
+        required = ["OIDC_AUTHORIZATION_ENDPOINT", "OIDC_TOKEN_ENDPOINT", "OIDC_USERINFO_ENDPOINT"]
+        if sign_algo.startswith(("RS", "ES")):
+            required.append("OIDC_JWKS_ENDPOINT")
+        missing = [variable for variable in required if not endpoints.get(variable)]
+        if missing:
+            errors.append(f"without OIDC_ISSUER or OIDC_DISCOVERY_URL these are required: {', '.join(missing)}")
+    if sign_algo not in {"RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "HS256"}:
+        errors.append(f"OIDC_SIGN_ALGO {sign_algo!r} is not a supported JWS algorithm")
+    return errors

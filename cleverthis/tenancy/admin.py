@@ -8,15 +8,16 @@ from django.contrib import admin
 from guardian.admin import GuardedModelAdmin
 
 from cleverthis.tenancy import services
-from cleverthis.tenancy.models import Membership, Workspace
+from cleverthis.tenancy.models import Membership, SsoIdentity, Workspace
 
 
 class MembershipInline(admin.TabularInline):
-    """Members of a workspace, edited in place."""
+    """Members of a workspace, edited in place (saving one by hand takes it over from the SSO mapping)."""
 
     model = Membership
     extra = 0
     autocomplete_fields = ["user"]
+    readonly_fields = ["granted_by_sso"]
 
 
 @admin.register(Workspace)
@@ -40,13 +41,26 @@ class WorkspaceAdmin(GuardedModelAdmin):
 class MembershipAdmin(admin.ModelAdmin):
     """Memberships; saving re-syncs the member's object permissions."""
 
-    list_display = ["user", "workspace", "role", "created_at"]
-    list_filter = ["role", "workspace"]
+    list_display = ["user", "workspace", "role", "granted_by_sso", "created_at"]
+    list_filter = ["role", "granted_by_sso", "workspace"]
     search_fields = ["user__username", "workspace__name"]
     autocomplete_fields = ["user"]
+    readonly_fields = ["granted_by_sso"]
 
     def save_model(self, request: Any, obj: Membership, form: Any, change: bool) -> None:
         services.membership_set(workspace=obj.workspace, user=obj.user, role=obj.role)
 
     def delete_model(self, request: Any, obj: Membership) -> None:
         services.membership_remove(workspace=obj.workspace, user=obj.user)
+
+
+@admin.register(SsoIdentity)
+class SsoIdentityAdmin(admin.ModelAdmin):
+    """Who signs in through the OpenID Connect provider, as which subject (read-only: sign-ins write it)."""
+
+    list_display = ["user", "issuer", "subject", "last_sign_in_at"]
+    search_fields = ["user__username", "subject"]
+    readonly_fields = ["user", "issuer", "subject", "claim_values", "created_at", "last_sign_in_at"]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False

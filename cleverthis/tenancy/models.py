@@ -1,4 +1,4 @@
-"""Workspace, Membership and Role."""
+"""Workspace, Membership, Role, and the single sign-on identity of a user."""
 
 from __future__ import annotations
 
@@ -52,6 +52,9 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    # Granted by the single sign-on claim mapping (OIDC_WORKSPACE_MAP): the mapping changes and removes
+    # only such memberships; one set by hand (an invitation, the admin) is never touched by it.
+    granted_by_sso = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -60,3 +63,23 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.workspace} as {self.get_role_display()}"
+
+
+class SsoIdentity(models.Model):
+    """The OpenID Connect account (issuer + subject) a user signs in with; users are matched by it, never
+    by e-mail, so a provider account can never take over a local one."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identity")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    # the values of the mapped claim (OIDC_GROUPS_CLAIM) at the last sign-in, shown when none maps
+    claim_values = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_sign_in_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="sso_identity_unique_subject")]
+        verbose_name = "single sign-on identity"
+
+    def __str__(self) -> str:
+        return f"{self.user} as {self.subject} at {self.issuer}"

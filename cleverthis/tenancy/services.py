@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 from django.utils.text import slugify
 from guardian.shortcuts import assign_perm, remove_perm
 
-from cleverthis.tenancy.models import Membership, Role, Workspace
+from cleverthis.tenancy import sso
+from cleverthis.tenancy.models import Membership, Role, SsoIdentity, Workspace
 from cleverthis.tenancy.permissions import EDIT_PERM, OPERATE_PERM, VIEW_PERM
+from cleverthis.tenancy.signals import sso_memberships_changed
+
+logger = logging.getLogger(__name__)
 
 
 def _sync_permissions(membership: Membership) -> None:
@@ -32,9 +43,14 @@ def workspace_create(*, name: str, owner: AbstractBaseUser, slug: str | None = N
 
 
 @transaction.atomic
-def membership_set(*, workspace: Workspace, user: AbstractBaseUser, role: Role | str) -> Membership:
-    """Add `user` to `workspace` with `role`, or change their role if already a member."""
-    membership, _ = Membership.objects.update_or_create(user=user, workspace=workspace, defaults={"role": Role(role)})
+def membership_set(
+    *, workspace: Workspace, user: AbstractBaseUser, role: Role | str, granted_by_sso: bool = False
+) -> Membership:
+    """Add `user` to `workspace` with `role`, or change their role if already a member; a membership set
+    by hand (`granted_by_sso` False) is no longer the single sign-on mapping's to change."""
+    membership, _ = Membership.objects.update_or_create(
+        user=user, workspace=workspace, defaults={"role": Role(role), "granted_by_sso": granted_by_sso}
+    )
     _sync_permissions(membership)
     return membership
 
@@ -45,3 +61,92 @@ def membership_remove(*, workspace: Workspace, user: AbstractBaseUser) -> None:
     Membership.objects.filter(user=user, workspace=workspace).delete()
     for perm in (VIEW_PERM, EDIT_PERM, OPERATE_PERM):
         remove_perm(perm, user, workspace)
+
+
+@dataclass(frozen=True)
+class MembershipChange:
+    """One membership the single sign-on mapping created (`before` None), changed, or removed (`after` None)."""
+
+    workspace: Workspace
+    membership_id: int | None
+    before: str | None
+    after: str | None
+
+
+@transaction.atomic
+def sso_sign_in(
+    *,
+    issuer: str,
+    subject: str,
+    claims: Mapping[str, Any],
+    mapping: Iterable[tuple[str, str, str]],
+    groups_claim: str = "groups",
+    username_claim: str = "preferred_username",
+) -> AbstractBaseUser:
+    """The user of the OpenID Connect account `issuer`/`subject`, created at its first sign-in, with
+    e-mail and names refreshed from `claims` and memberships brought in line with the claim mapping.
+
+    Users are matched by issuer and subject only (never by e-mail). The mapping grants, changes and
+    removes only memberships it granted itself; mapped workspaces that do not exist are skipped with a
+    warning. Each change is announced by `sso_memberships_changed` in this transaction (the audit trail).
+    """
+    now = timezone.now()
+    values = sso.claim_values(claims, groups_claim)
+    identity = (
+        SsoIdentity.objects.select_for_update().select_related("user").filter(issuer=issuer, subject=subject).first()
+    )
+    if identity is None:
+        try:
+            with transaction.atomic():  # a savepoint: two first sign-ins of one subject at once
+                user = get_user_model().objects.create_user(_free_username(sso.username_base(claims, username_claim)))
+                identity = SsoIdentity.objects.create(user=user, issuer=issuer, subject=subject, last_sign_in_at=now)
+        except IntegrityError:
+            identity = (
+                SsoIdentity.objects.select_for_update().select_related("user").get(issuer=issuer, subject=subject)
+            )
+    user = identity.user
+    user.email = str(claims.get("email") or "")[:254]
+    user.first_name = str(claims.get("given_name") or "")[:150]
+    user.last_name = str(claims.get("family_name") or "")[:150]
+    user.save()
+    identity.claim_values = values
+    identity.last_sign_in_at = now
+    identity.save()
+    changes = sso_memberships_sync(user=user, grants=sso.workspace_grants(values, mapping))
+    if changes:
+        sso_memberships_changed.send(sender=SsoIdentity, user=user, changes=changes, claim_values=values)
+    return user
+
+
+def sso_memberships_sync(*, user: AbstractBaseUser, grants: Mapping[str, Role]) -> list[MembershipChange]:
+    """Make the memberships the mapping granted `user` exactly `grants` (workspace slug → role); leave
+    the ones set by hand alone. Returns what changed. Runs in the caller's transaction."""
+    changes: list[MembershipChange] = []
+    held = {
+        m.workspace_id: m for m in Membership.objects.select_for_update().filter(user=user).select_related("workspace")
+    }
+    workspaces = {w.slug: w for w in Workspace.objects.filter(slug__in=grants)}
+    for slug in sorted(set(grants) - set(workspaces)):
+        logger.warning("OIDC_WORKSPACE_MAP names workspace %r, which does not exist: skipped for %s", slug, user)
+    for slug, workspace in sorted(workspaces.items()):
+        role, current = grants[slug], held.get(workspace.pk)
+        if current is not None and (not current.granted_by_sso or current.role == role):
+            continue
+        membership = membership_set(workspace=workspace, user=user, role=role, granted_by_sso=True)
+        changes.append(MembershipChange(workspace, membership.pk, current.role if current else None, str(role)))
+    granted_ids = {w.pk for w in workspaces.values()}
+    for membership in held.values():
+        if membership.granted_by_sso and membership.workspace_id not in granted_ids:
+            membership_remove(workspace=membership.workspace, user=user)
+            changes.append(MembershipChange(membership.workspace, membership.pk, membership.role, None))
+    return changes
+
+
+def _free_username(base: str) -> str:
+    """`base`, or `base-2`, `base-3`, ... : the first that no user has (a local account keeps its name)."""
+    users = get_user_model().objects
+    name, n = base, 1
+    while users.filter(username__iexact=name).exists():
+        n += 1
+        name = f"{base}-{n}"
+    return name

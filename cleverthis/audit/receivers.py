@@ -1,0 +1,28 @@
+"""Entries for what tenancy announces by signal rather than through an operator service (connected by
+`AuditConfig.ready`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cleverthis.audit.services import Target, entry_record, register_action
+from cleverthis.tenancy.signals import sso_memberships_changed
+
+SSO_MEMBERSHIP = register_action("membership.sso_sync", "membership")
+
+
+def record_sso_membership_changes(*, user: Any, changes: list[Any], claim_values: list[str], **_: Any) -> None:
+    """One entry per membership the single sign-on claim mapping created, changed or removed, in the
+    sign-in's transaction; the actor is the user signing in."""
+    for change in changes:
+        entry_record(
+            name=SSO_MEMBERSHIP,
+            actor=user,
+            target=Target("membership", str(change.membership_id or ""), user.get_username(), change.workspace.pk),
+            detail={"role": change.after, "previous_role": change.before, "claim_values": claim_values[:50]},
+        )
+
+
+def connect() -> None:
+    """Connect the receivers (idempotent: dispatch_uid)."""
+    sso_memberships_changed.connect(record_sso_membership_changes, dispatch_uid="audit.sso_memberships")

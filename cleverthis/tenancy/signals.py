@@ -1,0 +1,10 @@
+"""Signals of the tenancy app, for the apps above it (it imports none of them)."""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+# Sent inside the single sign-on transaction when the claim mapping changed a user's memberships.
+# Arguments: `user`, `changes` (a list of `services.MembershipChange`), `claim_values` (the mapped claim's
+# values). The audit trail records one entry per change in that same transaction.
+sso_memberships_changed = Signal()
