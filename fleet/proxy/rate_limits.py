@@ -10,6 +10,7 @@ A Redis that cannot be reached lets requests through (logged), as the other requ
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -90,17 +91,17 @@ def _plan(key_id: int, endpoint_id: Any, limits: Limits, window: int) -> tuple[l
     return keys, values, n_requests
 
 
-_async_clients: dict[int, aioredis.Redis] = {}  # id(event loop) → client
+_async_clients: dict[asyncio.AbstractEventLoop, aioredis.Redis] = {}  # one client per event loop
 _sync_client: redis.Redis | None = None
 
 
 def _async_client() -> aioredis.Redis:
-    import asyncio
-
-    loop_id = id(asyncio.get_running_loop())
-    client = _async_clients.get(loop_id)
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
     if client is None:
-        client = _async_clients[loop_id] = aioredis.Redis.from_url(settings.REDIS_URL)
+        for old in [other for other in _async_clients if other.is_closed()]:
+            del _async_clients[old]
+        client = _async_clients[loop] = aioredis.Redis.from_url(settings.REDIS_URL)
     return client
 
 
