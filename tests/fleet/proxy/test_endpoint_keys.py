@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 import redis
@@ -19,6 +20,7 @@ from fleet.workloads import services as workload_services
 from fleet.workloads.models import Endpoint, EndpointStatus
 from kernel.asgi_scope import API_KEY_ID_SCOPE_KEY
 from kernel.metrics import API_KEY_RATE_LIMITED
+from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the resolver reads the database from a thread
 
@@ -33,6 +35,12 @@ def _clean():
     client = redis.Redis.from_url(django_settings.REDIS_URL)
     for key in client.scan_iter(match=f"{rate_limits.PREFIX}*"):
         client.delete(key)
+
+
+@pytest.fixture
+def fresh_window():
+    """Start early in a minute's window, so a test's requests all fall in one."""
+    wait_until(lambda: time.time() % 60 < 45, timeout=20, what="a minute's window with time to spare")
 
 
 @pytest.fixture
@@ -100,7 +108,7 @@ def test_a_cached_key_on_a_cached_route_needs_no_thread_hop(endpoint, owner, wor
     assert isinstance(resolve(scope(endpoint, raw)), ProxyTarget)
 
 
-def test_requests_over_the_key_limit_get_429_with_retry_after(endpoint, owner, workspace):
+def test_requests_over_the_key_limit_get_429_with_retry_after(fresh_window, endpoint, owner, workspace):
     raw = key(owner, workspace, requests_per_min=2)
     before = API_KEY_RATE_LIMITED.labels("requests")._value.get()
     assert all(isinstance(resolve(scope(endpoint, raw)), ProxyTarget) for _ in range(2))
@@ -113,7 +121,7 @@ def test_requests_over_the_key_limit_get_429_with_retry_after(endpoint, owner, w
     assert isinstance(resolve(scope(endpoint, key(owner, workspace))), ProxyTarget)  # other keys unaffected
 
 
-def test_the_endpoint_default_limits_each_key(endpoint, owner, workspace):
+def test_the_endpoint_default_limits_each_key(fresh_window, endpoint, owner, workspace):
     Endpoint.objects.filter(pk=endpoint.pk).update(key_requests_per_min=1)
     first, second = key(owner, workspace), key(owner, workspace)
     assert isinstance(resolve(scope(endpoint, first)), ProxyTarget)
@@ -121,7 +129,7 @@ def test_the_endpoint_default_limits_each_key(endpoint, owner, workspace):
     assert isinstance(resolve(scope(endpoint, second)), ProxyTarget)
 
 
-def test_tokens_charged_after_responses_exhaust_the_budget(endpoint, owner, workspace):
+def test_tokens_charged_after_responses_exhaust_the_budget(fresh_window, endpoint, owner, workspace):
     raw = key(owner, workspace, tokens_per_min=100)
     key_id = ApiKey.objects.get().pk
     assert isinstance(resolve(scope(endpoint, raw)), ProxyTarget)
