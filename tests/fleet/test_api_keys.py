@@ -161,3 +161,27 @@ def test_cached_rights_are_read_again_once_they_expire(workspace, owner, setting
     assert api_keys.grant_for(raw) is not None  # still cached
     clock[0] += 0.5
     assert api_keys.grant_for(raw) is None
+
+
+def test_the_settings_page_creates_shows_once_and_revokes(client, workspace, owner):
+    client.force_login(owner)
+    page = client.get("/compute/api-keys/")
+    assert page.status_code == 200
+    assert b"No API keys yet" in page.content
+    body = {"workspace": str(workspace.pk), "name": "ci", "scopes": ["read", "invoke"], "requests_per_min": "60"}
+    created = client.post("/compute/api-keys/", body)
+    key = ApiKey.objects.get()
+    raw = created.context["created"][1]
+    assert raw.encode() in created.content
+    assert key.secret_hash == api_keys.hash_key(raw)
+    assert key.requests_per_min == 60
+    again = client.get("/compute/api-keys/")
+    assert raw.encode() not in again.content
+    assert key.display.encode() in again.content
+    assert b"Copy it now" not in again.content
+    assert client.post("/compute/api-keys/", {"workspace": str(workspace.pk), "name": ""}).status_code == 200
+    assert ApiKey.objects.count() == 1
+    client.post(f"/compute/api-keys/{key.pk}/revoke/")
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    assert key_client(raw).get("/api/v1/clusters/").status_code in (401, 403)
