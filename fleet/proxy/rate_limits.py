@@ -91,18 +91,20 @@ def _plan(key_id: int, endpoint_id: Any, limits: Limits, window: int) -> tuple[l
     return keys, values, n_requests
 
 
-_async_clients: dict[asyncio.AbstractEventLoop, aioredis.Redis] = {}  # one client per event loop
+_async_clients: dict[asyncio.AbstractEventLoop, tuple[aioredis.Redis, Any]] = {}  # per event loop: client, script
 _sync_client: redis.Redis | None = None
 
 
-def _async_client() -> aioredis.Redis:
+def _admit_script() -> Any:
+    """The admission script on this event loop's client (EVALSHA: the script's text is sent once)."""
     loop = asyncio.get_running_loop()
-    client = _async_clients.get(loop)
-    if client is None:
+    found = _async_clients.get(loop)
+    if found is None:
         for old in [other for other in _async_clients if other.is_closed()]:
             del _async_clients[old]
-        client = _async_clients[loop] = aioredis.Redis.from_url(settings.REDIS_URL)
-    return client
+        client = aioredis.Redis.from_url(settings.REDIS_URL)
+        found = _async_clients[loop] = (client, client.register_script(_ADMIT))
+    return found[1]
 
 
 def _client() -> redis.Redis:
@@ -119,7 +121,7 @@ async def admit(key_id: int, endpoint_id: Any, limits: Limits, *, now: float | N
     window, left = _window(time.time() if now is None else now)
     keys, values, n_requests = _plan(key_id, endpoint_id, limits, window)
     try:
-        over = int(await _async_client().eval(_ADMIT, len(keys), *keys, n_requests, WINDOW_S + 5, *values))
+        over = int(await _admit_script()(keys=keys, args=[n_requests, WINDOW_S + 5, *values]))
     except (redis.RedisError, OSError):
         logger.warning("rate limits: Redis unreachable, request let through", exc_info=True)
         return None
