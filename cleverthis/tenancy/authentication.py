@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
@@ -46,3 +47,17 @@ class ApiKeyAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="api"'
+
+
+class ApiKeyScheme(OpenApiAuthenticationExtension):
+    """The schema's name for API-key authentication: HTTP bearer."""
+
+    target_class = ApiKeyAuthentication
+    name = "apiKey"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key from Settings → API keys: `Authorization: Bearer ctk_…`.",
+        }
