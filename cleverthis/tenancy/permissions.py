@@ -1,8 +1,10 @@
 """Role checks, answered by django-guardian object permissions on the workspace.
 
 A request authenticated by an API key (`user.api_key_grant`, set by `tenancy.authentication`) gets no
-more than the key allows: its own workspace only, viewing with the read (or operate) scope, editing and
-operating with the operate scope, and never beyond the owner's role, which is checked as for a session.
+more than the key allows: its own workspace only, editing and operating with the operate scope, and never
+beyond the owner's role, which is checked as for a session. Viewing needs any scope of an unexpired key of
+that workspace: which requests a key may make at all (API reads need read or operate; endpoint origins
+need invoke) is decided where it authenticates (`tenancy.authentication`, `fleet.proxy`).
 """
 
 from __future__ import annotations
@@ -17,17 +19,19 @@ EDIT_PERM = "tenancy.edit_workspace"
 OPERATE_PERM = "tenancy.operate_workspace"
 
 
-def _key_allows(user: AbstractBaseUser | AnonymousUser, workspace: Workspace, scope: str) -> bool:
-    """True unless the user acts through an API key that does not reach `workspace` with `scope`."""
+def _key_allows(user: AbstractBaseUser | AnonymousUser, workspace: Workspace, scope: str | None) -> bool:
+    """True unless the user acts through an API key that does not reach `workspace` (with `scope`, if named)."""
     grant = getattr(user, "api_key_grant", None)
-    return grant is None or (grant.workspace_id == workspace.pk and grant.allows(scope))
+    if grant is None:
+        return True
+    if grant.workspace_id != workspace.pk:
+        return False
+    return any(grant.allows(s) for s in grant.scopes) if scope is None else grant.allows(scope)
 
 
 def can_view(user: AbstractBaseUser | AnonymousUser, workspace: Workspace) -> bool:
     """True if `user` is any kind of member of `workspace`."""
-    return bool(
-        user.is_authenticated and _key_allows(user, workspace, ApiKeyScope.READ) and user.has_perm(VIEW_PERM, workspace)
-    )
+    return bool(user.is_authenticated and _key_allows(user, workspace, None) and user.has_perm(VIEW_PERM, workspace))
 
 
 def can_edit(user: AbstractBaseUser | AnonymousUser, workspace: Workspace) -> bool:

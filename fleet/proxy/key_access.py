@@ -30,10 +30,11 @@ def presented_key(scope: dict[str, Any]) -> str | None:
 def _restriction(key_id: int) -> frozenset[UUID] | None:
     """The endpoints `key_id` is limited to (sync: reads them the first time)."""
     if key_id not in _restrictions:
-        ids = frozenset(ApiKeyEndpoint.objects.filter(key_id=key_id).values_list("endpoint_id", flat=True))
+        rows = list(ApiKeyEndpoint.objects.filter(key_id=key_id).values_list("endpoint_id", flat=True))
         if len(_restrictions) >= _CACHE_MAX:
             _restrictions.clear()
-        _restrictions[key_id] = ids or None
+        # no rows: every endpoint; rows whose endpoint was deleted (NULL) still limit the key
+        _restrictions[key_id] = frozenset(r for r in rows if r is not None) if rows else None
     return _restrictions[key_id]
 
 
@@ -59,6 +60,11 @@ def may_invoke(grant: KeyGrant | None, workspace_id: Any, endpoint_id: UUID) -> 
         return False
     allowed = _restrictions.get(grant.key_id)
     return allowed is None or endpoint_id in allowed
+
+
+def restricted(grant: KeyGrant) -> bool:
+    """Whether `grant`'s key is limited to chosen endpoints (call `load_key` first)."""
+    return _restrictions.get(grant.key_id) is not None
 
 
 def limits_of(grant: KeyGrant, endpoint_requests: int | None, endpoint_tokens: int | None) -> Limits:

@@ -118,7 +118,7 @@ Resolver = Callable[[dict[str, Any]], Awaitable[Answer | None]]
 _resolvers: list[Resolver] = []
 CROSS_ORIGIN = (
     "Refused: a request that changes something on this origin must come from a page of this origin "
-    "(Origin or Referer header). API clients send an API token (Authorization: Token <key>) instead."
+    "(Origin or Referer header). API clients send an API key (Authorization: Bearer <key>) instead."
 )
 NO_SUCH_ORIGIN = "No such endpoint, deployment or dashboard here."
 # characters a URL may carry as they are (RFC 3986 reserved and unreserved, and `%` for escapes already

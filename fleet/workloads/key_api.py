@@ -49,7 +49,7 @@ class ApiKeySerializer(serializers.ModelSerializer):
 
     def get_endpoints(self, obj: ApiKey) -> list[str]:
         """The endpoints the key is limited to (empty: every endpoint of its workspace)."""
-        return [str(grant.endpoint_id) for grant in obj.endpoint_grants.all()]
+        return [str(grant.endpoint_id) for grant in obj.endpoint_grants.all() if grant.endpoint_id is not None]
 
 
 class ApiKeyCreatedSerializer(ApiKeySerializer):

@@ -184,10 +184,13 @@ class Endpoint(models.Model):
 
 
 class ApiKeyEndpoint(models.Model):
-    """An endpoint an API key is limited to; a key with no rows may invoke every endpoint of its workspace."""
+    """An endpoint an API key is limited to; a key with no rows may invoke every endpoint of its workspace.
+
+    A deleted endpoint leaves its row (endpoint NULL), so a key limited to it alone stays limited (to none).
+    """
 
     key = models.ForeignKey("tenancy.ApiKey", on_delete=models.CASCADE, related_name="endpoint_grants")
-    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="key_grants")
+    endpoint = models.ForeignKey(Endpoint, null=True, on_delete=models.SET_NULL, related_name="key_grants")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["key", "endpoint"], name="apikeyendpoint_unique")]

@@ -147,3 +147,29 @@ def test_windows_end(endpoint, owner, workspace):
     refusal = asyncio.run(rate_limits.admit(7, endpoint.pk, limits, now=150.0))
     assert refusal == rate_limits.Refusal("requests", 30)
     assert asyncio.run(rate_limits.admit(7, endpoint.pk, limits, now=180.0)) is None
+
+
+def test_a_key_limited_to_a_deleted_endpoint_stays_limited(endpoint, owner, workspace, cluster, node):
+    other = Endpoint.objects.create(
+        cluster=cluster, node=node, model_id="org/n", status=EndpointStatus.RUNNING, port=82
+    )
+    raw = key(owner, workspace, endpoints=[other])
+    other.delete()
+    assert resolve(scope(endpoint, raw)) == ProxyRefusal(403, endpoint_routes.NOT_THIS_ENDPOINT)
+
+
+def test_other_node_origins_take_invoke_keys_within_their_workspace(endpoint, owner, workspace, other_workspace):
+    """Serve deployments ask `origins.caller_on_origin`: an invoke key not limited to chosen endpoints."""
+    from cleverthis.tenancy import services as tenancy
+    from cleverthis.tenancy.permissions import can_operate, can_view
+    from fleet.proxy import origins
+
+    tenancy.membership_set(workspace=other_workspace, user=owner, role="viewer")
+    user = origins.caller_on_origin(scope(endpoint, key(owner, workspace)))
+    assert user == owner
+    assert can_view(user, workspace)
+    assert not can_view(user, other_workspace)  # the key's workspace only
+    assert not can_operate(user, workspace)  # no operate scope
+    assert not origins.caller_on_origin(scope(endpoint, key(owner, workspace, ("read",)))).is_authenticated
+    limited = key(owner, workspace, endpoints=[endpoint])
+    assert not origins.caller_on_origin(scope(endpoint, limited)).is_authenticated
