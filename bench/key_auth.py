@@ -11,7 +11,9 @@ columns interleaved request by request:
 - key: a private endpoint, `Authorization: Bearer <key>` with the invoke scope;
 - key + limits: the same with requests/min and tokens/min limits set (one Redis round trip each).
 Caches run as in production (routes 2 s, keys API_KEY_CACHE_S), so their reloads are in the figures.
-Printed: p50/p95/p99 per column, the p95 each key column adds to public, and PASS/MISS against 1 ms.
+Printed: p50/p95/p99 per column, the p95 each key column adds to public, and PASS/MISS against 1 ms,
+with the machine's load average (the limits column waits on redis-server, another process: on a
+loaded machine its tail is the scheduler's).
 The database is dropped and the redis-server stopped at the end.
 """
 
@@ -126,7 +128,8 @@ def main() -> None:
     finally:
         redis.stop()
         drop_database()
-    print(f"{args.requests} requests per column, interleaved; ms per request through the proxy app")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"{args.requests} requests per column, interleaved; ms per request through the proxy app (load {load})")
     print(f"{'column':<14}{'p50':>8}{'p95':>8}{'p99':>8}{'added p95':>11}")
     base = pct(times["public"], 0.95)
     verdicts = []
