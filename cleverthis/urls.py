@@ -36,6 +36,7 @@ API_ROOT = {
     "tune-experiments": "ray-tune-experiment-list",
     "deployments": "ray-deployment-list",
     "audit": "audit-entry-list",
+    "api-keys": "api-key-list",
 }
 
 

@@ -84,6 +84,11 @@ PROXY_BYTES = Counter(
     "Bytes carried by proxied streams (direction: to_node = request bytes, from_node = response bytes).",
     ["direction"],
 )
+API_KEY_RATE_LIMITED = Counter(
+    "cleverthis_api_key_rate_limited",
+    "Endpoint requests refused 429 by an API key's rate limit (limit: requests or tokens per minute).",
+    ["limit"],
+)
 AUTOSCALER_DECISIONS = Counter(
     "cleverthis_ray_autoscaler_decisions",
     "Ray autoscaler decisions (action: scale_up, scale_down, both, none).",

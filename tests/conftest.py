@@ -23,6 +23,7 @@ from cleverthis.dispatch_health import HEARTBEATS_KEY
 from cleverthis.tenancy import services as tenancy_services
 from cleverthis.tenancy.models import Role, Workspace
 from fleet import metrics_history
+from fleet.proxy import rate_limits
 from kernel import timeseries
 from tests.support import loop_guard
 
@@ -35,6 +36,7 @@ TEST_REDIS_PATTERNS = (
     f"{settings.CHANNEL_LAYERS['default']['CONFIG']['prefix']}*",  # channel layer: groups, channels
     f"{metrics_history.KEY_PREFIX}*",  # nodes' utilization history
     f"{timeseries.KEY_PREFIX}*",  # the home page's per-minute rollups
+    f"{rate_limits.PREFIX}*",  # API keys' rate-limit counters
     "celery-task-meta-*",  # Celery results
     HEARTBEATS_KEY,  # the workers' heartbeats
     "_kombu.*",  # Celery queue bindings

@@ -135,6 +135,7 @@ PROXY_DIAL_GRACE_S = env_float("PROXY_DIAL_GRACE_S", 10.0)  # retry opening a st
 PROXY_MAX_BODY_BYTES = env_int("PROXY_MAX_BODY_BYTES", 256 * 1024 * 1024)
 PROXY_RESPONSE_TIMEOUT_S = env_float("PROXY_RESPONSE_TIMEOUT_S", 60.0)  # until the response head
 PROXY_IDLE_TIMEOUT_S = env_float("PROXY_IDLE_TIMEOUT_S", 300.0)  # between response chunks
+API_KEY_CACHE_S = env_float("API_KEY_CACHE_S", 0.5)  # how long a key's rights are cached per process
 PROXY_ROUTE_CACHE_S = env_float("PROXY_ROUTE_CACHE_S", 2.0)  # how long an endpoint route is cached per process
 # at most how often a process writes an endpoint's forwarded-request count and last-request time
 ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
@@ -367,6 +368,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
+        "cleverthis.tenancy.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

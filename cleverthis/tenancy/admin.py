@@ -8,7 +8,7 @@ from django.contrib import admin
 from guardian.admin import GuardedModelAdmin
 
 from cleverthis.tenancy import services
-from cleverthis.tenancy.models import Membership, SsoIdentity, Workspace
+from cleverthis.tenancy.models import ApiKey, Membership, SsoIdentity, Workspace
 
 
 class MembershipInline(admin.TabularInline):
@@ -61,6 +61,30 @@ class SsoIdentityAdmin(admin.ModelAdmin):
     list_display = ["user", "issuer", "subject", "last_sign_in_at"]
     search_fields = ["user__username", "subject"]
     readonly_fields = ["user", "issuer", "subject", "claim_values", "created_at", "last_sign_in_at"]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    """API keys: their public part and use; the secret is never stored, so never shown. Create them in
+    Settings → API keys (or the API); here staff can see and revoke them."""
+
+    list_display = ("name", "display", "user", "workspace", "scopes", "expires_at", "last_used_at", "revoked_at")
+    list_filter = ("workspace",)
+    search_fields = ("name", "prefix", "user__username")
+    readonly_fields = (
+        "user",
+        "workspace",
+        "prefix",
+        "secret_hash",
+        "scopes",
+        "last_used_at",
+        "last_used_ip",
+        "created_at",
+    )
+    fields = (*readonly_fields, "name", "requests_per_min", "tokens_per_min", "expires_at", "revoked_at")
 
     def has_add_permission(self, request: Any) -> bool:
         return False

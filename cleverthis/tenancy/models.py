@@ -83,3 +83,47 @@ class SsoIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} as {self.subject} at {self.issuer}"
+
+
+class ApiKeyScope(models.TextChoices):
+    """What an API key may be used for; its owner's current role still bounds each."""
+
+    READ = "read", "Read the API"
+    OPERATE = "operate", "Change things (as the owner's role allows)"
+    INVOKE = "invoke", "Invoke endpoints"
+
+
+class ApiKey(models.Model):
+    """A member's key for the API and endpoint origins, bound to one workspace; only its hash is kept.
+
+    The secret is shown once at creation (`ctk_<prefix>_<secret>`); `prefix` is its public part, shown in
+    lists. Rights are the key's scopes intersected with the owner's current role in `workspace`.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_hash = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list)
+    # limits on endpoint invocation through this key (None: only the endpoint's own defaults apply)
+    requests_per_min = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_min = models.PositiveIntegerField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    last_used_ip = models.GenericIPAddressField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["user", "workspace"], name="apikey_user_workspace")]
+
+    def __str__(self) -> str:
+        return f"API key {self.name} (ctk_{self.prefix}…)"
+
+    @property
+    def display(self) -> str:
+        """The public part of the key, as lists show it."""
+        return f"ctk_{self.prefix}_…"

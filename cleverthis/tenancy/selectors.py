@@ -18,7 +18,11 @@ def workspace_list(*, user: AnyUser) -> QuerySet[Workspace]:
     """Workspaces `user` is a member of."""
     if not user.is_authenticated:
         return Workspace.objects.none()
-    return Workspace.objects.filter(memberships__user=user).distinct()
+    workspaces = Workspace.objects.filter(memberships__user=user)
+    grant = getattr(user, "api_key_grant", None)  # an API key reaches its own workspace only
+    if grant is not None:
+        workspaces = workspaces.filter(pk=grant.workspace_id)
+    return workspaces.distinct()
 
 
 def workspace_ids(*, user: AnyUser, roles: frozenset[str] | None = None) -> QuerySet:
@@ -26,6 +30,9 @@ def workspace_ids(*, user: AnyUser, roles: frozenset[str] | None = None) -> Quer
     if not user.is_authenticated:
         return Membership.objects.none().values("workspace_id")
     memberships = Membership.objects.filter(user=user)
+    grant = getattr(user, "api_key_grant", None)  # an API key reaches its own workspace only
+    if grant is not None:
+        memberships = memberships.filter(workspace_id=grant.workspace_id)
     if roles is not None:
         memberships = memberships.filter(role__in=roles)
     return memberships.values("workspace_id")

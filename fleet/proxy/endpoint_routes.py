@@ -3,7 +3,7 @@
 An endpoint is served only on its own origin `endpoint-<slug>.<ENDPOINT_DOMAIN>` (behind a wildcard DNS
 record and certificate; `*.localhost` locally). The older path form `/endpoints/<slug>/…` on the control
 plane's host redirects there (`relay.redirect_to_origin`) and is never proxied. Endpoints need an API
-token, or the origin cookie a signed-in member gets through a ticket (`fleet.proxy.origins`), unless
+key or token, or the origin cookie a signed-in member gets through a ticket (`fleet.proxy.origins`), unless
 they are marked public; the control plane's session cookie is never accepted on an endpoint's origin.
 Every member of the endpoint's workspace, Viewers included, may call it with any method (a `POST` to
 `/v1/chat/completions` is its normal use), as the API lets any member's token call it; starting, stopping
@@ -16,6 +16,12 @@ each: saving or deleting an endpoint or a node in this process forgets the cache
 changes made elsewhere (another replica, a worker) are seen within that time. Credentials are still
 checked on every request.
 
+An API key (`Authorization: Bearer ctk_…`) must hold the invoke scope, belong to the endpoint's workspace
+and, if it is limited to chosen endpoints, name this one (`fleet.proxy.key_access`); its requests are
+admitted by its rate limits first (`fleet.proxy.rate_limits`: 429 with Retry-After), and its id goes in
+the request's scope (`kernel.asgi_scope.API_KEY_ID_SCOPE_KEY`) for metering. With the route and the key
+cached, a key's request is answered without a thread hop, as a public one is.
+
 Each forwarded request counts towards the endpoint's `request_count` and `last_request_at`: counted in
 this process and written with one UPDATE at most every `ENDPOINT_REQUESTS_FLUSH_S` (default 5 s) per
 endpoint: the first request of a quiet endpoint at once, the ones of a burst with the first request
@@ -26,6 +32,7 @@ counts, with its status and time to first byte, in its workspace's per-minute ro
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -38,19 +45,26 @@ from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
+from cleverthis.tenancy import api_keys
+from cleverthis.tenancy.api_keys import MISSING, KeyGrant
 from cleverthis.tenancy.models import Workspace
 from cleverthis.tenancy.permissions import can_view
 from fleet import origin_names
 from fleet.models import Node, NodeStatus
-from fleet.proxy import origins
+from fleet.proxy import key_access, origins, rate_limits
 from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from fleet.workloads.models import Endpoint, EndpointStatus
 from kernel import timeseries
 
 PATH_FORM = re.compile(r"^/endpoints/(?P<slug>[0-9a-f]{12})(?P<rest>/.*)?$")
 UNAUTHENTICATED = (
-    "This endpoint needs an API token (Authorization: Token <key>), or open it from the control plane while signed in."
+    "This endpoint needs an API key (Authorization: Bearer <key>; Settings → API keys), "
+    "or open it from the control plane while signed in."
 )
+BAD_KEY = "Invalid, expired or revoked API key."
+NO_INVOKE = "This API key lacks the invoke scope."
+NOT_THIS_ENDPOINT = "This API key is limited to other endpoints."
+_KEY_USE = "cleverthis.api_key_use"  # scope key: (key id, endpoint id, Limits) of a key-authenticated request
 
 
 def _slug_and_path(scope: dict[str, Any]) -> tuple[str, str] | None:
@@ -64,6 +78,9 @@ class _Route:
     """What a request to one endpoint needs to know, read from the database at `loaded_at`."""
 
     public: bool
+    endpoint_id: UUID
+    key_requests_per_min: int | None
+    key_tokens_per_min: int | None
     workspace: Workspace
     status: str
     node_id: UUID | None
@@ -101,6 +118,9 @@ def _load_route(slug: str) -> _Route | None:
         node = endpoint.node
         route = _Route(
             public=endpoint.public,
+            endpoint_id=endpoint.pk,
+            key_requests_per_min=endpoint.key_requests_per_min,
+            key_tokens_per_min=endpoint.key_tokens_per_min,
             workspace=endpoint.cluster.workspace,
             status=endpoint.status,
             node_id=node.pk if node is not None else None,
@@ -140,11 +160,40 @@ def _public_answer_from_cache(scope: dict[str, Any], slug: str, path: str) -> Pr
     return _target(route, scope, path, caller_may_view=False)
 
 
+def _key_answer(route: _Route, scope: dict[str, Any], path: str, grant: KeyGrant | None) -> ProxyTarget | ProxyRefusal:
+    """The answer for an API key's request to a private endpoint (no database: its facts are loaded)."""
+    if grant is None:
+        return ProxyRefusal(401, BAD_KEY)
+    if grant.workspace_id != route.workspace.pk:
+        return ProxyRefusal(404, "No such endpoint.")
+    if not key_access.may_invoke(grant, route.workspace.pk, route.endpoint_id):
+        return ProxyRefusal(403, NO_INVOKE if not grant.allows("invoke") else NOT_THIS_ENDPOINT)
+    answer = _target(route, scope, path, caller_may_view=True)
+    if isinstance(answer, ProxyTarget):
+        key_access.mark_scope(scope, grant)
+        limits = key_access.limits_of(grant, route.key_requests_per_min, route.key_tokens_per_min)
+        scope[_KEY_USE] = (grant.key_id, route.endpoint_id, limits)
+    return answer
+
+
+def _key_answer_from_cache(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyRefusal | None:
+    """The answer for an API key's request when its route and the key are cached, else None."""
+    raw = key_access.presented_key(scope)
+    route = _cached_route(slug) if raw else None
+    if raw is None or route is None or route.public:
+        return None
+    grant = key_access.cached_key(raw)
+    return None if grant is MISSING else _key_answer(route, scope, path, grant)
+
+
 def _decide(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyRefusal:
     """The answer for one request (sync: reads the database when the route or the caller needs it)."""
     route = _cached_route(slug) or _load_route(slug)
     if route is None or route.public:
         return _target(route, scope, path, caller_may_view=False)
+    raw = key_access.presented_key(scope)
+    if raw is not None:
+        return _key_answer(route, scope, path, key_access.load_key(raw))
     user = origins.caller_on_origin(scope)
     if not user.is_authenticated:
         return ProxyRefusal(401, UNAUTHENTICATED)
@@ -186,8 +235,37 @@ async def resolve_endpoint(scope: dict[str, Any]) -> Answer | None:
             return None
         host = origin_names.ENDPOINT.host(match["slug"])
         return await database_sync_to_async(redirect_to_origin)(scope, host, match["rest"] or "/")
-    # a cached public route leaves nothing to look up: answer without a thread hop
-    answer = _public_answer_from_cache(scope, *found) or await database_sync_to_async(_decide)(scope, *found)
+    # a cached public route, or a cached key on a cached route, leaves nothing to look up: no thread hop
+    answer = (
+        _public_answer_from_cache(scope, *found)
+        or _key_answer_from_cache(scope, *found)
+        or await database_sync_to_async(_decide)(scope, *found)
+    )
+    use = scope.pop(_KEY_USE, None)
+    if isinstance(answer, ProxyTarget) and use is not None:
+        refusal = await rate_limits.admit(*use)
+        if refusal is not None:
+            return _too_many(refusal)
+        if api_keys.last_use_due(use[0]):
+            await database_sync_to_async(api_keys.record_last_use)(use[0], key_access.client_ip(scope))
     if isinstance(answer, ProxyTarget) and _count_request(found[0]):
         await database_sync_to_async(_write_requests)(found[0])
     return answer
+
+
+def _too_many(refusal: rate_limits.Refusal) -> ProxyRefusal:
+    """429 with Retry-After (seconds) and a JSON error naming the limit."""
+    body = {
+        "error": {
+            "type": "rate_limited",
+            "limit": f"{refusal.limit}_per_minute",
+            "message": f"This API key's {refusal.limit}-per-minute limit is reached; retry in {refusal.retry_after} s.",
+            "retry_after": refusal.retry_after,
+        }
+    }
+    return ProxyRefusal(
+        429,
+        json.dumps(body),
+        headers=((b"retry-after", str(refusal.retry_after).encode()),),
+        content_type=b"application/json",
+    )

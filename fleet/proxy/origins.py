@@ -33,6 +33,7 @@ from fleet.origin_names import DASHBOARD as DASHBOARD
 from fleet.origin_names import ENDPOINT as ENDPOINT
 from fleet.origin_names import SERVE as SERVE
 from fleet.origin_names import is_node_origin_host
+from fleet.proxy import key_access
 from kernel.asgi_scope import header
 
 TICKET_PATH = "/__cleverthis/ticket"
@@ -128,7 +129,22 @@ def user_from_origin_cookie(scope: dict[str, Any]) -> Any:
 
 
 def user_from_token(scope: dict[str, Any]) -> Any:
-    """The user of an `Authorization: Token <key>` (or Bearer) header, or AnonymousUser (sync)."""
+    """The user of an `Authorization: Token <key>` (or Bearer) header, or AnonymousUser (sync).
+
+    An API key (`ctk_…`) counts when it holds the invoke scope and is not limited to chosen endpoints; its
+    user carries the key's grant, so role checks keep to the key's workspace.
+    """
+    raw = key_access.presented_key(scope)
+    if raw is not None:
+        grant = key_access.load_key(raw)
+        if grant is None or not grant.allows("invoke") or key_access.restricted(grant):
+            return AnonymousUser()
+        user = get_user_model().objects.filter(pk=grant.user_id, is_active=True).first()
+        if user is None:
+            return AnonymousUser()
+        user.api_key_grant = grant
+        key_access.mark_scope(scope, grant)
+        return user
     scheme, _, key = header(scope, b"authorization").partition(" ")
     if scheme.lower() not in ("token", "bearer") or not key.strip():
         return AnonymousUser()

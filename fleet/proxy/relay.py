@@ -101,6 +101,8 @@ class ProxyRefusal:
 
     status: int
     message: str
+    headers: tuple[tuple[bytes, bytes], ...] = ()  # e.g. Retry-After
+    content_type: bytes = b"text/plain; charset=utf-8"
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ Resolver = Callable[[dict[str, Any]], Awaitable[Answer | None]]
 _resolvers: list[Resolver] = []
 CROSS_ORIGIN = (
     "Refused: a request that changes something on this origin must come from a page of this origin "
-    "(Origin or Referer header). API clients send an API token (Authorization: Token <key>) instead."
+    "(Origin or Referer header). API clients send an API key (Authorization: Bearer <key>) instead."
 )
 NO_SUCH_ORIGIN = "No such endpoint, deployment or dashboard here."
 # characters a URL may carry as they are (RFC 3986 reserved and unreserved, and `%` for escapes already
@@ -171,11 +173,15 @@ def request_target(path: str) -> bytes:
 
 
 async def plain_response(
-    send: Callable[..., Awaitable[None]], status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+    send: Callable[..., Awaitable[None]],
+    status: int,
+    message: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    content_type: bytes = b"text/plain; charset=utf-8",
 ) -> None:
-    """A short text/plain answer (used for 4xx/5xx and redirects produced by the proxy itself)."""
+    """A short answer, text/plain unless told (used for 4xx/5xx and redirects produced by the proxy itself)."""
     body = (message.rstrip("\n") + "\n").encode()
-    head = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
+    head = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
     await send({"type": "http.response.body", "body": body})
 
@@ -205,7 +211,7 @@ class TunnelProxyApp:
             location = [(b"location", answer.location.encode("latin-1"))]
             await plain_response(send, answer.status, f"See {answer.location}", location)
         elif isinstance(answer, ProxyRefusal):
-            await plain_response(send, answer.status, answer.message)
+            await plain_response(send, answer.status, answer.message, list(answer.headers), answer.content_type)
         elif not answer.node_online:
             offline = "Bad gateway: the node serving this endpoint is offline."
             await request_meter.metered(answer.meter, send, lambda s: plain_response(s, 502, offline))

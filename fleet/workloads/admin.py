@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from fleet.admin import ReadOnlyAdmin
-from fleet.workloads.models import Container, Endpoint, NodeModel
+from fleet.workloads.models import ApiKeyEndpoint, Container, Endpoint, NodeModel
 
 
 @admin.register(Container)
@@ -37,3 +37,10 @@ class EndpointAdmin(ReadOnlyAdmin):
     list_display = ["slug", "model_id", "node", "status", "port", "public", "created_at"]
     list_filter = ["status", "public"]
     search_fields = ["slug", "model_id"]
+
+
+@admin.register(ApiKeyEndpoint)
+class ApiKeyEndpointAdmin(ReadOnlyAdmin):
+    """The endpoints an API key is limited to (set when the key is created)."""
+
+    list_display = ["key", "endpoint"]

@@ -25,6 +25,7 @@ from fleet.models import ComputeCluster, Node
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
 from fleet.workloads.filters import CONTAINER_FILTERS, ENDPOINT_FILTERS, MODEL_LOCATION_FILTERS
+from fleet.workloads.key_api import ApiKeyViewSet
 from fleet.workloads.models import Container, Endpoint, NodeModel
 from fleet.workloads.services import PlacementError
 from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
@@ -275,3 +276,4 @@ router = SimpleRouter()
 router.register("containers", ContainerViewSet, basename="container")
 router.register("models", ModelLocationViewSet, basename="model-location")
 router.register("endpoints", EndpointViewSet, basename="endpoint")
+router.register("api-keys", ApiKeyViewSet, basename="api-key")

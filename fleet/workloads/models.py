@@ -146,6 +146,9 @@ class Endpoint(models.Model):
     # every ENDPOINT_REQUESTS_FLUSH_S per endpoint).
     request_count = models.PositiveBigIntegerField(default=0)
     last_request_at = models.DateTimeField(null=True, blank=True)
+    # default limits for each API key invoking this endpoint (None: no limit of the endpoint's own)
+    key_requests_per_min = models.PositiveIntegerField(null=True, blank=True)
+    key_tokens_per_min = models.PositiveIntegerField(null=True, blank=True)
     start_command = models.ForeignKey(
         "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -178,3 +181,19 @@ class Endpoint(models.Model):
         """The control plane's path for the endpoint: a signed-in member's GET goes on to the endpoint's
         origin through a ticket (`fleet.proxy.endpoint_routes`), so a private endpoint opens in the browser."""
         return f"/endpoints/{self.slug}/"
+
+
+class ApiKeyEndpoint(models.Model):
+    """An endpoint an API key is limited to; a key with no rows may invoke every endpoint of its workspace.
+
+    A deleted endpoint leaves its row (endpoint NULL), so a key limited to it alone stays limited (to none).
+    """
+
+    key = models.ForeignKey("tenancy.ApiKey", on_delete=models.CASCADE, related_name="endpoint_grants")
+    endpoint = models.ForeignKey(Endpoint, null=True, on_delete=models.SET_NULL, related_name="key_grants")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["key", "endpoint"], name="apikeyendpoint_unique")]
+
+    def __str__(self) -> str:
+        return f"key {self.key_id} → endpoint {self.endpoint_id}"

@@ -1,8 +1,8 @@
-"""Endpoint page routes (mounted under /compute/)."""
+"""Endpoint and API key page routes (mounted under /compute/)."""
 
 from django.urls import path
 
-from fleet.workloads import views
+from fleet.workloads import key_views, views
 
 app_name = "workloads"
 
@@ -10,4 +10,6 @@ urlpatterns = [
     path("endpoints/", views.endpoint_list, name="endpoint_list"),
     path("clusters/<uuid:pk>/endpoints/", views.cluster_endpoints, name="cluster_endpoints"),
     path("endpoints/<uuid:pk>/<slug:action>/", views.endpoint_action, name="endpoint_action"),
+    path("api-keys/", key_views.api_key_list, name="api_key_list"),
+    path("api-keys/<int:pk>/revoke/", key_views.api_key_revoke, name="api_key_revoke"),
 ]

@@ -36,7 +36,7 @@ def decide(scope: dict[str, Any], deployment_id: str) -> ProxyTarget | ProxyRefu
     user = origins.caller_on_origin(scope)
     if not user.is_authenticated:
         return ProxyRefusal(
-            401, "This endpoint needs an API token (Authorization: Token <key>), or open it from the control plane."
+            401, "This endpoint needs an API key (Authorization: Bearer <key>), or open it from the control plane."
         )
     deployment = (
         ServeDeployment.objects.select_related("workspace", "ray_cluster__head_node").filter(pk=deployment_id).first()

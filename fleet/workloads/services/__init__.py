@@ -8,6 +8,7 @@ updates the rows it concerns. Callers import from here; every public name is re-
 
 from __future__ import annotations
 
+from fleet.workloads.services.api_keys import api_key_create, api_key_revoke
 from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION, node_event_record_failure, system_actor
 from fleet.workloads.services.containers import (
     REF_OUTCOME,
@@ -42,6 +43,8 @@ __all__ = [
     "REF_OUTCOME",
     "REVISION_RE",
     "PlacementError",
+    "api_key_create",
+    "api_key_revoke",
     "container_record_create_failed",
     "container_record_created",
     "container_record_ref_outcome",

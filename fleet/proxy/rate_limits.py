@@ -1,0 +1,152 @@
+"""Rate limits of API keys on endpoint invocation, shared by every replica through Redis.
+
+Each limit is a per-minute window (wall-clock minutes) counted in Redis: requests a minute and tokens
+a minute, for the key across all endpoints (the key's own limits) and for the key on one endpoint (the
+endpoint's defaults for every key). `admit` checks and counts a request in one Lua script (atomic, one
+round trip, refused requests are not counted); it refuses while any request count is at its limit or
+any token count has reached it. Tokens are known only after the response: `charge_tokens` adds them.
+A Redis that cannot be reached lets requests through (logged), as the other request limits do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+from django.conf import settings
+
+from kernel.metrics import API_KEY_RATE_LIMITED
+
+logger = logging.getLogger(__name__)
+
+WINDOW_S = 60
+PREFIX = "cleverthis:ratelimit"
+# KEYS: request counters, then token counters; ARGV[1]: how many request counters; ARGV[2]: their TTL;
+# ARGV[3…]: the limit of each key in order. Returns 0 (admitted, request counters incremented), else the
+# 1-based index of the first counter at its limit.
+_ADMIT = """
+local n = tonumber(ARGV[1])
+for i = 1, #KEYS do
+  local used = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if used >= tonumber(ARGV[2 + i]) then return i end
+end
+for i = 1, n do
+  redis.call('INCR', KEYS[i])
+  redis.call('EXPIRE', KEYS[i], tonumber(ARGV[2]))
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits that apply to one key's request to one endpoint (None: no such limit)."""
+
+    key_requests: int | None = None
+    key_tokens: int | None = None
+    endpoint_requests: int | None = None
+    endpoint_tokens: int | None = None
+
+    def any(self) -> bool:
+        values = (self.key_requests, self.key_tokens, self.endpoint_requests, self.endpoint_tokens)
+        return any(v is not None for v in values)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request was refused and how long to wait."""
+
+    limit: str  # "requests" or "tokens"
+    retry_after: int
+
+
+def _window(now: float) -> tuple[int, int]:
+    """(the current window's number, seconds until it ends, at least 1)."""
+    window = int(now // WINDOW_S)
+    return window, max(1, math.ceil((window + 1) * WINDOW_S - now))
+
+
+def _counter(kind: str, key_id: int, endpoint_id: Any, window: int) -> str:
+    where = f"e{endpoint_id}" if endpoint_id is not None else "all"
+    return f"{PREFIX}:{kind}:k{key_id}:{where}:{window}"
+
+
+def _plan(key_id: int, endpoint_id: Any, limits: Limits, window: int) -> tuple[list[str], list[int], int]:
+    requests = [(None, limits.key_requests), (endpoint_id, limits.endpoint_requests)]
+    tokens = [(None, limits.key_tokens), (endpoint_id, limits.endpoint_tokens)]
+    keys: list[str] = []
+    values: list[int] = []
+    for kind, pairs in (("req", requests), ("tok", tokens)):
+        for where, limit in pairs:
+            if limit is not None:
+                keys.append(_counter(kind, key_id, where, window))
+                values.append(limit)
+    n_requests = sum(1 for _, limit in requests if limit is not None)
+    return keys, values, n_requests
+
+
+_async_clients: dict[asyncio.AbstractEventLoop, tuple[aioredis.Redis, Any]] = {}  # per event loop: client, script
+_sync_client: redis.Redis | None = None
+
+
+def _admit_script() -> Any:
+    """The admission script on this event loop's client (EVALSHA: the script's text is sent once)."""
+    loop = asyncio.get_running_loop()
+    found = _async_clients.get(loop)
+    if found is None:
+        for old in [other for other in _async_clients if other.is_closed()]:
+            del _async_clients[old]
+        client = aioredis.Redis.from_url(settings.REDIS_URL)
+        found = _async_clients[loop] = (client, client.register_script(_ADMIT))
+    return found[1]
+
+
+def _client() -> redis.Redis:
+    global _sync_client
+    if _sync_client is None:
+        _sync_client = redis.Redis.from_url(settings.REDIS_URL)
+    return _sync_client
+
+
+async def admit(key_id: int, endpoint_id: Any, limits: Limits, *, now: float | None = None) -> Refusal | None:
+    """Count one request of key `key_id` to `endpoint_id`, or refuse it (None: admitted)."""
+    if not limits.any():
+        return None
+    window, left = _window(time.time() if now is None else now)
+    keys, values, n_requests = _plan(key_id, endpoint_id, limits, window)
+    try:
+        over = int(await _admit_script()(keys=keys, args=[n_requests, WINDOW_S + 5, *values]))
+    except (redis.RedisError, OSError):
+        logger.warning("rate limits: Redis unreachable, request let through", exc_info=True)
+        return None
+    if over == 0:
+        return None
+    kind = "requests" if over <= n_requests else "tokens"
+    API_KEY_RATE_LIMITED.labels(kind).inc()
+    return Refusal(kind, left)
+
+
+def charge_tokens(api_key_id: int, endpoint_id: Any, n: int, *, now: float | None = None) -> None:
+    """Add `n` tokens a response of `endpoint_id` used to key `api_key_id`'s counts of this minute (sync).
+
+    Both counters (the key's and the key's on that endpoint) are charged; admission only reads those with
+    a limit, so charging an unlimited pair costs two short-lived keys and nothing else.
+    """
+    if n <= 0:
+        return
+    window, _ = _window(time.time() if now is None else now)
+    try:
+        pipe = _client().pipeline(transaction=False)
+        for where in (None, endpoint_id):
+            counter = _counter("tok", api_key_id, where, window)
+            pipe.incrby(counter, n)
+            pipe.expire(counter, WINDOW_S + 5)
+        pipe.execute()
+    except (redis.RedisError, OSError):
+        logger.warning("rate limits: Redis unreachable, %d tokens not charged", n, exc_info=True)

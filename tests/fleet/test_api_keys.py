@@ -1,0 +1,187 @@
+"""API keys: created by a member for themselves, secret shown once, rights = scopes ∩ current role."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from cleverthis.audit.models import AuditEntry
+from cleverthis.tenancy import api_keys
+from cleverthis.tenancy import services as tenancy
+from cleverthis.tenancy.models import ApiKey
+from fleet.workloads import services as workload_services
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_key_cache(settings):
+    settings.API_KEY_CACHE_S = 0  # every request re-reads the key (the cache has tests of its own)
+    api_keys.forget_grants()
+
+
+def key_client(raw: str, scheme: str = "Bearer") -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"{scheme} {raw}")
+    return client
+
+
+def make_key(user, workspace, scopes, **extra) -> str:
+    return workload_services.api_key_create(actor=user, workspace=workspace, name="k", scopes=scopes, **extra)[1]
+
+
+def test_a_member_creates_a_key_whose_secret_is_shown_once_and_stored_hashed(workspace, member_of, api_client_for):
+    user = member_of(workspace, "viewer")
+    api = api_client_for(user)
+    body = {"workspace": str(workspace.pk), "name": "laptop", "scopes": ["read", "invoke"]}
+    created = api.post("/api/v1/api-keys/", body, format="json")
+    assert created.status_code == 201, created.content
+    raw = created.json()["key"]
+    assert raw.startswith("ctk_")
+    assert created.json()["key_prefix"] == raw[:13] + "…"
+    row = ApiKey.objects.get(pk=created.json()["id"])
+    assert row.secret_hash == api_keys.hash_key(raw)
+    assert raw not in str(row.__dict__)
+    listed = api.get("/api/v1/api-keys/").json()["results"]
+    assert [k["name"] for k in listed] == ["laptop"]
+    assert "key" not in listed[0]
+    assert "key" not in api.get(f"/api/v1/api-keys/{row.pk}/").json()
+    assert AuditEntry.objects.filter(action="api_key.create", target_id=str(row.pk)).exists()
+    # the key works at once, and the newcomer never needed manage.py
+    assert key_client(raw).get("/api/v1/workspaces/").status_code == 200
+
+
+def test_bad_input_is_a_400_with_field_messages(workspace, owner, api_client_for):
+    api = api_client_for(owner)
+    answer = api.post("/api/v1/api-keys/", {"workspace": str(workspace.pk), "name": "x", "scopes": ["root"]})
+    assert answer.status_code == 400
+    assert "scopes" in answer.json()
+    past = (timezone.now() - timedelta(days=1)).isoformat()
+    body = {"workspace": str(workspace.pk), "name": "x", "scopes": ["read"], "expires_at": past}
+    answer = api.post("/api/v1/api-keys/", body, format="json")
+    assert answer.status_code == 400
+    assert "expires_at" in answer.json()
+
+
+def test_a_key_reaches_only_its_workspace(workspace, other_workspace, owner, make_user):
+    tenancy.membership_set(workspace=other_workspace, user=owner, role="owner")
+    raw = make_key(owner, workspace, ["read"])
+    names = [w["name"] for w in key_client(raw).get("/api/v1/workspaces/").json()["results"]]
+    assert names == [workspace.name]
+    assert key_client(raw).get(f"/api/v1/workspaces/{other_workspace.pk}/").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("role", "scopes", "read", "operate"),
+    [
+        ("owner", ["read"], 200, 403),  # the key's scope bounds the owner
+        ("owner", ["operate"], 200, 201),
+        ("member", ["operate"], 200, 403),  # the owner's role bounds the key
+        ("owner", ["invoke"], 403, 403),  # an invoke key is for endpoints only
+    ],
+)
+def test_rights_are_the_scopes_within_the_role(workspace, member_of, role, scopes, read, operate):
+    user = member_of(workspace, role)
+    client = key_client(make_key(user, workspace, scopes))
+    assert client.get("/api/v1/clusters/").status_code == read
+    created = client.post("/api/v1/clusters/", {"workspace": str(workspace.pk), "name": "c1"}, format="json")
+    assert created.status_code == operate, created.content
+
+
+def test_a_lowered_role_lowers_the_key(workspace, member_of):
+    user = member_of(workspace, "admin")
+    client = key_client(make_key(user, workspace, ["operate"]))
+    assert client.post("/api/v1/clusters/", {"workspace": str(workspace.pk), "name": "a"}).status_code == 201
+    tenancy.membership_set(workspace=workspace, user=user, role="viewer")
+    assert client.post("/api/v1/clusters/", {"workspace": str(workspace.pk), "name": "b"}).status_code == 403
+    tenancy.membership_remove(workspace=workspace, user=user)
+    assert client.get("/api/v1/clusters/").status_code in (401, 403)
+
+
+def test_an_expired_key_is_refused(workspace, owner):
+    raw = make_key(owner, workspace, ["read"], expires_at=timezone.now() + timedelta(hours=1))
+    assert key_client(raw).get("/api/v1/clusters/").status_code == 200
+    ApiKey.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    answer = key_client(raw).get("/api/v1/clusters/")
+    assert answer.status_code in (401, 403)
+    assert "expired" in answer.json()["detail"]
+
+
+def test_revoking_refuses_the_key_and_is_audited(workspace, owner, api_client_for):
+    raw = make_key(owner, workspace, ["read"])
+    key = ApiKey.objects.get()
+    assert key_client(raw, "Token").get("/api/v1/clusters/").status_code == 200  # the old scheme name works too
+    api = api_client_for(owner)
+    assert api.delete(f"/api/v1/api-keys/{key.pk}/").status_code == 204
+    assert key_client(raw).get("/api/v1/clusters/").status_code in (401, 403)
+    assert api.delete(f"/api/v1/api-keys/{key.pk}/").status_code == 409
+    assert AuditEntry.objects.filter(action="api_key.revoke", target_id=str(key.pk)).exists()
+
+
+def test_keys_are_private_to_their_owner_and_cannot_mint_keys(workspace, owner, member_of, api_client_for):
+    raw = make_key(owner, workspace, ["operate"])
+    key = ApiKey.objects.get()
+    admin = member_of(workspace, "admin")
+    assert api_client_for(admin).get(f"/api/v1/api-keys/{key.pk}/").status_code == 404
+    assert api_client_for(admin).delete(f"/api/v1/api-keys/{key.pk}/").status_code == 404
+    body = {"workspace": str(workspace.pk), "name": "child", "scopes": ["operate"]}
+    assert key_client(raw).post("/api/v1/api-keys/", body, format="json").status_code == 403
+
+
+def test_older_drf_tokens_keep_working(workspace, owner):
+    token = Token.objects.create(user=owner)
+    assert key_client(token.key, "Token").get("/api/v1/clusters/").status_code == 200
+
+
+def test_last_use_is_recorded_at_most_once_a_minute(workspace, owner):
+    raw = make_key(owner, workspace, ["read"])
+    key = ApiKey.objects.get()
+    api_keys._last_written.pop(key.pk, None)
+    key_client(raw).get("/api/v1/clusters/", REMOTE_ADDR="10.1.2.3")
+    key.refresh_from_db()
+    first = key.last_used_at
+    assert first is not None
+    assert key.last_used_ip == "10.1.2.3"
+    key_client(raw).get("/api/v1/clusters/", REMOTE_ADDR="10.9.9.9")
+    key.refresh_from_db()
+    assert (key.last_used_at, key.last_used_ip) == (first, "10.1.2.3")
+
+
+def test_cached_rights_are_read_again_once_they_expire(workspace, owner, settings, monkeypatch):
+    settings.API_KEY_CACHE_S = 0.5
+    raw = make_key(owner, workspace, ["read"])
+    clock = [1000.0]
+    monkeypatch.setattr(api_keys.time, "monotonic", lambda: clock[0])
+    assert api_keys.grant_for(raw) is not None
+    ApiKey.objects.update(revoked_at=timezone.now())  # as another replica would
+    assert api_keys.grant_for(raw) is not None  # still cached
+    clock[0] += 0.5
+    assert api_keys.grant_for(raw) is None
+
+
+def test_the_settings_page_creates_shows_once_and_revokes(client, workspace, owner):
+    client.force_login(owner)
+    page = client.get("/compute/api-keys/")
+    assert page.status_code == 200
+    assert b"No API keys yet" in page.content
+    body = {"workspace": str(workspace.pk), "name": "ci", "scopes": ["read", "invoke"], "requests_per_min": "60"}
+    created = client.post("/compute/api-keys/", body)
+    key = ApiKey.objects.get()
+    raw = created.context["created"][1]
+    assert raw.encode() in created.content
+    assert key.secret_hash == api_keys.hash_key(raw)
+    assert key.requests_per_min == 60
+    again = client.get("/compute/api-keys/")
+    assert raw.encode() not in again.content
+    assert key.display.encode() in again.content
+    assert b"Copy it now" not in again.content
+    assert client.post("/compute/api-keys/", {"workspace": str(workspace.pk), "name": ""}).status_code == 200
+    assert ApiKey.objects.count() == 1
+    client.post(f"/compute/api-keys/{key.pk}/revoke/")
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    assert key_client(raw).get("/api/v1/clusters/").status_code in (401, 403)
