@@ -65,6 +65,7 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("dispatch-banner", health.dispatch_banner, name="dispatch-banner"),
     path("metrics", metrics_view, name="metrics"),
+    path("workspaces/<uuid:pk>/quotas/", tenancy_views.workspace_quotas, name="workspace-quotas"),
     path("accounts/login/", tenancy_views.SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("agent/install.sh", agent_views.install_script, name="agent-install-script"),

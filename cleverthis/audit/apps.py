@@ -10,3 +10,8 @@ class AuditConfig(AppConfig):
     label = "audit"
     verbose_name = "Audit trail"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from cleverthis.audit import receivers
+
+        receivers.connect()

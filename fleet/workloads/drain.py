@@ -287,17 +287,10 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
                 text = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
                 _block(node, original, f"cannot replace {original.name} on {target.node.name}: {text}", report)
                 continue
-            replacement = Container.objects.create(
-                node=target.node,
-                cluster_id=node.cluster_id,
-                name=name,
-                image=create.payload.get("image", original.image),
-                status=ContainerStatus.PENDING,
-                spec=create.payload,
-                command_key=create.idempotency_key,
-                created_by_command=create,
-                replacement_of=original,
-            )
+            # the pending row the queueing made (after admitting it against the workspace's quotas)
+            replacement = Container.objects.get(created_by_command=create)
+            replacement.replacement_of = original
+            replacement.save(update_fields=["replacement_of", "updated_at"])
             target.count += 1
             target.gpus_used += need["gpus"]
             target.pending_memory_mb += need["memory_mb"]
