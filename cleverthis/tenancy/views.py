@@ -57,7 +57,7 @@ def workspace_quotas(request: HttpRequest, pk: Any) -> HttpResponse:
                     form.add_error(field if field in form.fields else None, errors)
             else:
                 messages.success(request, f"Quotas of {workspace.name} saved.")
-                return redirect("workspace-quotas", pk=workspace.pk)
+                return redirect("workspace-quota-page", pk=workspace.pk)
         status = 400
     else:
         form = QuotaForm(initial=limits_of(getattr(workspace, "quota", None)))

@@ -141,6 +141,38 @@ def test_lowering_a_quota_below_use_refuses_new_work_and_stops_nothing(owner, wo
     assert Container.objects.get(created_by_command=b).status == ContainerStatus.RUNNING
 
 
+def test_owner_sets_quotas_and_reads_usage_back_in_the_api(api_client_for, owner, workspace, cluster, node):
+    services.command_dispatch(
+        actor=owner,
+        cluster=cluster,
+        command_type="container.create",
+        payload={"image": "x", "name": "w", "cpu": 1.5, "memory_mb": 512},
+        node=node,
+    )
+    api = api_client_for(owner)
+    response = api.patch(
+        f"/api/v1/workspaces/{workspace.pk}/quotas/", {"containers": 5, "cpu_cores": 2.5, "gpus": None}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["can_edit"] is True
+    assert _line(body, "containers") == {
+        "quota": "containers",
+        "label": "Containers",
+        "unit": "",
+        "limit": 5,
+        "in_use": 1,
+        "percent": 20,
+    }
+    assert (_line(body, "cpu_cores")["limit"], _line(body, "cpu_cores")["in_use"]) == (2.5, 1.5)
+    assert (_line(body, "memory_gib")["limit"], _line(body, "memory_gib")["in_use"]) == (None, 0.5)
+    assert api.get(f"/api/v1/workspaces/{workspace.pk}/quotas/").json() == body
+
+
+def _line(body, name) -> dict:
+    return next(q for q in body["quotas"] if q["quota"] == name)
+
+
 # ---- endpoints
 
 
