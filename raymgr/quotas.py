@@ -16,49 +16,37 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db.models import Count, Sum
+from django.db.models import Count, FloatField, QuerySet, Sum, Value
 
 from cleverthis.tenancy import quotas
 from fleet.models import Node
 from raymgr.models import RayCluster, RayClusterStatus, RayNode, RayNodeRole, RayNodeStatus, RayRuntime
 
 MB_PER_GIB = 1024
+GIB = Value(1024.0, FloatField())
 NODE_QUOTAS = frozenset({"cpu_cores", "memory_gib", "gpus", "vram_gib", "ray_workers"})
 
 
-def ray_usage(workspace_ids: Sequence[Any], names: frozenset[str]) -> dict[Any, dict[str, float]]:
+def ray_usage(workspace_ids: Sequence[Any], names: frozenset[str]) -> list[QuerySet]:
     """The usage provider: per workspace, its Ray clusters and what its live Ray nodes requested."""
-    out: dict[Any, dict[str, float]] = {}
+    parts = []
     if "ray_clusters" in names:
-        rows = (
-            RayCluster.objects.filter(workspace_id__in=workspace_ids)
-            .exclude(status=RayClusterStatus.DELETING)
-            .values("workspace_id")
-            .annotate(n=Count("pk"))
-        )
-        for r in rows:
-            out.setdefault(r["workspace_id"], {})["ray_clusters"] = r["n"]
+        clusters = RayCluster.objects.filter(workspace_id__in=workspace_ids).exclude(status=RayClusterStatus.DELETING)
+        parts.append(quotas.usage_rows(clusters, workspace_field="workspace_id", ray_clusters=Count("pk")))
     if names & NODE_QUOTAS:
-        rows = (
-            RayNode.objects.filter(ray_cluster__workspace_id__in=workspace_ids, status__in=RayNodeStatus.live())
-            .values("ray_cluster__workspace_id")
-            .annotate(
-                cpus=Sum("req_cpus", default=0.0),
-                mem=Sum("req_memory_mb", default=0),
-                gpus=Sum("req_gpus", default=0),
-                vram=Sum("req_vram_mb", default=0),
-                workers=Sum("req_workers", default=0),
+        live = RayNode.objects.filter(ray_cluster__workspace_id__in=workspace_ids, status__in=RayNodeStatus.live())
+        parts.append(
+            quotas.usage_rows(
+                live,
+                workspace_field="ray_cluster__workspace_id",
+                cpu_cores=Sum("req_cpus"),
+                memory_gib=Sum("req_memory_mb") / GIB,
+                gpus=Sum("req_gpus"),
+                vram_gib=Sum("req_vram_mb") / GIB,
+                ray_workers=Sum("req_workers"),
             )
         )
-        for r in rows:
-            out.setdefault(r["ray_cluster__workspace_id"], {}).update(
-                cpu_cores=r["cpus"],
-                memory_gib=r["mem"] / MB_PER_GIB,
-                gpus=r["gpus"],
-                vram_gib=r["vram"] / MB_PER_GIB,
-                ray_workers=r["workers"],
-            )
-    return out
+    return parts
 
 
 def ray_node_request(cluster: RayCluster, node: Node, role: str, num_gpus: int) -> dict[str, Any]:

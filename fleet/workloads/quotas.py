@@ -1,7 +1,8 @@
 """What containers and endpoints count against a workspace's quotas (`cleverthis.tenancy.quotas`).
 
 A container counts while it occupies its node (`ContainerStatus.active()`: pending, running, stopping),
-with the CPU cores, memory and GPUs its create payload requested; an endpoint counts while it is live
+with the CPU cores, memory and GPUs its create payload requested (`Container.req_*`, kept in columns so
+the check sums plain numbers); an endpoint counts while it is live
 (`EndpointStatus.live()`), with its GPUs and minimum VRAM. `register()` hands the provider to tenancy at
 app start; the services call `admit` with the asks below before they write the rows.
 """
@@ -11,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db.models import Count, FloatField, Sum, Value
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast, Coalesce
+from django.db.models import Count, FloatField, QuerySet, Sum, Value
 
 from cleverthis.tenancy import quotas
 from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointStatus
@@ -21,46 +20,56 @@ from fleet.workloads.models import Container, ContainerStatus, Endpoint, Endpoin
 CONTAINER_QUOTAS = frozenset({"containers", "cpu_cores", "memory_gib", "gpus"})
 ENDPOINT_QUOTAS = frozenset({"endpoints", "gpus", "vram_gib"})
 MB_PER_GIB = 1024
+MB_PER_GIB_F = Value(1024.0, FloatField())
 
 
-def _spec_sum(key: str) -> Coalesce:
-    return Coalesce(Sum(Cast(KT(f"spec__{key}"), FloatField())), Value(0.0))
-
-
-def workload_usage(workspace_ids: Sequence[Any], names: frozenset[str]) -> dict[Any, dict[str, float]]:
-    """The usage provider: per workspace, what its active containers and live endpoints request (at most
-    two queries, none for quotas it does not measure)."""
-    out: dict[Any, dict[str, float]] = {}
+def workload_usage(workspace_ids: Sequence[Any], names: frozenset[str]) -> list[QuerySet]:
+    """The usage provider: per workspace, what its active containers and live endpoints request (only the
+    parts measuring quotas in `names`)."""
+    parts = []
     if names & CONTAINER_QUOTAS:
-        rows = (
-            Container.objects.filter(cluster__workspace_id__in=workspace_ids, status__in=ContainerStatus.active())
-            .values("cluster__workspace_id")
-            .annotate(n=Count("pk"), cpu=_spec_sum("cpu"), mem=_spec_sum("memory_mb"), gpus=_spec_sum("gpus"))
+        active = Container.objects.filter(cluster__workspace_id__in=workspace_ids, status__in=ContainerStatus.active())
+        parts.append(
+            quotas.usage_rows(
+                active,
+                workspace_field="cluster__workspace_id",
+                containers=Count("pk"),
+                cpu_cores=Sum("req_cpus"),
+                memory_gib=Sum("req_memory_mb") / MB_PER_GIB_F,
+                gpus=Sum("req_gpus"),
+            )
         )
-        for r in rows:
-            row = out.setdefault(r["cluster__workspace_id"], {})
-            row.update(containers=r["n"], cpu_cores=r["cpu"], memory_gib=r["mem"] / MB_PER_GIB, gpus=r["gpus"])
     if names & ENDPOINT_QUOTAS:
-        rows = (
-            Endpoint.objects.filter(cluster__workspace_id__in=workspace_ids, status__in=EndpointStatus.live())
-            .values("cluster__workspace_id")
-            .annotate(n=Count("pk"), gpus=Sum("gpus", default=0), vram=Sum("min_vram_mb", default=0))
+        live = Endpoint.objects.filter(cluster__workspace_id__in=workspace_ids, status__in=EndpointStatus.live())
+        parts.append(
+            quotas.usage_rows(
+                live,
+                workspace_field="cluster__workspace_id",
+                endpoints=Count("pk"),
+                gpus=Sum("gpus"),
+                vram_gib=Sum("min_vram_mb") / MB_PER_GIB_F,
+            )
         )
-        for r in rows:
-            row = out.setdefault(r["cluster__workspace_id"], {})
-            row["endpoints"] = r["n"]
-            row["gpus"] = row.get("gpus", 0) + r["gpus"]
-            row["vram_gib"] = r["vram"] / MB_PER_GIB
-    return out
+    return parts
+
+
+def container_requests(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The `Container.req_*` fields of a container.create payload."""
+    return {
+        "req_cpus": float(payload.get("cpu") or 0),
+        "req_memory_mb": int(payload.get("memory_mb") or 0),
+        "req_gpus": int(payload.get("gpus") or 0),
+    }
 
 
 def container_ask(payload: Mapping[str, Any], copies: int = 1) -> dict[str, float]:
     """What `copies` containers of a container.create payload ask of the quotas."""
+    req = container_requests(payload)
     return {
         "containers": copies,
-        "cpu_cores": float(payload.get("cpu") or 0) * copies,
-        "memory_gib": int(payload.get("memory_mb") or 0) * copies / MB_PER_GIB,
-        "gpus": int(payload.get("gpus") or 0) * copies,
+        "cpu_cores": req["req_cpus"] * copies,
+        "memory_gib": req["req_memory_mb"] * copies / MB_PER_GIB,
+        "gpus": req["req_gpus"] * copies,
     }
 
 

@@ -14,7 +14,7 @@ from cleverthis.tenancy.quotas import admit
 from fleet.models import Command, CommandStatus, CommandType, Node, NodeEvent
 from fleet.services import node_event_record
 from fleet.workloads.models import Container, ContainerStatus
-from fleet.workloads.quotas import container_ask
+from fleet.workloads.quotas import container_ask, container_requests
 from fleet.workloads.services.common import node_event_record_failure
 
 
@@ -137,6 +137,7 @@ def containers_record_queued(*, commands: list[Command]) -> list[Container]:
             spec=c.payload or {},
             command_key=c.idempotency_key,
             created_by_command=c,
+            **container_requests(c.payload or {}),
         )
         for c in commands
     ]
@@ -171,6 +172,8 @@ def container_record_created(*, command: Command) -> Container | None:
         row.name = str(spec.get("name", row.name))[:128]
         row.image = str(spec.get("image", row.image))[:500]
         row.spec = spec
+        for name, value in container_requests(spec).items():
+            setattr(row, name, value)
         row.command_key = command.idempotency_key
         row.created_by_command = command
         row.status = status
