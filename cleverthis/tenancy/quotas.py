@@ -91,8 +91,9 @@ def usage(workspace_ids: Sequence[Any], names: Iterable[str] = NAMES) -> dict[An
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
+    given = {str(ws): ws for ws in workspace_ids}  # ids as the caller gave them (UUID or str)
     for ws, *amounts in rows:
-        row = totals.setdefault(ws, dict.fromkeys(wanted, 0))
+        row = totals.setdefault(given.get(str(ws), ws), dict.fromkeys(wanted, 0))
         for quota, amount in zip(QUOTAS, amounts, strict=True):
             if quota.name in wanted:
                 row[quota.name] += amount or 0
