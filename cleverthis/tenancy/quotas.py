@@ -135,7 +135,10 @@ def _usage_statement(wanted: frozenset[str], count: int) -> _Statement | None:
 
 
 def locked_quota(workspace_id: Any) -> WorkspaceQuota:
-    """The workspace's quota row, locked until the transaction ends (created first if it is missing)."""
+    """The workspace's quota row, locked until the transaction ends (created first if it is missing).
+
+    Lock order: a service that locks it does so before any node row (`fleet.services.command_queue` takes
+    it first for the commands that are admitted), so admissions and node locks never wait in a circle."""
     row = _lock(workspace_id)
     if row is None:  # a workspace from before quotas or made outside the service: no race, no duplicate
         WorkspaceQuota.objects.bulk_create([WorkspaceQuota(workspace_id=workspace_id)], ignore_conflicts=True)
@@ -145,10 +148,22 @@ def locked_quota(workspace_id: Any) -> WorkspaceQuota:
     return row
 
 
-def _lock(workspace_id: Any) -> WorkspaceQuota | None:
+def try_lock_quota(workspace_id: Any) -> bool:
+    """Lock the workspace's quota row unless another transaction holds it (then False, at once): for
+    passes that already hold node rows and must never wait (a drain)."""
+    if _lock(workspace_id, skip_locked=True) is not None:
+        return True
+    if WorkspaceQuota.objects.filter(workspace_id=workspace_id).exists():
+        return False  # another transaction holds it
+    locked_quota(workspace_id)  # a workspace without its row: made and locked
+    return True
+
+
+def _lock(workspace_id: Any, *, skip_locked: bool = False) -> WorkspaceQuota | None:
     table = WorkspaceQuota._meta.db_table
-    rows = WorkspaceQuota.objects.raw(f'SELECT * FROM "{table}" WHERE workspace_id = %s FOR UPDATE', [workspace_id])
-    return next(iter(rows), None)
+    wait = " SKIP LOCKED" if skip_locked else ""
+    sql = f'SELECT * FROM "{table}" WHERE workspace_id = %s FOR UPDATE{wait}'
+    return next(iter(WorkspaceQuota.objects.raw(sql, [workspace_id])), None)
 
 
 def limits_of(row: WorkspaceQuota | None) -> dict[str, float | None]:

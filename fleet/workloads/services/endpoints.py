@@ -16,7 +16,7 @@ from agent import protocol
 from agent.protocol import MODEL_ID_RE
 from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.mixins import require_operator
-from cleverthis.tenancy.quotas import admit
+from cleverthis.tenancy.quotas import admit, locked_quota
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
 from fleet.services import command_queue, node_event_record
 from fleet.workloads.errors import error_help, error_sentence
@@ -306,6 +306,7 @@ def endpoint_restart(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint
     new one (on a node holding the weights), its row pending again; 409 while it is live."""
     require_operator(actor, endpoint.cluster.workspace)
     with transaction.atomic():
+        locked_quota(endpoint.cluster.workspace_id)  # before the row: the lock order of admissions
         endpoint = Endpoint.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=endpoint.pk)
         if endpoint.status not in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
             raise IllegalTransition(f"This endpoint is {endpoint.status}; only a stopped or failed one can start.")
