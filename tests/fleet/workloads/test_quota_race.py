@@ -57,3 +57,40 @@ def test_concurrent_creates_admit_exactly_the_limit(owner, workspace, cluster, r
     assert outcomes.count("refused") == REQUESTS - LIMIT
     assert Container.objects.filter(status=ContainerStatus.PENDING).count() == LIMIT
     assert Command.objects.filter(command_type="container.create").count() == LIMIT
+
+
+def test_a_drain_pass_never_waits_for_the_quota_row(owner, workspace, cluster, register_node):
+    """An admission holding the quota row may wait for a node the drain's caller holds: the pass does not
+    wait for the row (busy, the next pass does the work) and so never closes a circle of locks."""
+    from django.db import transaction
+
+    from cleverthis.tenancy.quotas import locked_quota
+    from fleet.workloads import drain
+    from tests.fleet import agent_side
+
+    a, _b = register_node(cluster, "a"), register_node(cluster, "b")
+    (command,) = services.command_dispatch(
+        actor=owner, cluster=cluster, command_type="container.create", payload={"image": "x", "name": "w"}, node=a
+    )
+    agent_side.result(command, container_id="cid-w")
+    services.node_drain(node=a, actor=owner)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                locked_quota(workspace.pk)
+                held.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        assert drain.drain_step(node_id=a.pk).status == "busy"
+    finally:
+        release.set()
+        holder.join(10)
+    assert [r["name"] for r in drain.drain_step(node_id=a.pk).replacing] == ["w"]
