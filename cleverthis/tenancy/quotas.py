@@ -110,7 +110,8 @@ class _Statement:
     placeholders: tuple[uuid.UUID, ...]
 
     def bind(self, workspace_ids: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
-        real = dict(zip(self.placeholders, workspace_ids, strict=True))
+        ids = [ws if isinstance(ws, uuid.UUID) else uuid.UUID(str(ws)) for ws in workspace_ids]
+        real = dict(zip(self.placeholders, ids, strict=True))
         return self.sql, tuple(real.get(p, p) if isinstance(p, uuid.UUID) else p for p in self.params)
 
 

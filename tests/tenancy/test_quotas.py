@@ -129,3 +129,15 @@ def test_staff_set_any_workspaces_quotas_in_the_admin_and_it_is_audited(client, 
     entry = AuditEntry.objects.get(action="workspace.set_quotas")
     assert entry.actor_name == "ops"
     assert entry.detail["changes"] == {"ray_workers": {"from": None, "to": 3}, "ray_clusters": {"from": None, "to": 1}}
+
+
+def test_admit_counts_the_same_whether_the_workspace_id_is_a_uuid_or_its_text(owner, workspace):
+    from raymgr.models import RayCluster
+
+    workspace_quota_set(actor=owner, workspace=workspace, limits={"ray_clusters": 1})
+    compute = workspace.compute_clusters.create(name="c")
+    RayCluster.objects.create(workspace=workspace, compute_cluster=compute, name="r")
+    for given in (workspace.pk, str(workspace.pk)):
+        assert quotas.usage([given], ["ray_clusters"]) == {given: {"ray_clusters": 1}}
+        with transaction.atomic(), pytest.raises(quotas.QuotaExceeded):
+            quotas.admit(workspace_id=given, ask={"ray_clusters": 1})
