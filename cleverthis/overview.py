@@ -4,7 +4,8 @@ Per workspace: its compute clusters with nodes online/offline/cordoned (draining
 it takes no new work either), GPUs (in use = holding memory or busy) and VRAM; running containers,
 endpoints and Ray clusters; the most recent failures (commands, endpoints, Ray clusters); and the last
 hour in pictures (`cleverthis.fleet_charts`: nodes by state, utilization, commands, endpoint requests and
-latency, Ray clusters by state). The page refreshes itself every 30 s, and at once when a node of one
+latency, Ray clusters by state); usage against each of its quotas (`cleverthis.tenancy.quotas`). The page
+refreshes itself every 30 s, and at once when a node of one
 of the user's workspaces changes state (`fleet.browser_push`).
 """
 
@@ -23,6 +24,7 @@ from django.utils import timezone
 
 from cleverthis import fleet_history
 from cleverthis.fleet_charts import Chart, workspace_charts
+from cleverthis.tenancy.quotas import QuotaLine, quota_report
 from cleverthis.tenancy.selectors import AnyUser, scope_to_user, workspace_list
 from fleet.models import Command, CommandStatus, Node, NodeStatus
 from fleet.selectors import cluster_list
@@ -70,6 +72,7 @@ class WorkspaceGlance:
     ray_clusters: int = 0
     failures: list[Failure] = field(default_factory=list)
     charts: list[Chart] = field(default_factory=list)
+    quotas: list[QuotaLine] = field(default_factory=list)
 
     def total(self, attr: str) -> int:
         """The sum of one node counter over the workspace's clusters."""
@@ -121,6 +124,8 @@ def fleet_overview(*, user: AnyUser) -> list[WorkspaceGlance]:
         glance.vram_total_mb += vram_total
     _count_running(glances, user)
     _recent_failures(glances, user)
+    for pk, lines in quota_report(list(glances)).items():  # usage against each quota
+        glances[pk].quotas = lines
     _charts(glances, cluster_workspaces)
     return list(glances.values())
 

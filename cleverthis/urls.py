@@ -65,6 +65,7 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("dispatch-banner", health.dispatch_banner, name="dispatch-banner"),
     path("metrics", metrics_view, name="metrics"),
+    path("workspaces/<uuid:pk>/quotas/", tenancy_views.workspace_quotas, name="workspace-quota-page"),
     path("accounts/login/", tenancy_views.SignInView.as_view(), name="login"),
     path("accounts/logout/", tenancy_views.SignOutView.as_view(), name="logout"),
     path("accounts/oidc/authenticate/", tenancy_views.SsoStartView.as_view(), name="oidc_authentication_init"),

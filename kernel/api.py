@@ -16,7 +16,7 @@ from rest_framework import exceptions, pagination, parsers, status
 from rest_framework.response import Response
 
 from agent.protocol import nesting_exceeds
-from kernel.exceptions import IllegalTransition
+from kernel.exceptions import IllegalTransition, QuotaExceeded
 
 # Request bodies nested deeper than this are refused (400) before any code walks them recursively.
 MAX_JSON_NESTING = 64
@@ -139,6 +139,8 @@ class ServiceErrorsMixin:
             return exceptions.ValidationError(validation_detail(exc))
         if isinstance(exc, DjangoPermissionDenied):
             return exceptions.PermissionDenied(str(exc) or None)
+        if isinstance(exc, QuotaExceeded):  # 409 naming the quota, its limit, what is in use and asked
+            return Response({"detail": str(exc), **exc.as_dict()}, status=status.HTTP_409_CONFLICT)
         if isinstance(exc, IllegalTransition):
             return Conflict(str(exc))
         return exc

@@ -99,6 +99,9 @@ class RayCluster(models.Model):
     last_status_at = models.DateTimeField(null=True, blank=True)
     # The `last_status_at` the autoscaler last decided on, so one status feeds one decision.
     last_decided_status_at = models.DateTimeField(null=True, blank=True)
+    # Why workers wanted (min_workers, the autoscaler) are not being added: the workspace's quota refused
+    # them ("" when nothing holds them back); shown on the cluster page.
+    quota_block = models.TextField(blank=True, default="")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -185,6 +188,13 @@ class RayNode(models.Model):
     idle_s = models.FloatField(default=0.0)
     resources = models.JSONField(default=dict, blank=True)
     available = models.JSONField(default=dict, blank=True)
+    # What this Ray node requested when it was admitted against the workspace's quotas (`raymgr.quotas`):
+    # CPU cores, memory, GPUs, VRAM, and how many Ray workers it stands for (a KubeRay head: max_workers).
+    req_cpus = models.FloatField(default=0.0)
+    req_memory_mb = models.PositiveBigIntegerField(default=0)
+    req_gpus = models.PositiveIntegerField(default=0)
+    req_vram_mb = models.PositiveBigIntegerField(default=0)
+    req_workers = models.PositiveIntegerField(default=0)
     start_command = models.ForeignKey(Command, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     # The drain or stop command in flight for this Ray node (cleared when its result is handled).
     pending_command = models.ForeignKey(Command, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")

@@ -76,6 +76,9 @@ def cluster_create(request: HttpRequest) -> HttpResponse:
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
                 form.add_error(field if field in form.fields else None, errors)
+        except IllegalTransition as exc:  # a workspace quota refused it: the form says which and why
+            form.add_error(None, str(exc))
+            return render(request, "raymgr/cluster_form.html", {"form": form}, status=409)
         else:
             # no status in the banner: the page's live header shows it as it changes
             messages.success(request, f"Ray cluster {cluster.name} created.")

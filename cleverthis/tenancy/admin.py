@@ -1,4 +1,4 @@
-"""Django admin for workspaces and memberships; role changes go through the service."""
+"""Django admin for workspaces, memberships and quotas; role and quota changes go through the services."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from django.contrib import admin
 from guardian.admin import GuardedModelAdmin
 
 from cleverthis.tenancy import services
-from cleverthis.tenancy.models import ApiKey, Membership, SsoIdentity, Workspace
+from cleverthis.tenancy.models import ApiKey, Membership, SsoIdentity, Workspace, WorkspaceQuota
+from cleverthis.tenancy.quotas import QUOTAS
 
 
 class MembershipInline(admin.TabularInline):
@@ -28,6 +29,10 @@ class WorkspaceAdmin(GuardedModelAdmin):
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]
+
+    def save_model(self, request: Any, obj: Workspace, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        WorkspaceQuota.objects.get_or_create(workspace=obj)  # every limit empty: unlimited
 
     def save_formset(self, request: Any, form: Any, formset: Any, change: bool) -> None:
         instances = formset.save(commit=False)
@@ -88,3 +93,22 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: Any) -> bool:
         return False
+
+
+@admin.register(WorkspaceQuota)
+class WorkspaceQuotaAdmin(admin.ModelAdmin):
+    """Operators set any workspace's quotas here; each change is audited like an Owner's."""
+
+    list_display = ["workspace", *(q.name for q in QUOTAS), "updated_at"]
+    search_fields = ["workspace__name", "workspace__slug"]
+    readonly_fields = ["workspace", "updated_at"]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False  # one row per workspace, made with it
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: Any, obj: WorkspaceQuota, form: Any, change: bool) -> None:
+        limits = {q.name: form.cleaned_data.get(q.name) for q in QUOTAS}
+        services.workspace_quota_set(actor=request.user, workspace=obj.workspace, limits=limits, staff=True)

@@ -127,3 +127,30 @@ class ApiKey(models.Model):
     def display(self) -> str:
         """The public part of the key, as lists show it."""
         return f"ctk_{self.prefix}_…"
+
+
+class WorkspaceQuota(models.Model):
+    """A workspace's quotas: one row per workspace, each limit empty (None) when unlimited.
+
+    Set by the workspace's Owner (page, API) or by staff in the admin through
+    `cleverthis.tenancy.quotas.workspace_quota_set`; checked by `quotas.admit`, which locks this row
+    so that admissions of one workspace take turns. Resources are what containers, endpoints and Ray
+    nodes request, not what they use.
+    """
+
+    workspace = models.OneToOneField(Workspace, primary_key=True, on_delete=models.CASCADE, related_name="quota")
+    gpus = models.PositiveIntegerField(null=True, blank=True, help_text="GPUs; empty: unlimited.")
+    vram_gib = models.FloatField(null=True, blank=True, help_text="GPU memory in GiB; empty: unlimited.")
+    cpu_cores = models.FloatField(null=True, blank=True, help_text="CPU cores; empty: unlimited.")
+    memory_gib = models.FloatField(null=True, blank=True, help_text="Memory in GiB; empty: unlimited.")
+    containers = models.PositiveIntegerField(null=True, blank=True, help_text="Containers; empty: unlimited.")
+    endpoints = models.PositiveIntegerField(null=True, blank=True, help_text="Endpoints; empty: unlimited.")
+    ray_clusters = models.PositiveIntegerField(null=True, blank=True, help_text="Ray clusters; empty: unlimited.")
+    ray_workers = models.PositiveIntegerField(null=True, blank=True, help_text="Ray workers; empty: unlimited.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "workspace quota"
+
+    def __str__(self) -> str:
+        return f"Quotas of {self.workspace_id}"

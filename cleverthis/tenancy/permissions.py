@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 
-from cleverthis.tenancy.models import ApiKeyScope, Workspace
+from cleverthis.tenancy.models import ApiKeyScope, Membership, Role, Workspace
 
 VIEW_PERM = "tenancy.view_workspace"
 EDIT_PERM = "tenancy.edit_workspace"
@@ -49,4 +49,14 @@ def can_operate(user: AbstractBaseUser | AnonymousUser, workspace: Workspace) ->
         user.is_authenticated
         and _key_allows(user, workspace, ApiKeyScope.OPERATE)
         and user.has_perm(OPERATE_PERM, workspace)
+    )
+
+
+def is_owner(user: AbstractBaseUser | AnonymousUser, workspace: Workspace) -> bool:
+    """True if `user` is the workspace's Owner (quotas are theirs to set); through an API key, one that may
+    operate."""
+    return bool(
+        user.is_authenticated
+        and _key_allows(user, workspace, ApiKeyScope.OPERATE)
+        and Membership.objects.filter(user_id=user.pk, workspace=workspace, role=Role.OWNER).exists()
     )

@@ -8,3 +8,7 @@ from django.dispatch import Signal
 # Arguments: `user`, `changes` (a list of `services.MembershipChange`), `claim_values` (the mapped claim's
 # values). The audit trail records one entry per change in that same transaction.
 sso_memberships_changed = Signal()
+
+# Sent inside `workspace_quota_set`'s transaction with `workspace`, `actor` and `changes`
+# ({quota name: [old limit, new limit]}, only the limits that changed); the audit trail records it.
+quota_changed = Signal()

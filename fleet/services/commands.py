@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from cleverthis.audit.services import Target, entry_for_commands, operator_action, target_of
 from cleverthis.tenancy.mixins import require_operator
+from cleverthis.tenancy.quotas import locked_quota
 from fleet import enqueue, signals
 from fleet.models import Command, CommandStatus, ComputeCluster, Node, NodeEvent, NodeStatus
 from fleet.payloads import split_secrets, validate_payload
@@ -23,6 +24,9 @@ from kernel.exceptions import IllegalTransition
 SCHEDULING_COMMANDS = frozenset(
     {"container.create", "endpoint.start", "model.download", "ray.head.start", "ray.worker.start"}
 )
+# Commands admitted against the workspace's quotas (by the apps that follow `commands_queued` or queue them):
+# the quota row is locked before the node row, so admissions and node locks never wait in a circle.
+ADMITTED_COMMANDS = frozenset({"container.create", "endpoint.start", "ray.head.start", "ray.worker.start"})
 # For each status, the statuses a command may reach it from (`command_transition`, `command_record_reports`).
 COMMAND_MOVES: dict[str, frozenset[str]] = {
     CommandStatus.DISPATCHED: frozenset({CommandStatus.QUEUED}),
@@ -118,6 +122,8 @@ def command_queue(
     clean = validate_payload(command_type, payload)
     public, secret = split_secrets(clean)
     with transaction.atomic():
+        if command_type in ADMITTED_COMMANDS:
+            locked_quota(cluster.workspace_id)  # first: the lock order of admissions (tenancy.quotas)
         if node is not None:
             if node.cluster_id != cluster.pk:
                 raise ValidationError({"node_id": "This node is not in this cluster."})

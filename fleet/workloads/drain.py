@@ -29,6 +29,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
 
+from cleverthis.tenancy.quotas import try_lock_quota
 from fleet import payloads, services
 from fleet.models import Command, CommandStatus, CommandType, Node, NodeEvent, NodeStatus
 from fleet.workloads.errors import error_sentence
@@ -178,6 +179,13 @@ def _finish(node: Node, report: DrainReport) -> None:
 def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
     """One idempotent pass of the drain of `node_id` (see the module docstring)."""
     with transaction.atomic():
+        # The workspace's quota row first (the lock order of admissions), without waiting: an admission
+        # holding it may wait for a node this pass's caller holds; the next pass does the work then.
+        workspace_id = Node.objects.filter(pk=node_id).values_list("cluster__workspace_id", flat=True).first()
+        if workspace_id is None:
+            return DrainReport(node_id=str(node_id), status="gone")
+        if not try_lock_quota(workspace_id):
+            return DrainReport(node_id=str(node_id), status="busy")
         # skip_locked: another pass (tick, hook) holding this node is doing the work; never wait for it.
         # Waiting here from a hook that already locked a target node could deadlock with that pass.
         node = (
@@ -287,17 +295,10 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
                 text = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
                 _block(node, original, f"cannot replace {original.name} on {target.node.name}: {text}", report)
                 continue
-            replacement = Container.objects.create(
-                node=target.node,
-                cluster_id=node.cluster_id,
-                name=name,
-                image=create.payload.get("image", original.image),
-                status=ContainerStatus.PENDING,
-                spec=create.payload,
-                command_key=create.idempotency_key,
-                created_by_command=create,
-                replacement_of=original,
-            )
+            # the pending row the queueing made (after admitting it against the workspace's quotas)
+            replacement = Container.objects.get(created_by_command=create)
+            replacement.replacement_of = original
+            replacement.save(update_fields=["replacement_of", "updated_at"])
             target.count += 1
             target.gpus_used += need["gpus"]
             target.pending_memory_mb += need["memory_mb"]

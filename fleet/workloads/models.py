@@ -55,6 +55,11 @@ class Container(models.Model):
     image = models.CharField(max_length=500)
     status = models.CharField(max_length=16, choices=ContainerStatus.choices, default=ContainerStatus.PENDING)
     spec = models.JSONField(default=dict, blank=True)
+    # What its create payload requested (`spec`'s cpu, memory_mb, gpus), summed by the quota check
+    # (`fleet.workloads.quotas`); 0 for containers adopted from an inventory.
+    req_cpus = models.FloatField(default=0.0)
+    req_memory_mb = models.PositiveBigIntegerField(default=0)
+    req_gpus = models.PositiveIntegerField(default=0)
     command_key = models.CharField(max_length=64, blank=True, default="")
     created_by_command = models.ForeignKey(
         "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="created_containers"

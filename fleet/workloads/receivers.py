@@ -14,7 +14,7 @@ from django.db import transaction
 from agent import protocol
 from fleet import enqueue, signals
 from fleet.models import Command, CommandStatus, CommandType, Node
-from fleet.workloads import drain
+from fleet.workloads import drain, quotas
 from fleet.workloads.models import Container
 from fleet.workloads.services import (
     REF_OUTCOME,
@@ -22,6 +22,7 @@ from fleet.workloads.services import (
     container_record_created,
     container_record_ref_outcome,
     containers_reconcile,
+    containers_record_queued,
     endpoint_record_acked,
     endpoint_record_command_outcome,
     endpoint_record_start_commands,
@@ -36,7 +37,9 @@ logger = logging.getLogger(__name__)
 
 
 def connect() -> None:
-    """Connect the receivers (called from `FleetConfig.ready()`; idempotent)."""
+    """Connect the receivers (called from `FleetConfig.ready()`; idempotent), and hand tenancy what
+    containers and endpoints count against workspace quotas."""
+    quotas.register()
     signals.inventory_received.connect(_on_inventory, dispatch_uid="fleet.workloads.inventory")
     signals.command_acked.connect(_on_command_acked, dispatch_uid="fleet.workloads.command_acked")
     signals.command_finished.connect(_on_command_finished, dispatch_uid="fleet.workloads.command_finished")
@@ -56,8 +59,11 @@ def _on_drain_requested(sender: object, node: Node, **kwargs: object) -> None:
 
 
 def _on_commands_queued(sender: object, commands: list[Command], **kwargs: object) -> None:
-    """Inside the queueing transaction: an endpoint.start sent as a plain command gets its Endpoint row."""
-    if commands and commands[0].command_type == CommandType.ENDPOINT_START:
+    """Inside the queueing transaction: container.create and endpoint.start are admitted against the
+    workspace's quotas and get their rows (a refusal rolls the queueing back)."""
+    if commands and commands[0].command_type == CommandType.CONTAINER_CREATE:
+        containers_record_queued(commands=commands)
+    elif commands and commands[0].command_type == CommandType.ENDPOINT_START:
         endpoint_record_start_commands(commands=commands)
 
 

@@ -27,7 +27,7 @@ from raymgr.services.common import (
     resource_amounts,
     running_head,
 )
-from raymgr.services.hosts import next_worker_node, start_workers, worker_candidates
+from raymgr.services.hosts import next_worker_node, quota_block_set, start_workers, worker_candidates
 from raymgr.services.launch import drain_worker
 from raymgr.services.lifecycle import ray_cluster_finish_delete, ray_cluster_finish_stop
 
@@ -106,8 +106,10 @@ def ray_cluster_autoscale(*, cluster: RayCluster) -> autoscaler.Decision | None:
         transaction.on_commit(lambda: _count_decision(decision))
         if fresh:
             RayCluster.objects.filter(pk=cluster.pk).update(last_decided_status_at=cluster.last_status_at)
-        if decision.add:
+        if decision.add:  # stops at the workspace's quota, saying so on the cluster page
             start_workers(cluster, actor, decision.add, why="autoscaler")
+        elif cluster.quota_block:
+            quota_block_set(cluster, "")  # no worker wanted: the quota holds nothing back any more
         by_id = {str(w.pk): w for w in workers}
         for worker_id in decision.remove:
             drain_worker(cluster, by_id[worker_id], head, actor, why="autoscaler: idle")

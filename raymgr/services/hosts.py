@@ -7,9 +7,10 @@ from collections import Counter
 from typing import Any
 
 from fleet.models import Node
-from kernel.exceptions import IllegalTransition
+from kernel.exceptions import IllegalTransition, QuotaExceeded
 from raymgr.models import RayCluster, RayNode, RayNodeRole, RayNodeStatus, RayRuntime
 from raymgr.placement import PlacementError, choose_head_node, choose_worker_node
+from raymgr.quotas import admit_ray_node
 from raymgr.services.common import PORT_HOLDING, S, dispatch, record_event
 from raymgr.services.transitions import ray_cluster_transition, ray_node_set_status
 
@@ -49,7 +50,10 @@ def launch_host_head(cluster: RayCluster, actor: Any) -> None:
         record_event(cluster, "placement_failed", exc.message, code=exc.code)
         ray_cluster_transition(cluster=cluster, to=S.FAILED, reason=exc.message)
         return
-    head = RayNode.objects.create(ray_cluster=cluster, node=node, role=RayNodeRole.HEAD)
+    num_gpus = node.gpu_count if cluster.runtime == RayRuntime.DOCKER else 0
+    # QuotaExceeded propagates: the create or start that placed the head is refused (409), nothing written
+    requested = admit_ray_node(cluster, node, RayNodeRole.HEAD, num_gpus)
+    head = RayNode.objects.create(ray_cluster=cluster, node=node, role=RayNodeRole.HEAD, **requested)
     payload = {
         "cluster_id": str(cluster.pk),
         "member_id": str(head.pk),
@@ -58,7 +62,7 @@ def launch_host_head(cluster: RayCluster, actor: Any) -> None:
         "runtime": cluster.runtime,
         "gcs_port": cluster.gcs_port or 0,
         "dashboard_port": cluster.dashboard_port,
-        "num_gpus": node.gpu_count if cluster.runtime == RayRuntime.DOCKER else 0,
+        "num_gpus": num_gpus,
     }
     try:
         command = dispatch(actor, node, "ray.head.start", payload)
@@ -98,7 +102,8 @@ def next_worker_node(cluster: RayCluster, nodes: list[Node], occupied: Counter) 
 
 
 def start_workers(cluster: RayCluster, actor: Any, count: int, *, why: str) -> list[RayNode]:
-    """Place and start `count` workers (fewer, with an event, when nodes run out)."""
+    """Place and start `count` workers (fewer, with an event, when nodes run out); each is admitted against
+    the workspace's quotas first, and at the quota it stops, recording why (`RayCluster.quota_block`)."""
     if count <= 0 or not cluster.gcs_address:
         return []
     nodes, occupied = worker_candidates(cluster)
@@ -115,7 +120,13 @@ def start_workers(cluster: RayCluster, actor: Any, count: int, *, why: str) -> l
                 started=len(started),
             )
             break
-        worker = RayNode.objects.create(ray_cluster=cluster, node=node, role=RayNodeRole.WORKER)
+        num_gpus = node.gpu_count if cluster.runtime == RayRuntime.DOCKER else 0
+        try:
+            requested = admit_ray_node(cluster, node, RayNodeRole.WORKER, num_gpus)
+        except QuotaExceeded as exc:  # stop at the quota; the cluster page says why workers are not added
+            quota_block_set(cluster, str(exc), detail=f"{len(started)} of {count} worker(s) started ({why})")
+            return started
+        worker = RayNode.objects.create(ray_cluster=cluster, node=node, role=RayNodeRole.WORKER, **requested)
         payload = {
             "cluster_id": str(cluster.pk),
             "member_id": str(worker.pk),
@@ -123,7 +134,7 @@ def start_workers(cluster: RayCluster, actor: Any, count: int, *, why: str) -> l
             "image": cluster.image_for(node),
             "runtime": cluster.runtime,
             "head_address": cluster.gcs_address,
-            "num_gpus": node.gpu_count if cluster.runtime == RayRuntime.DOCKER else 0,
+            "num_gpus": num_gpus,
         }
         try:
             command = dispatch(actor, node, "ray.worker.start", payload)
@@ -135,4 +146,17 @@ def start_workers(cluster: RayCluster, actor: Any, count: int, *, why: str) -> l
         occupied[node.pk] += 1
         started.append(worker)
         record_event(cluster, "worker_starting", f"Starting a worker on {node.name} ({why})", node_id=str(node.pk))
+    quota_block_set(cluster, "")
     return started
+
+
+def quota_block_set(cluster: RayCluster, reason: str, *, detail: str = "") -> None:
+    """Record why the workspace's quota holds workers back ("" when nothing does); a new reason is also an
+    event on the cluster's timeline (with `detail`). One UPDATE only when it changes."""
+    current = RayCluster.objects.filter(pk=cluster.pk).values_list("quota_block", flat=True).first()
+    if current is None or current == reason:
+        return
+    RayCluster.objects.filter(pk=cluster.pk).update(quota_block=reason)
+    cluster.quota_block = reason
+    if reason:
+        record_event(cluster, "quota", f"Workers not added ({detail}): {reason}")

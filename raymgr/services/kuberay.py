@@ -8,6 +8,7 @@ from typing import Any
 from fleet.models import Mode, Node
 from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster, RayNode, RayNodeRole, RayNodeStatus, RayRuntime
+from raymgr.quotas import admit_ray_node
 from raymgr.services.common import KUBERAY_GCS_PORT, S, dispatch, record_event
 from raymgr.services.transitions import ray_cluster_transition, ray_node_set_status
 
@@ -24,7 +25,8 @@ def launch_kuberay_head(cluster: RayCluster, actor: Any) -> None:
         ray_cluster_transition(cluster=cluster, to=S.FAILED, reason=message)
         return
     node = nodes[0]
-    head = RayNode.objects.create(ray_cluster=cluster, node=node, role=RayNodeRole.HEAD)
+    requested = admit_ray_node(cluster, node, RayNodeRole.HEAD)  # its worker group, up to max_workers
+    head = RayNode.objects.create(ray_cluster=cluster, node=node, role=RayNodeRole.HEAD, **requested)
     payload = {
         "cluster_id": str(cluster.pk),
         "member_id": str(head.pk),

@@ -14,6 +14,7 @@ from cleverthis.tenancy.mixins import require_operator
 from cleverthis.tenancy.models import Workspace
 from fleet.models import ComputeCluster
 from raymgr.models import RayCluster, RayNodeStatus, RayRuntime
+from raymgr.quotas import admit_ray_cluster
 from raymgr.services.common import KUBE_MODES, STOP_GRACE, UPDATABLE, S, ray_cluster_stopping, record_event
 from raymgr.services.launch import launch_head, stop_all
 from raymgr.services.transitions import ray_cluster_transition, ray_node_set_status
@@ -86,7 +87,8 @@ def ray_cluster_create(
     elsewhere. `ray_version` must be one the runtime offers (`raymgr.versions`); None picks the runtime's
     default. `gcs_port` None (the default): the head's node picks a free port at each start, so it never
     collides with anything listening there (a Redis on 6379 above all). Placement failures do not raise: the
-    cluster is created `failed` with the reason recorded.
+    cluster is created `failed` with the reason recorded. The workspace's quotas (a Ray cluster more, and
+    what its head requests) refuse it with `QuotaExceeded` (409) and nothing is written.
     """
     require_operator(actor, workspace, what="manage Ray clusters")
     errors = _validate_bounds(min_workers, max_workers, idle_timeout_s)
@@ -126,6 +128,7 @@ def ray_cluster_create(
         created_by=actor,
     )
     cluster.full_clean(exclude=["workspace", "compute_cluster", "created_by"], validate_constraints=False)
+    admit_ray_cluster(workspace.pk)  # the head is admitted as it is placed (`launch_head`)
     try:
         with transaction.atomic():
             cluster.save(force_insert=True)

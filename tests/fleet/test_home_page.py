@@ -91,7 +91,7 @@ def test_home_query_count_is_constant(client, owner, workspace, cluster, registe
     _world(cluster, register_node, owner)
     client.force_login(owner)
     client.get("/")
-    with django_assert_num_queries(12) as first:  # 11 + the charts' commands per minute
+    with django_assert_num_queries(14) as first:  # 11 + the charts' commands per minute + quota limits, usage
         client.get("/")
     for i in range(3):
         services.cluster_create(actor=owner, workspace=workspace, name=f"more-{i}")

@@ -1,4 +1,4 @@
-"""Read-only API for the caller's workspaces and their members."""
+"""API for the caller's workspaces, their members, and their quotas (the Owner sets them)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,21 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from cleverthis.tenancy.api.serializers import MembershipSerializer, WorkspaceSerializer
+from cleverthis.tenancy import services
+from cleverthis.tenancy.api.serializers import (
+    MembershipSerializer,
+    QuotaLimitsSerializer,
+    QuotasSerializer,
+    WorkspaceSerializer,
+)
 from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from cleverthis.tenancy.models import Membership, Workspace
+from cleverthis.tenancy.permissions import is_owner
+from cleverthis.tenancy.quotas import quota_report
+from kernel.api import ServiceErrorsMixin, validated
 
 
-class WorkspaceViewSet(WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
+class WorkspaceViewSet(ServiceErrorsMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
     """Workspaces the caller belongs to; others are 404."""
 
     serializer_class = WorkspaceSerializer
@@ -41,3 +50,27 @@ class WorkspaceViewSet(WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
         workspace = self.get_object()
         memberships = workspace.memberships.select_related("user").order_by("user__username")
         return Response(MembershipSerializer(memberships, many=True).data)
+
+    def _quotas(self, workspace: Workspace) -> Response:
+        body = {
+            "workspace": workspace.pk,
+            "can_edit": is_owner(self.request.user, workspace),
+            "quotas": quota_report([workspace.pk])[workspace.pk],
+        }
+        return Response(QuotasSerializer(body).data)
+
+    @extend_schema(responses={200: QuotasSerializer})
+    @action(detail=True, methods=["get"], serializer_class=QuotasSerializer, pagination_class=None)
+    def quotas(self, request: Request, pk: str | None = None) -> Response:
+        """The workspace's quotas: each limit (null: unlimited) and what is in use against it (any member)."""
+        return self._quotas(self.get_object())
+
+    @extend_schema(request=QuotaLimitsSerializer, responses={200: QuotasSerializer})
+    @quotas.mapping.patch
+    def set_quotas(self, request: Request, pk: str | None = None) -> Response:
+        """Change some limits (the Owner only; null: unlimited). Lowering one below use stops nothing: it
+        refuses new work. Audited."""
+        workspace = self.get_object()
+        limits = validated(QuotaLimitsSerializer, request.data)
+        services.workspace_quota_set(actor=request.user, workspace=workspace, limits=limits)
+        return self._quotas(workspace)

@@ -16,6 +16,7 @@ from fleet.workloads.services.containers import (
     container_record_created,
     container_record_ref_outcome,
     containers_reconcile,
+    containers_record_queued,
 )
 from fleet.workloads.services.endpoints import (
     REVISION_RE,
@@ -49,6 +50,7 @@ __all__ = [
     "container_record_created",
     "container_record_ref_outcome",
     "containers_reconcile",
+    "containers_record_queued",
     "endpoint_create",
     "endpoint_record_acked",
     "endpoint_record_command_outcome",

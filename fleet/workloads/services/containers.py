@@ -10,9 +10,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agent import protocol
+from cleverthis.tenancy.quotas import admit
 from fleet.models import Command, CommandStatus, CommandType, Node, NodeEvent
 from fleet.services import node_event_record
 from fleet.workloads.models import Container, ContainerStatus
+from fleet.workloads.quotas import container_ask, container_requests
 from fleet.workloads.services.common import node_event_record_failure
 
 
@@ -119,6 +121,29 @@ def containers_reconcile(*, node: Node, inventory: protocol.Inventory) -> dict[s
     return {"created": len(to_create), "updated": len(to_update), "missing": len(gone)}
 
 
+def containers_record_queued(*, commands: list[Command]) -> list[Container]:
+    """container.create queued (by an operator, the API or a drain), inside the queueing transaction:
+    admitted against the workspace's quotas (`QuotaExceeded`, a 409, rolls the queueing back), then each
+    command gets its `pending` Container row, so the next admission counts it."""
+    first = commands[0]
+    admit(workspace_id=first.cluster.workspace_id, ask=container_ask(first.payload or {}, len(commands)))
+    rows = [
+        Container(
+            node_id=c.node_id,
+            cluster_id=c.cluster_id,
+            name=str((c.payload or {}).get("name", ""))[:128],
+            image=str((c.payload or {}).get("image", ""))[:500],
+            status=ContainerStatus.PENDING,
+            spec=c.payload or {},
+            command_key=c.idempotency_key,
+            created_by_command=c,
+            **container_requests(c.payload or {}),
+        )
+        for c in commands
+    ]
+    return Container.objects.bulk_create(rows)
+
+
 def container_record_created(*, command: Command) -> Container | None:
     """A container.create succeeded: the row (created at dispatch, or now) gets the agent's container id."""
     if command.command_type != CommandType.CONTAINER_CREATE or command.status != CommandStatus.SUCCEEDED:
@@ -147,6 +172,8 @@ def container_record_created(*, command: Command) -> Container | None:
         row.name = str(spec.get("name", row.name))[:128]
         row.image = str(spec.get("image", row.image))[:500]
         row.spec = spec
+        for name, value in container_requests(spec).items():
+            setattr(row, name, value)
         row.command_key = command.idempotency_key
         row.created_by_command = command
         row.status = status

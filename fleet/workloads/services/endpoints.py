@@ -16,10 +16,12 @@ from agent import protocol
 from agent.protocol import MODEL_ID_RE
 from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.mixins import require_operator
+from cleverthis.tenancy.quotas import admit, locked_quota
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
 from fleet.services import command_queue, node_event_record
 from fleet.workloads.errors import error_help, error_sentence
 from fleet.workloads.models import Endpoint, EndpointStatus, NodeModel
+from fleet.workloads.quotas import endpoint_ask
 from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION, node_event_record_failure
 from kernel.exceptions import IllegalTransition
 
@@ -161,7 +163,8 @@ def endpoint_create(
 
     Picks `node` or an online node of the cluster that has the model cached and enough GPUs/VRAM
     (the least busy), creates the Endpoint row (pending) and dispatches `endpoint.start`. Refuses
-    with a 409 `PlacementError` saying why when no node qualifies; nothing is written then.
+    with a 409 `PlacementError` saying why when no node qualifies, or `QuotaExceeded` when the workspace's
+    endpoint, GPU or VRAM quota would be passed; nothing is written then.
     """
     require_operator(actor, cluster.workspace)
     validate_model_id(model_id)
@@ -176,6 +179,7 @@ def endpoint_create(
         target = _pick_endpoint_node(
             cluster=cluster, model_id=model_id, revision=revision, gpus=gpus, min_vram_mb=min_vram_mb, node=node
         )
+        admit(workspace_id=cluster.workspace_id, ask=endpoint_ask(gpus=gpus, min_vram_mb=min_vram_mb))
         endpoint = Endpoint.objects.create(
             cluster=cluster,
             node=target,
@@ -238,13 +242,18 @@ def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
     return endpoint
 
 
+def _start_ask(payload: dict[str, Any]) -> dict[str, float]:
+    return endpoint_ask(gpus=int(payload.get("gpus") or 0), min_vram_mb=int(payload.get("min_vram_mb") or 0))
+
+
 def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]:
     """endpoint.start commands queued (by `endpoint_create`, or sent from the Commands tab / API): each
     gets the Endpoint row its `endpoint_id` names, created when new, or made pending again on the
     command's node when it had stopped or failed, so every started endpoint is listed with its URL.
 
     Refuses (ValidationError) a start sent to several nodes at once, and an id of another cluster's or a
-    still live endpoint on another node.
+    still live endpoint on another node; a new or restarted endpoint is admitted against the workspace's
+    quotas first (`QuotaExceeded`). A live endpoint counts already: starting it again asks nothing.
     """
     if len(commands) > 1:
         raise ValidationError({"node_id": "An endpoint starts on one node: choose the node."})
@@ -254,6 +263,7 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
         slug = str(payload.get("endpoint_id", ""))
         endpoint = Endpoint.objects.select_for_update().filter(slug=slug).first()
         if endpoint is None:
+            admit(workspace_id=command.cluster.workspace_id, ask=_start_ask(payload))
             endpoint = Endpoint.objects.create(
                 slug=slug,
                 cluster_id=command.cluster_id,
@@ -278,6 +288,7 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
         elif endpoint.start_command_id is None:
             pass  # the row endpoint_create just made: it links its command itself
         elif endpoint.status in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
+            admit(workspace_id=command.cluster.workspace_id, ask=_start_ask(payload))
             endpoint.status, endpoint.node_id, endpoint.port = EndpointStatus.PENDING, command.node_id, 0
             endpoint.model_id = payload.get("model_id", endpoint.model_id)
             endpoint.revision = payload.get("revision", "main")
@@ -295,6 +306,7 @@ def endpoint_restart(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint
     new one (on a node holding the weights), its row pending again; 409 while it is live."""
     require_operator(actor, endpoint.cluster.workspace)
     with transaction.atomic():
+        locked_quota(endpoint.cluster.workspace_id)  # before the row: the lock order of admissions
         endpoint = Endpoint.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=endpoint.pk)
         if endpoint.status not in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
             raise IllegalTransition(f"This endpoint is {endpoint.status}; only a stopped or failed one can start.")

@@ -1,0 +1,83 @@
+"""What containers and endpoints count against a workspace's quotas (`cleverthis.tenancy.quotas`).
+
+A container counts while it occupies its node (`ContainerStatus.active()`: pending, running, stopping),
+with the CPU cores, memory and GPUs its create payload requested (`Container.req_*`, kept in columns so
+the check sums plain numbers); an endpoint counts while it is live
+(`EndpointStatus.live()`), with its GPUs and minimum VRAM. `register()` hands the provider to tenancy at
+app start; the services call `admit` with the asks below before they write the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db.models import Count, FloatField, QuerySet, Sum, Value
+
+from cleverthis.tenancy import quotas
+from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointStatus
+
+CONTAINER_QUOTAS = frozenset({"containers", "cpu_cores", "memory_gib", "gpus"})
+ENDPOINT_QUOTAS = frozenset({"endpoints", "gpus", "vram_gib"})
+MB_PER_GIB = 1024
+MB_PER_GIB_F = Value(1024.0, FloatField())
+
+
+def workload_usage(workspace_ids: Sequence[Any], names: frozenset[str]) -> list[QuerySet]:
+    """The usage provider: per workspace, what its active containers and live endpoints request (only the
+    parts measuring quotas in `names`)."""
+    parts = []
+    if names & CONTAINER_QUOTAS:
+        active = Container.objects.filter(cluster__workspace_id__in=workspace_ids, status__in=ContainerStatus.active())
+        parts.append(
+            quotas.usage_rows(
+                active,
+                workspace_field="cluster__workspace_id",
+                containers=Count("pk"),
+                cpu_cores=Sum("req_cpus"),
+                memory_gib=Sum("req_memory_mb") / MB_PER_GIB_F,
+                gpus=Sum("req_gpus"),
+            )
+        )
+    if names & ENDPOINT_QUOTAS:
+        live = Endpoint.objects.filter(cluster__workspace_id__in=workspace_ids, status__in=EndpointStatus.live())
+        parts.append(
+            quotas.usage_rows(
+                live,
+                workspace_field="cluster__workspace_id",
+                endpoints=Count("pk"),
+                gpus=Sum("gpus"),
+                vram_gib=Sum("min_vram_mb") / MB_PER_GIB_F,
+            )
+        )
+    return parts
+
+
+def container_requests(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The `Container.req_*` fields of a container.create payload."""
+    return {
+        "req_cpus": float(payload.get("cpu") or 0),
+        "req_memory_mb": int(payload.get("memory_mb") or 0),
+        "req_gpus": int(payload.get("gpus") or 0),
+    }
+
+
+def container_ask(payload: Mapping[str, Any], copies: int = 1) -> dict[str, float]:
+    """What `copies` containers of a container.create payload ask of the quotas."""
+    req = container_requests(payload)
+    return {
+        "containers": copies,
+        "cpu_cores": req["req_cpus"] * copies,
+        "memory_gib": req["req_memory_mb"] * copies / MB_PER_GIB,
+        "gpus": req["req_gpus"] * copies,
+    }
+
+
+def endpoint_ask(*, gpus: int, min_vram_mb: int) -> dict[str, float]:
+    """What one endpoint asks of the quotas."""
+    return {"endpoints": 1, "gpus": gpus, "vram_gib": min_vram_mb / MB_PER_GIB}
+
+
+def register() -> None:
+    """Hand the provider to tenancy (called from `FleetConfig.ready()`)."""
+    quotas.register_usage("fleet.workloads", workload_usage)

@@ -1,0 +1,253 @@
+"""Workspace quotas at every fleet admission: container.create (page/API/commands), endpoint create, plain
+endpoint.start and restart, drain replacements; the 409's fields; lowering a quota below use."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent import protocol
+from cleverthis.tenancy import services as tenancy_services
+from fleet import services
+from fleet.models import Command
+from fleet.workloads import drain
+from fleet.workloads import services as workloads
+from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointStatus
+from kernel.exceptions import QuotaExceeded
+from tests.fleet import agent_side
+
+pytestmark = pytest.mark.django_db
+
+LLAMA = protocol.CachedModel(model_id="meta-llama/Llama-3.2-1B", revision="main", path="/cache/llama", size_bytes=5)
+
+
+def limit(owner, workspace, **limits) -> None:
+    tenancy_services.workspace_quota_set(actor=owner, workspace=workspace, limits=limits)
+
+
+def create(owner, node, name: str, **spec) -> list[Command]:
+    payload = {"image": "nginx:1.27", "name": name, **spec}
+    return services.command_dispatch(
+        actor=owner, cluster=node.cluster, command_type="container.create", payload=payload, node=node
+    )
+
+
+def test_container_create_is_refused_at_the_containers_quota_and_writes_nothing(owner, workspace, node):
+    limit(owner, workspace, containers=2)
+    create(owner, node, "a")
+    create(owner, node, "b")
+    assert Container.objects.filter(status=ContainerStatus.PENDING).count() == 2  # counted from queueing on
+    with pytest.raises(QuotaExceeded) as refused:
+        create(owner, node, "c")
+    assert (refused.value.quota, refused.value.limit, refused.value.in_use, refused.value.asked) == (
+        "containers",
+        2,
+        2,
+        1,
+    )
+    assert "Containers is limited to 2" in str(refused.value)
+    assert Command.objects.filter(command_type="container.create").count() == 2
+    assert Container.objects.count() == 2
+
+
+@pytest.mark.parametrize(
+    ("quota", "value", "spec", "in_use", "asked"),
+    [
+        ("cpu_cores", 3, {"cpu": 1.5}, 3.0, 1.5),
+        ("memory_gib", 2, {"memory_mb": 1024}, 2.0, 1.0),
+        ("gpus", 2, {"gpus": 1}, 2, 1),
+    ],
+)
+def test_container_resources_count_what_the_payload_requests(owner, workspace, node, quota, value, spec, in_use, asked):
+    limit(owner, workspace, **{quota: value})
+    create(owner, node, "a", **spec)
+    create(owner, node, "b", **spec)
+    with pytest.raises(QuotaExceeded) as refused:
+        create(owner, node, "c", **spec)
+    assert (refused.value.quota, refused.value.in_use, refused.value.asked) == (quota, in_use, asked)
+
+
+def test_a_fan_out_asks_for_one_container_per_node(owner, workspace, cluster, register_node):
+    register_node(cluster, "a")
+    register_node(cluster, "b")
+    limit(owner, workspace, containers=1)
+    with pytest.raises(QuotaExceeded) as refused:
+        services.command_dispatch(
+            actor=owner, cluster=cluster, command_type="container.create", payload={"image": "x", "name": "w"}
+        )
+    assert refused.value.asked == 2
+    assert not Command.objects.exists()
+
+
+def test_finished_and_failed_containers_free_their_quota(owner, workspace, node):
+    limit(owner, workspace, containers=1)
+    (command,) = create(owner, node, "a")
+    agent_side.result(command, container_id="cid-a")
+    with pytest.raises(QuotaExceeded):
+        create(owner, node, "b")
+    row = Container.objects.get(created_by_command=command)
+    assert row.status == ContainerStatus.RUNNING  # the row queued is the row the result fills in
+    services.command_dispatch(
+        actor=owner, cluster=node.cluster, command_type="container.destroy", payload={"container": "a"}, node=node
+    )
+    agent_side.result(Command.objects.get(command_type="container.destroy"))
+    (again,) = create(owner, node, "b")
+    services.command_record_error(node=node, command_id=again.pk, code="internal", message="no")
+    assert Container.objects.get(created_by_command=again).status == ContainerStatus.FAILED
+    create(owner, node, "c")  # the failed one holds nothing
+
+
+def test_api_refusal_is_a_409_naming_quota_limit_in_use_and_asked(owner, workspace, node, api_client_for):
+    limit(owner, workspace, gpus=1)
+    api = api_client_for(owner)
+    body = {
+        "command_type": "container.create",
+        "payload": {"image": "x", "name": "w", "gpus": 2},
+        "node_id": str(node.pk),
+    }
+    response = api.post(f"/api/v1/clusters/{node.cluster_id}/commands", body, format="json")
+    assert response.status_code == 409, response.content
+    answer = response.json()
+    assert {k: answer[k] for k in ("quota", "limit", "in_use", "asked")} == {
+        "quota": "gpus",
+        "limit": 1,
+        "in_use": 0,
+        "asked": 2,
+    }
+    assert "GPUs is limited to 1" in answer["detail"]
+
+
+def test_commands_page_shows_the_refusal(client, owner, workspace, node):
+    limit(owner, workspace, containers=0)
+    client.force_login(owner)
+    response = client.post(
+        f"/compute/clusters/{node.cluster_id}/commands/",
+        {"command_type": "container.create", "target": "all", "p-image": "nginx", "p-name": "web"},
+    )
+    assert response.status_code == 409
+    assert "Quota exceeded: Containers is limited to 0" in response.content.decode()
+
+
+def test_lowering_a_quota_below_use_refuses_new_work_and_stops_nothing(owner, workspace, node):
+    (a,) = create(owner, node, "a")
+    (b,) = create(owner, node, "b")
+    agent_side.result(a, container_id="cid-a")
+    limit(owner, workspace, containers=1)
+    assert Container.objects.filter(status__in=ContainerStatus.active()).count() == 2
+    assert not Command.objects.filter(command_type__in=["container.stop", "container.destroy"]).exists()
+    with pytest.raises(QuotaExceeded) as refused:
+        create(owner, node, "c")
+    assert (refused.value.limit, refused.value.in_use) == (1, 2)
+    agent_side.result(b, container_id="cid-b")  # work admitted before keeps going
+    assert Container.objects.get(created_by_command=b).status == ContainerStatus.RUNNING
+
+
+def test_owner_sets_quotas_and_reads_usage_back_in_the_api(api_client_for, owner, workspace, cluster, node):
+    services.command_dispatch(
+        actor=owner,
+        cluster=cluster,
+        command_type="container.create",
+        payload={"image": "x", "name": "w", "cpu": 1.5, "memory_mb": 512},
+        node=node,
+    )
+    api = api_client_for(owner)
+    response = api.patch(
+        f"/api/v1/workspaces/{workspace.pk}/quotas/", {"containers": 5, "cpu_cores": 2.5, "gpus": None}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["can_edit"] is True
+    assert _line(body, "containers") == {
+        "quota": "containers",
+        "label": "Containers",
+        "unit": "",
+        "limit": 5,
+        "in_use": 1,
+        "percent": 20,
+    }
+    assert (_line(body, "cpu_cores")["limit"], _line(body, "cpu_cores")["in_use"]) == (2.5, 1.5)
+    assert (_line(body, "memory_gib")["limit"], _line(body, "memory_gib")["in_use"]) == (None, 0.5)
+    assert api.get(f"/api/v1/workspaces/{workspace.pk}/quotas/").json() == body
+
+
+def _line(body, name) -> dict:
+    return next(q for q in body["quotas"] if q["quota"] == name)
+
+
+# ---- endpoints
+
+
+def test_endpoint_create_is_refused_at_the_endpoints_quota(owner, workspace, node):
+    agent_side.inventory(node, models=[LLAMA])
+    limit(owner, workspace, endpoints=1)
+    workloads.endpoint_create(actor=owner, cluster=node.cluster, model_id=LLAMA.model_id)
+    with pytest.raises(QuotaExceeded) as refused:
+        workloads.endpoint_create(actor=owner, cluster=node.cluster, model_id=LLAMA.model_id)
+    assert refused.value.quota == "endpoints"
+    assert Endpoint.objects.count() == 1
+
+
+def test_endpoint_vram_counts_its_minimum(owner, workspace, node):
+    agent_side.inventory(node, models=[LLAMA])
+    limit(owner, workspace, vram_gib=6)
+    workloads.endpoint_create(actor=owner, cluster=node.cluster, model_id=LLAMA.model_id, min_vram_mb=4096)
+    with pytest.raises(QuotaExceeded) as refused:
+        workloads.endpoint_create(actor=owner, cluster=node.cluster, model_id=LLAMA.model_id, min_vram_mb=4096)
+    assert (refused.value.quota, refused.value.in_use, refused.value.asked) == ("vram_gib", 4.0, 4.0)
+
+
+def test_plain_endpoint_start_is_admitted_too(owner, workspace, node):
+    agent_side.inventory(node, models=[LLAMA])
+    limit(owner, workspace, endpoints=1)
+    start = {"model_id": LLAMA.model_id}
+    services.command_dispatch(
+        actor=owner, cluster=node.cluster, command_type="endpoint.start", payload=start, node=node
+    )
+    with pytest.raises(QuotaExceeded):
+        services.command_dispatch(
+            actor=owner, cluster=node.cluster, command_type="endpoint.start", payload=start, node=node
+        )
+    assert Endpoint.objects.count() == 1
+    assert Command.objects.filter(command_type="endpoint.start").count() == 1
+
+
+def test_restarting_a_stopped_endpoint_is_admitted_and_a_live_one_counts_once(owner, workspace, node):
+    agent_side.inventory(node, models=[LLAMA])
+    limit(owner, workspace, endpoints=1)
+    first = workloads.endpoint_create(actor=owner, cluster=node.cluster, model_id=LLAMA.model_id)
+    agent_side.result(first.start_command, port=8001)
+    # sending the live endpoint's start again asks nothing more
+    services.command_dispatch(
+        actor=owner,
+        cluster=node.cluster,
+        command_type="endpoint.start",
+        payload={"endpoint_id": first.slug, "model_id": LLAMA.model_id},
+        node=node,
+    )
+    first = workloads.endpoint_stop(actor=owner, endpoint=Endpoint.objects.get(pk=first.pk))
+    agent_side.result(Command.objects.get(pk=first.stop_command_id))
+    second = workloads.endpoint_create(actor=owner, cluster=node.cluster, model_id=LLAMA.model_id)
+    with pytest.raises(QuotaExceeded):
+        workloads.endpoint_restart(actor=owner, endpoint=Endpoint.objects.get(pk=first.pk))
+    assert Endpoint.objects.get(pk=first.pk).status == EndpointStatus.STOPPED
+    assert Endpoint.objects.get(pk=second.pk).status == EndpointStatus.PENDING
+
+
+# ---- drain replacements
+
+
+def test_drain_replacement_waits_for_quota_and_keeps_the_original(owner, workspace, cluster, register_node):
+    a, _b = register_node(cluster, "a"), register_node(cluster, "b")
+    (command,) = create(owner, a, "web", cpu=2)
+    agent_side.result(command, container_id="cid-web")
+    limit(owner, workspace, cpu_cores=3)  # the replacement would hold 2 more cores while the original runs
+    services.node_drain(node=a, actor=owner)
+    report = drain.drain_step(node_id=a.pk)
+    assert not report.replacing
+    assert len(report.blocked) == 1
+    assert "Quota exceeded: CPU cores is limited to 3" in report.blocked[0]["reason"]
+    web = Container.objects.get(created_by_command=command)
+    assert web.status == ContainerStatus.RUNNING
+    assert Container.objects.count() == 1
+    limit(owner, workspace, cpu_cores=4)
+    assert [r["name"] for r in drain.drain_step(node_id=a.pk).replacing] == ["web"]
+    assert Container.objects.get(replacement_of=web).status == ContainerStatus.PENDING
