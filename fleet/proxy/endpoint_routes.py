@@ -21,7 +21,7 @@ this process and written with one UPDATE at most every `ENDPOINT_REQUESTS_FLUSH_
 endpoint: the first request of a quiet endpoint at once, the ones of a burst with the first request
 after that interval (so the figures of a burst's tail wait for the endpoint's next request). Each also
 counts, with its status and time to first byte, in its workspace's per-minute rollups for the home page
-(`fleet.proxy.request_meter`).
+(`fleet.proxy.request_meter`), and its tokens and latency in the usage rollups (`fleet.usage.meter`).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from fleet import origin_names
 from fleet.models import Node, NodeStatus
 from fleet.proxy import origins
 from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
+from fleet.usage import meter as usage_meter
 from fleet.workloads.models import Endpoint, EndpointStatus
 from kernel import timeseries
 
@@ -65,6 +66,7 @@ class _Route:
 
     public: bool
     workspace: Workspace
+    endpoint_id: UUID
     status: str
     node_id: UUID | None
     port: int
@@ -102,6 +104,7 @@ def _load_route(slug: str) -> _Route | None:
         route = _Route(
             public=endpoint.public,
             workspace=endpoint.cluster.workspace,
+            endpoint_id=endpoint.pk,
             status=endpoint.status,
             node_id=node.pk if node is not None else None,
             port=endpoint.port,
@@ -129,6 +132,7 @@ def _target(
         path=path + (f"?{query}" if query else ""),
         node_online=route.node_online,
         meter=timeseries.workspace_series(route.workspace.pk),
+        usage=usage_meter.Subject(route.workspace.pk, route.endpoint_id),
     )
 
 
