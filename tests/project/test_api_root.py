@@ -20,6 +20,7 @@ RESOURCES = {
     "tune-experiments": "/api/v1/ray/tune-experiments/",
     "deployments": "/api/v1/ray/deployments/",
     "audit": "/api/v1/audit/",
+    "usage": "/api/v1/usage/",
 }
 
 
