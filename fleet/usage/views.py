@@ -50,32 +50,35 @@ def _chart(key: str, title: str, series: dict[str, list[float]], labels: dict[st
 def _charts(report: dict[str, Any]) -> list[dict]:
     series = report["series"]
 
+    # minute buckets hold at most a minute of each node: drawn in minutes, hour buckets in hours
+    unit, scale = ("minute", 60.0) if report["granularity"] == "minute" else ("hour", 3600.0)
+
     def measure(name: str, scale: float = 1.0) -> list[float]:
         return [round((b[name] or 0) / scale, 3) for b in series]
 
     return [
         _chart(
             "requests",
-            "Requests",
+            f"Requests per {report['granularity']}",
             {"requests": measure("requests"), "errors": measure("errors")},
             {"requests": "Requests", "errors": "Errors"},
         ),
         _chart(
             "tokens",
-            "Tokens",
+            f"Tokens per {report['granularity']}",
             {"prompt": measure("prompt_tokens"), "completion": measure("completion_tokens")},
             {"prompt": "Prompt tokens", "completion": "Completion tokens"},
         ),
         _chart(
             "hours",
-            "Node, GPU and container hours",
+            f"Node, GPU and container {unit}s per {report['granularity']}",
             {
-                "nodes": measure("node_seconds", 3600),
-                "gpu": measure("gpu_seconds", 3600),
-                "containers": measure("container_seconds", 3600),
+                "nodes": measure("node_seconds", scale),
+                "gpu": measure("gpu_seconds", scale),
+                "containers": measure("container_seconds", scale),
             },
-            {"nodes": "Node-hours", "gpu": "GPU-hours", "containers": "Container-hours"},
-            unit=" h",
+            {"nodes": f"Node-{unit}s", "gpu": f"GPU-{unit}s", "containers": f"Container-{unit}s"},
+            unit=" min" if unit == "minute" else " h",
         ),
     ]
 
