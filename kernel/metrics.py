@@ -96,14 +96,14 @@ AUTOSCALER_WORKERS = Counter(
 )
 ENDPOINT_REQUESTS = Counter(
     "cleverthis_endpoint_requests",
-    "Requests to inference endpoints through the proxy, by workspace and endpoint (ids; outcome: ok, error).",
-    ["workspace", "endpoint", "outcome"],
+    "Requests to inference endpoints through the proxy, by workspace and endpoint (outcome: ok, error).",
+    ["workspace_id", "endpoint_id", "outcome"],
 )
 ENDPOINT_TOKENS = Counter(
     "cleverthis_endpoint_tokens",
     "Tokens of endpoint requests as their responses reported them (kind: prompt, completion), by workspace "
-    "and endpoint (ids).",
-    ["workspace", "endpoint", "kind"],
+    "and endpoint.",
+    ["workspace_id", "endpoint_id", "kind"],
 )
 
 

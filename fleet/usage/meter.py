@@ -229,6 +229,8 @@ def _flush_in_thread(loop: asyncio.AbstractEventLoop) -> None:
 def _flush_and_release() -> None:
     try:
         flush()
+    except Exception:  # (on a thread nobody waits for: say so rather than lose it silently)
+        log.exception("usage flush failed")
     finally:
         close_old_connections()  # this thread's connection, as channels' database_sync_to_async does
 
