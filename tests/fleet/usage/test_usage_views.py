@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from fleet.usage import services
+from fleet.usage.models import UsageRollup
 from fleet.usage.services import Rollup
 from fleet.workloads.models import Endpoint, EndpointStatus
 
@@ -124,3 +125,30 @@ def test_the_series_of_a_period_has_every_bucket_even_empty_ones(api_client_for,
     services.usage_add(rows=[Rollup("minute", start, workspace.pk, "endpoint", endpoint.pk, requests=3)])
     series = api_client_for(owner).get("/api/v1/usage/?period=1h").json()["series"]
     assert [b["requests"] for b in series[-6:]] == [3, 0, 0, 0, 0, 0]
+
+
+def test_the_report_costs_the_same_queries_however_much_was_recorded(
+    api_client_for, owner, workspace, cluster, endpoint, django_assert_num_queries
+):
+    client = api_client_for(owner)
+    minute = _now_minute()
+
+    def record(n: int) -> None:
+        rows = [
+            Rollup("minute", minute - timedelta(minutes=i), workspace.pk, "endpoint", endpoint.pk, i, 1)
+            for i in range(n)
+        ]
+        rows += [
+            Rollup("minute", minute - timedelta(minutes=i), workspace.pk, "cluster", cluster.pk, node_seconds=60)
+            for i in range(n)
+        ]
+        services.usage_add(rows=rows)
+
+    record(2)
+    # totals, series, sums per subject, the names of its endpoints and of its clusters
+    with django_assert_num_queries(5) as few:
+        assert client.get("/api/v1/usage/?period=1h").status_code == 200
+    UsageRollup.objects.all().delete()
+    record(50)
+    with django_assert_num_queries(len(few.captured_queries)):
+        assert client.get("/api/v1/usage/?period=1h").status_code == 200
