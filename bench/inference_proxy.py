@@ -21,6 +21,15 @@ direct, the agent's heartbeat round trip p99 during that load (it heartbeats eve
 the CPU seconds per 1,000 chunks of each group of processes (each replica's web processes, the agent,
 Redis, the node server, the load generators). Then the issue's goals, each with PASS or MISS.
 
+`--metering both` measures each server twice (columns `<server>/off`, `<server>/on`): usage metering
+off then on (`USAGE_METERING`, in the same run and on the same node server), and prints the CPU the web
+processes spend per 1,000 chunks each way: the goal is that metering adds under 5 %. (The node server
+ends each stream with a usage chunk, as vLLM does when asked: the meter counts each chunk's events and
+reads that chunk at the end.)
+
+    .venv/bin/python bench/inference_proxy.py --servers uvicorn --concurrency 64 --metering both \\
+        --targets "tunnel's replica"
+
 Every process is stopped (whole process groups) however the run ends, and the database is dropped.
 """
 
@@ -138,8 +147,11 @@ def endpoint_for(setup: Setup, node: object, server: str) -> object:
     return endpoint
 
 
-def measure_server(setup: Setup, server: str) -> tuple[dict[int, dict[str, Column]], dict[str, int]]:
-    """Two replicas under `server` and an agent on the first; every concurrency against every target.
+def measure_server(
+    setup: Setup, server: str, *, metering: bool = True, label: str = ""
+) -> tuple[dict[int, dict[str, Column]], dict[str, int]]:
+    """Two replicas under `server` (usage metering on or off) and an agent on the first; every
+    concurrency against every target.
 
     Returns the columns by concurrency and target, and how many processes each CPU role counted."""
     from agent.config import AgentConfig
@@ -147,22 +159,24 @@ def measure_server(setup: Setup, server: str) -> tuple[dict[int, dict[str, Colum
     from fleet.models import Node as FleetNode
 
     args, tmp = setup.args, setup.tmp
-    env = control_plane_env()
+    label = label or server
+    slug = label.replace("/", "-")  # (file and directory names)
+    env = control_plane_env(USAGE_METERING="1" if metering else "0")
     start = dict(server=server, workers=args.workers, env=env)
     web_port, other_port = free_port(), free_port()
     web = other = agent = None
     try:
-        web = web_servers.start(tmp, web_port, name=f"{server}-tunnel", **start)
+        web = web_servers.start(tmp, web_port, name=f"{slug}-tunnel", **start)
         wait_until(lambda: port_open(web_port), timeout=60, what=f"{server} replica")
         _, raw = services.join_token_create(cluster=setup.cluster, actor=setup.user)
-        state = tmp / f"state-{server}"
+        state = tmp / f"state-{slug}"
         joined = agent_join(f"http://127.0.0.1:{web_port}", raw, state)
         assert joined.returncode == 0, joined.stderr
-        agent = agent_run(state, tmp, name=f"agent-{server}", env={"CLEVERTHIS_PROXY_PORTS": str(setup.node_port)})
+        agent = agent_run(state, tmp, name=f"agent-{slug}", env={"CLEVERTHIS_PROXY_PORTS": str(setup.node_port)})
         wait_for_session(agent, 1)
         node = FleetNode.objects.get(pk=AgentConfig.load(state).node_id)
-        endpoint = endpoint_for(setup, node, server)
-        other = web_servers.start(tmp, other_port, name=f"{server}-other", **start)
+        endpoint = endpoint_for(setup, node, label)
+        other = web_servers.start(tmp, other_port, name=f"{slug}-other", **start)
         wait_until(lambda: port_open(other_port), timeout=60, what=f"second {server} replica")
         targets = {
             "direct": (setup.node_port, "node"),
@@ -197,7 +211,7 @@ def measure_server(setup: Setup, server: str) -> tuple[dict[int, dict[str, Colum
                 column.cpu_per_1k = {role: seconds / thousands for role, seconds in spent.items()}
                 table[concurrency][label] = column
                 print(
-                    f"  {server} {concurrency:>5} streams {label:<17} TTFT p99 {column.ttft_p99:8.1f} ms, "
+                    f"  {label} {concurrency:>5} streams {label:<17} TTFT p99 {column.ttft_p99:8.1f} ms, "
                     f"{column.errors} errors",
                     flush=True,
                 )
@@ -304,6 +318,38 @@ def goals(columns: dict[str, Column], concurrency: int) -> list[tuple[str, float
     return checks
 
 
+WEB_ROLES = ("web, tunnel's replica", "web, other replica")
+METERING_COST_LIMIT = 0.05  # usage metering may add at most 5 % CPU per proxied token
+
+
+def metering_costs(results: Results, args: argparse.Namespace) -> list[tuple[str, int, str, float, float]]:
+    """(server, streams, target, web CPU-s per 1k chunks with metering off, with it on) for each load that
+    ran both ways (`--metering both`)."""
+    out = []
+    for server in args.servers:
+        off, on = results.get(f"{server}/off"), results.get(f"{server}/on")
+        if off is None or on is None:
+            continue
+        for concurrency in args.concurrency:
+            for label in PROXIED:
+                if label in off.get(concurrency, {}) and label in on.get(concurrency, {}):
+                    web = [sum(t[concurrency][label].cpu_per_1k[r] for r in WEB_ROLES) for t in (off, on)]
+                    out.append((server, concurrency, label, web[0], web[1]))
+    return out
+
+
+def print_metering_costs(results: Results, args: argparse.Namespace) -> None:
+    costs = metering_costs(results, args)
+    if not costs:
+        return
+    print("\n== usage metering: web processes' CPU-s per 1,000 chunks, metering off vs on (same run)")
+    print(f"{'server':<9}{'streams':>8}  {'target':<18}{'off':>8}{'on':>8}{'added':>9}  target  verdict")
+    for server, concurrency, label, off, on in costs:
+        added = on / off - 1 if off else float("nan")
+        verdict = "PASS" if added <= METERING_COST_LIMIT else "MISS"
+        print(f"{server:<9}{concurrency:>8}  {label:<18}{off:>8.4f}{on:>8.4f}{added:>+9.1%}  <= +5 %  {verdict}")
+
+
 def print_goals(results: Results, args: argparse.Namespace) -> None:
     print("\n== goals (issue #36; held to the 256-stream set up to 256 streams, the 1,024-stream set above)")
     print(f"{'server':<9}{'streams':>8}  {'goal':<44}{'measured':>10}  {'target':<11}")
@@ -336,6 +382,13 @@ def main() -> None:
         "--targets", nargs="+", choices=TARGETS, default=list(TARGETS), help="measure only these columns (quote them)"
     )
     parser.add_argument("--keep", metavar="DIR", help="work in DIR (server/agent logs) instead of a temp dir")
+    parser.add_argument(
+        "--metering",
+        choices=("on", "off", "both"),
+        default="on",
+        help="usage metering in the web replicas (USAGE_METERING); both: each server twice, off then on, "
+        "and the CPU it adds per token against the 5 %% goal",
+    )
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -361,11 +414,15 @@ def main() -> None:
         stack.callback(drop_database)
         user, cluster = prepare_database()
         setup = Setup(args, tmp, node_port, node_server.pid, redis, load, user, cluster)
+        modes = {"on": [True], "off": [False], "both": [False, True]}[args.metering]
         for server in args.servers:
-            print(f"measuring {server} ({args.workers} worker(s) per replica) ...", flush=True)
-            results[server], counts[server] = measure_server(setup, server)
+            for metering in modes:
+                label = server if args.metering != "both" else f"{server}/{'on' if metering else 'off'}"
+                print(f"measuring {label} ({args.workers} worker(s) per replica) ...", flush=True)
+                results[label], counts[label] = measure_server(setup, server, metering=metering, label=label)
     print_tables(results, args, counts)
     print_goals(results, args)
+    print_metering_costs(results, args)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ BACKLOG = 4096
 
 
 def serve_tokens(port: int, tokens: int, interval_s: float) -> None:
-    """An asyncio SSE server (a process of its own): `tokens` chunks, one every `interval_s`."""
+    """An asyncio SSE server (a process of its own): `tokens` chunks, one every `interval_s`, then a usage
+    chunk and `[DONE]`."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -57,7 +58,10 @@ def serve_tokens(port: int, tokens: int, interval_s: float) -> None:
                 writer.write(b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n")
                 await writer.drain()
                 await asyncio.sleep(interval_s)
-            writer.write(DONE + b"\n\n")
+            # the usage chunk vLLM sends last when asked (stream_options.include_usage): no "delta", not counted
+            usage = {"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": tokens + 1}
+            final = {"id": "bench", "object": "chat.completion.chunk", "choices": [], "usage": usage}
+            writer.write(b"data: " + json.dumps(final, separators=(",", ":")).encode() + b"\n\n" + DONE + b"\n\n")
             await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass

@@ -18,6 +18,7 @@ from cleverthis.metrics_scrape import metrics_view
 from cleverthis.overview import dashboard
 from cleverthis.tenancy import views as tenancy_views
 from fleet import agent_views
+from fleet.usage.api import UsageView
 from fleet.workloads.api import router as workload_router
 from kernel.api import api_not_found
 
@@ -37,6 +38,7 @@ API_ROOT = {
     "deployments": "ray-deployment-list",
     "audit": "audit-entry-list",
     "api-keys": "api-key-list",
+    "usage": "usage-report",
 }
 
 
@@ -58,6 +60,7 @@ api_v1 = [
     path("", include(workload_router.urls)),
     path("ray/", include("raymgr.api.urls")),
     path("", include(audit_router.urls)),
+    re_path(r"^usage/?$", UsageView.as_view(), name="usage-report"),
 ]
 
 urlpatterns = [
@@ -82,5 +85,6 @@ urlpatterns = [
     path("compute/", include("fleet.workloads.urls")),
     path("ray/", include("raymgr.urls")),
     path("audit/", include("cleverthis.audit.urls")),
+    path("usage/", include("fleet.usage.urls")),
     re_path(r"^api/(?P<unmatched>.*)$", api_not_found),  # last: unknown API URLs answer JSON 404s
 ]

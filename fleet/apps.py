@@ -14,6 +14,7 @@ class FleetConfig(AppConfig):
         from agent import asyncio_fixes
         from fleet import agent_updates, signals
         from fleet.proxy import site_checks  # registers its system check
+        from fleet.usage import admin as usage_admin  # noqa: F401  (registers the usage rollups' ModelAdmin)
         from fleet.workloads import admin as workload_admin  # noqa: F401  (registers the workload ModelAdmins)
         from fleet.workloads import receivers
 

@@ -402,4 +402,5 @@ class Namespace(models.Model):
 # Django must see every model of the app while it loads `fleet.models`: the workload models (containers,
 # cached models, endpoints) live in `fleet.workloads.models` under the same `fleet` app label. Import
 # them from there; nothing is re-exported here.
+from fleet.usage import models as usage_models  # noqa: E402,F401  (the usage rollups, same way)
 from fleet.workloads import models as workload_models  # noqa: E402,F401

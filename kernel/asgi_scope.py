@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-# The id of the API key that authenticated an endpoint request (set by the proxy), for metering per key.
-API_KEY_ID_SCOPE_KEY = "cleverthis.api_key_id"
-
 
 def header(scope: dict[str, Any], name: bytes) -> str:
     """The first value of request header `name` (lower-case bytes), decoded, or ""."""
@@ -14,3 +11,14 @@ def header(scope: dict[str, Any], name: bytes) -> str:
         if key == name:
             return value.decode("latin-1")
     return ""
+
+
+# The API key a request to an endpoint was authenticated with (its `ApiKey` id, an int), set in the ASGI
+# scope by whoever authenticates it; usage metering (`fleet.usage`) reads it to count usage per key.
+API_KEY_ID_SCOPE_KEY = "cleverthis.api_key_id"
+
+
+def api_key_id(scope: dict[str, Any]) -> int | None:
+    """The id of the API key the request was authenticated with, or None (a session, a token, public)."""
+    value = scope.get(API_KEY_ID_SCOPE_KEY)
+    return value if isinstance(value, int) else None

@@ -99,6 +99,32 @@ AUTOSCALER_WORKERS = Counter(
     "Ray workers the autoscaler decided to start (change: added) or drain and stop (change: removed).",
     ["change"],
 )
+ENDPOINT_REQUESTS = Counter(
+    "cleverthis_endpoint_requests",
+    "Requests to inference endpoints through the proxy, by workspace and endpoint (outcome: ok, error).",
+    ["workspace_id", "endpoint_id", "outcome"],
+)
+ENDPOINT_TOKENS = Counter(
+    "cleverthis_endpoint_tokens",
+    "Tokens of endpoint requests as their responses reported them (kind: prompt, completion), by workspace "
+    "and endpoint.",
+    ["workspace_id", "endpoint_id", "kind"],
+)
+
+
+def count_endpoint_usage(
+    workspace: str, endpoint: str, requests: float, errors: float, prompt: float, completion: float
+) -> None:
+    """Add a batch of one endpoint's metered requests (written by `fleet.usage.meter` at each flush, not per
+    request). One series per endpoint: the label values are bounded by the endpoints that exist."""
+    if requests - errors:
+        ENDPOINT_REQUESTS.labels(workspace, endpoint, "ok").inc(requests - errors)
+    if errors:
+        ENDPOINT_REQUESTS.labels(workspace, endpoint, "error").inc(errors)
+    if prompt:
+        ENDPOINT_TOKENS.labels(workspace, endpoint, "prompt").inc(prompt)
+    if completion:
+        ENDPOINT_TOKENS.labels(workspace, endpoint, "completion").inc(completion)
 
 
 def observe_heartbeat_lag(sent_at: float) -> None:

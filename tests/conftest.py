@@ -24,6 +24,7 @@ from cleverthis.tenancy import services as tenancy_services
 from cleverthis.tenancy.models import Role, Workspace
 from fleet import metrics_history
 from fleet.proxy import rate_limits
+from fleet.usage import meter as usage_meter
 from kernel import timeseries
 from tests.support import loop_guard
 
@@ -71,6 +72,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         client.close()
     if getattr(settings, "TEST_RUN_DIR_OWNED", False):
         shutil.rmtree(settings.TEST_RUN_DIR, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _usage_noted_in_memory_is_dropped():
+    """Usage a test's proxied requests noted in this process and did not flush dies with the test (its
+    database rows are gone, and the next test must not find them)."""
+    yield
+    usage_meter.discard()
 
 
 @pytest.fixture

@@ -139,6 +139,13 @@ API_KEY_CACHE_S = env_float("API_KEY_CACHE_S", 0.5)  # how long a key's rights a
 PROXY_ROUTE_CACHE_S = env_float("PROXY_ROUTE_CACHE_S", 2.0)  # how long an endpoint route is cached per process
 # at most how often a process writes an endpoint's forwarded-request count and last-request time
 ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
+# Usage metering of endpoint requests (fleet.usage): requests, errors, tokens and latency per workspace,
+# endpoint and API key, noted in process memory and written as minute and hour rollups with one upsert at
+# most every USAGE_FLUSH_S. USAGE_METERING=0 turns the proxy's part off (the benchmark compares both).
+USAGE_METERING = env_bool("USAGE_METERING", True)
+USAGE_FLUSH_S = env_float("USAGE_FLUSH_S", 5.0)
+# Minute rollups are kept this many days (hour rollups stay); pruned by the minute's sampling task.
+USAGE_MINUTE_RETENTION_DAYS = env_int("USAGE_MINUTE_RETENTION_DAYS", 3)
 
 # Prometheus metrics at /metrics (cleverthis.metrics_scrape): a scrape sends `Authorization: Bearer
 # <METRICS_TOKEN>`; with no token set the endpoint refuses everyone (403).
@@ -278,7 +285,7 @@ CELERY_TASK_ROUTES = {
     "fleet.tasks.dispatch_*": {"queue": "dispatch"},
 }
 # Task modules outside `<app>.tasks` (autodiscovery only finds those).
-CELERY_IMPORTS = ["fleet.workloads.tasks"]
+CELERY_IMPORTS = ["fleet.workloads.tasks", "fleet.usage.tasks"]
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "fleet-mark-lost-nodes-offline": {"task": "fleet.tasks.mark_lost_nodes_offline", "schedule": 15.0},
     "fleet-resend-stuck-commands": {"task": "fleet.tasks.resend_stuck_commands", "schedule": 30.0},
@@ -288,6 +295,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "raymgr-workloads": {"task": "raymgr.tasks.poll_workloads", "schedule": 10.0},
     # the home page's charts: one sample a minute of nodes and Ray clusters by state, and utilization
     "fleet-history-sample": {"task": "cleverthis.tasks.sample_fleet_history", "schedule": 60.0},
+    # usage: node-, GPU- and container-seconds of the minute that ended, per cluster (idempotent per minute)
+    "fleet-usage-sample": {"task": "fleet.usage.tasks.sample_usage", "schedule": 60.0},
 }
 # Where beat keeps its schedule state: in this checkout, never a path shared with other checkouts.
 CELERY_BEAT_SCHEDULE_FILENAME = env_str("CELERY_BEAT_SCHEDULE_FILENAME", str(BASE_DIR / "var" / "celerybeat-schedule"))

@@ -27,7 +27,7 @@ this process and written with one UPDATE at most every `ENDPOINT_REQUESTS_FLUSH_
 endpoint: the first request of a quiet endpoint at once, the ones of a burst with the first request
 after that interval (so the figures of a burst's tail wait for the endpoint's next request). Each also
 counts, with its status and time to first byte, in its workspace's per-minute rollups for the home page
-(`fleet.proxy.request_meter`).
+(`fleet.proxy.request_meter`), and its tokens and latency in the usage rollups (`fleet.usage.meter`).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from fleet import origin_names
 from fleet.models import Node, NodeStatus
 from fleet.proxy import key_access, origins, rate_limits
 from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
+from fleet.usage import meter as usage_meter
 from fleet.workloads.models import Endpoint, EndpointStatus
 from kernel import timeseries
 
@@ -65,6 +66,10 @@ BAD_KEY = "Invalid, expired or revoked API key."
 NO_INVOKE = "This API key lacks the invoke scope."
 NOT_THIS_ENDPOINT = "This API key is limited to other endpoints."
 _KEY_USE = "cleverthis.api_key_use"  # scope key: (key id, endpoint id, Limits) of a key-authenticated request
+
+
+# Tokens the usage meter reads from each answer count against the key's tokens per minute.
+usage_meter.on_request_metered(rate_limits.charge_metered)
 
 
 def _slug_and_path(scope: dict[str, Any]) -> tuple[str, str] | None:
@@ -149,6 +154,7 @@ def _target(
         path=path + (f"?{query}" if query else ""),
         node_online=route.node_online,
         meter=timeseries.workspace_series(route.workspace.pk),
+        usage=usage_meter.Subject(route.workspace.pk, route.endpoint_id),
     )
 
 

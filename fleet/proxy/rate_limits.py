@@ -95,8 +95,8 @@ _async_clients: dict[asyncio.AbstractEventLoop, tuple[aioredis.Redis, Any]] = {}
 _sync_client: redis.Redis | None = None
 
 
-def _admit_script() -> Any:
-    """The admission script on this event loop's client (EVALSHA: the script's text is sent once)."""
+def _async_client() -> tuple[aioredis.Redis, Any]:
+    """This event loop's client and its admission script (EVALSHA: the script's text is sent once)."""
     loop = asyncio.get_running_loop()
     found = _async_clients.get(loop)
     if found is None:
@@ -104,7 +104,11 @@ def _admit_script() -> Any:
             del _async_clients[old]
         client = aioredis.Redis.from_url(settings.REDIS_URL)
         found = _async_clients[loop] = (client, client.register_script(_ADMIT))
-    return found[1]
+    return found
+
+
+def _admit_script() -> Any:
+    return _async_client()[1]
 
 
 def _client() -> redis.Redis:
@@ -150,3 +154,38 @@ def charge_tokens(api_key_id: int, endpoint_id: Any, n: int, *, now: float | Non
         pipe.execute()
     except (redis.RedisError, OSError):
         logger.warning("rate limits: Redis unreachable, %d tokens not charged", n, exc_info=True)
+
+
+async def charge_tokens_async(api_key_id: int, endpoint_id: Any, n: int) -> None:
+    """`charge_tokens` from the event loop: one pipelined round trip on this loop's client."""
+    if n <= 0:
+        return
+    window, _ = _window(time.time())
+    try:
+        pipe = _async_client()[0].pipeline(transaction=False)
+        for where in (None, endpoint_id):
+            counter = _counter("tok", api_key_id, where, window)
+            pipe.incrby(counter, n)
+            pipe.expire(counter, WINDOW_S + 5)
+        await pipe.execute()
+    except (redis.RedisError, OSError):
+        logger.warning("rate limits: Redis unreachable, %d tokens not charged", n, exc_info=True)
+
+
+_charging: set[asyncio.Task[None]] = set()  # charges under way (a reference each until it ends)
+
+
+def _charged(task: asyncio.Task[None]) -> None:
+    _charging.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("rate limits: charging tokens failed", exc_info=task.exception())
+
+
+def charge_metered(workspace_id: Any, endpoint_id: Any, api_key_id: int | None, prompt: int, completion: int) -> None:
+    """Usage metering's callback (on the event loop, after each metered request): a key-authenticated
+    request's prompt and completion tokens are charged to the key's tokens-per-minute counts."""
+    if api_key_id is None or prompt + completion <= 0:
+        return
+    task = asyncio.get_running_loop().create_task(charge_tokens_async(api_key_id, endpoint_id, prompt + completion))
+    _charging.add(task)
+    task.add_done_callback(_charged)

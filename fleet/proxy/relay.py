@@ -38,6 +38,7 @@ from cleverthis.tenancy.asgi_auth import user_from_scope
 from fleet.proxy import origin_guard, origins, request_meter
 from fleet.proxy.streams import FIRST_BYTES_MAX, StreamUnavailable, TunnelStream
 from fleet.proxy.write_pressure import WritePressure
+from fleet.usage import meter as usage_meter
 from kernel.asgi_scope import header
 
 log = logging.getLogger("fleet.proxy")
@@ -93,6 +94,7 @@ class ProxyTarget:
     node_online: bool = True
     host: str = ""  # an in-cluster host the agent dials (a KubeRay head's Service); '' = the node itself
     meter: str = ""  # the series its requests count in (`request_meter`); '' = not counted
+    usage: usage_meter.Subject | None = None  # the endpoint whose usage it counts in (`fleet.usage`)
 
 
 @dataclass(frozen=True)
@@ -215,8 +217,21 @@ class TunnelProxyApp:
         elif not answer.node_online:
             offline = "Bad gateway: the node serving this endpoint is offline."
             await request_meter.metered(answer.meter, send, lambda s: plain_response(s, 502, offline))
+            usage = usage_meter.start(answer.usage, scope)
+            if usage is not None:
+                usage.status = 502
+                usage.finish(complete=True)
         else:
-            await request_meter.metered(answer.meter, send, lambda s: proxy_http(scope, receive, s, answer))
+            usage = usage_meter.start(answer.usage, scope)
+            complete = False
+            try:
+                await request_meter.metered(
+                    answer.meter, send, lambda s: proxy_http(scope, receive, s, answer, usage=usage)
+                )
+                complete = True
+            finally:
+                if usage is not None:
+                    usage.finish(complete=complete and not usage.cut)
 
 
 async def refuse_unknown_host(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -282,11 +297,20 @@ def _upstream_request(scope: dict[str, Any], target: ProxyTarget) -> h11.Request
     return h11.Request(method=scope["method"], target=request_target(target.path), headers=headers)
 
 
-async def proxy_http(scope: dict[str, Any], receive: Any, send: Any, target: ProxyTarget) -> None:
+async def proxy_http(
+    scope: dict[str, Any],
+    receive: Any,
+    send: Any,
+    target: ProxyTarget,
+    *,
+    usage: usage_meter.RequestUsage | None = None,
+) -> None:
     """Forward one HTTP request to `target` through the tunnel and stream the response back.
 
     A request whose body arrived whole in the first message (most API calls) travels with the
-    stream's opening message; larger ones stream up under the agent's credit.
+    stream's opening message; larger ones stream up under the agent's credit. `usage` (metered
+    endpoints) sees the response's head and body go by, and is marked `cut` when the response did not
+    reach the client whole.
     """
     length = header(scope, b"content-length")
     if length.isdigit() and int(length) > settings.PROXY_MAX_BODY_BYTES:
@@ -321,7 +345,7 @@ async def proxy_http(scope: dict[str, Any], receive: Any, send: Any, target: Pro
     except StreamUnavailable as exc:
         await plain_response(send, 502, f"Bad gateway: {exc}.")
         return
-    relay_state = _RelayState()
+    relay_state = _RelayState(usage=usage)
     pressure = WritePressure.of(send)
     try:
         if not whole and not await _forward_body(first, receive, stream, connection, send):
@@ -332,13 +356,19 @@ async def proxy_http(scope: dict[str, Any], receive: Any, send: Any, target: Pro
         client_gone.cancel()
         if relay not in done:  # the client left mid-response (e.g. closed an SSE stream)
             relay.cancel()
+            if usage is not None:
+                usage.cut = True
             return
         relay.result()
     except TimeoutError:
+        if usage is not None:
+            usage.cut = True
         if not relay_state.started:
             await plain_response(send, 504, "Gateway timeout: the service on the node did not answer in time.")
     except (h11.ProtocolError, StreamUnavailable) as exc:
         log.info("proxy stream to node %s port %s broke: %s", target.node_id, target.port, exc)
+        if usage is not None:
+            usage.cut = True
         if not relay_state.started:  # mid-response the client sees the body cut short instead
             await plain_response(send, 502, f"Bad gateway: {exc}.")
     finally:
@@ -376,9 +406,11 @@ async def _forward_body(
 
 @dataclass
 class _RelayState:
-    """Whether the response head already went to the client (then no error page can follow)."""
+    """Whether the response head already went to the client (then no error page can follow), and the
+    request's usage meter (metered endpoints), which sees the head and the body go by."""
 
     started: bool = False
+    usage: usage_meter.RequestUsage | None = None
 
 
 async def _forward_response(
@@ -395,6 +427,7 @@ async def _forward_response(
     so a slow client slows the agent down instead of filling the control plane's memory.
     """
     state = state or _RelayState()
+    usage = state.usage
     started = False
     timeout: float | None = settings.PROXY_RESPONSE_TIMEOUT_S
     while True:
@@ -413,13 +446,18 @@ async def _forward_response(
             continue
         if isinstance(event, h11.Response):
             headers = _downstream_headers(event.headers)
+            if usage is not None:
+                usage.head(event.status_code, headers)
             await send({"type": "http.response.start", "status": event.status_code, "headers": headers})
             started = state.started = True
             pressure.start()
             send = request_meter.after_head(send)  # (the meter has what it notes: body messages skip it)
             timeout = settings.PROXY_IDLE_TIMEOUT_S  # long-lived (SSE) responses may pause between events
         elif isinstance(event, h11.Data):
-            await send({"type": "http.response.body", "body": bytes(event.data), "more_body": True})
+            data = bytes(event.data)
+            if usage is not None:
+                usage.feed(data)
+            await send({"type": "http.response.body", "body": data, "more_body": True})
             if not pressure.writable:
                 await pressure.wait()
         elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):

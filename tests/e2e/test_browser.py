@@ -2,7 +2,8 @@
 
 Sign in, create a cluster, generate a join token (shown once), start a real agent with it and see
 the node come online, cordon and uncordon it, send a command and see it succeed, open the Ray
-dashboard page. A screenshot of every page goes to test-output/screenshots/.
+dashboard page, and the Usage page with the node's time. A screenshot of every page goes to
+test-output/screenshots/.
 
 Chromium comes from the distribution (`apt-get install chromium`, see .ci/setup); Playwright never
 downloads a browser here. Without /usr/bin/chromium the test is skipped with that reason.
@@ -17,6 +18,7 @@ import pytest
 from django.db import connections
 
 from fleet.models import Command, ComputeCluster, Node
+from fleet.usage import services as usage_services
 from tests.support.live import agent_join, agent_run
 from tests.support.processes import REPO_ROOT, wait_until
 
@@ -157,6 +159,7 @@ def test_operator_journey_in_a_real_browser(browser_page, control_plane, operato
         page.goto(f"{base}/compute/nodes/{node.pk}/")
         assert node.name in page.content()
         _shot(page, "08-node-detail")
+        usage_services.usage_sample()  # what beat does each minute: the online node's last minute is counted
     finally:
         agent.stop()
 
@@ -165,8 +168,25 @@ def test_operator_journey_in_a_real_browser(browser_page, control_plane, operato
     assert page.locator("h1").first.is_visible()
     _shot(page, "09-ray-dashboard")
 
+    # the Usage page from the sidebar: the period swaps the report in place, the charts are drawn, CSV
+    page.click("nav >> text=Usage")
+    page.wait_for_url(f"{base}/usage/")
+    page.select_option("#usage-filters select[name=period]", "1h")
+    page.click("#usage-filters button[type=submit]")
+    page.wait_for_url(re.compile(r".*period=1h.*"))
+    page.wait_for_selector("#usage-chart-hours .chart-box svg")
+    assert page.inner_text("[data-total=node_hours]") == "0.02"  # one node-minute
+    assert "browser-lab" in page.inner_text("#usage-subjects")
+    with page.expect_download() as download:
+        page.click("#usage-csv")
+    exported = Path(download.value.path()).read_text()
+    assert exported.startswith("bucket_start,")
+    assert f",cluster,{cluster.pk},,0,0,0,0,0.0,0.0,60,0,0" in exported  # its node-minute, no GPU, no container
+    _shot(page, "10-usage")
+
     assert not errors, errors
-    assert all((SHOTS / f"{n}.png").stat().st_size > 1000 for n in ("01-login", "05-node-online", "09-ray-dashboard"))
+    shots = ("01-login", "05-node-online", "09-ray-dashboard", "10-usage")
+    assert all((SHOTS / f"{n}.png").stat().st_size > 1000 for n in shots)
 
 
 WIDTHS = {"laptop": (1366, 900), "phone": (390, 844)}
@@ -282,6 +302,7 @@ def test_fleet_pages_fit_a_laptop_and_a_phone(browser_page, control_plane, opera
         "training": (f"/ray/training/{job.pk}/", "main", "ray-log"),
         "ray-dashboard": ("/ray/", "main", "Clusters"),
         "audit": ("/audit/", "main", "namespace.create"),
+        "usage": ("/usage/", "#usage-report", "completion tokens"),
     }
     for width_name, (width, height) in WIDTHS.items():
         page.set_viewport_size({"width": width, "height": height})

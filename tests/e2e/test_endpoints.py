@@ -19,6 +19,7 @@ from django.conf import settings
 from rest_framework.authtoken.models import Token
 
 from fleet import services
+from fleet.usage.models import UsageRollup
 from fleet.workloads import services as workload_services
 from fleet.workloads.models import Endpoint
 from tests.e2e.conftest import node_of, wait_status
@@ -85,6 +86,48 @@ def test_endpoint_answers_through_the_tunnel(control_plane, running_endpoint):
     assert lines[-1] == b"data: [DONE]"
     words = [json.loads(line[6:])["choices"][0]["delta"].get("content", "") for line in lines[:-1]]
     assert "".join(words).strip() == "echo: hello tunnel world"
+
+
+def _chat(base: str, auth: dict, content: str, **extra: object) -> list[bytes]:
+    with requests.post(
+        f"{base}/v1/chat/completions",
+        headers=auth,
+        json={"model": "acme/tiny", "messages": [{"role": "user", "content": content}], **extra},
+        stream=bool(extra.get("stream")),
+        timeout=30,
+    ) as response:
+        assert response.status_code == 200, response.text
+        return [line for line in response.iter_lines() if line]
+
+
+def test_usage_rollups_match_the_tokens_the_server_reported(control_plane, running_endpoint):
+    """Through the real web server, tunnel, agent and server: the rollups hold what the answers reported."""
+    endpoint, user, _ = running_endpoint
+    token = Token.objects.create(user=user)
+    auth = {"Authorization": f"Token {token.key}", "Host": endpoint.hostname}
+    base = control_plane.url
+    reported = []
+    (whole,) = _chat(base, auth, "one two three")  # a JSON answer
+    reported.append(json.loads(whole)["usage"])
+    streamed = _chat(base, auth, "four five", stream=True, stream_options={"include_usage": True})
+    reported.append(json.loads(streamed[-2][6:])["usage"])  # the final chunk, before [DONE]
+    counted = _chat(base, auth, "six seven eight nine", stream=True)  # no usage chunk: its events count
+    events = len(counted) - 1
+    prompt = sum(u["prompt_tokens"] for u in reported)
+    completion = sum(u["completion_tokens"] for u in reported) + events
+    assert (prompt, completion) == (5, 4 + 3 + 5)  # (the stand-in counts words: "echo: one two three" is 4)
+
+    def minute_rows() -> list[UsageRollup]:
+        return list(UsageRollup.objects.filter(granularity="minute", subject_id=endpoint.pk))
+
+    wait_until(lambda: sum(r.requests for r in minute_rows()) == 3, timeout=30, what="usage written")
+    rows = minute_rows()
+    assert sum(r.prompt_tokens for r in rows) == prompt
+    assert sum(r.completion_tokens for r in rows) == completion
+    assert sum(r.errors for r in rows) == 0
+    assert {(r.workspace_id, r.api_key_id) for r in rows} == {(endpoint.cluster.workspace_id, None)}
+    hours = UsageRollup.objects.filter(granularity="hour", subject_id=endpoint.pk)
+    assert sum(r.completion_tokens for r in hours) == completion
 
 
 def test_endpoint_refuses_anonymous_and_unknown(control_plane, running_endpoint):

@@ -121,6 +121,13 @@ def test_one_scrape_shows_every_process(plane, cluster, operator, agents):
     assert value(found, "cleverthis_proxy_streams_active") == 0
     assert value(found, "cleverthis_proxy_bytes_total", direction="to_node") > 0
     assert value(found, "cleverthis_proxy_bytes_total", direction="from_node") > len(b'"acme/tiny"')
+    # usage metering's counters, added by the replica that proxied the request at its flush (USAGE_FLUSH_S)
+    usage = {"workspace_id": str(workspace.pk), "endpoint_id": str(endpoint.pk)}
+    wait_until(
+        lambda: value(scrape(other_url), "cleverthis_endpoint_requests_total", outcome="ok", **usage) == 1,
+        timeout=15,
+        what="the endpoint's request counted",
+    )
     assert value(found, "cleverthis_ray_clusters", workspace=workspace.slug, state="running") == 1
     assert value(found, "cleverthis_ray_autoscaler_decisions_total") == 1
     assert value(found, "cleverthis_node_cpu_percent", node_id=str(node.pk)) >= 0

@@ -3,7 +3,8 @@
 A tiny Llama (`tests.support.tiny_llm`) is built for the test and published through the Hub stand-in →
 `model.download` to a node → `endpoint.start` runs vLLM's OpenAI server from the node's model cache →
 a completion and a streaming chat completion through the endpoint's URL (its own host name, through
-daphne and the tunnel) → `endpoint.stop` leaves none of the server's processes behind.
+daphne and the tunnel), whose usage rollups hold the tokens vLLM reported → `endpoint.stop` leaves
+none of the server's processes behind.
 
 Needs the virtualenv `.ci/vllm-venv` builds (cached outside the clone; `.ci/test` runs it): without it
 these tests skip. vLLM takes ~3.2 GB of memory and up to a minute or two to start on two busy cores.
@@ -23,6 +24,7 @@ from rest_framework.authtoken.models import Token
 
 from fleet import services
 from fleet.models import Command
+from fleet.usage.models import UsageRollup
 from fleet.workloads import services as workload_services
 from fleet.workloads.models import Endpoint, NodeModel
 from tests.e2e.conftest import node_of, wait_status
@@ -124,6 +126,7 @@ def test_real_vllm_endpoint_through_the_tunnel(
             "stream": True,
             "max_tokens": 16,
             "ignore_eos": True,
+            "stream_options": {"include_usage": True},  # vLLM then ends with a chunk of usage
             "messages": [{"role": "user", "content": "hello tunnel world"}],
         },
         stream=True,
@@ -137,6 +140,26 @@ def test_real_vllm_endpoint_through_the_tunnel(
     pieces = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
     assert len([p for p in pieces if p]) >= 8  # arrived token by token
     assert all(c["model"] == MODEL for c in chunks)
+    streamed_usage = chunks[-1]["usage"]
+    assert streamed_usage["completion_tokens"] == 16
+
+    # usage metering: the endpoint's rollups hold exactly the tokens vLLM reported for both requests
+    # (/v1/models too is a request, with no tokens)
+    prompt = body["usage"]["prompt_tokens"] + streamed_usage["prompt_tokens"]
+    completion = body["usage"]["completion_tokens"] + streamed_usage["completion_tokens"]
+
+    def metered() -> tuple[int, int, int, int]:
+        rows = UsageRollup.objects.filter(granularity="minute", subject_id=endpoint.pk)
+        return (
+            sum(r.requests for r in rows),
+            sum(r.errors for r in rows),
+            sum(r.prompt_tokens for r in rows),
+            sum(r.completion_tokens for r in rows),
+        )
+
+    wait_until(lambda: metered()[0] == 3, timeout=30, what="usage written")
+    assert metered() == (3, 0, prompt, completion)
+    print(f"usage metered: {prompt} prompt and {completion} completion tokens, as vLLM reported")
 
     if os.environ.get("VLLM_E2E_MEASURE"):  # figures for the notes (-s shows them); never asserted
         from bench.vllm_tokens import measure

@@ -21,6 +21,7 @@ RESOURCES = {
     "deployments": "/api/v1/ray/deployments/",
     "audit": "/api/v1/audit/",
     "api-keys": "/api/v1/api-keys/",
+    "usage": "/api/v1/usage/",
 }
 
 

@@ -167,7 +167,7 @@ def test_no_import_circles_between_modules_of_the_whole_project():
 # The rooms of an app: sub-packages with a job of their own. The app's core (its top-level modules and
 # its services/, api/ and the like) wires them together; rooms never import each other in a circle.
 ROOMS = {
-    "fleet": ("fleet.tunnel", "fleet.proxy", "fleet.workloads"),
+    "fleet": ("fleet.tunnel", "fleet.proxy", "fleet.workloads", "fleet.usage"),
     "raymgr": ("raymgr.workloads",),
     "agent": (
         "agent.protocol",
@@ -276,6 +276,8 @@ FLEET_SEAMS = {
     "fleet.workloads.admin",  # registered at app start (FleetConfig.ready): autodiscovery imports only fleet.admin
     "fleet.workloads.models",  # loaded (not re-exported) by fleet.models so Django registers them with the app
     "fleet.workloads.receivers",  # connected at app start (FleetConfig.ready)
+    "fleet.usage.models",  # loaded (not re-exported) by fleet.models so Django registers them with the app
+    "fleet.usage.admin",  # registered at app start (FleetConfig.ready), as the workload admins are
 }
 # The raymgr core (modules at the top of raymgr/ and raymgr.services) may reach these of raymgr.workloads.
 RAYMGR_SEAMS = {

@@ -39,6 +39,7 @@ def subprocess_env(**overrides: str) -> dict[str, str]:
         "AGENT_REVOCATION_RECHECK_S": "5",
         "AGENT_HELLO_TIMEOUT_S": "10",
         "PROXY_MAX_BODY_BYTES": str(8 * 1024 * 1024),
+        "USAGE_FLUSH_S": "0.5",  # usage rollups written within half a second of a request
     }
     env.update(overrides)
     return env

@@ -6,6 +6,10 @@ the model path is not a directory holding ``config.json``. It serves ``GET /v1/m
 and ``POST /v1/chat/completions`` (answer: ``echo: <last user message>``; with ``"stream": true`` the
 answer comes word by word as Server-Sent Events ending with ``data: [DONE]``).
 
+Like vLLM it reports ``usage`` (prompt tokens: the words of the messages; completion tokens: the words
+of the answer): in a JSON answer always, in a stream as a final chunk with no choices when the request
+asks for it (``"stream_options": {"include_usage": true}``).
+
 ``--stream-gate PATH`` (not a vLLM flag) holds a streamed answer's last word until PATH exists (at most
 ``GATE_WAIT_S``): a client that needs its first event to create PATH proves that every hop in between
 passes events on as they are produced, with no wall-clock measure.
@@ -90,8 +94,14 @@ def make_handler(model_name: str, stream_gate: Path | None = None) -> type[BaseH
             messages = request.get("messages") or [{}]
             answer = "echo: " + str(messages[-1].get("content", ""))
             completion_id = "chatcmpl-" + uuid.uuid4().hex
+            usage = {
+                "prompt_tokens": sum(len(str(m.get("content", "")).split()) for m in messages),
+                "completion_tokens": len(answer.split()),
+            }
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             if request.get("stream"):
-                self._stream(completion_id, answer)
+                with_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+                self._stream(completion_id, answer, usage if with_usage else None)
                 return
             self._json(
                 200,
@@ -103,11 +113,11 @@ def make_handler(model_name: str, stream_gate: Path | None = None) -> type[BaseH
                     "choices": [
                         {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
                     ],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": len(answer.split()), "total_tokens": 0},
+                    "usage": usage,
                 },
             )
 
-        def _stream(self, completion_id: str, answer: str) -> None:
+        def _stream(self, completion_id: str, answer: str, usage: dict[str, int] | None) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -130,8 +140,13 @@ def make_handler(model_name: str, stream_gate: Path | None = None) -> type[BaseH
                         }
                     ],
                 }
+                if usage is not None:
+                    chunk["usage"] = None  # as vLLM: null on every chunk but the last
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
+            if usage is not None:
+                final = {"id": completion_id, "object": "chat.completion.chunk", "model": model_name, "choices": []}
+                self.wfile.write(f"data: {json.dumps(final | {'usage': usage})}\n\n".encode())
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
             self.close_connection = True

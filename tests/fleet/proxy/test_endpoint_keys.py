@@ -16,6 +16,7 @@ from cleverthis.tenancy.models import ApiKey
 from fleet import origin_names
 from fleet.proxy import endpoint_routes, rate_limits
 from fleet.proxy.relay import ProxyRefusal, ProxyTarget
+from fleet.usage import meter as usage_meter
 from fleet.workloads import services as workload_services
 from fleet.workloads.models import Endpoint, EndpointStatus
 from kernel.asgi_scope import API_KEY_ID_SCOPE_KEY
@@ -136,6 +137,31 @@ def test_tokens_charged_after_responses_exhaust_the_budget(fresh_window, endpoin
     rate_limits.charge_tokens(key_id, endpoint.pk, 99)
     assert isinstance(resolve(scope(endpoint, raw)), ProxyTarget)
     rate_limits.charge_tokens(key_id, endpoint.pk, 1)
+    refused = resolve(scope(endpoint, raw))
+    assert refused.status == 429
+    assert json.loads(refused.message)["error"]["limit"] == "tokens_per_minute"
+
+
+def test_the_tokens_an_answer_reports_count_against_its_keys_tokens_per_minute(
+    fresh_window, endpoint, owner, workspace, settings
+):
+    settings.USAGE_FLUSH_S = 3600
+    raw = key(owner, workspace, tokens_per_min=100)
+    request = scope(endpoint, raw)
+    assert isinstance(resolve(request), ProxyTarget)
+    key_id = request[API_KEY_ID_SCOPE_KEY]
+
+    async def answered(prompt: int, completion: int) -> None:
+        usage = usage_meter.start(usage_meter.Subject(workspace.pk, endpoint.pk), {API_KEY_ID_SCOPE_KEY: key_id})
+        usage.head(200, [(b"content-type", b"application/json")])
+        body = {"usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
+        usage.feed(json.dumps(body).encode())
+        usage.finish(complete=True)
+        await asyncio.gather(*rate_limits._charging)  # the charge is on its way to Redis
+
+    asyncio.run(answered(60, 39))
+    assert isinstance(resolve(scope(endpoint, raw)), ProxyTarget)  # 99 of 100
+    asyncio.run(answered(1, 0))
     refused = resolve(scope(endpoint, raw))
     assert refused.status == 429
     assert json.loads(refused.message)["error"]["limit"] == "tokens_per_minute"

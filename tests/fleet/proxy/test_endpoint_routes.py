@@ -11,6 +11,7 @@ from fleet import origin_names
 from fleet.models import NodeStatus
 from fleet.proxy import endpoint_routes
 from fleet.proxy.relay import ProxyRefusal, ProxyTarget
+from fleet.usage.meter import Subject
 from fleet.workloads.models import Endpoint, EndpointStatus
 from kernel import timeseries
 
@@ -52,6 +53,7 @@ def test_a_cached_public_route_costs_no_query(endpoint, node, django_assert_num_
         path="/v1/models?a=1",
         node_online=True,
         meter=timeseries.workspace_series(endpoint.cluster.workspace_id),  # its requests count there
+        usage=Subject(endpoint.cluster.workspace_id, endpoint.pk),  # and its usage (fleet.usage)
     )
     with django_assert_num_queries(0):
         assert decide(scope(endpoint.slug)) == first

@@ -1,0 +1,116 @@
+"""`GET /api/v1/usage/`: a period's usage totals, series per bucket and sums per endpoint, key and cluster.
+
+The query serializer is shared with the Usage page and its CSV export (`fleet.usage.views`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from cleverthis.tenancy.selectors import workspace_ids
+from fleet.usage import selectors
+from fleet.usage.models import SubjectKind
+
+
+class UsageQuerySerializer(serializers.Serializer):
+    """The filters of a usage read; workspaces and endpoints must be the caller's."""
+
+    period = serializers.ChoiceField(choices=list(selectors.PERIODS), default="24h")
+    workspace = serializers.UUIDField(required=False, allow_null=True)
+    endpoint = serializers.UUIDField(required=False, allow_null=True)
+    api_key = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+
+    def _user(self) -> Any:
+        return self.context["user"]
+
+    def validate_workspace(self, value: Any) -> Any:
+        if value is not None and not workspace_ids(user=self._user()).filter(workspace_id=value).exists():
+            raise serializers.ValidationError("No such workspace.")
+        return value
+
+    def validate_endpoint(self, value: Any) -> Any:
+        if value is not None and not selectors.usage_endpoints(user=self._user()).filter(pk=value).exists():
+            raise serializers.ValidationError("No such endpoint.")
+        return value
+
+    def query(self) -> selectors.UsageQuery:
+        data = self.validated_data
+        return selectors.UsageQuery(
+            period=data["period"],
+            workspace_id=data.get("workspace"),
+            endpoint_id=data.get("endpoint"),
+            api_key_id=data.get("api_key"),
+        )
+
+
+class _Counters(serializers.Serializer):
+    requests = serializers.IntegerField()
+    errors = serializers.IntegerField()
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+    latency_ms_mean = serializers.FloatField(allow_null=True, help_text="Mean request duration (to the end).")
+    node_hours = serializers.FloatField()
+    gpu_hours = serializers.FloatField()
+    container_hours = serializers.FloatField()
+
+
+class UsageBucketSerializer(_Counters):
+    bucket_start = serializers.DateTimeField()
+
+
+class UsageSubjectSerializer(_Counters):
+    workspace_id = serializers.UUIDField()
+    subject_kind = serializers.ChoiceField(choices=SubjectKind.choices)
+    subject_id = serializers.UUIDField()
+    name = serializers.CharField()
+    api_key_id = serializers.IntegerField(allow_null=True, help_text="The API key of the requests (null: none).")
+
+
+class UsageSerializer(serializers.Serializer):
+    period = serializers.CharField()
+    granularity = serializers.CharField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    totals = _Counters()
+    series = UsageBucketSerializer(many=True)
+    subjects = UsageSubjectSerializer(many=True)
+
+
+def usage_report(*, user: Any, query: selectors.UsageQuery) -> dict[str, Any]:
+    """What the API answers and the page shows for `query`."""
+    rows = selectors.usage_rollups(user=user, query=query)
+    start, end, _ = query.window()
+    return {
+        "period": query.period,
+        "granularity": query.granularity,
+        "start": start,
+        "end": end,
+        "totals": selectors.usage_totals(rows=rows),
+        "series": selectors.usage_series(rows=rows, query=query),
+        "subjects": selectors.usage_by_subject(rows=rows),
+    }
+
+
+class UsageView(APIView):
+    """Usage of the caller's workspaces over a period: endpoint requests, errors, tokens and latency (per
+    endpoint and API key), node-, GPU- and container-hours (per cluster)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("period", str, enum=list(selectors.PERIODS), description="default 24h"),
+            OpenApiParameter("workspace", str, description="one workspace's id"),
+            OpenApiParameter("endpoint", str, description="one endpoint's id (endpoint rows only)"),
+            OpenApiParameter("api_key", int, description="one API key's id (endpoint rows only)"),
+        ],
+        responses={200: UsageSerializer},
+    )
+    def get(self, request: Request) -> Response:
+        params = UsageQuerySerializer(data=request.query_params, context={"user": request.user})
+        params.is_valid(raise_exception=True)
+        return Response(UsageSerializer(usage_report(user=request.user, query=params.query())).data)

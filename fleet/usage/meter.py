@@ -1,0 +1,315 @@
+"""Usage of proxied endpoint requests, noted in process memory and written in batches.
+
+The proxy starts a `RequestUsage` for each request to an endpoint (`start`), hands it the response's head
+(`head`) and body chunks (`feed`) and finishes it when the relay ends (`finish`). Token counts come from
+the response itself:
+
+- a JSON answer (`application/json`): its `usage` object (`prompt_tokens`, `completion_tokens`), read
+  once at the end from the buffered body (at most JSON_BODY_MAX bytes are kept);
+- a stream of server-sent events: the `usage` of its last events, which OpenAI-compatible servers send
+  in a final chunk when asked (`stream_options.include_usage`); without one, each `data:` event that is
+  not `[DONE]` counts as one completion token and the prompt as none. Per chunk the meter only counts
+  `data:` markers and keeps a reference to the last few chunks: nothing is parsed until the end.
+
+A request counts as an error when its answer is a 5xx, never came (status 0), or was cut short (the
+stream broke or the client left mid-response).
+
+Finished requests are added up per (minute, workspace, endpoint, API key) in this process. The first one
+after a flush schedules the next flush USAGE_FLUSH_S later, on a thread (`flush`): one upsert for every
+bucket noted (minute and hour rows, `services.usage_add`), so the proxy's path never writes a row per
+request and never blocks the event loop on the database. A failed write keeps the counts for the next
+flush; at process exit whatever is left is written (`atexit`, and a multiprocessing finalizer for
+uvicorn's worker processes, which exit without running `atexit`).
+
+Other code may follow finished requests (the API-key rate limiter charges tokens): `on_request_metered`
+registers a callback, called on the event loop with (workspace_id, endpoint_id, api_key_id,
+prompt_tokens, completion_tokens); it must be quick and must not raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import json
+import logging
+import multiprocessing.util
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections
+
+from kernel import metrics
+from kernel.asgi_scope import api_key_id
+
+log = logging.getLogger(__name__)
+
+JSON_BODY_MAX = 4 * 1024 * 1024  # a JSON answer longer than this is relayed without reading its usage
+SSE_TAIL_CHUNKS = 3  # the last chunks kept of a stream (the usage chunk, `[DONE]` and what they were cut from)
+_USAGE_KEY = b'"usage"'
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """The endpoint a request was made to, and its workspace."""
+
+    workspace_id: UUID
+    endpoint_id: UUID
+
+
+MeteredCallback = Callable[[UUID, UUID, int | None, int, int], None]
+_callbacks: list[MeteredCallback] = []
+
+# (minute start, workspace, endpoint, API key) → [requests, errors, prompt, completion, ms sum, ms max]
+Key = tuple[int, UUID, UUID, int | None]
+_pending: dict[Key, list[float]] = {}
+_flush_handle: asyncio.TimerHandle | None = None
+_flush_loop: asyncio.AbstractEventLoop | None = None
+
+
+def on_request_metered(callback: MeteredCallback) -> MeteredCallback:
+    """Call `callback(workspace_id, endpoint_id, api_key_id, prompt_tokens, completion_tokens)` after each
+    metered request (usable as a decorator; registering one twice keeps one)."""
+    if callback not in _callbacks:
+        _callbacks.append(callback)
+    return callback
+
+
+def usage_of(body: bytes) -> tuple[int, int] | None:
+    """(prompt_tokens, completion_tokens) of the last `"usage": {...}` object in `body`, else None."""
+    at = body.rfind(_USAGE_KEY)
+    while at >= 0:
+        colon = body.find(b":", at + len(_USAGE_KEY))
+        if colon < 0:
+            return None
+        start = colon + 1
+        while start < len(body) and body[start] in b" \t\r\n":
+            start += 1
+        if body[start : start + 1] == b"{":
+            try:
+                value, _ = _DECODER.raw_decode(body[start:].decode("utf-8", "replace"))
+            except ValueError:
+                value = None
+            if isinstance(value, dict):
+                prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens")
+                if isinstance(prompt, int) and isinstance(completion, int):
+                    return prompt, completion
+        at = body.rfind(_USAGE_KEY, 0, at)  # `"usage": null` of a content chunk: look further back
+    return None
+
+
+class RequestUsage:
+    """What one proxied request used, as its response goes by."""
+
+    __slots__ = ("api_key_id", "cut", "events", "kind", "parts", "size", "started", "status", "subject")
+
+    def __init__(self, subject: Subject, key_id: int | None) -> None:
+        self.subject = subject
+        self.api_key_id = key_id
+        self.started = time.monotonic()
+        self.status = 0
+        self.kind = ""  # "sse", "json" or "" (usage not read)
+        self.parts: collections.deque[bytes] | list[bytes] = []
+        self.size = 0
+        self.events = 0
+        self.cut = False  # the response did not reach the client whole (set by the relay)
+
+    def head(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        """The response's head: its status and content type say how to read the body."""
+        self.status = status
+        for name, value in headers:
+            if name.lower() == b"content-type":
+                media = bytes(value).split(b";", 1)[0].strip().lower()
+                if media == b"text/event-stream":
+                    self.kind = "sse"
+                    self.parts = collections.deque(maxlen=SSE_TAIL_CHUNKS)
+                elif media == b"application/json":
+                    self.kind = "json"
+                break
+
+    def feed(self, data: bytes) -> None:
+        """A chunk of the response body as it goes to the client."""
+        if self.kind == "sse":
+            self.events += data.count(b"data:")
+            self.parts.append(data)
+        elif self.kind == "json":
+            self.size += len(data)
+            if self.size <= JSON_BODY_MAX:
+                self.parts.append(data)
+
+    def tokens(self) -> tuple[int, int]:
+        """(prompt_tokens, completion_tokens) the response reported, or (0, events) counted from a stream."""
+        if not self.kind or not self.parts or (self.kind == "json" and self.size > JSON_BODY_MAX):
+            return 0, 0
+        tail = b"".join(self.parts)
+        found = usage_of(tail)
+        if found is not None:
+            return found
+        if self.kind == "sse":
+            return 0, max(0, self.events - tail.count(b"[DONE]"))
+        return 0, 0
+
+    def finish(self, *, complete: bool) -> None:
+        """The relay ended (`complete`: the whole response reached the client): note the request."""
+        prompt, completion = self.tokens()
+        error = not complete or self.status == 0 or self.status >= 500
+        observe(
+            self.subject,
+            self.api_key_id,
+            error=error,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            seconds=time.monotonic() - self.started,
+        )
+
+
+def start(subject: Subject | None, scope: dict[str, Any]) -> RequestUsage | None:
+    """A `RequestUsage` for a request to `subject`, or None when not metered (no subject, metering off)."""
+    if subject is None or not settings.USAGE_METERING:
+        return None
+    return RequestUsage(subject, api_key_id(scope))
+
+
+def observe(
+    subject: Subject,
+    key_id: int | None,
+    *,
+    error: bool,
+    prompt_tokens: int,
+    completion_tokens: int,
+    seconds: float,
+    now: float | None = None,
+) -> None:
+    """Note one finished request in this process and schedule the flush if none is."""
+    minute = int(now if now is not None else time.time()) // 60 * 60
+    key = (minute, subject.workspace_id, subject.endpoint_id, key_id)
+    counts = _pending.get(key)
+    if counts is None:
+        counts = _pending[key] = [0, 0, 0, 0, 0.0, 0.0]
+    ms = max(seconds, 0.0) * 1000.0
+    counts[0] += 1
+    counts[1] += error
+    counts[2] += prompt_tokens
+    counts[3] += completion_tokens
+    counts[4] += ms
+    if ms > counts[5]:
+        counts[5] = ms
+    for callback in _callbacks:
+        try:
+            callback(subject.workspace_id, subject.endpoint_id, key_id, prompt_tokens, completion_tokens)
+        except Exception:
+            log.exception("usage callback %r failed", callback)
+    _schedule_flush()
+
+
+def _schedule_flush() -> None:
+    global _flush_handle, _flush_loop
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # a sync caller (no loop): write now
+        flush()
+        return
+    if _flush_handle is not None and _flush_loop is loop:
+        return  # one is due on this loop
+    _flush_loop = loop
+    _flush_handle = loop.call_later(settings.USAGE_FLUSH_S, _flush_in_thread, loop)
+
+
+def _flush_in_thread(loop: asyncio.AbstractEventLoop) -> None:
+    global _flush_handle
+    _flush_handle = None
+    loop.run_in_executor(None, _flush_and_release)
+
+
+def _flush_and_release() -> None:
+    try:
+        flush()
+    except Exception:  # (on a thread nobody waits for: say so rather than lose it silently)
+        log.exception("usage flush failed")
+    finally:
+        close_old_connections()  # this thread's connection, as channels' database_sync_to_async does
+
+
+def flush() -> int:
+    """Write every noted bucket with one upsert (minute and hour rows); returns how many buckets it wrote.
+
+    When the database refuses, the counts go back to memory for the next flush (nothing is lost).
+    """
+    from fleet.usage import services  # (loaded at first use: the proxy imports this module early)
+
+    taken = list(_pending.items())
+    for key, _ in taken:
+        _pending.pop(key, None)
+    if not taken:
+        return 0
+    rows: list[services.Rollup] = []
+    for (minute, workspace_id, endpoint_id, key_id), (requests, errors, prompt, completion, ms_sum, ms_max) in taken:
+        counters = {
+            "requests": int(requests),
+            "errors": int(errors),
+            "prompt_tokens": int(prompt),
+            "completion_tokens": int(completion),
+            "latency_ms_sum": round(ms_sum, 3),
+            "latency_ms_max": round(ms_max, 3),
+        }
+        for granularity, start in (("minute", minute), ("hour", minute // 3600 * 3600)):
+            rows.append(
+                services.Rollup(
+                    granularity=granularity,
+                    bucket_start=datetime.fromtimestamp(start, UTC),
+                    workspace_id=workspace_id,
+                    subject_kind="endpoint",
+                    subject_id=endpoint_id,
+                    api_key_id=key_id,
+                    **counters,
+                )
+            )
+    try:
+        services.usage_add(rows=rows)
+    except DatabaseError:
+        log.exception("usage flush failed; %d buckets kept for the next one", len(taken))
+        for key, counts in taken:
+            _merge(key, counts)
+        return 0
+    for (_, workspace_id, endpoint_id, _), (requests, errors, prompt, completion, _, _) in taken:
+        metrics.count_endpoint_usage(str(workspace_id), str(endpoint_id), requests, errors, prompt, completion)
+    return len(taken)
+
+
+def discard() -> None:
+    """Forget what was noted and not written (tests: nothing of one leaks into the next)."""
+    global _flush_handle
+    _pending.clear()
+    if _flush_handle is not None:
+        _flush_handle.cancel()
+        _flush_handle = None
+
+
+def _merge(key: Key, counts: list[float]) -> None:
+    mine = _pending.get(key)
+    if mine is None:
+        _pending[key] = counts
+        return
+    for i in range(5):
+        mine[i] += counts[i]
+    mine[5] = max(mine[5], counts[5])
+
+
+def _flush_at_exit() -> None:
+    if not _pending:
+        return
+    try:
+        flush()
+    except Exception:  # the process is ending: say so, never raise
+        log.exception("usage flush at exit failed")
+
+
+atexit.register(_flush_at_exit)
+# uvicorn's workers are multiprocessing children, which leave with os._exit (no atexit): its finalizers run
+multiprocessing.util.Finalize(None, _flush_at_exit, exitpriority=10)

@@ -1,0 +1,130 @@
+"""Usage writes: the proxy's batched additions and the minute's sampling of node, GPU and container time."""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass, fields
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Count, Q, Sum
+
+from fleet.models import Node, NodeStatus
+from fleet.usage.models import Granularity, SubjectKind, UsageRollup
+from fleet.workloads.models import Container, ContainerStatus
+
+TABLE = UsageRollup._meta.db_table
+KEY_COLUMNS = ("granularity", "bucket_start", "workspace_id", "subject_kind", "subject_id", "api_key_id")
+ADDED = ("requests", "errors", "prompt_tokens", "completion_tokens", "latency_ms_sum")
+SAMPLED = ("node_seconds", "gpu_seconds", "container_seconds")
+
+
+@dataclass(frozen=True, slots=True)
+class Rollup:
+    """One bucket's counters for one subject, as written (see `UsageRollup`)."""
+
+    granularity: str
+    bucket_start: datetime
+    workspace_id: UUID
+    subject_kind: str
+    subject_id: UUID
+    api_key_id: int | None = None
+    requests: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms_sum: float = 0.0
+    latency_ms_max: float = 0.0
+    node_seconds: int = 0
+    gpu_seconds: int = 0
+    container_seconds: int = 0
+
+
+COLUMNS = tuple(f.name for f in fields(Rollup))
+
+
+def _upsert(rows: list[Rollup], assignments: str) -> None:
+    placeholders = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
+    sql = (
+        f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES {', '.join([placeholders] * len(rows))} "
+        f"ON CONFLICT ({', '.join(KEY_COLUMNS)}) DO UPDATE SET {assignments}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [value for row in rows for value in astuple(row)])
+
+
+def usage_add(*, rows: list[Rollup]) -> None:
+    """Add `rows` to their buckets in one statement (rows that do not exist yet are made).
+
+    No two rows may share a bucket key (the caller adds them up first): one upsert touches a row once.
+    """
+    if not rows:
+        return
+    added = [f"{c} = {TABLE}.{c} + EXCLUDED.{c}" for c in ADDED]
+    added.append(f"latency_ms_max = GREATEST({TABLE}.latency_ms_max, EXCLUDED.latency_ms_max)")
+    _upsert(rows, ", ".join(added))
+
+
+def usage_sample(*, now: datetime | None = None) -> int:
+    """Credit each cluster with the node, GPU and container seconds of the minute that just ended.
+
+    A node counts when it is not offline, its tunnel is connected and its last heartbeat is fresher than
+    NODE_OFFLINE_AFTER_S (so no write per heartbeat is needed); a container when it is running on such a
+    node. The minute's row is *set*, and its hour row recomputed from its minutes, so a second run for the
+    same minute changes nothing. Also drops minute rows older than USAGE_MINUTE_RETENTION_DAYS.
+    Returns how many clusters were credited.
+    """
+    now = now or datetime.now(UTC)
+    minute = now.replace(second=0, microsecond=0) - timedelta(minutes=1)
+    hour = minute.replace(minute=0)
+    fresh_since = now - timedelta(seconds=settings.NODE_OFFLINE_AFTER_S)
+    live = Q(connected=True, last_heartbeat_at__gte=fresh_since) & ~Q(status=NodeStatus.OFFLINE)
+    nodes = (
+        Node.objects.filter(live)
+        .values("cluster_id", "cluster__workspace_id")
+        .annotate(nodes=Count("id"), gpus=Sum("gpu_count"))
+    )
+    running = dict(
+        Container.objects.filter(status=ContainerStatus.RUNNING, node__in=Node.objects.filter(live))
+        .values_list("cluster_id")
+        .annotate(n=Count("id"))
+    )
+    rows = [
+        Rollup(
+            granularity=Granularity.MINUTE,
+            bucket_start=minute,
+            workspace_id=n["cluster__workspace_id"],
+            subject_kind=SubjectKind.CLUSTER,
+            subject_id=n["cluster_id"],
+            node_seconds=60 * n["nodes"],
+            gpu_seconds=60 * (n["gpus"] or 0),
+            container_seconds=60 * running.get(n["cluster_id"], 0),
+        )
+        for n in nodes
+    ]
+    with transaction.atomic():
+        if rows:
+            _upsert(rows, ", ".join(f"{c} = EXCLUDED.{c}" for c in SAMPLED))
+            _recompute_hour(hour)
+        UsageRollup.objects.filter(
+            granularity=Granularity.MINUTE,
+            bucket_start__lt=now - timedelta(days=settings.USAGE_MINUTE_RETENTION_DAYS),
+        ).delete()
+    return len(rows)
+
+
+def _recompute_hour(hour: datetime) -> None:
+    """Set the sampled seconds of the clusters' hour rows of `hour` to the sum of their minute rows."""
+    sums = ", ".join(f"SUM({c})" for c in SAMPLED)
+    others = ", ".join("0" for _ in ADDED) + ", 0"  # the request counters and latency_ms_max
+    sql = (
+        f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) "
+        f"SELECT %s, %s, workspace_id, subject_kind, subject_id, NULL, {others}, {sums} FROM {TABLE} "
+        f"WHERE granularity = %s AND subject_kind = %s AND bucket_start >= %s AND bucket_start < %s "
+        f"GROUP BY workspace_id, subject_kind, subject_id "
+        f"ON CONFLICT ({', '.join(KEY_COLUMNS)}) DO UPDATE SET " + ", ".join(f"{c} = EXCLUDED.{c}" for c in SAMPLED)
+    )
+    params = [Granularity.HOUR, hour, Granularity.MINUTE, SubjectKind.CLUSTER, hour, hour + timedelta(hours=1)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)

@@ -1,0 +1,131 @@
+"""The Usage page (htmx: the filters swap the report in place; it refreshes every minute) and its CSV export."""
+
+from __future__ import annotations
+
+import csv
+import json
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import render
+
+from cleverthis.tenancy.selectors import workspace_list
+from fleet.usage import selectors
+from fleet.usage.api import UsageQuerySerializer, usage_report
+
+CSV_COLUMNS = (
+    "bucket_start",
+    "granularity",
+    "workspace_id",
+    "subject_kind",
+    "subject_id",
+    "api_key_id",
+    "requests",
+    "errors",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_ms_sum",
+    "latency_ms_max",
+    "node_seconds",
+    "gpu_seconds",
+    "container_seconds",
+)
+
+
+def _params(request: HttpRequest) -> UsageQuerySerializer:
+    given = {k: v for k, v in request.GET.items() if v != ""}
+    params = UsageQuerySerializer(data=given, context={"user": request.user})
+    params.is_valid()
+    return params
+
+
+def _chart(key: str, title: str, series: dict[str, list[float]], labels: dict[str, str], unit: str = "") -> dict:
+    """One chart `static/js/charts.js` draws, with its summary as the text alternative."""
+    totals = ", ".join(f"{labels[n]} {sum(v for v in values if v):g}{unit}" for n, values in series.items())
+    spec = {"series": series, "labels": labels, "unit": unit, "max": None, "window": "period"}
+    return {"key": key, "title": title, "spec": json.dumps(spec), "summary": f"In the period: {totals}."}
+
+
+def _charts(report: dict[str, Any]) -> list[dict]:
+    series = report["series"]
+
+    # minute buckets hold at most a minute of each node: drawn in minutes, hour buckets in hours
+    unit, scale = ("minute", 60.0) if report["granularity"] == "minute" else ("hour", 3600.0)
+
+    def measure(name: str, scale: float = 1.0) -> list[float]:
+        return [round((b[name] or 0) / scale, 3) for b in series]
+
+    return [
+        _chart(
+            "requests",
+            f"Requests per {report['granularity']}",
+            {"requests": measure("requests"), "errors": measure("errors")},
+            {"requests": "Requests", "errors": "Errors"},
+        ),
+        _chart(
+            "tokens",
+            f"Tokens per {report['granularity']}",
+            {"prompt": measure("prompt_tokens"), "completion": measure("completion_tokens")},
+            {"prompt": "Prompt tokens", "completion": "Completion tokens"},
+        ),
+        _chart(
+            "hours",
+            f"Node, GPU and container {unit}s per {report['granularity']}",
+            {
+                "nodes": measure("node_seconds", scale),
+                "gpu": measure("gpu_seconds", scale),
+                "containers": measure("container_seconds", scale),
+            },
+            {"nodes": f"Node-{unit}s", "gpu": f"GPU-{unit}s", "containers": f"Container-{unit}s"},
+            unit=" min" if unit == "minute" else " h",
+        ),
+    ]
+
+
+@login_required
+def usage_page(request: HttpRequest) -> HttpResponse:
+    """Usage of the user's workspaces over a period, filtered by workspace, endpoint or API key."""
+    params = _params(request)
+    context: dict[str, Any] = {
+        "periods": [(key, label) for key, (label, _, _) in selectors.PERIODS.items()],
+        "workspaces": workspace_list(user=request.user).order_by("name"),
+        "endpoints": selectors.usage_endpoints(user=request.user).select_related("cluster"),
+        "filters": {k: v for k, v in request.GET.items() if v != ""},
+        "errors": params.errors,
+        "query_string": request.GET.urlencode(),
+    }
+    status = 400 if params.errors else 200
+    if not params.errors:
+        report = usage_report(user=request.user, query=params.query())
+        context |= {"report": report, "charts": _charts(report), "period_label": selectors.PERIODS[report["period"]][0]}
+    template = "usage/_report.html" if request.htmx else "usage/usage.html"
+    return render(request, template, context, status=status)
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+@login_required
+def usage_csv(request: HttpRequest) -> HttpResponse:
+    """Every rollup of the period and filters, one CSV line each (streamed)."""
+    params = _params(request)
+    if params.errors:
+        lines = [f"{field}: {' '.join(str(m) for m in messages)}" for field, messages in params.errors.items()]
+        return HttpResponse("\n".join(lines) + "\n", status=400, content_type="text/plain; charset=utf-8")
+    query = params.query()
+    rows = selectors.usage_export_rows(rows=selectors.usage_rollups(user=request.user, query=query))
+    writer = csv.writer(_Echo())
+
+    def lines():
+        yield writer.writerow(CSV_COLUMNS)
+        for values in rows.values_list(*CSV_COLUMNS).iterator(chunk_size=2000):
+            yield writer.writerow(
+                ["" if v is None else (v.isoformat() if hasattr(v, "isoformat") else v) for v in values]
+            )
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="usage-{query.period}.csv"'
+    return response
