@@ -136,7 +136,7 @@ def test_endpoint_refuses_anonymous_and_unknown(control_plane, running_endpoint)
     on_origin = {"Host": endpoint.hostname}
     anonymous = requests.get(url, headers=on_origin, timeout=30)
     assert anonymous.status_code == 401
-    assert "API token" in anonymous.text
+    assert "needs an API key" in anonymous.text
     unknown = requests.get(url, headers={"Host": f"endpoint-000000000000.{settings.ENDPOINT_DOMAIN}"}, timeout=30)
     assert unknown.status_code == 404
     # made public by another process: the web server sees it once its cached route expires (PROXY_ROUTE_CACHE_S)
