@@ -26,7 +26,9 @@ SCHEDULING_COMMANDS = frozenset(
 )
 # Commands admitted against the workspace's quotas (by the apps that follow `commands_queued` or queue them):
 # the quota row is locked before the node row, so admissions and node locks never wait in a circle.
-ADMITTED_COMMANDS = frozenset({"container.create", "endpoint.start", "ray.head.start", "ray.worker.start"})
+ADMITTED_COMMANDS = frozenset(
+    {"container.create", "container.start", "endpoint.start", "ray.head.start", "ray.worker.start"}
+)
 # For each status, the statuses a command may reach it from (`command_transition`, `command_record_reports`).
 COMMAND_MOVES: dict[str, frozenset[str]] = {
     CommandStatus.DISPATCHED: frozenset({CommandStatus.QUEUED}),

@@ -23,6 +23,7 @@ from fleet.workloads.services import (
     container_record_ref_outcome,
     containers_reconcile,
     containers_record_queued,
+    containers_record_start_queued,
     endpoint_record_acked,
     endpoint_record_command_outcome,
     endpoint_record_start_commands,
@@ -59,10 +60,13 @@ def _on_drain_requested(sender: object, node: Node, **kwargs: object) -> None:
 
 
 def _on_commands_queued(sender: object, commands: list[Command], **kwargs: object) -> None:
-    """Inside the queueing transaction: container.create and endpoint.start are admitted against the
-    workspace's quotas and get their rows (a refusal rolls the queueing back)."""
+    """Inside the queueing transaction: container.create, container.start of a container that holds no
+    quota and endpoint.start are admitted against the workspace's quotas and get or mark their rows (a
+    refusal rolls the queueing back)."""
     if commands and commands[0].command_type == CommandType.CONTAINER_CREATE:
         containers_record_queued(commands=commands)
+    elif commands and commands[0].command_type == CommandType.CONTAINER_START:
+        containers_record_start_queued(commands=commands)
     elif commands and commands[0].command_type == CommandType.ENDPOINT_START:
         endpoint_record_start_commands(commands=commands)
 

@@ -17,6 +17,7 @@ from fleet.workloads.services.containers import (
     container_record_ref_outcome,
     containers_reconcile,
     containers_record_queued,
+    containers_record_start_queued,
 )
 from fleet.workloads.services.endpoints import (
     REVISION_RE,
@@ -51,6 +52,7 @@ __all__ = [
     "container_record_ref_outcome",
     "containers_reconcile",
     "containers_record_queued",
+    "containers_record_start_queued",
     "endpoint_create",
     "endpoint_record_acked",
     "endpoint_record_command_outcome",

@@ -144,6 +144,31 @@ def containers_record_queued(*, commands: list[Command]) -> list[Container]:
     return Container.objects.bulk_create(rows)
 
 
+def containers_record_start_queued(*, commands: list[Command]) -> list[Container]:
+    """container.start queued, inside the queueing transaction: each container that does not occupy its node
+    (created, exited, stopped) is admitted against the workspace's quotas again with what its create asked
+    (`QuotaExceeded` rolls the queueing back) and counts from now on (`pending` until the start's outcome),
+    so concurrent starts cannot pass a limit together. Returns the rows admitted."""
+    rows = [
+        row
+        for row in (_container_for_ref(c) for c in commands)
+        if row is not None and row.status not in ContainerStatus.active()
+    ]
+    if not rows:
+        return []
+    ask: dict[str, float] = {}
+    for row in rows:
+        for name, amount in container_ask(row.spec or {}).items():
+            ask[name] = ask.get(name, 0) + amount
+    admit(workspace_id=commands[0].cluster.workspace_id, ask=ask)
+    for row in rows:
+        row.status = ContainerStatus.PENDING
+        row.save(update_fields=["status", "updated_at"])
+    for node_id in {row.node_id for row in rows}:
+        Node.objects.filter(pk=node_id).update(containers_count=_active_count(node_id))
+    return rows
+
+
 def container_record_created(*, command: Command) -> Container | None:
     """A container.create succeeded: the row (created at dispatch, or now) gets the agent's container id."""
     if command.command_type != CommandType.CONTAINER_CREATE or command.status != CommandStatus.SUCCEEDED:
@@ -252,6 +277,8 @@ def container_record_ref_outcome(*, command: Command) -> Container | None:
                 row.stop_command = None  # the drain will try again
             if row.status == ContainerStatus.STOPPING:
                 row.status = ContainerStatus.RUNNING
+            elif command.command_type == CommandType.CONTAINER_START and row.status == ContainerStatus.PENDING:
+                row.status = ContainerStatus.EXITED  # not started: it frees its quota (the inventory corrects it)
             row.error_code = command.error_code
             row.error_message = command.error_message
             node_event_record_failure(

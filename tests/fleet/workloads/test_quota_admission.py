@@ -96,6 +96,41 @@ def test_finished_and_failed_containers_free_their_quota(owner, workspace, node)
     create(owner, node, "c")  # the failed one holds nothing
 
 
+def ref_command(owner, node, command_type: str, name: str) -> Command:
+    (command,) = services.command_dispatch(
+        actor=owner, cluster=node.cluster, command_type=command_type, payload={"container": name}, node=node
+    )
+    return command
+
+
+def test_starting_a_stopped_container_is_admitted_again(owner, workspace, node):
+    limit(owner, workspace, containers=1, memory_gib=1)
+    (command,) = create(owner, node, "a", memory_mb=1024)
+    agent_side.result(command, container_id="cid-a")
+    agent_side.result(ref_command(owner, node, "container.stop", "a"))
+    a = Container.objects.get(name="a")
+    assert a.status == ContainerStatus.STOPPED  # holds no quota now
+    (b,) = create(owner, node, "b", memory_mb=1024)
+    with pytest.raises(QuotaExceeded) as refused:
+        ref_command(owner, node, "container.start", "a")
+    assert (refused.value.quota, refused.value.in_use, refused.value.asked) == ("memory_gib", 1.0, 1.0)
+    assert not Command.objects.filter(command_type="container.start").exists()
+    services.command_record_error(node=node, command_id=b.pk, code="internal", message="no")  # b frees its place
+    start = ref_command(owner, node, "container.start", "a")
+    a.refresh_from_db()
+    assert a.status == ContainerStatus.PENDING  # counted from queueing on
+    with pytest.raises(QuotaExceeded):
+        create(owner, node, "c")
+    services.command_record_error(node=node, command_id=start.pk, code="internal", message="no")
+    a.refresh_from_db()
+    assert a.status == ContainerStatus.EXITED  # a start that failed frees the quota again
+    again = ref_command(owner, node, "container.start", "a")
+    agent_side.result(again, container_id="cid-a")
+    a.refresh_from_db()
+    assert a.status == ContainerStatus.RUNNING
+    agent_side.result(ref_command(owner, node, "container.start", "a"), container_id="cid-a")  # running: no ask
+
+
 def test_api_refusal_is_a_409_naming_quota_limit_in_use_and_asked(owner, workspace, node, api_client_for):
     limit(owner, workspace, gpus=1)
     api = api_client_for(owner)
