@@ -23,6 +23,7 @@ class Migration(migrations.Migration):
                 ('api_key_id', models.BigIntegerField(blank=True, null=True)),
                 ('requests', models.BigIntegerField(default=0)),
                 ('errors', models.BigIntegerField(default=0)),
+                ('rate_limited', models.BigIntegerField(default=0)),
                 ('prompt_tokens', models.BigIntegerField(default=0)),
                 ('completion_tokens', models.BigIntegerField(default=0)),
                 ('latency_ms_sum', models.FloatField(default=0.0)),

@@ -251,6 +251,8 @@ async def resolve_endpoint(scope: dict[str, Any]) -> Answer | None:
     if isinstance(answer, ProxyTarget) and use is not None:
         refusal = await rate_limits.admit(*use)
         if refusal is not None:
+            if answer.usage is not None:
+                usage_meter.observe_rate_limited(answer.usage, use[0])
             return _too_many(refusal)
         if api_keys.last_use_due(use[0]):
             await database_sync_to_async(api_keys.record_last_use)(use[0], key_access.client_ip(scope))

@@ -52,6 +52,7 @@ class UsageQuerySerializer(serializers.Serializer):
 class _Counters(serializers.Serializer):
     requests = serializers.IntegerField()
     errors = serializers.IntegerField()
+    rate_limited = serializers.IntegerField(help_text="Requests refused 429 by an API key's rate limit.")
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
     latency_ms_mean = serializers.FloatField(allow_null=True, help_text="Mean request duration (to the end).")
@@ -70,6 +71,7 @@ class UsageSubjectSerializer(_Counters):
     subject_id = serializers.UUIDField()
     name = serializers.CharField()
     api_key_id = serializers.IntegerField(allow_null=True, help_text="The API key of the requests (null: none).")
+    api_key_name = serializers.CharField(help_text='Its name and public prefix ("" for none).')
 
 
 class UsageSerializer(serializers.Serializer):

@@ -66,7 +66,8 @@ class Subject:
 MeteredCallback = Callable[[UUID, UUID, int | None, int, int], None]
 _callbacks: list[MeteredCallback] = []
 
-# (minute start, workspace, endpoint, API key) → [requests, errors, prompt, completion, ms sum, ms max]
+# (minute start, workspace, endpoint, API key) → [requests, errors, prompt, completion, ms sum, ms max,
+# rate-limited]
 Key = tuple[int, UUID, UUID, int | None]
 _pending: dict[Key, list[float]] = {}
 _flush_handle: asyncio.TimerHandle | None = None
@@ -191,7 +192,7 @@ def observe(
     key = (minute, subject.workspace_id, subject.endpoint_id, key_id)
     counts = _pending.get(key)
     if counts is None:
-        counts = _pending[key] = [0, 0, 0, 0, 0.0, 0.0]
+        counts = _pending[key] = [0, 0, 0, 0, 0.0, 0.0, 0]
     ms = max(seconds, 0.0) * 1000.0
     counts[0] += 1
     counts[1] += error
@@ -205,6 +206,19 @@ def observe(
             callback(subject.workspace_id, subject.endpoint_id, key_id, prompt_tokens, completion_tokens)
         except Exception:
             log.exception("usage callback %r failed", callback)
+    _schedule_flush()
+
+
+def observe_rate_limited(subject: Subject, key_id: int, *, now: float | None = None) -> None:
+    """Note one request an API key's rate limit refused (429): counted apart from the requests served."""
+    if not settings.USAGE_METERING:
+        return
+    minute = int(now if now is not None else time.time()) // 60 * 60
+    key = (minute, subject.workspace_id, subject.endpoint_id, key_id)
+    counts = _pending.get(key)
+    if counts is None:
+        counts = _pending[key] = [0, 0, 0, 0, 0.0, 0.0, 0]
+    counts[6] += 1
     _schedule_flush()
 
 
@@ -249,10 +263,12 @@ def flush() -> int:
     if not taken:
         return 0
     rows: list[services.Rollup] = []
-    for (minute, workspace_id, endpoint_id, key_id), (requests, errors, prompt, completion, ms_sum, ms_max) in taken:
+    for (minute, workspace_id, endpoint_id, key_id), counts in taken:
+        requests, errors, prompt, completion, ms_sum, ms_max, limited = counts
         counters = {
             "requests": int(requests),
             "errors": int(errors),
+            "rate_limited": int(limited),
             "prompt_tokens": int(prompt),
             "completion_tokens": int(completion),
             "latency_ms_sum": round(ms_sum, 3),
@@ -277,7 +293,7 @@ def flush() -> int:
         for key, counts in taken:
             _merge(key, counts)
         return 0
-    for (_, workspace_id, endpoint_id, _), (requests, errors, prompt, completion, _, _) in taken:
+    for (_, workspace_id, endpoint_id, _), (requests, errors, prompt, completion, *_) in taken:
         metrics.count_endpoint_usage(str(workspace_id), str(endpoint_id), requests, errors, prompt, completion)
     return len(taken)
 
@@ -296,8 +312,9 @@ def _merge(key: Key, counts: list[float]) -> None:
     if mine is None:
         _pending[key] = counts
         return
-    for i in range(5):
+    for i in (0, 1, 2, 3, 4, 6):
         mine[i] += counts[i]
+    mine[5] = max(mine[5], counts[5])
     mine[5] = max(mine[5], counts[5])
 
 

@@ -39,6 +39,7 @@ class UsageRollup(models.Model):
     api_key_id = models.BigIntegerField(null=True, blank=True)
     requests = models.BigIntegerField(default=0)
     errors = models.BigIntegerField(default=0)  # 5xx, no answer, or a response cut short
+    rate_limited = models.BigIntegerField(default=0)  # refused 429 by an API key's rate limit (not in requests)
     prompt_tokens = models.BigIntegerField(default=0)
     completion_tokens = models.BigIntegerField(default=0)
     latency_ms_sum = models.FloatField(default=0.0)  # request to the response's end, summed over `requests`

@@ -11,6 +11,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import Max, QuerySet, Sum
 
+from cleverthis.tenancy.models import ApiKey
 from cleverthis.tenancy.selectors import workspace_ids
 from fleet.models import ComputeCluster
 from fleet.usage.models import Granularity, SubjectKind, UsageRollup
@@ -28,6 +29,7 @@ PERIODS: dict[str, tuple[str, timedelta, str]] = {
 COUNTERS = (
     "requests",
     "errors",
+    "rate_limited",
     "prompt_tokens",
     "completion_tokens",
     "latency_ms_sum",
@@ -124,8 +126,12 @@ def usage_by_subject(*, rows: QuerySet[UsageRollup]) -> list[dict[str, Any]]:
     ids = {r["subject_id"] for r in grouped}
     names: dict[UUID, str] = {e.pk: f"endpoint-{e.slug} ({e.model_id})" for e in Endpoint.objects.filter(pk__in=ids)}
     names |= {c.pk: c.name for c in ComputeCluster.objects.filter(pk__in=ids)}
+    key_ids = {r["api_key_id"] for r in grouped if r["api_key_id"] is not None}
+    keys = {k.pk: f"{k.name} ({k.display})" for k in ApiKey.objects.filter(pk__in=key_ids)}
     for row in grouped:
         row["name"] = names.get(row["subject_id"], f"deleted {row['subject_kind']} {str(row['subject_id'])[:8]}")
+        key_id = row["api_key_id"]
+        row["api_key_name"] = "" if key_id is None else keys.get(key_id, f"deleted key {key_id}")
         _derived(row)
     grouped.sort(key=lambda r: (r["subject_kind"] != SubjectKind.ENDPOINT, -(r["requests"] or 0), r["name"]))
     return grouped

@@ -16,7 +16,7 @@ from fleet.workloads.models import Container, ContainerStatus
 
 TABLE = UsageRollup._meta.db_table
 KEY_COLUMNS = ("granularity", "bucket_start", "workspace_id", "subject_kind", "subject_id", "api_key_id")
-ADDED = ("requests", "errors", "prompt_tokens", "completion_tokens", "latency_ms_sum")
+ADDED = ("requests", "errors", "rate_limited", "prompt_tokens", "completion_tokens", "latency_ms_sum")
 SAMPLED = ("node_seconds", "gpu_seconds", "container_seconds")
 
 
@@ -39,6 +39,7 @@ class Rollup:
     node_seconds: int = 0
     gpu_seconds: int = 0
     container_seconds: int = 0
+    rate_limited: int = 0  # (last: rows are also built positionally)
 
 
 COLUMNS = tuple(f.name for f in fields(Rollup))
@@ -116,11 +117,12 @@ def usage_sample(*, now: datetime | None = None) -> int:
 
 def _recompute_hour(hour: datetime) -> None:
     """Set the sampled seconds of the clusters' hour rows of `hour` to the sum of their minute rows."""
-    sums = ", ".join(f"SUM({c})" for c in SAMPLED)
-    others = ", ".join("0" for _ in ADDED) + ", 0"  # the request counters and latency_ms_max
+    taken = {"granularity": "%s", "bucket_start": "%s", "api_key_id": "NULL"}
+    taken |= {c: c for c in ("workspace_id", "subject_kind", "subject_id")} | {c: f"SUM({c})" for c in SAMPLED}
+    selected = ", ".join(taken.get(c, "0") for c in COLUMNS)  # the request counters: 0
     sql = (
         f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) "
-        f"SELECT %s, %s, workspace_id, subject_kind, subject_id, NULL, {others}, {sums} FROM {TABLE} "
+        f"SELECT {selected} FROM {TABLE} "
         f"WHERE granularity = %s AND subject_kind = %s AND bucket_start >= %s AND bucket_start < %s "
         f"GROUP BY workspace_id, subject_kind, subject_id "
         f"ON CONFLICT ({', '.join(KEY_COLUMNS)}) DO UPDATE SET " + ", ".join(f"{c} = EXCLUDED.{c}" for c in SAMPLED)

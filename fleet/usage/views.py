@@ -23,6 +23,7 @@ CSV_COLUMNS = (
     "api_key_id",
     "requests",
     "errors",
+    "rate_limited",
     "prompt_tokens",
     "completion_tokens",
     "latency_ms_sum",

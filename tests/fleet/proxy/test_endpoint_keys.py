@@ -17,6 +17,7 @@ from fleet import origin_names
 from fleet.proxy import endpoint_routes, rate_limits
 from fleet.proxy.relay import ProxyRefusal, ProxyTarget
 from fleet.usage import meter as usage_meter
+from fleet.usage.models import UsageRollup
 from fleet.workloads import services as workload_services
 from fleet.workloads.models import Endpoint, EndpointStatus
 from kernel.asgi_scope import API_KEY_ID_SCOPE_KEY
@@ -120,6 +121,10 @@ def test_requests_over_the_key_limit_get_429_with_retry_after(fresh_window, endp
     assert json.loads(refused.message)["error"]["limit"] == "requests_per_minute"
     assert API_KEY_RATE_LIMITED.labels("requests")._value.get() == before + 1
     assert isinstance(resolve(scope(endpoint, key(owner, workspace))), ProxyTarget)  # other keys unaffected
+    # the refusal is in the key's usage (apart from the requests served)
+    usage_meter.flush()
+    row = UsageRollup.objects.get(granularity="minute", subject_id=endpoint.pk, api_key_id=ApiKey.objects.last().pk)
+    assert (row.rate_limited, row.requests) == (1, 0)
 
 
 def test_the_endpoint_default_limits_each_key(fresh_window, endpoint, owner, workspace):
