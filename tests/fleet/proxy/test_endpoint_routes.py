@@ -10,9 +10,11 @@ from rest_framework.authtoken.models import Token
 from fleet import origin_names
 from fleet.models import NodeStatus
 from fleet.proxy import endpoint_routes
+from fleet.proxy.balancer import Upstream
 from fleet.proxy.relay import ProxyRefusal, ProxyTarget
 from fleet.workloads.models import Endpoint, EndpointStatus
 from kernel import timeseries
+from tests.support.endpoints import endpoint_row
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +28,7 @@ def _empty_route_cache():
 
 @pytest.fixture
 def endpoint(cluster, node) -> Endpoint:
-    return Endpoint.objects.create(
+    return endpoint_row(
         cluster=cluster, node=node, model_id="org/m", status=EndpointStatus.RUNNING, port=8123, public=True
     )
 
@@ -52,6 +54,7 @@ def test_a_cached_public_route_costs_no_query(endpoint, node, django_assert_num_
         path="/v1/models?a=1",
         node_online=True,
         meter=timeseries.workspace_series(endpoint.cluster.workspace_id),  # its requests count there
+        replicas=(Upstream(endpoint.slug, node.pk, 8123),),  # balanced over its running replica(s)
     )
     with django_assert_num_queries(0):
         assert decide(scope(endpoint.slug)) == first
@@ -99,7 +102,7 @@ def test_a_change_made_elsewhere_is_seen_once_the_route_expires(endpoint, settin
 def test_zero_turns_the_cache_off(endpoint, settings, django_assert_num_queries):
     settings.PROXY_ROUTE_CACHE_S = 0
     decide(scope(endpoint.slug))
-    with django_assert_num_queries(1):
+    with django_assert_num_queries(2):  # the endpoint, its running replicas
         decide(scope(endpoint.slug))
 
 
