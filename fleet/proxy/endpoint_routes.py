@@ -12,7 +12,7 @@ made with the origin cookie must come from this very origin (`fleet.proxy.origin
 
 An endpoint's requests are balanced over its running replicas on nodes that are not offline: each goes
 to the one with the fewest requests in flight from this process, and a connect failure is tried once on
-another replica (`fleet.proxy.balancer`, `relay.proxy_http`).
+another replica (`kernel.balancer`, `relay.proxy_http`).
 
 Where an endpoint leads (its replicas' nodes and ports, its status and whether it is public) is kept in
 process memory for `PROXY_ROUTE_CACHE_S` (default 2 s), so a stream of requests to one endpoint costs no database query
@@ -46,10 +46,10 @@ from cleverthis.tenancy.permissions import can_view
 from fleet import origin_names
 from fleet.models import Node, NodeStatus
 from fleet.proxy import origins
-from fleet.proxy.balancer import Upstream
 from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from kernel import timeseries
+from kernel.balancer import Upstream
 
 PATH_FORM = re.compile(r"^/endpoints/(?P<slug>[0-9a-f]{12})(?P<rest>/.*)?$")
 UNAUTHENTICATED = (

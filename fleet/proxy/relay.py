@@ -35,9 +35,10 @@ from websockets.protocol import State
 from websockets.uri import parse_uri
 
 from cleverthis.tenancy.asgi_auth import user_from_scope
-from fleet.proxy import balancer, origin_guard, origins, request_meter
+from fleet.proxy import origin_guard, origins, request_meter
 from fleet.proxy.streams import FIRST_BYTES_MAX, StreamUnavailable, TunnelStream
 from fleet.proxy.write_pressure import WritePressure
+from kernel import balancer
 from kernel.asgi_scope import header
 
 log = logging.getLogger("fleet.proxy")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -25,8 +25,9 @@ from fleet.models import ComputeCluster, Node
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
 from fleet.workloads.filters import CONTAINER_FILTERS, ENDPOINT_FILTERS, MODEL_LOCATION_FILTERS
-from fleet.workloads.models import Container, Endpoint, NodeModel
+from fleet.workloads.models import Container, Endpoint, EndpointReplica, NodeModel
 from fleet.workloads.services import PlacementError
+from kernel import balancer
 from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
 
 # --------------------------------------------------------------------------------------------------
@@ -91,10 +92,30 @@ class ModelLocationSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class EndpointReplicaSerializer(serializers.ModelSerializer):
+    """One replica of an endpoint: its server on a node, and the requests in flight to it through the web
+    process answering (each process balances, and counts, its own requests)."""
+
+    node_name = serializers.CharField(source="node.name", read_only=True, default=None)
+    in_flight = serializers.SerializerMethodField()
+
+    class Meta:
+        model = EndpointReplica
+        fields = ["id", "server_id", "node", "node_name", "status", "port", "failure_code", "failure_message"]
+        fields += ["in_flight", "created_at", "updated_at"]
+        read_only_fields = fields
+
+    def get_in_flight(self, obj: EndpointReplica) -> int:
+        return balancer.outstanding(obj.server_id)
+
+
 class EndpointSerializer(serializers.ModelSerializer):
-    """An inference endpoint, its public URL, and on failure the agent's code with `error_help`."""
+    """An inference endpoint, its public URL, its replicas, and on failure the agent's code with `error_help`.
+
+    `status`, `node` and `port` summarise the replicas (the first running one's node and port)."""
 
     url = serializers.CharField(read_only=True)
+    replicas = EndpointReplicaSerializer(many=True, read_only=True)
     node_name = serializers.CharField(source="node.name", read_only=True, default=None)
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
     error_help = serializers.SerializerMethodField()
@@ -115,6 +136,9 @@ class EndpointSerializer(serializers.ModelSerializer):
             "status",
             "port",
             "public",
+            "min_replicas",
+            "max_replicas",
+            "replicas",
             "failure_code",
             "failure_message",
             "error_help",
@@ -140,6 +164,12 @@ class EndpointCreateSerializer(serializers.Serializer):
     gpus = serializers.IntegerField(min_value=0, max_value=64, required=False, default=0)
     min_vram_mb = serializers.IntegerField(min_value=0, max_value=16 * 1024 * 1024, required=False, default=0)
     public = serializers.BooleanField(required=False, default=False)
+    min_replicas = serializers.IntegerField(
+        min_value=1, max_value=workload_services.MAX_REPLICAS, required=False, default=1
+    )
+    max_replicas = serializers.IntegerField(
+        min_value=1, max_value=workload_services.MAX_REPLICAS, required=False, allow_null=True, default=None
+    )
 
     def validate_model_id(self, value: str) -> str:
         try:
@@ -217,7 +247,14 @@ class EndpointViewSet(
     filterset = ENDPOINT_FILTERS
 
     def get_base_queryset(self) -> QuerySet[Endpoint]:
-        return Endpoint.objects.select_related("node", "created_by").order_by("-created_at", "pk")
+        replicas = Prefetch(
+            "replicas", EndpointReplica.objects.select_related("node").order_by("created_at", "server_id")
+        )
+        return (
+            Endpoint.objects.select_related("node", "created_by")
+            .prefetch_related(replicas)
+            .order_by("-created_at", "pk")
+        )
 
     def get_serializer_class(self) -> type[serializers.Serializer]:
         return EndpointCreateSerializer if self.action == "create" else EndpointSerializer
@@ -258,6 +295,8 @@ class EndpointViewSet(
             gpus=values["gpus"],
             min_vram_mb=values["min_vram_mb"],
             public=values["public"],
+            min_replicas=values["min_replicas"],
+            max_replicas=values["max_replicas"],
         )
         endpoint = self.get_base_queryset().get(pk=endpoint.pk)
         return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)

@@ -17,6 +17,7 @@ from fleet.workloads.services.containers import (
     containers_reconcile,
 )
 from fleet.workloads.services.endpoints import (
+    MAX_REPLICAS,
     REVISION_RE,
     PlacementError,
     endpoint_create,
@@ -38,6 +39,7 @@ from fleet.workloads.services.node_models import (
 
 __all__ = [
     "MAX_MODEL_ID",
+    "MAX_REPLICAS",
     "MAX_REVISION",
     "REF_OUTCOME",
     "REVISION_RE",

@@ -1,4 +1,4 @@
-"""Least-outstanding-requests choice among an endpoint's replicas, in this process.
+"""Least-outstanding-requests choice among the replicas of a service (an endpoint's), in this process.
 
 Each replica's count of requests in flight lives in this process's memory: a request takes a `Lease` on
 the replica it goes to and gives it back in a `finally` when its response ended, failed, or the client
