@@ -125,8 +125,10 @@ CROSS_ORIGIN = (
 NO_SUCH_ORIGIN = "No such endpoint, deployment or dashboard here."
 # How long the first try waits for a node's tunnel when another replica could take the request instead.
 FAILOVER_GRACE_S = 1.0
-# What the agent answers when it could not connect to the port (the request never reached a server).
-_REFUSED = ("cannot connect to ", "is not proxied", "too many open streams")
+# A stream's end before any response byte that counts as a failed connect, worth one try elsewhere: the
+# agent could not reach the port (the request never reached a server), or the node's tunnel closed (its
+# agent died: the request may have reached the server, whose answer can no longer come back).
+_REFUSED = ("cannot connect to ", "is not proxied", "too many open streams", "tunnel closed")
 # characters a URL may carry as they are (RFC 3986 reserved and unreserved, and `%` for escapes already
 # there); everything else (non-ASCII, spaces, controls, quotes) is percent-encoded
 URL_SAFE = "!#$%&'()*+,/:;=?@[]~"

@@ -24,7 +24,8 @@ STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-e
 
 class AgentStandIn:
     """A node's tunnel held by this process; `mode` says how it answers each stream: "answer", "refuse"
-    (nothing listens on the port), "stream" (a response that never ends) or "cut" (ends mid-response)."""
+    (nothing listens on the port), "closed" (the tunnel closed before an answer: its agent died), "stream"
+    (a response that never ends) or "cut" (ends mid-response)."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
@@ -42,6 +43,8 @@ class AgentStandIn:
         if self.mode == "refuse":
             error = f"cannot connect to port {opening['port']}: [Errno 111] Connection refused"
             loop.call_soon(stream.deliver, {"type": "stream.end", "error": error})
+        elif self.mode == "closed":
+            loop.call_soon(stream.deliver, {"type": "stream.end", "error": "tunnel closed"})
         elif self.mode == "answer":
             loop.call_soon(stream.deliver, {"type": "stream.data", "data": OK})
             loop.call_soon(stream.deliver, {"type": "stream.end", "error": ""})
@@ -125,9 +128,10 @@ async def test_requests_spread_over_the_replicas_and_counts_return_to_zero(agent
     assert (balancer.outstanding(a.key), balancer.outstanding(b.key)) == (0, 0)
 
 
+@pytest.mark.parametrize("failure", ["refuse", "closed"])
 @pytest.mark.asyncio
-async def test_a_refused_connect_goes_once_to_another_replica(agents):
-    (bad, refusing), (good, answering) = agents("refuse"), agents("answer")
+async def test_a_refused_connect_goes_once_to_another_replica(agents, failure):
+    (bad, refusing), (good, answering) = agents(failure), agents("answer")
     for _ in range(2):  # whichever is tried first, each request ends on the good one
         assert status_of(await call((bad, good))) == 200
     assert len(answering.openings) == 2
