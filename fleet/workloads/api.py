@@ -94,7 +94,8 @@ class ModelLocationSerializer(serializers.ModelSerializer):
 
 class EndpointReplicaSerializer(serializers.ModelSerializer):
     """One replica of an endpoint: its server on a node, and the requests in flight to it through the web
-    process answering (each process balances, and counts, its own requests)."""
+    process answering (each process balances, and counts, its own requests); `replacement_of` names the
+    lost replica it took over from (every replica is listed, retired ones too)."""
 
     node_name = serializers.CharField(source="node.name", read_only=True, default=None)
     in_flight = serializers.SerializerMethodField()
@@ -102,7 +103,7 @@ class EndpointReplicaSerializer(serializers.ModelSerializer):
     class Meta:
         model = EndpointReplica
         fields = ["id", "server_id", "node", "node_name", "status", "port", "failure_code", "failure_message"]
-        fields += ["in_flight", "created_at", "updated_at"]
+        fields += ["in_flight", "replacement_of", "created_at", "updated_at"]
         read_only_fields = fields
 
     def get_in_flight(self, obj: EndpointReplica) -> int:

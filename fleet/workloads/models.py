@@ -218,6 +218,10 @@ class EndpointReplica(models.Model):
     stop_command = models.ForeignKey(
         "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The lost replica this one took over from (`endpoint_heal`); a replica with a replacement is retired.
+    replacement_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replacements"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

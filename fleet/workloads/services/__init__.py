@@ -16,6 +16,7 @@ from fleet.workloads.services.containers import (
     container_record_ref_outcome,
     containers_reconcile,
 )
+from fleet.workloads.services.endpoint_heal import endpoint_heal, endpoints_to_heal
 from fleet.workloads.services.endpoints import (
     MAX_REPLICAS,
     REVISION_RE,
@@ -49,6 +50,7 @@ __all__ = [
     "container_record_ref_outcome",
     "containers_reconcile",
     "endpoint_create",
+    "endpoint_heal",
     "endpoint_record_acked",
     "endpoint_record_command_outcome",
     "endpoint_record_start_commands",
@@ -56,6 +58,7 @@ __all__ = [
     "endpoint_stop",
     "endpoints_end_with_node",
     "endpoints_reconcile",
+    "endpoints_to_heal",
     "node_event_record_failure",
     "node_free_vram_mb",
     "node_model_record_download_failed",

@@ -8,6 +8,7 @@ Called inside the callers' transactions.
 from __future__ import annotations
 
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import Q
 
 from fleet.models import Command, CommandType, Node
 from fleet.services import command_queue
@@ -15,10 +16,10 @@ from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 
 # The endpoint's status when its replicas are in several states: the first present wins.
 _PRECEDENCE = (
-    EndpointStatus.STOPPING,
     EndpointStatus.RUNNING,
     EndpointStatus.STARTING,
     EndpointStatus.PENDING,
+    EndpointStatus.STOPPING,
     EndpointStatus.STOPPED,
 )
 
@@ -40,8 +41,10 @@ def replica_queue_start(
         },
         node=node,
     )
-    EndpointReplica.objects.filter(pk=replica.pk).update(
-        node=node, status=EndpointStatus.PENDING, port=0, start_command=command, failure_code="", failure_message=""
+    replica.node, replica.status, replica.port, replica.start_command = node, EndpointStatus.PENDING, 0, command
+    replica.failure_code = replica.failure_message = ""
+    replica.save(
+        update_fields=["node", "status", "port", "start_command", "failure_code", "failure_message", "updated_at"]
     )
     return command
 
@@ -69,11 +72,17 @@ def replica_queue_stop(
 def endpoint_summarise(endpoint: Endpoint) -> Endpoint:
     """Write the endpoint's status, node, port and failure from its replicas; the caller holds its row lock.
 
-    Stopping while any replica stops, else running while any runs, else starting/pending; once all ended,
-    failed when every replica failed, else stopped. `node`/`port` are the first running replica's (else the
-    first live one's, else left as they were); the failure is a failed (else stopped) replica's, once ended.
+    Counted are the current replicas (retired ones, replaced by `endpoint_heal`, only while they still
+    stop): running while any runs, else starting, pending, stopping; once all ended, failed when every one
+    failed, else stopped. `node`/`port` are the first running replica's (else the first live one's, else
+    left as they were); the failure is a failed (else stopped) replica's, once ended.
     """
-    replicas = list(EndpointReplica.objects.filter(endpoint=endpoint).order_by("created_at", "server_id"))
+    replicas = list(
+        EndpointReplica.objects.filter(endpoint=endpoint)
+        .filter(Q(replacements__isnull=True) | Q(status=EndpointStatus.STOPPING))
+        .distinct()
+        .order_by("created_at", "server_id")
+    )
     if not replicas:
         return endpoint
     statuses = {r.status for r in replicas}

@@ -96,7 +96,7 @@ def _endpoint_load(node_ids: list[Any]) -> dict[Any, tuple[int, int]]:
     return {r["node_id"]: (r["n"], r["reserved"]) for r in rows}
 
 
-def _pick_endpoint_node(
+def pick_endpoint_node(
     *,
     cluster: ComputeCluster,
     model_id: str,
@@ -159,13 +159,13 @@ def _pick_endpoint_node(
 def _place_replicas(*, actor: AbstractBaseUser, endpoint: Endpoint, node: Node | None = None) -> list[Command]:
     """Start each of the endpoint's replicas (made up to `min_replicas`) on a node of its own where one fits;
     the first replica's server id is the endpoint's slug. PlacementError (nothing kept) when one fits nowhere."""
-    replicas = list(endpoint.replicas.order_by("created_at", "server_id"))
+    replicas = list(endpoint.replicas.filter(replacements__isnull=True).order_by("created_at", "server_id"))
     while len(replicas) < endpoint.min_replicas:
         server_id = endpoint.slug if not replicas else EndpointReplica._meta.get_field("server_id").get_default()
         replicas.append(EndpointReplica.objects.create(endpoint=endpoint, server_id=server_id))
     commands, used = [], set()
     for replica in replicas:
-        target = _pick_endpoint_node(
+        target = pick_endpoint_node(
             cluster=endpoint.cluster,
             model_id=endpoint.model_id,
             revision=endpoint.revision,

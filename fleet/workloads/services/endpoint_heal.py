@@ -1,0 +1,104 @@
+"""Keeping an endpoint's replicas: one lost with its node (offline) or whose server went away (the agent no
+longer runs it) is replaced by a new replica placed like the others, and the lost one leaves rotation.
+
+`endpoint_heal` is one idempotent pass over an endpoint, run for every endpoint that should run by the beat
+(`fleet.workloads.tasks.endpoints_heal_tick`). A lost replica still live is told to stop (its command waits
+for the node's return: the server must not outlive its replacement unseen); a replica that failed to start
+is not replaced (it would fail again), nor is a stopping or stopped endpoint healed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from fleet.models import NodeStatus
+from fleet.services import node_event_record
+from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.services.common import system_actor
+from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
+from fleet.workloads.services.endpoints import PlacementError, pick_endpoint_node
+
+log = logging.getLogger(__name__)
+
+_LIVE = frozenset({EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING})
+
+
+def replica_lost(replica: EndpointReplica) -> str:
+    """Why `replica` needs a replacement ("" when it does not)."""
+    if replica.status in _LIVE and (replica.node is None or replica.node.status == NodeStatus.OFFLINE):
+        return f"node {replica.node.name if replica.node else '(deleted)'} is offline"
+    if replica.status == EndpointStatus.FAILED and replica.failure_code == "not_found":
+        return "its server is gone from its node"
+    return ""
+
+
+def endpoints_to_heal() -> list[object]:
+    """Ids of the endpoints that should run and have a current replica lost (what the beat passes over)."""
+    current = EndpointReplica.objects.filter(replacements__isnull=True).exclude(
+        endpoint__status__in=[EndpointStatus.STOPPING, EndpointStatus.STOPPED]
+    )
+    offline = current.filter(status__in=_LIVE, node__status=NodeStatus.OFFLINE)
+    gone = current.filter(status=EndpointStatus.FAILED, failure_code="not_found")
+    return sorted(set(offline.values_list("endpoint_id", flat=True)) | set(gone.values_list("endpoint_id", flat=True)))
+
+
+def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
+    """Replace the endpoint's lost replicas (see the module); returns the replacements started.
+
+    Each goes to a node holding the model where it fits, preferring nodes without a replica of this
+    endpoint; where none fits the lost replica stays (and is tried again next pass). Writes an
+    `endpoint.replica_replaced` event on the new replica's node saying why.
+    """
+    with transaction.atomic():
+        endpoint = (
+            Endpoint.objects.select_for_update(of=("self",))
+            .select_related("cluster__workspace")
+            .filter(pk=endpoint_id)
+            .first()
+        )
+        if endpoint is None or endpoint.status in (EndpointStatus.STOPPING, EndpointStatus.STOPPED):
+            return []
+        current = list(
+            EndpointReplica.objects.select_for_update(of=("self",))
+            .select_related("node")
+            .filter(endpoint=endpoint, replacements__isnull=True)
+            .order_by("created_at", "server_id")
+        )
+        lost = [(replica, why) for replica in current if (why := replica_lost(replica))]
+        if not lost:
+            return []
+        actor = system_actor(endpoint.cluster.workspace)
+        made = []
+        for old, why in lost:
+            serving = {r.node_id for r in current if r.status in _LIVE and r not in {o for o, _ in lost}}
+            try:
+                target = pick_endpoint_node(
+                    cluster=endpoint.cluster,
+                    model_id=endpoint.model_id,
+                    revision=endpoint.revision,
+                    gpus=endpoint.gpus,
+                    min_vram_mb=endpoint.min_vram_mb,
+                    node=None,
+                    avoid=serving | {old.node_id},
+                )
+            except PlacementError as exc:
+                log.info("endpoint %s: no node for a replacement of replica %s: %s", endpoint.slug, old.server_id, exc)
+                continue
+            new = EndpointReplica.objects.create(endpoint=endpoint, replacement_of=old, node=target)
+            command = replica_queue_start(actor=actor, endpoint=endpoint, replica=new, node=target)
+            if old.status in _LIVE:
+                replica_queue_stop(actor=actor, endpoint=endpoint, replica=old)
+            current.append(new)
+            made.append(new)
+            node_event_record(
+                node_id=target.pk,
+                kind="endpoint.replica_replaced",
+                message=f"Endpoint {endpoint.hostname}: replica {old.server_id} replaced by {new.server_id} "
+                f"on {target.name} ({why})",
+                data={"endpoint": str(endpoint.pk), "replaced": old.server_id, "reason": why},
+                command=command,
+            )
+        endpoint_summarise(endpoint)
+    return made
