@@ -1,5 +1,7 @@
 """An endpoint of two replicas on two real agents, through the control plane's tunnel proxy: requests
-spread over both servers, and once one agent dies every request is still answered, by the other.
+spread over both servers; once one agent dies every request is still answered, by the other; once its node
+is offline the healing pass starts a replacement (on the surviving node, the only other one holding the
+model) and requests spread over both servers again.
 
 vLLM cannot run here (its wheel pins a CUDA torch): each agent starts the OpenAI-compatible stand-in
 `tests.support.openai_standin`, which names the server that answered (`X-Served-By`).
@@ -17,6 +19,7 @@ from fleet import services
 from fleet.models import Command
 from fleet.workloads import services as workload_services
 from fleet.workloads.models import EndpointReplica, EndpointStatus
+from fleet.workloads.tasks import endpoints_heal_tick
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.processes import wait_until
 
@@ -67,3 +70,19 @@ def test_requests_spread_over_replicas_and_survive_an_agent_dying(control_plane,
     assert [ask().headers["x-served-by"] for _ in range(6)] == [survivor] * 6
     wait_status(nodes["gpu-a"], "offline")  # and once the node is offline its replica is out of rotation
     assert [ask().headers["x-served-by"] for _ in range(4)] == [survivor] * 4
+
+    assert endpoints_heal_tick() == {str(endpoint.pk): 1}  # the beat's healing pass
+    lost = replicas.get(node=nodes["gpu-a"])
+    new = replicas.get(replacement_of=lost)
+    assert new.node_id == nodes["gpu-b"].pk
+    wait_until(
+        lambda: EndpointReplica.objects.get(pk=new.pk).status in (EndpointStatus.RUNNING, EndpointStatus.FAILED),
+        timeout=60,
+        what="the replacement up",
+    )
+    new.refresh_from_db()
+    assert new.status == EndpointStatus.RUNNING, new.failure_message
+    assert EndpointReplica.objects.get(pk=lost.pk).status == EndpointStatus.STOPPING  # waits for gpu-a's return
+    fresh = f"127.0.0.1:{new.port}"
+    wait_until(lambda: ask().headers["x-served-by"] == fresh, timeout=10, what="the replacement in rotation")
+    assert {ask().headers["x-served-by"] for _ in range(6)} == {survivor, fresh}
