@@ -23,7 +23,7 @@ from cleverthis.tenancy.models import Role
 from fleet import origin_names
 from fleet.models import NodeEvent
 from fleet.proxy import origins
-from fleet.workloads.models import Endpoint
+from fleet.workloads.models import Endpoint, EndpointReplica
 from raymgr.models import RayCluster, RayClusterStatus
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.endpoints import endpoint_row
@@ -175,6 +175,7 @@ def test_websocket_upgrades_from_a_foreign_origin_are_refused(control_plane, clu
         reported = ("endpoint.failed", "agent.problem")
         wait_until(lambda: NodeEvent.objects.filter(node=node, kind__in=reported).exists(), timeout=30)
         Endpoint.objects.filter(pk=endpoint.pk).update(status="running", failure_code="", failure_message="")
+        EndpointReplica.objects.filter(endpoint=endpoint).update(status="running", failure_code="", failure_message="")
         own_origin = f"http://{endpoint.hostname}:{control_plane.ports[0]}"
         wait_until(lambda: upgrade(own_origin).startswith(b"HTTP/1.1 101"), timeout=20, what="the route cache")
         assert upgrade("").startswith(b"HTTP/1.1 101")  # not a browser: nothing ambient to abuse
