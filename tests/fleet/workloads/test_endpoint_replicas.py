@@ -15,6 +15,7 @@ from fleet.models import Command
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services import PlacementError
+from fleet.workloads.services.endpoint_replicas import endpoint_summarise
 from tests.fleet import agent_side
 
 pytestmark = pytest.mark.django_db
@@ -169,3 +170,39 @@ def test_the_migration_makes_each_older_endpoint_one_replica_of_itself(cluster, 
     assert (one.server_id, one.node_id, one.status, one.port) == (running.slug, node.pk, "running", 8123)
     (two,) = replicas(failed)
     assert (two.server_id, two.node_id, two.status, two.failure_code) == (failed.slug, None, "failed", "node_lost")
+
+
+@pytest.mark.parametrize(
+    ("states", "summary"),
+    [
+        (["running", "stopping"], "running"),
+        (["starting", "failed"], "starting"),
+        (["stopping", "stopped"], "stopping"),
+        (["stopped", "failed"], "stopped"),
+        (["failed", "failed"], "failed"),
+    ],
+)
+def test_the_endpoint_summarises_its_replicas(cluster, register_node, owner, states, summary):
+    nodes = nodes_with_model(cluster, register_node, "a", "b")
+    endpoint = workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id, min_replicas=2)
+    for index, (replica, state) in enumerate(zip(replicas(endpoint), states, strict=True)):
+        code = "not_found" if state == "failed" else ""
+        EndpointReplica.objects.filter(pk=replica.pk).update(status=state, port=8000 + index, failure_code=code)
+    endpoint = endpoint_summarise(endpoint)
+    assert endpoint.status == summary
+    if summary == "running":
+        assert (endpoint.node_id, endpoint.port) == (replicas(endpoint)[0].node_id, 8000)
+    assert endpoint.failure_code == ("not_found" if summary in ("stopped", "failed") else "")
+    assert {n.pk for n in nodes} >= {r.node_id for r in replicas(endpoint)}
+
+
+def test_a_deleted_node_ends_only_its_replica(cluster, register_node, owner):
+    a, b = nodes_with_model(cluster, register_node, "a", "b")
+    endpoint = workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id, min_replicas=2)
+    for port, replica in enumerate(replicas(endpoint), start=8001):
+        agent_side.result(replica.start_command, port=port)
+    assert workloads.endpoints_end_with_node(node=a, reachable=False) == 1
+    statuses = {r.node_id: (r.status, r.failure_code) for r in replicas(endpoint)}
+    assert statuses == {a.pk: ("failed", "node_lost"), b.pk: ("running", "")}
+    endpoint.refresh_from_db()
+    assert (endpoint.status, endpoint.node_id) == (EndpointStatus.RUNNING, b.pk)
