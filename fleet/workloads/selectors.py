@@ -11,10 +11,10 @@ from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 
 
 def endpoint_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Endpoint]:
-    """Endpoints in the user's workspaces, with their current replicas (and retired ones still stopping) in
+    """Endpoints in the user's workspaces, with their current replicas (and retired ones still live) in
     order, with their nodes."""
     replicas = (
-        EndpointReplica.objects.filter(Q(replacements__isnull=True) | Q(status=EndpointStatus.STOPPING))
+        EndpointReplica.objects.filter(Q(replacements__isnull=True) | Q(status__in=EndpointStatus.live()))
         .distinct()
         .select_related("node")
         .order_by("created_at", "server_id")

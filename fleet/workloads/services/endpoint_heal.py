@@ -1,5 +1,7 @@
 """Keeping an endpoint's replicas: one lost with its node (offline) or whose server went away (the agent no
-longer runs it) is replaced by a new replica placed like the others, and the lost one leaves rotation.
+longer runs it) is replaced by a new replica placed like the others, and the lost one leaves rotation; one on
+a draining node is replaced too, but keeps serving until its replacement runs, and is stopped then (the
+drain waits for it: `fleet.workloads.drain`).
 
 `endpoint_heal` is one idempotent pass over an endpoint, run for every endpoint that should run by the beat
 (`fleet.workloads.tasks.endpoints_heal_tick`). A lost replica still live is told to stop (its command waits
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import logging
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
 from fleet.models import NodeStatus
@@ -29,6 +32,8 @@ def replica_lost(replica: EndpointReplica) -> str:
     """Why `replica` needs a replacement ("" when it does not)."""
     if replica.status in _LIVE and (replica.node is None or replica.node.status == NodeStatus.OFFLINE):
         return f"node {replica.node.name if replica.node else '(deleted)'} is offline"
+    if replica.status in _LIVE and replica.node.status == NodeStatus.DRAINING:
+        return f"node {replica.node.name} is draining"
     if replica.status == EndpointStatus.FAILED and replica.failure_code == "not_found":
         return "its server is gone from its node"
     return ""
@@ -39,9 +44,13 @@ def endpoints_to_heal() -> list[object]:
     current = EndpointReplica.objects.filter(replacements__isnull=True).exclude(
         endpoint__status__in=[EndpointStatus.STOPPING, EndpointStatus.STOPPED]
     )
-    offline = current.filter(status__in=_LIVE, node__status=NodeStatus.OFFLINE)
+    moving = current.filter(status__in=_LIVE, node__status__in=[NodeStatus.OFFLINE, NodeStatus.DRAINING])
     gone = current.filter(status=EndpointStatus.FAILED, failure_code="not_found")
-    return sorted(set(offline.values_list("endpoint_id", flat=True)) | set(gone.values_list("endpoint_id", flat=True)))
+    handed_over = EndpointReplica.objects.filter(status__in=_LIVE, replacements__status=EndpointStatus.RUNNING)
+    ids = set()
+    for rows in (moving, gone, handed_over):
+        ids |= set(rows.values_list("endpoint_id", flat=True))
+    return sorted(ids)
 
 
 def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
@@ -60,6 +69,8 @@ def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
         )
         if endpoint is None or endpoint.status in (EndpointStatus.STOPPING, EndpointStatus.STOPPED):
             return []
+        actor = system_actor(endpoint.cluster.workspace)
+        _stop_handed_over(endpoint, actor)
         current = list(
             EndpointReplica.objects.select_for_update(of=("self",))
             .select_related("node")
@@ -67,9 +78,6 @@ def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
             .order_by("created_at", "server_id")
         )
         lost = [(replica, why) for replica in current if (why := replica_lost(replica))]
-        if not lost:
-            return []
-        actor = system_actor(endpoint.cluster.workspace)
         made = []
         for old, why in lost:
             serving = {r.node_id for r in current if r.status in _LIVE and r not in {o for o, _ in lost}}
@@ -88,7 +96,7 @@ def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
                 continue
             new = EndpointReplica.objects.create(endpoint=endpoint, replacement_of=old, node=target)
             command = replica_queue_start(actor=actor, endpoint=endpoint, replica=new, node=target)
-            if old.status in _LIVE:
+            if old.status in _LIVE and old.node is not None and old.node.status != NodeStatus.DRAINING:
                 replica_queue_stop(actor=actor, endpoint=endpoint, replica=old)
             current.append(new)
             made.append(new)
@@ -102,3 +110,14 @@ def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
             )
         endpoint_summarise(endpoint)
     return made
+
+
+def _stop_handed_over(endpoint: Endpoint, actor: AbstractBaseUser) -> None:
+    """Stop the retired replicas still live (on a draining node) whose replacement runs now."""
+    for old in (
+        EndpointReplica.objects.select_for_update(of=("self",))
+        .select_related("node")
+        .filter(endpoint=endpoint, status__in=_LIVE)
+        .filter(pk__in=EndpointReplica.objects.filter(replacements__status=EndpointStatus.RUNNING).values("pk"))
+    ):
+        replica_queue_stop(actor=actor, endpoint=endpoint, replica=old)

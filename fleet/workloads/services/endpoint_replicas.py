@@ -72,14 +72,14 @@ def replica_queue_stop(
 def endpoint_summarise(endpoint: Endpoint) -> Endpoint:
     """Write the endpoint's status, node, port and failure from its replicas; the caller holds its row lock.
 
-    Counted are the current replicas (retired ones, replaced by `endpoint_heal`, only while they still
-    stop): running while any runs, else starting, pending, stopping; once all ended, failed when every one
-    failed, else stopped. `node`/`port` are the first running replica's (else the first live one's, else
-    left as they were); the failure is a failed (else stopped) replica's, once ended.
+    Counted are the current replicas and the retired ones (replaced by `endpoint_heal`) still live: running
+    while any runs, else starting, pending, stopping; once all ended, failed when every one failed, else
+    stopped. `node`/`port` are the first running replica's (else the first live one's, else left as they
+    were); the failure is a failed (else stopped) replica's, once ended.
     """
     replicas = list(
         EndpointReplica.objects.filter(endpoint=endpoint)
-        .filter(Q(replacements__isnull=True) | Q(status=EndpointStatus.STOPPING))
+        .filter(Q(replacements__isnull=True) | Q(status__in=EndpointStatus.live()))
         .distinct()
         .order_by("created_at", "server_id")
     )

@@ -1,5 +1,6 @@
 """Healing endpoints: a replica lost with its node or whose server went away is replaced elsewhere and
-leaves rotation; failed starts, stopped endpoints and healthy replicas are left alone; passes are idempotent."""
+leaves rotation; one on a draining node serves until its replacement runs, and the drain waits for it;
+failed starts, stopped endpoints and healthy replicas are left alone; passes are idempotent."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import pytest
 
 from agent import protocol
 from fleet.models import Command, Node, NodeEvent, NodeStatus
+from fleet.proxy import endpoint_routes
+from fleet.workloads import drain
 from fleet.workloads import services as workloads
 from fleet.workloads.models import EndpointReplica, EndpointStatus
 from fleet.workloads.tasks import endpoints_heal_tick
@@ -90,3 +93,34 @@ def test_failed_starts_stopped_endpoints_and_healthy_replicas_are_left_alone(clu
     assert endpoints_heal_tick() == {str(healthy.pk): 0}  # lost with the node, but no other node to take it
     assert Command.objects.filter(command_type="endpoint.start").count() == starts
     assert not EndpointReplica.objects.filter(replacement_of__isnull=False).exists()
+
+
+def test_a_draining_node_hands_its_replica_over_before_it_stops_and_the_drain_waits(cluster, register_node, owner):
+    a = with_model(register_node(cluster, "a"))
+    with_model(register_node(cluster, "b"))
+    endpoint = running_endpoint(cluster, owner)
+    old = EndpointReplica.objects.get(endpoint=endpoint, node=a)
+    c = with_model(register_node(cluster, "c"))
+    Node.objects.filter(pk=a.pk).update(status=NodeStatus.DRAINING)
+    assert endpoints_heal_tick() == {str(endpoint.pk): 1}
+    new = EndpointReplica.objects.get(replacement_of=old)
+    assert new.node_id == c.pk
+    old.refresh_from_db()
+    assert old.status == EndpointStatus.RUNNING  # still serving until the replacement runs
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.RUNNING
+    endpoint_routes.forget_routes()
+    route = endpoint_routes._load_route(endpoint.slug)
+    assert old.server_id in {u.key for u in route.replicas}
+    assert drain.drain_step(node_id=a.pk).status == NodeStatus.DRAINING  # waits for the replica
+    assert endpoints_heal_tick() == {}  # nothing to do while the replacement starts
+
+    agent_side.result(new.start_command, port=8009)
+    assert endpoints_heal_tick() == {str(endpoint.pk): 0}  # the handover: the old one stops now
+    old.refresh_from_db()
+    assert (old.status, old.stop_command.node_id) == (EndpointStatus.STOPPING, a.pk)
+    agent_side.result(old.stop_command)
+    assert drain.drain_step(node_id=a.pk).status == NodeStatus.CORDONED
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.RUNNING
+    assert sorted(r.node.name for r in endpoint.replicas.filter(status="running")) == ["b", "c"]
