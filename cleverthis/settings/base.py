@@ -284,6 +284,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "fleet-expire-join-tokens": {"task": "fleet.tasks.expire_join_tokens", "schedule": 3600.0},
     "fleet-drain-tick": {"task": "fleet.workload_tasks.drain_tick", "schedule": 10.0},
     "fleet-endpoints-heal-tick": {"task": "fleet.workload_tasks.endpoints_heal_tick", "schedule": 10.0},
+    "fleet-endpoints-autoscale-tick": {"task": "fleet.workload_tasks.endpoints_autoscale_tick", "schedule": 15.0},
     "raymgr-autoscale": {"task": "raymgr.tasks.autoscale", "schedule": float(env_int("RAY_AUTOSCALE_EVERY_S", 15))},
     "raymgr-workloads": {"task": "raymgr.tasks.poll_workloads", "schedule": 10.0},
     # the home page's charts: one sample a minute of nodes and Ray clusters by state, and utilization

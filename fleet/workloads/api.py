@@ -139,6 +139,9 @@ class EndpointSerializer(serializers.ModelSerializer):
             "public",
             "min_replicas",
             "max_replicas",
+            "target_requests_per_min",
+            "scale_cooldown_s",
+            "scaled_at",
             "replicas",
             "failure_code",
             "failure_message",
@@ -171,6 +174,8 @@ class EndpointCreateSerializer(serializers.Serializer):
     max_replicas = serializers.IntegerField(
         min_value=1, max_value=workload_services.MAX_REPLICAS, required=False, allow_null=True, default=None
     )
+    target_requests_per_min = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False, default=0)
+    scale_cooldown_s = serializers.IntegerField(min_value=0, max_value=86_400, required=False, default=120)
 
     def validate_model_id(self, value: str) -> str:
         try:
@@ -298,6 +303,8 @@ class EndpointViewSet(
             public=values["public"],
             min_replicas=values["min_replicas"],
             max_replicas=values["max_replicas"],
+            target_requests_per_min=values["target_requests_per_min"],
+            scale_cooldown_s=values["scale_cooldown_s"],
         )
         endpoint = self.get_base_queryset().get(pk=endpoint.pk)
         return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)

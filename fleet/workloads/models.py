@@ -145,10 +145,17 @@ class Endpoint(models.Model):
     status = models.CharField(max_length=16, choices=EndpointStatus.choices, default=EndpointStatus.PENDING)
     port = models.PositiveIntegerField(default=0)
     public = models.BooleanField(default=False)
-    # How many replicas the endpoint keeps (this version starts `min_replicas`; `max_replicas` bounds a
-    # future autoscaler).
+    # How many replicas the endpoint keeps: `min_replicas`, up to `max_replicas` while its load asks for more
+    # (`services.endpoint_autoscale`: requests per minute per replica against `target_requests_per_min`,
+    # 0 = no autoscaling; at most one change per `scale_cooldown_s`).
     min_replicas = models.PositiveSmallIntegerField(default=1)
     max_replicas = models.PositiveSmallIntegerField(default=1)
+    target_requests_per_min = models.PositiveIntegerField(default=0)
+    scale_cooldown_s = models.PositiveIntegerField(default=120)
+    scaled_at = models.DateTimeField(null=True, blank=True)
+    # The autoscaler's last look at `request_count` (its rate is measured between two looks).
+    load_sample_count = models.PositiveBigIntegerField(default=0)
+    load_sample_at = models.DateTimeField(null=True, blank=True)
     failure_code = models.CharField(max_length=64, blank=True, default="")
     failure_message = models.TextField(blank=True, default="")
     # Requests the proxy forwarded (`fleet.proxy.endpoint_routes`: counted per process, written at most

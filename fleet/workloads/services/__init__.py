@@ -16,6 +16,12 @@ from fleet.workloads.services.containers import (
     container_record_ref_outcome,
     containers_reconcile,
 )
+from fleet.workloads.services.endpoint_autoscale import (
+    ScaleDecision,
+    desired_replicas,
+    endpoint_autoscale,
+    endpoints_to_autoscale,
+)
 from fleet.workloads.services.endpoint_heal import endpoint_heal, endpoints_to_heal
 from fleet.workloads.services.endpoints import (
     MAX_REPLICAS,
@@ -45,10 +51,13 @@ __all__ = [
     "REF_OUTCOME",
     "REVISION_RE",
     "PlacementError",
+    "ScaleDecision",
     "container_record_create_failed",
     "container_record_created",
     "container_record_ref_outcome",
     "containers_reconcile",
+    "desired_replicas",
+    "endpoint_autoscale",
     "endpoint_create",
     "endpoint_heal",
     "endpoint_record_acked",
@@ -58,6 +67,7 @@ __all__ = [
     "endpoint_stop",
     "endpoints_end_with_node",
     "endpoints_reconcile",
+    "endpoints_to_autoscale",
     "endpoints_to_heal",
     "node_event_record_failure",
     "node_free_vram_mb",

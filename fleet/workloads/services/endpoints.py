@@ -159,7 +159,8 @@ def pick_endpoint_node(
 def _place_replicas(*, actor: AbstractBaseUser, endpoint: Endpoint, node: Node | None = None) -> list[Command]:
     """Start each of the endpoint's replicas (made up to `min_replicas`) on a node of its own where one fits;
     the first replica's server id is the endpoint's slug. PlacementError (nothing kept) when one fits nowhere."""
-    replicas = list(endpoint.replicas.filter(replacements__isnull=True).order_by("created_at", "server_id"))
+    current = endpoint.replicas.filter(replacements__isnull=True).order_by("created_at", "server_id")
+    replicas = list(current[: endpoint.min_replicas])  # replicas the autoscaler added and stopped stay stopped
     while len(replicas) < endpoint.min_replicas:
         server_id = endpoint.slug if not replicas else EndpointReplica._meta.get_field("server_id").get_default()
         replicas.append(EndpointReplica.objects.create(endpoint=endpoint, server_id=server_id))
@@ -198,13 +199,16 @@ def endpoint_create(
     public: bool = False,
     min_replicas: int = 1,
     max_replicas: int | None = None,
+    target_requests_per_min: int = 0,
+    scale_cooldown_s: int = 120,
 ) -> Endpoint:
     """Start an inference endpoint for a cached model with `min_replicas` replicas; Owner/Admin only.
 
     Places each replica on `node` or on an online node of the cluster that has the model cached and
     enough GPUs/VRAM (distinct nodes where they fit, the least busy first), creates the Endpoint and
     replica rows (pending) and dispatches one `endpoint.start` per replica. Refuses with a 409
-    `PlacementError` saying why when a replica fits on no node; nothing is written then.
+    `PlacementError` saying why when a replica fits on no node; nothing is written then. With
+    `target_requests_per_min` the autoscaler keeps between min and max replicas on the request rate.
     """
     require_operator(actor, cluster.workspace)
     validate_model_id(model_id)
@@ -222,6 +226,8 @@ def endpoint_create(
         raise ValidationError({"min_replicas": "An endpoint keeps at least one replica."})
     if max_replicas < min_replicas:
         raise ValidationError({"max_replicas": "Must be at least min_replicas."})
+    _validate_count(target_requests_per_min, "target_requests_per_min", 10_000_000)
+    _validate_count(scale_cooldown_s, "scale_cooldown_s", 86_400)
     if node is not None and min_replicas > 1:
         raise ValidationError({"node": "A chosen node takes one replica: leave it out to place several."})
     with transaction.atomic():
@@ -234,6 +240,8 @@ def endpoint_create(
             public=public,
             min_replicas=min_replicas,
             max_replicas=max_replicas,
+            target_requests_per_min=target_requests_per_min,
+            scale_cooldown_s=scale_cooldown_s,
             created_by=actor,
         )
         commands = _place_replicas(actor=actor, endpoint=endpoint, node=node)
