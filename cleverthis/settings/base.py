@@ -138,6 +138,9 @@ PROXY_IDLE_TIMEOUT_S = env_float("PROXY_IDLE_TIMEOUT_S", 300.0)  # between respo
 PROXY_ROUTE_CACHE_S = env_float("PROXY_ROUTE_CACHE_S", 2.0)  # how long an endpoint route is cached per process
 # at most how often a process writes an endpoint's forwarded-request count and last-request time
 ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
+# A replica handed over (a rolling update, a draining node) leaves rotation once its replacement runs, and is
+# stopped this many seconds later: the requests it still serves have that long to finish.
+ENDPOINT_DRAIN_S = env_float("ENDPOINT_DRAIN_S", 30.0)
 
 # Prometheus metrics at /metrics (cleverthis.metrics_scrape): a scrape sends `Authorization: Bearer
 # <METRICS_TOKEN>`; with no token set the endpoint refuses everyone (403).

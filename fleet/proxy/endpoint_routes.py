@@ -10,7 +10,8 @@ Every member of the endpoint's workspace, Viewers included, may call it with any
 or changing an endpoint is done on the control plane (Owners and Admins). A browser's state-changing call
 made with the origin cookie must come from this very origin (`fleet.proxy.origin_guard`).
 
-An endpoint's requests are balanced over its running replicas on nodes that are not offline: each goes
+An endpoint's requests are balanced over its running replicas on nodes that are not offline (a replica
+whose replacement runs already is left out: it finishes what it serves and stops): each goes
 to the one with the fewest requests in flight from this process, and a connect failure is tried once on
 another replica (`kernel.balancer`, `relay.proxy_http`).
 
@@ -104,6 +105,7 @@ def _load_route(slug: str) -> _Route | None:
         running = (
             EndpointReplica.objects.filter(endpoint=endpoint, status=EndpointStatus.RUNNING, node__isnull=False)
             .exclude(port=0)
+            .exclude(replacements__status=EndpointStatus.RUNNING)  # handed over: draining its last requests
             .order_by("created_at", "server_id")
             .values_list("server_id", "node_id", "port", "node__status")
         )

@@ -1,4 +1,5 @@
-"""REST API for workloads: /containers/, /models/ (model locations), /endpoints/ (+ POST .../stop/).
+"""REST API for workloads: /containers/, /models/ (model locations), /endpoints/ (+ POST .../stop/ and
+.../update_revision/).
 
 Exported as `router` (a SimpleRouter, no API root view) for inclusion under /api/v1/. Every queryset
 is scoped by `WorkspaceScopedMixin`, lists are filtered by the filtersets of `fleet.workloads.filters`;
@@ -195,6 +196,17 @@ class EndpointCreateSerializer(serializers.Serializer):
         return attrs
 
 
+class EndpointUpdateSerializer(serializers.Serializer):
+    """Input of POST /endpoints/<id>/update_revision/."""
+
+    revision = serializers.CharField(max_length=workload_services.MAX_REVISION)
+
+    def validate_revision(self, value: str) -> str:
+        if not workload_services.REVISION_RE.match(value) or ".." in value:
+            raise serializers.ValidationError("Not a valid revision (a branch, tag or commit hash).")
+        return value
+
+
 # --------------------------------------------------------------------------------------------------
 # Views
 
@@ -315,6 +327,17 @@ class EndpointViewSet(
         """Stop the endpoint (→ stopping until the agent confirms)."""
         endpoint = self.get_object()
         endpoint = workload_services.endpoint_stop(actor=request.user, endpoint=endpoint)
+        return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
+
+    @extend_schema(request=EndpointUpdateSerializer, responses={200: EndpointSerializer})
+    @action(detail=True, methods=["post"])
+    def update_revision(self, request: Request, pk: str | None = None) -> Response:
+        """Roll the endpoint over to another model revision: new replicas first, the old ones stop after."""
+        data = EndpointUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        endpoint = workload_services.endpoint_update(
+            actor=request.user, endpoint=self.get_object(), revision=data.validated_data["revision"]
+        )
         return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
 
 

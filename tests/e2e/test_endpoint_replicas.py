@@ -11,6 +11,7 @@ vLLM cannot run here (its wheel pins a CUDA torch): each agent starts the OpenAI
 from __future__ import annotations
 
 import sys
+import threading
 from datetime import timedelta
 
 import pytest
@@ -147,3 +148,55 @@ def test_the_autoscaler_adds_a_replica_under_load_and_takes_it_away_when_idle(
     assert (down.replicas, down.wanted, down.changed) == (2, 1, -1), down.reason
     assert settled(added.pk).status == EndpointStatus.STOPPED
     assert {ask().headers["x-served-by"] for _ in range(4)} == {only_first}
+
+
+def test_a_rolling_update_answers_every_request_on_the_way(control_plane, cluster, operator, two_nodes, hub, settings):
+    settings.ENDPOINT_DRAIN_S = 3  # longer than the web server's route cache (PROXY_ROUTE_CACHE_S, 2 s)
+    user, _ = operator
+    hub.repos["acme/tiny"].branches.add("v2")
+    for _, node in two_nodes.values():
+        (download,) = services.command_dispatch(
+            actor=user,
+            cluster=cluster,
+            command_type="model.download",
+            payload={"model_id": "acme/tiny", "revision": "v2"},
+            node=node,
+        )
+        wait_until(lambda d=download: Command.objects.get(pk=d.pk).status == "succeeded", timeout=60, what="v2")
+    endpoint = workload_services.endpoint_create(actor=user, cluster=cluster, model_id="acme/tiny", min_replicas=2)
+    olds = [settled(r.pk) for r in EndpointReplica.objects.filter(endpoint=endpoint)]
+    assert [r.status for r in olds] == [EndpointStatus.RUNNING] * 2
+    ask = asker(control_plane, endpoint, user)
+    answered, failed, stop = [], [], threading.Event()
+
+    def keep_asking() -> None:
+        while not stop.is_set():
+            try:
+                answered.append(ask().headers["x-served-by"])
+            except Exception as exc:  # any failure is what this test is about
+                failed.append(repr(exc))
+
+    caller = threading.Thread(target=keep_asking)
+    caller.start()
+    try:
+        workload_services.endpoint_update(actor=user, endpoint=endpoint, revision="v2")
+        news = [EndpointReplica.objects.get(replacement_of=old) for old in olds]
+        assert [settled(n.pk).status for n in news] == [EndpointStatus.RUNNING] * 2
+        wait_until(
+            lambda: (
+                endpoints_heal_tick() is not None
+                and all(EndpointReplica.objects.get(pk=o.pk).status == EndpointStatus.STOPPED for o in olds)
+            ),
+            timeout=60,
+            interval=0.5,
+            what="the old replicas drained and stopped",
+        )
+        mark = len(answered)
+        wait_until(lambda: len(answered) >= mark + 6, timeout=30, what="more answers")
+    finally:
+        stop.set()
+        caller.join(60)
+    assert failed == []
+    new_servers = {f"127.0.0.1:{EndpointReplica.objects.get(pk=n.pk).port}" for n in news}
+    assert set(answered[mark:]) == new_servers
+    assert {f"127.0.0.1:{o.port}" for o in olds} <= set(answered[:mark])  # the old ones served before

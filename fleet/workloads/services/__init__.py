@@ -23,6 +23,7 @@ from fleet.workloads.services.endpoint_autoscale import (
     endpoints_to_autoscale,
 )
 from fleet.workloads.services.endpoint_heal import endpoint_heal, endpoints_to_heal
+from fleet.workloads.services.endpoint_updates import endpoint_update
 from fleet.workloads.services.endpoints import (
     MAX_REPLICAS,
     REVISION_RE,
@@ -65,6 +66,7 @@ __all__ = [
     "endpoint_record_start_commands",
     "endpoint_restart",
     "endpoint_stop",
+    "endpoint_update",
     "endpoints_end_with_node",
     "endpoints_reconcile",
     "endpoints_to_autoscale",

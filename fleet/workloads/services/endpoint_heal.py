@@ -1,7 +1,8 @@
 """Keeping an endpoint's replicas: one lost with its node (offline) or whose server went away (the agent no
 longer runs it) is replaced by a new replica placed like the others, and the lost one leaves rotation; one on
-a draining node is replaced too, but keeps serving until its replacement runs, and is stopped then (the
-drain waits for it: `fleet.workloads.drain`).
+a draining node is replaced too, but keeps serving until its replacement runs, then leaves rotation and is
+stopped ENDPOINT_DRAIN_S later (the drain waits for it: `fleet.workloads.drain`). The same pass stops the
+replicas a rolling update (`endpoint_update`) replaced.
 
 `endpoint_heal` is one idempotent pass over an endpoint, run for every endpoint that should run by the beat
 (`fleet.workloads.tasks.endpoints_heal_tick`). A lost replica still live is told to stop (its command waits
@@ -12,9 +13,12 @@ is not replaced (it would fail again), nor is a stopping or stopped endpoint hea
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
+from django.utils import timezone
 
 from fleet.models import NodeStatus
 from fleet.services import node_event_record
@@ -113,11 +117,16 @@ def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
 
 
 def _stop_handed_over(endpoint: Endpoint, actor: AbstractBaseUser) -> None:
-    """Stop the retired replicas still live (on a draining node) whose replacement runs now."""
+    """Stop the retired replicas still live (a draining node's, a rolling update's) whose replacement has run
+    for ENDPOINT_DRAIN_S (out of rotation since it runs: the requests they still served had that long)."""
+    drained = timezone.now() - timedelta(seconds=settings.ENDPOINT_DRAIN_S)
+    taken_over = EndpointReplica.objects.filter(
+        replacements__status=EndpointStatus.RUNNING, replacements__updated_at__lte=drained
+    )
     for old in (
         EndpointReplica.objects.select_for_update(of=("self",))
         .select_related("node")
         .filter(endpoint=endpoint, status__in=_LIVE)
-        .filter(pk__in=EndpointReplica.objects.filter(replacements__status=EndpointStatus.RUNNING).values("pk"))
+        .filter(pk__in=taken_over.values("pk"))
     ):
         replica_queue_stop(actor=actor, endpoint=endpoint, replica=old)

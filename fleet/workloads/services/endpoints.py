@@ -65,7 +65,7 @@ def validate_model_id(model_id: Any, field: str = "model_id") -> str:
     return model_id
 
 
-def _validate_revision(revision: Any) -> str:
+def validate_revision(revision: Any) -> str:
     if not isinstance(revision, str) or not revision:
         raise ValidationError({"revision": "Must be a non-empty string."})
     if len(revision) > MAX_REVISION or not REVISION_RE.match(revision) or ".." in revision:
@@ -212,7 +212,7 @@ def endpoint_create(
     """
     require_operator(actor, cluster.workspace)
     validate_model_id(model_id)
-    _validate_revision(revision)
+    validate_revision(revision)
     _validate_count(gpus, "gpus", 64)
     _validate_count(min_vram_mb, "min_vram_mb", 16 * 1024 * 1024)
     if not isinstance(public, bool):

@@ -95,7 +95,10 @@ def test_failed_starts_stopped_endpoints_and_healthy_replicas_are_left_alone(clu
     assert not EndpointReplica.objects.filter(replacement_of__isnull=False).exists()
 
 
-def test_a_draining_node_hands_its_replica_over_before_it_stops_and_the_drain_waits(cluster, register_node, owner):
+def test_a_draining_node_hands_its_replica_over_before_it_stops_and_the_drain_waits(
+    cluster, register_node, owner, settings
+):
+    settings.ENDPOINT_DRAIN_S = 0
     a = with_model(register_node(cluster, "a"))
     with_model(register_node(cluster, "b"))
     endpoint = running_endpoint(cluster, owner)
@@ -116,7 +119,15 @@ def test_a_draining_node_hands_its_replica_over_before_it_stops_and_the_drain_wa
     assert endpoints_heal_tick() == {}  # nothing to do while the replacement starts
 
     agent_side.result(new.start_command, port=8009)
-    assert endpoints_heal_tick() == {str(endpoint.pk): 0}  # the handover: the old one stops now
+    endpoint_routes.forget_routes()
+    route = endpoint_routes._load_route(endpoint.slug)
+    assert old.server_id not in {u.key for u in route.replicas}  # out of rotation once its replacement runs
+    settings.ENDPOINT_DRAIN_S = 3600
+    assert endpoints_heal_tick() == {str(endpoint.pk): 0}
+    old.refresh_from_db()
+    assert old.status == EndpointStatus.RUNNING  # still finishing what it serves
+    settings.ENDPOINT_DRAIN_S = 0
+    assert endpoints_heal_tick() == {str(endpoint.pk): 0}  # drained: the old one stops now
     old.refresh_from_db()
     assert (old.status, old.stop_command.node_id) == (EndpointStatus.STOPPING, a.pk)
     agent_side.result(old.stop_command)
