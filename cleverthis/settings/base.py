@@ -146,6 +146,9 @@ USAGE_METERING = env_bool("USAGE_METERING", True)
 USAGE_FLUSH_S = env_float("USAGE_FLUSH_S", 5.0)
 # Minute rollups are kept this many days (hour rollups stay); pruned by the minute's sampling task.
 USAGE_MINUTE_RETENTION_DAYS = env_int("USAGE_MINUTE_RETENTION_DAYS", 3)
+# A replica handed over (a rolling update, a draining node) leaves rotation once its replacement runs, and is
+# stopped this many seconds later: the requests it still serves have that long to finish.
+ENDPOINT_DRAIN_S = env_float("ENDPOINT_DRAIN_S", 30.0)
 
 # Prometheus metrics at /metrics (cleverthis.metrics_scrape): a scrape sends `Authorization: Bearer
 # <METRICS_TOKEN>`; with no token set the endpoint refuses everyone (403).
@@ -291,6 +294,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "fleet-resend-stuck-commands": {"task": "fleet.tasks.resend_stuck_commands", "schedule": 30.0},
     "fleet-expire-join-tokens": {"task": "fleet.tasks.expire_join_tokens", "schedule": 3600.0},
     "fleet-drain-tick": {"task": "fleet.workload_tasks.drain_tick", "schedule": 10.0},
+    "fleet-endpoints-heal-tick": {"task": "fleet.workload_tasks.endpoints_heal_tick", "schedule": 10.0},
+    "fleet-endpoints-autoscale-tick": {"task": "fleet.workload_tasks.endpoints_autoscale_tick", "schedule": 15.0},
     "raymgr-autoscale": {"task": "raymgr.tasks.autoscale", "schedule": float(env_int("RAY_AUTOSCALE_EVERY_S", 15))},
     "raymgr-workloads": {"task": "raymgr.tasks.poll_workloads", "schedule": 10.0},
     # the home page's charts: one sample a minute of nodes and Ray clusters by state, and utilization

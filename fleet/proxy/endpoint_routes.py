@@ -10,9 +10,14 @@ Every member of the endpoint's workspace, Viewers included, may call it with any
 or changing an endpoint is done on the control plane (Owners and Admins). A browser's state-changing call
 made with the origin cookie must come from this very origin (`fleet.proxy.origin_guard`).
 
-Where an endpoint leads (its node, port, status and whether it is public) is kept in process memory for
-`PROXY_ROUTE_CACHE_S` (default 2 s), so a stream of requests to one endpoint costs no database query
-each: saving or deleting an endpoint or a node in this process forgets the cached routes at once, and
+An endpoint's requests are balanced over its running replicas on nodes that are not offline (a replica
+whose replacement runs already is left out: it finishes what it serves and stops): each goes
+to the one with the fewest requests in flight from this process, and a connect failure is tried once on
+another replica (`kernel.balancer`, `relay.proxy_http`).
+
+Where an endpoint leads (its replicas' nodes and ports, its status and whether it is public) is kept in
+process memory for `PROXY_ROUTE_CACHE_S` (default 2 s), so a stream of requests to one endpoint costs no database query
+each: saving or deleting an endpoint, a replica or a node in this process forgets the cached routes at once, and
 changes made elsewhere (another replica, a worker) are seen within that time. Credentials are still
 checked on every request.
 
@@ -54,8 +59,9 @@ from fleet.models import Node, NodeStatus
 from fleet.proxy import key_access, origins, rate_limits
 from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from fleet.usage import meter as usage_meter
-from fleet.workloads.models import Endpoint, EndpointStatus
+from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from kernel import timeseries
+from kernel.balancer import Upstream
 
 PATH_FORM = re.compile(r"^/endpoints/(?P<slug>[0-9a-f]{12})(?P<rest>/.*)?$")
 UNAUTHENTICATED = (
@@ -88,9 +94,8 @@ class _Route:
     key_tokens_per_min: int | None
     workspace: Workspace
     status: str
-    node_id: UUID | None
-    port: int
-    node_online: bool
+    replicas: tuple[Upstream, ...]  # the running ones on nodes that are not offline
+    offline: tuple[Upstream, ...]  # the running ones whose node is offline
     loaded_at: float
 
 
@@ -103,7 +108,7 @@ def forget_routes(**_: Any) -> None:
     _routes.clear()
 
 
-for _model in (Endpoint, Node):
+for _model in (Endpoint, EndpointReplica, Node):
     post_save.connect(forget_routes, sender=_model, dispatch_uid=f"endpoint-routes-{_model.__name__}-save")
     post_delete.connect(forget_routes, sender=_model, dispatch_uid=f"endpoint-routes-{_model.__name__}-delete")
 
@@ -117,10 +122,17 @@ def _cached_route(slug: str) -> _Route | None:
 
 
 def _load_route(slug: str) -> _Route | None:
-    endpoint = Endpoint.objects.select_related("cluster__workspace", "node").filter(slug=slug).first()
+    endpoint = Endpoint.objects.select_related("cluster__workspace").filter(slug=slug).first()
     route = None
     if endpoint is not None:
-        node = endpoint.node
+        running = (
+            EndpointReplica.objects.filter(endpoint=endpoint, status=EndpointStatus.RUNNING, node__isnull=False)
+            .exclude(port=0)
+            .exclude(replacements__status=EndpointStatus.RUNNING)  # handed over: draining its last requests
+            .order_by("created_at", "server_id")
+            .values_list("server_id", "node_id", "port", "node__status")
+        )
+        upstreams = [(Upstream(key, node_id, port), node_status) for key, node_id, port, node_status in running]
         route = _Route(
             public=endpoint.public,
             endpoint_id=endpoint.pk,
@@ -128,9 +140,8 @@ def _load_route(slug: str) -> _Route | None:
             key_tokens_per_min=endpoint.key_tokens_per_min,
             workspace=endpoint.cluster.workspace,
             status=endpoint.status,
-            node_id=node.pk if node is not None else None,
-            port=endpoint.port,
-            node_online=node is not None and node.status != NodeStatus.OFFLINE,
+            replicas=tuple(u for u, node_status in upstreams if node_status != NodeStatus.OFFLINE),
+            offline=tuple(u for u, node_status in upstreams if node_status == NodeStatus.OFFLINE),
             loaded_at=time.monotonic(),
         )
     if route is not None and settings.PROXY_ROUTE_CACHE_S > 0:
@@ -145,16 +156,18 @@ def _target(
 ) -> ProxyTarget | ProxyRefusal:
     if route is None or (not route.public and not caller_may_view):
         return ProxyRefusal(404, "No such endpoint.")
-    if route.status != EndpointStatus.RUNNING or route.node_id is None or not route.port:
+    lead = (route.replicas or route.offline or (None,))[0]
+    if route.status != EndpointStatus.RUNNING or lead is None:
         return ProxyRefusal(503, f"Endpoint is {route.status}, not running.")
     query = scope.get("query_string", b"").decode("latin-1")
     return ProxyTarget(
-        node_id=route.node_id,
-        port=route.port,
+        node_id=lead.node_id,
+        port=lead.port,
         path=path + (f"?{query}" if query else ""),
-        node_online=route.node_online,
+        node_online=bool(route.replicas),
         meter=timeseries.workspace_series(route.workspace.pk),
         usage=usage_meter.Subject(route.workspace.pk, route.endpoint_id),
+        replicas=route.replicas,
     )
 
 

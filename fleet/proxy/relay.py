@@ -39,6 +39,7 @@ from fleet.proxy import origin_guard, origins, request_meter
 from fleet.proxy.streams import FIRST_BYTES_MAX, StreamUnavailable, TunnelStream
 from fleet.proxy.write_pressure import WritePressure
 from fleet.usage import meter as usage_meter
+from kernel import balancer
 from kernel.asgi_scope import header
 
 log = logging.getLogger("fleet.proxy")
@@ -95,6 +96,9 @@ class ProxyTarget:
     host: str = ""  # an in-cluster host the agent dials (a KubeRay head's Service); '' = the node itself
     meter: str = ""  # the series its requests count in (`request_meter`); '' = not counted
     usage: usage_meter.Subject | None = None  # the endpoint whose usage it counts in (`fleet.usage`)
+    # An endpoint's running replicas: an HTTP request goes to the least busy (`balancer`), and one whose
+    # connect fails goes once to another; `node_id`/`port` above name the first (a WebSocket goes there).
+    replicas: tuple[balancer.Upstream, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,12 @@ CROSS_ORIGIN = (
     "(Origin or Referer header). API clients send an API key (Authorization: Bearer <key>) instead."
 )
 NO_SUCH_ORIGIN = "No such endpoint, deployment or dashboard here."
+# How long the first try waits for a node's tunnel when another replica could take the request instead.
+FAILOVER_GRACE_S = 1.0
+# A stream's end before any response byte that counts as a failed connect, worth one try elsewhere: the
+# agent could not reach the port (the request never reached a server), or the node's tunnel closed (its
+# agent died: the request may have reached the server, whose answer can no longer come back).
+_REFUSED = ("cannot connect to ", "is not proxied", "too many open streams", "tunnel closed")
 # characters a URL may carry as they are (RFC 3986 reserved and unreserved, and `%` for escapes already
 # there); everything else (non-ASCII, spaces, controls, quotes) is percent-encoded
 URL_SAFE = "!#$%&'()*+,/:;=?@[]~"
@@ -283,9 +293,9 @@ async def exchange_ticket(scope: dict[str, Any], send: Any) -> None:
     )
 
 
-def _upstream_request(scope: dict[str, Any], target: ProxyTarget) -> h11.Request:
+def _upstream_request(scope: dict[str, Any], target: ProxyTarget, port: int) -> h11.Request:
     headers = upstream_headers(scope)
-    headers += [(b"host", f"127.0.0.1:{target.port}".encode()), (b"connection", b"close")]
+    headers += [(b"host", f"127.0.0.1:{port}".encode()), (b"connection", b"close")]
     forwarded_host = header(scope, b"host")
     if forwarded_host:
         headers.append((b"x-forwarded-host", forwarded_host.encode("latin-1")))
@@ -308,19 +318,54 @@ async def proxy_http(
     """Forward one HTTP request to `target` through the tunnel and stream the response back.
 
     A request whose body arrived whole in the first message (most API calls) travels with the
-    stream's opening message; larger ones stream up under the agent's credit. `usage` (metered
-    endpoints) sees the response's head and body go by, and is marked `cut` when the response did not
-    reach the client whole.
+    stream's opening message; larger ones stream up under the agent's credit. A target with replicas
+    sends it to the least busy one, counted in flight until the response ended however it ended; when
+    that connect fails (no tunnel, or the agent could not reach the server, before any response byte)
+    the request goes once to another replica. `usage` (metered endpoints) sees the response's head and
+    body go by, and is marked `cut` when the response did not reach the client whole.
     """
     length = header(scope, b"content-length")
     if length.isdigit() and int(length) > settings.PROXY_MAX_BODY_BYTES:
         await plain_response(send, 413, f"Request body exceeds {settings.PROXY_MAX_BODY_BYTES} bytes.")
         return
-    connection = h11.Connection(h11.CLIENT)
-    head = connection.send(_upstream_request(scope, target))
     first = await receive()
     if first["type"] == "http.disconnect":
         return
+    if not target.replicas:
+        only = balancer.Upstream(key="", node_id=target.node_id, port=target.port)
+        await _proxy_to(scope, receive, send, target, first, only, last=True, usage=usage)
+        return
+    lease = balancer.Lease(target.replicas)
+    try:
+        for attempt in range(2):
+            upstream = lease.take()
+            if upstream is None:
+                break
+            last = attempt == 1 or len(lease.tried) == len(lease.upstreams)
+            if not await _proxy_to(scope, receive, send, target, first, upstream, last=last, usage=usage):
+                return
+            log.info(
+                "endpoint replica %s on node %s refused the request; trying another", upstream.key, upstream.node_id
+            )
+    finally:
+        lease.release()
+
+
+async def _proxy_to(
+    scope: dict[str, Any],
+    receive: Any,
+    send: Any,
+    target: ProxyTarget,
+    first: dict[str, Any],
+    upstream: balancer.Upstream,
+    *,
+    last: bool,
+    usage: usage_meter.RequestUsage | None = None,
+) -> bool:
+    """Proxy the request to `upstream`; True (nothing sent to the client) when its connect failed and,
+    not being the `last` try, the request may go elsewhere."""
+    connection = h11.Connection(h11.CLIENT)
+    head = connection.send(_upstream_request(scope, target, upstream.port))
     body = first.get("body", b"")
     # (chunked framing adds a few bytes around the body; a body over the limit takes _forward_body's 413)
     whole = (
@@ -335,21 +380,23 @@ async def proxy_http(
         first_bytes = head
     try:
         stream = await TunnelStream.open(
-            node_id=target.node_id,
-            port=target.port,
+            node_id=upstream.node_id,
+            port=upstream.port,
             host=target.host,
-            grace_s=settings.PROXY_DIAL_GRACE_S,
+            grace_s=settings.PROXY_DIAL_GRACE_S if last else min(FAILOVER_GRACE_S, settings.PROXY_DIAL_GRACE_S),
             first_bytes=first_bytes,
             finished=whole,
         )
     except StreamUnavailable as exc:
+        if not last:
+            return True
         await plain_response(send, 502, f"Bad gateway: {exc}.")
-        return
+        return False
     relay_state = _RelayState(usage=usage)
     pressure = WritePressure.of(send)
     try:
         if not whole and not await _forward_body(first, receive, stream, connection, send):
-            return
+            return False
         relay = asyncio.ensure_future(_forward_response(stream, connection, send, relay_state, pressure=pressure))
         client_gone = asyncio.ensure_future(_wait_for_disconnect(receive))
         done, _ = await asyncio.wait({relay, client_gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -358,7 +405,7 @@ async def proxy_http(
             relay.cancel()
             if usage is not None:
                 usage.cut = True
-            return
+            return False
         relay.result()
     except TimeoutError:
         if usage is not None:
@@ -366,7 +413,10 @@ async def proxy_http(
         if not relay_state.started:
             await plain_response(send, 504, "Gateway timeout: the service on the node did not answer in time.")
     except (h11.ProtocolError, StreamUnavailable) as exc:
-        log.info("proxy stream to node %s port %s broke: %s", target.node_id, target.port, exc)
+        log.info("proxy stream to node %s port %s broke: %s", upstream.node_id, upstream.port, exc)
+        refused = whole and any(part in stream.error for part in _REFUSED)
+        if not relay_state.started and refused and not last:
+            return True
         if usage is not None:
             usage.cut = True
         if not relay_state.started:  # mid-response the client sees the body cut short instead
@@ -374,6 +424,7 @@ async def proxy_http(
     finally:
         pressure.stop()
         await stream.close()
+    return False
 
 
 async def _wait_for_disconnect(receive: Any) -> None:

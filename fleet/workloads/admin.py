@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from fleet.admin import ReadOnlyAdmin
-from fleet.workloads.models import ApiKeyEndpoint, Container, Endpoint, NodeModel
+from fleet.workloads.models import ApiKeyEndpoint, Container, Endpoint, EndpointReplica, NodeModel
 
 
 @admin.register(Container)
@@ -34,7 +34,7 @@ class NodeModelAdmin(ReadOnlyAdmin):
 class EndpointAdmin(ReadOnlyAdmin):
     """Inference endpoints (started and stopped through the API or pages, which check roles)."""
 
-    list_display = ["slug", "model_id", "node", "status", "port", "public", "created_at"]
+    list_display = ["slug", "model_id", "node", "status", "port", "public", "min_replicas", "created_at"]
     list_filter = ["status", "public"]
     search_fields = ["slug", "model_id"]
 
@@ -44,3 +44,12 @@ class ApiKeyEndpointAdmin(ReadOnlyAdmin):
     """The endpoints an API key is limited to (set when the key is created)."""
 
     list_display = ["key", "endpoint"]
+
+
+@admin.register(EndpointReplica)
+class EndpointReplicaAdmin(ReadOnlyAdmin):
+    """Endpoint replicas: one server of an endpoint on one node (placed and replaced by the services)."""
+
+    list_display = ["server_id", "endpoint", "node", "status", "port", "replacement_of", "created_at"]
+    list_filter = ["status"]
+    search_fields = ["server_id", "endpoint__slug"]

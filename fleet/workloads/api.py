@@ -1,4 +1,5 @@
-"""REST API for workloads: /containers/, /models/ (model locations), /endpoints/ (+ POST .../stop/).
+"""REST API for workloads: /containers/, /models/ (model locations), /endpoints/ (+ POST .../stop/ and
+.../update_revision/).
 
 Exported as `router` (a SimpleRouter, no API root view) for inclusion under /api/v1/. Every queryset
 is scoped by `WorkspaceScopedMixin`, lists are filtered by the filtersets of `fleet.workloads.filters`;
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -26,8 +27,9 @@ from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
 from fleet.workloads.filters import CONTAINER_FILTERS, ENDPOINT_FILTERS, MODEL_LOCATION_FILTERS
 from fleet.workloads.key_api import ApiKeyViewSet
-from fleet.workloads.models import Container, Endpoint, NodeModel
+from fleet.workloads.models import Container, Endpoint, EndpointReplica, NodeModel
 from fleet.workloads.services import PlacementError
+from kernel import balancer
 from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
 
 # --------------------------------------------------------------------------------------------------
@@ -92,10 +94,31 @@ class ModelLocationSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class EndpointReplicaSerializer(serializers.ModelSerializer):
+    """One replica of an endpoint: its server on a node, and the requests in flight to it through the web
+    process answering (each process balances, and counts, its own requests); `replacement_of` names the
+    lost replica it took over from (every replica is listed, retired ones too)."""
+
+    node_name = serializers.CharField(source="node.name", read_only=True, default=None)
+    in_flight = serializers.SerializerMethodField()
+
+    class Meta:
+        model = EndpointReplica
+        fields = ["id", "server_id", "node", "node_name", "status", "port", "failure_code", "failure_message"]
+        fields += ["in_flight", "replacement_of", "created_at", "updated_at"]
+        read_only_fields = fields
+
+    def get_in_flight(self, obj: EndpointReplica) -> int:
+        return balancer.outstanding(obj.server_id)
+
+
 class EndpointSerializer(serializers.ModelSerializer):
-    """An inference endpoint, its public URL, and on failure the agent's code with `error_help`."""
+    """An inference endpoint, its public URL, its replicas, and on failure the agent's code with `error_help`.
+
+    `status`, `node` and `port` summarise the replicas (the first running one's node and port)."""
 
     url = serializers.CharField(read_only=True)
+    replicas = EndpointReplicaSerializer(many=True, read_only=True)
     node_name = serializers.CharField(source="node.name", read_only=True, default=None)
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
     error_help = serializers.SerializerMethodField()
@@ -116,6 +139,12 @@ class EndpointSerializer(serializers.ModelSerializer):
             "status",
             "port",
             "public",
+            "min_replicas",
+            "max_replicas",
+            "target_requests_per_min",
+            "scale_cooldown_s",
+            "scaled_at",
+            "replicas",
             "failure_code",
             "failure_message",
             "error_help",
@@ -141,6 +170,14 @@ class EndpointCreateSerializer(serializers.Serializer):
     gpus = serializers.IntegerField(min_value=0, max_value=64, required=False, default=0)
     min_vram_mb = serializers.IntegerField(min_value=0, max_value=16 * 1024 * 1024, required=False, default=0)
     public = serializers.BooleanField(required=False, default=False)
+    min_replicas = serializers.IntegerField(
+        min_value=1, max_value=workload_services.MAX_REPLICAS, required=False, default=1
+    )
+    max_replicas = serializers.IntegerField(
+        min_value=1, max_value=workload_services.MAX_REPLICAS, required=False, allow_null=True, default=None
+    )
+    target_requests_per_min = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False, default=0)
+    scale_cooldown_s = serializers.IntegerField(min_value=0, max_value=86_400, required=False, default=120)
 
     def validate_model_id(self, value: str) -> str:
         try:
@@ -158,6 +195,17 @@ class EndpointCreateSerializer(serializers.Serializer):
         if unknown:
             raise serializers.ValidationError({name: "Unknown field." for name in unknown})
         return attrs
+
+
+class EndpointUpdateSerializer(serializers.Serializer):
+    """Input of POST /endpoints/<id>/update_revision/."""
+
+    revision = serializers.CharField(max_length=workload_services.MAX_REVISION)
+
+    def validate_revision(self, value: str) -> str:
+        if not workload_services.REVISION_RE.match(value) or ".." in value:
+            raise serializers.ValidationError("Not a valid revision (a branch, tag or commit hash).")
+        return value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -218,7 +266,14 @@ class EndpointViewSet(
     filterset = ENDPOINT_FILTERS
 
     def get_base_queryset(self) -> QuerySet[Endpoint]:
-        return Endpoint.objects.select_related("node", "created_by").order_by("-created_at", "pk")
+        replicas = Prefetch(
+            "replicas", EndpointReplica.objects.select_related("node").order_by("created_at", "server_id")
+        )
+        return (
+            Endpoint.objects.select_related("node", "created_by")
+            .prefetch_related(replicas)
+            .order_by("-created_at", "pk")
+        )
 
     def get_serializer_class(self) -> type[serializers.Serializer]:
         return EndpointCreateSerializer if self.action == "create" else EndpointSerializer
@@ -259,6 +314,10 @@ class EndpointViewSet(
             gpus=values["gpus"],
             min_vram_mb=values["min_vram_mb"],
             public=values["public"],
+            min_replicas=values["min_replicas"],
+            max_replicas=values["max_replicas"],
+            target_requests_per_min=values["target_requests_per_min"],
+            scale_cooldown_s=values["scale_cooldown_s"],
         )
         endpoint = self.get_base_queryset().get(pk=endpoint.pk)
         return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)
@@ -269,6 +328,17 @@ class EndpointViewSet(
         """Stop the endpoint (→ stopping until the agent confirms)."""
         endpoint = self.get_object()
         endpoint = workload_services.endpoint_stop(actor=request.user, endpoint=endpoint)
+        return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
+
+    @extend_schema(request=EndpointUpdateSerializer, responses={200: EndpointSerializer})
+    @action(detail=True, methods=["post"])
+    def update_revision(self, request: Request, pk: str | None = None) -> Response:
+        """Roll the endpoint over to another model revision: new replicas first, the old ones stop after."""
+        data = EndpointUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        endpoint = workload_services.endpoint_update(
+            actor=request.user, endpoint=self.get_object(), revision=data.validated_data["revision"]
+        )
         return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
 
 

@@ -11,6 +11,9 @@ the command-finished / inventory hooks. Per running container on the draining no
 3. replacement running → dispatch a graceful `container.stop` for the original (→ `stopping`).
 4. original stopped (hook) → done with it.
 
+Endpoint replicas on the node move by the endpoints' healing pass (`services.endpoint_heal`: replaced,
+then stopped once the replacement runs); the drain waits for them.
+
 No fitting node: the container stays where it is, the node stays draining, a `drain.no_fit` event is
 written once per container per drain (per reason), and the step's `DrainReport` lists it. When no
 container is running or stopping on the node any more, draining → cordoned.
@@ -33,7 +36,7 @@ from cleverthis.tenancy.quotas import try_lock_quota
 from fleet import payloads, services
 from fleet.models import Command, CommandStatus, CommandType, Node, NodeEvent, NodeStatus
 from fleet.workloads.errors import error_sentence
-from fleet.workloads.models import Container, ContainerStatus
+from fleet.workloads.models import Container, ContainerStatus, EndpointReplica, EndpointStatus
 from fleet.workloads.services import system_actor
 from kernel.exceptions import IllegalTransition
 
@@ -208,6 +211,11 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
         )
         report.remaining = len(originals)
         if not originals:
+            # endpoint replicas move by the endpoints' healing pass (`services.endpoint_heal`): wait for them
+            replicas = EndpointReplica.objects.filter(node=node, status__in=EndpointStatus.live()).count()
+            if replicas:
+                report.remaining = replicas
+                return report
             _finish(node, report)
             return report
         replacements: dict[uuid.UUID, list[Container]] = {}

@@ -12,7 +12,7 @@ from django.db import models
 
 from fleet import origin_names
 
-__all__ = ["Container", "ContainerStatus", "Endpoint", "EndpointStatus", "NodeModel"]
+__all__ = ["Container", "ContainerStatus", "Endpoint", "EndpointReplica", "EndpointStatus", "NodeModel"]
 
 
 class ContainerStatus(models.TextChoices):
@@ -132,7 +132,12 @@ def _new_slug() -> str:
 
 
 class Endpoint(models.Model):
-    """An OpenAI-compatible inference endpoint serving a cached model on one node."""
+    """An OpenAI-compatible inference endpoint: a service of `EndpointReplica`s, each a server on a node.
+
+    `status`, `node`, `port` and the failure fields summarise the replicas (written only by
+    `fleet.workloads.services.endpoint_replicas.endpoint_summarise`): running while any replica runs,
+    `node`/`port` those of the first running (else first live) replica, so single-replica views read on.
+    """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     slug = models.CharField(max_length=12, unique=True, default=_new_slug, editable=False)
@@ -145,6 +150,17 @@ class Endpoint(models.Model):
     status = models.CharField(max_length=16, choices=EndpointStatus.choices, default=EndpointStatus.PENDING)
     port = models.PositiveIntegerField(default=0)
     public = models.BooleanField(default=False)
+    # How many replicas the endpoint keeps: `min_replicas`, up to `max_replicas` while its load asks for more
+    # (`services.endpoint_autoscale`: requests per minute per replica against `target_requests_per_min`,
+    # 0 = no autoscaling; at most one change per `scale_cooldown_s`).
+    min_replicas = models.PositiveSmallIntegerField(default=1)
+    max_replicas = models.PositiveSmallIntegerField(default=1)
+    target_requests_per_min = models.PositiveIntegerField(default=0)
+    scale_cooldown_s = models.PositiveIntegerField(default=120)
+    scaled_at = models.DateTimeField(null=True, blank=True)
+    # The autoscaler's last look at `request_count` (its rate is measured between two looks).
+    load_sample_count = models.PositiveBigIntegerField(default=0)
+    load_sample_at = models.DateTimeField(null=True, blank=True)
     failure_code = models.CharField(max_length=64, blank=True, default="")
     failure_message = models.TextField(blank=True, default="")
     # Requests the proxy forwarded (`fleet.proxy.endpoint_routes`: counted per process, written at most
@@ -167,6 +183,12 @@ class Endpoint(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["node", "status"], name="endpoint_node_status")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(min_replicas__gte=1, max_replicas__gte=models.F("min_replicas")),
+                name="endpoint_replicas_min_le_max",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"endpoint-{self.slug} ({self.model_id}, {self.status})"
@@ -202,3 +224,41 @@ class ApiKeyEndpoint(models.Model):
 
     def __str__(self) -> str:
         return f"key {self.key_id} → endpoint {self.endpoint_id}"
+
+
+class EndpointReplica(models.Model):
+    """One server of an endpoint on one node: what the proxy balances over.
+
+    `server_id` is the `endpoint_id` the agent knows the server by (12 hex digits; the first replica's is
+    the endpoint's slug, so an endpoint of one replica looks on the wire as it always did).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="replicas")
+    server_id = models.CharField(max_length=12, unique=True, default=_new_slug, editable=False)
+    node = models.ForeignKey(
+        "fleet.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="endpoint_replicas"
+    )
+    status = models.CharField(max_length=16, choices=EndpointStatus.choices, default=EndpointStatus.PENDING)
+    port = models.PositiveIntegerField(default=0)
+    failure_code = models.CharField(max_length=64, blank=True, default="")
+    failure_message = models.TextField(blank=True, default="")
+    start_command = models.ForeignKey(
+        "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    stop_command = models.ForeignKey(
+        "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # The lost replica this one took over from (`endpoint_heal`); a replica with a replacement is retired.
+    replacement_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replacements"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["created_at", "server_id"]
+        indexes = [models.Index(fields=["node", "status"], name="endpoint_replica_node_status")]
+
+    def __str__(self) -> str:
+        return f"replica {self.server_id} of endpoint {self.endpoint_id} ({self.status})"

@@ -2,9 +2,11 @@
 
 A container counts while it occupies its node (`ContainerStatus.active()`: pending, running, stopping),
 with the CPU cores, memory and GPUs its create payload requested (`Container.req_*`, kept in columns so
-the check sums plain numbers); an endpoint counts while it is live
-(`EndpointStatus.live()`), with its GPUs and minimum VRAM. `register()` hands the provider to tenancy at
-app start; the services call `admit` with the asks below before they write the rows.
+the check sums plain numbers); an endpoint counts once while it is live (`EndpointStatus.live()`), and
+each of its replicas with the endpoint's GPUs and minimum VRAM while that replica is live with its start
+queued (a replica is admitted by `endpoint_record_start_commands` just before its start links to it).
+`register()` hands the provider to tenancy at app start; the services call `admit` with the asks below
+before they write the rows.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from typing import Any
 from django.db.models import Count, FloatField, QuerySet, Sum, Value
 
 from cleverthis.tenancy import quotas
-from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointStatus
+from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointReplica, EndpointStatus
 
 CONTAINER_QUOTAS = frozenset({"containers", "cpu_cores", "memory_gib", "gpus"})
-ENDPOINT_QUOTAS = frozenset({"endpoints", "gpus", "vram_gib"})
+REPLICA_QUOTAS = frozenset({"gpus", "vram_gib"})
 MB_PER_GIB = 1024
 MB_PER_GIB_F = Value(1024.0, FloatField())
 
@@ -39,15 +41,21 @@ def workload_usage(workspace_ids: Sequence[Any], names: frozenset[str]) -> list[
                 gpus=Sum("req_gpus"),
             )
         )
-    if names & ENDPOINT_QUOTAS:
+    if "endpoints" in names:
         live = Endpoint.objects.filter(cluster__workspace_id__in=workspace_ids, status__in=EndpointStatus.live())
+        parts.append(quotas.usage_rows(live, workspace_field="cluster__workspace_id", endpoints=Count("pk")))
+    if names & REPLICA_QUOTAS:
+        replicas = EndpointReplica.objects.filter(
+            endpoint__cluster__workspace_id__in=workspace_ids,
+            status__in=EndpointStatus.live(),
+            start_command__isnull=False,
+        )
         parts.append(
             quotas.usage_rows(
-                live,
-                workspace_field="cluster__workspace_id",
-                endpoints=Count("pk"),
-                gpus=Sum("gpus"),
-                vram_gib=Sum("min_vram_mb") / MB_PER_GIB_F,
+                replicas,
+                workspace_field="endpoint__cluster__workspace_id",
+                gpus=Sum("endpoint__gpus"),
+                vram_gib=Sum("endpoint__min_vram_mb") / MB_PER_GIB_F,
             )
         )
     return parts
@@ -73,9 +81,14 @@ def container_ask(payload: Mapping[str, Any], copies: int = 1) -> dict[str, floa
     }
 
 
-def endpoint_ask(*, gpus: int, min_vram_mb: int) -> dict[str, float]:
-    """What one endpoint asks of the quotas."""
-    return {"endpoints": 1, "gpus": gpus, "vram_gib": min_vram_mb / MB_PER_GIB}
+def endpoint_ask(*, gpus: int, min_vram_mb: int, replicas: int = 1) -> dict[str, float]:
+    """What one new endpoint with `replicas` replicas asks of the quotas."""
+    return {"endpoints": 1, **replica_ask(gpus=gpus, min_vram_mb=min_vram_mb, replicas=replicas)}
+
+
+def replica_ask(*, gpus: int, min_vram_mb: int, replicas: int = 1) -> dict[str, float]:
+    """What `replicas` more servers of an endpoint ask of the quotas."""
+    return {"gpus": gpus * replicas, "vram_gib": min_vram_mb * replicas / MB_PER_GIB}
 
 
 def register() -> None:

@@ -1,4 +1,5 @@
-"""Celery tasks for workloads: drain passes (one node on request, every draining node on the beat).
+"""Celery tasks for workloads: drain passes (one node on request, every draining node on the beat), and the
+healing of endpoints whose replicas were lost and the endpoints' autoscaler (on the beat).
 
 Task names are wire names and stay as they were when these lived in `fleet.tasks` / `fleet.workload_tasks`."""
 
@@ -13,6 +14,7 @@ from django.utils import timezone
 from fleet.models import Node, NodeStatus
 from fleet.tasks import RETRYABLE
 from fleet.workloads import drain
+from fleet.workloads import services as workload_services
 
 logger = logging.getLogger(__name__)
 
@@ -48,3 +50,32 @@ def drain_node_now(node_id: str) -> dict:
     from dataclasses import asdict
 
     return asdict(drain.drain_step(node_id=node_id))
+
+
+@shared_task(name="fleet.workload_tasks.endpoints_heal_tick", autoretry_for=(DatabaseError,), max_retries=2)
+def endpoints_heal_tick() -> dict[str, int]:
+    """Beat: one healing pass for every endpoint with a lost replica; {endpoint_id: replacements started}."""
+    out: dict[str, int] = {}
+    for endpoint_id in workload_services.endpoints_to_heal():
+        try:
+            out[str(endpoint_id)] = len(workload_services.endpoint_heal(endpoint_id=endpoint_id))
+        except Exception:  # one broken endpoint must not stop the others' healing
+            logger.exception("healing pass for endpoint %s failed", endpoint_id)
+            out[str(endpoint_id)] = -1
+    return out
+
+
+@shared_task(name="fleet.workload_tasks.endpoints_autoscale_tick", autoretry_for=(DatabaseError,), max_retries=2)
+def endpoints_autoscale_tick() -> dict[str, int]:
+    """Beat: one autoscaling pass for every autoscaled running endpoint; {endpoint_id: replicas started (+)
+    or stopped (-)} for those that changed."""
+    out: dict[str, int] = {}
+    for endpoint_id in workload_services.endpoints_to_autoscale():
+        try:
+            decision = workload_services.endpoint_autoscale(endpoint_id=endpoint_id)
+        except Exception:  # one broken endpoint must not stop the others' scaling
+            logger.exception("autoscaling pass for endpoint %s failed", endpoint_id)
+            continue
+        if decision is not None and decision.changed:
+            out[str(endpoint_id)] = decision.changed
+    return out

@@ -1,5 +1,6 @@
-"""Endpoint pages: every inference endpoint of the user's workspaces, overall and per cluster, with
-start/stop for Owners and Admins (htmx: the table alone, polled while an endpoint is on its way)."""
+"""Endpoint pages: every inference endpoint of the user's workspaces, overall and per cluster, with its
+replicas (node, state, requests in flight through this web process) and start/stop for Owners and Admins
+(htmx: the table alone, polled while an endpoint or one of its replicas is on its way)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
 from fleet.workloads.models import Endpoint, EndpointStatus
 from fleet.workloads.services import PlacementError
+from kernel import balancer
 from kernel.exceptions import IllegalTransition
 
 IN_FLIGHT = frozenset({EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.STOPPING})
@@ -39,6 +41,7 @@ def _rows(request: HttpRequest, endpoints: list[Endpoint]) -> list[dict[str, Any
                 "can_operate": operable[workspace.pk],
                 "log_tail": endpoint.failure_message or ((start.result or {}).get("log_tail", "") if start else ""),
                 "error_help": error_help(endpoint.failure_code),
+                "replicas": [(r, balancer.outstanding(r.server_id)) for r in endpoint.replicas.all()],
             }
         )
     return rows
@@ -52,7 +55,7 @@ def _render(request: HttpRequest, cluster: ComputeCluster | None) -> HttpRespons
     context = {
         "cluster": cluster,
         "rows": _rows(request, endpoints),
-        "polling": any(e.status in IN_FLIGHT for e in endpoints),
+        "polling": any(r.status in IN_FLIGHT for e in endpoints for r in [e, *e.replicas.all()]),
         "tab": "endpoints",
     }
     template = "workloads/_endpoints.html" if request.htmx else "workloads/endpoint_list.html"

@@ -27,8 +27,8 @@ from django.db import connections
 
 from fleet import services
 from fleet.models import Command, CommandStatus, ComputeCluster, Node, NodeEvent
-from fleet.workloads.models import Endpoint
 from tests.e2e.conftest import node_of, wait_status
+from tests.support.endpoints import endpoint_row
 from tests.support.live import ControlPlane, agent_join, agent_run, subprocess_env
 from tests.support.processes import REPO_ROOT, free_port, wait_until
 
@@ -154,7 +154,7 @@ def test_copy_buttons_put_the_text_itself_on_the_clipboard(page, world):
     tab.keyboard.press("Escape")
 
     node = _node(cluster, world["user"], "copy-box")
-    endpoint = Endpoint.objects.create(cluster=cluster, node=node, model_id="acme/tiny", status="running", port=9)
+    endpoint = endpoint_row(cluster=cluster, node=node, model_id="acme/tiny", status="running", port=9)
     for path in ("/compute/endpoints/", f"/compute/clusters/{cluster.pk}/endpoints/"):
         tab.goto(f"{base}{path}")
         tab.evaluate("navigator.clipboard.writeText('stale')")
@@ -209,7 +209,7 @@ def test_private_endpoint_opens_signed_in_from_the_endpoints_page(page, world, p
         # The agent's first inventory report after connecting (which says it has no Docker here) would fail
         # a hand-made endpoint row made before it: it lists only endpoints of its own.
         wait_until(lambda: NodeEvent.objects.filter(node=node, kind="agent.problem").exists(), timeout=30)
-        endpoint = Endpoint.objects.create(
+        endpoint = endpoint_row(
             cluster=cluster, node=node, model_id="acme/tiny", status="running", port=port, public=False
         )
         tab.goto(f"{base}/compute/endpoints/")
@@ -235,10 +235,8 @@ def test_endpoints_tables_fit_a_phone(page, world):
     tab, errors = page
     base, cluster, user = world["base"], world["cluster"], world["user"]
     node = _node(cluster, user, "gpu-box-with-a-rather-long-hostname-1")
-    Endpoint.objects.create(
-        cluster=cluster, node=node, model_id="meta-llama/Meta-Llama-3-8B-Instruct", status="running", port=9
-    )
-    Endpoint.objects.create(
+    endpoint_row(cluster=cluster, node=node, model_id="meta-llama/Meta-Llama-3-8B-Instruct", status="running", port=9)
+    endpoint_row(
         cluster=cluster,
         node=node,
         model_id="acme/tiny",

@@ -23,9 +23,10 @@ from cleverthis.tenancy.models import Role
 from fleet import origin_names
 from fleet.models import NodeEvent
 from fleet.proxy import origins
-from fleet.workloads.models import Endpoint
+from fleet.workloads.models import Endpoint, EndpointReplica
 from raymgr.models import RayCluster, RayClusterStatus
 from tests.e2e.conftest import node_of, wait_status
+from tests.support.endpoints import endpoint_row
 from tests.support.origin_client import redeem_ticket_redirect
 from tests.support.processes import free_port, wait_until
 
@@ -67,7 +68,7 @@ def hostile_endpoint(control_plane, cluster, operator, agents):
     _proc, state, _env = agents(control_plane, cluster, user, "n", extra_env={"CLEVERTHIS_PROXY_PORTS": str(port)})
     node = node_of(state)
     wait_status(node, "online")
-    endpoint = Endpoint.objects.create(cluster=cluster, node=node, model_id="t/m", status="running", port=port)
+    endpoint = endpoint_row(cluster=cluster, node=node, model_id="t/m", status="running", port=port)
     yield endpoint, user
     server.shutdown()
     server.server_close()
@@ -155,9 +156,7 @@ def test_websocket_upgrades_from_a_foreign_origin_are_refused(control_plane, clu
         _proc, state, _env = agents(control_plane, cluster, user, "w", extra_env={"CLEVERTHIS_PROXY_PORTS": str(port)})
         node = node_of(state)
         wait_status(node, "online")
-        endpoint = Endpoint.objects.create(
-            cluster=cluster, node=node, model_id="t/ws", status="running", port=port, public=True
-        )
+        endpoint = endpoint_row(cluster=cluster, node=node, model_id="t/ws", status="running", port=port, public=True)
 
         def upgrade(origin: str) -> bytes:
             with socket.create_connection(("127.0.0.1", control_plane.ports[0]), timeout=30) as sock:
@@ -176,6 +175,7 @@ def test_websocket_upgrades_from_a_foreign_origin_are_refused(control_plane, clu
         reported = ("endpoint.failed", "agent.problem")
         wait_until(lambda: NodeEvent.objects.filter(node=node, kind__in=reported).exists(), timeout=30)
         Endpoint.objects.filter(pk=endpoint.pk).update(status="running", failure_code="", failure_message="")
+        EndpointReplica.objects.filter(endpoint=endpoint).update(status="running", failure_code="", failure_message="")
         own_origin = f"http://{endpoint.hostname}:{control_plane.ports[0]}"
         wait_until(lambda: upgrade(own_origin).startswith(b"HTTP/1.1 101"), timeout=20, what="the route cache")
         assert upgrade("").startswith(b"HTTP/1.1 101")  # not a browser: nothing ambient to abuse

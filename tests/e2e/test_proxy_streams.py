@@ -23,6 +23,7 @@ from fleet.models import Node
 from fleet.proxy import relay
 from fleet.workloads.models import Endpoint
 from tests.e2e.conftest import both_servers, node_of, wait_status
+from tests.support.endpoints import endpoint_row
 from tests.support.processes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -236,7 +237,7 @@ def test_sse_events_arrive_as_they_are_produced(proxied_node):
 def _public_endpoint(node: Node, port: int) -> Endpoint:
     """A running public endpoint on `node` serving `port`: the web server proxies its origin to the node."""
     cluster = Node.objects.get(pk=node.pk).cluster
-    return Endpoint.objects.create(cluster=cluster, node=node, model_id="t/m", status="running", port=port, public=True)
+    return endpoint_row(cluster=cluster, node=node, model_id="t/m", status="running", port=port, public=True)
 
 
 @both_servers

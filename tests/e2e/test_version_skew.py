@@ -17,8 +17,8 @@ import requests
 from agent import protocol as p
 from fleet import services
 from fleet.models import Command, Node, NodeEvent
-from fleet.workloads.models import Endpoint
 from tests.e2e.conftest import node_of, wait_status
+from tests.support.endpoints import endpoint_row
 from tests.support.live import ControlPlane, subprocess_env
 from tests.support.old_agent import old_agent_join, old_agent_run, previous_protocol_tree
 from tests.support.processes import free_port, wait_until
@@ -147,9 +147,7 @@ def test_an_agent_one_protocol_version_behind_still_proxies_a_streamed_answer_wi
         wait_status(node, "online", timeout=60)
         node.refresh_from_db()
         assert node.protocol_version == p.PROTOCOL_VERSION - 1
-        endpoint = Endpoint.objects.create(
-            cluster=cluster, node=node, model_id="t/m", status="running", port=port, public=True
-        )
+        endpoint = endpoint_row(cluster=cluster, node=node, model_id="t/m", status="running", port=port, public=True)
         answer = requests.get(f"{control_plane.url}/stream", headers={"Host": endpoint.hostname}, timeout=60)
         assert answer.status_code == 200, answer.text
         assert answer.text == "".join(f"data: token {index}\n\n" for index in range(10))

@@ -198,3 +198,63 @@ def test_endpoint_for_a_model_not_in_the_cache_fails_at_once(control_plane, clus
     # the command made the same endpoint record the Endpoints page lists, failed with the reason
     endpoint = Endpoint.objects.get(slug=start.payload["endpoint_id"])
     assert (endpoint.node_id, endpoint.status, endpoint.failure_code) == (node.pk, "failed", "weights_missing")
+
+
+def test_two_real_vllm_replicas_share_requests_and_one_survives_the_other_agent(
+    control_plane, cluster, operator, agents, hub, engine_python, tiny_model
+):
+    """An endpoint of two replicas, each real vLLM on its own agent: completions go to both servers (their
+    access logs say so), and once one agent dies every completion is answered by the other."""
+    from fleet.workloads.models import EndpointReplica
+
+    user, _ = operator
+    hub.add_repo(MODEL, tiny_model)
+    env = {"CLEVERTHIS_VLLM_CPU_PYTHON": engine_python, "PYTHONPATH": str(REPO_ROOT)}
+    started = {name: agents(control_plane, cluster, user, name, extra_env=env) for name in ("cpu-a", "cpu-b")}
+    for _, state, _ in started.values():
+        node = node_of(state)
+        wait_status(node, "online")
+        (download,) = services.command_dispatch(
+            actor=user, cluster=cluster, command_type="model.download", payload={"model_id": MODEL}, node=node
+        )
+        wait_until(lambda d=download: Command.objects.get(pk=d.pk).status == "succeeded", timeout=120, what="download")
+    endpoint = workload_services.endpoint_create(actor=user, cluster=cluster, model_id=MODEL, min_replicas=2)
+    replicas = EndpointReplica.objects.filter(endpoint=endpoint)
+    wait_until(
+        lambda: {r.status for r in replicas.all()} <= {"running", "failed"},
+        timeout=1200,
+        interval=2,
+        what="two vLLM replicas up",
+    )
+    assert [r.status for r in replicas.all()] == ["running", "running"], [r.failure_message for r in replicas]
+    state_of = {node_of(state).pk: state for _, state, _ in started.values()}
+    # each replica's server log (vLLM's access log included) lives in its agent's state
+    log_of = {r.server_id: state_of[r.node_id] / "work" / "endpoints" / f"endpoint-{r.server_id}.log" for r in replicas}
+    token = Token.objects.create(user=user)
+    auth = {"Authorization": f"Token {token.key}", "Host": endpoint.hostname}
+
+    def complete() -> None:
+        answer = requests.post(
+            f"{control_plane.url}/v1/completions",
+            headers=auth,
+            json={"model": MODEL, "prompt": "the fleet runs", "max_tokens": 4, "temperature": 0},
+            timeout=300,
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["choices"][0]["text"] is not None
+
+    def served() -> dict[str, int]:
+        return {sid: path.read_text(errors="replace").count("POST /v1/completions") for sid, path in log_of.items()}
+
+    for _ in range(4):
+        complete()
+    assert all(count >= 1 for count in served().values()), served()
+
+    proc, state_a, _ = started["cpu-a"]
+    proc.kill()  # its tunnel goes; its vLLM server (a session of its own) keeps running, unreachable
+    survivor = next(r.server_id for r in replicas.all() if r.node_id != node_of(state_a).pk)
+    before = served()
+    for _ in range(3):
+        complete()
+    after = served()
+    assert after[survivor] - before[survivor] == 3

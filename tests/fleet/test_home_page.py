@@ -11,8 +11,9 @@ from django.utils import timezone
 from agent import protocol
 from fleet import services
 from fleet.models import Command, CommandStatus, NodeStatus
-from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointStatus
+from fleet.workloads.models import Container, ContainerStatus, EndpointStatus
 from raymgr.models import RayCluster, RayClusterStatus
+from tests.support.endpoints import endpoint_row
 
 pytestmark = pytest.mark.django_db
 
@@ -41,7 +42,7 @@ def _world(cluster, register_node, owner, n_extra: int = 0):
         register_node(cluster, f"extra-{i}")
     Container.objects.create(node=busy, cluster=cluster, name="web", image="busybox", status=ContainerStatus.RUNNING)
     Container.objects.create(node=busy, cluster=cluster, name="old", image="busybox", status=ContainerStatus.EXITED)
-    Endpoint.objects.create(cluster=cluster, node=busy, model_id="acme/tiny", status=EndpointStatus.RUNNING)
+    endpoint_row(cluster=cluster, node=busy, model_id="acme/tiny", status=EndpointStatus.RUNNING)
     RayCluster.objects.create(
         workspace=cluster.workspace, compute_cluster=cluster, name="ray-up", status=RayClusterStatus.RUNNING
     )

@@ -13,6 +13,9 @@ asks for it (``"stream_options": {"include_usage": true}``).
 ``--stream-gate PATH`` (not a vLLM flag) holds a streamed answer's last word until PATH exists (at most
 ``GATE_WAIT_S``): a client that needs its first event to create PATH proves that every hop in between
 passes events on as they are produced, with no wall-clock measure.
+
+Every answer carries ``X-Served-By: <host>:<port>`` (not vLLM's): tests of an endpoint's replicas see which
+server answered.
 """
 
 from __future__ import annotations
@@ -61,6 +64,11 @@ def make_handler(model_name: str, stream_gate: Path | None = None) -> type[BaseH
 
         def log_message(self, fmt: str, *args: object) -> None:
             sys.stderr.write("openai-standin: " + (fmt % args) + "\n")
+
+        def end_headers(self) -> None:
+            host, port = self.server.server_address[:2]
+            self.send_header("X-Served-By", f"{host}:{port}")
+            super().end_headers()
 
         def _json(self, status: int, body: object) -> None:
             raw = json.dumps(body).encode()

@@ -19,7 +19,16 @@ from fleet.workloads.services.containers import (
     containers_record_queued,
     containers_record_start_queued,
 )
+from fleet.workloads.services.endpoint_autoscale import (
+    ScaleDecision,
+    desired_replicas,
+    endpoint_autoscale,
+    endpoints_to_autoscale,
+)
+from fleet.workloads.services.endpoint_heal import endpoint_heal, endpoints_to_heal
+from fleet.workloads.services.endpoint_updates import endpoint_update
 from fleet.workloads.services.endpoints import (
+    MAX_REPLICAS,
     REVISION_RE,
     PlacementError,
     endpoint_create,
@@ -41,10 +50,12 @@ from fleet.workloads.services.node_models import (
 
 __all__ = [
     "MAX_MODEL_ID",
+    "MAX_REPLICAS",
     "MAX_REVISION",
     "REF_OUTCOME",
     "REVISION_RE",
     "PlacementError",
+    "ScaleDecision",
     "api_key_create",
     "api_key_revoke",
     "container_record_create_failed",
@@ -53,14 +64,20 @@ __all__ = [
     "containers_reconcile",
     "containers_record_queued",
     "containers_record_start_queued",
+    "desired_replicas",
+    "endpoint_autoscale",
     "endpoint_create",
+    "endpoint_heal",
     "endpoint_record_acked",
     "endpoint_record_command_outcome",
     "endpoint_record_start_commands",
     "endpoint_restart",
     "endpoint_stop",
+    "endpoint_update",
     "endpoints_end_with_node",
     "endpoints_reconcile",
+    "endpoints_to_autoscale",
+    "endpoints_to_heal",
     "node_event_record_failure",
     "node_free_vram_mb",
     "node_model_record_download_failed",

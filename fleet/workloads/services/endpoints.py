@@ -1,9 +1,14 @@
-"""Inference endpoints: placement on a node holding the model, start, stop and restart (Owner/Admin), and
-the rows following their commands' outcomes and the nodes' inventories."""
+"""Inference endpoints: their replicas' placement on nodes holding the model, start, stop and restart
+(Owner/Admin), and the rows following their commands' outcomes and the nodes' inventories.
+
+An endpoint keeps `min_replicas` replicas (`EndpointReplica`), each one server on a node; its own status
+summarises theirs (`endpoint_replicas.endpoint_summarise`). Lock order: the endpoint's row, then its replicas'.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -18,14 +23,16 @@ from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.mixins import require_operator
 from cleverthis.tenancy.quotas import admit, locked_quota
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
-from fleet.services import command_queue, node_event_record
+from fleet.services import node_event_record
 from fleet.workloads.errors import error_help, error_sentence
-from fleet.workloads.models import Endpoint, EndpointStatus, NodeModel
-from fleet.workloads.quotas import endpoint_ask
+from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel
+from fleet.workloads.quotas import replica_ask
 from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION, node_event_record_failure
+from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
 from kernel.exceptions import IllegalTransition
 
 REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
+MAX_REPLICAS = 32
 
 
 def node_free_vram_mb(node: Node, gpus: int = 0) -> int:
@@ -60,7 +67,7 @@ def validate_model_id(model_id: Any, field: str = "model_id") -> str:
     return model_id
 
 
-def _validate_revision(revision: Any) -> str:
+def validate_revision(revision: Any) -> str:
     if not isinstance(revision, str) or not revision:
         raise ValidationError({"revision": "Must be a non-empty string."})
     if len(revision) > MAX_REVISION or not REVISION_RE.match(revision) or ".." in revision:
@@ -75,28 +82,37 @@ def _validate_count(value: Any, field: str, maximum: int) -> int:
 
 
 def _endpoint_load(node_ids: list[Any]) -> dict[Any, tuple[int, int]]:
-    """Per node: (live endpoints, VRAM reserved by endpoints still starting, not yet in heartbeats)."""
+    """Per node: (live endpoint replicas, VRAM reserved by replicas still starting, not yet in heartbeats)."""
     rows = (
-        Endpoint.objects.filter(node_id__in=node_ids, status__in=EndpointStatus.live())
+        EndpointReplica.objects.filter(node_id__in=node_ids, status__in=EndpointStatus.live())
         .values("node_id")
         .annotate(
             n=Count("pk"),
             reserved=Sum(
-                "min_vram_mb", filter=Q(status__in=[EndpointStatus.PENDING, EndpointStatus.STARTING]), default=0
+                "endpoint__min_vram_mb",
+                filter=Q(status__in=[EndpointStatus.PENDING, EndpointStatus.STARTING]),
+                default=0,
             ),
         )
     )
     return {r["node_id"]: (r["n"], r["reserved"]) for r in rows}
 
 
-def _pick_endpoint_node(
-    *, cluster: ComputeCluster, model_id: str, revision: str, gpus: int, min_vram_mb: int, node: Node | None
+def pick_endpoint_node(
+    *,
+    cluster: ComputeCluster,
+    model_id: str,
+    revision: str,
+    gpus: int,
+    min_vram_mb: int,
+    node: Node | None,
+    avoid: Collection[Any] = (),
 ) -> Node:
     """Choose a node that has the model cached and enough GPUs/VRAM; PlacementError saying why not.
 
-    Free VRAM counts the VRAM promised to endpoints that are still starting (not yet visible in the
-    node's heartbeats). Among fitting nodes the one with the fewest live endpoints, then the most
-    free VRAM, wins.
+    Free VRAM counts the VRAM promised to replicas that are still starting (not yet visible in the
+    node's heartbeats). Among fitting nodes one not in `avoid` (the ids of nodes already serving this
+    endpoint) wins where there is one, then the one with the fewest live replicas, then the most free VRAM.
     """
     label = f"{model_id}@{revision}"
     if node is not None:
@@ -139,7 +155,37 @@ def _pick_endpoint_node(
             f"insufficient GPU VRAM: needs {min_vram_mb} MB{gpu_note}, {where} has {max(free(best), 0)} MB free",
             "insufficient_vram",
         )
-    return min(fitting, key=lambda n: (load.get(n.pk, (0, 0))[0], -free(n), n.name))
+    return min(fitting, key=lambda n: (n.pk in avoid, load.get(n.pk, (0, 0))[0], -free(n), n.name))
+
+
+def workspace_of_endpoint(endpoint_id: object) -> object:
+    """The workspace id of an endpoint (None when it is gone): to lock its quota row before the endpoint's."""
+    return Endpoint.objects.filter(pk=endpoint_id).values_list("cluster__workspace_id", flat=True).first()
+
+
+def _place_replicas(*, actor: AbstractBaseUser, endpoint: Endpoint, node: Node | None = None) -> list[Command]:
+    """Start each of the endpoint's replicas (made up to `min_replicas`) on a node of its own where one fits;
+    the first replica's server id is the endpoint's slug. PlacementError (nothing kept) when one fits nowhere."""
+    current = endpoint.replicas.filter(replacements__isnull=True).order_by("created_at", "server_id")
+    replicas = list(current[: endpoint.min_replicas])  # replicas the autoscaler added and stopped stay stopped
+    while len(replicas) < endpoint.min_replicas:
+        server_id = endpoint.slug if not replicas else EndpointReplica._meta.get_field("server_id").get_default()
+        replicas.append(EndpointReplica.objects.create(endpoint=endpoint, server_id=server_id))
+    commands, used = [], set()
+    for replica in replicas:
+        target = pick_endpoint_node(
+            cluster=endpoint.cluster,
+            model_id=endpoint.model_id,
+            revision=endpoint.revision,
+            gpus=endpoint.gpus,
+            min_vram_mb=endpoint.min_vram_mb,
+            node=node,
+            avoid=used,
+        )
+        used.add(target.pk)
+        EndpointReplica.objects.filter(pk=replica.pk).update(node=target)  # pending once its start is queued (admitted)
+        commands.append(replica_queue_start(actor=actor, endpoint=endpoint, replica=replica, node=target))
+    return commands
 
 
 @operator_action(
@@ -158,60 +204,68 @@ def endpoint_create(
     gpus: int = 0,
     min_vram_mb: int = 0,
     public: bool = False,
+    min_replicas: int = 1,
+    max_replicas: int | None = None,
+    target_requests_per_min: int = 0,
+    scale_cooldown_s: int = 120,
 ) -> Endpoint:
-    """Start an inference endpoint for a cached model; Owner/Admin only.
+    """Start an inference endpoint for a cached model with `min_replicas` replicas; Owner/Admin only.
 
-    Picks `node` or an online node of the cluster that has the model cached and enough GPUs/VRAM
-    (the least busy), creates the Endpoint row (pending) and dispatches `endpoint.start`. Refuses
-    with a 409 `PlacementError` saying why when no node qualifies, or `QuotaExceeded` when the workspace's
-    endpoint, GPU or VRAM quota would be passed; nothing is written then.
+    Places each replica on `node` or on an online node of the cluster that has the model cached and
+    enough GPUs/VRAM (distinct nodes where they fit, the least busy first), creates the Endpoint and
+    replica rows (pending) and dispatches one `endpoint.start` per replica. Refuses with a 409
+    `PlacementError` saying why when a replica fits on no node, or `QuotaExceeded` when the workspace's
+    endpoint, GPU or VRAM quota would be passed (each replica asks the endpoint's GPUs and VRAM); nothing
+    is written then. With `target_requests_per_min` the autoscaler keeps between min and max replicas on
+    the request rate.
     """
     require_operator(actor, cluster.workspace)
     validate_model_id(model_id)
-    _validate_revision(revision)
+    validate_revision(revision)
     _validate_count(gpus, "gpus", 64)
     _validate_count(min_vram_mb, "min_vram_mb", 16 * 1024 * 1024)
     if not isinstance(public, bool):
         raise ValidationError({"public": "Must be a boolean."})
     if node is not None and node.cluster_id != cluster.pk:
         raise ValidationError({"node": "This node is not in this cluster."})
+    _validate_count(min_replicas, "min_replicas", MAX_REPLICAS)
+    max_replicas = min_replicas if max_replicas is None else max_replicas
+    _validate_count(max_replicas, "max_replicas", MAX_REPLICAS)
+    if min_replicas < 1:
+        raise ValidationError({"min_replicas": "An endpoint keeps at least one replica."})
+    if max_replicas < min_replicas:
+        raise ValidationError({"max_replicas": "Must be at least min_replicas."})
+    _validate_count(target_requests_per_min, "target_requests_per_min", 10_000_000)
+    _validate_count(scale_cooldown_s, "scale_cooldown_s", 86_400)
+    if node is not None and min_replicas > 1:
+        raise ValidationError({"node": "A chosen node takes one replica: leave it out to place several."})
     with transaction.atomic():
-        target = _pick_endpoint_node(
-            cluster=cluster, model_id=model_id, revision=revision, gpus=gpus, min_vram_mb=min_vram_mb, node=node
-        )
-        admit(workspace_id=cluster.workspace_id, ask=endpoint_ask(gpus=gpus, min_vram_mb=min_vram_mb))
+        admit(workspace_id=cluster.workspace_id, ask={"endpoints": 1})  # its replicas: as their starts queue
         endpoint = Endpoint.objects.create(
             cluster=cluster,
-            node=target,
             model_id=model_id,
             revision=revision,
             gpus=gpus,
             min_vram_mb=min_vram_mb,
             public=public,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            target_requests_per_min=target_requests_per_min,
+            scale_cooldown_s=scale_cooldown_s,
             created_by=actor,
         )
-        (command,) = command_queue(
-            actor=actor,
-            cluster=cluster,
-            command_type=CommandType.ENDPOINT_START,
-            payload={
-                "endpoint_id": endpoint.slug,
-                "model_id": model_id,
-                "revision": revision,
-                "gpus": gpus,
-                "min_vram_mb": min_vram_mb,
-            },
-            node=target,
-        )
-        endpoint.start_command = command
+        commands = _place_replicas(actor=actor, endpoint=endpoint, node=node)
+        endpoint.start_command = commands[0]
         endpoint.save(update_fields=["start_command", "updated_at"])
-        node_event_record(
-            node_id=target.pk,
-            kind="endpoint.starting",
-            message=f"Endpoint {endpoint.hostname} for {model_id}@{revision} requested by {actor.get_username()}",
-            data={"endpoint": str(endpoint.pk)},
-            command=command,
-        )
+        endpoint = endpoint_summarise(endpoint)
+        for command in commands:
+            node_event_record(
+                node_id=command.node_id,
+                kind="endpoint.starting",
+                message=f"Endpoint {endpoint.hostname} for {model_id}@{revision} requested by {actor.get_username()}",
+                data={"endpoint": str(endpoint.pk)},
+                command=command,
+            )
     return endpoint
 
 
@@ -225,47 +279,56 @@ def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
         )
         if endpoint.status not in EndpointStatus.live() or endpoint.status == EndpointStatus.STOPPING:
             raise IllegalTransition(f"This endpoint is {endpoint.status}; only a running or starting one can stop.")
-        if endpoint.node is None:
-            endpoint.status = EndpointStatus.STOPPED
-            endpoint.save(update_fields=["status", "updated_at"])
-            return endpoint
-        (command,) = command_queue(
-            actor=actor,
-            cluster=endpoint.cluster,
-            command_type=CommandType.ENDPOINT_STOP,
-            payload={"endpoint_id": endpoint.slug},
-            node=endpoint.node,
-        )
-        endpoint.status = EndpointStatus.STOPPING
-        endpoint.stop_command = command
-        endpoint.save(update_fields=["status", "stop_command", "updated_at"])
+        live = [EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING]
+        replicas = endpoint.replicas.select_for_update(of=("self",)).select_related("node").filter(status__in=live)
+        commands = [replica_queue_stop(actor=actor, endpoint=endpoint, replica=r) for r in replicas]
+        sent = [c for c in commands if c is not None]
+        if sent:
+            endpoint.stop_command = sent[0]
+            endpoint.save(update_fields=["stop_command", "updated_at"])
+        endpoint_summarise(endpoint)
     return endpoint
 
 
-def _start_ask(payload: dict[str, Any]) -> dict[str, float]:
-    return endpoint_ask(gpus=int(payload.get("gpus") or 0), min_vram_mb=int(payload.get("min_vram_mb") or 0))
+def _replica_ask(endpoint: Endpoint) -> dict[str, float]:
+    return replica_ask(gpus=endpoint.gpus, min_vram_mb=endpoint.min_vram_mb)
+
+
+def _new_endpoint_ask(payload: dict[str, Any]) -> dict[str, float]:
+    ask = replica_ask(gpus=int(payload.get("gpus") or 0), min_vram_mb=int(payload.get("min_vram_mb") or 0))
+    return {"endpoints": 1, **ask}
 
 
 def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]:
-    """endpoint.start commands queued (by `endpoint_create`, or sent from the Commands tab / API): each
-    gets the Endpoint row its `endpoint_id` names, created when new, or made pending again on the
-    command's node when it had stopped or failed, so every started endpoint is listed with its URL.
+    """endpoint.start commands queued (by the services here, or sent from the Commands tab / API): each
+    gets the replica its `endpoint_id` names (a replica's server id; an endpoint's slug names its first
+    replica), created with its Endpoint row when new, or made pending again on the command's node when it
+    had stopped or failed, so every started server is listed with its endpoint's URL.
 
     Refuses (ValidationError) a start sent to several nodes at once, and an id of another cluster's or a
-    still live endpoint on another node; a new or restarted endpoint is admitted against the workspace's
-    quotas first (`QuotaExceeded`). A live endpoint counts already: starting it again asks nothing.
+    still live replica on another node. Each replica that goes live is admitted against the workspace's
+    quotas as its start is queued (`QuotaExceeded`): the endpoint's GPUs and VRAM, and the endpoint itself
+    when it was not live; a live replica counts already, starting it again asks nothing.
     """
     if len(commands) > 1:
         raise ValidationError({"node_id": "An endpoint starts on one node: choose the node."})
     rows = []
     for command in commands:
         payload = command.payload or {}
-        slug = str(payload.get("endpoint_id", ""))
-        endpoint = Endpoint.objects.select_for_update().filter(slug=slug).first()
+        server_id = str(payload.get("endpoint_id", ""))
+        found = EndpointReplica.objects.filter(server_id=server_id).values_list("endpoint_id", flat=True).first()
+        endpoint = (
+            Endpoint.objects.select_for_update().filter(pk=found).first()
+            if found
+            else Endpoint.objects.select_for_update().filter(slug=server_id).first()
+        )
+        if endpoint is not None and endpoint.cluster_id != command.cluster_id:
+            raise ValidationError({"payload.endpoint_id": "No such endpoint in this cluster."})
+        created = endpoint is None
         if endpoint is None:
-            admit(workspace_id=command.cluster.workspace_id, ask=_start_ask(payload))
+            admit(workspace_id=command.cluster.workspace_id, ask=_new_endpoint_ask(payload))
             endpoint = Endpoint.objects.create(
-                slug=slug,
+                slug=server_id,
                 cluster_id=command.cluster_id,
                 node_id=command.node_id,
                 model_id=payload.get("model_id", ""),
@@ -283,54 +346,48 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
                 data={"endpoint": str(endpoint.pk)},
                 command=command,
             )
-        elif endpoint.cluster_id != command.cluster_id:
-            raise ValidationError({"payload.endpoint_id": "No such endpoint in this cluster."})
-        elif endpoint.start_command_id is None:
-            pass  # the row endpoint_create just made: it links its command itself
-        elif endpoint.status in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
-            admit(workspace_id=command.cluster.workspace_id, ask=_start_ask(payload))
-            endpoint.status, endpoint.node_id, endpoint.port = EndpointStatus.PENDING, command.node_id, 0
+        replica = EndpointReplica.objects.select_for_update().filter(server_id=server_id).first()
+        if replica is None:
+            if not created:
+                admit(workspace_id=command.cluster.workspace_id, ask=_replica_ask(endpoint))
+            EndpointReplica.objects.create(
+                endpoint=endpoint, server_id=server_id, node_id=command.node_id, start_command=command
+            )
+        elif replica.start_command_id is None:
+            # a replica the services here just made: it counts once they link this command to it
+            admit(workspace_id=command.cluster.workspace_id, ask=_replica_ask(endpoint))
+        elif replica.status in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
+            ask = _replica_ask(endpoint)
+            if endpoint.status not in EndpointStatus.live():
+                ask["endpoints"] = 1
+            admit(workspace_id=command.cluster.workspace_id, ask=ask)
+            replica.status, replica.node_id, replica.port = EndpointStatus.PENDING, command.node_id, 0
+            replica.start_command, replica.failure_code, replica.failure_message = command, "", ""
+            replica.save()
             endpoint.model_id = payload.get("model_id", endpoint.model_id)
             endpoint.revision = payload.get("revision", "main")
-            endpoint.start_command, endpoint.failure_code, endpoint.failure_message = command, "", ""
-            endpoint.save()
-        elif endpoint.node_id != command.node_id:
-            raise ValidationError({"payload.endpoint_id": f"This endpoint is {endpoint.status} on another node."})
-        rows.append(endpoint)
+            endpoint.start_command = command
+            endpoint.save(update_fields=["model_id", "revision", "start_command", "updated_at"])
+        elif replica.node_id != command.node_id:
+            raise ValidationError({"payload.endpoint_id": f"This endpoint is {replica.status} on another node."})
+        rows.append(endpoint_summarise(endpoint))
     return rows
 
 
 @operator_action("endpoint.restart", target=on("endpoint", "endpoint"))
 def endpoint_restart(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
-    """Start a stopped or failed endpoint again under the same id and URL (Owner/Admin only): placed like a
-    new one (on a node holding the weights), its row pending again; 409 while it is live."""
+    """Start a stopped or failed endpoint again under the same id and URL (Owner/Admin only): its replicas
+    placed like a new endpoint's (on nodes holding the weights), pending again; 409 while it is live."""
     require_operator(actor, endpoint.cluster.workspace)
     with transaction.atomic():
         locked_quota(endpoint.cluster.workspace_id)  # before the row: the lock order of admissions
         endpoint = Endpoint.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=endpoint.pk)
         if endpoint.status not in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
             raise IllegalTransition(f"This endpoint is {endpoint.status}; only a stopped or failed one can start.")
-        target = _pick_endpoint_node(
-            cluster=endpoint.cluster,
-            model_id=endpoint.model_id,
-            revision=endpoint.revision,
-            gpus=endpoint.gpus,
-            min_vram_mb=endpoint.min_vram_mb,
-            node=None,
-        )
-        command_queue(  # endpoint_record_start_commands makes the row pending on `target`
-            actor=actor,
-            cluster=endpoint.cluster,
-            command_type=CommandType.ENDPOINT_START,
-            payload={
-                "endpoint_id": endpoint.slug,
-                "model_id": endpoint.model_id,
-                "revision": endpoint.revision,
-                "gpus": endpoint.gpus,
-                "min_vram_mb": endpoint.min_vram_mb,
-            },
-            node=target,
-        )
+        commands = _place_replicas(actor=actor, endpoint=endpoint)
+        endpoint.start_command = commands[0]
+        endpoint.save(update_fields=["start_command", "updated_at"])
+        endpoint_summarise(endpoint)
     endpoint.refresh_from_db()
     return endpoint
 
@@ -340,36 +397,49 @@ def _valid_port(value: Any) -> int:
 
 
 def endpoint_record_acked(*, command: Command) -> Endpoint | None:
-    """The agent took the endpoint.start: pending → starting."""
+    """The agent took a replica's endpoint.start: pending → starting."""
     if command.command_type != CommandType.ENDPOINT_START:
         return None
-    Endpoint.objects.filter(start_command=command, status=EndpointStatus.PENDING).update(
-        status=EndpointStatus.STARTING, updated_at=timezone.now()
-    )
-    return Endpoint.objects.filter(start_command=command).first()
+    endpoint_id = EndpointReplica.objects.filter(start_command=command).values_list("endpoint_id", flat=True).first()
+    if endpoint_id is None:
+        return None
+    with transaction.atomic():
+        endpoint = Endpoint.objects.select_for_update().get(pk=endpoint_id)
+        EndpointReplica.objects.filter(start_command=command, status=EndpointStatus.PENDING).update(
+            status=EndpointStatus.STARTING, updated_at=timezone.now()
+        )
+        return endpoint_summarise(endpoint)
+
+
+def _replica_of(command: Command, field: str) -> EndpointReplica | None:
+    replica = EndpointReplica.objects.filter(**{field: command}).first()
+    if replica is None:
+        server_id = str((command.payload or {}).get("endpoint_id", ""))
+        replica = EndpointReplica.objects.filter(server_id=server_id, endpoint__cluster_id=command.cluster_id).first()
+    return replica
 
 
 def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
-    """An endpoint.start / endpoint.stop finished: running with its port, stopped, or failed with the code."""
+    """A replica's endpoint.start / endpoint.stop finished: running with its port, stopped, or failed with
+    the code; the endpoint summarises its replicas again."""
     if command.command_type not in (CommandType.ENDPOINT_START, CommandType.ENDPOINT_STOP):
         return None
+    field = "start_command" if command.command_type == CommandType.ENDPOINT_START else "stop_command"
+    found = _replica_of(command, field)
+    if found is None:
+        return None
     with transaction.atomic():
-        field = "start_command" if command.command_type == CommandType.ENDPOINT_START else "stop_command"
-        endpoint = Endpoint.objects.select_for_update().filter(**{field: command}).first()
-        if endpoint is None:
-            slug = str((command.payload or {}).get("endpoint_id", ""))
-            endpoint = Endpoint.objects.select_for_update().filter(slug=slug, cluster_id=command.cluster_id).first()
-        if endpoint is None:
-            return None
+        endpoint = Endpoint.objects.select_for_update().get(pk=found.endpoint_id)
+        replica = EndpointReplica.objects.select_for_update().get(pk=found.pk)
         ok = command.status == CommandStatus.SUCCEEDED
         if command.command_type == CommandType.ENDPOINT_START:
-            if endpoint.status not in (EndpointStatus.PENDING, EndpointStatus.STARTING):
+            if replica.status not in (EndpointStatus.PENDING, EndpointStatus.STARTING):
                 return endpoint  # stopped meanwhile, or a duplicate outcome
             result: protocol.EndpointStartResult | None = command.parsed_result
             port = _valid_port(result.port if result is not None else None)
             if ok and port:
-                endpoint.status, endpoint.port = EndpointStatus.RUNNING, port
-                endpoint.failure_code = endpoint.failure_message = ""
+                replica.status, replica.port = EndpointStatus.RUNNING, port
+                replica.failure_code = replica.failure_message = ""
                 node_event_record(
                     node_id=command.node_id,
                     kind="endpoint.running",
@@ -379,8 +449,8 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
             else:
                 code = command.error_code if not ok else "internal"
                 message = command.error_message if not ok else "The agent reported success without a valid port."
-                endpoint.status = EndpointStatus.FAILED
-                endpoint.failure_code, endpoint.failure_message = code, message
+                replica.status = EndpointStatus.FAILED
+                replica.failure_code, replica.failure_message = code, message
                 node_event_record(
                     node_id=command.node_id,
                     kind="endpoint.failed",
@@ -389,7 +459,7 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
                     command=command,
                 )
         elif ok or command.error_code == "not_found":
-            endpoint.status = EndpointStatus.STOPPED
+            replica.status = EndpointStatus.STOPPED
             node_event_record(
                 node_id=command.node_id,
                 kind="endpoint.stopped",
@@ -397,19 +467,25 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
                 command=command,
             )
         else:
-            endpoint.status = EndpointStatus.RUNNING if endpoint.port else EndpointStatus.FAILED
-            endpoint.failure_code, endpoint.failure_message = command.error_code, command.error_message
+            replica.status = EndpointStatus.RUNNING if replica.port else EndpointStatus.FAILED
+            replica.failure_code, replica.failure_message = command.error_code, command.error_message
             node_event_record_failure(
                 command=command, kind="endpoint.failed", what=f"Endpoint {endpoint.hostname} could not be stopped"
             )
-        endpoint.save()
-    return endpoint
+        replica.save()
+        return endpoint_summarise(endpoint)
+
+
+def _lock_endpoints_on(node: Node, statuses: Collection[str]) -> list[Endpoint]:
+    """Lock (in a stable order) the endpoints with a replica on `node` in one of `statuses`."""
+    ids = EndpointReplica.objects.filter(node=node, status__in=statuses).values("endpoint_id")
+    return list(Endpoint.objects.select_for_update().filter(pk__in=ids).order_by("pk"))
 
 
 def endpoints_end_with_node(*, node: Node, reachable: bool) -> int:
-    """The live endpoints of a node being deleted (inside its transaction); returns how many changed.
+    """The live replicas of a node being deleted (inside its transaction); returns how many changed.
 
-    With a tunnel open the agent is told to stop what it started before it exits (revocation): the endpoints
+    With a tunnel open the agent is told to stop what it started before it exits (revocation): the replicas
     are stopped. Without one nothing can reach their servers: they fail as lost, and say so.
     """
     if reachable:
@@ -421,40 +497,48 @@ def endpoints_end_with_node(*, node: Node, reachable: bool) -> int:
             f"Node {node.name} was deleted while its agent was offline: this endpoint's server could not be "
             "reached and may still run on that machine."
         )
-    return Endpoint.objects.filter(node=node, status__in=EndpointStatus.live()).update(
+    endpoints = _lock_endpoints_on(node, EndpointStatus.live())
+    changed = EndpointReplica.objects.filter(node=node, status__in=EndpointStatus.live()).update(
         status=status, failure_code=code, failure_message=message, updated_at=timezone.now()
     )
+    for endpoint in endpoints:
+        endpoint_summarise(endpoint)
+    return changed
 
 
 def endpoints_reconcile(*, node: Node, inventory: protocol.Inventory) -> int:
-    """Running endpoints the agent reports update their rows (port, status); running rows it no longer
-    reports become failed (the process is gone). Returns how many rows changed."""
+    """Running replicas the agent reports update their rows (port, status); running rows it no longer
+    reports become failed (the process is gone). Returns how many replica rows changed."""
     reported = {e.endpoint_id: e for e in inventory.endpoints}
     changed = 0
+    live = [EndpointStatus.STARTING, EndpointStatus.RUNNING, EndpointStatus.PENDING]
     with transaction.atomic():
-        for endpoint in Endpoint.objects.select_for_update().filter(
-            node=node, status__in=[EndpointStatus.STARTING, EndpointStatus.RUNNING, EndpointStatus.PENDING]
-        ):
-            info = reported.get(endpoint.slug)
+        endpoints = {e.pk: e for e in _lock_endpoints_on(node, live)}
+        touched = set()
+        for replica in EndpointReplica.objects.select_for_update().filter(node=node, status__in=live):
+            info = reported.get(replica.server_id)
             if info is None:
-                if endpoint.status != EndpointStatus.RUNNING:
+                if replica.status != EndpointStatus.RUNNING:
                     continue  # start still in flight
-                endpoint.status = EndpointStatus.FAILED
-                endpoint.failure_code = "not_found"
-                endpoint.failure_message = "The node no longer runs this endpoint (agent or node restarted?)."
+                replica.status = EndpointStatus.FAILED
+                replica.failure_code = "not_found"
+                replica.failure_message = "The node no longer runs this endpoint (agent or node restarted?)."
                 node_event_record(
                     node_id=node.pk,
                     kind="endpoint.failed",
-                    message=f"Endpoint {endpoint.hostname} is gone from the node",
+                    message=f"Endpoint {endpoints[replica.endpoint_id].hostname} is gone from the node",
                 )
             elif info.status == "running" and _valid_port(info.port):
-                if endpoint.status == EndpointStatus.RUNNING and endpoint.port == info.port:
+                if replica.status == EndpointStatus.RUNNING and replica.port == info.port:
                     continue
-                endpoint.status, endpoint.port = EndpointStatus.RUNNING, info.port
+                replica.status, replica.port = EndpointStatus.RUNNING, info.port
             elif info.status in ("stopped", "failed"):
-                endpoint.status = EndpointStatus(info.status)
+                replica.status = EndpointStatus(info.status)
             else:
                 continue
-            endpoint.save()
+            replica.save()
+            touched.add(replica.endpoint_id)
             changed += 1
+        for endpoint_id in touched:
+            endpoint_summarise(endpoints[endpoint_id])
     return changed

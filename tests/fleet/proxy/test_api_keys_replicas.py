@@ -19,6 +19,7 @@ from fleet import origin_names
 from fleet.proxy import rate_limits
 from fleet.workloads import services as workload_services
 from fleet.workloads.models import Endpoint, EndpointStatus
+from tests.support.endpoints import endpoint_row
 from tests.support.live import ControlPlane, subprocess_env
 from tests.support.processes import wait_until
 
@@ -42,7 +43,7 @@ def replicas(tmp_path):
 @pytest.fixture
 def endpoint(cluster, register_node) -> Endpoint:
     node = register_node(cluster, online=False)
-    return Endpoint.objects.create(cluster=cluster, node=node, model_id="org/m", status=EndpointStatus.RUNNING, port=81)
+    return endpoint_row(cluster=cluster, node=node, model_id="org/m", status=EndpointStatus.RUNNING, port=81)
 
 
 def invoke(plane: ControlPlane, replica: int, endpoint: Endpoint, raw: str) -> requests.Response:

@@ -17,9 +17,9 @@ import raymgr.dashboard_proxy
 import raymgr.workloads.serve_proxy
 from fleet.proxy import endpoint_routes, origins, relay
 from fleet.proxy.relay import ProxyRefusal, ProxyTarget
-from fleet.workloads.models import Endpoint
 from raymgr.models import RayCluster, RayClusterStatus
 from raymgr.workloads.models import ServeDeployment, ServeStatus
+from tests.support.endpoints import endpoint_row
 
 pytestmark = pytest.mark.django_db
 
@@ -36,10 +36,8 @@ def _same_thread(monkeypatch):
 
 @pytest.fixture
 def hosts(owner, workspace, cluster, node) -> dict:
-    private = Endpoint.objects.create(cluster=cluster, node=node, model_id="o/q", status="running", port=8102)
-    public = Endpoint.objects.create(
-        cluster=cluster, node=node, model_id="o/p", status="running", port=8101, public=True
-    )
+    private = endpoint_row(cluster=cluster, node=node, model_id="o/q", status="running", port=8102)
+    public = endpoint_row(cluster=cluster, node=node, model_id="o/p", status="running", port=8101, public=True)
     ray = RayCluster.objects.create(
         workspace=workspace, compute_cluster=cluster, name="r", status=RayClusterStatus.RUNNING, head_node=node
     )

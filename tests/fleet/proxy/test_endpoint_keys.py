@@ -22,6 +22,7 @@ from fleet.workloads import services as workload_services
 from fleet.workloads.models import Endpoint, EndpointStatus
 from kernel.asgi_scope import API_KEY_ID_SCOPE_KEY
 from kernel.metrics import API_KEY_RATE_LIMITED
+from tests.support.endpoints import endpoint_row
 from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the resolver reads the database from a thread
@@ -47,7 +48,7 @@ def fresh_window():
 
 @pytest.fixture
 def endpoint(cluster, node) -> Endpoint:
-    return Endpoint.objects.create(cluster=cluster, node=node, model_id="org/m", status=EndpointStatus.RUNNING, port=81)
+    return endpoint_row(cluster=cluster, node=node, model_id="org/m", status=EndpointStatus.RUNNING, port=81)
 
 
 def key(owner, workspace, scopes=("invoke",), **extra) -> str:
@@ -79,9 +80,7 @@ def test_keys_without_the_right_are_refused(endpoint, owner, workspace, other_wo
     )
     theirs = other_workspace.memberships.get().user
     assert resolve(scope(endpoint, key(theirs, other_workspace))).status == 404
-    other = Endpoint.objects.create(
-        cluster=cluster, node=node, model_id="org/n", status=EndpointStatus.RUNNING, port=82
-    )
+    other = endpoint_row(cluster=cluster, node=node, model_id="org/n", status=EndpointStatus.RUNNING, port=82)
     assert resolve(scope(endpoint, key(owner, workspace, endpoints=[other]))) == ProxyRefusal(
         403, endpoint_routes.NOT_THIS_ENDPOINT
     )
@@ -181,9 +180,7 @@ def test_windows_end(endpoint, owner, workspace):
 
 
 def test_a_key_limited_to_a_deleted_endpoint_stays_limited(endpoint, owner, workspace, cluster, node):
-    other = Endpoint.objects.create(
-        cluster=cluster, node=node, model_id="org/n", status=EndpointStatus.RUNNING, port=82
-    )
+    other = endpoint_row(cluster=cluster, node=node, model_id="org/n", status=EndpointStatus.RUNNING, port=82)
     raw = key(owner, workspace, endpoints=[other])
     other.delete()
     assert resolve(scope(endpoint, raw)) == ProxyRefusal(403, endpoint_routes.NOT_THIS_ENDPOINT)

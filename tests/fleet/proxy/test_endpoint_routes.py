@@ -14,6 +14,8 @@ from fleet.proxy.relay import ProxyRefusal, ProxyTarget
 from fleet.usage.meter import Subject
 from fleet.workloads.models import Endpoint, EndpointStatus
 from kernel import timeseries
+from kernel.balancer import Upstream
+from tests.support.endpoints import endpoint_row
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +29,7 @@ def _empty_route_cache():
 
 @pytest.fixture
 def endpoint(cluster, node) -> Endpoint:
-    return Endpoint.objects.create(
+    return endpoint_row(
         cluster=cluster, node=node, model_id="org/m", status=EndpointStatus.RUNNING, port=8123, public=True
     )
 
@@ -54,6 +56,7 @@ def test_a_cached_public_route_costs_no_query(endpoint, node, django_assert_num_
         node_online=True,
         meter=timeseries.workspace_series(endpoint.cluster.workspace_id),  # its requests count there
         usage=Subject(endpoint.cluster.workspace_id, endpoint.pk),  # and its usage (fleet.usage)
+        replicas=(Upstream(endpoint.slug, node.pk, 8123),),  # balanced over its running replica(s)
     )
     with django_assert_num_queries(0):
         assert decide(scope(endpoint.slug)) == first
@@ -101,7 +104,7 @@ def test_a_change_made_elsewhere_is_seen_once_the_route_expires(endpoint, settin
 def test_zero_turns_the_cache_off(endpoint, settings, django_assert_num_queries):
     settings.PROXY_ROUTE_CACHE_S = 0
     decide(scope(endpoint.slug))
-    with django_assert_num_queries(1):
+    with django_assert_num_queries(2):  # the endpoint, its running replicas
         decide(scope(endpoint.slug))
 
 

@@ -27,6 +27,7 @@ from fleet.proxy.relay import ProxyRedirect, ProxyRefusal, ProxyTarget
 from fleet.workloads.models import Endpoint, EndpointStatus
 from raymgr.models import RayCluster, RayClusterStatus
 from raymgr.workloads.models import ServeDeployment, ServeStatus
+from tests.support.endpoints import endpoint_row
 
 pytestmark = pytest.mark.django_db
 
@@ -48,10 +49,8 @@ def _fresh_routes(monkeypatch):
 def world(owner, workspace, cluster, node):
     """A running public and private endpoint, a running Ray cluster with its head, a serving deployment,
     and a member's credentials of every kind."""
-    public = Endpoint.objects.create(
-        cluster=cluster, node=node, model_id="o/p", status="running", port=8101, public=True
-    )
-    private = Endpoint.objects.create(cluster=cluster, node=node, model_id="o/q", status="running", port=8102)
+    public = endpoint_row(cluster=cluster, node=node, model_id="o/p", status="running", port=8101, public=True)
+    private = endpoint_row(cluster=cluster, node=node, model_id="o/q", status="running", port=8102)
     ray = RayCluster.objects.create(
         workspace=workspace, compute_cluster=cluster, name="r", status=RayClusterStatus.RUNNING, head_node=node
     )

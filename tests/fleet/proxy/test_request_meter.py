@@ -12,8 +12,9 @@ from fleet.models import NodeStatus
 from fleet.proxy import endpoint_routes, request_meter
 from fleet.proxy.relay import TunnelProxyApp
 from fleet.proxy.write_pressure import WritePressure
-from fleet.workloads.models import Endpoint, EndpointStatus
+from fleet.workloads.models import EndpointStatus
 from kernel import timeseries
+from tests.support.endpoints import endpoint_row
 
 pytestmark = pytest.mark.django_db
 
@@ -102,7 +103,7 @@ def test_the_meter_looks_through_to_daphnes_send_for_write_pressure():
 @pytest.mark.django_db(transaction=True)  # the resolver reads the endpoint on another thread
 def test_a_request_to_an_endpoint_whose_node_is_offline_counts_as_an_error(cluster, node, settings):
     settings.ENDPOINT_REQUESTS_FLUSH_S = 0.05
-    endpoint = Endpoint.objects.create(
+    endpoint = endpoint_row(
         cluster=cluster, node=node, model_id="org/m", status=EndpointStatus.RUNNING, port=8123, public=True
     )
     node.status = NodeStatus.OFFLINE

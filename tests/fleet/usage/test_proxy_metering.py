@@ -17,8 +17,9 @@ from fleet.proxy.relay import TunnelProxyApp
 from fleet.tunnel import local_tunnels
 from fleet.usage import meter
 from fleet.usage.models import UsageRollup
-from fleet.workloads.models import Endpoint, EndpointStatus
+from fleet.workloads.models import EndpointStatus
 from kernel.asgi_scope import API_KEY_ID_SCOPE_KEY
+from tests.support.endpoints import endpoint_row
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the resolver reads the endpoint on another thread
 
@@ -48,7 +49,7 @@ class CannedTunnel:
 @pytest.fixture
 def endpoint(cluster, node):
     endpoint_routes.forget_routes()
-    yield Endpoint.objects.create(
+    yield endpoint_row(
         cluster=cluster, node=node, model_id="org/m", status=EndpointStatus.RUNNING, port=8123, public=True
     )
     endpoint_routes.forget_routes()

@@ -122,3 +122,20 @@ def test_endpoint_start_form_offers_only_cached_models(browser, cluster, registe
     )
     assert not_cached.status_code == 400
     assert "Select a valid choice" in not_cached.content.decode()
+
+
+def test_an_endpoint_of_several_replicas_lists_each_with_node_state_and_in_flight(
+    browser, cluster, register_node, owner
+):
+    for name in ("cpu-1", "cpu-2"):
+        agent_side.inventory(register_node(cluster, name), models=[TINY])
+    endpoint = workloads.endpoint_create(actor=owner, cluster=cluster, model_id=TINY.model_id, min_replicas=2)
+    first = endpoint.replicas.order_by("created_at", "server_id").first()
+    agent_side.result(first.start_command, port=8100)
+    page = browser.get("/compute/endpoints/", **HX).content.decode()
+    items = page.split('<ul class="replicas"')[1].split("</ul>")[0]
+    assert items.count("<li ") == 2
+    assert f'data-replica="{first.server_id}"><a href="/compute/nodes/{first.node_id}/">' in items
+    assert "Running" in items
+    assert "Pending" in items
+    assert items.count("0 in flight") == 2

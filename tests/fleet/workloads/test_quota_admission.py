@@ -7,6 +7,7 @@ import pytest
 
 from agent import protocol
 from cleverthis.tenancy import services as tenancy_services
+from cleverthis.tenancy.quotas import usage
 from fleet import services
 from fleet.models import Command
 from fleet.workloads import drain
@@ -18,6 +19,10 @@ from tests.fleet import agent_side
 pytestmark = pytest.mark.django_db
 
 LLAMA = protocol.CachedModel(model_id="meta-llama/Llama-3.2-1B", revision="main", path="/cache/llama", size_bytes=5)
+
+
+def quota_usage(workspace) -> dict[str, float]:
+    return usage([workspace.pk])[workspace.pk]
 
 
 def limit(owner, workspace, **limits) -> None:
@@ -228,6 +233,28 @@ def test_endpoint_vram_counts_its_minimum(owner, workspace, node):
     with pytest.raises(QuotaExceeded) as refused:
         workloads.endpoint_create(actor=owner, cluster=node.cluster, model_id=LLAMA.model_id, min_vram_mb=4096)
     assert (refused.value.quota, refused.value.in_use, refused.value.asked) == ("vram_gib", 4.0, 4.0)
+
+
+def test_each_endpoint_replica_counts_its_vram_and_a_refused_replica_leaves_nothing(
+    owner, workspace, cluster, register_node
+):
+    nodes = [register_node(cluster, name) for name in ("a", "b")]
+    for node in nodes:
+        agent_side.inventory(node, models=[LLAMA])
+    limit(owner, workspace, vram_gib=6)
+    with pytest.raises(QuotaExceeded) as refused:
+        workloads.endpoint_create(
+            actor=owner, cluster=cluster, model_id=LLAMA.model_id, min_vram_mb=4096, min_replicas=2
+        )
+    assert (refused.value.quota, refused.value.in_use, refused.value.asked) == ("vram_gib", 4.0, 4.0)  # the 2nd
+    assert not Endpoint.objects.exists()
+    assert not Command.objects.exists()
+    limit(owner, workspace, vram_gib=8)
+    endpoint = workloads.endpoint_create(
+        actor=owner, cluster=cluster, model_id=LLAMA.model_id, min_vram_mb=4096, min_replicas=2
+    )
+    assert endpoint.replicas.count() == 2
+    assert quota_usage(workspace)["vram_gib"] == 8.0
 
 
 def test_plain_endpoint_start_is_admitted_too(owner, workspace, node):

@@ -183,12 +183,38 @@ def test_endpoint_permissions_and_workspaces(api_client_for, cluster, node, owne
 def test_endpoint_list_query_count_is_constant(api, cluster, node, owner, django_assert_num_queries):
     agent_side.inventory(node, models=[LLAMA])
     workload_services.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id)
-    with django_assert_num_queries(2):
+    with django_assert_num_queries(3):  # the count, the page, the page's replicas
         assert api.get("/api/v1/endpoints/").json()["count"] == 1
     for _ in range(6):
         workload_services.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id)
-    with django_assert_num_queries(2):
+    with django_assert_num_queries(3):
         assert api.get("/api/v1/endpoints/").json()["count"] == 7
+
+
+def test_endpoint_with_replicas_lists_them_with_node_state_and_in_flight(api, cluster, register_node, owner):
+    for name in ("a", "b"):
+        agent_side.inventory(register_node(cluster, name), models=[LLAMA])
+    payload = {"cluster": str(cluster.pk), "model_id": LLAMA.model_id, "min_replicas": 2, "max_replicas": 3}
+    response = api.post("/api/v1/endpoints/", payload, format="json")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["min_replicas"], body["max_replicas"]) == (2, 3)
+    assert sorted(r["node_name"] for r in body["replicas"]) == ["a", "b"]
+    assert {(r["status"], r["in_flight"]) for r in body["replicas"]} == {("pending", 0)}
+    assert body["replicas"][0]["server_id"] == body["slug"]
+
+
+@pytest.mark.parametrize(
+    ("counts", "field"),
+    [({"min_replicas": 0}, "min_replicas"), ({"min_replicas": 2, "max_replicas": 1}, "max_replicas")],
+)
+def test_bad_replica_counts_are_a_400_naming_the_field(api, cluster, node, counts, field):
+    agent_side.inventory(node, models=[LLAMA])
+    payload = {"cluster": str(cluster.pk), "model_id": LLAMA.model_id, **counts}
+    response = api.post("/api/v1/endpoints/", payload, format="json")
+    assert response.status_code == 400
+    assert field in response.json()
+    assert not Endpoint.objects.exists()
 
 
 def test_openapi_schema_describes_the_workload_api():

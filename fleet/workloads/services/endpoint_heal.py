@@ -1,0 +1,143 @@
+"""Keeping an endpoint's replicas: one lost with its node (offline) or whose server went away (the agent no
+longer runs it) is replaced by a new replica placed like the others, and the lost one leaves rotation; one on
+a draining node is replaced too, but keeps serving until its replacement runs, then leaves rotation and is
+stopped ENDPOINT_DRAIN_S later (the drain waits for it: `fleet.workloads.drain`). The same pass stops the
+replicas a rolling update (`endpoint_update`) replaced.
+
+`endpoint_heal` is one idempotent pass over an endpoint, run for every endpoint that should run by the beat
+(`fleet.workloads.tasks.endpoints_heal_tick`). A lost replica still live is told to stop (its command waits
+for the node's return: the server must not outlive its replacement unseen); a replica that failed to start
+is not replaced (it would fail again), nor is a stopping or stopped endpoint healed.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from cleverthis.tenancy.quotas import locked_quota
+from fleet.models import NodeStatus
+from fleet.services import node_event_record
+from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.services.common import system_actor
+from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
+from fleet.workloads.services.endpoints import PlacementError, pick_endpoint_node, workspace_of_endpoint
+from kernel.exceptions import QuotaExceeded
+
+log = logging.getLogger(__name__)
+
+_LIVE = frozenset({EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING})
+
+
+def replica_lost(replica: EndpointReplica) -> str:
+    """Why `replica` needs a replacement ("" when it does not)."""
+    if replica.status in _LIVE and (replica.node is None or replica.node.status == NodeStatus.OFFLINE):
+        return f"node {replica.node.name if replica.node else '(deleted)'} is offline"
+    if replica.status in _LIVE and replica.node.status == NodeStatus.DRAINING:
+        return f"node {replica.node.name} is draining"
+    if replica.status == EndpointStatus.FAILED and replica.failure_code == "not_found":
+        return "its server is gone from its node"
+    return ""
+
+
+def endpoints_to_heal() -> list[object]:
+    """Ids of the endpoints that should run and have a current replica lost (what the beat passes over)."""
+    current = EndpointReplica.objects.filter(replacements__isnull=True).exclude(
+        endpoint__status__in=[EndpointStatus.STOPPING, EndpointStatus.STOPPED]
+    )
+    moving = current.filter(status__in=_LIVE, node__status__in=[NodeStatus.OFFLINE, NodeStatus.DRAINING])
+    gone = current.filter(status=EndpointStatus.FAILED, failure_code="not_found")
+    handed_over = EndpointReplica.objects.filter(status__in=_LIVE, replacements__status=EndpointStatus.RUNNING)
+    ids = set()
+    for rows in (moving, gone, handed_over):
+        ids |= set(rows.values_list("endpoint_id", flat=True))
+    return sorted(ids)
+
+
+def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
+    """Replace the endpoint's lost replicas (see the module); returns the replacements started.
+
+    Each goes to a node holding the model where it fits, preferring nodes without a replica of this
+    endpoint; where none fits the lost replica stays (and is tried again next pass). Writes an
+    `endpoint.replica_replaced` event on the new replica's node saying why.
+    """
+    with transaction.atomic():
+        workspace_id = workspace_of_endpoint(endpoint_id)
+        if workspace_id is None:
+            return []
+        locked_quota(workspace_id)  # first: the lock order of admissions (tenancy.quotas)
+        endpoint = (
+            Endpoint.objects.select_for_update(of=("self",))
+            .select_related("cluster__workspace")
+            .filter(pk=endpoint_id)
+            .first()
+        )
+        if endpoint is None or endpoint.status in (EndpointStatus.STOPPING, EndpointStatus.STOPPED):
+            return []
+        actor = system_actor(endpoint.cluster.workspace)
+        _stop_handed_over(endpoint, actor)
+        current = list(
+            EndpointReplica.objects.select_for_update(of=("self",))
+            .select_related("node")
+            .filter(endpoint=endpoint, replacements__isnull=True)
+            .order_by("created_at", "server_id")
+        )
+        lost = [(replica, why) for replica in current if (why := replica_lost(replica))]
+        made = []
+        for old, why in lost:
+            serving = {r.node_id for r in current if r.status in _LIVE and r not in {o for o, _ in lost}}
+            try:
+                target = pick_endpoint_node(
+                    cluster=endpoint.cluster,
+                    model_id=endpoint.model_id,
+                    revision=endpoint.revision,
+                    gpus=endpoint.gpus,
+                    min_vram_mb=endpoint.min_vram_mb,
+                    node=None,
+                    avoid=serving | {old.node_id},
+                )
+            except PlacementError as exc:
+                log.info("endpoint %s: no node for a replacement of replica %s: %s", endpoint.slug, old.server_id, exc)
+                continue
+            try:
+                with transaction.atomic():  # a savepoint: a replacement the quotas refuse leaves nothing
+                    new = EndpointReplica.objects.create(endpoint=endpoint, replacement_of=old, node=target)
+                    command = replica_queue_start(actor=actor, endpoint=endpoint, replica=new, node=target)
+            except QuotaExceeded as exc:
+                log.info("endpoint %s: replica %s not replaced: %s", endpoint.slug, old.server_id, exc)
+                continue
+            if old.status in _LIVE and old.node is not None and old.node.status != NodeStatus.DRAINING:
+                replica_queue_stop(actor=actor, endpoint=endpoint, replica=old)
+            current.append(new)
+            made.append(new)
+            node_event_record(
+                node_id=target.pk,
+                kind="endpoint.replica_replaced",
+                message=f"Endpoint {endpoint.hostname}: replica {old.server_id} replaced by {new.server_id} "
+                f"on {target.name} ({why})",
+                data={"endpoint": str(endpoint.pk), "replaced": old.server_id, "reason": why},
+                command=command,
+            )
+        endpoint_summarise(endpoint)
+    return made
+
+
+def _stop_handed_over(endpoint: Endpoint, actor: AbstractBaseUser) -> None:
+    """Stop the retired replicas still live (a draining node's, a rolling update's) whose replacement has run
+    for ENDPOINT_DRAIN_S (out of rotation since it runs: the requests they still served had that long)."""
+    drained = timezone.now() - timedelta(seconds=settings.ENDPOINT_DRAIN_S)
+    taken_over = EndpointReplica.objects.filter(
+        replacements__status=EndpointStatus.RUNNING, replacements__updated_at__lte=drained
+    )
+    for old in (
+        EndpointReplica.objects.select_for_update(of=("self",))
+        .select_related("node")
+        .filter(endpoint=endpoint, status__in=_LIVE)
+        .filter(pk__in=taken_over.values("pk"))
+    ):
+        replica_queue_stop(actor=actor, endpoint=endpoint, replica=old)

@@ -1,0 +1,104 @@
+"""An endpoint's replicas: the start and stop commands of one replica, and the endpoint's summary of them.
+
+Each replica is one server on one node that the agent knows by the replica's `server_id` (sent as the
+`endpoint_id` of `endpoint.start` / `endpoint.stop`: the wire protocol is the one of single-node endpoints).
+Called inside the callers' transactions.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import Q
+
+from fleet.models import Command, CommandType, Node
+from fleet.services import command_queue
+from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+
+# The endpoint's status when its replicas are in several states: the first present wins.
+_PRECEDENCE = (
+    EndpointStatus.RUNNING,
+    EndpointStatus.STARTING,
+    EndpointStatus.PENDING,
+    EndpointStatus.STOPPING,
+    EndpointStatus.STOPPED,
+)
+
+
+def replica_queue_start(
+    *, actor: AbstractBaseUser | None, endpoint: Endpoint, replica: EndpointReplica, node: Node
+) -> Command:
+    """Queue `endpoint.start` of `replica` on `node`; the replica is pending there with this command."""
+    (command,) = command_queue(
+        actor=actor,
+        cluster=endpoint.cluster,
+        command_type=CommandType.ENDPOINT_START,
+        payload={
+            "endpoint_id": replica.server_id,
+            "model_id": endpoint.model_id,
+            "revision": endpoint.revision,
+            "gpus": endpoint.gpus,
+            "min_vram_mb": endpoint.min_vram_mb,
+        },
+        node=node,
+    )
+    replica.node, replica.status, replica.port, replica.start_command = node, EndpointStatus.PENDING, 0, command
+    replica.failure_code = replica.failure_message = ""
+    replica.save(
+        update_fields=["node", "status", "port", "start_command", "failure_code", "failure_message", "updated_at"]
+    )
+    return command
+
+
+def replica_queue_stop(
+    *, actor: AbstractBaseUser | None, endpoint: Endpoint, replica: EndpointReplica
+) -> Command | None:
+    """Stop one live replica: `endpoint.stop` to its node (→ stopping), or stopped at once without a node."""
+    if replica.node_id is None:
+        replica.status = EndpointStatus.STOPPED
+        replica.save(update_fields=["status", "updated_at"])
+        return None
+    (command,) = command_queue(
+        actor=actor,
+        cluster=endpoint.cluster,
+        command_type=CommandType.ENDPOINT_STOP,
+        payload={"endpoint_id": replica.server_id},
+        node=replica.node,
+    )
+    replica.status, replica.stop_command = EndpointStatus.STOPPING, command
+    replica.save(update_fields=["status", "stop_command", "updated_at"])
+    return command
+
+
+def endpoint_summarise(endpoint: Endpoint) -> Endpoint:
+    """Write the endpoint's status, node, port and failure from its replicas; the caller holds its row lock.
+
+    Counted are the current replicas and the retired ones (replaced by `endpoint_heal`) still live: running
+    while any runs, else starting, pending, stopping; once all ended, failed when every one failed, else
+    stopped. `node`/`port` are the first running replica's (else the first live one's, else left as they
+    were); the failure is a failed (else stopped) replica's, once ended.
+    """
+    replicas = list(
+        EndpointReplica.objects.filter(endpoint=endpoint)
+        .filter(Q(replacements__isnull=True) | Q(status__in=EndpointStatus.live()))
+        .distinct()
+        .order_by("created_at", "server_id")
+    )
+    if not replicas:
+        return endpoint
+    statuses = {r.status for r in replicas}
+    status = next((s for s in _PRECEDENCE if s in statuses), EndpointStatus.FAILED)
+    if status == EndpointStatus.STOPPED and statuses == {EndpointStatus.FAILED}:
+        status = EndpointStatus.FAILED
+    lead = next((r for r in replicas if r.status == EndpointStatus.RUNNING), None) or next(
+        (r for r in replicas if r.status in EndpointStatus.live()), None
+    )
+    if lead is not None:
+        endpoint.node_id, endpoint.port = lead.node_id, lead.port
+    if status in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
+        ended = sorted(replicas, key=lambda r: (r.status != EndpointStatus.FAILED, not r.failure_code))
+        endpoint.failure_code, endpoint.failure_message = ended[0].failure_code, ended[0].failure_message
+    else:
+        endpoint.failure_code = endpoint.failure_message = ""
+    endpoint.status = status
+    endpoint.save(update_fields=["status", "node", "port", "failure_code", "failure_message", "updated_at"])
+    return endpoint
