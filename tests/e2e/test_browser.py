@@ -181,7 +181,7 @@ def test_operator_journey_in_a_real_browser(browser_page, control_plane, operato
         page.click("#usage-csv")
     exported = Path(download.value.path()).read_text()
     assert exported.startswith("bucket_start,")
-    assert f",cluster,{cluster.pk},,0,0,0,0,0.0,0.0,60,0,0" in exported  # its node-minute, no GPU, no container
+    assert f",cluster,{cluster.pk},,0,0,0,0,0,0.0,0.0,60,0,0" in exported  # its node-minute, no GPU, no container
     _shot(page, "10-usage")
 
     assert not errors, errors
