@@ -23,7 +23,7 @@ from fleet.services import node_event_record
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.common import system_actor
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
-from fleet.workloads.services.endpoints import PlacementError, pick_endpoint_node, workspace_of_endpoint
+from fleet.workloads.services.endpoints import PlacementError, pick_replica_node, workspace_of_endpoint
 from kernel.exceptions import QuotaExceeded
 
 _SERVING = (EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING)
@@ -97,15 +97,7 @@ def endpoint_autoscale(*, endpoint_id: object, now: datetime | None = None) -> S
             used = {r.node_id for r in serving}
             for _ in range(wanted - len(serving)):
                 try:
-                    target = pick_endpoint_node(
-                        cluster=endpoint.cluster,
-                        model_id=endpoint.model_id,
-                        revision=endpoint.revision,
-                        gpus=endpoint.gpus,
-                        min_vram_mb=endpoint.min_vram_mb,
-                        node=None,
-                        avoid=used,
-                    )
+                    target = pick_replica_node(endpoint, avoid=used)
                 except PlacementError as exc:
                     why += f"; no node for more ({exc})"
                     break

@@ -26,7 +26,7 @@ from fleet.services import node_event_record
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.common import system_actor
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
-from fleet.workloads.services.endpoints import PlacementError, pick_endpoint_node, workspace_of_endpoint
+from fleet.workloads.services.endpoints import PlacementError, pick_replica_node, workspace_of_endpoint
 from kernel.exceptions import QuotaExceeded
 
 log = logging.getLogger(__name__)
@@ -92,15 +92,7 @@ def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
         for old, why in lost:
             serving = {r.node_id for r in current if r.status in _LIVE and r not in {o for o, _ in lost}}
             try:
-                target = pick_endpoint_node(
-                    cluster=endpoint.cluster,
-                    model_id=endpoint.model_id,
-                    revision=endpoint.revision,
-                    gpus=endpoint.gpus,
-                    min_vram_mb=endpoint.min_vram_mb,
-                    node=None,
-                    avoid=serving | {old.node_id},
-                )
+                target = pick_replica_node(endpoint, avoid=serving | {old.node_id})
             except PlacementError as exc:
                 log.info("endpoint %s: no node for a replacement of replica %s: %s", endpoint.slug, old.server_id, exc)
                 continue

@@ -19,7 +19,7 @@ from cleverthis.tenancy.quotas import locked_quota
 from fleet.services import node_event_record
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start
-from fleet.workloads.services.endpoints import pick_endpoint_node, validate_revision
+from fleet.workloads.services.endpoints import pick_replica_node, validate_revision
 from kernel.exceptions import IllegalTransition
 
 _SERVING = (EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING)
@@ -52,15 +52,7 @@ def endpoint_update(*, actor: AbstractBaseUser, endpoint: Endpoint, revision: st
         )
         used: set[object] = set()
         for old in serving:
-            target = pick_endpoint_node(
-                cluster=endpoint.cluster,
-                model_id=endpoint.model_id,
-                revision=revision,
-                gpus=endpoint.gpus,
-                min_vram_mb=endpoint.min_vram_mb,
-                node=None,
-                avoid=used,
-            )
+            target = pick_replica_node(endpoint, avoid=used, revision=revision)
             used.add(target.pk)
             new = EndpointReplica.objects.create(endpoint=endpoint, replacement_of=old, node=target)
             command = replica_queue_start(actor=actor, endpoint=endpoint, replica=new, node=target)

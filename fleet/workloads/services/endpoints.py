@@ -158,6 +158,22 @@ def pick_endpoint_node(
     return min(fitting, key=lambda n: (n.pk in avoid, load.get(n.pk, (0, 0))[0], -free(n), n.name))
 
 
+def pick_replica_node(
+    endpoint: Endpoint, *, avoid: Collection[Any] = (), node: Node | None = None, revision: str | None = None
+) -> Node:
+    """Where one more replica of `endpoint` goes (`pick_endpoint_node` with its model, GPUs and VRAM; of
+    `revision` when given, for a rolling update); PlacementError when it fits nowhere."""
+    return pick_endpoint_node(
+        cluster=endpoint.cluster,
+        model_id=endpoint.model_id,
+        revision=endpoint.revision if revision is None else revision,
+        gpus=endpoint.gpus,
+        min_vram_mb=endpoint.min_vram_mb,
+        node=node,
+        avoid=avoid,
+    )
+
+
 def workspace_of_endpoint(endpoint_id: object) -> object:
     """The workspace id of an endpoint (None when it is gone): to lock its quota row before the endpoint's."""
     return Endpoint.objects.filter(pk=endpoint_id).values_list("cluster__workspace_id", flat=True).first()
@@ -173,15 +189,7 @@ def _place_replicas(*, actor: AbstractBaseUser, endpoint: Endpoint, node: Node |
         replicas.append(EndpointReplica.objects.create(endpoint=endpoint, server_id=server_id))
     commands, used = [], set()
     for replica in replicas:
-        target = pick_endpoint_node(
-            cluster=endpoint.cluster,
-            model_id=endpoint.model_id,
-            revision=endpoint.revision,
-            gpus=endpoint.gpus,
-            min_vram_mb=endpoint.min_vram_mb,
-            node=node,
-            avoid=used,
-        )
+        target = pick_replica_node(endpoint, avoid=used, node=node)
         used.add(target.pk)
         EndpointReplica.objects.filter(pk=replica.pk).update(node=target)  # pending once its start is queued (admitted)
         commands.append(replica_queue_start(actor=actor, endpoint=endpoint, replica=replica, node=target))
