@@ -136,13 +136,18 @@ def wait_for_session(agent: ManagedProcess, sessions: int, timeout: float = 60) 
 def endpoint_for(setup: Setup, node: object, server: str) -> object:
     """A running endpoint on `node` serving the node server's port (after the agent's first inventory
     report, which would otherwise mark a hand-made running endpoint failed)."""
-    from fleet.workloads.models import Endpoint
+    from fleet.workloads.models import Endpoint, EndpointReplica
 
     time.sleep(1.5)
     endpoint, _ = Endpoint.objects.update_or_create(
         node=node,
         model_id=f"bench/{server}",
         defaults={"cluster": setup.cluster, "status": "running", "port": setup.node_port, "public": True},
+    )
+    EndpointReplica.objects.update_or_create(  # its one replica, which the proxy routes to
+        endpoint=endpoint,
+        server_id=endpoint.slug,
+        defaults={"node": node, "status": "running", "port": setup.node_port},
     )
     return endpoint
 

@@ -44,14 +44,14 @@ def setup() -> dict[str, tuple[str, str]]:
     from agent import protocol  # noqa: F401
     from fleet import origin_names, services
     from fleet.workloads import services as workload_services
-    from fleet.workloads.models import Endpoint
     from tests.fleet.conftest import facts_dict, make_csr_pem, make_key
+    from tests.support.endpoints import endpoint_row
 
     user, cluster = prepare_database()
     _, raw = services.join_token_create(cluster=cluster, actor=user)
     node, _ = services.node_register(token=raw, csr_pem=make_csr_pem(make_key()), facts=facts_dict("bench"))
-    public = Endpoint.objects.create(cluster=cluster, node=node, model_id="m", status="running", port=9, public=True)
-    private = Endpoint.objects.create(cluster=cluster, node=node, model_id="m", status="running", port=9)
+    public = endpoint_row(cluster=cluster, node=node, model_id="m", status="running", port=9, public=True)
+    private = endpoint_row(cluster=cluster, node=node, model_id="m", status="running", port=9)
     workspace = cluster.workspace
     _, plain = workload_services.api_key_create(actor=user, workspace=workspace, name="plain", scopes=["invoke"])
     _, limited = workload_services.api_key_create(
@@ -126,6 +126,9 @@ def main() -> None:
         columns = setup()
         times = asyncio.run(measure(columns, args.requests))
     finally:
+        from fleet.usage import meter
+
+        meter.discard()  # the usage the requests noted: not to be written to the database dropped next
         redis.stop()
         drop_database()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())

@@ -337,7 +337,7 @@ def main() -> None:
 
     from fleet import services
     from fleet.models import Node as FleetNode
-    from fleet.workloads.models import Endpoint
+    from tests.support.endpoints import endpoint_row
 
     Node.big = os.urandom(1 << 20) * args.big_mb
     node_port = free_port()
@@ -362,7 +362,7 @@ def main() -> None:
             wait_until(lambda: FleetNode.objects.filter(connected=True).exists(), timeout=30, what="agent")
             time.sleep(1.5)  # let the agent's first inventory report land (it reconciles endpoints)
             node = FleetNode.objects.get()
-            endpoint = Endpoint.objects.create(
+            endpoint = endpoint_row(
                 cluster=cluster, node=node, model_id="bench/m", status="running", port=node_port, public=True
             )
             origin = endpoint.hostname  # node content is proxied on its own origin only

@@ -103,7 +103,7 @@ def measure_tree(label: str, tree: Path, args: argparse.Namespace, user: object,
 
     from fleet import services
     from fleet.models import Node as FleetNode
-    from fleet.workloads.models import Endpoint
+    from tests.support.endpoints import endpoint_row
 
     node_port = free_port()
     ThreadingHTTPServer.request_queue_size = 1024
@@ -137,7 +137,7 @@ def measure_tree(label: str, tree: Path, args: argparse.Namespace, user: object,
             wait_until(lambda: FleetNode.objects.filter(pk=node_id, connected=True).exists(), timeout=30, what="agent")
             time.sleep(1.5)  # let the agent's first inventory report land (it reconciles endpoints)
             node = FleetNode.objects.get(pk=node_id)
-            endpoint = Endpoint.objects.create(
+            endpoint = endpoint_row(
                 cluster=cluster, node=node, model_id=f"bench/{label}", status="running", port=node_port, public=True
             )
             protocol = node.protocol_version
