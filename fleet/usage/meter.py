@@ -177,6 +177,16 @@ def start(subject: Subject | None, scope: dict[str, Any]) -> RequestUsage | None
     return RequestUsage(subject, api_key_id(scope))
 
 
+def _bucket(subject: Subject, key_id: int | None, now: float | None) -> list[float]:
+    """The in-memory counts of this minute for `subject` and `key_id` (made empty on first use)."""
+    minute = int(now if now is not None else time.time()) // 60 * 60
+    key = (minute, subject.workspace_id, subject.endpoint_id, key_id)
+    counts = _pending.get(key)
+    if counts is None:
+        counts = _pending[key] = [0, 0, 0, 0, 0.0, 0.0, 0]
+    return counts
+
+
 def observe(
     subject: Subject,
     key_id: int | None,
@@ -188,11 +198,7 @@ def observe(
     now: float | None = None,
 ) -> None:
     """Note one finished request in this process and schedule the flush if none is."""
-    minute = int(now if now is not None else time.time()) // 60 * 60
-    key = (minute, subject.workspace_id, subject.endpoint_id, key_id)
-    counts = _pending.get(key)
-    if counts is None:
-        counts = _pending[key] = [0, 0, 0, 0, 0.0, 0.0, 0]
+    counts = _bucket(subject, key_id, now)
     ms = max(seconds, 0.0) * 1000.0
     counts[0] += 1
     counts[1] += error
@@ -213,11 +219,7 @@ def observe_rate_limited(subject: Subject, key_id: int, *, now: float | None = N
     """Note one request an API key's rate limit refused (429): counted apart from the requests served."""
     if not settings.USAGE_METERING:
         return
-    minute = int(now if now is not None else time.time()) // 60 * 60
-    key = (minute, subject.workspace_id, subject.endpoint_id, key_id)
-    counts = _pending.get(key)
-    if counts is None:
-        counts = _pending[key] = [0, 0, 0, 0, 0.0, 0.0, 0]
+    counts = _bucket(subject, key_id, now)
     counts[6] += 1
     _schedule_flush()
 
