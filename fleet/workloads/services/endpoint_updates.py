@@ -16,8 +16,8 @@ from django.db import transaction
 from cleverthis.audit.services import on, operator_action
 from cleverthis.tenancy.mixins import require_operator
 from cleverthis.tenancy.quotas import locked_quota
-from fleet.services import node_event_record
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.services.endpoint_events import endpoint_event_record
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start
 from fleet.workloads.services.endpoints import pick_replica_node, validate_revision
 from kernel.exceptions import IllegalTransition
@@ -56,12 +56,13 @@ def endpoint_update(*, actor: AbstractBaseUser, endpoint: Endpoint, revision: st
             used.add(target.pk)
             new = EndpointReplica.objects.create(endpoint=endpoint, replacement_of=old, node=target)
             command = replica_queue_start(actor=actor, endpoint=endpoint, replica=new, node=target)
-            node_event_record(
+            endpoint_event_record(
+                endpoint=endpoint,
                 node_id=target.pk,
                 kind="endpoint.updating",
                 message=f"Endpoint {endpoint.hostname}: replica {new.server_id} of {endpoint.model_id}@{revision} "
                 f"replaces {old.server_id} (@{old_revision}) once it answers",
-                data={"endpoint": str(endpoint.pk), "replaces": old.server_id},
+                data={"replaces": old.server_id},
                 command=command,
             )
         endpoint_summarise(endpoint)
