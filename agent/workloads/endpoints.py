@@ -8,7 +8,9 @@ server is vLLM's GPU or CPU build as `agent.workloads.engine` chooses for the no
 (or ``CLEVERTHIS_ENDPOINT_SERVER``, split like a shell line) replaces its program part, and the manager
 always appends ``--model <path> --port <port> --served-model-name <model_id> --host 127.0.0.1`` and the
 device's flags. A model that is not cached, or that cannot fit the node's free VRAM (GPU) or available
-memory (CPU), fails at once with the reason instead of a server that never answers.
+memory (CPU), fails at once with the reason instead of a server that never answers. A running server is
+probed by `agent.workloads.endpoint_health` (`health_targets`, `mark_health`): one that stops answering is
+reported `unresponsive`; a start of its id replaces it, a stop wakes it (SIGCONT) to take its SIGTERM.
 """
 
 from __future__ import annotations
