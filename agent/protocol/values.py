@@ -56,12 +56,17 @@ class CachedModel:
 
 @dataclass(frozen=True)
 class EndpointInfo:
-    """A running inference endpoint on the node."""
+    """A running inference endpoint on the node.
+
+    `status` is a free string (no rule, no protocol version): `unresponsive` (the server's process is alive
+    but its health probes failed, `agent.workloads.endpoint_health`) came without a version step because a
+    control plane that does not know a status leaves the replica as it was (as before the probes existed).
+    """
 
     endpoint_id: str
     model_id: str
     port: int
-    status: str  # starting | running | stopped | failed
+    status: str  # starting | running | unresponsive | stopped | failed
     pid: int = 0
     container_id: str = ""
 

@@ -1,8 +1,8 @@
 """Supervision of the agent's long-lived tasks: none of them may die silently.
 
-`Supervisor` owns the tasks of one tunnel session (frame sender, heartbeats). A task that raises an
-unexpected exception is logged once, with its traceback, and then either restarted after a short,
-growing delay (`restart=True`: heartbeats must go on) or the whole session is failed: `watch` raises
+`Supervisor` owns the tasks of one tunnel session (frame sender, heartbeats, endpoint health probes). A
+task that raises an unexpected exception is logged once, with its traceback, and then either restarted
+after a short, growing delay (`restart=True`: heartbeats must go on) or the whole session is failed: `watch` raises
 `TaskFailed`, the socket closes and the agent reconnects cleanly, re-sending its hello and inventory.
 Cancellation is never a failure. Any other task can fail the session the same way with `fail`.
 """

@@ -3,7 +3,8 @@
 A session: connect with a fresh nonce, check the control plane's CA signature over it (the CA is
 pinned at join time), answer the challenge with a signature made by the node key (both signatures
 cover a context string plus the nonce, see `agent.protocol`), send `Hello` with facts and inventory,
-then heartbeat every `heartbeat_interval_s` and run the commands that arrive.
+then heartbeat every `heartbeat_interval_s`, probe the endpoint servers' health (an inventory report
+as soon as one stops answering), and run the commands that arrive.
 Commands run in worker threads; their progress and results go out through `FrameSender`, which always
 sends control frames before bulk stream data. On any disconnect the client reconnects with exponential
 backoff and full jitter (first retry under a second, capped a few seconds out), honours `Backoff`
@@ -37,6 +38,7 @@ from agent.errors import CommandFailed
 from agent.transport.proxy import StreamManager
 from agent.transport.supervision import Supervisor, TaskFailed
 from agent.update import launch, updater
+from agent.workloads.endpoint_health import EndpointProber
 
 log = logging.getLogger("agent.tunnel")
 
@@ -220,12 +222,15 @@ class TunnelClient:
         policy: ReconnectPolicy | None = None,
         heartbeat_interval_s: float | None = None,
         hello_timeout_s: float = 15.0,
+        prober: EndpointProber | None = None,
     ) -> None:
         self.config = config
         self.runner_factory = runner_factory
         self.policy = policy or ReconnectPolicy()
         self.heartbeat_override = heartbeat_interval_s
         self.hello_timeout_s = hello_timeout_s
+        # Health probes of the endpoint servers (CLEVERTHIS_ENDPOINT_HEALTH_*): their failure counts outlive sessions.
+        self.prober = prober or EndpointProber()
         self.key = identity.load_private_key(config.key_path)
         self.certificate_pem = config.cert_path.read_text()
         self.ca_pem = config.ca_path.read_text()
@@ -381,6 +386,7 @@ class TunnelClient:
             self._supervisor = supervisor
             supervisor.start("frame sender", lambda: self._send_frames(sender))
             supervisor.start("heartbeats", lambda: self._heartbeats(sender, interval), restart=True)
+            supervisor.start("endpoint health", lambda: self._endpoint_health(sender), restart=True)
             streams = StreamManager(
                 sender.send, allowed_port=self._port_is_proxied, allowed_target=self._target_is_proxied
             )
@@ -513,6 +519,17 @@ class TunnelClient:
             else:
                 log.info("heartbeat sent")
             await asyncio.sleep(interval)
+
+    async def _endpoint_health(self, sender: FrameSender) -> None:
+        """Probe the endpoint servers every interval (`agent.workloads.endpoint_health`); when one became
+        unresponsive (or answers again) report the inventory now: the heartbeat's pace is too slow for it."""
+        loop = asyncio.get_running_loop()
+        while not sender.closed:
+            started = loop.time()
+            manager = getattr(self.runner, "endpoints", None)  # the runner's EndpointManager, where it has one
+            if manager is not None and await self.prober.check(manager):
+                await self._report_inventory()
+            await asyncio.sleep(max(0.0, self.prober.settings.interval_s - (loop.time() - started)))
 
     async def _inventory(self, gpus: list[p.GpuInfo]) -> p.Inventory:
         if self.runner is None:

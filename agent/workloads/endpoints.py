@@ -8,7 +8,9 @@ server is vLLM's GPU or CPU build as `agent.workloads.engine` chooses for the no
 (or ``CLEVERTHIS_ENDPOINT_SERVER``, split like a shell line) replaces its program part, and the manager
 always appends ``--model <path> --port <port> --served-model-name <model_id> --host 127.0.0.1`` and the
 device's flags. A model that is not cached, or that cannot fit the node's free VRAM (GPU) or available
-memory (CPU), fails at once with the reason instead of a server that never answers.
+memory (CPU), fails at once with the reason instead of a server that never answers. A running server is
+probed by `agent.workloads.endpoint_health` (`health_targets`, `mark_health`): one that stops answering is
+reported `unresponsive`; a start of its id replaces it, a stop wakes it (SIGCONT) to take its SIGTERM.
 """
 
 from __future__ import annotations
@@ -146,6 +148,9 @@ class EndpointManager:
         with self._lock:
             state = self._load()
             current = state.get(payload.endpoint_id)
+            if current and current.get("status") == "unresponsive" and _server_alive(current):
+                self._terminate(current["pid"])  # a hung server is no answer to a start: replace it
+                current = None
             if current and _server_alive(current):
                 if current["model_id"] != payload.model_id:
                     raise CommandFailed(
@@ -266,7 +271,8 @@ class EndpointManager:
         return {"endpoint_id": payload.endpoint_id, "status": "stopped", "pid": record["pid"]}
 
     def inventory(self) -> list[EndpointInfo]:
-        """The endpoints whose server process is alive (status starting until it answered, then running)."""
+        """The endpoints whose server process is alive (status starting until it answered, then running;
+        unresponsive while its health probes fail: `agent.workloads.endpoint_health`)."""
         with self._lock:
             state = self._load()
         return [
@@ -280,6 +286,33 @@ class EndpointManager:
             for endpoint_id, rec in sorted(state.items())
             if rec.get("status") != "stopped" and _server_alive(rec)
         ]
+
+    def health_targets(self) -> list[tuple[str, int]]:
+        """(endpoint id, port) of each server to probe: alive, and running or unresponsive (not starting)."""
+        with self._lock:
+            state = self._load()
+        return [
+            (endpoint_id, rec["port"])
+            for endpoint_id, rec in sorted(state.items())
+            if rec.get("status", "running") in ("running", "unresponsive") and _server_alive(rec)
+        ]
+
+    def mark_health(self, endpoint_id: str, healthy: bool) -> bool:
+        """Record a probe verdict: running → unresponsive (not `healthy`) or back; True when the status changed.
+
+        Only a running or unresponsive record changes (a server stopped or restarting meanwhile keeps its status).
+        """
+        with self._lock:
+            state = self._load()
+            record = state.get(endpoint_id)
+            wanted = "running" if healthy else "unresponsive"
+            if record is None or record.get("status", "running") not in ("running", "unresponsive"):
+                return False
+            if record.get("status", "running") == wanted:
+                return False
+            record["status"] = wanted
+            self._save(state)
+            return True
 
     def stop_all(self) -> None:
         """Stop every endpoint this manager knows (agent shutdown with workloads to be drained)."""
@@ -373,8 +406,9 @@ class EndpointManager:
             time.sleep(0.2)
 
     def _terminate(self, pid: int) -> None:
-        """End the server's whole process tree: its process group and every descendant (SIGTERM, then
-        SIGKILL after `stop_timeout_s`), so no engine process is left behind with parent 1."""
+        """End the server's whole process tree: its process group and every descendant (SIGTERM and SIGCONT,
+        then SIGKILL after `stop_timeout_s`), so no engine process is left behind with parent 1; a stopped
+        (SIGSTOP) process is woken to take its SIGTERM, and SIGKILL ends it regardless."""
         child = self._children.pop(pid, None)
         tree = _process_tree(pid)
         if not tree:
@@ -382,6 +416,7 @@ class EndpointManager:
                 child.wait()
             return
         _signal_tree(pid, tree, signal.SIGTERM)
+        _signal_tree(pid, tree, signal.SIGCONT)  # a stopped (SIGSTOP) or hung-in-stop process acts on its SIGTERM
         deadline = time.monotonic() + self.stop_timeout_s
         while time.monotonic() < deadline:
             if child is not None:

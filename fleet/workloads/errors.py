@@ -93,6 +93,14 @@ _HELP: dict[str, tuple[str, str, str]] = {
         "its KV cache and vLLM itself.",
         "Stop other workloads on the node, pick a node with more memory or a GPU, or a smaller model.",
     ),
+    "unresponsive": (
+        "Server not answering",
+        "The endpoint server's process was alive but stopped answering the agent's health checks (GET /health "
+        "timed out or failed several times in a row): it hangs, e.g. a stuck GPU, a deadlock or a stopped "
+        "process. The replica left rotation, its server was told to stop, and a replacement was started.",
+        "Nothing to do if the replacement runs. If replicas keep hanging, read the server's log on the node "
+        "(`<state dir>/work/endpoints/endpoint-<id>.log`) and check its GPU (`nvidia-smi`) and memory.",
+    ),
     "not_found": (
         "Not found",
         "The node has no such container, endpoint or model.",

@@ -2,7 +2,8 @@
 spread over both servers; once one agent dies every request is still answered, by the other; once its node
 is offline the healing pass starts a replacement (on the surviving node, the only other one holding the
 model) and requests spread over both servers again. The autoscaler adds a replica under load (on the
-other node) and stops it again when idle, requests following.
+other node) and stops it again when idle, requests following. A server that hangs (SIGSTOP) is found by
+its agent's health probes: out of rotation, stopped, replaced.
 
 vLLM cannot run here (its wheel pins a CUDA torch): each agent starts the OpenAI-compatible stand-in
 `tests.support.openai_standin`, which names the server that answered (`X-Served-By`).
@@ -10,10 +11,13 @@ vLLM cannot run here (its wheel pins a CUDA torch): each agent starts the OpenAI
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
 from datetime import timedelta
 
+import psutil
 import pytest
 import requests
 from django.db.models import F
@@ -30,11 +34,30 @@ from tests.support.processes import wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
+# Agents probing their servers' health often (every 0.2 s, 1 s timeout, 2 failures in a row), for tests of hangs.
+FAST_PROBES = {
+    "CLEVERTHIS_ENDPOINT_HEALTH_INTERVAL_S": "0.2",
+    "CLEVERTHIS_ENDPOINT_HEALTH_TIMEOUT_S": "1",
+    "CLEVERTHIS_ENDPOINT_HEALTH_FAILURES": "2",
+}
+
+
 @pytest.fixture
 def two_nodes(control_plane, cluster, operator, agents):
     """Two real agents serving the stand-in, each with acme/tiny in its cache: {name: (process, node)}."""
+    return start_two_nodes(control_plane, cluster, operator, agents)
+
+
+@pytest.fixture
+def two_probed_nodes(control_plane, cluster, operator, agents):
+    """`two_nodes` whose agents probe their servers' health every 0.2 s."""
+    return start_two_nodes(control_plane, cluster, operator, agents, FAST_PROBES)
+
+
+def start_two_nodes(control_plane, cluster, operator, agents, extra_env=None):
+    """Start two agents (gpu-a, gpu-b) serving the stand-in and download acme/tiny on each."""
     user, _ = operator
-    server = {"CLEVERTHIS_ENDPOINT_SERVER": f"{sys.executable} -m tests.support.openai_standin"}
+    server = {"CLEVERTHIS_ENDPOINT_SERVER": f"{sys.executable} -m tests.support.openai_standin", **(extra_env or {})}
     started = {name: agents(control_plane, cluster, user, name, extra_env=server) for name in ("gpu-a", "gpu-b")}
     nodes = {name: (proc, node_of(state)) for name, (proc, state, _) in started.items()}
     for _, node in nodes.values():
@@ -200,3 +223,54 @@ def test_a_rolling_update_answers_every_request_on_the_way(control_plane, cluste
     new_servers = {f"127.0.0.1:{EndpointReplica.objects.get(pk=n.pk).port}" for n in news}
     assert set(answered[mark:]) == new_servers
     assert {f"127.0.0.1:{o.port}" for o in olds} <= set(answered[:mark])  # the old ones served before
+
+
+def test_a_replica_whose_server_hangs_leaves_rotation_is_stopped_and_replaced(
+    control_plane, cluster, operator, two_probed_nodes
+):
+    user, _ = operator
+    endpoint = workload_services.endpoint_create(actor=user, cluster=cluster, model_id="acme/tiny", min_replicas=2)
+    replicas = EndpointReplica.objects.filter(endpoint=endpoint)
+    assert [settled(r.pk).status for r in replicas.all()] == [EndpointStatus.RUNNING] * 2
+    hung, other = replicas.order_by("created_at", "server_id")
+    survivor = f"127.0.0.1:{other.port}"
+    ask = asker(control_plane, endpoint, user)
+    assert {ask().headers["x-served-by"] for _ in range(6)} == {survivor, f"127.0.0.1:{hung.port}"}
+
+    pid = Command.objects.get(pk=hung.start_command_id).result["pid"]
+    assert str(hung.port) in psutil.Process(pid).cmdline()  # the replica's server
+    os.kill(pid, signal.SIGSTOP)  # alive, its port still accepts connections, it never answers
+    try:
+        wait_until(
+            lambda: EndpointReplica.objects.get(pk=hung.pk).status == EndpointStatus.FAILED,
+            timeout=30,
+            what="the hung replica failed",
+        )
+        hung.refresh_from_db()
+        assert hung.failure_code == "unresponsive", hung.failure_message
+        assert NodeEvent.objects.filter(node_id=hung.node_id, kind="endpoint.unresponsive").exists()
+        # its node's agent is told to stop it, and ends the stopped process
+        wait_until(lambda: not _alive(pid), timeout=30, what="the hung server ended")
+        stop = Command.objects.get(pk=hung.stop_command_id)
+        wait_until(lambda: Command.objects.get(pk=stop.pk).status == "succeeded", timeout=30, what="the stop")
+        assert [ask().headers["x-served-by"] for _ in range(4)] == [survivor] * 4
+
+        assert endpoints_heal_tick() == {str(endpoint.pk): 1}  # the beat's healing pass
+        new = settled(replicas.get(replacement_of=hung).pk)
+        assert new.status == EndpointStatus.RUNNING, new.failure_message
+        fresh = f"127.0.0.1:{new.port}"
+        wait_until(lambda: ask().headers["x-served-by"] == fresh, timeout=10, what="the replacement in rotation")
+        assert {ask().headers["x-served-by"] for _ in range(6)} == {survivor, fresh}
+        assert EndpointReplica.objects.get(pk=hung.pk).status == EndpointStatus.FAILED  # why it went, kept
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """The process runs (or is stopped): not gone, not a zombie."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

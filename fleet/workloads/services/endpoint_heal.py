@@ -1,8 +1,9 @@
-"""Keeping an endpoint's replicas: one lost with its node (offline) or whose server went away (the agent no
-longer runs it) is replaced by a new replica placed like the others, and the lost one leaves rotation; one on
-a draining node is replaced too, but keeps serving until its replacement runs, then leaves rotation and is
-stopped ENDPOINT_DRAIN_S later (the drain waits for it: `fleet.workloads.drain`). The same pass stops the
-replicas a rolling update (`endpoint_update`) replaced.
+"""Keeping an endpoint's replicas: one lost with its node (offline), whose server went away (the agent no
+longer runs it) or hangs (the agent's health probes failed: failed "unresponsive", its server already told to
+stop by `endpoints_reconcile`) is replaced by a new replica placed like the others, and the lost one leaves
+rotation; one on a draining node is replaced too, but keeps serving until its replacement runs, then leaves
+rotation and is stopped ENDPOINT_DRAIN_S later (the drain waits for it: `fleet.workloads.drain`). The same
+pass stops the replicas a rolling update (`endpoint_update`) replaced.
 
 `endpoint_heal` is one idempotent pass over an endpoint, run for every endpoint that should run by the beat
 (`fleet.workloads.tasks.endpoints_heal_tick`). A lost replica still live is told to stop (its command waits
@@ -26,7 +27,7 @@ from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.common import system_actor
 from fleet.workloads.services.endpoint_events import endpoint_event_record
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
-from fleet.workloads.services.endpoints import PlacementError, pick_replica_node, workspace_of_endpoint
+from fleet.workloads.services.endpoints import UNRESPONSIVE, PlacementError, pick_replica_node, workspace_of_endpoint
 from kernel.exceptions import QuotaExceeded
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ def replica_lost(replica: EndpointReplica) -> str:
         return f"node {replica.node.name} is draining"
     if replica.status == EndpointStatus.FAILED and replica.failure_code == "not_found":
         return "its server is gone from its node"
+    if replica.status == EndpointStatus.FAILED and replica.failure_code == UNRESPONSIVE:
+        return "its server stopped answering health checks"
     return ""
 
 
@@ -51,7 +54,7 @@ def endpoints_to_heal() -> list[object]:
         endpoint__status__in=[EndpointStatus.STOPPING, EndpointStatus.STOPPED]
     )
     moving = current.filter(status__in=_LIVE, node__status__in=[NodeStatus.OFFLINE, NodeStatus.DRAINING])
-    gone = current.filter(status=EndpointStatus.FAILED, failure_code="not_found")
+    gone = current.filter(status=EndpointStatus.FAILED, failure_code__in=["not_found", UNRESPONSIVE])
     handed_over = EndpointReplica.objects.filter(status__in=_LIVE, replacements__status=EndpointStatus.RUNNING)
     ids = set()
     for rows in (moving, gone, handed_over):

@@ -12,7 +12,7 @@ from collections.abc import Collection
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
@@ -23,14 +23,18 @@ from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.mixins import require_operator
 from cleverthis.tenancy.quotas import admit, locked_quota
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
+from fleet.services import command_queue
 from fleet.workloads.errors import error_help, error_sentence
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel
 from fleet.workloads.quotas import replica_ask
-from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION
+from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION, system_actor
 from fleet.workloads.services.endpoint_events import endpoint_event_record
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
 from kernel.exceptions import IllegalTransition
 
+# The failure code of a replica whose server stopped answering the agent's health probes (also the
+# status the agent reports for it: `agent.protocol.EndpointInfo`).
+UNRESPONSIVE = "unresponsive"
 REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
 MAX_REPLICAS = 32
 
@@ -429,7 +433,8 @@ def _replica_of(command: Command, field: str) -> EndpointReplica | None:
 
 def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
     """A replica's endpoint.start / endpoint.stop finished: running with its port, stopped, or failed with
-    the code; the endpoint summarises its replicas again."""
+    the code (a failed replica whose server was told to stop stays failed); the endpoint summarises its
+    replicas again."""
     if command.command_type not in (CommandType.ENDPOINT_START, CommandType.ENDPOINT_STOP):
         return None
     field = "start_command" if command.command_type == CommandType.ENDPOINT_START else "stop_command"
@@ -469,6 +474,26 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
                     data={"error_help": error_help(code)},
                     command=command,
                 )
+        elif replica.status == EndpointStatus.FAILED:  # the stop of a failed replica's server (a hung one)
+            if ok or command.error_code == "not_found":
+                endpoint_event_record(
+                    endpoint=endpoint,
+                    node_id=command.node_id,
+                    kind="endpoint.stopped",
+                    message=f"Endpoint {endpoint.hostname}: the server of failed replica {replica.server_id} stopped",
+                    command=command,
+                )
+            else:
+                endpoint_event_record(
+                    endpoint=endpoint,
+                    node_id=command.node_id,
+                    kind="endpoint.failed",
+                    message=f"Endpoint {endpoint.hostname}: the server of failed replica {replica.server_id} "
+                    f"could not be stopped: {error_sentence(command.error_code, command.error_message)}",
+                    data={"error_help": error_help(command.error_code)},
+                    command=command,
+                )
+            return endpoint  # it stays failed, with why
         elif ok or command.error_code == "not_found":
             replica.status = EndpointStatus.STOPPED
             endpoint_event_record(
@@ -524,9 +549,45 @@ def endpoints_end_with_node(*, node: Node, reachable: bool) -> int:
     return changed
 
 
+def _fail_unresponsive(node: Node, endpoint: Endpoint, replica: EndpointReplica) -> None:
+    """The agent's health probes of `replica`'s server failed: it fails (out of rotation; the healing pass
+    replaces it, `endpoint_heal.replica_lost`) and its hung server is told to stop, the replica staying failed.
+    The caller saves the replica."""
+    replica.status = EndpointStatus.FAILED
+    replica.failure_code = UNRESPONSIVE
+    replica.failure_message = (
+        f"The server on node {node.name} (port {replica.port or '?'}) stopped answering its health checks "
+        "(GET /health): it was taken out of rotation and told to stop, and a replacement is started."
+    )
+    try:
+        actor = system_actor(endpoint.cluster.workspace)
+    except PermissionDenied:  # no Owner/Admin to send the stop as: the server stays until someone stops it
+        actor = None
+    command = None
+    if actor is not None:
+        (command,) = command_queue(
+            actor=actor,
+            cluster=endpoint.cluster,
+            command_type=CommandType.ENDPOINT_STOP,
+            payload={"endpoint_id": replica.server_id},
+            node=node,
+        )
+        replica.stop_command = command
+    endpoint_event_record(
+        endpoint=endpoint,
+        node_id=node.pk,
+        kind="endpoint.unresponsive",
+        message=f"Endpoint {endpoint.hostname}, replica {replica.server_id}: "
+        f"{error_sentence(UNRESPONSIVE, replica.failure_message)}",
+        data={"replica": replica.server_id, "error_help": error_help(UNRESPONSIVE)},
+        command=command,
+    )
+
+
 def endpoints_reconcile(*, node: Node, inventory: protocol.Inventory) -> int:
     """Running replicas the agent reports update their rows (port, status); running rows it no longer
-    reports become failed (the process is gone). Returns how many replica rows changed."""
+    reports become failed (the process is gone), and so do those it reports `unresponsive` (the server
+    hangs: failure code "unresponsive", its server told to stop). Returns how many replica rows changed."""
     reported = {e.endpoint_id: e for e in inventory.endpoints}
     changed = 0
     live = [EndpointStatus.STARTING, EndpointStatus.RUNNING, EndpointStatus.PENDING]
@@ -552,6 +613,8 @@ def endpoints_reconcile(*, node: Node, inventory: protocol.Inventory) -> int:
                 if replica.status == EndpointStatus.RUNNING and replica.port == info.port:
                     continue
                 replica.status, replica.port = EndpointStatus.RUNNING, info.port
+            elif info.status == UNRESPONSIVE:
+                _fail_unresponsive(node, endpoints[replica.endpoint_id], replica)
             elif info.status in ("stopped", "failed"):
                 replica.status = EndpointStatus(info.status)
             else:

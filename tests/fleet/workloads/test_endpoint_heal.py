@@ -137,3 +137,72 @@ def test_a_draining_node_hands_its_replica_over_before_it_stops_and_the_drain_wa
     endpoint.refresh_from_db()
     assert endpoint.status == EndpointStatus.RUNNING
     assert sorted(r.node.name for r in endpoint.replicas.filter(status="running")) == ["b", "c"]
+
+
+def reported(replica, status):
+    """The replica's server as its agent reports it."""
+    return protocol.EndpointInfo(
+        endpoint_id=replica.server_id, model_id=LLAMA.model_id, port=replica.port, status=status, pid=4242
+    )
+
+
+def test_an_unresponsive_replica_fails_leaves_rotation_is_told_to_stop_and_is_replaced(cluster, register_node, owner):
+    a, _ = with_model(register_node(cluster, "a")), with_model(register_node(cluster, "b"))
+    endpoint = running_endpoint(cluster, owner)
+    hung = EndpointReplica.objects.get(endpoint=endpoint, node=a)
+    endpoint_routes.forget_routes()
+    assert hung.server_id in {u.key for u in endpoint_routes._load_route(endpoint.slug).replicas}
+
+    agent_side.inventory(a, models=[LLAMA], endpoints=[reported(hung, "unresponsive")])
+    hung.refresh_from_db()
+    assert (hung.status, hung.failure_code) == (EndpointStatus.FAILED, "unresponsive")
+    assert "stopped answering its health checks" in hung.failure_message
+    stop = hung.stop_command  # the hung server is told to stop at once; the replica stays failed
+    assert (stop.command_type, stop.node_id, stop.payload) == ("endpoint.stop", a.pk, {"endpoint_id": hung.server_id})
+    event = NodeEvent.objects.get(node=a, kind="endpoint.unresponsive")
+    assert hung.server_id in event.message
+    assert event.data["error_help"]["title"] == "Server not answering"
+    assert endpoint.events.get(kind="endpoint.unresponsive").message == event.message  # on the endpoint's log too
+    endpoint_routes.forget_routes()
+    route = endpoint_routes._load_route(endpoint.slug)
+    assert hung.server_id not in {u.key for u in route.replicas}  # out of rotation
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.RUNNING  # on b meanwhile
+
+    # it answers again before being replaced: the verdict stands (it is being stopped)
+    agent_side.inventory(a, models=[LLAMA], endpoints=[reported(hung, "running")])
+    hung.refresh_from_db()
+    assert hung.status == EndpointStatus.FAILED
+
+    assert endpoints_heal_tick() == {str(endpoint.pk): 1}
+    new = EndpointReplica.objects.get(replacement_of=hung)
+    assert new.status == EndpointStatus.PENDING
+    assert new.start_command.payload["endpoint_id"] == new.server_id
+    replaced = NodeEvent.objects.get(node_id=new.node_id, kind="endpoint.replica_replaced")
+    assert "stopped answering health checks" in replaced.message
+    assert Command.objects.filter(command_type="endpoint.stop").count() == 1  # no second stop
+    assert endpoints_heal_tick() == {}
+
+    agent_side.result(stop, endpoint_id=hung.server_id, status="stopped", pid=4242)
+    hung.refresh_from_db()
+    assert (hung.status, hung.failure_code) == (EndpointStatus.FAILED, "unresponsive")  # why it went, kept
+    assert NodeEvent.objects.filter(node=a, kind="endpoint.stopped", message__contains=hung.server_id).exists()
+    agent_side.result(new.start_command, port=8009)
+    assert sorted(r.node.name for r in endpoint.replicas.filter(status="running")) == sorted(["b", new.node.name])
+
+
+def test_a_failed_stop_of_an_unresponsive_server_leaves_the_replica_failed(cluster, node, owner):
+    with_model(node)
+    endpoint = running_endpoint(cluster, owner, replicas=1)
+    (hung,) = EndpointReplica.objects.filter(endpoint=endpoint)
+    agent_side.inventory(node, models=[LLAMA], endpoints=[reported(hung, "unresponsive")])
+    hung.refresh_from_db()
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.FAILED  # its only replica
+    agent_side.error(hung.stop_command, "internal", "could not kill it")
+    hung.refresh_from_db()
+    assert (hung.status, hung.failure_code) == (EndpointStatus.FAILED, "unresponsive")  # never back in rotation
+    failed = NodeEvent.objects.filter(node=node, kind="endpoint.failed", message__contains="could not be stopped")
+    assert failed.exists()
+    (new,) = workloads.endpoint_heal(endpoint_id=endpoint.pk)  # the same node is the only one: replaced there
+    assert new.node_id == node.pk
