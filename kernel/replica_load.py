@@ -193,7 +193,12 @@ def read() -> dict[str, ReplicaLoad]:
 
 
 def discard() -> None:
-    """Forget this process's token counts and window (tests: nothing of one leaks into the next)."""
+    """Forget this process's token counts, window and published snapshot (tests: nothing of one leaks into
+    the next)."""
     _tokens.clear()
     PUBLISHER.window.clear()
-    PUBLISHER.published = False
+    if PUBLISHER.published:
+        try:
+            PUBLISHER.publish({})
+        except redis.RedisError:
+            log.warning("could not delete this process's replica load snapshot", exc_info=True)
