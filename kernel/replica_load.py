@@ -85,11 +85,18 @@ class LoadPublisher:
     """
 
     def __init__(self, name: str | None = None) -> None:
-        self.name = name or process_name()
+        self._name, self._pid = name, os.getpid()
         self.window: collections.deque[tuple[float, dict[str, int]]] = collections.deque()
         self.published = False  # the hash holds figures (so an empty snapshot must delete it)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        """This process's name (made on first use, and again in a child forked after it was made)."""
+        if self._name is None or self._pid != os.getpid():
+            self._name, self._pid = process_name(), os.getpid()
+        return self._name
 
     @property
     def key(self) -> str:

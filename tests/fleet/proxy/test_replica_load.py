@@ -119,3 +119,34 @@ async def test_the_relay_starts_the_publisher_and_in_flight_requests_show_then_v
     await shown(0)  # the request ended: its count is gone from the shared figures too
     assert replica_load.PUBLISHER._task is not None
     assert not replica_load.PUBLISHER._task.done()
+
+
+@pytest.mark.asyncio
+async def test_a_failed_publish_is_logged_and_the_next_pass_runs_and_an_ended_loop_starts_again(settings, caplog):
+    settings.REPLICA_LOAD_PUBLISH_S = 0.01
+    publisher = LoadPublisher(name="test-flaky")
+    written: list[dict] = []
+    calls = iter([redis.ConnectionError("Redis away")])
+
+    def publish(snapshot: dict) -> None:
+        failure = next(calls, None)
+        if failure is not None:
+            raise failure
+        written.append(snapshot)
+
+    publisher.publish = publish  # type: ignore[method-assign]
+    publisher.ensure_running()
+    for _ in range(500):
+        if written:
+            break
+        await asyncio.sleep(0.01)
+    assert written  # the pass after the failure wrote
+    assert "publishing replica load failed" in caplog.text
+    first = publisher._task
+    first.cancel()  # however it ended, the next request starts it again
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    publisher.ensure_running()
+    assert publisher._task is not first
+    assert not publisher._task.done()
+    publisher._task.cancel()
