@@ -32,6 +32,11 @@ def outstanding(key: str) -> int:
     return _outstanding.get(key, 0)
 
 
+def in_flight() -> dict[str, int]:
+    """A copy of every replica's requests in flight in this process (replicas with none are left out)."""
+    return dict(_outstanding)
+
+
 def choose(upstreams: Collection[Upstream], exclude: Collection[str] = ()) -> Upstream | None:
     """The upstream with the fewest requests in flight (ties in turn), leaving out `exclude`; None if none."""
     candidates = [u for u in upstreams if u.key not in exclude]

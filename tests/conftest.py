@@ -25,7 +25,7 @@ from cleverthis.tenancy.models import Role, Workspace
 from fleet import metrics_history
 from fleet.proxy import rate_limits
 from fleet.usage import meter as usage_meter
-from kernel import timeseries
+from kernel import replica_load, timeseries
 from tests.support import loop_guard
 
 User = get_user_model()
@@ -38,6 +38,8 @@ TEST_REDIS_PATTERNS = (
     f"{metrics_history.KEY_PREFIX}*",  # nodes' utilization history
     f"{timeseries.KEY_PREFIX}*",  # the home page's per-minute rollups
     f"{rate_limits.PREFIX}*",  # API keys' rate-limit counters
+    replica_load.PROCS_KEY,  # the web processes publishing per-replica load (kernel.replica_load)
+    f"{replica_load.PROC_PREFIX}*",  # and their snapshots
     "celery-task-meta-*",  # Celery results
     HEARTBEATS_KEY,  # the workers' heartbeats
     "_kombu.*",  # Celery queue bindings
@@ -80,6 +82,7 @@ def _usage_noted_in_memory_is_dropped():
     database rows are gone, and the next test must not find them)."""
     yield
     usage_meter.discard()
+    replica_load.discard()
 
 
 @pytest.fixture

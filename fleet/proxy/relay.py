@@ -39,7 +39,7 @@ from fleet.proxy import origin_guard, origins, request_meter
 from fleet.proxy.streams import FIRST_BYTES_MAX, StreamUnavailable, TunnelStream
 from fleet.proxy.write_pressure import WritePressure
 from fleet.usage import meter as usage_meter
-from kernel import balancer
+from kernel import balancer, replica_load
 from kernel.asgi_scope import header
 
 log = logging.getLogger("fleet.proxy")
@@ -336,11 +336,14 @@ async def proxy_http(
         await _proxy_to(scope, receive, send, target, first, only, last=True, usage=usage)
         return
     lease = balancer.Lease(target.replicas)
+    replica_load.PUBLISHER.ensure_running()  # (shares this process's counts with the others)
     try:
         for attempt in range(2):
             upstream = lease.take()
             if upstream is None:
                 break
+            if usage is not None:
+                usage.replica = upstream.key  # its tokens count for the replica that answered
             last = attempt == 1 or len(lease.tried) == len(lease.upstreams)
             if not await _proxy_to(scope, receive, send, target, first, upstream, last=last, usage=usage):
                 return

@@ -21,6 +21,9 @@ request and never blocks the event loop on the database. A failed write keeps th
 flush; at process exit whatever is left is written (`atexit`, and a multiprocessing finalizer for
 uvicorn's worker processes, which exit without running `atexit`).
 
+The completion tokens of a request are also counted for the replica that answered it (`replica`, set by
+the relay), which the web processes share as tokens per second (`kernel.replica_load`).
+
 Other code may follow finished requests (the API-key rate limiter charges tokens): `on_request_metered`
 registers a callback, called on the event loop with (workspace_id, endpoint_id, api_key_id,
 prompt_tokens, completion_tokens); it must be quick and must not raise.
@@ -44,7 +47,7 @@ from uuid import UUID
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
-from kernel import metrics
+from kernel import metrics, replica_load
 from kernel.asgi_scope import api_key_id
 
 log = logging.getLogger(__name__)
@@ -108,7 +111,7 @@ def usage_of(body: bytes) -> tuple[int, int] | None:
 class RequestUsage:
     """What one proxied request used, as its response goes by."""
 
-    __slots__ = ("api_key_id", "cut", "events", "kind", "parts", "size", "started", "status", "subject")
+    __slots__ = ("api_key_id", "cut", "events", "kind", "parts", "replica", "size", "started", "status", "subject")
 
     def __init__(self, subject: Subject, key_id: int | None) -> None:
         self.subject = subject
@@ -120,6 +123,7 @@ class RequestUsage:
         self.size = 0
         self.events = 0
         self.cut = False  # the response did not reach the client whole (set by the relay)
+        self.replica = ""  # the endpoint replica that answered (set by the relay; its key in `balancer`)
 
     def head(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
         """The response's head: its status and content type say how to read the body."""
@@ -159,6 +163,7 @@ class RequestUsage:
     def finish(self, *, complete: bool) -> None:
         """The relay ended (`complete`: the whole response reached the client): note the request."""
         prompt, completion = self.tokens()
+        replica_load.count_tokens(self.replica, completion)
         error = not complete or self.status == 0 or self.status >= 500
         observe(
             self.subject,

@@ -1,5 +1,5 @@
 """REST API for workloads: /containers/, /models/ (model locations), /endpoints/ (+ POST .../stop/ and
-.../update_revision/).
+.../update_revision/, GET .../events/).
 
 Exported as `router` (a SimpleRouter, no API root view) for inclusion under /api/v1/. Every queryset
 is scoped by `WorkspaceScopedMixin`, lists are filtered by the filtersets of `fleet.workloads.filters`;
@@ -23,14 +23,16 @@ from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from cleverthis.tenancy.selectors import workspace_ids
 from fleet.api.views import FilteredMixin
 from fleet.models import ComputeCluster, Node
+from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
 from fleet.workloads.filters import CONTAINER_FILTERS, ENDPOINT_FILTERS, MODEL_LOCATION_FILTERS
 from fleet.workloads.key_api import ApiKeyViewSet
-from fleet.workloads.models import Container, Endpoint, EndpointReplica, NodeModel
+from fleet.workloads.models import Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel
 from fleet.workloads.services import PlacementError
-from kernel import balancer
 from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
+from kernel.replica_load import ReplicaLoad
+from kernel.schema import PAGING, page_of
 
 # --------------------------------------------------------------------------------------------------
 # Serializers
@@ -95,21 +97,46 @@ class ModelLocationSerializer(serializers.ModelSerializer):
 
 
 class EndpointReplicaSerializer(serializers.ModelSerializer):
-    """One replica of an endpoint: its server on a node, and the requests in flight to it through the web
-    process answering (each process balances, and counts, its own requests); `replacement_of` names the
-    lost replica it took over from (every replica is listed, retired ones too)."""
+    """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second
+    summed over every web process (`kernel.replica_load`, a few seconds old at most; null when they cannot be
+    read); `replacement_of` names the lost replica it took over from (every replica is listed, retired ones
+    too)."""
 
     node_name = serializers.CharField(source="node.name", read_only=True, default=None)
     in_flight = serializers.SerializerMethodField()
+    tokens_per_s = serializers.SerializerMethodField()
 
     class Meta:
         model = EndpointReplica
         fields = ["id", "server_id", "node", "node_name", "status", "port", "failure_code", "failure_message"]
-        fields += ["in_flight", "replacement_of", "created_at", "updated_at"]
+        fields += ["in_flight", "tokens_per_s", "replacement_of", "created_at", "updated_at"]
         read_only_fields = fields
 
-    def get_in_flight(self, obj: EndpointReplica) -> int:
-        return balancer.outstanding(obj.server_id)
+    def _load(self, obj: EndpointReplica) -> ReplicaLoad | None:
+        """The replica's shared figures (read once per response, kept in the serializer context)."""
+        if "replica_loads" not in self.context:
+            self.context["replica_loads"] = selectors.replica_loads_shown()
+        loads = self.context["replica_loads"]
+        return None if loads is None else loads.get(obj.server_id, ReplicaLoad())
+
+    def get_in_flight(self, obj: EndpointReplica) -> int | None:
+        load = self._load(obj)
+        return None if load is None else load.in_flight
+
+    def get_tokens_per_s(self, obj: EndpointReplica) -> float | None:
+        load = self._load(obj)
+        return None if load is None else round(load.tokens_per_s, 1)
+
+
+class EndpointEventSerializer(serializers.ModelSerializer):
+    """One line of an endpoint's event log (replicas starting, failing, replaced; the autoscaler's decisions)."""
+
+    node_name = serializers.CharField(source="node.name", read_only=True, default=None)
+
+    class Meta:
+        model = EndpointEvent
+        fields = ["id", "kind", "message", "data", "node", "node_name", "command", "created_at"]
+        read_only_fields = fields
 
 
 class EndpointSerializer(serializers.ModelSerializer):
@@ -142,6 +169,8 @@ class EndpointSerializer(serializers.ModelSerializer):
             "min_replicas",
             "max_replicas",
             "target_requests_per_min",
+            "target_in_flight",
+            "target_tokens_per_s",
             "scale_cooldown_s",
             "scaled_at",
             "replicas",
@@ -177,6 +206,12 @@ class EndpointCreateSerializer(serializers.Serializer):
         min_value=1, max_value=workload_services.MAX_REPLICAS, required=False, allow_null=True, default=None
     )
     target_requests_per_min = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False, default=0)
+    target_in_flight = serializers.IntegerField(
+        min_value=0, max_value=workload_services.MAX_TARGET_IN_FLIGHT, required=False, default=0
+    )
+    target_tokens_per_s = serializers.IntegerField(
+        min_value=0, max_value=workload_services.MAX_TARGET_TOKENS_PER_S, required=False, default=0
+    )
     scale_cooldown_s = serializers.IntegerField(min_value=0, max_value=86_400, required=False, default=120)
 
     def validate_model_id(self, value: str) -> str:
@@ -258,7 +293,7 @@ class EndpointViewSet(
     mixins.RetrieveModelMixin,
     viewsets.GenericViewSet,
 ):
-    """Inference endpoints: list, retrieve, create (Owner/Admin), POST .../stop/ (Owner/Admin)."""
+    """Inference endpoints: list, retrieve, create (Owner/Admin), POST .../stop/ (Owner/Admin), GET .../events/."""
 
     serializer_class = EndpointSerializer
     queryset = Endpoint.objects.all()
@@ -317,10 +352,19 @@ class EndpointViewSet(
             min_replicas=values["min_replicas"],
             max_replicas=values["max_replicas"],
             target_requests_per_min=values["target_requests_per_min"],
+            target_in_flight=values["target_in_flight"],
+            target_tokens_per_s=values["target_tokens_per_s"],
             scale_cooldown_s=values["scale_cooldown_s"],
         )
         endpoint = self.get_base_queryset().get(pk=endpoint.pk)
         return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(parameters=PAGING, responses={200: page_of(EndpointEventSerializer)})
+    @action(detail=True, methods=["get"], serializer_class=EndpointEventSerializer)
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        """The endpoint's event log, newest first: its replicas' lives and the autoscaler's decisions, with why."""
+        page = self.paginate_queryset(selectors.endpoint_event_list(endpoint=self.get_object()))
+        return self.get_paginated_response(EndpointEventSerializer(page, many=True).data)
 
     @extend_schema(request=None, responses={200: EndpointSerializer})
     @action(detail=True, methods=["post"])

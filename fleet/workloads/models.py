@@ -160,11 +160,14 @@ class Endpoint(models.Model):
     port = models.PositiveIntegerField(default=0)
     public = models.BooleanField(default=False)
     # How many replicas the endpoint keeps: `min_replicas`, up to `max_replicas` while its load asks for more
-    # (`services.endpoint_autoscale`: requests per minute per replica against `target_requests_per_min`,
-    # 0 = no autoscaling; at most one change per `scale_cooldown_s`).
+    # (`services.endpoint_autoscale`: per replica, requests per minute against `target_requests_per_min`,
+    # requests in flight against `target_in_flight`, completion tokens per second against
+    # `target_tokens_per_s`; each 0 = off, all off = no autoscaling; at most one change per `scale_cooldown_s`).
     min_replicas = models.PositiveSmallIntegerField(default=1)
     max_replicas = models.PositiveSmallIntegerField(default=1)
     target_requests_per_min = models.PositiveIntegerField(default=0)
+    target_in_flight = models.PositiveIntegerField(default=0)
+    target_tokens_per_s = models.PositiveIntegerField(default=0)
     scale_cooldown_s = models.PositiveIntegerField(default=120)
     scaled_at = models.DateTimeField(null=True, blank=True)
     # The autoscaler's last look at `request_count` (its rate is measured between two looks).

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from fleet.models import Node, NodeStatus
 from fleet.tasks import RETRYABLE
-from fleet.workloads import drain
+from fleet.workloads import drain, selectors
 from fleet.workloads import services as workload_services
 
 logger = logging.getLogger(__name__)
@@ -70,9 +70,11 @@ def endpoints_autoscale_tick() -> dict[str, int]:
     """Beat: one autoscaling pass for every autoscaled running endpoint; {endpoint_id: replicas started (+)
     or stopped (-)} for those that changed."""
     out: dict[str, int] = {}
-    for endpoint_id in workload_services.endpoints_to_autoscale():
+    endpoint_ids = workload_services.endpoints_to_autoscale()
+    loads = selectors.replica_loads_shown() if endpoint_ids else None  # one read for all (None: each pass tries)
+    for endpoint_id in endpoint_ids:
         try:
-            decision = workload_services.endpoint_autoscale(endpoint_id=endpoint_id)
+            decision = workload_services.endpoint_autoscale(endpoint_id=endpoint_id, loads=loads)
         except Exception:  # one broken endpoint must not stop the others' scaling
             logger.exception("autoscaling pass for endpoint %s failed", endpoint_id)
             continue

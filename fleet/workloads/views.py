@@ -1,6 +1,7 @@
 """Endpoint pages: every inference endpoint of the user's workspaces, overall and per cluster, with its
-replicas (node, state, requests in flight through this web process) and start/stop for Owners and Admins
-(htmx: the table alone, polled while an endpoint or one of its replicas is on its way)."""
+replicas (node, state, requests in flight over all web processes) and start/stop for Owners and Admins
+(htmx: the table alone, polled while an endpoint or one of its replicas is on its way); one endpoint's page
+with its settings, its replicas' load (requests in flight, tokens/s; polled) and its event log."""
 
 from __future__ import annotations
 
@@ -19,16 +20,25 @@ from fleet.models import ComputeCluster
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
-from fleet.workloads.models import Endpoint, EndpointStatus
+from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services import PlacementError
-from kernel import balancer
 from kernel.exceptions import IllegalTransition
+from kernel.replica_load import ReplicaLoad
 
 IN_FLIGHT = frozenset({EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.STOPPING})
 
 
+EVENTS_SHOWN = 100  # the newest lines of an endpoint's event log on its page (the API pages through all)
+
+
+def _replica_rows(replicas: list[EndpointReplica], loads: dict[str, ReplicaLoad] | None) -> list[dict[str, Any]]:
+    """Each replica with its shared load (None when the figures cannot be read)."""
+    return [{"replica": r, "load": None if loads is None else loads.get(r.server_id, ReplicaLoad())} for r in replicas]
+
+
 def _rows(request: HttpRequest, endpoints: list[Endpoint]) -> list[dict[str, Any]]:
     operable: dict[Any, bool] = {}
+    loads = selectors.replica_loads_shown() if endpoints else None
     rows = []
     for endpoint in endpoints:
         workspace = endpoint.cluster.workspace
@@ -41,7 +51,7 @@ def _rows(request: HttpRequest, endpoints: list[Endpoint]) -> list[dict[str, Any
                 "can_operate": operable[workspace.pk],
                 "log_tail": endpoint.failure_message or ((start.result or {}).get("log_tail", "") if start else ""),
                 "error_help": error_help(endpoint.failure_code),
-                "replicas": [(r, balancer.outstanding(r.server_id)) for r in endpoint.replicas.all()],
+                "replicas": _replica_rows(list(endpoint.replicas.all()), loads),
             }
         )
     return rows
@@ -79,6 +89,23 @@ def cluster_endpoints(request: HttpRequest, pk: Any) -> HttpResponse:
 
 
 @login_required
+def endpoint_detail(request: HttpRequest, pk: Any) -> HttpResponse:
+    """One endpoint: its settings, its replicas with their load, its event log (newest first); any member of
+    its workspace reads it. htmx asks for the replicas table alone (polled every few seconds)."""
+    endpoint = get_object_or_404(selectors.endpoint_list(user=request.user).select_related("cluster__workspace"), pk=pk)
+    context = {
+        "endpoint": endpoint,
+        "replicas": _replica_rows(list(endpoint.replicas.all()), selectors.replica_loads_shown()),
+        "can_operate": can_operate(request.user, endpoint.cluster.workspace),
+    }
+    if request.htmx:
+        return render(request, "workloads/_endpoint_replicas.html", context)
+    context["events"] = list(selectors.endpoint_event_list(endpoint=endpoint)[:EVENTS_SHOWN])
+    context["events_shown"] = EVENTS_SHOWN
+    return render(request, "workloads/endpoint_detail.html", context)
+
+
+@login_required
 @require_POST
 def endpoint_action(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
     """Stop a live endpoint, or start a stopped/failed one again (same URL); back to where it was asked."""
@@ -98,4 +125,6 @@ def endpoint_action(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
         messages.success(request, f"Endpoint {endpoint.hostname}: {action} requested.")
     if request.POST.get("from") == "cluster":
         return redirect("workloads:cluster_endpoints", pk=endpoint.cluster_id)
+    if request.POST.get("from") == "detail":
+        return redirect("workloads:endpoint_detail", pk=endpoint.pk)
     return redirect("workloads:endpoint_list")

@@ -2,8 +2,9 @@
 spread over both servers; once one agent dies every request is still answered, by the other; once its node
 is offline the healing pass starts a replacement (on the surviving node, the only other one holding the
 model) and requests spread over both servers again. The autoscaler adds a replica under load (on the
-other node) and stops it again when idle, requests following. A server that hangs (SIGSTOP) is found by
-its agent's health probes: out of rotation, stopped, replaced.
+other node) and stops it again when idle, requests following; with a target of requests in flight it adds
+one while streams are held open, reading the figures every web process publishes, and says why. A server
+that hangs (SIGSTOP) is found by its agent's health probes: out of rotation, stopped, replaced.
 
 vLLM cannot run here (its wheel pins a CUDA torch): each agent starts the OpenAI-compatible stand-in
 `tests.support.openai_standin`, which names the server that answered (`X-Served-By`).
@@ -25,9 +26,10 @@ from rest_framework.authtoken.models import Token
 
 from fleet import services
 from fleet.models import Command, NodeEvent
+from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
-from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
-from fleet.workloads.tasks import endpoints_heal_tick
+from fleet.workloads.models import Endpoint, EndpointEvent, EndpointReplica, EndpointStatus
+from fleet.workloads.tasks import endpoints_autoscale_tick, endpoints_heal_tick
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.processes import wait_until
 
@@ -43,21 +45,23 @@ FAST_PROBES = {
 
 
 @pytest.fixture
-def two_nodes(control_plane, cluster, operator, agents):
-    """Two real agents serving the stand-in, each with acme/tiny in its cache: {name: (process, node)}."""
-    return start_two_nodes(control_plane, cluster, operator, agents)
+def two_nodes(control_plane, cluster, operator, agents, tmp_path):
+    """Two real agents serving the stand-in, each with acme/tiny in its cache: {name: (process, node)}. Their
+    streamed answers wait before their last word until `tmp_path / "stream-gate"` exists."""
+    return start_two_nodes(control_plane, cluster, operator, agents, tmp_path)
 
 
 @pytest.fixture
-def two_probed_nodes(control_plane, cluster, operator, agents):
+def two_probed_nodes(control_plane, cluster, operator, agents, tmp_path):
     """`two_nodes` whose agents probe their servers' health every 0.2 s."""
-    return start_two_nodes(control_plane, cluster, operator, agents, FAST_PROBES)
+    return start_two_nodes(control_plane, cluster, operator, agents, tmp_path, FAST_PROBES)
 
 
-def start_two_nodes(control_plane, cluster, operator, agents, extra_env=None):
+def start_two_nodes(control_plane, cluster, operator, agents, tmp_path, extra_env=None):
     """Start two agents (gpu-a, gpu-b) serving the stand-in and download acme/tiny on each."""
     user, _ = operator
-    server = {"CLEVERTHIS_ENDPOINT_SERVER": f"{sys.executable} -m tests.support.openai_standin", **(extra_env or {})}
+    standin = f"{sys.executable} -m tests.support.openai_standin --stream-gate {tmp_path / 'stream-gate'}"
+    server = {"CLEVERTHIS_ENDPOINT_SERVER": standin, **(extra_env or {})}
     started = {name: agents(control_plane, cluster, user, name, extra_env=server) for name in ("gpu-a", "gpu-b")}
     nodes = {name: (proc, node_of(state)) for name, (proc, state, _) in started.items()}
     for _, node in nodes.values():
@@ -274,3 +278,84 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_requests_held_in_flight_make_the_autoscaler_add_a_replica_and_say_why(
+    control_plane, cluster, operator, two_nodes, tmp_path
+):
+    user, _ = operator
+    endpoint = workload_services.endpoint_create(
+        actor=user, cluster=cluster, model_id="acme/tiny", max_replicas=2, target_in_flight=2, scale_cooldown_s=0
+    )
+    (first,) = EndpointReplica.objects.filter(endpoint=endpoint)
+    first = settled(first.pk)
+    assert first.status == EndpointStatus.RUNNING, first.failure_message
+    token = Token.objects.create(user=user)
+    auth = {"Authorization": f"Token {token.key}", "Host": endpoint.hostname}
+    body = {"model": "acme/tiny", "messages": [{"role": "user", "content": "which one"}], "stream": True}
+    body["stream_options"] = {"include_usage": True}
+    opened, answers, errors = threading.Semaphore(0), [], []
+
+    def stream() -> None:
+        try:
+            with requests.post(
+                f"{control_plane.url}/v1/chat/completions", headers=auth, json=body, stream=True, timeout=60
+            ) as answer:
+                lines = answer.iter_lines()
+                assert next(line for line in lines if line.startswith(b"data:"))  # the first word: it is open
+                opened.release()
+                answers.append(b"\n".join(lines))  # the rest, once the gate opens
+        except Exception as exc:  # (the test reports it)
+            errors.append(repr(exc))
+            opened.release()
+
+    callers = [threading.Thread(target=stream) for _ in range(5)]
+    for caller in callers:
+        caller.start()
+    gate = tmp_path / "stream-gate"
+    try:
+        for _ in callers:
+            assert opened.acquire(timeout=60)
+        assert errors == []
+
+        def in_flight() -> int:
+            load = selectors.replica_loads().get(first.server_id)
+            return load.in_flight if load else 0
+
+        # what the web process published (about every second), read as the beat's worker reads it
+        wait_until(lambda: in_flight() == 5, timeout=20, interval=0.2, what="5 requests in flight, shared")
+        api = requests.get(
+            f"{control_plane.url}/api/v1/endpoints/{endpoint.pk}/",
+            headers={"Authorization": f"Token {token.key}"},
+            timeout=30,
+        )
+        (shown,) = api.json()["replicas"]
+        assert shown["in_flight"] == 5
+
+        assert endpoints_autoscale_tick() == {str(endpoint.pk): 1}  # the beat's task, for real
+    finally:
+        gate.touch()  # the held streams end
+        for caller in callers:
+            caller.join(60)
+    assert errors == []
+    assert len(answers) == 5
+    assert all(b"[DONE]" in answer for answer in answers)
+    (event,) = EndpointEvent.objects.filter(endpoint=endpoint, kind="endpoint.scaled")
+    assert "scaled 1 → 2: 5 requests in flight over 1 replica(s), target 2 each" in event.message
+    (added,) = EndpointReplica.objects.filter(endpoint=endpoint).exclude(pk=first.pk)
+    assert added.node_id != first.node_id
+    assert settled(added.pk).status == EndpointStatus.RUNNING
+
+    # the streams ended: nothing stays in flight, and their completion tokens (3 words each) count for it
+    def served() -> bool:
+        load = selectors.replica_loads().get(first.server_id)
+        return load is not None and (load.in_flight, load.tokens_total) == (0, 15) and load.tokens_per_s > 0
+
+    wait_until(served, timeout=20, interval=0.2, what="nothing in flight, 15 tokens served")
+    events = requests.get(
+        f"{control_plane.url}/api/v1/endpoints/{endpoint.pk}/events/",
+        headers={"Authorization": f"Token {token.key}"},
+        timeout=30,
+    ).json()["results"]
+    (scaled,) = [e for e in events if e["kind"] == "endpoint.scaled"]
+    assert "5 requests in flight" in scaled["message"]

@@ -29,6 +29,8 @@ from fleet.workloads.services.endpoint_heal import endpoint_heal, endpoints_to_h
 from fleet.workloads.services.endpoint_updates import endpoint_update
 from fleet.workloads.services.endpoints import (
     MAX_REPLICAS,
+    MAX_TARGET_IN_FLIGHT,
+    MAX_TARGET_TOKENS_PER_S,
     REVISION_RE,
     PlacementError,
     endpoint_create,
@@ -52,6 +54,8 @@ __all__ = [
     "MAX_MODEL_ID",
     "MAX_REPLICAS",
     "MAX_REVISION",
+    "MAX_TARGET_IN_FLIGHT",
+    "MAX_TARGET_TOKENS_PER_S",
     "REF_OUTCOME",
     "REVISION_RE",
     "PlacementError",

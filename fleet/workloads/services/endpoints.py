@@ -37,6 +37,8 @@ from kernel.exceptions import IllegalTransition
 UNRESPONSIVE = "unresponsive"
 REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
 MAX_REPLICAS = 32
+MAX_TARGET_IN_FLIGHT = 100_000  # autoscaling targets per replica (0 = off)
+MAX_TARGET_TOKENS_PER_S = 10_000_000
 
 
 def node_free_vram_mb(node: Node, gpus: int = 0) -> int:
@@ -219,6 +221,8 @@ def endpoint_create(
     min_replicas: int = 1,
     max_replicas: int | None = None,
     target_requests_per_min: int = 0,
+    target_in_flight: int = 0,
+    target_tokens_per_s: int = 0,
     scale_cooldown_s: int = 120,
 ) -> Endpoint:
     """Start an inference endpoint for a cached model with `min_replicas` replicas; Owner/Admin only.
@@ -228,8 +232,8 @@ def endpoint_create(
     replica rows (pending) and dispatches one `endpoint.start` per replica. Refuses with a 409
     `PlacementError` saying why when a replica fits on no node, or `QuotaExceeded` when the workspace's
     endpoint, GPU or VRAM quota would be passed (each replica asks the endpoint's GPUs and VRAM); nothing
-    is written then. With `target_requests_per_min` the autoscaler keeps between min and max replicas on
-    the request rate.
+    is written then. With `target_requests_per_min`, `target_in_flight` or `target_tokens_per_s` (per
+    replica; 0 = off) the autoscaler keeps between min and max replicas on that load.
     """
     require_operator(actor, cluster.workspace)
     validate_model_id(model_id)
@@ -248,6 +252,8 @@ def endpoint_create(
     if max_replicas < min_replicas:
         raise ValidationError({"max_replicas": "Must be at least min_replicas."})
     _validate_count(target_requests_per_min, "target_requests_per_min", 10_000_000)
+    _validate_count(target_in_flight, "target_in_flight", MAX_TARGET_IN_FLIGHT)
+    _validate_count(target_tokens_per_s, "target_tokens_per_s", MAX_TARGET_TOKENS_PER_S)
     _validate_count(scale_cooldown_s, "scale_cooldown_s", 86_400)
     if node is not None and min_replicas > 1:
         raise ValidationError({"node": "A chosen node takes one replica: leave it out to place several."})
@@ -263,6 +269,8 @@ def endpoint_create(
             min_replicas=min_replicas,
             max_replicas=max_replicas,
             target_requests_per_min=target_requests_per_min,
+            target_in_flight=target_in_flight,
+            target_tokens_per_s=target_tokens_per_s,
             scale_cooldown_s=scale_cooldown_s,
             created_by=actor,
         )

@@ -1,11 +1,13 @@
-"""The endpoints' autoscaler: replicas follow the request rate between min and max, a change waits for the
-cool-down, each change is an event saying why; endpoints without a target or not running are left alone."""
+"""The endpoints' autoscaler: replicas follow the load (requests per minute, requests in flight, tokens per
+second; the largest ask) between min and max, a change waits for the cool-down, each change is an event
+saying why with every metric's figures; endpoints without a target or not running are left alone."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db.models import F
 from django.utils import timezone
 
@@ -15,6 +17,7 @@ from fleet.models import NodeEvent
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointEvent, EndpointReplica, EndpointStatus
 from fleet.workloads.tasks import endpoints_autoscale_tick
+from kernel.replica_load import LoadPublisher, ReplicaLoad
 from tests.fleet import agent_side
 
 pytestmark = pytest.mark.django_db
@@ -135,3 +138,96 @@ def test_scale_up_stops_at_the_workspaces_quota_and_says_why(cluster, register_n
     assert "VRAM is limited to 2 GiB" in up.reason
     assert len(serving(endpoint)) == 2
     assert EndpointReplica.objects.filter(endpoint=endpoint).count() == 2  # the refused one left no row
+
+
+def load_endpoint(cluster, register_node, owner, *, nodes: int = 3, **targets):
+    """A running autoscaled endpoint (one replica, up to `nodes`) on `nodes` nodes holding the model."""
+    for name in "abcdefgh"[:nodes]:
+        agent_side.inventory(register_node(cluster, name), models=[LLAMA])
+    endpoint = workloads.endpoint_create(
+        actor=owner, cluster=cluster, model_id=LLAMA.model_id, max_replicas=nodes, scale_cooldown_s=100, **targets
+    )
+    (first,) = serving(endpoint)
+    agent_side.result(first.start_command, port=8001)
+    return endpoint, first
+
+
+def test_requests_in_flight_scale_up_at_once_hold_through_the_cool_down_then_down(cluster, register_node, owner):
+    endpoint, first = load_endpoint(cluster, register_node, owner, target_in_flight=8)
+    t0 = timezone.now()
+    busy = {first.server_id: ReplicaLoad(in_flight=31), "other-endpoint": ReplicaLoad(in_flight=500)}
+    up = workloads.endpoint_autoscale(endpoint_id=endpoint.pk, now=t0, loads=busy)  # no first sample needed
+    assert (up.replicas, up.wanted, up.changed, up.in_flight) == (1, 3, 2, 31)  # ceil(31 / 8) = 4, max 3
+    (logged, _) = EndpointEvent.objects.filter(endpoint=endpoint, kind="endpoint.scaled")
+    assert "scaled 1 → 3: 31 requests in flight over 1 replica(s), target 8 each" in logged.message
+    assert (logged.data["from"], logged.data["to"], logged.data["in_flight"]) == (1, 3, 31)
+    for port, replica in enumerate(serving(endpoint)[1:], start=8002):
+        agent_side.result(replica.start_command, port=port)
+
+    spread = {r.server_id: ReplicaLoad(in_flight=1) for r in serving(endpoint)}
+    held = workloads.endpoint_autoscale(endpoint_id=endpoint.pk, now=t0 + timedelta(seconds=50), loads=spread)
+    assert (held.wanted, held.changed) == (1, 0)
+    assert held.reason == "3 requests in flight over 3 replica(s), target 8 each: held by the cool-down"
+    down = workloads.endpoint_autoscale(endpoint_id=endpoint.pk, now=t0 + timedelta(seconds=101), loads={})
+    assert (down.replicas, down.wanted, down.changed) == (3, 1, -2)
+    assert "scaled 3 → 1: 0 requests in flight over 3 replica(s), target 8 each" in down.reason
+    assert EndpointEvent.objects.filter(endpoint=endpoint, kind="endpoint.scaled").count() == 4
+
+
+def test_tokens_per_second_scale_and_the_largest_ask_decides(cluster, register_node, owner):
+    endpoint, first = load_endpoint(cluster, register_node, owner, target_in_flight=8, target_tokens_per_s=100)
+    loads = {first.server_id: ReplicaLoad(in_flight=9, tokens_per_s=250.0)}
+    up = workloads.endpoint_autoscale(endpoint_id=endpoint.pk, loads=loads)
+    assert (up.wanted, up.changed, up.tokens_per_s) == (3, 2, 250.0)  # tokens ask 3, in flight 2
+    assert up.reason.endswith(
+        "scaled 1 → 3: 250 tokens/s over 1 replica(s), target 100/s each; "
+        "9 requests in flight over 1 replica(s), target 8 each"
+    )
+    calm = {first.server_id: ReplicaLoad(in_flight=2, tokens_per_s=90.0)}
+    Endpoint.objects.filter(pk=endpoint.pk).update(scaled_at=None)
+    right = workloads.endpoint_autoscale(endpoint_id=endpoint.pk, loads=calm)
+    assert (right.wanted, right.changed) == (1, -2)
+
+
+def test_the_requests_per_minute_target_still_waits_for_its_first_sample_with_others_on(cluster, register_node, owner):
+    endpoint, first = load_endpoint(
+        cluster, register_node, owner, nodes=2, target_in_flight=4, target_requests_per_min=60
+    )
+    loads = {first.server_id: ReplicaLoad(in_flight=6)}
+    t0 = timezone.now()
+    assert workloads.endpoint_autoscale(endpoint_id=endpoint.pk, now=t0, loads=loads) is None  # the first sample
+    up = workloads.endpoint_autoscale(endpoint_id=endpoint.pk, now=t0 + timedelta(seconds=60), loads=loads)
+    assert (up.wanted, up.changed) == (2, 1)
+    assert "6 requests in flight over 1 replica(s), target 4 each; 0 requests/min over" in up.reason
+
+
+def test_the_beat_reads_the_shared_figures_the_web_processes_publish(cluster, register_node, owner):
+    endpoint, first = load_endpoint(cluster, register_node, owner, nodes=2, target_in_flight=2)
+    assert workloads.endpoints_to_autoscale() == [endpoint.pk]
+    a, b = LoadPublisher(name="test-a"), LoadPublisher(name="test-b")
+    try:
+        a.publish({first.server_id: (2, 0, 0.0)})
+        b.publish({first.server_id: (1, 0, 0.0)})  # 3 in flight over the two processes: 2 replicas
+        assert endpoints_autoscale_tick() == {str(endpoint.pk): 1}
+    finally:
+        a.publish({})
+        b.publish({})
+    (event,) = EndpointEvent.objects.filter(endpoint=endpoint, kind="endpoint.scaled")
+    assert "scaled 1 → 2: 3 requests in flight over 1 replica(s), target 2 each" in event.message
+
+
+@pytest.mark.parametrize(
+    ("targets", "field"),
+    [
+        ({"target_in_flight": -1}, "target_in_flight"),
+        ({"target_in_flight": 100_001}, "target_in_flight"),
+        ({"target_tokens_per_s": "many"}, "target_tokens_per_s"),
+        ({"target_tokens_per_s": True}, "target_tokens_per_s"),
+    ],
+)
+def test_bad_targets_are_refused_naming_the_field(cluster, node, owner, targets, field):
+    agent_side.inventory(node, models=[LLAMA])
+    with pytest.raises(ValidationError) as refused:
+        workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id, **targets)
+    assert field in refused.value.message_dict
+    assert not Endpoint.objects.exists()

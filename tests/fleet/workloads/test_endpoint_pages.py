@@ -1,5 +1,6 @@
-"""Endpoint pages: the Endpoints list (overall and a cluster's tab), start/stop, the model cache on the
-node page, and the Commands tab's endpoint.start offering only cached models."""
+"""Endpoint pages: the Endpoints list (overall and a cluster's tab), start/stop, one endpoint's page (settings,
+replicas with their shared load, event log), the model cache on the node page, and the Commands tab's
+endpoint.start offering only cached models."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from agent import protocol
 from fleet.models import Command
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointStatus
+from fleet.workloads.services.endpoint_events import endpoint_event_record
+from kernel.replica_load import LoadPublisher
 from tests.fleet import agent_side
 
 pytestmark = pytest.mark.django_db
@@ -139,3 +142,41 @@ def test_an_endpoint_of_several_replicas_lists_each_with_node_state_and_in_fligh
     assert "Running" in items
     assert "Pending" in items
     assert items.count("0 in flight") == 2
+
+
+def test_the_endpoint_page_shows_settings_replicas_with_their_shared_load_and_the_event_log(
+    client, running, workspace, member_of
+):
+    Endpoint.objects.filter(pk=running.pk).update(target_in_flight=8, target_tokens_per_s=250, scale_cooldown_s=90)
+    endpoint_event_record(endpoint=running, kind="endpoint.scaled", message="scaled 1 → 2: 31 requests in flight")
+    (replica,) = running.replicas.all()
+    client.force_login(member_of(workspace, "viewer"))  # any member reads it
+    assert f"/compute/endpoints/{running.pk}/" in client.get("/compute/endpoints/").content.decode()  # linked
+    web = LoadPublisher(name="test-web")
+    try:
+        web.publish({replica.server_id: (5, 900, 42.5)})
+        body = client.get(f"/compute/endpoints/{running.pk}/").content.decode()
+        table = client.get(f"/compute/endpoints/{running.pk}/", **HX).content.decode()
+    finally:
+        web.publish({})
+    assert "8 requests in flight" in body
+    assert "250 tokens/s" in body
+    assert "90 s" in body
+    assert "1 to 1" in body
+    row = body[body.index(f'data-replica="{replica.server_id}"') :]
+    assert "cpu-1" in row[:600]
+    assert '<td data-label="Requests in flight" class="in-flight">5</td>' in row
+    assert '<td data-label="Tokens/s" class="tokens-per-s">42.5</td>' in row
+    events = body[body.index('id="events"') :]
+    assert events.index("scaled 1 → 2: 31 requests in flight") < events.index("endpoint.starting")  # newest first
+    assert "Stop</button>" not in body  # a viewer reads, never operates
+    assert table.startswith('<section class="card" id="replicas"')
+    assert 'hx-trigger="every 3s"' in table
+    assert '<td data-label="Requests in flight" class="in-flight">5</td>' in table
+    assert "Event log" not in table
+
+
+def test_the_endpoint_page_of_another_workspace_is_a_404(client, running, make_user):
+    client.force_login(make_user("stranger"))
+    assert client.get(f"/compute/endpoints/{running.pk}/").status_code == 404
+    assert client.get(f"/compute/endpoints/{running.pk}/", **HX).status_code == 404

@@ -1,4 +1,4 @@
-"""The workload API: /api/v1/containers/, /api/v1/models/, /api/v1/endpoints/ (+ stop)."""
+"""The workload API: /api/v1/containers/, /api/v1/models/, /api/v1/endpoints/ (+ stop, events)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import pytest
 
 from agent import protocol
 from fleet.workloads import services as workload_services
-from fleet.workloads.models import Container, Endpoint, EndpointStatus
+from fleet.workloads.models import Container, Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.services.endpoint_events import endpoint_event_record
+from kernel.replica_load import LoadPublisher
 from tests.fleet import agent_side
 from tests.fleet.agent_side import running
 
@@ -138,6 +140,10 @@ def test_failed_endpoint_shows_agent_code_and_help(api, cluster, node, owner):
         ({"node": "not-a-uuid"}, "node"),
         ({"colour": "red"}, "colour"),
         ({"cluster": "x"}, "cluster"),
+        ({"target_in_flight": -1}, "target_in_flight"),
+        ({"target_in_flight": 100_001}, "target_in_flight"),
+        ({"target_tokens_per_s": "fast"}, "target_tokens_per_s"),
+        ({"target_tokens_per_s": 10_000_001}, "target_tokens_per_s"),
     ],
 )
 def test_endpoint_bad_input_is_400_with_field(api, cluster, node, body, field):
@@ -226,7 +232,50 @@ def test_openapi_schema_describes_the_workload_api():
     assert {"/api/v1/containers/", "/api/v1/models/", "/api/v1/endpoints/", "/api/v1/endpoints/{id}/stop/"} <= set(
         schema["paths"]
     )
+    assert "/api/v1/endpoints/{id}/events/" in schema["paths"]
     post = schema["paths"]["/api/v1/endpoints/"]["post"]
     assert "EndpointCreate" in str(post["requestBody"])
     assert {"201", "409"} <= set(post["responses"])
     assert "error_help" in schema["components"]["schemas"]["Endpoint"]["properties"]
+
+
+def test_replicas_show_the_load_shared_by_every_web_process_and_the_targets(api, cluster, register_node, owner):
+    for name in ("a", "b"):
+        agent_side.inventory(register_node(cluster, name), models=[LLAMA])
+    payload = {"cluster": str(cluster.pk), "model_id": LLAMA.model_id, "min_replicas": 2, "max_replicas": 4}
+    payload |= {"target_in_flight": 8, "target_tokens_per_s": 500}
+    response = api.post("/api/v1/endpoints/", payload, format="json")
+    assert response.status_code == 201, response.content
+    assert (response.json()["target_in_flight"], response.json()["target_tokens_per_s"]) == (8, 500)
+    first, second = EndpointReplica.objects.filter(endpoint_id=response.json()["id"]).order_by("created_at")
+    a, b = LoadPublisher(name="test-a"), LoadPublisher(name="test-b")  # two web processes
+    try:
+        a.publish({first.server_id: (2, 300, 12.5)})
+        b.publish({first.server_id: (1, 100, 2.5), second.server_id: (4, 0, 0.0)})
+        replicas = {
+            r["server_id"]: r for r in api.get(f"/api/v1/endpoints/{response.json()['id']}/").json()["replicas"]
+        }
+    finally:
+        a.publish({})
+        b.publish({})
+    assert (replicas[first.server_id]["in_flight"], replicas[first.server_id]["tokens_per_s"]) == (3, 15.0)
+    assert (replicas[second.server_id]["in_flight"], replicas[second.server_id]["tokens_per_s"]) == (4, 0.0)
+
+
+def test_the_event_log_newest_first_to_members_only(
+    api_client_for, cluster, node, owner, workspace, member_of, other_cluster
+):
+    agent_side.inventory(node, models=[LLAMA])
+    endpoint = workload_services.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id)
+    endpoint_event_record(endpoint=endpoint, kind="endpoint.scaled", message="scaled 1 → 2: why", data={"to": 2})
+    viewer = api_client_for(member_of(workspace, "viewer"))
+    page = viewer.get(f"/api/v1/endpoints/{endpoint.pk}/events/")
+    assert page.status_code == 200
+    body = page.json()
+    assert body["count"] == 2
+    assert [e["kind"] for e in body["results"]] == ["endpoint.scaled", "endpoint.starting"]
+    assert body["results"][0]["message"] == "scaled 1 → 2: why"
+    assert body["results"][0]["data"]["to"] == 2
+    assert body["results"][1]["node_name"] == node.name
+    stranger = api_client_for(other_cluster.workspace.memberships.get().user)
+    assert stranger.get(f"/api/v1/endpoints/{endpoint.pk}/events/").status_code == 404

@@ -1,0 +1,211 @@
+"""Requests in flight and tokens per second per endpoint replica, shared by every web process through Redis.
+
+Each web process knows only its own load: the requests it has in flight to each replica (`balancer`'s
+counts) and the completion tokens each replica served it (`count_tokens`, called by the usage meter when a
+request ends; cumulative, in memory). Counting costs a dict update per request, nothing more.
+
+`PUBLISHER` (one per process, started by the proxy with its first request to a replica) writes a snapshot
+of those figures every REPLICA_LOAD_PUBLISH_S: one Redis hash per process (`replica-load:p:<process>`,
+field = replica key, value = "in_flight tokens_total tokens_per_s") that expires REPLICA_LOAD_TTL_S after
+the write, so a process that crashed or hangs takes its figures with it within the TTL: nothing can stay
+counted in flight for a process that is gone (the leak SkyServe had, skypilot#10444). A set of process
+names (`replica-load:procs`, a sorted set scored by the publish time) lets readers find the hashes without
+scanning the keyspace; a reader prunes names not refreshed for a minute (their hashes expired long ago).
+
+Tokens per second: each process computes its own rate over a sliding window (REPLICA_LOAD_WINDOW_S) from
+its cumulative count, sampled at each publish on its monotonic clock: (count now - count at the oldest
+sample kept) ÷ (time between them). Readers sum the rates of the live snapshots; no cross-machine clock is
+involved. Tokens are counted when a request ends (the usage meter reads them from the answer then), so a
+long stream shows up in the window in which it finished.
+
+`read()` sums the live snapshots: {replica key: ReplicaLoad}. A process drops a replica from its
+snapshot once it has nothing in flight there and served it nothing for a whole window; with nothing left it
+deletes its hash, and publishes nothing more until it has load again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+
+import redis
+from django.conf import settings
+
+from kernel import balancer
+
+log = logging.getLogger(__name__)
+
+PROCS_KEY = "replica-load:procs"
+PROC_PREFIX = "replica-load:p:"
+PROCS_PRUNE_S = 60.0  # a name not refreshed for this long is dropped from the set (its hash expired long ago)
+
+_tokens: dict[str, int] = {}  # replica key → completion tokens it served this process (cumulative)
+_client: redis.Redis | None = None
+
+
+@dataclass(frozen=True)
+class ReplicaLoad:
+    """A replica's load summed over the live web processes."""
+
+    in_flight: int = 0
+    tokens_per_s: float = 0.0
+    tokens_total: int = 0  # served through the processes alive now, since each started
+
+
+def count_tokens(key: str, tokens: int) -> None:
+    """Note `tokens` completion tokens served by replica `key` in this process."""
+    if key and tokens > 0:
+        _tokens[key] = _tokens.get(key, 0) + tokens
+
+
+def _redis() -> redis.Redis:
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    return _client
+
+
+def process_name() -> str:
+    """A name for this process unique among all machines (host, pid and a random part: pids are reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class LoadPublisher:
+    """This process's snapshot of its per-replica figures, written to Redis about every second.
+
+    `sample` builds the snapshot (and keeps the window of token counts); `publish` writes it; `run` does
+    both forever on the event loop (the write on a thread), logging a failed pass and trying again at the
+    next; `ensure_running` starts it (again, if it ever ended) on the running loop.
+    """
+
+    def __init__(self, name: str | None = None) -> None:
+        self._name, self._pid = name, os.getpid()
+        self.window: collections.deque[tuple[float, dict[str, int]]] = collections.deque()
+        self.published = False  # the hash holds figures (so an empty snapshot must delete it)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        """This process's name (made on first use, and again in a child forked after it was made)."""
+        if self._name is None or self._pid != os.getpid():
+            self._name, self._pid = process_name(), os.getpid()
+        return self._name
+
+    @property
+    def key(self) -> str:
+        return PROC_PREFIX + self.name
+
+    def sample(self, now: float | None = None) -> dict[str, tuple[int, int, float]]:
+        """{replica key: (in flight, tokens served, tokens/s over the window)} of this process now."""
+        now = time.monotonic() if now is None else now
+        totals = dict(_tokens)
+        self.window.append((now, totals))
+        while len(self.window) > 1 and now - self.window[1][0] >= settings.REPLICA_LOAD_WINDOW_S:
+            self.window.popleft()  # keep the newest sample at least a window old as the base
+        base_at, base = self.window[0]
+        span = now - base_at
+        in_flight = balancer.in_flight()
+        snapshot: dict[str, tuple[int, int, float]] = {}
+        for key in set(totals) | set(in_flight):
+            served = totals.get(key, 0)
+            rate = max(served - base.get(key, 0), 0) / span if span > 0 else 0.0
+            idle_for_window = span >= settings.REPLICA_LOAD_WINDOW_S and served == base.get(key, 0)
+            if not in_flight.get(key) and idle_for_window:
+                _tokens.pop(key, None)  # nothing here for a whole window: forget it (no growth per replica)
+                for _, old in self.window:
+                    old.pop(key, None)
+                continue
+            snapshot[key] = (in_flight.get(key, 0), served, rate)
+        return snapshot
+
+    def publish(self, snapshot: dict[str, tuple[int, int, float]], *, wall: float | None = None) -> None:
+        """Write `snapshot` as this process's hash (replacing the last one), expiring after the TTL."""
+        if not snapshot and not self.published:
+            return
+        pipe = _redis().pipeline(transaction=True)
+        pipe.delete(self.key)
+        if snapshot:
+            fields = {k: f"{n} {total} {rate:.3f}" for k, (n, total, rate) in snapshot.items()}
+            pipe.hset(self.key, mapping=fields)
+            pipe.pexpire(self.key, int(settings.REPLICA_LOAD_TTL_S * 1000))
+            pipe.zadd(PROCS_KEY, {self.name: time.time() if wall is None else wall})
+            pipe.expire(PROCS_KEY, int(PROCS_PRUNE_S * 10))
+        else:
+            pipe.zrem(PROCS_KEY, self.name)
+        pipe.execute()
+        self.published = bool(snapshot)
+
+    def ensure_running(self) -> None:
+        """Start the publishing loop on the running event loop unless it runs there already."""
+        loop = asyncio.get_running_loop()
+        if self._loop is loop and self._task is not None and not self._task.done():
+            return
+        if self._loop is loop and self._task is not None:  # it ended (`_say_if_ended` said why)
+            log.warning("replica load publisher not running; starting it again")
+        self._loop = loop
+        self._task = loop.create_task(self.run(), name="replica-load-publisher")
+        self._task.add_done_callback(_say_if_ended)
+
+    async def run(self) -> None:
+        """Publish forever, one pass every REPLICA_LOAD_PUBLISH_S; a failed pass is logged, the next one runs."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                snapshot = self.sample()
+                await loop.run_in_executor(None, self.publish, snapshot)
+            except Exception:  # Redis away: the figures expire meanwhile, the next pass writes them again
+                log.exception("publishing replica load failed; next try in %ss", settings.REPLICA_LOAD_PUBLISH_S)
+            await asyncio.sleep(settings.REPLICA_LOAD_PUBLISH_S)
+
+
+def _say_if_ended(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("replica load publisher ended", exc_info=task.exception())
+
+
+PUBLISHER = LoadPublisher()
+
+
+def read() -> dict[str, ReplicaLoad]:
+    """Every replica's load summed over the live snapshots of all web processes (raises redis.RedisError)."""
+    client = _redis()
+    names = [n.decode() if isinstance(n, bytes) else n for n in client.zrange(PROCS_KEY, 0, -1)]
+    if not names:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hgetall(PROC_PREFIX + name)
+    pipe.zremrangebyscore(PROCS_KEY, "-inf", time.time() - PROCS_PRUNE_S)
+    *snapshots, _ = pipe.execute()
+    sums: dict[str, list[float]] = {}
+    for snapshot in snapshots:
+        for raw_key, raw_value in snapshot.items():
+            try:
+                n, total, rate = raw_value.decode().split()
+                figures = (int(n), int(total), float(rate))
+            except ValueError:
+                continue  # (not ours: skip rather than fail every reader)
+            acc = sums.setdefault(raw_key.decode(), [0, 0, 0.0])
+            acc[0] += figures[0]
+            acc[1] += figures[1]
+            acc[2] += figures[2]
+    return {k: ReplicaLoad(in_flight=int(a[0]), tokens_total=int(a[1]), tokens_per_s=a[2]) for k, a in sums.items()}
+
+
+def discard() -> None:
+    """Forget this process's token counts, window and published snapshot (tests: nothing of one leaks into
+    the next)."""
+    _tokens.clear()
+    PUBLISHER.window.clear()
+    if PUBLISHER.published:
+        try:
+            PUBLISHER.publish({})
+        except redis.RedisError:
+            log.warning("could not delete this process's replica load snapshot", exc_info=True)
