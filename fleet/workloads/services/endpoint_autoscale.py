@@ -78,7 +78,7 @@ def endpoint_autoscale(*, endpoint_id: object, now: datetime | None = None) -> S
         wanted = desired_replicas(
             rate_per_min=rate,
             target=endpoint.target_requests_per_min,
-            minimum=endpoint.min_replicas,
+            minimum=max(endpoint.min_replicas, 1),  # to zero only by the idle pass (endpoint_idle)
             maximum=endpoint.max_replicas,
         )
         figures = (
