@@ -103,9 +103,7 @@ def test_the_api_creates_a_scale_to_zero_endpoint(api_client_for, model_node, cl
 # ---- the idle pass
 
 
-def test_a_quiet_endpoint_scales_to_zero_and_its_replica_drains_before_it_stops(
-    model_node, cluster, owner, settings
-):
+def test_a_quiet_endpoint_scales_to_zero_and_its_replica_drains_before_it_stops(model_node, cluster, owner, settings):
     endpoint = running_endpoint(cluster, owner)
     (replica,) = endpoint.replicas.all()
     quiet_for(endpoint, 30)
