@@ -248,3 +248,38 @@ def test_an_idle_endpoint_keeps_its_place_but_frees_its_gpus_and_a_cold_start_is
     tenancy_services.workspace_quota_set(actor=owner, workspace=workspace, limits={"endpoints": 2, "vram_gib": 8})
     assert workloads.endpoint_wake(endpoint_id=endpoint.pk) is not None  # admitted: asks VRAM, not an endpoint
     assert usage([workspace.pk])[workspace.pk]["vram_gib"] == 8
+
+
+# ---- pages
+
+
+def test_the_cluster_tab_creates_a_scale_to_zero_endpoint_and_shows_it_scaled_to_zero(
+    client, model_node, cluster, owner
+):
+    client.force_login(owner)
+    tab = f"/compute/clusters/{cluster.pk}/endpoints/"
+    assert "New endpoint" in client.get(tab).content.decode()
+    form = {"model_id": LLAMA.model_id, "revision": "main", "gpus": 0, "min_vram_mb": 0, "min_replicas": 0}
+    refused = client.post(f"{tab}new/", {**form, "idle_timeout_s": 0})
+    assert refused.status_code == 400
+    assert "Ensure this value is greater than or equal to 1" in refused.content.decode()
+    assert not Endpoint.objects.exists()
+    assert client.post(f"{tab}new/", {**form, "idle_timeout_s": 60}).status_code == 302
+    endpoint = Endpoint.objects.get()
+    assert (endpoint.min_replicas, endpoint.max_replicas, endpoint.idle_timeout_s) == (0, 1, 60)
+    agent_side.result(endpoint.replicas.get().start_command, port=8001)
+    assert "scales to zero after 60 s idle" in client.get(tab).content.decode()
+    quiet_for(endpoint, 61)
+    endpoints_idle_tick()
+    page = client.get(tab).content.decode()
+    assert "Scaled to zero" in page
+    assert "starts on the next request" in page
+
+
+def test_members_cannot_create_endpoints_from_the_page(client, model_node, cluster, workspace, member_of):
+    client.force_login(member_of(workspace, "member"))
+    tab = f"/compute/clusters/{cluster.pk}/endpoints/"
+    assert "New endpoint" not in client.get(tab).content.decode()
+    form = {"model_id": LLAMA.model_id, "revision": "main", "gpus": 0, "min_vram_mb": 0, "min_replicas": 0}
+    assert client.post(f"{tab}new/", {**form, "idle_timeout_s": 60}).status_code == 403
+    assert not Endpoint.objects.exists()
