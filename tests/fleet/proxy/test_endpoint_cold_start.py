@@ -17,7 +17,7 @@ from agent import protocol
 from cleverthis.tenancy.models import Workspace
 from fleet import origin_names
 from fleet.models import Command, CommandType
-from fleet.proxy import endpoint_routes
+from fleet.proxy import endpoint_routes, rate_limits
 from fleet.proxy.relay import ProxyRefusal, ProxyTarget
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
@@ -188,3 +188,19 @@ def test_requests_to_a_sleeping_endpoint_wake_it_once_and_are_proxied_once_it_ru
     endpoint.refresh_from_db()
     assert endpoint.status == EndpointStatus.RUNNING
     assert endpoint.events.filter(kind="endpoint.cold_start").count() == 1
+
+
+def test_a_key_over_its_rate_limit_is_refused_before_it_wakes_anything(fake, monkeypatch):
+    def decide(request_scope, slug, path):
+        request_scope[endpoint_routes._KEY_USE] = (7, fake.endpoint_id, None)  # a key's request, let in
+        return endpoint_routes._ColdStart(fake.load(slug))
+
+    async def over_limit(key_id, endpoint_id, limits):
+        return rate_limits.Refusal("requests", 12)
+
+    monkeypatch.setattr(endpoint_routes, "_decide", decide)
+    monkeypatch.setattr(endpoint_routes.rate_limits, "admit", over_limit)
+    monkeypatch.setattr(endpoint_routes.usage_meter, "observe_rate_limited", lambda subject, key_id: None)
+    answer = asyncio.run(endpoint_routes.resolve_endpoint(scope()))
+    assert answer.status == 429
+    assert fake.wakes == 0
