@@ -274,6 +274,8 @@ def test_the_cluster_tab_creates_a_scale_to_zero_endpoint_and_shows_it_scaled_to
     page = client.get(tab).content.decode()
     assert "Scaled to zero" in page
     assert "starts on the next request" in page
+    workloads.endpoint_wake(endpoint_id=endpoint.pk)
+    assert "starting: requests wait for it" in client.get(tab).content.decode()
 
 
 def test_members_cannot_create_endpoints_from_the_page(client, model_node, cluster, workspace, member_of):
