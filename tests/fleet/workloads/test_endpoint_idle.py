@@ -254,7 +254,7 @@ def test_an_idle_endpoint_keeps_its_place_but_frees_its_gpus_and_a_cold_start_is
 
 
 def test_the_cluster_tab_creates_a_scale_to_zero_endpoint_and_shows_it_scaled_to_zero(
-    client, model_node, cluster, owner
+    client, model_node, cluster, owner, settings
 ):
     client.force_login(owner)
     tab = f"/compute/clusters/{cluster.pk}/endpoints/"
@@ -274,6 +274,9 @@ def test_the_cluster_tab_creates_a_scale_to_zero_endpoint_and_shows_it_scaled_to
     page = client.get(tab).content.decode()
     assert "Scaled to zero" in page
     assert "starts on the next request" in page
+    settings.ENDPOINT_DRAIN_S = 0
+    endpoints_heal_tick()
+    agent_side.result(endpoint.replicas.get().stop_command)
     workloads.endpoint_wake(endpoint_id=endpoint.pk)
     assert "starting: requests wait for it" in client.get(tab).content.decode()
 
