@@ -330,7 +330,8 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
     Refuses (ValidationError) a start sent to several nodes at once, and an id of another cluster's or a
     still live replica on another node. Each replica that goes live is admitted against the workspace's
     quotas as its start is queued (`QuotaExceeded`): the endpoint's GPUs and VRAM, and the endpoint itself
-    when it was not live; a live replica counts already, starting it again asks nothing.
+    when it was neither live nor scaled to zero (`EndpointStatus.kept()`); a live replica counts already,
+    starting it again asks nothing. A replica started again comes back into rotation (and its endpoint awake).
     """
     if len(commands) > 1:
         raise ValidationError({"node_id": "An endpoint starts on one node: choose the node."})
