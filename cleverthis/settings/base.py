@@ -155,6 +155,11 @@ USAGE_MINUTE_RETENTION_DAYS = env_int("USAGE_MINUTE_RETENTION_DAYS", 3)
 # A replica handed over (a rolling update, a draining node) leaves rotation once its replacement runs, and is
 # stopped this many seconds later: the requests it still serves have that long to finish.
 ENDPOINT_DRAIN_S = env_float("ENDPOINT_DRAIN_S", 30.0)
+# An endpoint that scales to zero (min_replicas 0) is woken by its next request, which waits at most this many
+# seconds for a replica to run (a model server may take minutes to load), then gets a 503 with Retry-After.
+ENDPOINT_COLD_START_S = env_float("ENDPOINT_COLD_START_S", 300.0)
+# How often a waiting process re-reads a waking endpoint's route (one poller per endpoint per process).
+ENDPOINT_COLD_START_POLL_S = env_float("ENDPOINT_COLD_START_POLL_S", 0.5)
 
 # Prometheus metrics at /metrics (cleverthis.metrics_scrape): a scrape sends `Authorization: Bearer
 # <METRICS_TOKEN>`; with no token set the endpoint refuses everyone (403).
@@ -302,6 +307,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "fleet-drain-tick": {"task": "fleet.workload_tasks.drain_tick", "schedule": 10.0},
     "fleet-endpoints-heal-tick": {"task": "fleet.workload_tasks.endpoints_heal_tick", "schedule": 10.0},
     "fleet-endpoints-autoscale-tick": {"task": "fleet.workload_tasks.endpoints_autoscale_tick", "schedule": 15.0},
+    "fleet-endpoints-idle-tick": {"task": "fleet.workload_tasks.endpoints_idle_tick", "schedule": 15.0},
     "raymgr-autoscale": {"task": "raymgr.tasks.autoscale", "schedule": float(env_int("RAY_AUTOSCALE_EVERY_S", 15))},
     "raymgr-workloads": {"task": "raymgr.tasks.poll_workloads", "schedule": 10.0},
     # the home page's charts: one sample a minute of nodes and Ray clusters by state, and utilization

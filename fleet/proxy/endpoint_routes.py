@@ -27,6 +27,15 @@ admitted by its rate limits first (`fleet.proxy.rate_limits`: 429 with Retry-Aft
 the request's scope (`kernel.asgi_scope.API_KEY_ID_SCOPE_KEY`) for metering. With the route and the key
 cached, a key's request is answered without a thread hop, as a public one is.
 
+An endpoint that scales to zero (`min_replicas` 0) and sleeps (idle: "Scaled to zero") is woken by a
+request that is let in (authorised, and admitted by its key's rate limits first): the first such request in
+a process starts one poller for the endpoint, which wakes it (`endpoint_wake`: idempotent across processes,
+one replica start) and re-reads its route every ENDPOINT_COLD_START_POLL_S; every request waiting for that
+endpoint in this process awaits that one poller (no thread or database connection per waiting request), and
+is proxied once a replica runs. A request to such an endpoint whose replica is still on its way (pending,
+starting) waits the same way. After ENDPOINT_COLD_START_S without a running replica it gets a 503 JSON
+error with Retry-After; a start the workspace's quotas refuse answers 409, one that fits on no node 503.
+
 Each forwarded request counts towards the endpoint's `request_count` and `last_request_at`: counted in
 this process and written with one UPDATE at most every `ENDPOINT_REQUESTS_FLUSH_S` (default 5 s) per
 endpoint: the first request of a quiet endpoint at once, the ones of a burst with the first request
@@ -37,7 +46,9 @@ counts, with its status and time to first byte, in its workspace's per-minute ro
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -60,8 +71,12 @@ from fleet.proxy import key_access, origins, rate_limits
 from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from fleet.usage import meter as usage_meter
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.services import PlacementError, endpoint_wake
 from kernel import timeseries
 from kernel.balancer import Upstream
+from kernel.exceptions import QuotaExceeded
+
+log = logging.getLogger(__name__)
 
 PATH_FORM = re.compile(r"^/endpoints/(?P<slug>[0-9a-f]{12})(?P<rest>/.*)?$")
 UNAUTHENTICATED = (
@@ -94,6 +109,7 @@ class _Route:
     key_tokens_per_min: int | None
     workspace: Workspace
     status: str
+    scales_to_zero: bool  # min_replicas 0: a request to it asleep (idle) or on its way waits for a replica
     replicas: tuple[Upstream, ...]  # the running ones on nodes that are not offline
     offline: tuple[Upstream, ...]  # the running ones whose node is offline
     loaded_at: float
@@ -129,6 +145,7 @@ def _load_route(slug: str) -> _Route | None:
             EndpointReplica.objects.filter(endpoint=endpoint, status=EndpointStatus.RUNNING, node__isnull=False)
             .exclude(port=0)
             .exclude(replacements__status=EndpointStatus.RUNNING)  # handed over: draining its last requests
+            .filter(retired_at__isnull=True)  # scaled down or to zero: draining its last requests
             .order_by("created_at", "server_id")
             .values_list("server_id", "node_id", "port", "node__status")
         )
@@ -140,6 +157,7 @@ def _load_route(slug: str) -> _Route | None:
             key_tokens_per_min=endpoint.key_tokens_per_min,
             workspace=endpoint.cluster.workspace,
             status=endpoint.status,
+            scales_to_zero=endpoint.min_replicas == 0,
             replicas=tuple(u for u, node_status in upstreams if node_status != NodeStatus.OFFLINE),
             offline=tuple(u for u, node_status in upstreams if node_status == NodeStatus.OFFLINE),
             loaded_at=time.monotonic(),
@@ -151,11 +169,29 @@ def _load_route(slug: str) -> _Route | None:
     return route
 
 
+@dataclass(frozen=True)
+class _ColdStart:
+    """The answer for a request let in to an endpoint that is scaled to zero, or whose replica is on its way
+    after a scale to zero: it waits for a running replica (`_cold_start`)."""
+
+    route: _Route
+
+
+def _waits(route: _Route) -> bool:
+    """Whether a request to `route` waits for a replica (asleep, or waking with none running yet)."""
+    if route.status == EndpointStatus.IDLE:
+        return True
+    waking = (EndpointStatus.PENDING, EndpointStatus.STARTING)
+    return route.scales_to_zero and route.status in waking and not (route.replicas or route.offline)
+
+
 def _target(
     route: _Route | None, scope: dict[str, Any], path: str, *, caller_may_view: bool
-) -> ProxyTarget | ProxyRefusal:
+) -> ProxyTarget | ProxyRefusal | _ColdStart:
     if route is None or (not route.public and not caller_may_view):
         return ProxyRefusal(404, "No such endpoint.")
+    if _waits(route):
+        return _ColdStart(route)
     lead = (route.replicas or route.offline or (None,))[0]
     if route.status != EndpointStatus.RUNNING or lead is None:
         return ProxyRefusal(503, f"Endpoint is {route.status}, not running.")
@@ -171,7 +207,9 @@ def _target(
     )
 
 
-def _public_answer_from_cache(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyRefusal | None:
+def _public_answer_from_cache(
+    scope: dict[str, Any], slug: str, path: str
+) -> ProxyTarget | ProxyRefusal | _ColdStart | None:
     """The answer for a public endpoint whose route is cached (no database needed), else None."""
     route = _cached_route(slug)
     if route is None or not route.public:
@@ -179,7 +217,9 @@ def _public_answer_from_cache(scope: dict[str, Any], slug: str, path: str) -> Pr
     return _target(route, scope, path, caller_may_view=False)
 
 
-def _key_answer(route: _Route, scope: dict[str, Any], path: str, grant: KeyGrant | None) -> ProxyTarget | ProxyRefusal:
+def _key_answer(
+    route: _Route, scope: dict[str, Any], path: str, grant: KeyGrant | None
+) -> ProxyTarget | ProxyRefusal | _ColdStart:
     """The answer for an API key's request to a private endpoint (no database: its facts are loaded)."""
     if grant is None:
         return ProxyRefusal(401, BAD_KEY)
@@ -188,14 +228,16 @@ def _key_answer(route: _Route, scope: dict[str, Any], path: str, grant: KeyGrant
     if not key_access.may_invoke(grant, route.workspace.pk, route.endpoint_id):
         return ProxyRefusal(403, NO_INVOKE if not grant.allows("invoke") else NOT_THIS_ENDPOINT)
     answer = _target(route, scope, path, caller_may_view=True)
-    if isinstance(answer, ProxyTarget):
+    if isinstance(answer, (ProxyTarget, _ColdStart)):
         key_access.mark_scope(scope, grant)
         limits = key_access.limits_of(grant, route.key_requests_per_min, route.key_tokens_per_min)
         scope[_KEY_USE] = (grant.key_id, route.endpoint_id, limits)
     return answer
 
 
-def _key_answer_from_cache(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyRefusal | None:
+def _key_answer_from_cache(
+    scope: dict[str, Any], slug: str, path: str
+) -> ProxyTarget | ProxyRefusal | _ColdStart | None:
     """The answer for an API key's request when its route and the key are cached, else None."""
     raw = key_access.presented_key(scope)
     route = _cached_route(slug) if raw else None
@@ -205,7 +247,7 @@ def _key_answer_from_cache(scope: dict[str, Any], slug: str, path: str) -> Proxy
     return None if grant is MISSING else _key_answer(route, scope, path, grant)
 
 
-def _decide(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyRefusal:
+def _decide(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyRefusal | _ColdStart:
     """The answer for one request (sync: reads the database when the route or the caller needs it)."""
     route = _cached_route(slug) or _load_route(slug)
     if route is None or route.public:
@@ -261,17 +303,101 @@ async def resolve_endpoint(scope: dict[str, Any]) -> Answer | None:
         or await database_sync_to_async(_decide)(scope, *found)
     )
     use = scope.pop(_KEY_USE, None)
-    if isinstance(answer, ProxyTarget) and use is not None:
+    if isinstance(answer, (ProxyTarget, _ColdStart)) and use is not None:
         refusal = await rate_limits.admit(*use)
         if refusal is not None:
-            if answer.usage is not None:
-                usage_meter.observe_rate_limited(answer.usage, use[0])
+            usage = answer.usage if isinstance(answer, ProxyTarget) else _usage_of(answer.route)
+            if usage is not None:
+                usage_meter.observe_rate_limited(usage, use[0])
             return _too_many(refusal)
         if api_keys.last_use_due(use[0]):
             await database_sync_to_async(api_keys.record_last_use)(use[0], key_access.client_ip(scope))
+    if isinstance(answer, _ColdStart):
+        answer = await _cold_start(found[0], answer.route, scope, found[1])
     if isinstance(answer, ProxyTarget) and _count_request(found[0]):
         await database_sync_to_async(_write_requests)(found[0])
     return answer
+
+
+def _usage_of(route: _Route) -> usage_meter.Subject:
+    return usage_meter.Subject(route.workspace.pk, route.endpoint_id)
+
+
+# slug → the poller waking that endpoint and waiting for its replica, in this process (one per endpoint)
+_pollers: dict[str, asyncio.Task] = {}
+
+
+async def _cold_start(slug: str, route: _Route, scope: dict[str, Any], path: str) -> ProxyTarget | ProxyRefusal:
+    """Wait (at most ENDPOINT_COLD_START_S) for a running replica of a sleeping or waking endpoint, with every
+    other request waiting for it in this process; then the answer as for a running endpoint. A waiter that
+    goes away (its client left) leaves the poller to the others."""
+    poller = _pollers.get(slug)
+    if poller is None or poller.done() or poller.get_loop() is not asyncio.get_running_loop():
+        poller = asyncio.ensure_future(_wake_and_wait(slug, route.endpoint_id))
+        _pollers[slug] = poller
+        poller.add_done_callback(lambda done: _pollers.pop(slug, None) if _pollers.get(slug) is done else None)
+    found = await asyncio.shield(poller)
+    if isinstance(found, ProxyRefusal):
+        return found
+    if found is None:
+        return _cold_start_timeout()
+    answer = _target(found, scope, path, caller_may_view=True)
+    return answer if not isinstance(answer, _ColdStart) else _cold_start_timeout()
+
+
+async def _wake_and_wait(slug: str, endpoint_id: UUID) -> _Route | ProxyRefusal | None:
+    """The poller of one endpoint: wake it while it sleeps, re-read its route until a replica runs; the route
+    then (or once it stopped or failed: the waiters get the usual 503), a refusal, or None at the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.ENDPOINT_COLD_START_S
+    while True:
+        try:
+            route = await database_sync_to_async(_load_route)(slug)
+            if route is not None and route.status == EndpointStatus.IDLE:
+                await database_sync_to_async(endpoint_wake)(endpoint_id=endpoint_id, reason="woken by a request")
+                route = await database_sync_to_async(_load_route)(slug)
+        except QuotaExceeded as exc:
+            return _cold_start_refused(409, "quota_exceeded", str(exc))
+        except PlacementError as exc:
+            return _cold_start_refused(503, exc.code, str(exc))
+        except Exception:  # the waiters get an answer, whatever went wrong here
+            log.exception("cold start of endpoint %s failed", slug)
+            return _cold_start_refused(503, "cold_start_failed", "The endpoint could not be started; retry later.")
+        if route is None:
+            return ProxyRefusal(404, "No such endpoint.")
+        if route.status == EndpointStatus.RUNNING and (route.replicas or route.offline):
+            return route
+        if route.status not in (EndpointStatus.IDLE, EndpointStatus.PENDING, EndpointStatus.STARTING):
+            return route  # stopped, failed, stopping: answered as usual (503 "not running")
+        if loop.time() >= deadline:
+            return None
+        await asyncio.sleep(max(0.0, min(settings.ENDPOINT_COLD_START_POLL_S, deadline - loop.time())))
+
+
+def _json_refusal(status: int, kind: str, message: str, retry_after: int | None) -> ProxyRefusal:
+    body: dict[str, Any] = {"type": kind, "message": message}
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    if retry_after is not None:
+        body["retry_after"] = retry_after
+        headers = ((b"retry-after", str(retry_after).encode()),)
+    return ProxyRefusal(status, json.dumps({"error": body}), headers=headers, content_type=b"application/json")
+
+
+def _cold_start_timeout() -> ProxyRefusal:
+    """503 with Retry-After: no replica ran within ENDPOINT_COLD_START_S."""
+    waited = int(settings.ENDPOINT_COLD_START_S)
+    return _json_refusal(
+        503,
+        "cold_start_timeout",
+        f"This endpoint was scaled to zero and is starting; no replica was ready within {waited} s. Retry shortly.",
+        retry_after=30,
+    )
+
+
+def _cold_start_refused(status: int, kind: str, why: str) -> ProxyRefusal:
+    """The endpoint is scaled to zero and could not start a replica (quotas: 409; no node: 503)."""
+    message = f"This endpoint was scaled to zero and could not start again: {why}"
+    return _json_refusal(status, kind, message, retry_after=60 if status == 503 else None)
 
 
 def _too_many(refusal: rate_limits.Refusal) -> ProxyRefusal:

@@ -173,6 +173,8 @@ class EndpointSerializer(serializers.ModelSerializer):
             "target_tokens_per_s",
             "scale_cooldown_s",
             "scaled_at",
+            "idle_timeout_s",
+            "idle_since",
             "replicas",
             "failure_code",
             "failure_message",
@@ -200,7 +202,11 @@ class EndpointCreateSerializer(serializers.Serializer):
     min_vram_mb = serializers.IntegerField(min_value=0, max_value=16 * 1024 * 1024, required=False, default=0)
     public = serializers.BooleanField(required=False, default=False)
     min_replicas = serializers.IntegerField(
-        min_value=1, max_value=workload_services.MAX_REPLICAS, required=False, default=1
+        min_value=0,
+        max_value=workload_services.MAX_REPLICAS,
+        required=False,
+        default=1,
+        help_text="0: scale to zero after idle_timeout_s without requests; the next request starts it again.",
     )
     max_replicas = serializers.IntegerField(
         min_value=1, max_value=workload_services.MAX_REPLICAS, required=False, allow_null=True, default=None
@@ -213,6 +219,13 @@ class EndpointCreateSerializer(serializers.Serializer):
         min_value=0, max_value=workload_services.MAX_TARGET_TOKENS_PER_S, required=False, default=0
     )
     scale_cooldown_s = serializers.IntegerField(min_value=0, max_value=86_400, required=False, default=120)
+    idle_timeout_s = serializers.IntegerField(
+        min_value=1,
+        max_value=workload_services.MAX_IDLE_TIMEOUT_S,
+        required=False,
+        default=300,
+        help_text="Seconds without requests after which an endpoint with min_replicas 0 scales to zero.",
+    )
 
     def validate_model_id(self, value: str) -> str:
         try:
@@ -355,6 +368,7 @@ class EndpointViewSet(
             target_in_flight=values["target_in_flight"],
             target_tokens_per_s=values["target_tokens_per_s"],
             scale_cooldown_s=values["scale_cooldown_s"],
+            idle_timeout_s=values["idle_timeout_s"],
         )
         endpoint = self.get_base_queryset().get(pk=endpoint.pk)
         return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)

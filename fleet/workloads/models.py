@@ -129,11 +129,20 @@ class EndpointStatus(models.TextChoices):
     STOPPING = "stopping", "Stopping"
     STOPPED = "stopped", "Stopped"
     FAILED = "failed", "Failed"
+    # an endpoint only: no replica serves, put to sleep by the idle pass (`services.endpoint_idle`); the
+    # next request wakes it (a cold start)
+    IDLE = "idle", "Scaled to zero"
 
     @classmethod
     def live(cls) -> frozenset[str]:
         """States in which the endpoint holds (or is about to hold) resources on its node."""
         return frozenset({cls.PENDING, cls.STARTING, cls.RUNNING, cls.STOPPING})
+
+    @classmethod
+    def kept(cls) -> frozenset[str]:
+        """States in which an endpoint counts against its workspace's `endpoints` quota: live, or scaled to
+        zero (it holds no GPU or VRAM then, but answers on its URL and starts again on the next request)."""
+        return cls.live() | {cls.IDLE}
 
 
 def _new_slug() -> str:
@@ -163,6 +172,8 @@ class Endpoint(models.Model):
     # (`services.endpoint_autoscale`: per replica, requests per minute against `target_requests_per_min`,
     # requests in flight against `target_in_flight`, completion tokens per second against
     # `target_tokens_per_s`; each 0 = off, all off = no autoscaling; at most one change per `scale_cooldown_s`).
+    # With `min_replicas` 0 it scales to zero after `idle_timeout_s` without requests (`services.endpoint_idle`,
+    # then status idle from `idle_since`) and the next request starts a replica again (a cold start).
     min_replicas = models.PositiveSmallIntegerField(default=1)
     max_replicas = models.PositiveSmallIntegerField(default=1)
     target_requests_per_min = models.PositiveIntegerField(default=0)
@@ -170,6 +181,8 @@ class Endpoint(models.Model):
     target_tokens_per_s = models.PositiveIntegerField(default=0)
     scale_cooldown_s = models.PositiveIntegerField(default=120)
     scaled_at = models.DateTimeField(null=True, blank=True)
+    idle_timeout_s = models.PositiveIntegerField(default=300)
+    idle_since = models.DateTimeField(null=True, blank=True)  # scaled to zero by the idle pass, until woken
     # The autoscaler's last look at `request_count` (its rate is measured between two looks).
     load_sample_count = models.PositiveBigIntegerField(default=0)
     load_sample_at = models.DateTimeField(null=True, blank=True)
@@ -197,9 +210,13 @@ class Endpoint(models.Model):
         indexes = [models.Index(fields=["node", "status"], name="endpoint_node_status")]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(min_replicas__gte=1, max_replicas__gte=models.F("min_replicas")),
+                condition=models.Q(max_replicas__gte=1) & models.Q(max_replicas__gte=models.F("min_replicas")),
                 name="endpoint_replicas_min_le_max",
-            )
+            ),
+            models.CheckConstraint(
+                condition=models.Q(min_replicas__gte=1) | models.Q(idle_timeout_s__gt=0),
+                name="endpoint_scale_to_zero_has_idle_timeout",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -265,6 +282,9 @@ class EndpointReplica(models.Model):
     replacement_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replacements"
     )
+    # Out of rotation since then (`endpoint_replicas.replica_retire`: scaled down or to zero); the healing
+    # pass stops it ENDPOINT_DRAIN_S later, so the requests it still serves finish. A new start clears it.
+    retired_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

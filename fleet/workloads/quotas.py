@@ -2,9 +2,12 @@
 
 A container counts while it occupies its node (`ContainerStatus.active()`: pending, running, stopping),
 with the CPU cores, memory and GPUs its create payload requested (`Container.req_*`, kept in columns so
-the check sums plain numbers); an endpoint counts once while it is live (`EndpointStatus.live()`), and
-each of its replicas with the endpoint's GPUs and minimum VRAM while that replica is live with its start
-queued (a replica is admitted by `endpoint_record_start_commands` just before its start links to it).
+the check sums plain numbers); an endpoint counts once while it is live or scaled to zero
+(`EndpointStatus.kept()`: an idle endpoint still answers on its URL and starts again on the next request,
+so it keeps its place in the `endpoints` quota, while it holds no GPU or VRAM), and each of its replicas
+with the endpoint's GPUs and minimum VRAM while that replica is live with its start queued (a replica is
+admitted by `endpoint_record_start_commands` just before its start links to it; so is the replica a cold
+start brings back, asking GPUs and VRAM but no endpoint).
 `register()` hands the provider to tenancy at app start; the services call `admit` with the asks below
 before they write the rows.
 """
@@ -42,7 +45,7 @@ def workload_usage(workspace_ids: Sequence[Any], names: frozenset[str]) -> list[
             )
         )
     if "endpoints" in names:
-        live = Endpoint.objects.filter(cluster__workspace_id__in=workspace_ids, status__in=EndpointStatus.live())
+        live = Endpoint.objects.filter(cluster__workspace_id__in=workspace_ids, status__in=EndpointStatus.kept())
         parts.append(quotas.usage_rows(live, workspace_field="cluster__workspace_id", endpoints=Count("pk")))
     if names & REPLICA_QUOTAS:
         replicas = EndpointReplica.objects.filter(

@@ -1,5 +1,5 @@
 """Celery tasks for workloads: drain passes (one node on request, every draining node on the beat), and the
-healing of endpoints whose replicas were lost and the endpoints' autoscaler (on the beat).
+healing of endpoints whose replicas were lost, the endpoints' autoscaler and their scaling to zero (on the beat).
 
 Task names are wire names and stay as they were when these lived in `fleet.tasks` / `fleet.workload_tasks`."""
 
@@ -80,4 +80,17 @@ def endpoints_autoscale_tick() -> dict[str, int]:
             continue
         if decision is not None and decision.changed:
             out[str(endpoint_id)] = decision.changed
+    return out
+
+
+@shared_task(name="fleet.workload_tasks.endpoints_idle_tick", autoretry_for=(DatabaseError,), max_retries=2)
+def endpoints_idle_tick() -> list[str]:
+    """Beat: one idle pass for every running endpoint that may scale to zero; the ids of those scaled to zero."""
+    out: list[str] = []
+    for endpoint_id in workload_services.endpoints_to_idle():
+        try:
+            if workload_services.endpoint_idle(endpoint_id=endpoint_id):
+                out.append(str(endpoint_id))
+        except Exception:  # one broken endpoint must not stop the others' passes
+            logger.exception("idle pass for endpoint %s failed", endpoint_id)
     return out

@@ -16,11 +16,13 @@ from django.views.decorators.http import require_POST
 
 from cleverthis.tenancy.permissions import can_operate
 from cleverthis.tenancy.selectors import workspace_ids
+from fleet.forms import apply_service_errors
 from fleet.models import ComputeCluster
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
-from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.forms import EndpointCreateForm
+from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel
 from fleet.workloads.services import PlacementError
 from kernel.exceptions import IllegalTransition
 from kernel.replica_load import ReplicaLoad
@@ -57,7 +59,21 @@ def _rows(request: HttpRequest, endpoints: list[Endpoint]) -> list[dict[str, Any
     return rows
 
 
-def _render(request: HttpRequest, cluster: ComputeCluster | None) -> HttpResponse:
+def _cached_models(cluster: ComputeCluster) -> dict[str, list[str]]:
+    """Model id → names of the cluster's nodes holding it."""
+    cached: dict[str, set[str]] = {}
+    rows = NodeModel.objects.filter(node__cluster=cluster).values_list("model_id", "node__name")
+    for model_id, node_name in rows:
+        cached.setdefault(model_id, set()).add(node_name)
+    return {model: sorted(names) for model, names in cached.items()}
+
+
+def _render(
+    request: HttpRequest,
+    cluster: ComputeCluster | None,
+    create_form: EndpointCreateForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
     endpoints = selectors.endpoint_list(user=request.user).select_related("cluster__workspace", "start_command")
     if cluster is not None:
         endpoints = endpoints.filter(cluster=cluster)
@@ -68,8 +84,11 @@ def _render(request: HttpRequest, cluster: ComputeCluster | None) -> HttpRespons
         "polling": any(r.status in IN_FLIGHT for e in endpoints for r in [e, *e.replicas.all()]),
         "tab": "endpoints",
     }
+    if cluster is not None and create_form is None and can_operate(request.user, cluster.workspace):
+        create_form = EndpointCreateForm(cached=_cached_models(cluster))
+    context["create_form"] = create_form
     template = "workloads/_endpoints.html" if request.htmx else "workloads/endpoint_list.html"
-    response = render(request, template, context)
+    response = render(request, template, context, status=status)
     if request.htmx and not context["polling"]:
         response.status_code = 286  # htmx stops polling
     return response
@@ -103,6 +122,41 @@ def endpoint_detail(request: HttpRequest, pk: Any) -> HttpResponse:
     context["events"] = list(selectors.endpoint_event_list(endpoint=endpoint)[:EVENTS_SHOWN])
     context["events_shown"] = EVENTS_SHOWN
     return render(request, "workloads/endpoint_detail.html", context)
+
+
+@login_required
+@require_POST
+def cluster_endpoint_create(request: HttpRequest, pk: Any) -> HttpResponse:
+    """A new endpoint from the cluster's Endpoints tab (Owner/Admin): 400 with field errors, 409 with the
+    reason (no node fits, a quota); else back to the tab."""
+    cluster = get_object_or_404(ComputeCluster, pk=pk, workspace__in=workspace_ids(user=request.user))
+    if not can_operate(request.user, cluster.workspace):
+        raise PermissionDenied("Only workspace Owners and Admins can start endpoints.")
+    form = EndpointCreateForm(request.POST, cached=_cached_models(cluster))
+    if not form.is_valid():
+        return _render(request, cluster, form, status=400)
+    values = form.cleaned_data
+    try:
+        endpoint = workload_services.endpoint_create(
+            actor=request.user,
+            cluster=cluster,
+            model_id=values["model_id"],
+            revision=values["revision"],
+            gpus=values["gpus"],
+            min_vram_mb=values["min_vram_mb"],
+            public=values["public"],
+            min_replicas=values["min_replicas"],
+            max_replicas=values["max_replicas"],
+            idle_timeout_s=values["idle_timeout_s"],
+        )
+    except ValidationError as exc:
+        apply_service_errors(form, exc)
+        return _render(request, cluster, form, status=400)
+    except (IllegalTransition, PlacementError) as exc:  # QuotaExceeded is an IllegalTransition
+        messages.error(request, str(exc))
+        return _render(request, cluster, form, status=409)
+    messages.success(request, f"Endpoint {endpoint.hostname} is starting.")
+    return redirect("workloads:cluster_endpoints", pk=cluster.pk)
 
 
 @login_required

@@ -26,8 +26,10 @@ from fleet.workloads.services.endpoint_autoscale import (
     endpoints_to_autoscale,
 )
 from fleet.workloads.services.endpoint_heal import endpoint_heal, endpoints_to_heal
+from fleet.workloads.services.endpoint_idle import endpoint_idle, endpoint_wake, endpoints_to_idle
 from fleet.workloads.services.endpoint_updates import endpoint_update
 from fleet.workloads.services.endpoints import (
+    MAX_IDLE_TIMEOUT_S,
     MAX_REPLICAS,
     MAX_TARGET_IN_FLIGHT,
     MAX_TARGET_TOKENS_PER_S,
@@ -51,6 +53,7 @@ from fleet.workloads.services.node_models import (
 )
 
 __all__ = [
+    "MAX_IDLE_TIMEOUT_S",
     "MAX_MODEL_ID",
     "MAX_REPLICAS",
     "MAX_REVISION",
@@ -72,16 +75,19 @@ __all__ = [
     "endpoint_autoscale",
     "endpoint_create",
     "endpoint_heal",
+    "endpoint_idle",
     "endpoint_record_acked",
     "endpoint_record_command_outcome",
     "endpoint_record_start_commands",
     "endpoint_restart",
     "endpoint_stop",
     "endpoint_update",
+    "endpoint_wake",
     "endpoints_end_with_node",
     "endpoints_reconcile",
     "endpoints_to_autoscale",
     "endpoints_to_heal",
+    "endpoints_to_idle",
     "node_event_record_failure",
     "node_free_vram_mb",
     "node_model_record_download_failed",

@@ -11,11 +11,13 @@ with a target per replica (0 = off):
   every second, so they are at most a few seconds old and a dead process's count is gone within its TTL).
 
 Each enabled metric asks for `ceil(total / target)` replicas; the largest ask wins, held between min and
-max. A change waits for `scale_cooldown_s` after the previous one. Up: new replicas placed like the first
-ones; down: the newest replicas stop (a request still running on one is cut). Each change is written as an
-`endpoint.scaled` event whose message gives every metric's figures, the deciding one first (e.g. "scaled
-1 → 4: 31 requests in flight over 1 replica(s), target 8 each"), on the node of each replica it started or
-stopped.
+max (and at least 1: an endpoint goes to zero only through the idle pass, `endpoint_idle`). A change waits
+for `scale_cooldown_s` after the previous one. Up: new replicas placed like the first ones; down: the newest
+replicas are retired (`replica_retire`: out of rotation at once, stopped ENDPOINT_DRAIN_S later by the
+healing pass, so the requests they still serve finish). Each change is written as an
+`endpoint.scaled` event in the endpoint's log whose message gives every metric's figures, the deciding one
+first (e.g. "scaled 1 → 4: 31 requests in flight over 1 replica(s), target 8 each"), and on the node of each
+replica it started or retired.
 
 The beat runs every 15 s: the rate is measured over that interval, and a shorter one would alias with the
 proxies' 5 s writes of `request_count`; the in-flight and tokens figures are fresh at each pass, so a burst
@@ -38,7 +40,7 @@ from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.selectors import replica_loads
 from fleet.workloads.services.common import system_actor
 from fleet.workloads.services.endpoint_events import endpoint_event_record
-from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
+from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_retire
 from fleet.workloads.services.endpoints import PlacementError, pick_replica_node, workspace_of_endpoint
 from kernel.exceptions import QuotaExceeded
 from kernel.replica_load import ReplicaLoad
@@ -121,7 +123,7 @@ def endpoint_autoscale(
         serving = list(
             EndpointReplica.objects.select_for_update(of=("self",))
             .select_related("node")
-            .filter(endpoint=endpoint, replacements__isnull=True, status__in=_SERVING)
+            .filter(endpoint=endpoint, replacements__isnull=True, retired_at__isnull=True, status__in=_SERVING)
             .order_by("created_at", "server_id")
         )
         in_flight, tokens = 0, 0.0
@@ -135,7 +137,8 @@ def endpoint_autoscale(
                     in_flight += load.in_flight
                     tokens += load.tokens_per_s
         metrics = _metrics(endpoint, replicas=len(serving), rate=rate, in_flight=in_flight, tokens=tokens)
-        wanted = max(endpoint.min_replicas, min(endpoint.max_replicas, metrics[0].asks))
+        # to zero only by the idle pass (`endpoint_idle`), never on load
+        wanted = max(endpoint.min_replicas, 1, min(endpoint.max_replicas, metrics[0].asks))
         figures = "; ".join(m.text for m in metrics)
         held = {"endpoint_id": endpoint.pk, "replicas": len(serving), "wanted": wanted, "rate_per_min": rate}
         held |= {"in_flight": in_flight, "tokens_per_s": tokens, "changed": 0}
@@ -176,7 +179,7 @@ def endpoint_autoscale(
                 changed += 1
         else:
             for replica in serving[wanted:][::-1]:
-                replica_queue_stop(actor=actor, endpoint=endpoint, replica=replica)
+                replica_retire(actor=actor, endpoint=endpoint, replica=replica)
                 endpoint_event_record(
                     endpoint=endpoint, node_id=replica.node_id, kind="endpoint.scaled", message=why, data=data
                 )

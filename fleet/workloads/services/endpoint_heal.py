@@ -3,7 +3,8 @@ longer runs it) or hangs (the agent's health probes failed: failed "unresponsive
 stop by `endpoints_reconcile`) is replaced by a new replica placed like the others, and the lost one leaves
 rotation; one on a draining node is replaced too, but keeps serving until its replacement runs, then leaves
 rotation and is stopped ENDPOINT_DRAIN_S later (the drain waits for it: `fleet.workloads.drain`). The same
-pass stops the replicas a rolling update (`endpoint_update`) replaced.
+pass stops the replicas a rolling update (`endpoint_update`) replaced, and those taken out of rotation
+(`replica_retire`: scaled down or to zero) once they have drained as long; a retired replica is never replaced.
 
 `endpoint_heal` is one idempotent pass over an endpoint, run for every endpoint that should run by the beat
 (`fleet.workloads.tasks.endpoints_heal_tick`). A lost replica still live is told to stop (its command waits
@@ -19,6 +20,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from cleverthis.tenancy.quotas import locked_quota
@@ -50,14 +52,16 @@ def replica_lost(replica: EndpointReplica) -> str:
 
 def endpoints_to_heal() -> list[object]:
     """Ids of the endpoints that should run and have a current replica lost (what the beat passes over)."""
-    current = EndpointReplica.objects.filter(replacements__isnull=True).exclude(
+    current = EndpointReplica.objects.filter(replacements__isnull=True, retired_at__isnull=True).exclude(
         endpoint__status__in=[EndpointStatus.STOPPING, EndpointStatus.STOPPED]
     )
     moving = current.filter(status__in=_LIVE, node__status__in=[NodeStatus.OFFLINE, NodeStatus.DRAINING])
     gone = current.filter(status=EndpointStatus.FAILED, failure_code__in=["not_found", UNRESPONSIVE])
     handed_over = EndpointReplica.objects.filter(status__in=_LIVE, replacements__status=EndpointStatus.RUNNING)
+    drained = timezone.now() - timedelta(seconds=settings.ENDPOINT_DRAIN_S)
+    retired = EndpointReplica.objects.filter(status__in=_LIVE, retired_at__lte=drained)
     ids = set()
-    for rows in (moving, gone, handed_over):
+    for rows in (moving, gone, handed_over, retired):
         ids |= set(rows.values_list("endpoint_id", flat=True))
     return sorted(ids)
 
@@ -87,7 +91,7 @@ def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
         current = list(
             EndpointReplica.objects.select_for_update(of=("self",))
             .select_related("node")
-            .filter(endpoint=endpoint, replacements__isnull=True)
+            .filter(endpoint=endpoint, replacements__isnull=True, retired_at__isnull=True)
             .order_by("created_at", "server_id")
         )
         lost = [(replica, why) for replica in current if (why := replica_lost(replica))]
@@ -124,8 +128,9 @@ def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
 
 
 def _stop_handed_over(endpoint: Endpoint, actor: AbstractBaseUser) -> None:
-    """Stop the retired replicas still live (a draining node's, a rolling update's) whose replacement has run
-    for ENDPOINT_DRAIN_S (out of rotation since it runs: the requests they still served had that long)."""
+    """Stop the replicas still live that left rotation ENDPOINT_DRAIN_S ago or more (the requests they still
+    served had that long): those whose replacement has run that long (a draining node's, a rolling
+    update's), and those retired that long ago (`replica_retire`)."""
     drained = timezone.now() - timedelta(seconds=settings.ENDPOINT_DRAIN_S)
     taken_over = EndpointReplica.objects.filter(
         replacements__status=EndpointStatus.RUNNING, replacements__updated_at__lte=drained
@@ -134,6 +139,6 @@ def _stop_handed_over(endpoint: Endpoint, actor: AbstractBaseUser) -> None:
         EndpointReplica.objects.select_for_update(of=("self",))
         .select_related("node")
         .filter(endpoint=endpoint, status__in=_LIVE)
-        .filter(pk__in=taken_over.values("pk"))
+        .filter(Q(pk__in=taken_over.values("pk")) | Q(retired_at__lte=drained))
     ):
         replica_queue_stop(actor=actor, endpoint=endpoint, replica=old)

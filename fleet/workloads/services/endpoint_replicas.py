@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Q
+from django.utils import timezone
 
 from fleet.models import Command, CommandType, Node
 from fleet.services import command_queue
@@ -43,10 +44,33 @@ def replica_queue_start(
     )
     replica.node, replica.status, replica.port, replica.start_command = node, EndpointStatus.PENDING, 0, command
     replica.failure_code = replica.failure_message = ""
+    replica.retired_at = None  # started again: back in rotation once it runs
     replica.save(
-        update_fields=["node", "status", "port", "start_command", "failure_code", "failure_message", "updated_at"]
+        update_fields=[
+            "node",
+            "status",
+            "port",
+            "start_command",
+            "failure_code",
+            "failure_message",
+            "retired_at",
+            "updated_at",
+        ]
     )
     return command
+
+
+def replica_retire(*, actor: AbstractBaseUser | None, endpoint: Endpoint, replica: EndpointReplica) -> Command | None:
+    """Take one replica out of rotation now (the proxy routes no new request to it, and the endpoint's status
+    no longer counts it); a running one is stopped by the healing pass ENDPOINT_DRAIN_S later, so the requests
+    it still serves finish (`endpoint_heal`), one not yet running is stopped at once (it serves none).
+    Returns the stop command queued now, if any. The caller holds the endpoint's row lock."""
+    if replica.retired_at is None:
+        replica.retired_at = timezone.now()
+        replica.save(update_fields=["retired_at", "updated_at"])
+    if replica.status in (EndpointStatus.PENDING, EndpointStatus.STARTING):
+        return replica_queue_stop(actor=actor, endpoint=endpoint, replica=replica)
+    return None
 
 
 def replica_queue_stop(
@@ -72,10 +96,12 @@ def replica_queue_stop(
 def endpoint_summarise(endpoint: Endpoint) -> Endpoint:
     """Write the endpoint's status, node, port and failure from its replicas; the caller holds its row lock.
 
-    Counted are the current replicas and the retired ones (replaced by `endpoint_heal`) still live: running
+    Counted are the current replicas and the replaced ones (by `endpoint_heal`) still live: running
     while any runs, else starting, pending, stopping; once all ended, failed when every one failed, else
-    stopped. `node`/`port` are the first running replica's (else the first live one's, else left as they
-    were); the failure is a failed (else stopped) replica's, once ended.
+    stopped. Replicas taken out of rotation (`replica_retire`) are left out while others remain; an endpoint
+    the idle pass scaled to zero (`idle_since`) whose every replica is out of rotation is idle. `node`/`port`
+    are the first running replica's (else the first live one's, else left as they were); the failure is a
+    failed (else stopped) replica's, once ended.
     """
     replicas = list(
         EndpointReplica.objects.filter(endpoint=endpoint)
@@ -83,6 +109,13 @@ def endpoint_summarise(endpoint: Endpoint) -> Endpoint:
         .distinct()
         .order_by("created_at", "server_id")
     )
+    in_rotation = [r for r in replicas if r.retired_at is None]
+    if not in_rotation and endpoint.idle_since is not None:
+        endpoint.status = EndpointStatus.IDLE
+        endpoint.failure_code = endpoint.failure_message = ""
+        endpoint.save(update_fields=["status", "failure_code", "failure_message", "updated_at"])
+        return endpoint
+    replicas = in_rotation or replicas
     if not replicas:
         return endpoint
     statuses = {r.status for r in replicas}

@@ -47,7 +47,7 @@ def endpoint_update(*, actor: AbstractBaseUser, endpoint: Endpoint, revision: st
         endpoint.save(update_fields=["revision", "updated_at"])
         serving = list(
             EndpointReplica.objects.select_for_update(of=("self",))
-            .filter(endpoint=endpoint, replacements__isnull=True, status__in=_SERVING)
+            .filter(endpoint=endpoint, replacements__isnull=True, retired_at__isnull=True, status__in=_SERVING)
             .order_by("created_at", "server_id")
         )
         used: set[object] = set()

@@ -39,6 +39,7 @@ REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
 MAX_REPLICAS = 32
 MAX_TARGET_IN_FLIGHT = 100_000  # autoscaling targets per replica (0 = off)
 MAX_TARGET_TOKENS_PER_S = 10_000_000
+MAX_IDLE_TIMEOUT_S = 30 * 86_400
 
 
 def node_free_vram_mb(node: Node, gpus: int = 0) -> int:
@@ -186,11 +187,13 @@ def workspace_of_endpoint(endpoint_id: object) -> object:
 
 
 def _place_replicas(*, actor: AbstractBaseUser, endpoint: Endpoint, node: Node | None = None) -> list[Command]:
-    """Start each of the endpoint's replicas (made up to `min_replicas`) on a node of its own where one fits;
-    the first replica's server id is the endpoint's slug. PlacementError (nothing kept) when one fits nowhere."""
+    """Start each of the endpoint's replicas (made up to `min_replicas`, at least one) on a node of its own
+    where one fits; the first replica's server id is the endpoint's slug. PlacementError (nothing kept) when
+    one fits nowhere."""
+    wanted = max(endpoint.min_replicas, 1)  # one that scales to zero starts with one, until it idles
     current = endpoint.replicas.filter(replacements__isnull=True).order_by("created_at", "server_id")
-    replicas = list(current[: endpoint.min_replicas])  # replicas the autoscaler added and stopped stay stopped
-    while len(replicas) < endpoint.min_replicas:
+    replicas = list(current[:wanted])  # replicas the autoscaler added and stopped stay stopped
+    while len(replicas) < wanted:
         server_id = endpoint.slug if not replicas else EndpointReplica._meta.get_field("server_id").get_default()
         replicas.append(EndpointReplica.objects.create(endpoint=endpoint, server_id=server_id))
     commands, used = [], set()
@@ -224,6 +227,7 @@ def endpoint_create(
     target_in_flight: int = 0,
     target_tokens_per_s: int = 0,
     scale_cooldown_s: int = 120,
+    idle_timeout_s: int = 300,
 ) -> Endpoint:
     """Start an inference endpoint for a cached model with `min_replicas` replicas; Owner/Admin only.
 
@@ -233,7 +237,9 @@ def endpoint_create(
     `PlacementError` saying why when a replica fits on no node, or `QuotaExceeded` when the workspace's
     endpoint, GPU or VRAM quota would be passed (each replica asks the endpoint's GPUs and VRAM); nothing
     is written then. With `target_requests_per_min`, `target_in_flight` or `target_tokens_per_s` (per
-    replica; 0 = off) the autoscaler keeps between min and max replicas on that load.
+    replica; 0 = off) the autoscaler keeps between min and max replicas on that load. With `min_replicas` 0
+    it starts one replica and scales to zero after `idle_timeout_s` seconds without requests
+    (`endpoint_idle`); the next request starts one again.
     """
     require_operator(actor, cluster.workspace)
     validate_model_id(model_id)
@@ -245,12 +251,15 @@ def endpoint_create(
     if node is not None and node.cluster_id != cluster.pk:
         raise ValidationError({"node": "This node is not in this cluster."})
     _validate_count(min_replicas, "min_replicas", MAX_REPLICAS)
-    max_replicas = min_replicas if max_replicas is None else max_replicas
+    max_replicas = max(min_replicas, 1) if max_replicas is None else max_replicas
     _validate_count(max_replicas, "max_replicas", MAX_REPLICAS)
-    if min_replicas < 1:
-        raise ValidationError({"min_replicas": "An endpoint keeps at least one replica."})
-    if max_replicas < min_replicas:
-        raise ValidationError({"max_replicas": "Must be at least min_replicas."})
+    if max_replicas < max(min_replicas, 1):
+        raise ValidationError({"max_replicas": "Must be at least min_replicas, and at least 1."})
+    _validate_count(idle_timeout_s, "idle_timeout_s", MAX_IDLE_TIMEOUT_S)
+    if min_replicas == 0 and idle_timeout_s < 1:
+        raise ValidationError(
+            {"idle_timeout_s": "An endpoint that scales to zero (min_replicas 0) needs an idle timeout of 1 s or more."}
+        )
     _validate_count(target_requests_per_min, "target_requests_per_min", 10_000_000)
     _validate_count(target_in_flight, "target_in_flight", MAX_TARGET_IN_FLIGHT)
     _validate_count(target_tokens_per_s, "target_tokens_per_s", MAX_TARGET_TOKENS_PER_S)
@@ -272,6 +281,7 @@ def endpoint_create(
             target_in_flight=target_in_flight,
             target_tokens_per_s=target_tokens_per_s,
             scale_cooldown_s=scale_cooldown_s,
+            idle_timeout_s=idle_timeout_s,
             created_by=actor,
         )
         commands = _place_replicas(actor=actor, endpoint=endpoint, node=node)
@@ -291,14 +301,19 @@ def endpoint_create(
 
 @operator_action("endpoint.stop", target=on("endpoint", "endpoint"))
 def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
-    """Stop an endpoint (→ stopping; → stopped when the agent confirms). Owner/Admin only; 409 if not live."""
+    """Stop an endpoint (→ stopping; → stopped when the agent confirms), or one scaled to zero (→ stopped: no
+    request wakes it any more). Owner/Admin only; 409 if not live or idle."""
     require_operator(actor, endpoint.cluster.workspace)
     with transaction.atomic():
         endpoint = (
             Endpoint.objects.select_for_update(of=("self",)).select_related("node", "cluster").get(pk=endpoint.pk)
         )
-        if endpoint.status not in EndpointStatus.live() or endpoint.status == EndpointStatus.STOPPING:
+        if endpoint.status not in EndpointStatus.kept() or endpoint.status == EndpointStatus.STOPPING:
             raise IllegalTransition(f"This endpoint is {endpoint.status}; only a running or starting one can stop.")
+        if endpoint.idle_since is not None or endpoint.status == EndpointStatus.IDLE:
+            endpoint.idle_since = None
+            endpoint.status = EndpointStatus.STOPPED  # its replicas are all stopped or on their way
+            endpoint.save(update_fields=["idle_since", "status", "updated_at"])
         live = [EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING]
         replicas = endpoint.replicas.select_for_update(of=("self",)).select_related("node").filter(status__in=live)
         commands = [replica_queue_stop(actor=actor, endpoint=endpoint, replica=r) for r in replicas]
@@ -328,7 +343,8 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
     Refuses (ValidationError) a start sent to several nodes at once, and an id of another cluster's or a
     still live replica on another node. Each replica that goes live is admitted against the workspace's
     quotas as its start is queued (`QuotaExceeded`): the endpoint's GPUs and VRAM, and the endpoint itself
-    when it was not live; a live replica counts already, starting it again asks nothing.
+    when it was neither live nor scaled to zero (`EndpointStatus.kept()`); a live replica counts already,
+    starting it again asks nothing. A replica started again comes back into rotation (and its endpoint awake).
     """
     if len(commands) > 1:
         raise ValidationError({"node_id": "An endpoint starts on one node: choose the node."})
@@ -378,16 +394,17 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
             admit(workspace_id=command.cluster.workspace_id, ask=_replica_ask(endpoint))
         elif replica.status in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
             ask = _replica_ask(endpoint)
-            if endpoint.status not in EndpointStatus.live():
+            if endpoint.status not in EndpointStatus.kept():  # an idle endpoint counts already
                 ask["endpoints"] = 1
             admit(workspace_id=command.cluster.workspace_id, ask=ask)
             replica.status, replica.node_id, replica.port = EndpointStatus.PENDING, command.node_id, 0
             replica.start_command, replica.failure_code, replica.failure_message = command, "", ""
+            replica.retired_at = None
             replica.save()
             endpoint.model_id = payload.get("model_id", endpoint.model_id)
             endpoint.revision = payload.get("revision", "main")
-            endpoint.start_command = command
-            endpoint.save(update_fields=["model_id", "revision", "start_command", "updated_at"])
+            endpoint.start_command, endpoint.idle_since = command, None
+            endpoint.save(update_fields=["model_id", "revision", "start_command", "idle_since", "updated_at"])
         elif replica.node_id != command.node_id:
             raise ValidationError({"payload.endpoint_id": f"This endpoint is {replica.status} on another node."})
         rows.append(endpoint_summarise(endpoint))

@@ -14,9 +14,10 @@ from django.utils import timezone
 from agent import protocol
 from cleverthis.tenancy import services as tenancy_services
 from fleet.models import NodeEvent
+from fleet.proxy import endpoint_routes
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointEvent, EndpointReplica, EndpointStatus
-from fleet.workloads.tasks import endpoints_autoscale_tick
+from fleet.workloads.tasks import endpoints_autoscale_tick, endpoints_heal_tick
 from kernel.replica_load import LoadPublisher, ReplicaLoad
 from tests.fleet import agent_side
 
@@ -43,7 +44,7 @@ def serving(endpoint) -> list[EndpointReplica]:
     return list(EndpointReplica.objects.filter(endpoint=endpoint, status__in=live).order_by("created_at"))
 
 
-def test_scale_up_on_load_hold_through_the_cool_down_then_scale_down(cluster, register_node, owner):
+def test_scale_up_on_load_hold_through_the_cool_down_then_scale_down(cluster, register_node, owner, settings):
     nodes = [register_node(cluster, name) for name in ("a", "b", "c")]
     for node in nodes:
         agent_side.inventory(node, models=[LLAMA])
@@ -80,8 +81,19 @@ def test_scale_up_on_load_hold_through_the_cool_down_then_scale_down(cluster, re
     assert "cool-down" in held.reason
     down = workloads.endpoint_autoscale(endpoint_id=endpoint.pk, now=t0 + timedelta(seconds=200))
     assert (down.replicas, down.wanted, down.changed) == (3, 1, -2)
-    assert [r.server_id for r in serving(endpoint) if r.status == EndpointStatus.RUNNING] == [first.server_id]
+    # the newest two leave rotation at once and keep running while their requests finish (the drain) ...
+    retired = EndpointReplica.objects.filter(endpoint=endpoint, retired_at__isnull=False)
+    assert sorted(r.server_id for r in retired) == sorted(r.server_id for r in now_serving[1:])
+    assert {r.status for r in retired} == {EndpointStatus.RUNNING}
+    endpoint_routes.forget_routes()
+    assert [u.key for u in endpoint_routes._load_route(endpoint.slug).replicas] == [first.server_id]
+    settings.ENDPOINT_DRAIN_S = 3600
+    assert endpoints_heal_tick() == {}  # still draining
+    # ... and are stopped by the healing pass once drained
+    settings.ENDPOINT_DRAIN_S = 0
+    endpoints_heal_tick()
     assert EndpointReplica.objects.filter(endpoint=endpoint, status=EndpointStatus.STOPPING).count() == 2
+    assert [r.server_id for r in serving(endpoint) if r.status == EndpointStatus.RUNNING] == [first.server_id]
     endpoint.refresh_from_db()
     assert endpoint.status == EndpointStatus.RUNNING
 

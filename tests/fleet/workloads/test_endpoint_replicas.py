@@ -81,7 +81,8 @@ def test_replicas_share_a_node_when_only_one_holds_the_model_and_vram_counts_eac
 @pytest.mark.parametrize(
     ("counts", "field"),
     [
-        ({"min_replicas": 0}, "min_replicas"),
+        ({"min_replicas": -1}, "min_replicas"),
+        ({"min_replicas": 0, "max_replicas": 0}, "max_replicas"),
         ({"min_replicas": 33}, "min_replicas"),
         ({"min_replicas": 3, "max_replicas": 2}, "max_replicas"),
         ({"min_replicas": "2"}, "min_replicas"),

@@ -212,7 +212,12 @@ def test_endpoint_with_replicas_lists_them_with_node_state_and_in_flight(api, cl
 
 @pytest.mark.parametrize(
     ("counts", "field"),
-    [({"min_replicas": 0}, "min_replicas"), ({"min_replicas": 2, "max_replicas": 1}, "max_replicas")],
+    [
+        ({"min_replicas": -1}, "min_replicas"),
+        ({"min_replicas": 2, "max_replicas": 1}, "max_replicas"),
+        ({"min_replicas": 0, "max_replicas": 0}, "max_replicas"),
+        ({"min_replicas": 0, "idle_timeout_s": 0}, "idle_timeout_s"),
+    ],
 )
 def test_bad_replica_counts_are_a_400_naming_the_field(api, cluster, node, counts, field):
     agent_side.inventory(node, models=[LLAMA])
