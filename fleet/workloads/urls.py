@@ -9,6 +9,7 @@ app_name = "workloads"
 urlpatterns = [
     path("endpoints/", views.endpoint_list, name="endpoint_list"),
     path("clusters/<uuid:pk>/endpoints/", views.cluster_endpoints, name="cluster_endpoints"),
+    path("endpoints/<uuid:pk>/update/", views.endpoint_update, name="endpoint_update"),
     path("endpoints/<uuid:pk>/<slug:action>/", views.endpoint_action, name="endpoint_action"),
     path("api-keys/", key_views.api_key_list, name="api_key_list"),
     path("api-keys/<int:pk>/revoke/", key_views.api_key_revoke, name="api_key_revoke"),

@@ -1,6 +1,7 @@
 """Endpoint pages: every inference endpoint of the user's workspaces, overall and per cluster, with its
-replicas (node, state, requests in flight through this web process) and start/stop for Owners and Admins
-(htmx: the table alone, polled while an endpoint or one of its replicas is on its way)."""
+replicas (node, state, requests in flight through this web process), start/stop and a rolling update
+(revision, server arguments) for Owners and Admins (htmx: the table alone, polled while an endpoint or one
+of its replicas is on its way)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from fleet.models import ComputeCluster
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
+from fleet.workloads.forms import EndpointUpdateForm, server_args_line
 from fleet.workloads.models import Endpoint, EndpointStatus
 from fleet.workloads.services import PlacementError
 from kernel import balancer
@@ -42,6 +44,7 @@ def _rows(request: HttpRequest, endpoints: list[Endpoint]) -> list[dict[str, Any
                 "log_tail": endpoint.failure_message or ((start.result or {}).get("log_tail", "") if start else ""),
                 "error_help": error_help(endpoint.failure_code),
                 "replicas": [(r, balancer.outstanding(r.server_id)) for r in endpoint.replicas.all()],
+                "server_args": server_args_line(endpoint.server_args),
             }
         )
     return rows
@@ -96,6 +99,39 @@ def endpoint_action(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
         messages.error(request, "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc))
     else:
         messages.success(request, f"Endpoint {endpoint.hostname}: {action} requested.")
+    return _back(request, endpoint)
+
+
+def _back(request: HttpRequest, endpoint: Endpoint) -> HttpResponse:
     if request.POST.get("from") == "cluster":
         return redirect("workloads:cluster_endpoints", pk=endpoint.cluster_id)
     return redirect("workloads:endpoint_list")
+
+
+@login_required
+@require_POST
+def endpoint_update(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Roll a running endpoint over to the posted revision and server arguments (Owner/Admin); what went
+    wrong (a field's message, nothing to change, no room) comes back as a message on the page."""
+    endpoint = get_object_or_404(selectors.endpoint_list(user=request.user), pk=pk)
+    if not can_operate(request.user, endpoint.cluster.workspace):
+        raise PermissionDenied("Only workspace Owners and Admins can update endpoints.")
+    form = EndpointUpdateForm(request.POST)
+    if not form.is_valid():
+        problems = [f"{form.fields[name].label or name}: {m}" for name, ms in form.errors.items() for m in ms]
+        messages.error(request, f"Endpoint {endpoint.hostname} was not updated: " + "; ".join(problems))
+        return _back(request, endpoint)
+    try:
+        workload_services.endpoint_update(actor=request.user, endpoint=endpoint, **form.changes())
+    except ValidationError as exc:
+        problems = [m for ms in exc.message_dict.values() for m in ms] if hasattr(exc, "error_dict") else exc.messages
+        messages.error(request, f"Endpoint {endpoint.hostname} was not updated: " + "; ".join(problems))
+    except (IllegalTransition, PlacementError) as exc:
+        messages.error(request, f"Endpoint {endpoint.hostname} was not updated: {exc}")
+    else:
+        messages.success(
+            request,
+            f"Endpoint {endpoint.hostname}: rolling update started; each old replica serves until its "
+            "replacement answers.",
+        )
+    return _back(request, endpoint)

@@ -29,6 +29,8 @@ from fleet.workloads.services.endpoint_heal import endpoint_heal, endpoints_to_h
 from fleet.workloads.services.endpoint_updates import endpoint_update
 from fleet.workloads.services.endpoints import (
     MAX_REPLICAS,
+    MAX_SERVER_ARG_LENGTH,
+    MAX_SERVER_ARGS,
     REVISION_RE,
     PlacementError,
     endpoint_create,
@@ -41,6 +43,7 @@ from fleet.workloads.services.endpoints import (
     endpoints_reconcile,
     node_free_vram_mb,
     validate_model_id,
+    validate_server_args,
 )
 from fleet.workloads.services.node_models import (
     node_model_record_download_failed,
@@ -52,6 +55,8 @@ __all__ = [
     "MAX_MODEL_ID",
     "MAX_REPLICAS",
     "MAX_REVISION",
+    "MAX_SERVER_ARGS",
+    "MAX_SERVER_ARG_LENGTH",
     "REF_OUTCOME",
     "REVISION_RE",
     "PlacementError",
@@ -85,4 +90,5 @@ __all__ = [
     "node_models_reconcile",
     "system_actor",
     "validate_model_id",
+    "validate_server_args",
 ]
