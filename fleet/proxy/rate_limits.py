@@ -57,6 +57,10 @@ class Limits:
         values = (self.key_requests, self.key_tokens, self.endpoint_requests, self.endpoint_tokens)
         return any(v is not None for v in values)
 
+    def count_tokens(self) -> bool:
+        """Whether a tokens-per-minute limit applies (only then are answers' tokens charged)."""
+        return self.key_tokens is not None or self.endpoint_tokens is not None
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -118,8 +122,18 @@ def _client() -> redis.Redis:
     return _sync_client
 
 
+_TOKENS_LIMITED_MAX = 10_000
+# (key id, endpoint id) pairs this process admitted under a tokens-per-minute limit: the answers of only
+# these are charged (`charge_metered`); a limit set later is seen with that pair's next request.
+_tokens_limited: set[tuple[int, Any]] = set()
+
+
 async def admit(key_id: int, endpoint_id: Any, limits: Limits, *, now: float | None = None) -> Refusal | None:
     """Count one request of key `key_id` to `endpoint_id`, or refuse it (None: admitted)."""
+    if limits.count_tokens():
+        if len(_tokens_limited) >= _TOKENS_LIMITED_MAX:
+            _tokens_limited.clear()
+        _tokens_limited.add((key_id, endpoint_id))
     if not limits.any():
         return None
     window, left = _window(time.time() if now is None else now)
@@ -183,8 +197,9 @@ def _charged(task: asyncio.Task[None]) -> None:
 
 def charge_metered(workspace_id: Any, endpoint_id: Any, api_key_id: int | None, prompt: int, completion: int) -> None:
     """Usage metering's callback (on the event loop, after each metered request): a key-authenticated
-    request's prompt and completion tokens are charged to the key's tokens-per-minute counts."""
-    if api_key_id is None or prompt + completion <= 0:
+    request's prompt and completion tokens are charged to the key's tokens-per-minute counts, when a
+    tokens-per-minute limit applied to its admission (else nothing reads them: no Redis round trip)."""
+    if api_key_id is None or prompt + completion <= 0 or (api_key_id, endpoint_id) not in _tokens_limited:
         return
     task = asyncio.get_running_loop().create_task(charge_tokens_async(api_key_id, endpoint_id, prompt + completion))
     _charging.add(task)

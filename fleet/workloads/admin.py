@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from fleet.admin import ReadOnlyAdmin
-from fleet.workloads.models import ApiKeyEndpoint, Container, Endpoint, EndpointReplica, NodeModel
+from fleet.workloads.models import ApiKeyEndpoint, Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel
 
 
 @admin.register(Container)
@@ -53,3 +53,12 @@ class EndpointReplicaAdmin(ReadOnlyAdmin):
     list_display = ["server_id", "endpoint", "node", "status", "port", "replacement_of", "created_at"]
     list_filter = ["status"]
     search_fields = ["server_id", "endpoint__slug"]
+
+
+@admin.register(EndpointEvent)
+class EndpointEventAdmin(ReadOnlyAdmin):
+    """An endpoint's event log: its replicas' starts, failures and replacements, the autoscaler's decisions."""
+
+    list_display = ["created_at", "endpoint", "kind", "node", "message"]
+    list_filter = ["kind"]
+    search_fields = ["endpoint__slug", "message"]

@@ -11,8 +11,17 @@ from django.conf import settings
 from django.db import models
 
 from fleet import origin_names
+from kernel.eventlog import EventLogEntry
 
-__all__ = ["Container", "ContainerStatus", "Endpoint", "EndpointReplica", "EndpointStatus", "NodeModel"]
+__all__ = [
+    "Container",
+    "ContainerStatus",
+    "Endpoint",
+    "EndpointEvent",
+    "EndpointReplica",
+    "EndpointStatus",
+    "NodeModel",
+]
 
 
 class ContainerStatus(models.TextChoices):
@@ -265,3 +274,15 @@ class EndpointReplica(models.Model):
 
     def __str__(self) -> str:
         return f"replica {self.server_id} of endpoint {self.endpoint_id} ({self.status})"
+
+
+class EndpointEvent(EventLogEntry):
+    """One line of an endpoint's own event log: its replicas starting, running, failing, replaced, and the
+    autoscaler's decisions with the figures behind them (`services.endpoint_events.endpoint_event_record`)."""
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="events")
+    node = models.ForeignKey("fleet.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    command = models.ForeignKey("fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta(EventLogEntry.Meta):
+        indexes = [models.Index(fields=["endpoint", "-created_at"], name="endpointevent_endpoint_created")]

@@ -19,9 +19,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from cleverthis.tenancy.quotas import locked_quota
-from fleet.services import node_event_record
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.common import system_actor
+from fleet.workloads.services.endpoint_events import endpoint_event_record
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
 from fleet.workloads.services.endpoints import PlacementError, pick_replica_node, workspace_of_endpoint
 from kernel.exceptions import QuotaExceeded
@@ -109,13 +109,14 @@ def endpoint_autoscale(*, endpoint_id: object, now: datetime | None = None) -> S
                 except QuotaExceeded as exc:
                     why += f"; stopped at the workspace's quota ({exc})"
                     break
-                node_event_record(node_id=target.pk, kind="endpoint.scaled", message=why, command=command)
+                endpoint_event_record(
+                    endpoint=endpoint, node_id=target.pk, kind="endpoint.scaled", message=why, command=command
+                )
                 changed += 1
         else:
             for replica in serving[wanted:][::-1]:
                 replica_queue_stop(actor=actor, endpoint=endpoint, replica=replica)
-                if replica.node_id is not None:
-                    node_event_record(node_id=replica.node_id, kind="endpoint.scaled", message=why)
+                endpoint_event_record(endpoint=endpoint, node_id=replica.node_id, kind="endpoint.scaled", message=why)
                 changed -= 1
         if changed:
             endpoint.scaled_at = now

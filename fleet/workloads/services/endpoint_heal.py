@@ -22,9 +22,9 @@ from django.utils import timezone
 
 from cleverthis.tenancy.quotas import locked_quota
 from fleet.models import NodeStatus
-from fleet.services import node_event_record
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.common import system_actor
+from fleet.workloads.services.endpoint_events import endpoint_event_record
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
 from fleet.workloads.services.endpoints import PlacementError, pick_replica_node, workspace_of_endpoint
 from kernel.exceptions import QuotaExceeded
@@ -107,12 +107,13 @@ def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
                 replica_queue_stop(actor=actor, endpoint=endpoint, replica=old)
             current.append(new)
             made.append(new)
-            node_event_record(
+            endpoint_event_record(
+                endpoint=endpoint,
                 node_id=target.pk,
                 kind="endpoint.replica_replaced",
                 message=f"Endpoint {endpoint.hostname}: replica {old.server_id} replaced by {new.server_id} "
                 f"on {target.name} ({why})",
-                data={"endpoint": str(endpoint.pk), "replaced": old.server_id, "reason": why},
+                data={"replaced": old.server_id, "reason": why},
                 command=command,
             )
         endpoint_summarise(endpoint)

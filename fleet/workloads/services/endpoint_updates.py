@@ -21,8 +21,8 @@ from django.db import transaction
 from cleverthis.audit.services import on, operator_action
 from cleverthis.tenancy.mixins import require_operator
 from cleverthis.tenancy.quotas import locked_quota
-from fleet.services import node_event_record
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.services.endpoint_events import endpoint_event_record
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start
 from fleet.workloads.services.endpoints import pick_replica_node, validate_revision, validate_server_args
 from kernel.exceptions import IllegalTransition
@@ -105,13 +105,13 @@ def endpoint_update(
             used.add(target.pk)
             new = EndpointReplica.objects.create(endpoint=endpoint, replacement_of=old, node=target)
             command = replica_queue_start(actor=actor, endpoint=endpoint, replica=new, node=target)
-            node_event_record(
+            endpoint_event_record(
+                endpoint=endpoint,
                 node_id=target.pk,
                 kind="endpoint.updating",
                 message=f"Endpoint {endpoint.hostname}: replica {new.server_id} of {endpoint.model_id} replaces "
                 f"{old.server_id} once it answers ({'; '.join(changes)})",
                 data={
-                    "endpoint": str(endpoint.pk),
                     "replaces": old.server_id,
                     "revision": {"old": old_revision, "new": new_revision},
                     "server_args": {"old": old_args, "new": new_args},

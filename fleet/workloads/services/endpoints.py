@@ -25,11 +25,11 @@ from cleverthis.tenancy.mixins import require_operator
 from cleverthis.tenancy.quotas import admit, locked_quota
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
 from fleet.payloads import MARKS
-from fleet.services import node_event_record
 from fleet.workloads.errors import error_help, error_sentence
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel
 from fleet.workloads.quotas import replica_ask
-from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION, node_event_record_failure
+from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION
+from fleet.workloads.services.endpoint_events import endpoint_event_record
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
 from kernel.exceptions import IllegalTransition
 
@@ -311,11 +311,11 @@ def endpoint_create(
         endpoint.save(update_fields=["start_command", "updated_at"])
         endpoint = endpoint_summarise(endpoint)
         for command in commands:
-            node_event_record(
+            endpoint_event_record(
+                endpoint=endpoint,
                 node_id=command.node_id,
                 kind="endpoint.starting",
                 message=f"Endpoint {endpoint.hostname} for {model_id}@{revision} requested by {actor.get_username()}",
-                data={"endpoint": str(endpoint.pk)},
                 command=command,
             )
     return endpoint
@@ -399,12 +399,12 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
                 created_by=command.created_by,
                 start_command=command,
             )
-            node_event_record(
+            endpoint_event_record(
+                endpoint=endpoint,
                 node_id=command.node_id,
                 kind="endpoint.starting",
                 message=f"Endpoint {endpoint.hostname} for {endpoint.model_id}@{endpoint.revision} requested by "
                 f"{command.created_by.get_username() if command.created_by else 'the control plane'}",
-                data={"endpoint": str(endpoint.pk)},
                 command=command,
             )
         replica = EndpointReplica.objects.select_for_update().filter(server_id=server_id).first()
@@ -502,10 +502,11 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
             if ok and port:
                 replica.status, replica.port = EndpointStatus.RUNNING, port
                 replica.failure_code = replica.failure_message = ""
-                node_event_record(
+                endpoint_event_record(
+                    endpoint=endpoint,
                     node_id=command.node_id,
                     kind="endpoint.running",
-                    message=f"Endpoint {endpoint.url} is running on port {port}",
+                    message=f"Endpoint {endpoint.url}: replica {replica.server_id} is running on port {port}",
                     command=command,
                 )
             else:
@@ -513,26 +514,35 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
                 message = command.error_message if not ok else "The agent reported success without a valid port."
                 replica.status = EndpointStatus.FAILED
                 replica.failure_code, replica.failure_message = code, message
-                node_event_record(
+                endpoint_event_record(
+                    endpoint=endpoint,
                     node_id=command.node_id,
                     kind="endpoint.failed",
-                    message=f"Endpoint {endpoint.hostname} failed to start: {error_sentence(code, message)}",
+                    message=f"Endpoint {endpoint.hostname}: replica {replica.server_id} failed to start: "
+                    f"{error_sentence(code, message)}",
                     data={"error_help": error_help(code)},
                     command=command,
                 )
         elif ok or command.error_code == "not_found":
             replica.status = EndpointStatus.STOPPED
-            node_event_record(
+            endpoint_event_record(
+                endpoint=endpoint,
                 node_id=command.node_id,
                 kind="endpoint.stopped",
-                message=f"Endpoint {endpoint.hostname} stopped",
+                message=f"Endpoint {endpoint.hostname}: replica {replica.server_id} stopped",
                 command=command,
             )
         else:
             replica.status = EndpointStatus.RUNNING if replica.port else EndpointStatus.FAILED
             replica.failure_code, replica.failure_message = command.error_code, command.error_message
-            node_event_record_failure(
-                command=command, kind="endpoint.failed", what=f"Endpoint {endpoint.hostname} could not be stopped"
+            endpoint_event_record(
+                endpoint=endpoint,
+                node_id=command.node_id,
+                kind="endpoint.failed",
+                message=f"Endpoint {endpoint.hostname}: replica {replica.server_id} could not be stopped: "
+                f"{error_sentence(command.error_code, command.error_message)}",
+                data={"error_help": error_help(command.error_code)},
+                command=command,
             )
         replica.save()
         return endpoint_summarise(endpoint)
@@ -585,10 +595,12 @@ def endpoints_reconcile(*, node: Node, inventory: protocol.Inventory) -> int:
                 replica.status = EndpointStatus.FAILED
                 replica.failure_code = "not_found"
                 replica.failure_message = "The node no longer runs this endpoint (agent or node restarted?)."
-                node_event_record(
+                endpoint_event_record(
+                    endpoint=endpoints[replica.endpoint_id],
                     node_id=node.pk,
                     kind="endpoint.failed",
-                    message=f"Endpoint {endpoints[replica.endpoint_id].hostname} is gone from the node",
+                    message=f"Endpoint {endpoints[replica.endpoint_id].hostname}: replica {replica.server_id} is gone "
+                    f"from node {node.name}",
                 )
             elif info.status == "running" and _valid_port(info.port):
                 if replica.status == EndpointStatus.RUNNING and replica.port == info.port:

@@ -171,6 +171,26 @@ def test_the_tokens_an_answer_reports_count_against_its_keys_tokens_per_minute(
     assert json.loads(refused.message)["error"]["limit"] == "tokens_per_minute"
 
 
+def test_answers_of_keys_without_a_tokens_limit_are_not_charged(fresh_window, endpoint, owner, workspace, settings):
+    settings.USAGE_FLUSH_S = 3600
+    raw = key(owner, workspace, requests_per_min=100)  # a limit, but none on tokens
+    request = scope(endpoint, raw)
+    assert isinstance(resolve(request), ProxyTarget)
+    key_id = request[API_KEY_ID_SCOPE_KEY]
+
+    async def answered() -> None:
+        usage = usage_meter.start(usage_meter.Subject(workspace.pk, endpoint.pk), {API_KEY_ID_SCOPE_KEY: key_id})
+        usage.head(200, [(b"content-type", b"application/json")])
+        usage.feed(json.dumps({"usage": {"prompt_tokens": 5, "completion_tokens": 7}}).encode())
+        usage.finish(complete=True)
+        assert not rate_limits._charging  # nothing sent to Redis
+        await asyncio.sleep(0)
+
+    asyncio.run(answered())
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    assert not list(client.scan_iter(match=f"{rate_limits.PREFIX}:tok:*"))
+
+
 def test_windows_end(endpoint, owner, workspace):
     limits = rate_limits.Limits(key_requests=1)
     assert asyncio.run(rate_limits.admit(7, endpoint.pk, limits, now=120.0)) is None

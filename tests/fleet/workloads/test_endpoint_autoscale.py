@@ -13,7 +13,7 @@ from agent import protocol
 from cleverthis.tenancy import services as tenancy_services
 from fleet.models import NodeEvent
 from fleet.workloads import services as workloads
-from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.models import Endpoint, EndpointEvent, EndpointReplica, EndpointStatus
 from fleet.workloads.tasks import endpoints_autoscale_tick
 from tests.fleet import agent_side
 
@@ -66,6 +66,9 @@ def test_scale_up_on_load_hold_through_the_cool_down_then_scale_down(cluster, re
     events = NodeEvent.objects.filter(kind="endpoint.scaled")
     assert events.count() == 2
     assert all("scaled 1 → 3: 300 requests/min over 1 replica(s), target 60/min each" in e.message for e in events)
+    logged = EndpointEvent.objects.filter(endpoint=endpoint, kind="endpoint.scaled")
+    assert sorted(e.node_id for e in logged) == sorted(r.node_id for r in serving(endpoint)[1:])
+    assert all(e.message == events[0].message for e in logged)  # the decision and its figures, on the endpoint
     for port, replica in enumerate(now_serving[1:], start=8002):
         agent_side.result(replica.start_command, port=port)
 

@@ -51,6 +51,8 @@ def test_a_replica_on_a_node_gone_offline_is_replaced_on_another_node(cluster, r
     event = NodeEvent.objects.get(node=c, kind="endpoint.replica_replaced")
     assert "node a is offline" in event.message
     assert lost.server_id in event.message
+    logged = endpoint.events.get(kind="endpoint.replica_replaced")  # the endpoint's own log has it too
+    assert (logged.node_id, logged.message, logged.data["replaced"]) == (c.pk, event.message, lost.server_id)
     endpoint.refresh_from_db()
     assert endpoint.status == EndpointStatus.RUNNING  # on b meanwhile
     assert endpoints_heal_tick() == {}  # nothing more to do

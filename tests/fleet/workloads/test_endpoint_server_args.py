@@ -18,7 +18,7 @@ from agent.workloads.engine import Engine
 from cleverthis.audit.models import AuditEntry
 from fleet.models import Command, Node, NodeEvent, NodeStatus
 from fleet.workloads import services as workloads
-from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.models import Endpoint, EndpointEvent, EndpointReplica, EndpointStatus
 from fleet.workloads.tasks import endpoints_heal_tick
 from kernel.exceptions import IllegalTransition
 from tests.fleet import agent_side
@@ -192,6 +192,9 @@ def test_an_args_only_update_rolls_every_replica_over(running, owner, settings):
     assert all(EndpointReplica.objects.get(pk=o.pk).status == EndpointStatus.STOPPING for o in olds)
     event = NodeEvent.objects.filter(kind="endpoint.updating").first()
     assert "server arguments --max-model-len 2048 → --max-model-len 4096" in event.message
+    logged = EndpointEvent.objects.filter(endpoint=endpoint, kind="endpoint.updating")
+    assert logged.count() == 2
+    assert logged.first().data["server_args"] == {"old": ARGS, "new": ["--max-model-len", "4096"]}
     entry = AuditEntry.objects.get(action="endpoint.update")
     assert entry.detail == {
         "revision": {"old": "main", "new": "main"},

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("fleet", "0018_endpoint_replicas"),
+        ("fleet", "0019_endpoint_events"),
     ]
 
     operations = [
