@@ -118,7 +118,8 @@ def endpoint_update(request: HttpRequest, pk: Any) -> HttpResponse:
         raise PermissionDenied("Only workspace Owners and Admins can update endpoints.")
     form = EndpointUpdateForm(request.POST)
     if not form.is_valid():
-        problems = [f"{form.fields[name].label or name}: {m}" for name, ms in form.errors.items() for m in ms]
+        labels = {name: field.label or name for name, field in form.fields.items()}
+        problems = [f"{labels.get(name, name)}: {m}" for name, ms in form.errors.items() for m in ms]
         messages.error(request, f"Endpoint {endpoint.hostname} was not updated: " + "; ".join(problems))
         return _back(request, endpoint)
     try:
