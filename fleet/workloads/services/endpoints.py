@@ -89,6 +89,8 @@ def validate_server_args(value: Any, field: str = "server_args") -> list[str]:
     (`protocol.ENDPOINT_AGENT_ARGS`: port, host, model, ...), named in the message. ValidationError on `field`."""
     if not isinstance(value, list) or not all(isinstance(arg, str) for arg in value):
         raise ValidationError({field: "Must be a list of strings, one server argument each."})
+    if len(value) > MAX_SERVER_ARGS:  # before looking at each one
+        raise ValidationError({field: f"At most {MAX_SERVER_ARGS} arguments (got {len(value)})."})
     args: list[str] = []
     for arg in value:
         match = _OPTION_AND_VALUE.match(arg)

@@ -107,6 +107,8 @@ def test_flags_the_agent_sets_are_refused_by_name(given, said):
         (["--max-model-len", 2048], "Must be a list of strings"),
         ({"--max-model-len": "2048"}, "Must be a list of strings"),
         (["-x"] * 65, "At most 64 arguments (got 65)."),
+        (["-x 1"] * 33, "At most 64 arguments (got 66)."),  # counted once split
+        (["-x"] * 100_000, "At most 64 arguments (got 100000)."),
         (["--a", "x" * 501], "at most 500 characters per argument"),
         (["--a", "b\x00c"], "cannot hold a NUL character"),
     ],
