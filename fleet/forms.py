@@ -178,6 +178,18 @@ class EndpointStartForm(CommandForm):
     )
     port = forms.IntegerField(required=False, min_value=0, max_value=65535)
     gpus = forms.IntegerField(required=False, min_value=0, label="GPUs")
+    extra_args = forms.CharField(
+        max_length=40_000,
+        required=False,
+        label="Server arguments",
+        help_text="vLLM arguments every replica starts with, shell-style, e.g. --max-model-len 2048",
+    )
+
+    def clean_extra_args(self) -> list[str]:
+        try:
+            return shlex.split(self.cleaned_data["extra_args"])
+        except ValueError as exc:
+            raise ValidationError(f"Cannot parse the server arguments: {exc} (check the quotes).") from None
 
     def __init__(self, *args: Any, cached: dict[str, list[str]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -66,6 +66,7 @@ from agent.protocol.frames import (
 from agent.protocol.payloads import (
     AGENT_PACKAGE_CONTEXT,
     COMMAND_TYPES,
+    ENDPOINT_AGENT_ARGS,
     PAYLOAD_TYPES,
     AgentUpdatePayload,
     CommandType,
@@ -84,6 +85,7 @@ from agent.protocol.payloads import (
     RayStatusPayload,
     RayWorkerStartPayload,
     agent_package_message,
+    endpoint_arg_reserved,
     parse_payload,
 )
 from agent.protocol.proofs import (
@@ -187,6 +189,7 @@ __all__ = [
     "COMMAND_TYPES",
     "CONTROL_FRAME_TYPES",
     "DEFAULT_STREAM_WINDOW",
+    "ENDPOINT_AGENT_ARGS",
     "ENDPOINT_ID_RE",
     "ENTRY_OVERHEAD",
     "ERROR_CODES",
@@ -280,6 +283,7 @@ __all__ = [
     "encode",
     "encode_batch",
     "encode_stream_frames",
+    "endpoint_arg_reserved",
     "entry_size",
     "field_rules",
     "from_dict",

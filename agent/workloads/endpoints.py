@@ -32,11 +32,39 @@ import requests
 
 from agent.errors import CommandFailed
 from agent.executors.base import ProgressFn
-from agent.protocol import EndpointInfo, EndpointStartPayload, EndpointStopPayload, GpuInfo
+from agent.protocol import (
+    EndpointInfo,
+    EndpointStartPayload,
+    EndpointStopPayload,
+    GpuInfo,
+    endpoint_arg_reserved,
+)
 from agent.workloads.engine import VLLM_MODULE, Engine, choose_engine, cpu_bytes_needed, weights_bytes
 from agent.workloads.models import ModelCache
 
 VLLM_COMMAND = [sys.executable, "-m", VLLM_MODULE]
+
+
+def server_argv(engine: Engine, model_path: Path, port: int, payload: EndpointStartPayload) -> list[str]:
+    """The server's command line: the engine's program, the flags the agent sets (`ENDPOINT_AGENT_ARGS`),
+    the device's defaults, then the endpoint's own `extra_args` (a later flag wins in vLLM)."""
+    argv = [
+        *engine.program,
+        "--model",
+        str(model_path),
+        "--port",
+        str(port),
+        "--served-model-name",
+        payload.model_id,
+        "--host",
+        "127.0.0.1",
+    ]
+    argv += engine.args()
+    if payload.gpus > 1:
+        argv += ["--tensor-parallel-size", str(payload.gpus)]
+    return argv + list(payload.extra_args)
+
+
 STATE_FILE = "endpoints.json"
 LOG_TAIL_BYTES = 4000
 START_LOG_TAIL_BYTES = 2000
@@ -162,6 +190,12 @@ class EndpointManager:
                     "pid": current["pid"],
                     "device": current.get("device", "cpu"),
                 }
+            for arg in payload.extra_args:
+                if endpoint_arg_reserved(arg):
+                    raise CommandFailed(
+                        "invalid_payload",
+                        f"extra argument {arg!r} sets {endpoint_arg_reserved(arg)}, which the agent sets itself",
+                    )
             model_path = self.models.path_for(payload.model_id, payload.revision)
             if model_path is None:
                 raise CommandFailed(
@@ -177,21 +211,7 @@ class EndpointManager:
             port = payload.port or _free_port()
             if payload.port and _port_in_use(port):
                 raise CommandFailed("conflict", f"port {port} is already in use on this node")
-            argv = [
-                *engine.program,
-                "--model",
-                str(model_path),
-                "--port",
-                str(port),
-                "--served-model-name",
-                payload.model_id,
-                "--host",
-                "127.0.0.1",
-            ]
-            argv += engine.args()
-            if payload.gpus > 1:
-                argv += ["--tensor-parallel-size", str(payload.gpus)]
-            argv += list(payload.extra_args)
+            argv = server_argv(engine, model_path, port, payload)
             env = engine.env(dict(os.environ))
             if chosen:
                 # The indices are NVML's, which count GPUs in PCI bus order; CUDA counts fastest first unless

@@ -1,5 +1,5 @@
-"""REST API for workloads: /containers/, /models/ (model locations), /endpoints/ (+ POST .../stop/ and
-.../update_revision/, GET .../events/).
+"""REST API for workloads: /containers/, /models/ (model locations), /endpoints/ (+ POST .../stop/,
+.../update/ and .../update_revision/, GET .../events/).
 
 Exported as `router` (a SimpleRouter, no API root view) for inclusion under /api/v1/. Every queryset
 is scoped by `WorkspaceScopedMixin`, lists are filtered by the filtersets of `fleet.workloads.filters`;
@@ -12,14 +12,14 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch, QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from cleverthis.tenancy.mixins import WorkspaceScopedMixin
+from cleverthis.tenancy.mixins import WorkspaceScopedMixin, require_operator
 from cleverthis.tenancy.selectors import workspace_ids
 from fleet.api.views import FilteredMixin
 from fleet.models import ComputeCluster, Node
@@ -163,6 +163,7 @@ class EndpointSerializer(serializers.ModelSerializer):
             "revision",
             "gpus",
             "min_vram_mb",
+            "server_args",
             "status",
             "port",
             "public",
@@ -189,6 +190,32 @@ class EndpointSerializer(serializers.ModelSerializer):
 
     def get_error_help(self, obj: Endpoint) -> dict[str, str] | None:
         return error_help(obj.failure_code)
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string"}, "maxItems": workload_services.MAX_SERVER_ARGS})
+class ServerArgsField(serializers.JSONField):
+    """An endpoint's server arguments: a JSON list of strings, checked by `validate_server_args` (bounds,
+    no flag the agent sets itself), `"--max-model-len 2048"` split into option and value."""
+
+    def to_internal_value(self, data: Any) -> list[str]:
+        try:
+            return workload_services.validate_server_args(super().to_internal_value(data))
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict["server_args"]) from None
+
+
+def _revision(value: str) -> str:
+    if not workload_services.REVISION_RE.match(value) or ".." in value:
+        raise serializers.ValidationError("Not a valid revision (a branch, tag or commit hash).")
+    return value
+
+
+class _NoUnknownFields(serializers.Serializer):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: "Unknown field." for name in unknown})
+        return attrs
 
 
 class EndpointCreateSerializer(serializers.Serializer):
@@ -226,6 +253,7 @@ class EndpointCreateSerializer(serializers.Serializer):
         default=300,
         help_text="Seconds without requests after which an endpoint with min_replicas 0 scales to zero.",
     )
+    server_args = ServerArgsField(required=False, default=list)
 
     def validate_model_id(self, value: str) -> str:
         try:
@@ -245,15 +273,23 @@ class EndpointCreateSerializer(serializers.Serializer):
         return attrs
 
 
-class EndpointUpdateSerializer(serializers.Serializer):
-    """Input of POST /endpoints/<id>/update_revision/."""
+class EndpointRevisionSerializer(serializers.Serializer):
+    """Input of POST /endpoints/<id>/update_revision/ (the revision alone; `update/` takes more)."""
 
-    revision = serializers.CharField(max_length=workload_services.MAX_REVISION)
+    revision = serializers.CharField(max_length=workload_services.MAX_REVISION, validators=[_revision])
 
-    def validate_revision(self, value: str) -> str:
-        if not workload_services.REVISION_RE.match(value) or ".." in value:
-            raise serializers.ValidationError("Not a valid revision (a branch, tag or commit hash).")
-        return value
+
+class EndpointUpdateSerializer(_NoUnknownFields):
+    """Input of POST /endpoints/<id>/update/: the new revision and/or server arguments (left out: kept)."""
+
+    revision = serializers.CharField(max_length=workload_services.MAX_REVISION, required=False, validators=[_revision])
+    server_args = ServerArgsField(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        if "revision" not in attrs and "server_args" not in attrs:
+            raise serializers.ValidationError({"revision": "Give a revision and/or server_args to update to."})
+        return attrs
 
 
 # --------------------------------------------------------------------------------------------------
@@ -369,6 +405,7 @@ class EndpointViewSet(
             target_tokens_per_s=values["target_tokens_per_s"],
             scale_cooldown_s=values["scale_cooldown_s"],
             idle_timeout_s=values["idle_timeout_s"],
+            server_args=values["server_args"],
         )
         endpoint = self.get_base_queryset().get(pk=endpoint.pk)
         return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)
@@ -389,13 +426,27 @@ class EndpointViewSet(
         return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
 
     @extend_schema(request=EndpointUpdateSerializer, responses={200: EndpointSerializer})
-    @action(detail=True, methods=["post"])
-    def update_revision(self, request: Request, pk: str | None = None) -> Response:
-        """Roll the endpoint over to another model revision: new replicas first, the old ones stop after."""
+    @action(detail=True, methods=["post"], url_path="update")
+    def rolling_update(self, request: Request, pk: str | None = None) -> Response:
+        """Roll the endpoint over to another model revision and/or other server arguments (what is left out
+        stays): new replicas first, each old one leaves rotation once its replacement answers."""
+        endpoint = self.get_object()
+        require_operator(request.user, endpoint.cluster.workspace, what="update endpoints")  # 403 before 400
         data = EndpointUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        endpoint = workload_services.endpoint_update(actor=request.user, endpoint=endpoint, **data.validated_data)
+        return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
+
+    @extend_schema(request=EndpointRevisionSerializer, responses={200: EndpointSerializer})
+    @action(detail=True, methods=["post"])
+    def update_revision(self, request: Request, pk: str | None = None) -> Response:
+        """Roll the endpoint over to another model revision (as `update/` with a revision alone)."""
+        endpoint = self.get_object()
+        require_operator(request.user, endpoint.cluster.workspace, what="update endpoints")
+        data = EndpointRevisionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
         endpoint = workload_services.endpoint_update(
-            actor=request.user, endpoint=self.get_object(), revision=data.validated_data["revision"]
+            actor=request.user, endpoint=endpoint, revision=data.validated_data["revision"]
         )
         return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
 

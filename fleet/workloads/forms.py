@@ -1,12 +1,44 @@
-"""Page forms of workloads: a new endpoint on a cluster's Endpoints tab (Owner/Admin)."""
+"""Page forms of workloads: a new endpoint on a cluster's Endpoints tab, and an endpoint's rolling update
+(revision and server arguments, one shell-style line) — Owners and Admins."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError
 
-from fleet.workloads.services import MAX_IDLE_TIMEOUT_S, MAX_REPLICAS
+from fleet.workloads.services import (
+    MAX_IDLE_TIMEOUT_S,
+    MAX_REPLICAS,
+    MAX_REVISION,
+    MAX_TARGET_IN_FLIGHT,
+    MAX_TARGET_TOKENS_PER_S,
+)
+
+
+def server_args_line(args: list[str]) -> str:
+    """Server arguments as the one line the forms show (quoted as a shell would)."""
+    return shlex.join(args)
+
+
+def parse_server_args_line(line: str) -> list[str]:
+    """One line of server arguments split as a shell would (`--max-model-len 2048 --dtype half`)."""
+    try:
+        return shlex.split(line)
+    except ValueError as exc:
+        raise ValidationError(f"Cannot parse the server arguments: {exc} (check the quotes).") from None
+
+
+def _server_args_field() -> forms.CharField:
+    return forms.CharField(
+        max_length=40_000,
+        required=False,
+        strip=True,
+        label="Server arguments",
+        help_text="vLLM arguments, shell-style, e.g. --max-model-len 2048 --gpu-memory-utilization 0.8",
+    )
 
 
 class EndpointCreateForm(forms.Form):
@@ -31,9 +63,52 @@ class EndpointCreateForm(forms.Form):
         label="Idle timeout (s)",
         help_text="With min replicas 0: seconds without requests before it scales to zero.",
     )
+    target_in_flight = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_TARGET_IN_FLIGHT,
+        required=False,
+        label="Target requests in flight",
+        help_text="Per replica; the autoscaler adds replicas above it (0 or empty: off).",
+    )
+    target_tokens_per_s = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_TARGET_TOKENS_PER_S,
+        required=False,
+        label="Target tokens/s",
+        help_text="Per replica.",
+    )
+    target_requests_per_min = forms.IntegerField(
+        min_value=0, max_value=10_000_000, required=False, label="Target requests/min", help_text="Per replica."
+    )
+    scale_cooldown_s = forms.IntegerField(
+        min_value=0,
+        max_value=86_400,
+        initial=120,
+        required=False,
+        label="Cool-down (s)",
+        help_text="Between two scaling changes (default 120).",
+    )
+    server_args = _server_args_field()
 
     def __init__(self, *args: Any, cached: dict[str, list[str]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["model_id"].choices = [("", "— choose a cached model —")] + [
             (model, f"{model} (on {', '.join(names)})") for model, names in sorted((cached or {}).items())
         ]
+
+    def clean_server_args(self) -> list[str]:
+        return parse_server_args_line(self.cleaned_data["server_args"])
+
+
+class EndpointUpdateForm(forms.Form):
+    """A rolling update from the Endpoints page: the revision and server arguments to roll over to."""
+
+    revision = forms.CharField(max_length=MAX_REVISION)
+    server_args = _server_args_field()
+
+    def clean_server_args(self) -> list[str]:
+        return parse_server_args_line(self.cleaned_data["server_args"])
+
+    def changes(self) -> dict[str, Any]:
+        """The service's keyword arguments."""
+        return {"revision": self.cleaned_data["revision"], "server_args": self.cleaned_data["server_args"]}

@@ -165,6 +165,9 @@ class Endpoint(models.Model):
     revision = models.CharField(max_length=200, default="main")
     gpus = models.PositiveIntegerField(default=0)
     min_vram_mb = models.PositiveIntegerField(default=0)
+    # The server arguments every replica starts with (`extra_args` of its endpoint.start, after the agent's
+    # own flags), validated by `services.endpoints.validate_server_args`; changed by a rolling update.
+    server_args = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=16, choices=EndpointStatus.choices, default=EndpointStatus.PENDING)
     port = models.PositiveIntegerField(default=0)
     public = models.BooleanField(default=False)

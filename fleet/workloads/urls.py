@@ -11,6 +11,7 @@ urlpatterns = [
     path("clusters/<uuid:pk>/endpoints/", views.cluster_endpoints, name="cluster_endpoints"),
     path("endpoints/<uuid:pk>/", views.endpoint_detail, name="endpoint_detail"),
     path("clusters/<uuid:pk>/endpoints/new/", views.cluster_endpoint_create, name="cluster_endpoint_create"),
+    path("endpoints/<uuid:pk>/update/", views.endpoint_update, name="endpoint_update"),
     path("endpoints/<uuid:pk>/<slug:action>/", views.endpoint_action, name="endpoint_action"),
     path("api-keys/", key_views.api_key_list, name="api_key_list"),
     path("api-keys/<int:pk>/revoke/", key_views.api_key_revoke, name="api_key_revoke"),

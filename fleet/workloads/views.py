@@ -1,7 +1,8 @@
 """Endpoint pages: every inference endpoint of the user's workspaces, overall and per cluster, with its
-replicas (node, state, requests in flight over all web processes) and start/stop for Owners and Admins
-(htmx: the table alone, polled while an endpoint or one of its replicas is on its way); one endpoint's page
-with its settings, its replicas' load (requests in flight, tokens/s; polled) and its event log."""
+replicas (node, state, requests in flight over all web processes), start/stop and a rolling update
+(revision, server arguments) for Owners and Admins (htmx: the table alone, polled while an endpoint or one
+of its replicas is on its way); one endpoint's page with its settings, its replicas' load (requests in
+flight, tokens/s; polled) and its event log."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from fleet.models import ComputeCluster
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
-from fleet.workloads.forms import EndpointCreateForm
+from fleet.workloads.forms import EndpointCreateForm, EndpointUpdateForm, server_args_line
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel
 from fleet.workloads.services import PlacementError
 from kernel.exceptions import IllegalTransition
@@ -54,6 +55,7 @@ def _rows(request: HttpRequest, endpoints: list[Endpoint]) -> list[dict[str, Any
                 "log_tail": endpoint.failure_message or ((start.result or {}).get("log_tail", "") if start else ""),
                 "error_help": error_help(endpoint.failure_code),
                 "replicas": _replica_rows(list(endpoint.replicas.all()), loads),
+                "server_args": server_args_line(endpoint.server_args),
             }
         )
     return rows
@@ -148,6 +150,11 @@ def cluster_endpoint_create(request: HttpRequest, pk: Any) -> HttpResponse:
             min_replicas=values["min_replicas"],
             max_replicas=values["max_replicas"],
             idle_timeout_s=values["idle_timeout_s"],
+            target_in_flight=values["target_in_flight"] or 0,
+            target_tokens_per_s=values["target_tokens_per_s"] or 0,
+            target_requests_per_min=values["target_requests_per_min"] or 0,
+            scale_cooldown_s=120 if values["scale_cooldown_s"] is None else values["scale_cooldown_s"],
+            server_args=values["server_args"],
         )
     except ValidationError as exc:
         apply_service_errors(form, exc)
@@ -177,8 +184,42 @@ def endpoint_action(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
         messages.error(request, "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc))
     else:
         messages.success(request, f"Endpoint {endpoint.hostname}: {action} requested.")
+    return _back(request, endpoint)
+
+
+def _back(request: HttpRequest, endpoint: Endpoint) -> HttpResponse:
     if request.POST.get("from") == "cluster":
         return redirect("workloads:cluster_endpoints", pk=endpoint.cluster_id)
     if request.POST.get("from") == "detail":
         return redirect("workloads:endpoint_detail", pk=endpoint.pk)
     return redirect("workloads:endpoint_list")
+
+
+@login_required
+@require_POST
+def endpoint_update(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Roll a running endpoint over to the posted revision and server arguments (Owner/Admin); what went
+    wrong (a field's message, nothing to change, no room) comes back as a message on the page."""
+    endpoint = get_object_or_404(selectors.endpoint_list(user=request.user), pk=pk)
+    if not can_operate(request.user, endpoint.cluster.workspace):
+        raise PermissionDenied("Only workspace Owners and Admins can update endpoints.")
+    form = EndpointUpdateForm(request.POST)
+    if not form.is_valid():
+        labels = {name: field.label or name for name, field in form.fields.items()}
+        problems = [f"{labels.get(name, name)}: {m}" for name, ms in form.errors.items() for m in ms]
+        messages.error(request, f"Endpoint {endpoint.hostname} was not updated: " + "; ".join(problems))
+        return _back(request, endpoint)
+    try:
+        workload_services.endpoint_update(actor=request.user, endpoint=endpoint, **form.changes())
+    except ValidationError as exc:
+        problems = [m for ms in exc.message_dict.values() for m in ms] if hasattr(exc, "error_dict") else exc.messages
+        messages.error(request, f"Endpoint {endpoint.hostname} was not updated: " + "; ".join(problems))
+    except (IllegalTransition, PlacementError) as exc:
+        messages.error(request, f"Endpoint {endpoint.hostname} was not updated: {exc}")
+    else:
+        messages.success(
+            request,
+            f"Endpoint {endpoint.hostname}: rolling update started; each old replica serves until its "
+            "replacement answers.",
+        )
+    return _back(request, endpoint)

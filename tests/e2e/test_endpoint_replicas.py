@@ -2,9 +2,11 @@
 spread over both servers; once one agent dies every request is still answered, by the other; once its node
 is offline the healing pass starts a replacement (on the surviving node, the only other one holding the
 model) and requests spread over both servers again. The autoscaler adds a replica under load (on the
-other node) and stops it again when idle, requests following; with a target of requests in flight it adds
-one while streams are held open, reading the figures every web process publishes, and says why. A server
-that hangs (SIGSTOP) is found by its agent's health probes: out of rotation, stopped, replaced.
+other node) and retires it again when idle, requests following; with a target of requests in flight it
+adds one while streams are held open, reading the figures every web process publishes, and says why. A
+server that hangs (SIGSTOP) is found by its agent's health probes: out of rotation, stopped, replaced.
+Rolling updates (a new revision; new server arguments) answer every request on the way, and afterwards
+only the new servers answer.
 
 vLLM cannot run here (its wheel pins a CUDA torch): each agent starts the OpenAI-compatible stand-in
 `tests.support.openai_standin`, which names the server that answered (`X-Served-By`).
@@ -367,3 +369,64 @@ def test_requests_held_in_flight_make_the_autoscaler_add_a_replica_and_say_why(
     ).json()["results"]
     (scaled,) = [e for e in events if e["kind"] == "endpoint.scaled"]
     assert "5 requests in flight" in scaled["message"]
+
+
+def test_an_update_of_the_server_arguments_answers_every_request_and_the_new_args_take_effect(
+    control_plane, cluster, operator, two_nodes, settings
+):
+    """The stand-in honours `--max-model-len` as vLLM does (its model list says `max_model_len`): a client
+    calling the endpoint throughout sees no failure, and afterwards only new servers with the new length."""
+    settings.ENDPOINT_DRAIN_S = 3  # longer than the web server's route cache (PROXY_ROUTE_CACHE_S, 2 s)
+    user, _ = operator
+    endpoint = workload_services.endpoint_create(
+        actor=user, cluster=cluster, model_id="acme/tiny", min_replicas=2, server_args=["--max-model-len", "32"]
+    )
+    olds = [settled(r.pk) for r in EndpointReplica.objects.filter(endpoint=endpoint)]
+    assert [r.status for r in olds] == [EndpointStatus.RUNNING] * 2, [r.failure_message for r in olds]
+    ask = asker(control_plane, endpoint, user)
+    auth = {"Authorization": ask().request.headers["Authorization"], "Host": endpoint.hostname}
+    answered: list[tuple[str, int | None]] = []  # (server, its max_model_len; None for a chat completion)
+    failed: list[str] = []
+    stop = threading.Event()
+
+    def keep_asking() -> None:
+        while not stop.is_set():
+            try:
+                answered.append((ask().headers["x-served-by"], None))  # a chat completion, asserted answered
+                listed = requests.get(f"{control_plane.url}/v1/models", headers=auth, timeout=60)
+                assert listed.status_code == 200, listed.text
+                answered.append((listed.headers["x-served-by"], listed.json()["data"][0]["max_model_len"]))
+            except Exception as exc:  # any failure is what this test is about
+                failed.append(repr(exc))
+
+    caller = threading.Thread(target=keep_asking)
+    caller.start()
+    try:
+        wait_until(lambda: len(answered) >= 4, timeout=30, what="answers before the update")
+        workload_services.endpoint_update(actor=user, endpoint=endpoint, server_args=["--max-model-len 64"])
+        news = [EndpointReplica.objects.get(replacement_of=old) for old in olds]
+        assert [n.start_command.payload["extra_args"] for n in news] == [["--max-model-len", "64"]] * 2
+        assert [settled(n.pk).status for n in news] == [EndpointStatus.RUNNING] * 2
+        wait_until(
+            lambda: (
+                endpoints_heal_tick() is not None
+                and all(EndpointReplica.objects.get(pk=o.pk).status == EndpointStatus.STOPPED for o in olds)
+            ),
+            timeout=60,
+            interval=0.5,
+            what="the old replicas drained and stopped",
+        )
+        mark = len(answered)
+        wait_until(lambda: len(answered) >= mark + 6, timeout=30, what="more answers")
+    finally:
+        stop.set()
+        caller.join(60)
+    assert failed == []
+    old_servers = {f"127.0.0.1:{o.port}" for o in olds}
+    new_servers = {f"127.0.0.1:{EndpointReplica.objects.get(pk=n.pk).port}" for n in news}
+    assert {length for server, length in answered[:mark] if server in old_servers} - {None} == {32}
+    assert {server for server, _ in answered[mark:]} == new_servers
+    assert {length for _, length in answered[mark:]} - {None} == {64}
+    for server in new_servers:  # each new server, asked directly on its node
+        listed = requests.get(f"http://{server}/v1/models", timeout=10).json()
+        assert listed["data"][0]["max_model_len"] == 64

@@ -16,6 +16,10 @@ passes events on as they are produced, with no wall-clock measure.
 
 Every answer carries ``X-Served-By: <host>:<port>`` (not vLLM's): tests of an endpoint's replicas see which
 server answered.
+
+``--max-model-len N`` is honoured as vLLM does: ``GET /v1/models`` lists ``max_model_len`` for the model
+(default: ``max_position_embeddings`` of its ``config.json``, else 2048), and a chat request whose prompt
+(counted in words) is longer is refused with 400, so tests see which server arguments a server runs with.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     # case for whoever stops the server), printed as "engine child pid <pid>".
     parser.add_argument("--engine-child", action="store_true")
     parser.add_argument("--stream-gate", type=Path, default=None)
+    parser.add_argument("--max-model-len", type=int, default=None)
     args, _ignored = parser.parse_known_args(argv)
     return args
 
@@ -56,8 +61,25 @@ def wait_for_gate(gate: Path | None) -> None:
         time.sleep(0.05)
 
 
-def make_handler(model_name: str, stream_gate: Path | None = None) -> type[BaseHTTPRequestHandler]:
-    """The request handler serving `model_name` (streamed answers held before their last word by `stream_gate`)."""
+DEFAULT_MAX_MODEL_LEN = 2048
+
+
+def model_max_len(model_dir: Path, given: int | None) -> int:
+    """The context length served: `--max-model-len`, else the model config's, else `DEFAULT_MAX_MODEL_LEN`."""
+    if given is not None:
+        return given
+    try:
+        configured = json.loads((model_dir / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        configured = None
+    return configured if isinstance(configured, int) and configured > 0 else DEFAULT_MAX_MODEL_LEN
+
+
+def make_handler(
+    model_name: str, stream_gate: Path | None = None, max_model_len: int = DEFAULT_MAX_MODEL_LEN
+) -> type[BaseHTTPRequestHandler]:
+    """The request handler serving `model_name` with a context of `max_model_len` (streamed answers held
+    before their last word by `stream_gate`)."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -80,7 +102,8 @@ def make_handler(model_name: str, stream_gate: Path | None = None) -> type[BaseH
 
         def do_GET(self) -> None:
             if self.path == "/v1/models":
-                self._json(200, {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "vllm"}]})
+                card = {"id": model_name, "object": "model", "owned_by": "vllm", "max_model_len": max_model_len}
+                self._json(200, {"object": "list", "data": [card]})
             elif self.path == "/health":
                 self._json(200, {})
             else:
@@ -107,6 +130,13 @@ def make_handler(model_name: str, stream_gate: Path | None = None) -> type[BaseH
                 "completion_tokens": len(answer.split()),
             }
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            if usage["prompt_tokens"] > max_model_len:
+                message = (
+                    f"This model's maximum context length is {max_model_len} tokens. However, your request has "
+                    f"{usage['prompt_tokens']} input tokens. Please reduce the length of the input messages."
+                )
+                self._json(400, {"error": {"message": message, "type": "BadRequestError", "code": 400}})
+                return
             if request.get("stream"):
                 with_usage = bool((request.get("stream_options") or {}).get("include_usage"))
                 self._stream(completion_id, answer, usage if with_usage else None)
@@ -174,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True, stdin=subprocess.DEVNULL
         )
         print(f"engine child pid {child.pid}", flush=True)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(name, args.stream_gate))
+    handler = make_handler(name, args.stream_gate, model_max_len(model_dir, args.max_model_len))
+    server = ThreadingHTTPServer((args.host, args.port), handler)
     server.daemon_threads = True
     print(f"openai-standin serving {name} on {args.host}:{args.port}", flush=True)
     try:

@@ -31,6 +31,8 @@ from fleet.workloads.services.endpoint_updates import endpoint_update
 from fleet.workloads.services.endpoints import (
     MAX_IDLE_TIMEOUT_S,
     MAX_REPLICAS,
+    MAX_SERVER_ARG_LENGTH,
+    MAX_SERVER_ARGS,
     MAX_TARGET_IN_FLIGHT,
     MAX_TARGET_TOKENS_PER_S,
     REVISION_RE,
@@ -45,6 +47,7 @@ from fleet.workloads.services.endpoints import (
     endpoints_reconcile,
     node_free_vram_mb,
     validate_model_id,
+    validate_server_args,
 )
 from fleet.workloads.services.node_models import (
     node_model_record_download_failed,
@@ -57,6 +60,8 @@ __all__ = [
     "MAX_MODEL_ID",
     "MAX_REPLICAS",
     "MAX_REVISION",
+    "MAX_SERVER_ARGS",
+    "MAX_SERVER_ARG_LENGTH",
     "MAX_TARGET_IN_FLIGHT",
     "MAX_TARGET_TOKENS_PER_S",
     "REF_OUTCOME",
@@ -95,4 +100,5 @@ __all__ = [
     "node_models_reconcile",
     "system_actor",
     "validate_model_id",
+    "validate_server_args",
 ]

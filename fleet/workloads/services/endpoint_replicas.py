@@ -28,7 +28,9 @@ _PRECEDENCE = (
 def replica_queue_start(
     *, actor: AbstractBaseUser | None, endpoint: Endpoint, replica: EndpointReplica, node: Node
 ) -> Command:
-    """Queue `endpoint.start` of `replica` on `node`; the replica is pending there with this command."""
+    """Queue `endpoint.start` of `replica` on `node` with the endpoint's current model, revision and server
+    arguments (every start of a replica comes here: placement, restart, healing, the autoscaler, rolling
+    updates); the replica is pending there with this command."""
     (command,) = command_queue(
         actor=actor,
         cluster=endpoint.cluster,
@@ -39,6 +41,7 @@ def replica_queue_start(
             "revision": endpoint.revision,
             "gpus": endpoint.gpus,
             "min_vram_mb": endpoint.min_vram_mb,
+            "extra_args": list(endpoint.server_args),
         },
         node=node,
     )

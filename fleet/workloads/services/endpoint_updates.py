@@ -1,7 +1,8 @@
-"""Rolling update of an endpoint to another model revision: new replicas first, the old ones after.
+"""Rolling update of an endpoint to another model revision and/or other server arguments: new replicas
+first, the old ones after.
 
-`endpoint_update` starts, for each serving replica, a replacement of the new revision (placed like new
-replicas: on nodes holding that revision where it fits) and leaves the old replicas serving. Each old
+`endpoint_update` starts, for each serving replica, a replacement with the new revision and arguments (placed
+like new replicas: on nodes holding that revision where it fits) and leaves the old replicas serving. Each old
 replica leaves rotation once its replacement runs, and is stopped `ENDPOINT_DRAIN_S` later by the healing
 pass (`endpoint_heal`), so requests keep being answered throughout: by the old replicas until the new ones
 pass their readiness check (the agent reports `endpoint.start` done only once the server answers), then
@@ -10,7 +11,11 @@ by the new ones. A replacement that fails to start leaves its old replica servin
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from cleverthis.audit.services import on, operator_action
@@ -19,40 +24,84 @@ from cleverthis.tenancy.quotas import locked_quota
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.endpoint_events import endpoint_event_record
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start
-from fleet.workloads.services.endpoints import pick_replica_node, validate_revision
+from fleet.workloads.services.endpoints import pick_replica_node, validate_revision, validate_server_args
 from kernel.exceptions import IllegalTransition
 
 _SERVING = (EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING)
 
 
-@operator_action(
-    "endpoint.update",
-    target=on("endpoint", "endpoint"),
-    detail=lambda kw, _: {"revision": str(kw.get("revision"))[:200]},
-)
-def endpoint_update(*, actor: AbstractBaseUser, endpoint: Endpoint, revision: str) -> Endpoint:
-    """Roll a running endpoint over to `revision` (Owner/Admin only; see the module). 409 when it is not
-    running or already serves that revision, or (`PlacementError`, `QuotaExceeded`; nothing written) when
-    a new replica fits on no node or the workspace's GPU/VRAM quota cannot hold old and new side by side."""
+def _asked(value: Any) -> Any:
+    """An asked value as the audit trail keeps it (bounded; a malformed one as its repr)."""
+    if isinstance(value, str):
+        return value[:200]
+    if isinstance(value, list) and all(isinstance(a, str) for a in value):
+        return [a[:200] for a in value[:64]]
+    return repr(value)[:200]
+
+
+def _update_detail(kw: Mapping[str, Any], value: Endpoint | None) -> dict[str, Any]:
+    """The audit detail: `{"revision": {"old", "new"}, "server_args": {"old", "new"}}` once done; what was
+    asked when refused."""
+    if value is not None:
+        old_revision, old_args = value.rolled_from
+        return {
+            "revision": {"old": old_revision, "new": value.revision},
+            "server_args": {"old": old_args, "new": value.server_args},
+        }
+    return {name: _asked(kw[name]) for name in ("revision", "server_args") if kw.get(name) is not None}
+
+
+def _args_text(args: list[str]) -> str:
+    return " ".join(args) if args else "no extra server arguments"
+
+
+@operator_action("endpoint.update", target=on("endpoint", "endpoint"), detail=_update_detail)
+def endpoint_update(
+    *,
+    actor: AbstractBaseUser,
+    endpoint: Endpoint,
+    revision: str | None = None,
+    server_args: list[str] | None = None,
+) -> Endpoint:
+    """Roll a running endpoint over to `revision` and/or `server_args` (None: keep the current one; Owner/Admin
+    only; see the module). 400 (ValidationError) for a malformed value or neither given; 409 when it is not
+    running or already serves that revision with those arguments, or (`PlacementError`, `QuotaExceeded`;
+    nothing written) when a new replica fits on no node or the workspace's GPU/VRAM quota cannot hold old
+    and new side by side. The returned endpoint's `rolled_from` is its (revision, server_args) before."""
     require_operator(actor, endpoint.cluster.workspace)
-    validate_revision(revision)
+    if revision is None and server_args is None:
+        raise ValidationError({"revision": "Give a revision and/or server_args to update the endpoint to."})
+    if revision is not None:
+        validate_revision(revision)
+    if server_args is not None:
+        server_args = validate_server_args(server_args)
     with transaction.atomic():
         locked_quota(endpoint.cluster.workspace_id)  # first: the lock order of admissions (tenancy.quotas)
         endpoint = Endpoint.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=endpoint.pk)
         if endpoint.status != EndpointStatus.RUNNING:
             raise IllegalTransition(f"This endpoint is {endpoint.status}; only a running one can be updated.")
-        if revision == endpoint.revision:
-            raise IllegalTransition(f"This endpoint serves {endpoint.model_id}@{revision} already.")
-        old_revision, endpoint.revision = endpoint.revision, revision
-        endpoint.save(update_fields=["revision", "updated_at"])
+        old_revision, old_args = endpoint.revision, list(endpoint.server_args)
+        new_revision = old_revision if revision is None else revision
+        new_args = old_args if server_args is None else server_args
+        if (new_revision, new_args) == (old_revision, old_args):
+            raise IllegalTransition(
+                f"This endpoint serves {endpoint.model_id}@{new_revision} with {_args_text(new_args)} already."
+            )
+        endpoint.revision, endpoint.server_args = new_revision, new_args
+        endpoint.save(update_fields=["revision", "server_args", "updated_at"])
         serving = list(
             EndpointReplica.objects.select_for_update(of=("self",))
             .filter(endpoint=endpoint, replacements__isnull=True, retired_at__isnull=True, status__in=_SERVING)
             .order_by("created_at", "server_id")
         )
+        changes = []
+        if new_revision != old_revision:
+            changes.append(f"@{old_revision} → @{new_revision}")
+        if new_args != old_args:
+            changes.append(f"server arguments {_args_text(old_args)} → {_args_text(new_args)}")
         used: set[object] = set()
         for old in serving:
-            target = pick_replica_node(endpoint, avoid=used, revision=revision)
+            target = pick_replica_node(endpoint, avoid=used, revision=new_revision)
             used.add(target.pk)
             new = EndpointReplica.objects.create(endpoint=endpoint, replacement_of=old, node=target)
             command = replica_queue_start(actor=actor, endpoint=endpoint, replica=new, node=target)
@@ -60,11 +109,16 @@ def endpoint_update(*, actor: AbstractBaseUser, endpoint: Endpoint, revision: st
                 endpoint=endpoint,
                 node_id=target.pk,
                 kind="endpoint.updating",
-                message=f"Endpoint {endpoint.hostname}: replica {new.server_id} of {endpoint.model_id}@{revision} "
-                f"replaces {old.server_id} (@{old_revision}) once it answers",
-                data={"replaces": old.server_id},
+                message=f"Endpoint {endpoint.hostname}: replica {new.server_id} of {endpoint.model_id} replaces "
+                f"{old.server_id} once it answers ({'; '.join(changes)})",
+                data={
+                    "replaces": old.server_id,
+                    "revision": {"old": old_revision, "new": new_revision},
+                    "server_args": {"old": old_args, "new": new_args},
+                },
                 command=command,
             )
         endpoint_summarise(endpoint)
     endpoint.refresh_from_db()
+    endpoint.rolled_from = (old_revision, old_args)
     return endpoint

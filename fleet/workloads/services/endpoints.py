@@ -19,10 +19,12 @@ from django.utils import timezone
 
 from agent import protocol
 from agent.protocol import MODEL_ID_RE
+from agent.protocol.rules import MAX_ITEMS
 from cleverthis.audit.services import created, new, on, operator_action
 from cleverthis.tenancy.mixins import require_operator
 from cleverthis.tenancy.quotas import admit, locked_quota
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
+from fleet.payloads import MARKS
 from fleet.services import command_queue
 from fleet.workloads.errors import error_help, error_sentence
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel
@@ -40,6 +42,11 @@ MAX_REPLICAS = 32
 MAX_TARGET_IN_FLIGHT = 100_000  # autoscaling targets per replica (0 = off)
 MAX_TARGET_TOKENS_PER_S = 10_000_000
 MAX_IDLE_TIMEOUT_S = 30 * 86_400
+# An endpoint's server arguments travel as endpoint.start's `extra_args`: the payload's bounds.
+MAX_SERVER_ARGS = MAX_ITEMS
+MAX_SERVER_ARG_LENGTH = 500
+# "--max-model-len 2048" given as one item: an option and its value, split in two as a shell would.
+_OPTION_AND_VALUE = re.compile(r"^(--?[A-Za-z][A-Za-z0-9_.-]*)\s+(\S.*)$", re.DOTALL)
 
 
 def node_free_vram_mb(node: Node, gpus: int = 0) -> int:
@@ -80,6 +87,38 @@ def validate_revision(revision: Any) -> str:
     if len(revision) > MAX_REVISION or not REVISION_RE.match(revision) or ".." in revision:
         raise ValidationError({"revision": "Not a valid revision (a branch, tag or commit hash)."})
     return revision
+
+
+def validate_server_args(value: Any, field: str = "server_args") -> list[str]:
+    """The server arguments every replica of an endpoint starts with, as vLLM takes them: a list of strings
+    (an option and its value given as one item, `"--max-model-len 2048"`, become two items), at most
+    `MAX_SERVER_ARGS` of at most `MAX_SERVER_ARG_LENGTH` characters; never a flag the agent sets itself
+    (`protocol.ENDPOINT_AGENT_ARGS`: port, host, model, ...), named in the message. ValidationError on `field`."""
+    if not isinstance(value, list) or not all(isinstance(arg, str) for arg in value):
+        raise ValidationError({field: "Must be a list of strings, one server argument each."})
+    if len(value) > MAX_SERVER_ARGS:  # before looking at each one
+        raise ValidationError({field: f"At most {MAX_SERVER_ARGS} arguments (got {len(value)})."})
+    args: list[str] = []
+    for arg in value:
+        match = _OPTION_AND_VALUE.match(arg)
+        args += [match.group(1), match.group(2)] if match else [arg]
+    problems = []
+    if len(args) > MAX_SERVER_ARGS:
+        problems.append(f"At most {MAX_SERVER_ARGS} arguments (got {len(args)}).")
+    for arg in args:
+        shown = arg if len(arg) <= 40 else arg[:40] + "…"
+        if len(arg) > MAX_SERVER_ARG_LENGTH:
+            problems.append(f"{shown!r}: at most {MAX_SERVER_ARG_LENGTH} characters per argument.")
+        elif "\x00" in arg:
+            problems.append(f"{shown!r}: an argument cannot hold a NUL character.")
+        elif (reserved := protocol.endpoint_arg_reserved(arg)) is not None:
+            said = reserved if arg.split("=", 1)[0] == reserved else f"{shown!r} (read by vLLM as {reserved})"
+            problems.append(
+                f"{said} is set by the agent itself ({protocol.ENDPOINT_AGENT_ARGS[reserved]}): leave it out."
+            )
+    if problems:
+        raise ValidationError({field: problems})
+    return args
 
 
 def _validate_count(value: Any, field: str, maximum: int) -> int:
@@ -209,7 +248,11 @@ def _place_replicas(*, actor: AbstractBaseUser, endpoint: Endpoint, node: Node |
     "endpoint.create",
     target=new("endpoint", name="model_id", within="cluster"),
     result=created("endpoint"),
-    detail=lambda kw, _: {"model_id": str(kw.get("model_id"))[:200], "revision": str(kw.get("revision", "main"))[:200]},
+    detail=lambda kw, value: {
+        "model_id": str(kw.get("model_id"))[:200],
+        "revision": str(kw.get("revision", "main"))[:200],
+        **({"server_args": value.server_args} if value is not None and value.server_args else {}),
+    },
 )
 def endpoint_create(
     *,
@@ -228,6 +271,7 @@ def endpoint_create(
     target_tokens_per_s: int = 0,
     scale_cooldown_s: int = 120,
     idle_timeout_s: int = 300,
+    server_args: list[str] | None = None,
 ) -> Endpoint:
     """Start an inference endpoint for a cached model with `min_replicas` replicas; Owner/Admin only.
 
@@ -239,11 +283,13 @@ def endpoint_create(
     is written then. With `target_requests_per_min`, `target_in_flight` or `target_tokens_per_s` (per
     replica; 0 = off) the autoscaler keeps between min and max replicas on that load. With `min_replicas` 0
     it starts one replica and scales to zero after `idle_timeout_s` seconds without requests
-    (`endpoint_idle`); the next request starts one again.
+    (`endpoint_idle`); the next request starts one again. Every replica's server starts with `server_args`
+    (`validate_server_args`).
     """
     require_operator(actor, cluster.workspace)
     validate_model_id(model_id)
     validate_revision(revision)
+    server_args = validate_server_args([] if server_args is None else server_args)
     _validate_count(gpus, "gpus", 64)
     _validate_count(min_vram_mb, "min_vram_mb", 16 * 1024 * 1024)
     if not isinstance(public, bool):
@@ -282,6 +328,7 @@ def endpoint_create(
             target_tokens_per_s=target_tokens_per_s,
             scale_cooldown_s=scale_cooldown_s,
             idle_timeout_s=idle_timeout_s,
+            server_args=server_args,
             created_by=actor,
         )
         commands = _place_replicas(actor=actor, endpoint=endpoint, node=node)
@@ -351,6 +398,14 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
     rows = []
     for command in commands:
         payload = command.payload or {}
+        if "extra_args" in (payload.get(MARKS) or ()):
+            raise ValidationError(
+                {
+                    f"payload.{MARKS}": "An endpoint keeps its server arguments (extra_args) to start every "
+                    "replica with, shown to its workspace: they cannot be secret."
+                }
+            )
+        server_args = validate_server_args(payload.get("extra_args", []), "payload.extra_args")
         server_id = str(payload.get("endpoint_id", ""))
         found = EndpointReplica.objects.filter(server_id=server_id).values_list("endpoint_id", flat=True).first()
         endpoint = (
@@ -371,6 +426,7 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
                 revision=payload.get("revision", "main"),
                 gpus=payload.get("gpus", 0),
                 min_vram_mb=payload.get("min_vram_mb", 0),
+                server_args=server_args,
                 created_by=command.created_by,
                 start_command=command,
             )
@@ -403,8 +459,11 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
             replica.save()
             endpoint.model_id = payload.get("model_id", endpoint.model_id)
             endpoint.revision = payload.get("revision", "main")
+            endpoint.server_args = server_args
             endpoint.start_command, endpoint.idle_since = command, None
-            endpoint.save(update_fields=["model_id", "revision", "start_command", "idle_since", "updated_at"])
+            endpoint.save(
+                update_fields=["model_id", "revision", "server_args", "start_command", "idle_since", "updated_at"]
+            )
         elif replica.node_id != command.node_id:
             raise ValidationError({"payload.endpoint_id": f"This endpoint is {replica.status} on another node."})
         rows.append(endpoint_summarise(endpoint))

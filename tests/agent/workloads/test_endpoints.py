@@ -287,3 +287,28 @@ def test_a_stopped_endpoint_stays_out_of_the_inventory_and_stops_again(manager, 
         "status": "stopped",
         "pid": result["pid"],
     }
+
+
+def test_extra_args_setting_a_flag_the_agent_sets_are_refused(manager):
+    """A control plane that let one through still gets no server listening where the agent did not ask."""
+    payload = EndpointStartPayload(endpoint_id="ep11", model_id=MODEL, extra_args=["--port=1"])
+    with pytest.raises(CommandFailed) as exc:
+        manager.start(payload, quiet)
+    assert exc.value.code == "invalid_payload"
+    assert "--port" in str(exc.value)
+    assert manager.inventory() == []
+
+
+def test_extra_args_come_after_the_engine_defaults_and_win(manager, monkeypatch):
+    """An endpoint's `--max-model-len` overrides the node's CLEVERTHIS_VLLM_MAX_MODEL_LEN (a later flag wins),
+    as the server's model list shows."""
+    monkeypatch.setenv("CLEVERTHIS_VLLM_MAX_MODEL_LEN", "256")
+    default = manager.start(EndpointStartPayload(endpoint_id="ep12", model_id=MODEL), quiet)
+    own = manager.start(
+        EndpointStartPayload(endpoint_id="ep13", model_id=MODEL, extra_args=["--max-model-len", "64"]), quiet
+    )
+    lengths = [
+        requests.get(f"http://127.0.0.1:{r['port']}/v1/models", timeout=10).json()["data"][0]["max_model_len"]
+        for r in (default, own)
+    ]
+    assert lengths == [256, 64]

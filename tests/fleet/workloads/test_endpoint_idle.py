@@ -288,3 +288,18 @@ def test_members_cannot_create_endpoints_from_the_page(client, model_node, clust
     form = {"model_id": LLAMA.model_id, "revision": "main", "gpus": 0, "min_vram_mb": 0, "min_replicas": 0}
     assert client.post(f"{tab}new/", {**form, "idle_timeout_s": 60}).status_code == 403
     assert not Endpoint.objects.exists()
+
+
+def test_the_cluster_tab_sets_the_scaling_targets_and_server_arguments(client, model_node, cluster, owner):
+    client.force_login(owner)
+    tab = f"/compute/clusters/{cluster.pk}/endpoints/"
+    form = {"model_id": LLAMA.model_id, "revision": "main", "gpus": 0, "min_vram_mb": 0, "min_replicas": 1}
+    form |= {"max_replicas": 3, "idle_timeout_s": 300, "target_in_flight": 8, "scale_cooldown_s": 30}
+    refused = client.post(f"{tab}new/", {**form, "server_args": "--max-model-len '2048"})
+    assert refused.status_code == 400
+    assert "check the quotes" in refused.content.decode()
+    assert client.post(f"{tab}new/", {**form, "server_args": "--max-model-len 2048"}).status_code == 302
+    endpoint = Endpoint.objects.get()
+    assert (endpoint.target_in_flight, endpoint.scale_cooldown_s, endpoint.max_replicas) == (8, 30, 3)
+    assert endpoint.server_args == ["--max-model-len", "2048"]
+    assert endpoint.replicas.get().start_command.payload["extra_args"] == ["--max-model-len", "2048"]
