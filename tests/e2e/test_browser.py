@@ -15,50 +15,27 @@ import re
 from pathlib import Path
 
 import pytest
-from django.db import connections
 
 from fleet.models import Command, ComputeCluster, Node
 from fleet.usage import services as usage_services
+from tests.support.browser import chromium, needs_chromium, watched_page
 from tests.support.live import agent_join, agent_run
 from tests.support.processes import REPO_ROOT, wait_until
 
-CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = REPO_ROOT / "test-output" / "screenshots"
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed (apt-get install chromium)"),
+    needs_chromium,
 ]
 
 
 @pytest.fixture
-def browser_page(monkeypatch):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    # Playwright's sync API keeps an event loop running in this thread; the ORM calls of the test are
-    # still plain synchronous code (Django's documented escape hatch for exactly this case).
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+def browser_page():
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        page = context.new_page()
-        page.set_default_timeout(15000)
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        yield page, errors
-        # Playwright's sync API resumes the caller in a copy of its contextvars context, and Django keeps
-        # connections per context (asgiref's Local): the ORM calls made since then (the test's own) have a
-        # connection that the test database's clean-up never sees. Close it here, in that context, or the
-        # test database is still in use when the session drops it.
-        connections.close_all()
-        context.close()
-        browser.close()
+    with chromium() as browser:
+        yield watched_page(browser.new_context(viewport={"width": 1280, "height": 900}))
 
 
 def _shot(page, name: str) -> None:

@@ -29,14 +29,15 @@ from fleet.tasks import mark_lost_nodes_offline
 from kernel import timeseries
 from raymgr.models import RayCluster, RayClusterStatus
 from tests.e2e.conftest import node_of
-from tests.e2e.test_browser import CHROMIUM, WIDTHS, _fits, _shot, browser_page  # noqa: F401 (the fixture)
+from tests.e2e.test_browser import WIDTHS, _fits, _shot, browser_page  # noqa: F401 (the fixture)
 from tests.e2e.test_browser_live import _mark, _node, _not_reloaded, _sign_in
+from tests.support.browser import needs_chromium
 from tests.support.processes import wait_until
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed (apt-get install chromium)"),
+    needs_chromium,
 ]
 
 PUSH_BOUND_S = 5.0  # a status change shows within this of the control plane knowing it (pages poll every 30 s)

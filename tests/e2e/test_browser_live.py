@@ -14,14 +14,15 @@ from agent import protocol
 from fleet import services
 from fleet.models import Command, Node
 from raymgr import services as ray_services
-from tests.e2e.test_browser import CHROMIUM, _shot, browser_page  # noqa: F401 (the fixture)
+from tests.e2e.test_browser import _shot, browser_page  # noqa: F401 (the fixture)
 from tests.fleet.conftest import facts_dict, make_csr_pem, make_key
 from tests.raymgr.conftest import finish, last_command
+from tests.support.browser import needs_chromium
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed (apt-get install chromium)"),
+    needs_chromium,
 ]
 
 BOUND_MS = 30_000  # a change must show within this (pages poll every 3 s; the machine may be loaded)

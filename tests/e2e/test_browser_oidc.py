@@ -10,26 +10,24 @@ Screenshots go to test-output/screenshots/oidc-*.png.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connections
 
 from cleverthis.audit.models import AuditEntry
 from cleverthis.tenancy import services as tenancy
 from cleverthis.tenancy.models import Membership, SsoIdentity
+from tests.support.browser import chromium, needs_chromium, watched_page
 from tests.support.live import ControlPlane, subprocess_env
 from tests.support.oidc_provider import OidcProvider, provider_modules
 from tests.support.processes import REPO_ROOT, free_port
 
-CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = REPO_ROOT / "test-output" / "screenshots"
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed (apt-get install chromium)"),
+    needs_chromium,
     pytest.mark.skipif(not provider_modules(), reason="oidc-provider is not installed (bash .ci/oidc-provider)"),
 ]
 
@@ -81,25 +79,10 @@ def stack(tmp_path):
 
 
 @pytest.fixture
-def browser_page(monkeypatch):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs a loop in this thread
+def browser_page():
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        page = context.new_page()
-        page.set_default_timeout(15000)
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
-        yield page, errors
-        connections.close_all()  # the ORM connection of Playwright's context (see test_browser.py)
-        context.close()
-        browser.close()
+    with chromium() as browser:
+        yield watched_page(browser.new_context(viewport={"width": 1280, "height": 900}), console=False)
 
 
 def _shot(page, name: str) -> None:

@@ -13,12 +13,10 @@ types and permissions made again (`reset_sequences` keeps their ids stable).
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,18 +26,19 @@ from django.db import connections
 from fleet import services
 from fleet.models import Command, CommandStatus, ComputeCluster, Node, NodeEvent
 from tests.e2e.conftest import node_of, wait_status
+from tests.support import browser
+from tests.support.browser import needs_chromium
 from tests.support.endpoints import endpoint_row
 from tests.support.live import ControlPlane, agent_join, agent_run, subprocess_env
 from tests.support.processes import REPO_ROOT, free_port, wait_until
 
-CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = REPO_ROOT / "test-output" / "screenshots"
 WIDTHS = {"1366": (1366, 900), "390": (390, 844)}
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.django_db(transaction=True, reset_sequences=True),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed (apt-get install chromium)"),
+    needs_chromium,
 ]
 
 
@@ -56,23 +55,9 @@ def plane(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> It
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    # Playwright's sync API keeps an event loop running in this thread; the tests' ORM calls are still
-    # plain synchronous code (Django's documented escape hatch for exactly this case).
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield browser
-        browser.close()
-    if previous is None:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    else:
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+    with browser.chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
@@ -92,17 +77,8 @@ def page(chromium: Any, world: dict[str, Any]) -> Iterator[tuple[Any, list[str]]
     context = chromium.new_context(
         viewport={"width": 1366, "height": 900}, permissions=["clipboard-read", "clipboard-write"]
     )
-    tab = context.new_page()
-    tab.set_default_timeout(15000)
-    errors: list[str] = []
-    tab.on("pageerror", lambda exc: errors.append(str(exc)))
-    tab.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    base = world["base"]
-    tab.goto(f"{base}/accounts/login/")
-    tab.fill("input[name=username]", "ops")
-    tab.fill("input[name=password]", "pw-ops")
-    tab.click("button[type=submit]")
-    tab.wait_for_url(f"{base}/")
+    tab, errors = browser.watched_page(context, responses=False)
+    browser.sign_in(tab, world["base"], "ops", "pw-ops")
     yield tab, errors
     # Playwright's sync API resumes the test in a copy of its contextvars context, where Django keeps
     # the connection of the test's own ORM calls: close it here, or the test database stays in use.

@@ -8,28 +8,25 @@ No Celery worker and no agent: the node is registered and marked online, the cre
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connections
 
 from fleet import services
 from fleet.models import Node
 from fleet.workloads.models import Container
+from tests.support.browser import chromium, needs_chromium, sign_in, watched_page
 from tests.support.live import ControlPlane, subprocess_env
 from tests.support.processes import REPO_ROOT
 
-CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = REPO_ROOT / "test-output" / "screenshots"
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.django_db(transaction=True, reset_sequences=True),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed (apt-get install chromium)"),
+    needs_chromium,
 ]
 
 
@@ -58,33 +55,11 @@ def world(plane: ControlPlane) -> dict[str, Any]:
 
 @pytest.fixture
 def page(world: dict[str, Any]) -> Iterator[tuple[Any, list[str]]]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's loop runs in this thread; the ORM is sync
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        tab = browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
-        tab.set_default_timeout(15000)
-        errors: list[str] = []
-        tab.on("pageerror", lambda exc: errors.append(str(exc)))
-        tab.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
-        base = world["base"]
-        tab.goto(f"{base}/accounts/login/")
-        tab.fill("input[name=username]", "ops")
-        tab.fill("input[name=password]", "pw-ops")
-        tab.click("button[type=submit]")
-        tab.wait_for_url(f"{base}/")
+    with chromium() as browser:
+        tab, errors = watched_page(browser.new_context(viewport={"width": 1366, "height": 900}), console=False)
+        sign_in(tab, world["base"], "ops", "pw-ops")
         yield tab, errors
-        connections.close_all()  # the test's own ORM connection, in Playwright's context copy
-        browser.close()
-    if previous is None:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    else:
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 def _create(tab: Any, base: str, cluster: Any, name: str) -> None:

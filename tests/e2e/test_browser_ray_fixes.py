@@ -16,14 +16,15 @@ from fleet import services
 from fleet.models import Node
 from raymgr.models import RayCluster
 from raymgr.workloads.models import ServeDeployment, TrainingJob, TuneExperiment
-from tests.e2e.test_browser import CHROMIUM, _shot, browser_page  # noqa: F401 (the fixture)
+from tests.e2e.test_browser import _shot, browser_page  # noqa: F401 (the fixture)
 from tests.fleet.conftest import facts_dict, make_csr_pem, make_key
+from tests.support.browser import needs_chromium
 from tests.support.live import ControlPlane, subprocess_env
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed (apt-get install chromium)"),
+    needs_chromium,
 ]
 
 BOUND_MS = 30_000

@@ -37,12 +37,12 @@ import requests
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from tests.support.browser import chromium, needs_chromium
 from tests.support.compose_stack import COMPOSE_DIR, Stack, dispatch_and_wait, running_stack, start_endpoint
 from tests.support.hub_standin import HubStandin
 from tests.support.live import agent_join, agent_run, stop_endpoint_servers
 from tests.support.processes import VENV_BIN, ManagedProcess, wait_until
 
-CHROMIUM = Path("/usr/bin/chromium")
 MODELS = ("acme/tiny", "acme/again", "acme/chat", "acme/after-web-1", "acme/after-web-2", "acme/after-roll")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -204,33 +204,24 @@ def test_an_endpoint_answers_on_its_https_origin_and_streams_unbuffered(stack: S
     assert "".join(words) == "echo: hello through tls"
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed (apt-get install chromium)")
+@needs_chromium
 def test_a_browser_signs_in_over_https_and_gets_host_cookies(stack: Stack, node: JoinedNode):
-    sync_api = pytest.importorskip("playwright.sync_api")
     # Chromium trusts the stack's certificate by its public key (no system trust store is changed here)
     cert = x509.load_pem_x509_certificate((stack.ca.parent / "server.pem").read_bytes())
     spki = cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     pin = base64.b64encode(hashlib.sha256(spki).digest()).decode()
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  f"--ignore-certificate-errors-spki-list={pin}"],
-        )  # fmt: skip
-        try:
-            page = browser.new_page()
-            page.set_default_timeout(20000)
-            page.goto(f"{stack.url}/accounts/login/")
-            page.fill("input[name=username]", "admin")  # bootstrap_demo's user
-            page.fill("input[name=password]", "admin")
-            with page.expect_response(lambda r: r.request.method == "POST") as posted:
-                page.click("button[type=submit]")
-            page.wait_for_url(f"{stack.url}/")
-            assert "admin" in page.content()
-            set_cookies = [h["value"] for h in posted.value.headers_array() if h["name"].lower() == "set-cookie"]
-            cookies = {c["name"]: c for c in page.context.cookies()}
-        finally:
-            browser.close()
+    with chromium(f"--ignore-certificate-errors-spki-list={pin}") as browser:
+        page = browser.new_page()
+        page.set_default_timeout(20000)
+        page.goto(f"{stack.url}/accounts/login/")
+        page.fill("input[name=username]", "admin")  # bootstrap_demo's user
+        page.fill("input[name=password]", "admin")
+        with page.expect_response(lambda r: r.request.method == "POST") as posted:
+            page.click("button[type=submit]")
+        page.wait_for_url(f"{stack.url}/")
+        assert "admin" in page.content()
+        set_cookies = [h["value"] for h in posted.value.headers_array() if h["name"].lower() == "set-cookie"]
+        cookies = {c["name"]: c for c in page.context.cookies()}
     assert set(cookies) >= {"__Host-sessionid", "__Host-csrftoken"}, cookies
     for cookie in cookies.values():
         assert cookie["secure"], cookie
