@@ -258,3 +258,69 @@ def test_two_real_vllm_replicas_share_requests_and_one_survives_the_other_agent(
         complete()
     after = served()
     assert after[survivor] - before[survivor] == 3
+
+
+def test_real_vllm_takes_the_server_arguments_scales_to_zero_and_starts_cold_on_a_request(
+    control_plane, cluster, operator, agents, hub, engine_python, tiny_model, settings
+):
+    """vLLM itself honours the endpoint's server arguments (its model list reports the max_model_len given);
+    idle, the endpoint scales to zero (vLLM's whole process tree ends), and one request waits through vLLM's
+    cold start and is answered by it."""
+    from fleet.workloads.models import EndpointReplica
+    from fleet.workloads.tasks import endpoints_heal_tick, endpoints_idle_tick
+
+    user, _ = operator
+    hub.add_repo(MODEL, tiny_model)
+    env = {"CLEVERTHIS_VLLM_CPU_PYTHON": engine_python, "PYTHONPATH": str(REPO_ROOT)}
+    _, state, _ = agents(control_plane, cluster, user, "cpu", extra_env=env)
+    node = node_of(state)
+    wait_status(node, "online")
+    (download,) = services.command_dispatch(
+        actor=user, cluster=cluster, command_type="model.download", payload={"model_id": MODEL}, node=node
+    )
+    wait_until(lambda: Command.objects.get(pk=download.pk).status == "succeeded", timeout=120, what="download")
+    endpoint = workload_services.endpoint_create(
+        actor=user,
+        cluster=cluster,
+        model_id=MODEL,
+        min_replicas=0,
+        idle_timeout_s=1,
+        server_args=["--max-model-len", "96"],
+    )
+    up = ("running", "failed")
+    wait_until(lambda: Endpoint.objects.get(pk=endpoint.pk).status in up, timeout=900, interval=1, what="vLLM up")
+    endpoint.refresh_from_db()
+    assert endpoint.status == "running", endpoint.failure_message
+    token = Token.objects.create(user=user)
+    auth = {"Authorization": f"Token {token.key}", "Host": endpoint.hostname}
+    models = requests.get(f"{control_plane.url}/v1/models", headers=auth, timeout=60).json()["data"]
+    assert [(m["owned_by"], m["max_model_len"]) for m in models] == [("vllm", 96)]  # the real engine, our args
+    tree = server_tree(state, endpoint)
+
+    # quiet for its idle timeout: scaled to zero, the server stopped once drained
+    wait_until(lambda: endpoints_idle_tick() == [str(endpoint.pk)], timeout=60, interval=0.5, what="the idle pass")
+    settings.ENDPOINT_DRAIN_S = 0
+    endpoints_heal_tick()
+    (replica,) = EndpointReplica.objects.filter(endpoint=endpoint)
+    wait_until(lambda: EndpointReplica.objects.get(pk=replica.pk).status == "stopped", timeout=120, what="stopped")
+    wait_until(lambda: not any(p.is_running() for p in tree), timeout=60, what="vLLM's processes gone")
+    assert Endpoint.objects.get(pk=endpoint.pk).status == "idle"
+
+    # one request wakes it: it waits while vLLM starts and loads, then vLLM answers it (on very busy cores
+    # vLLM may need longer than the wait's bound, ENDPOINT_COLD_START_S: then it says so, and a retry waits on)
+    asked = time.monotonic()
+    while True:
+        completion = requests.post(
+            f"{control_plane.url}/v1/completions",
+            headers=auth,
+            json={"model": MODEL, "prompt": "the fleet runs", "max_tokens": 4, "temperature": 0},
+            timeout=900,
+        )
+        timed_out = completion.status_code == 503 and "cold_start_timeout" in completion.text
+        if not timed_out or time.monotonic() - asked > 900:
+            break
+        assert completion.headers["retry-after"]
+    assert completion.status_code == 200, completion.text
+    assert completion.json()["usage"]["completion_tokens"] == 4
+    print(f"cold start: {time.monotonic() - asked:.0f} s from the request to vLLM's answer")
+    assert Endpoint.objects.get(pk=endpoint.pk).status == "running"
