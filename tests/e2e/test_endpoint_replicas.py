@@ -187,6 +187,19 @@ def test_the_autoscaler_adds_a_replica_under_load_and_takes_it_away_when_idle(
     assert settled(added.pk).status == EndpointStatus.STOPPED
 
 
+def wait_drained_and_stopped(olds: list[EndpointReplica]) -> None:
+    """Run the healing pass until the replicas a rolling update replaced have drained and stopped."""
+    wait_until(
+        lambda: (
+            endpoints_heal_tick() is not None
+            and all(EndpointReplica.objects.get(pk=o.pk).status == EndpointStatus.STOPPED for o in olds)
+        ),
+        timeout=60,
+        interval=0.5,
+        what="the old replicas drained and stopped",
+    )
+
+
 def test_a_rolling_update_answers_every_request_on_the_way(control_plane, cluster, operator, two_nodes, hub, settings):
     settings.ENDPOINT_DRAIN_S = 3  # longer than the web server's route cache (PROXY_ROUTE_CACHE_S, 2 s)
     user, _ = operator
@@ -219,15 +232,7 @@ def test_a_rolling_update_answers_every_request_on_the_way(control_plane, cluste
         workload_services.endpoint_update(actor=user, endpoint=endpoint, revision="v2")
         news = [EndpointReplica.objects.get(replacement_of=old) for old in olds]
         assert [settled(n.pk).status for n in news] == [EndpointStatus.RUNNING] * 2
-        wait_until(
-            lambda: (
-                endpoints_heal_tick() is not None
-                and all(EndpointReplica.objects.get(pk=o.pk).status == EndpointStatus.STOPPED for o in olds)
-            ),
-            timeout=60,
-            interval=0.5,
-            what="the old replicas drained and stopped",
-        )
+        wait_drained_and_stopped(olds)
         mark = len(answered)
         wait_until(lambda: len(answered) >= mark + 6, timeout=30, what="more answers")
     finally:
@@ -407,15 +412,7 @@ def test_an_update_of_the_server_arguments_answers_every_request_and_the_new_arg
         news = [EndpointReplica.objects.get(replacement_of=old) for old in olds]
         assert [n.start_command.payload["extra_args"] for n in news] == [["--max-model-len", "64"]] * 2
         assert [settled(n.pk).status for n in news] == [EndpointStatus.RUNNING] * 2
-        wait_until(
-            lambda: (
-                endpoints_heal_tick() is not None
-                and all(EndpointReplica.objects.get(pk=o.pk).status == EndpointStatus.STOPPED for o in olds)
-            ),
-            timeout=60,
-            interval=0.5,
-            what="the old replicas drained and stopped",
-        )
+        wait_drained_and_stopped(olds)
         mark = len(answered)
         wait_until(lambda: len(answered) >= mark + 6, timeout=30, what="more answers")
     finally:

@@ -35,13 +35,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from cleverthis.tenancy.quotas import locked_quota
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.selectors import replica_loads
 from fleet.workloads.services.common import system_actor
 from fleet.workloads.services.endpoint_events import endpoint_event_record
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_retire
-from fleet.workloads.services.endpoints import PlacementError, pick_replica_node, workspace_of_endpoint
+from fleet.workloads.services.endpoints import PlacementError, lock_endpoint, pick_replica_node
 from kernel.exceptions import QuotaExceeded
 from kernel.replica_load import ReplicaLoad
 
@@ -99,16 +98,7 @@ def endpoint_autoscale(
     replicas' shared figures (`selectors.replica_loads`, read here when needed and not given)."""
     now = now or timezone.now()
     with transaction.atomic():
-        workspace_id = workspace_of_endpoint(endpoint_id)
-        if workspace_id is None:
-            return None
-        locked_quota(workspace_id)  # first: the lock order of admissions (tenancy.quotas)
-        endpoint = (
-            Endpoint.objects.select_for_update(of=("self",))
-            .select_related("cluster__workspace")
-            .filter(pk=endpoint_id)
-            .first()
-        )
+        endpoint = lock_endpoint(endpoint_id)
         if endpoint is None or not _autoscaled(endpoint) or endpoint.status != EndpointStatus.RUNNING:
             return None
         sampled_at, sampled = endpoint.load_sample_at, endpoint.load_sample_count

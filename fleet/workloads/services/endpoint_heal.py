@@ -23,13 +23,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from cleverthis.tenancy.quotas import locked_quota
 from fleet.models import NodeStatus
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.common import system_actor
 from fleet.workloads.services.endpoint_events import endpoint_event_record
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
-from fleet.workloads.services.endpoints import UNRESPONSIVE, PlacementError, pick_replica_node, workspace_of_endpoint
+from fleet.workloads.services.endpoints import UNRESPONSIVE, PlacementError, lock_endpoint, pick_replica_node
 from kernel.exceptions import QuotaExceeded
 
 log = logging.getLogger(__name__)
@@ -74,16 +73,7 @@ def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
     `endpoint.replica_replaced` event on the new replica's node saying why.
     """
     with transaction.atomic():
-        workspace_id = workspace_of_endpoint(endpoint_id)
-        if workspace_id is None:
-            return []
-        locked_quota(workspace_id)  # first: the lock order of admissions (tenancy.quotas)
-        endpoint = (
-            Endpoint.objects.select_for_update(of=("self",))
-            .select_related("cluster__workspace")
-            .filter(pk=endpoint_id)
-            .first()
-        )
+        endpoint = lock_endpoint(endpoint_id)
         if endpoint is None or endpoint.status in (EndpointStatus.STOPPING, EndpointStatus.STOPPED):
             return []
         actor = system_actor(endpoint.cluster.workspace)

@@ -22,12 +22,11 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from cleverthis.tenancy.quotas import locked_quota
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.common import system_actor
 from fleet.workloads.services.endpoint_events import endpoint_event_record
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_retire
-from fleet.workloads.services.endpoints import pick_replica_node, workspace_of_endpoint
+from fleet.workloads.services.endpoints import lock_endpoint, pick_replica_node
 
 _SERVING = (EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING)
 
@@ -94,16 +93,7 @@ def endpoint_wake(*, endpoint_id: object, reason: str = "woken by a request") ->
     it was not idle (already woken, starting, running, stopped or gone). Raises `QuotaExceeded` or
     `PlacementError` (nothing written, the endpoint stays idle) when no replica may start."""
     with transaction.atomic():
-        workspace_id = workspace_of_endpoint(endpoint_id)
-        if workspace_id is None:
-            return None
-        locked_quota(workspace_id)  # first: the lock order of admissions (tenancy.quotas)
-        endpoint = (
-            Endpoint.objects.select_for_update(of=("self",))
-            .select_related("cluster__workspace")
-            .filter(pk=endpoint_id)
-            .first()
-        )
+        endpoint = lock_endpoint(endpoint_id)
         if endpoint is None or endpoint.status != EndpointStatus.IDLE:
             return None
         replicas = list(

@@ -220,9 +220,25 @@ def pick_replica_node(
     )
 
 
-def workspace_of_endpoint(endpoint_id: object) -> object:
+def _workspace_of_endpoint(endpoint_id: object) -> object:
     """The workspace id of an endpoint (None when it is gone): to lock its quota row before the endpoint's."""
     return Endpoint.objects.filter(pk=endpoint_id).values_list("cluster__workspace_id", flat=True).first()
+
+
+def lock_endpoint(endpoint_id: object) -> Endpoint | None:
+    """For a pass that may start replicas (inside its transaction): lock the workspace's quota row, then the
+    endpoint's (the lock order of admissions, `tenancy.quotas`); the endpoint with its cluster and workspace,
+    or None when it is gone."""
+    workspace_id = _workspace_of_endpoint(endpoint_id)
+    if workspace_id is None:
+        return None
+    locked_quota(workspace_id)
+    return (
+        Endpoint.objects.select_for_update(of=("self",))
+        .select_related("cluster__workspace")
+        .filter(pk=endpoint_id)
+        .first()
+    )
 
 
 def _place_replicas(*, actor: AbstractBaseUser, endpoint: Endpoint, node: Node | None = None) -> list[Command]:
