@@ -309,9 +309,9 @@ async def run_size(n: int, server: str, args: argparse.Namespace, workdir: Path)
     from django.db.models import Count, Q
     from rest_framework.authtoken.models import Token
 
-    from cleverthis.tenancy.services import workspace_create
     from fleet import services
     from fleet.models import Command, Node
+    from tenancy.services import workspace_create
 
     size_started = time.monotonic()
     label = f"{server}-{n}"

@@ -263,8 +263,8 @@ def prepare_database() -> tuple[object, object]:
     import psycopg
     from django.contrib.auth import get_user_model
 
-    from cleverthis.tenancy.services import workspace_create
     from fleet import services
+    from tenancy.services import workspace_create
 
     with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')

@@ -44,9 +44,9 @@ def prepare(containers: int) -> tuple[object, object, object]:
     from django.contrib.auth import get_user_model
 
     from agent import protocol
-    from cleverthis.tenancy.services import workspace_create, workspace_quota_set
     from fleet import services
     from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointStatus
+    from tenancy.services import workspace_create, workspace_quota_set
     from tests.fleet.conftest import facts_dict, make_csr_pem, make_key
 
     with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:

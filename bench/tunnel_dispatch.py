@@ -67,9 +67,9 @@ async def run_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str,
     from asgiref.sync import sync_to_async
     from django.contrib.auth import get_user_model
 
-    from cleverthis.tenancy.services import workspace_create
     from fleet import services
     from fleet.models import Command, Node
+    from tenancy.services import workspace_create
 
     await sync_to_async(reset_database)()
     user = await sync_to_async(get_user_model().objects.create_user)("bench", password="x")

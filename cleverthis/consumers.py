@@ -7,8 +7,8 @@ import time
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from cleverthis.tenancy.selectors import workspace_ids
 from fleet import browser_push
+from tenancy.selectors import workspace_ids
 
 
 class PingConsumer(AsyncJsonWebsocketConsumer):

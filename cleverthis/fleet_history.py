@@ -18,10 +18,10 @@ from typing import Any
 from django.db.models import Count, F, FloatField, Q, Sum
 from django.db.models.functions import Cast, TruncMinute
 
-from cleverthis.tenancy.models import Workspace
 from fleet.models import Command, CommandStatus, Node, NodeStatus
 from kernel import timeseries
 from raymgr.models import RayCluster, RayClusterStatus
+from tenancy.models import Workspace
 
 NODE_STATES = [s.value for s in NodeStatus]
 RAY_STATES = [s.value for s in RayClusterStatus]

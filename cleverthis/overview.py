@@ -4,7 +4,7 @@ Per workspace: its compute clusters with nodes online/offline/cordoned (draining
 it takes no new work either), GPUs (in use = holding memory or busy) and VRAM; running containers,
 endpoints and Ray clusters; the most recent failures (commands, endpoints, Ray clusters); and the last
 hour in pictures (`cleverthis.fleet_charts`: nodes by state, utilization, commands, endpoint requests and
-latency, Ray clusters by state); usage against each of its quotas (`cleverthis.tenancy.quotas`). The page
+latency, Ray clusters by state); usage against each of its quotas (`tenancy.quotas`). The page
 refreshes itself every 30 s, and at once when a node of one
 of the user's workspaces changes state (`fleet.browser_push`).
 """
@@ -24,12 +24,12 @@ from django.utils import timezone
 
 from cleverthis import fleet_history
 from cleverthis.fleet_charts import Chart, workspace_charts
-from cleverthis.tenancy.quotas import QuotaLine, quota_report
-from cleverthis.tenancy.selectors import AnyUser, scope_to_user, workspace_list
 from fleet.models import Command, CommandStatus, Node, NodeStatus
 from fleet.selectors import cluster_list
 from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointStatus
 from raymgr.models import RayCluster, RayClusterStatus
+from tenancy.quotas import QuotaLine, quota_report
+from tenancy.selectors import AnyUser, scope_to_user, workspace_list
 
 FAILURE_WINDOW = dt.timedelta(hours=24)
 FAILURES_SHOWN = 5

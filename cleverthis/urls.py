@@ -12,15 +12,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import APIRootView
 
+from audit.api import router as audit_router
 from cleverthis import health
-from cleverthis.audit.api import router as audit_router
 from cleverthis.metrics_scrape import metrics_view
 from cleverthis.overview import dashboard
-from cleverthis.tenancy import views as tenancy_views
 from fleet import agent_views
 from fleet.usage.api import UsageView
 from fleet.workloads.api import router as workload_router
 from kernel.api import api_not_found
+from tenancy import views as tenancy_views
 
 # Every top-level resource of /api/v1/, by the URL name of its list.
 API_ROOT = {
@@ -55,7 +55,7 @@ class ApiRootView(APIRootView):
 
 api_v1 = [
     path("", ApiRootView.as_view(api_root_dict=API_ROOT), name="api-root"),
-    path("", include("cleverthis.tenancy.api.urls")),
+    path("", include("tenancy.api.urls")),
     path("", include("fleet.api.urls")),
     path("", include(workload_router.urls)),
     path("ray/", include("raymgr.api.urls")),
@@ -84,7 +84,7 @@ urlpatterns = [
     path("compute/", include("fleet.urls")),
     path("compute/", include("fleet.workloads.urls")),
     path("ray/", include("raymgr.urls")),
-    path("audit/", include("cleverthis.audit.urls")),
+    path("audit/", include("audit.urls")),
     path("usage/", include("fleet.usage.urls")),
     re_path(r"^api/(?P<unmatched>.*)$", api_not_found),  # last: unknown API URLs answer JSON 404s
 ]

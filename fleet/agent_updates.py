@@ -17,11 +17,11 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
 from agent import protocol
-from cleverthis.audit.services import on, operator_action
-from cleverthis.tenancy.mixins import require_operator
+from audit.services import on, operator_action
 from fleet import agent_packages, enqueue
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeEvent
 from kernel.exceptions import IllegalTransition
+from tenancy.mixins import require_operator
 
 UPDATABLE_FROM_PROTOCOL = 2  # agents before protocol 2 cannot update themselves: re-run the install script
 UNFINISHED = (CommandStatus.QUEUED, CommandStatus.DISPATCHED, CommandStatus.RUNNING)

@@ -12,10 +12,10 @@ from django.core.validators import RegexValidator
 from django.db import models
 
 from agent import protocol
-from cleverthis.tenancy.models import Workspace
 from fleet import payloads
 from kernel.crypto import EncryptedTextField
 from kernel.eventlog import EventLogEntry
+from tenancy.models import Workspace
 
 
 class Mode(models.TextChoices):

@@ -14,10 +14,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from cleverthis.tenancy.models import Role
-from cleverthis.tenancy.selectors import workspace_ids, workspace_list
 from fleet import selectors, services
 from fleet.forms import NamespaceBindForm, NamespaceForm, apply_service_errors
+from tenancy.models import Role
+from tenancy.selectors import workspace_ids, workspace_list
 
 
 def _context(request: HttpRequest, form: NamespaceForm | None = None, **extra: Any) -> dict[str, Any]:

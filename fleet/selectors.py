@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from django.db.models import Count, QuerySet
 
-from cleverthis.tenancy.selectors import AnyUser, scope_to_user
 from fleet.models import Command, ComputeCluster, Namespace, Node, NodeEvent
+from tenancy.selectors import AnyUser, scope_to_user
 
 
 def cluster_base() -> QuerySet[ComputeCluster]:

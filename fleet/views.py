@@ -19,9 +19,6 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from cleverthis.tenancy.models import Role
-from cleverthis.tenancy.permissions import can_operate
-from cleverthis.tenancy.selectors import workspace_list
 from fleet import agent_updates, agent_views, live, metrics_history, selectors, services
 from fleet.filters import COMMAND_FILTERS, NODE_FILTERS
 from fleet.forms import (
@@ -36,6 +33,9 @@ from fleet.forms import (
 from fleet.models import CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
 from fleet.workloads.models import NodeModel
 from kernel.exceptions import IllegalTransition
+from tenancy.models import Role
+from tenancy.permissions import can_operate
+from tenancy.selectors import workspace_list
 
 NODE_ACTIONS = {
     "cordon": services.node_cordon,

@@ -22,13 +22,13 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from cleverthis.tenancy.asgi_auth import user_from_scope
-from cleverthis.tenancy.permissions import can_operate, can_view
 from fleet.models import NodeStatus
 from fleet.proxy import origin_guard, origins
 from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from kernel.asgi_scope import header
 from raymgr.models import RayCluster, RayClusterStatus
+from tenancy.asgi_auth import user_from_scope
+from tenancy.permissions import can_operate, can_view
 
 DASHBOARD_PATH = re.compile(r"^/ray/clusters/(?P<id>[0-9a-f-]{36})/dashboard(?P<rest>/.*)?$")
 NO_TOKENS = "The Ray Dashboard needs a signed-in session of a workspace member, not a token."

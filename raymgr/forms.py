@@ -8,10 +8,10 @@ from django import forms
 from django.conf import settings
 from django.db.models import Count, Q
 
-from cleverthis.tenancy.models import Role
-from cleverthis.tenancy.selectors import workspace_ids
 from fleet.models import ComputeCluster, NodeStatus
 from raymgr.models import RayRuntime, default_ray_version
+from tenancy.models import Role
+from tenancy.selectors import workspace_ids
 
 
 class _ComputeClusterSelect(forms.Select):

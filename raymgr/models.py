@@ -8,9 +8,9 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
-from cleverthis.tenancy.models import Workspace
 from fleet.models import Command, ComputeCluster, Node
 from kernel.eventlog import EventLogEntry
+from tenancy.models import Workspace
 
 # The Ray release the product documents as the default (settings.RAY_VERSIONS starts with it).
 DEFAULT_RAY_VERSION = "2.9.0"

@@ -1,4 +1,4 @@
-"""What managed Ray counts against a workspace's quotas (`cleverthis.tenancy.quotas`).
+"""What managed Ray counts against a workspace's quotas (`tenancy.quotas`).
 
 A Ray cluster counts against `ray_clusters` from its creation until it is being deleted. A Ray node counts
 while it is live (`RayNodeStatus.live()`) with what it requested when admitted (`RayNode.req_*`):
@@ -18,9 +18,9 @@ from typing import Any
 
 from django.db.models import Count, FloatField, QuerySet, Sum, Value
 
-from cleverthis.tenancy import quotas
 from fleet.models import Node
 from raymgr.models import RayCluster, RayClusterStatus, RayNode, RayNodeRole, RayNodeStatus, RayRuntime
+from tenancy import quotas
 
 MB_PER_GIB = 1024
 GIB = Value(1024.0, FloatField())

@@ -8,8 +8,8 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
 
-from cleverthis.tenancy.selectors import scope_to_user
 from raymgr.models import RayCluster, RayClusterEvent, RayNode, RayNodeStatus
+from tenancy.selectors import scope_to_user
 
 AnyUser = AbstractBaseUser | AnonymousUser
 

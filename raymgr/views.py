@@ -19,9 +19,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from cleverthis.tenancy.models import Role
-from cleverthis.tenancy.permissions import can_operate
-from cleverthis.tenancy.selectors import workspace_ids
 from fleet import live
 from kernel.exceptions import IllegalTransition
 from raymgr import selectors, services
@@ -29,6 +26,9 @@ from raymgr.api.serializers import dashboard_path
 from raymgr.forms import RayClusterCreateForm
 from raymgr.models import RayCluster, RayClusterStatus
 from raymgr.workloads import selectors as wselectors
+from tenancy.models import Role
+from tenancy.permissions import can_operate
+from tenancy.selectors import workspace_ids
 
 TABS = ("summary", "nodes", "jobs", "logs", "events")
 IN_PROGRESS = (RayClusterStatus.PENDING, RayClusterStatus.STOPPING, RayClusterStatus.DELETING)

@@ -20,12 +20,12 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from cleverthis.dispatch_health import HEARTBEATS_KEY
-from cleverthis.tenancy import services as tenancy_services
-from cleverthis.tenancy.models import Role, Workspace
 from fleet import metrics_history
 from fleet.proxy import rate_limits
 from fleet.usage import meter as usage_meter
 from kernel import replica_load, timeseries
+from tenancy import services as tenancy_services
+from tenancy.models import Role, Workspace
 from tests.support import loop_guard
 
 User = get_user_model()

@@ -184,8 +184,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "guardian",
     "channels",
-    "cleverthis.tenancy",
-    "cleverthis.audit",
+    "tenancy",
+    "audit",
     "fleet",
     "raymgr",
 ]
@@ -215,7 +215,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "cleverthis.tenancy.context_processors.workspaces",
+                "tenancy.context_processors.workspaces",
                 "cleverthis.health.dispatch",
             ],
         },
@@ -332,7 +332,7 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
 
-# Single sign-on with OpenID Connect (mozilla-django-oidc, wrapped by cleverthis.tenancy.oidc): on when
+# Single sign-on with OpenID Connect (mozilla-django-oidc, wrapped by tenancy.oidc): on when
 # OIDC_CLIENT_ID is set; off, the sign-in page is the local password form alone. The provider's endpoints
 # come from its discovery document (OIDC_ISSUER, or OIDC_DISCOVERY_URL for a non-standard location),
 # fetched at the first sign-in (never at import), or each explicitly (OIDC_*_ENDPOINT, which also override
@@ -384,7 +384,7 @@ if OIDC_ENABLED:
     )
     if _oidc_errors:
         raise ValueError("OIDC single sign-on is misconfigured: " + "; ".join(_oidc_errors))
-    AUTHENTICATION_BACKENDS.append("cleverthis.tenancy.oidc.OidcBackend")
+    AUTHENTICATION_BACKENDS.append("tenancy.oidc.OidcBackend")
 
 REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": [
@@ -394,7 +394,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "cleverthis.tenancy.authentication.ApiKeyAuthentication",
+        "tenancy.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

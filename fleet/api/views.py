@@ -25,7 +25,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agent import protocol
-from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from fleet import agent_updates, agent_views, ca, selectors, services
 from fleet.api import serializers as s
 from fleet.api.examples import command_examples
@@ -37,6 +36,7 @@ from kernel.api import validated
 from kernel.filters import FilterSet
 from kernel.schema import PAGING, filter_parameters, page_of
 from kernel.throttling import SettingsRateThrottle
+from tenancy.mixins import WorkspaceScopedMixin
 
 
 class ServiceErrorsMixin(BaseServiceErrorsMixin):

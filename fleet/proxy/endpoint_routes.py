@@ -61,10 +61,6 @@ from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
-from cleverthis.tenancy import api_keys
-from cleverthis.tenancy.api_keys import MISSING, KeyGrant
-from cleverthis.tenancy.models import Workspace
-from cleverthis.tenancy.permissions import can_view
 from fleet import origin_names
 from fleet.models import Node, NodeStatus
 from fleet.proxy import key_access, origins, rate_limits
@@ -75,6 +71,10 @@ from fleet.workloads.services import PlacementError, endpoint_wake
 from kernel import timeseries
 from kernel.balancer import Upstream
 from kernel.exceptions import QuotaExceeded
+from tenancy import api_keys
+from tenancy.api_keys import MISSING, KeyGrant
+from tenancy.models import Workspace
+from tenancy.permissions import can_view
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 A key needs the invoke scope, its workspace must be the endpoint's, its owner must still be a member
 (any role), and a key limited to chosen endpoints reaches only those. The key's rights come from
-`cleverthis.tenancy.api_keys` (cached for API_KEY_CACHE_S); the endpoints a key is limited to never
+`tenancy.api_keys` (cached for API_KEY_CACHE_S); the endpoints a key is limited to never
 change after creation, so they are kept per process until the key's rights are re-read empty.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from cleverthis.tenancy import api_keys
-from cleverthis.tenancy.api_keys import MISSING, KeyGrant
-from cleverthis.tenancy.models import ApiKeyScope
 from fleet.proxy.rate_limits import Limits
 from fleet.workloads.models import ApiKeyEndpoint
 from kernel.asgi_scope import API_KEY_ID_SCOPE_KEY, header
+from tenancy import api_keys
+from tenancy.api_keys import MISSING, KeyGrant
+from tenancy.models import ApiKeyScope
 
 _CACHE_MAX = 10_000
 _restrictions: dict[int, frozenset[UUID] | None] = {}  # key id → endpoints it is limited to (None: all)

@@ -34,13 +34,13 @@ from websockets.frames import Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
-from cleverthis.tenancy.asgi_auth import user_from_scope
 from fleet.proxy import origin_guard, origins, request_meter
 from fleet.proxy.streams import FIRST_BYTES_MAX, StreamUnavailable, TunnelStream
 from fleet.proxy.write_pressure import WritePressure
 from fleet.usage import meter as usage_meter
 from kernel import balancer, replica_load
 from kernel.asgi_scope import header
+from tenancy.asgi_auth import user_from_scope
 
 log = logging.getLogger("fleet.proxy")
 

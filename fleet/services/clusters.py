@@ -7,13 +7,13 @@ from typing import Any
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 
-from cleverthis.audit.services import created, new, on, operator_action
-from cleverthis.tenancy.mixins import require_operator
-from cleverthis.tenancy.models import Workspace
+from audit.services import created, new, on, operator_action
 from fleet.models import ComputeCluster, Mode
 from fleet.services.common import full_clean
 from fleet.services.nodes import node_purge
 from kernel.rows import save_unique_name
+from tenancy.mixins import require_operator
+from tenancy.models import Workspace
 
 ARGOCD_FIELDS = ("argocd_server", "argocd_token", "git_repo_url", "git_branch")
 CLUSTER_FIELDS = ("name", "description", *ARGOCD_FIELDS)

@@ -13,11 +13,11 @@ from django.db import models, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from fleet import groups
 from fleet.models import Command, CommandStatus, Node, NodeEvent
 from fleet.services.command_records import CommandReport, command_record_reports
 from fleet.services.commands import command_transition
 from fleet.services.events import node_event_record
-from fleet.tunnel import groups
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from cleverthis.audit.services import (
+from audit.services import (
     entry_settle,
 )
 from fleet import signals

@@ -12,13 +12,13 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from cleverthis.audit.services import Target, entry_for_commands, operator_action, target_of
-from cleverthis.tenancy.mixins import require_operator
-from cleverthis.tenancy.quotas import locked_quota
+from audit.services import Target, entry_for_commands, operator_action, target_of
 from fleet import enqueue, signals
 from fleet.models import Command, CommandStatus, ComputeCluster, Node, NodeEvent, NodeStatus
 from fleet.payloads import split_secrets, validate_payload
 from kernel.exceptions import IllegalTransition
+from tenancy.mixins import require_operator
+from tenancy.quotas import locked_quota
 
 # Commands that put new work on a node; refused for cordoned and draining nodes.
 SCHEDULING_COMMANDS = frozenset(

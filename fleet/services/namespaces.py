@@ -8,12 +8,12 @@ from typing import Any
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 
-from cleverthis.audit.services import created, new, on, operator_action
-from cleverthis.tenancy.mixins import require_operator
-from cleverthis.tenancy.models import Workspace
+from audit.services import created, new, on, operator_action
 from fleet.models import ComputeCluster, Namespace
 from fleet.services.common import full_clean
 from kernel.rows import save_unique_name
+from tenancy.mixins import require_operator
+from tenancy.models import Workspace
 
 
 def _parse_uuid(value: Any, field: str) -> uuid.UUID:

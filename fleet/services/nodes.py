@@ -14,13 +14,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from cleverthis.audit.services import on, operator_action
-from cleverthis.tenancy.mixins import require_operator
-from fleet import browser_push, metrics_history, signals
+from audit.services import on, operator_action
+from fleet import browser_push, groups, metrics_history, signals
 from fleet.models import Node, NodeCertificate, NodeStatus, RevokedSerial
 from fleet.services.events import node_event_record
-from fleet.tunnel import groups
 from kernel.exceptions import IllegalTransition
+from tenancy.mixins import require_operator
 
 
 def _transition_node(

@@ -19,13 +19,12 @@ from django.db.models import Count
 from django.utils import timezone
 
 from agent import protocol
-from cleverthis.audit.services import on, operator_action
-from cleverthis.tenancy.mixins import require_operator
-from fleet import browser_push, enqueue, metrics_history, node_problems, signals
+from audit.services import on, operator_action
+from fleet import browser_push, enqueue, groups, metrics_history, node_problems, signals
 from fleet.models import ClusterEvent, ComputeCluster, Node, NodeEvent, NodeStatus
 from fleet.services.common import gpu_fields, host_fact_fields, host_facts_parse
 from fleet.services.events import node_event_record
-from fleet.tunnel import groups
+from tenancy.mixins import require_operator
 
 logger = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from agent import protocol
-from cleverthis.audit.services import on, operator_action
-from cleverthis.tenancy.mixins import require_operator
+from audit.services import on, operator_action
 from fleet import ca
 from fleet.exceptions import JoinTokenRejected
 from fleet.models import ComputeCluster, JoinToken, Node, NodeCertificate
 from fleet.services.common import host_fact_fields, host_facts_parse
 from fleet.services.events import node_event_record
+from tenancy.mixins import require_operator
 
 JOIN_TOKEN_PREFIX = "ct_node_"
 JOIN_TOKEN_TTL = dt.timedelta(hours=24)

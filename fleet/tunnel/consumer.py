@@ -42,10 +42,10 @@ from django.db import DataError
 
 from agent import protocol as p
 from fleet import agent_packages, agent_updates, ca, services
+from fleet.groups import AGENTS_GROUP, command_frame, node_group
 from fleet.models import Command
 from fleet.tunnel import auth as tunnel_auth
 from fleet.tunnel import local_tunnels, peer_listener, records
-from fleet.tunnel.groups import AGENTS_GROUP, command_frame, node_group
 from fleet.tunnel.handshakes import BUSY_REASON, HANDSHAKES, accepted_protocol_range, handshake_backoff_s
 from fleet.tunnel.outbox import StreamOutbox
 from fleet.tunnel.records import database_sync_to_async

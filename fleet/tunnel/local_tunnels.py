@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
 
-from fleet.tunnel.groups import INBOX_COMMANDS, NODE_COMMAND, node_group
+from fleet.groups import INBOX_COMMANDS, NODE_COMMAND, node_group
 from fleet.tunnel.streams_seam import LocalStream
 
 log = logging.getLogger("fleet.tunnel")

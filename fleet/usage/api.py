@@ -13,9 +13,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from cleverthis.tenancy.selectors import workspace_ids
 from fleet.usage import selectors
 from fleet.usage.models import SubjectKind
+from tenancy.selectors import workspace_ids
 
 
 class UsageQuerySerializer(serializers.Serializer):

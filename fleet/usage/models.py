@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from cleverthis.tenancy.models import Workspace
+from tenancy.models import Workspace
 
 
 class Granularity(models.TextChoices):

@@ -11,11 +11,11 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import Max, QuerySet, Sum
 
-from cleverthis.tenancy.models import ApiKey
-from cleverthis.tenancy.selectors import workspace_ids
 from fleet.models import ComputeCluster
 from fleet.usage.models import Granularity, SubjectKind, UsageRollup
 from fleet.workloads.models import Endpoint
+from tenancy.models import ApiKey
+from tenancy.selectors import workspace_ids
 
 AnyUser = AbstractBaseUser | AnonymousUser
 

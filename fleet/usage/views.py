@@ -10,9 +10,9 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 
-from cleverthis.tenancy.selectors import workspace_list
 from fleet.usage import selectors
 from fleet.usage.api import UsageQuerySerializer, usage_report
+from tenancy.selectors import workspace_list
 
 CSV_COLUMNS = (
     "bucket_start",

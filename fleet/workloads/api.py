@@ -19,8 +19,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from cleverthis.tenancy.mixins import WorkspaceScopedMixin, require_operator
-from cleverthis.tenancy.selectors import workspace_ids
 from fleet.api.views import FilteredMixin
 from fleet.models import ComputeCluster, Node
 from fleet.workloads import selectors
@@ -33,6 +31,8 @@ from fleet.workloads.services import PlacementError
 from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
 from kernel.replica_load import ReplicaLoad
 from kernel.schema import PAGING, page_of
+from tenancy.mixins import WorkspaceScopedMixin, require_operator
+from tenancy.selectors import workspace_ids
 
 # --------------------------------------------------------------------------------------------------
 # Serializers

@@ -32,13 +32,13 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
 
-from cleverthis.tenancy.quotas import try_lock_quota
 from fleet import payloads, services
 from fleet.models import Command, CommandStatus, CommandType, Node, NodeEvent, NodeStatus
 from fleet.workloads.errors import error_sentence
 from fleet.workloads.models import Container, ContainerStatus, EndpointReplica, EndpointStatus
 from fleet.workloads.services import system_actor
 from kernel.exceptions import IllegalTransition
+from tenancy.quotas import try_lock_quota
 
 logger = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from cleverthis.tenancy.api_keys import KeyGrant
-from cleverthis.tenancy.mixins import WorkspaceScopedMixin
-from cleverthis.tenancy.models import ApiKey, ApiKeyScope
 from fleet.workloads import services as workload_services
 from fleet.workloads.models import ApiKeyEndpoint, Endpoint
 from kernel.api import ServiceErrorsMixin
+from tenancy.api_keys import KeyGrant
+from tenancy.mixins import WorkspaceScopedMixin
+from tenancy.models import ApiKey, ApiKeyScope
 
 
 class ApiKeySerializer(serializers.ModelSerializer):

@@ -12,11 +12,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from cleverthis.tenancy.models import ApiKey, ApiKeyScope
-from cleverthis.tenancy.selectors import workspace_list
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from kernel.exceptions import IllegalTransition
+from tenancy.models import ApiKey, ApiKeyScope
+from tenancy.selectors import workspace_list
 
 
 class ApiKeyForm(forms.Form):

@@ -1,4 +1,4 @@
-"""What containers and endpoints count against a workspace's quotas (`cleverthis.tenancy.quotas`).
+"""What containers and endpoints count against a workspace's quotas (`tenancy.quotas`).
 
 A container counts while it occupies its node (`ContainerStatus.active()`: pending, running, stopping),
 with the CPU cores, memory and GPUs its create payload requested (`Container.req_*`, kept in columns so
@@ -19,8 +19,8 @@ from typing import Any
 
 from django.db.models import Count, FloatField, QuerySet, Sum, Value
 
-from cleverthis.tenancy import quotas
 from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointReplica, EndpointStatus
+from tenancy import quotas
 
 CONTAINER_QUOTAS = frozenset({"containers", "cpu_cores", "memory_gib", "gpus"})
 REPLICA_QUOTAS = frozenset({"gpus", "vram_gib"})

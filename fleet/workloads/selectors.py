@@ -9,10 +9,10 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import Prefetch, Q, QuerySet
 
-from cleverthis.tenancy.selectors import workspace_ids
 from fleet.workloads.models import Endpoint, EndpointEvent, EndpointReplica, EndpointStatus
 from kernel import replica_load
 from kernel.replica_load import ReplicaLoad
+from tenancy.selectors import workspace_ids
 
 log = logging.getLogger(__name__)
 

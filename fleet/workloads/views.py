@@ -15,8 +15,6 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from cleverthis.tenancy.permissions import can_operate
-from cleverthis.tenancy.selectors import workspace_ids
 from fleet.forms import apply_service_errors
 from fleet.models import ComputeCluster
 from fleet.workloads import selectors
@@ -27,6 +25,8 @@ from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, No
 from fleet.workloads.services import PlacementError
 from kernel.exceptions import IllegalTransition
 from kernel.replica_load import ReplicaLoad
+from tenancy.permissions import can_operate
+from tenancy.selectors import workspace_ids
 
 IN_FLIGHT = frozenset({EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.STOPPING})
 

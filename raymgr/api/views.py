@@ -17,13 +17,13 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from fleet.models import ComputeCluster
 from kernel.api import ServiceErrorsMixin, validated
 from kernel.schema import PAGING, UUID, page_of, query
 from raymgr import selectors, services
 from raymgr.api import serializers as s
 from raymgr.models import RayCluster, RayClusterStatus
+from tenancy.mixins import WorkspaceScopedMixin
 
 
 @extend_schema_view(

@@ -10,11 +10,11 @@ from typing import Any
 import django.dispatch
 from django.contrib.auth.base_user import AbstractBaseUser
 
-from cleverthis.tenancy.models import Membership, Role
-from cleverthis.tenancy.permissions import can_operate
 from fleet import services as fleet_services
 from fleet.models import Command, Mode, Node
 from raymgr.models import RayCluster, RayClusterEvent, RayClusterStatus, RayNode, RayNodeRole, RayNodeStatus
+from tenancy.models import Membership, Role
+from tenancy.permissions import can_operate
 
 S = RayClusterStatus
 # Heads of clusters in these states hold their ports on their node (a stopping head runs until its stop ends).

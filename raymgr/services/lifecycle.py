@@ -9,9 +9,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from cleverthis.audit.services import created, new, on, operator_action
-from cleverthis.tenancy.mixins import require_operator
-from cleverthis.tenancy.models import Workspace
+from audit.services import created, new, on, operator_action
 from fleet.models import ComputeCluster
 from raymgr.models import RayCluster, RayNodeStatus, RayRuntime
 from raymgr.quotas import admit_ray_cluster
@@ -19,6 +17,8 @@ from raymgr.services.common import KUBE_MODES, STOP_GRACE, UPDATABLE, S, ray_clu
 from raymgr.services.launch import launch_head, stop_all
 from raymgr.services.transitions import ray_cluster_transition, ray_node_set_status
 from raymgr.versions import default_version, version_error
+from tenancy.mixins import require_operator
+from tenancy.models import Workspace
 
 logger = logging.getLogger(__name__)
 

@@ -17,12 +17,12 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from cleverthis.tenancy.mixins import WorkspaceScopedMixin
 from kernel.api import ServiceErrorsMixin, validated
 from kernel.schema import UUID, query
 from raymgr.models import RayCluster
 from raymgr.workloads import health, services
 from raymgr.workloads.models import ServeDeployment, TrainingJob, TuneExperiment, TuneTrial
+from tenancy.mixins import WorkspaceScopedMixin
 
 
 class _Create(serializers.Serializer):

@@ -7,10 +7,10 @@ from typing import Any
 from django import forms
 from django.db.models import Case, Value, When
 
-from cleverthis.tenancy.models import Role
-from cleverthis.tenancy.selectors import workspace_ids
 from raymgr.models import RayCluster, RayClusterStatus
 from raymgr.workloads.models import Framework, ServeEngine, TrainingJob, TrainingKind, TuneMode, TuneScheduler
+from tenancy.models import Role
+from tenancy.selectors import workspace_ids
 
 # The Ray cluster choices: running ones first, failed ones last.
 CLUSTER_ORDER = (

@@ -12,8 +12,8 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
-from cleverthis.tenancy.models import Workspace
 from fleet import origin_names
+from tenancy.models import Workspace
 
 NAME_VALIDATOR = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "Use lower-case letters, digits and hyphens (a DNS label)."

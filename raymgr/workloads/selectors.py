@@ -10,9 +10,9 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
-from cleverthis.tenancy.selectors import scope_to_user
 from raymgr.models import RayCluster, RayClusterStatus
 from raymgr.workloads.models import JobStatus, ServeDeployment, ServeStatus, TrainingJob, TuneExperiment
+from tenancy.selectors import scope_to_user
 
 
 def training_job_list(*, user: Any) -> QuerySet[TrainingJob]:

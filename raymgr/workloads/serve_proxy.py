@@ -20,12 +20,12 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from cleverthis.tenancy.permissions import can_view
 from fleet import origin_names
 from fleet.models import NodeStatus
 from fleet.proxy import origins
 from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from raymgr.workloads.models import ServeDeployment, ServeStatus
+from tenancy.permissions import can_view
 
 SERVE_PATH = re.compile(r"^/ray/serving/(?P<id>[0-9a-f-]{36})/endpoint(?P<rest>/.*)?$")
 ANSWERING = (ServeStatus.RUNNING, ServeStatus.DEGRADED)

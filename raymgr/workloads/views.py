@@ -20,13 +20,13 @@ from django.urls import URLPattern, path
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from cleverthis.tenancy.permissions import can_operate
 from fleet import live
 from kernel.exceptions import IllegalTransition
 from raymgr.models import RayNodeStatus
 from raymgr.workloads import forms as wforms
 from raymgr.workloads import health, selectors, services
 from raymgr.workloads.models import JobStatus, ServeStatus
+from tenancy.permissions import can_operate
 
 SERVE_CHANGING = selectors.SERVE_CHANGING  # a deployment whose status changes by the second
 

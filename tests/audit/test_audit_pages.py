@@ -8,7 +8,7 @@ import html
 import pytest
 from django.utils import timezone
 
-from cleverthis.audit.models import AuditEntry
+from audit.models import AuditEntry
 from fleet import services
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from django.db import transaction
 
 from agent import protocol
 from agent.executors.argocd import ArgoCDExecutor
-from cleverthis.audit.models import AuditEntry, Outcome
+from audit.models import AuditEntry, Outcome
 from fleet import services
 from fleet.models import Command, NodeStatus
 from fleet.workloads import services as workload_services

@@ -23,7 +23,7 @@ both_servers = pytest.mark.parametrize("control_plane", BOTH_SERVERS, indirect=T
 
 @pytest.fixture
 def operator():
-    from cleverthis.tenancy import services as tenancy
+    from tenancy import services as tenancy
 
     user = get_user_model().objects.create_user("ops", password="pw-ops")
     workspace = tenancy.workspace_create(name="E2E", owner=user)

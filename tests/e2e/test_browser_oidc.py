@@ -14,9 +14,9 @@ import re
 import pytest
 from django.contrib.auth import get_user_model
 
-from cleverthis.audit.models import AuditEntry
-from cleverthis.tenancy import services as tenancy
-from cleverthis.tenancy.models import Membership, SsoIdentity
+from audit.models import AuditEntry
+from tenancy import services as tenancy
+from tenancy.models import Membership, SsoIdentity
 from tests.support.browser import chromium, needs_chromium, watched_page
 from tests.support.live import ControlPlane, subprocess_env
 from tests.support.oidc_provider import OidcProvider, provider_modules

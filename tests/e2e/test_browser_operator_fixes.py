@@ -63,7 +63,7 @@ def chromium() -> Iterator[Any]:
 @pytest.fixture
 def world(plane: ControlPlane) -> dict[str, Any]:
     """An operator (Owner of a workspace) with a cluster."""
-    from cleverthis.tenancy import services as tenancy
+    from tenancy import services as tenancy
 
     user = get_user_model().objects.create_user("ops", password="pw-ops")
     workspace = tenancy.workspace_create(name="Ops", owner=user)

@@ -41,7 +41,7 @@ def plane(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> It
 @pytest.fixture
 def world(plane: ControlPlane) -> dict[str, Any]:
     """The Owner of a workspace with a cluster and one online node (no agent behind it)."""
-    from cleverthis.tenancy import services as tenancy
+    from tenancy import services as tenancy
     from tests.fleet.conftest import facts_dict, make_csr_pem, make_key
 
     user = get_user_model().objects.create_user("ops", password="pw-ops")

@@ -356,7 +356,7 @@ def test_a_node_lost_while_its_tunnel_is_held_gets_it_closed_and_every_command_q
         _assert_each_ran_once(ids)
         assert "control plane closed the tunnel: 4408 stale tunnel" in proc.log()
 
-        from fleet.tunnel.groups import send_to_node, silent_message
+        from fleet.groups import send_to_node, silent_message
 
         send_to_node(node.pk, silent_message(60))  # this tunnel said hello seconds ago: it stays
         time.sleep(2)

@@ -18,13 +18,13 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from cleverthis.tenancy import services as tenancy_services
-from cleverthis.tenancy.models import Role
 from fleet import origin_names
 from fleet.models import NodeEvent
 from fleet.proxy import origins
 from fleet.workloads.models import Endpoint, EndpointReplica
 from raymgr.models import RayCluster, RayClusterStatus
+from tenancy import services as tenancy_services
+from tenancy.models import Role
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.endpoints import endpoint_row
 from tests.support.origin_client import redeem_ticket_redirect

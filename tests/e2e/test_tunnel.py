@@ -139,7 +139,7 @@ def test_commands_queued_while_offline_are_delivered_on_reconnect(control_plane,
         wait_until(lambda: Command.objects.get(pk=command.pk).status == "succeeded", timeout=60, what="delivered")
         # a second delivery of the same idempotency key does not run the work again
         Command.objects.filter(pk=command.pk).update(status="dispatched", acked_at=None)
-        from fleet.tunnel.groups import command_message, send_to_node
+        from fleet.groups import command_message, send_to_node
 
         send_to_node(node.pk, command_message(command.pk))
         wait_until(lambda: Command.objects.get(pk=command.pk).status == "succeeded", timeout=20, what="re-ack")

@@ -9,11 +9,11 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from cleverthis.audit.models import AuditEntry
-from cleverthis.tenancy import api_keys
-from cleverthis.tenancy import services as tenancy
-from cleverthis.tenancy.models import ApiKey
+from audit.models import AuditEntry
 from fleet.workloads import services as workload_services
+from tenancy import api_keys
+from tenancy import services as tenancy
+from tenancy.models import ApiKey
 
 pytestmark = pytest.mark.django_db
 

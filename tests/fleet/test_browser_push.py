@@ -14,10 +14,10 @@ from django.utils import timezone
 from cleverthis import consumers
 from cleverthis.asgi import application
 from cleverthis.routing import agent_websocket_urlpatterns, user_websocket_urlpatterns
-from cleverthis.tenancy import services as tenancy
-from cleverthis.tenancy.models import Role
 from fleet import browser_push, services
 from fleet.models import Node, NodeStatus
+from tenancy import services as tenancy
+from tenancy.models import Role
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 

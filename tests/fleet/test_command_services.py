@@ -8,11 +8,10 @@ from channels.layers import get_channel_layer
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from agent import protocol
-from fleet import enqueue, services, signals
+from fleet import enqueue, groups, services, signals
 from fleet.models import Command, CommandStatus, Node, NodeEvent
 from fleet.payloads import MASK
 from fleet.tasks import dispatch_command
-from fleet.tunnel import groups
 from kernel.exceptions import IllegalTransition
 
 pytestmark = pytest.mark.django_db

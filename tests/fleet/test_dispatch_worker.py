@@ -9,9 +9,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection
 
-from fleet import services
+from fleet import groups, services
 from fleet.models import Command, CommandStatus
-from fleet.tunnel import groups
 from tests.fleet.conftest import facts_dict, make_csr_pem, make_key
 from tests.support.processes import celery_worker, wait_until
 

@@ -11,10 +11,9 @@ from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
 from agent import protocol
-from fleet import ca, services
+from fleet import ca, groups, services
 from fleet.models import Node, NodeCertificate, NodeEvent, NodeStatus, RevokedSerial
 from fleet.tasks import mark_lost_nodes_offline
-from fleet.tunnel import groups
 from fleet.workloads.tasks import drain_node
 from kernel.exceptions import IllegalTransition
 

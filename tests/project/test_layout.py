@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("fleet", "raymgr", "agent", "cleverthis", "kernel")
-APP_PACKAGES = ("cleverthis.tenancy", "cleverthis.audit", "fleet", "raymgr")
+PACKAGES = ("fleet", "raymgr", "agent", "cleverthis", "kernel", "tenancy", "audit")
+APP_PACKAGES = ("tenancy", "audit", "fleet", "raymgr")
 
 
 def _modules() -> dict[str, Path]:
@@ -147,12 +147,12 @@ def test_the_circle_finder_finds_a_circle():
 
 
 def test_the_layer_rules_see_every_layer():
-    assert {"kernel.api", "agent.protocol", "fleet.tunnel.groups", "raymgr.workloads.models"} <= set(MODULES)
+    assert {"kernel.api", "agent.protocol", "fleet.groups", "raymgr.workloads.models"} <= set(MODULES)
     assert _is_root("cleverthis.urls")
     assert _is_root("cleverthis")
-    assert not _is_root("cleverthis.tenancy.views")
+    assert not _is_root("tenancy.views")
     assert not _is_root("kernel.api")
-    assert _floor_room("cleverthis.audit.models") == "cleverthis.audit"
+    assert _floor_room("audit.models") == "audit"
     assert _floor_room("fleet.workloads.services.endpoints") == "fleet"
 
 
@@ -234,6 +234,8 @@ CONTROL_PLANE_IMPORTS = frozenset(
         "fleet",
         "raymgr",
         "cleverthis",
+        "tenancy",
+        "audit",
     }
 )
 
@@ -242,6 +244,21 @@ def test_the_kernel_imports_no_app_and_nothing_of_the_root():
     kernel = [name for name in MODULES if _in(name, ("kernel",))]
     offenders = _offenders(kernel, lambda t: not _in(t, ("kernel", *KERNEL_MAY_IMPORT)))
     assert offenders == {}, f"kernel modules importing above the kernel: {offenders}"
+
+
+# Each top-level folder stands on one floor, and arrows only point down: the root folder holds no app.
+FOLDER_FLOORS = {"cleverthis": 3, "tenancy": 2, "audit": 2, "fleet": 2, "raymgr": 2, "kernel": 1, "agent": 0}
+
+
+def test_every_top_level_folder_stands_on_one_floor_and_no_arrow_runs_back_up():
+    assert set(FOLDER_FLOORS) == set(PACKAGES)
+    assert not any(path.is_dir() and (path / "apps.py").exists() for path in (ROOT / "cleverthis").iterdir())
+    upward = {
+        name: sorted(t for t in targets if FOLDER_FLOORS[t.split(".")[0]] > FOLDER_FLOORS[name.split(".")[0]])
+        for name, targets in GRAPH.items()
+    }
+    offenders = {name: targets for name, targets in upward.items() if targets}
+    assert offenders == {}, f"modules importing a folder on a higher floor: {offenders}"
 
 
 def test_no_app_imports_the_root():
@@ -271,7 +288,7 @@ def test_the_control_plane_imports_only_the_protocol_and_packaging_helpers_of_th
 # The fleet core (modules at the top of fleet/ and the fleet.services package) may reach these modules of
 # its rooms, and no others.
 FLEET_SEAMS = {
-    "fleet.tunnel.groups",  # reach a node's tunnel: the one seam to the transport
+    "fleet.groups",  # reach a node's tunnel: the one seam to the transport
     "fleet.proxy.site_checks",  # its system check registered, its start-up warning logged (FleetConfig.ready)
     "fleet.workloads.admin",  # registered at app start (FleetConfig.ready): autodiscovery imports only fleet.admin
     "fleet.workloads.models",  # loaded (not re-exported) by fleet.models so Django registers them with the app
@@ -364,7 +381,7 @@ def test_services_enqueue_tasks_only_through_the_seam():
         "fleet.workloads.services.endpoints",
         "raymgr.services.lifecycle",
         "raymgr.workloads.services.jobs",
-        "cleverthis.tenancy.services",
+        "tenancy.services",
     } <= set(services)
     checked = [*services, "fleet.workloads.drain"]
     offenders = _offenders(checked, lambda t: t.rpartition(".")[2] == "tasks")
@@ -393,3 +410,23 @@ def test_nothing_imports_models_with_a_star():
             ):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert offenders == [], f"`from ... models import *` found: {offenders}"
+
+
+def _package_of(name: str) -> str:
+    """The package a module sits in (a package's `__init__` stands for the package itself)."""
+    return name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0] or name
+
+
+def test_no_import_circles_between_packages():
+    """Sub-package by sub-package (`fleet.services`, `fleet.tunnel`, ...), none imports another round a circle.
+
+    A package's own modules (an app's core, a room's core) wire its sub-packages together: arrows between a
+    package and the packages inside it are left out."""
+    graph: dict[str, set[str]] = {}
+    for name, targets in GRAPH.items():
+        source = _package_of(name)
+        graph.setdefault(source, set()).update(
+            p for t in targets if not (_in(p := _package_of(t), (source,)) or _in(source, (p,)))
+        )
+    circles = import_circles(graph)
+    assert circles == [], f"packages importing each other (directly or round a circle): {circles}"

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from cleverthis.tenancy import services as tenancy_services
 from fleet import services as fleet_services
 from fleet.models import Command
 from kernel.exceptions import QuotaExceeded
 from raymgr import services
 from raymgr.models import RayCluster, RayNode, RayNodeStatus
 from raymgr.versions import default_version
+from tenancy import services as tenancy_services
 from tests.raymgr.conftest import finish, last_command, start_head
 
 pytestmark = pytest.mark.django_db

@@ -268,7 +268,7 @@ def test_process_runtime_refuses_the_redis_port(compute, make_ray):
 def test_without_owners_or_admins_results_still_advance_state_but_start_nothing(
     compute, add_node, make_ray, workspace, owner
 ):
-    from cleverthis.tenancy import services as tenancy_services
+    from tenancy import services as tenancy_services
 
     add_node(compute, "cpu-1")
     cluster = make_ray(min_workers=1)

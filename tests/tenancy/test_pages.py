@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 
-from cleverthis.tenancy.models import Membership, Workspace
+from tenancy.models import Membership, Workspace
 
 pytestmark = pytest.mark.django_db
 

@@ -7,10 +7,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from cleverthis.audit.models import AuditEntry
-from cleverthis.tenancy import quotas
-from cleverthis.tenancy.models import Workspace, WorkspaceQuota
-from cleverthis.tenancy.services import workspace_quota_set
+from audit.models import AuditEntry
+from tenancy import quotas
+from tenancy.models import Workspace, WorkspaceQuota
+from tenancy.services import workspace_quota_set
 
 pytestmark = pytest.mark.django_db
 

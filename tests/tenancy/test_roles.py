@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cleverthis.tenancy import services
-from cleverthis.tenancy.models import Membership, Role
-from cleverthis.tenancy.permissions import can_edit, can_operate, can_view
+from tenancy import services
+from tenancy.models import Membership, Role
+from tenancy.permissions import can_edit, can_operate, can_view
 
 pytestmark = pytest.mark.django_db
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from rest_framework import viewsets
 
-from cleverthis.tenancy.mixins import WorkspaceScopedMixin
-from cleverthis.tenancy.models import Workspace
-from cleverthis.tenancy.selectors import scope_to_user, workspace_list
+from tenancy.mixins import WorkspaceScopedMixin
+from tenancy.models import Workspace
+from tenancy.selectors import scope_to_user, workspace_list
 
 pytestmark = pytest.mark.django_db
 

@@ -8,10 +8,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.messages import get_messages
 
-from cleverthis.audit.models import AuditEntry
-from cleverthis.tenancy import oidc, services, sso
-from cleverthis.tenancy.models import Membership, Role, SsoIdentity
-from cleverthis.tenancy.permissions import OPERATE_PERM, VIEW_PERM
+from audit.models import AuditEntry
+from tenancy import oidc, services, sso
+from tenancy.models import Membership, Role, SsoIdentity
+from tenancy.permissions import OPERATE_PERM, VIEW_PERM
 from tests.support.processes import free_port
 
 ISSUER = "https://id.example.test"

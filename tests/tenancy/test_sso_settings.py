@@ -94,7 +94,7 @@ def test_start_up_with_and_without_oidc():
     # configured with an issuer nobody answers at: the process starts (no network at import)
     on = _start(OIDC_CLIENT_ID="fleet", OIDC_CLIENT_SECRET="s", OIDC_ISSUER="http://127.0.0.1:9/")
     assert on.returncode == 0, on.stderr
-    assert "cleverthis.tenancy.oidc.OidcBackend" in on.stdout
+    assert "tenancy.oidc.OidcBackend" in on.stdout
     bad = _start(OIDC_CLIENT_ID="fleet", OIDC_WORKSPACE_MAP="admins=acme:boss")
     assert bad.returncode != 0
     assert "OIDC_WORKSPACE_MAP: role 'boss'" in bad.stderr

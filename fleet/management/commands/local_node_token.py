@@ -8,9 +8,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cleverthis.tenancy.models import Membership, Role, Workspace
 from fleet import services
 from fleet.models import ComputeCluster, Mode, Node, NodeCertificate
+from tenancy.models import Membership, Role, Workspace
 
 CLUSTER_NAME = "local"
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from fleet.tunnel import groups
+from fleet import groups
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 """Writes for API keys: a member creates keys for themselves, and revokes their own (audited).
 
-The key row lives in `cleverthis.tenancy` (authentication reads it); the endpoints a key is limited to
+The key row lives in `tenancy` (authentication reads it); the endpoints a key is limited to
 live here, beside the endpoints (`ApiKeyEndpoint`).
 """
 
@@ -13,12 +13,12 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from cleverthis.audit.services import created, new, on, operator_action
-from cleverthis.tenancy import api_keys
-from cleverthis.tenancy.models import ApiKey, ApiKeyScope, Workspace
-from cleverthis.tenancy.permissions import can_view
+from audit.services import created, new, on, operator_action
 from fleet.workloads.models import ApiKeyEndpoint, Endpoint
 from kernel.exceptions import IllegalTransition
+from tenancy import api_keys
+from tenancy.models import ApiKey, ApiKeyScope, Workspace
+from tenancy.permissions import can_view
 
 MAX_KEYS_PER_MEMBER = 100
 

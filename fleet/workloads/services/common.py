@@ -5,10 +5,10 @@ from __future__ import annotations
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 
-from cleverthis.tenancy.models import Membership, Role, Workspace
 from fleet.models import Command, NodeEvent
 from fleet.services import node_event_record
 from fleet.workloads.errors import error_help, error_sentence
+from tenancy.models import Membership, Role, Workspace
 
 MAX_MODEL_ID = 200
 MAX_REVISION = 200

@@ -10,12 +10,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agent import protocol
-from cleverthis.tenancy.quotas import admit
 from fleet.models import Command, CommandStatus, CommandType, Node, NodeEvent
 from fleet.services import node_event_record
 from fleet.workloads.models import Container, ContainerStatus
 from fleet.workloads.quotas import container_ask, container_requests
 from fleet.workloads.services.common import node_event_record_failure
+from tenancy.quotas import admit
 
 
 def _active_count(node_id: Any) -> int:

@@ -18,14 +18,14 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from cleverthis.audit.services import on, operator_action
-from cleverthis.tenancy.mixins import require_operator
-from cleverthis.tenancy.quotas import locked_quota
+from audit.services import on, operator_action
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.endpoint_events import endpoint_event_record
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start
 from fleet.workloads.services.endpoints import pick_replica_node, validate_revision, validate_server_args
 from kernel.exceptions import IllegalTransition
+from tenancy.mixins import require_operator
+from tenancy.quotas import locked_quota
 
 _SERVING = (EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING)
 

@@ -20,9 +20,7 @@ from django.utils import timezone
 from agent import protocol
 from agent.protocol import MODEL_ID_RE
 from agent.protocol.rules import MAX_ITEMS
-from cleverthis.audit.services import created, new, on, operator_action
-from cleverthis.tenancy.mixins import require_operator
-from cleverthis.tenancy.quotas import admit, locked_quota
+from audit.services import created, new, on, operator_action
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeStatus
 from fleet.payloads import MARKS
 from fleet.services import command_queue
@@ -33,6 +31,8 @@ from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION, system_a
 from fleet.workloads.services.endpoint_events import endpoint_event_record
 from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
 from kernel.exceptions import IllegalTransition
+from tenancy.mixins import require_operator
+from tenancy.quotas import admit, locked_quota
 
 # The failure code of a replica whose server stopped answering the agent's health probes (also the
 # status the agent reports for it: `agent.protocol.EndpointInfo`).

@@ -9,13 +9,13 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-from cleverthis.tenancy.models import Workspace
 from fleet.models import Node
 from kernel.exceptions import IllegalTransition
 from kernel.rows import save_unique_name
 from raymgr.models import RayCluster, RayClusterStatus
 from raymgr.workloads.models import JobStatus, TrainingJob, TuneExperiment
 from raymgr.workloads.services.head import send_to_head
+from tenancy.models import Workspace
 
 J = JobStatus
 JOB_TRANSITIONS: dict[str, frozenset[str]] = {

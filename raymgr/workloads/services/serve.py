@@ -8,9 +8,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from cleverthis.audit.services import created, new, on, operator_action
-from cleverthis.tenancy.mixins import require_operator
-from cleverthis.tenancy.models import Workspace
+from audit.services import created, new, on, operator_action
 from fleet.models import Command
 from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster
@@ -18,6 +16,8 @@ from raymgr.workloads import render
 from raymgr.workloads.models import ServeDeployment, ServeEngine, ServeStatus, TrainingJob
 from raymgr.workloads.services.head import submit_job
 from raymgr.workloads.services.jobs import check_cluster, full_clean, save_new
+from tenancy.mixins import require_operator
+from tenancy.models import Workspace
 
 
 @operator_action(

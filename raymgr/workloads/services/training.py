@@ -7,14 +7,14 @@ from typing import Any
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 
-from cleverthis.audit.services import created, new, on, operator_action
-from cleverthis.tenancy.mixins import require_operator
-from cleverthis.tenancy.models import Workspace
+from audit.services import created, new, on, operator_action
 from raymgr.models import RayCluster
 from raymgr.workloads import render
 from raymgr.workloads.models import Framework, TrainingJob, TrainingKind, TuneExperiment
 from raymgr.workloads.services.head import submit_job
 from raymgr.workloads.services.jobs import check_cluster, full_clean, job_cancel, queue_reason, save_new
+from tenancy.mixins import require_operator
+from tenancy.models import Workspace
 
 
 @operator_action(

@@ -8,9 +8,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from cleverthis.audit.services import created, new, on, operator_action
-from cleverthis.tenancy.mixins import require_operator
-from cleverthis.tenancy.models import Workspace
+from audit.services import created, new, on, operator_action
 from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster
 from raymgr.workloads import render
@@ -18,6 +16,8 @@ from raymgr.workloads.models import TrainingJob, TuneExperiment, TuneMode, TuneS
 from raymgr.workloads.services.head import submit_job
 from raymgr.workloads.services.jobs import check_cluster, full_clean, job_cancel, queue_reason, save_new
 from raymgr.workloads.services.training import training_job_create
+from tenancy.mixins import require_operator
+from tenancy.models import Workspace
 
 
 @operator_action(

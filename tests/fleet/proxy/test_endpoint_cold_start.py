@@ -14,7 +14,6 @@ from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from agent import protocol
-from cleverthis.tenancy.models import Workspace
 from fleet import origin_names
 from fleet.models import Command, CommandType
 from fleet.proxy import endpoint_routes, rate_limits
@@ -24,6 +23,7 @@ from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.tasks import endpoints_heal_tick, endpoints_idle_tick
 from kernel.balancer import Upstream
 from kernel.exceptions import QuotaExceeded
+from tenancy.models import Workspace
 from tests.fleet import agent_side
 
 LLAMA = protocol.CachedModel(model_id="meta-llama/Llama-3.2-1B", revision="main", path="/cache/llama", size_bytes=5)

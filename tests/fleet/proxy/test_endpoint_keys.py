@@ -11,8 +11,6 @@ import redis
 from django.conf import settings as django_settings
 from django.utils import timezone
 
-from cleverthis.tenancy import api_keys
-from cleverthis.tenancy.models import ApiKey
 from fleet import origin_names
 from fleet.proxy import endpoint_routes, rate_limits
 from fleet.proxy.relay import ProxyRefusal, ProxyTarget
@@ -22,6 +20,8 @@ from fleet.workloads import services as workload_services
 from fleet.workloads.models import Endpoint, EndpointStatus
 from kernel.asgi_scope import API_KEY_ID_SCOPE_KEY
 from kernel.metrics import API_KEY_RATE_LIMITED
+from tenancy import api_keys
+from tenancy.models import ApiKey
 from tests.support.endpoints import endpoint_row
 from tests.support.processes import wait_until
 
@@ -208,9 +208,9 @@ def test_a_key_limited_to_a_deleted_endpoint_stays_limited(endpoint, owner, work
 
 def test_other_node_origins_take_invoke_keys_within_their_workspace(endpoint, owner, workspace, other_workspace):
     """Serve deployments ask `origins.caller_on_origin`: an invoke key not limited to chosen endpoints."""
-    from cleverthis.tenancy import services as tenancy
-    from cleverthis.tenancy.permissions import can_operate, can_view
     from fleet.proxy import origins
+    from tenancy import services as tenancy
+    from tenancy.permissions import can_operate, can_view
 
     tenancy.membership_set(workspace=other_workspace, user=owner, role="viewer")
     user = origins.caller_on_origin(scope(endpoint, key(owner, workspace)))

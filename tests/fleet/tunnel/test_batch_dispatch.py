@@ -19,10 +19,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agent import protocol
-from fleet import enqueue, services
+from fleet import enqueue, groups, local_tunnels, services
 from fleet.models import Command, CommandStatus, Node, NodeEvent
 from fleet.tasks import dispatch_batch
-from fleet.tunnel import groups, local_tunnels
 
 pytestmark = pytest.mark.django_db
 

@@ -259,7 +259,7 @@ async def test_a_stream_open_from_an_older_replica_is_ignored_not_fatal(node_ide
     come over peer links): the tunnel ignores it."""
     from channels.layers import get_channel_layer
 
-    from fleet.tunnel.groups import node_group
+    from fleet.groups import node_group
 
     comm = await _authenticated(node_identity)
     old_style = {"type": "stream.open", "stream_id": 7, "port": 8000, "reply": "specific.x!y", "window": 1024}

@@ -15,7 +15,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from agent import protocol as p
-from fleet.tunnel.groups import AGENTS_GROUP, command_message, node_group
+from fleet.groups import AGENTS_GROUP, command_message, node_group
 from tests.fleet.tunnel.test_tunnel_bad_input import _authenticated, _frame, node_identity  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)

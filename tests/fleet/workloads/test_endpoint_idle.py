@@ -12,13 +12,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agent import protocol
-from cleverthis.tenancy import services as tenancy_services
-from cleverthis.tenancy.quotas import usage
 from fleet.proxy import endpoint_routes
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointEvent, EndpointReplica, EndpointStatus
 from fleet.workloads.tasks import endpoints_heal_tick, endpoints_idle_tick
 from kernel.exceptions import QuotaExceeded
+from tenancy import services as tenancy_services
+from tenancy.quotas import usage
 from tests.fleet import agent_side
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,7 @@ from django.utils import timezone
 from agent import protocol
 from agent.workloads.endpoints import server_argv
 from agent.workloads.engine import Engine
-from cleverthis.audit.models import AuditEntry
+from audit.models import AuditEntry
 from fleet.models import Command, Node, NodeEvent, NodeStatus
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointEvent, EndpointReplica, EndpointStatus

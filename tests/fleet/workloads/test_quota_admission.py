@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 
 from agent import protocol
-from cleverthis.tenancy import services as tenancy_services
-from cleverthis.tenancy.quotas import usage
 from fleet import services
 from fleet.models import Command
 from fleet.workloads import drain
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointStatus
 from kernel.exceptions import QuotaExceeded
+from tenancy import services as tenancy_services
+from tenancy.quotas import usage
 from tests.fleet import agent_side
 
 pytestmark = pytest.mark.django_db

@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
-from cleverthis.tenancy import services as tenancy_services
 from fleet import services
 from fleet.models import Command
 from fleet.workloads.models import Container, ContainerStatus
 from kernel.exceptions import QuotaExceeded
+from tenancy import services as tenancy_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,8 +64,8 @@ def test_a_drain_pass_never_waits_for_the_quota_row(owner, workspace, cluster, r
     wait for the row (busy, the next pass does the work) and so never closes a circle of locks."""
     from django.db import transaction
 
-    from cleverthis.tenancy.quotas import locked_quota
     from fleet.workloads import drain
+    from tenancy.quotas import locked_quota
     from tests.fleet import agent_side
 
     a, _b = register_node(cluster, "a"), register_node(cluster, "b")

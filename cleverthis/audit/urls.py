@@ -1,9 +1,0 @@
-"""Audit page routes."""
-
-from django.urls import path
-
-from cleverthis.audit import views
-
-app_name = "audit"
-
-urlpatterns = [path("", views.entry_list, name="entry_list")]
