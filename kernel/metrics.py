@@ -89,6 +89,12 @@ API_KEY_RATE_LIMITED = Counter(
     "Endpoint requests refused 429 by an API key's rate limit (limit: requests or tokens per minute).",
     ["limit"],
 )
+RATE_LIMIT_UNAVAILABLE = Counter(
+    "cleverthis_rate_limit_unavailable",
+    "Rate-limit checks (step: admit) and token charges (step: charge) skipped because Redis could not be "
+    "reached: the request went through (the limiter fails open).",
+    ["step"],
+)
 AUTOSCALER_DECISIONS = Counter(
     "cleverthis_ray_autoscaler_decisions",
     "Ray autoscaler decisions (action: scale_up, scale_down, both, none).",

@@ -233,6 +233,8 @@ class TunnelProxyApp:
                 usage.finish(complete=True)
         else:
             usage = usage_meter.start(answer.usage, scope)
+            if usage is not None:
+                scope, receive = await _asking_for_usage(scope, receive, usage)
             complete = False
             try:
                 await request_meter.metered(
@@ -291,6 +293,44 @@ async def exchange_ticket(scope: dict[str, Any], send: Any) -> None:
     await plain_response(
         send, 302, "Signed in.", [(b"location", location), (b"set-cookie", cookie), (b"cache-control", b"no-store")]
     )
+
+
+async def _asking_for_usage(
+    scope: dict[str, Any], receive: Any, usage: usage_meter.RequestUsage
+) -> tuple[dict[str, Any], Any]:
+    """A metered streamed completions request that does not ask for its usage is made to
+    (`usage_meter.ask_for_usage`): its body is read whole (at most REQUEST_REWRITE_MAX bytes), changed, and
+    replayed with its new length; the usage chunk the server adds is then dropped on its way back
+    (`usage.strip_usage`). Any other request goes on as sent: (scope, receive) to use from here on."""
+    if scope["method"] != "POST" or not scope["path"].endswith("/completions"):
+        return scope, receive
+    if not header(scope, b"content-type").lower().startswith("application/json"):
+        return scope, receive
+    messages: list[dict[str, Any]] = []
+    size = 0
+    whole = False
+    while size <= usage_meter.REQUEST_REWRITE_MAX:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            whole = True
+            break
+    changed = None
+    if whole and size <= usage_meter.REQUEST_REWRITE_MAX:
+        changed = usage_meter.ask_for_usage(b"".join(m.get("body", b"") for m in messages))
+    if changed is not None:
+        usage.strip_usage = True
+        messages = [{"type": "http.request", "body": changed, "more_body": False}]
+        headers = [(k, v) for k, v in scope["headers"] if k not in (b"content-length", b"transfer-encoding")]
+        scope = {**scope, "headers": [*headers, (b"content-length", str(len(changed)).encode())]}
+
+    async def replay() -> dict[str, Any]:
+        return messages.pop(0) if messages else await receive()
+
+    return scope, replay
 
 
 def _upstream_request(scope: dict[str, Any], target: ProxyTarget, port: int) -> h11.Request:
@@ -502,6 +542,8 @@ async def _forward_response(
             headers = _downstream_headers(event.headers)
             if usage is not None:
                 usage.head(event.status_code, headers)
+                if usage.strip_usage and usage.kind == "sse":  # (its length changes: sent chunked)
+                    headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
             await send({"type": "http.response.start", "status": event.status_code, "headers": headers})
             started = state.started = True
             pressure.start()
@@ -510,14 +552,17 @@ async def _forward_response(
         elif isinstance(event, h11.Data):
             data = bytes(event.data)
             if usage is not None:
-                usage.feed(data)
+                data = usage.feed(data)
+                if not data:
+                    continue
             await send({"type": "http.response.body", "body": data, "more_body": True})
             if not pressure.writable:
                 await pressure.wait()
         elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
             pressure.stop()
+            held = usage.held_back() if usage is not None else b""
             with contextlib.suppress(Exception):
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await send({"type": "http.response.body", "body": held, "more_body": False})
             return started
 
 

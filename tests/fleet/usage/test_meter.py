@@ -160,7 +160,7 @@ def test_callbacks_learn_each_requests_tokens(workspace, settings):
         asyncio.run(main())
     finally:
         meter._callbacks.remove(callback)
-    assert seen == [(workspace.pk, subject.endpoint_id, 5, 4, 6)]
+    assert seen == [(workspace.pk, subject.endpoint_id, 5, 4, 6, None)]
 
 
 def test_metering_off_meters_nothing(settings):
