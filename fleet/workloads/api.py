@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
 from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import exceptions, mixins, serializers, status, viewsets
@@ -176,6 +177,8 @@ class EndpointSerializer(serializers.ModelSerializer):
             "scaled_at",
             "idle_timeout_s",
             "idle_since",
+            "key_requests_per_min",
+            "key_tokens_per_min",
             "replicas",
             "failure_code",
             "failure_message",
@@ -254,6 +257,22 @@ class EndpointCreateSerializer(serializers.Serializer):
         help_text="Seconds without requests after which an endpoint with min_replicas 0 scales to zero.",
     )
     server_args = ServerArgsField(required=False, default=list)
+    key_requests_per_min = serializers.IntegerField(
+        min_value=1,
+        max_value=workload_services.MAX_PER_MINUTE,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Requests a minute each API key (and each member without a key) may make here; null: no limit.",
+    )
+    key_tokens_per_min = serializers.IntegerField(
+        min_value=1,
+        max_value=workload_services.MAX_PER_MINUTE,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Tokens (prompt and completion) a minute each API key (and each member) may use; null: no limit.",
+    )
 
     def validate_model_id(self, value: str) -> str:
         try:
@@ -271,6 +290,17 @@ class EndpointCreateSerializer(serializers.Serializer):
         if unknown:
             raise serializers.ValidationError({name: "Unknown field." for name in unknown})
         return attrs
+
+
+class EndpointLimitsSerializer(_NoUnknownFields):
+    """Input of POST /endpoints/<id>/limits/: the per-key limits (null: no limit; left out: kept)."""
+
+    key_requests_per_min = serializers.IntegerField(
+        min_value=1, max_value=workload_services.MAX_PER_MINUTE, required=False, allow_null=True
+    )
+    key_tokens_per_min = serializers.IntegerField(
+        min_value=1, max_value=workload_services.MAX_PER_MINUTE, required=False, allow_null=True
+    )
 
 
 class EndpointRevisionSerializer(serializers.Serializer):
@@ -392,7 +422,16 @@ class EndpointViewSet(
             node = Node.objects.filter(pk=values["node"], cluster=cluster).first()
             if node is None:
                 raise exceptions.ValidationError({"node": "No such node in this cluster."})
-        endpoint = workload_services.endpoint_create(
+        limits = {name: values[name] for name in ("key_requests_per_min", "key_tokens_per_min")}
+        with transaction.atomic():
+            endpoint = self._create(request, cluster, node, values)
+            if any(v is not None for v in limits.values()):
+                workload_services.endpoint_set_key_limits(actor=request.user, endpoint=endpoint, **limits)
+        endpoint = self.get_base_queryset().get(pk=endpoint.pk)
+        return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)
+
+    def _create(self, request: Request, cluster: ComputeCluster, node: Node | None, values: dict[str, Any]) -> Endpoint:
+        return workload_services.endpoint_create(
             actor=request.user,
             cluster=cluster,
             model_id=values["model_id"],
@@ -410,8 +449,20 @@ class EndpointViewSet(
             idle_timeout_s=values["idle_timeout_s"],
             server_args=values["server_args"],
         )
-        endpoint = self.get_base_queryset().get(pk=endpoint.pk)
-        return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=EndpointLimitsSerializer, responses={200: EndpointSerializer})
+    @action(detail=True, methods=["post"])
+    def limits(self, request: Request, pk: str | None = None) -> Response:
+        """Set the requests and tokens a minute each API key (and each member calling without a key) may use
+        on this endpoint (Owner/Admin; null: no limit; a field left out is kept)."""
+        endpoint = self.get_object()
+        require_operator(request.user, endpoint.cluster.workspace, what="change an endpoint's limits")
+        data = EndpointLimitsSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = {name: getattr(endpoint, name) for name in ("key_requests_per_min", "key_tokens_per_min")}
+        values |= data.validated_data
+        endpoint = workload_services.endpoint_set_key_limits(actor=request.user, endpoint=endpoint, **values)
+        return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
 
     @extend_schema(parameters=PAGING, responses={200: page_of(EndpointEventSerializer)})
     @action(detail=True, methods=["get"], serializer_class=EndpointEventSerializer)

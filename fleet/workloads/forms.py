@@ -1,5 +1,5 @@
 """Page forms of workloads: a new endpoint on a cluster's Endpoints tab, and an endpoint's rolling update
-(revision and server arguments, one shell-style line) — Owners and Admins."""
+(revision and server arguments, one shell-style line), an endpoint's per-key limits — Owners and Admins."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 
 from fleet.workloads.services import (
     MAX_IDLE_TIMEOUT_S,
+    MAX_PER_MINUTE,
     MAX_REPLICAS,
     MAX_REVISION,
     MAX_TARGET_IN_FLIGHT,
@@ -38,6 +39,21 @@ def _server_args_field() -> forms.CharField:
         strip=True,
         label="Server arguments",
         help_text="vLLM arguments, shell-style, e.g. --max-model-len 2048 --gpu-memory-utilization 0.8",
+    )
+
+
+def _per_minute_field(label: str, help_text: str) -> forms.IntegerField:
+    return forms.IntegerField(min_value=1, max_value=MAX_PER_MINUTE, required=False, label=label, help_text=help_text)
+
+
+class EndpointLimitsForm(forms.Form):
+    """An endpoint's per-key limits (empty: no limit), as `endpoint_set_key_limits` takes them."""
+
+    key_requests_per_min = _per_minute_field(
+        "Requests/min per key", "Each API key, and each member calling without a key (empty: no limit)."
+    )
+    key_tokens_per_min = _per_minute_field(
+        "Tokens/min per key", "Prompt and completion tokens, each API key or member (empty: no limit)."
     )
 
 
@@ -89,6 +105,8 @@ class EndpointCreateForm(forms.Form):
         help_text="Between two scaling changes (default 120).",
     )
     server_args = _server_args_field()
+    key_requests_per_min = EndpointLimitsForm.base_fields["key_requests_per_min"]
+    key_tokens_per_min = EndpointLimitsForm.base_fields["key_tokens_per_min"]
 
     def __init__(self, *args: Any, cached: dict[str, list[str]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

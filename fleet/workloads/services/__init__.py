@@ -27,6 +27,7 @@ from fleet.workloads.services.endpoint_autoscale import (
 )
 from fleet.workloads.services.endpoint_heal import endpoint_heal, endpoints_to_heal
 from fleet.workloads.services.endpoint_idle import endpoint_idle, endpoint_wake, endpoints_to_idle
+from fleet.workloads.services.endpoint_limits import MAX_PER_MINUTE, endpoint_set_key_limits, validate_per_minute
 from fleet.workloads.services.endpoint_updates import endpoint_update
 from fleet.workloads.services.endpoints import (
     MAX_IDLE_TIMEOUT_S,
@@ -58,6 +59,7 @@ from fleet.workloads.services.node_models import (
 __all__ = [
     "MAX_IDLE_TIMEOUT_S",
     "MAX_MODEL_ID",
+    "MAX_PER_MINUTE",
     "MAX_REPLICAS",
     "MAX_REVISION",
     "MAX_SERVER_ARGS",
@@ -85,6 +87,7 @@ __all__ = [
     "endpoint_record_command_outcome",
     "endpoint_record_start_commands",
     "endpoint_restart",
+    "endpoint_set_key_limits",
     "endpoint_stop",
     "endpoint_update",
     "endpoint_wake",
@@ -100,5 +103,6 @@ __all__ = [
     "node_models_reconcile",
     "system_actor",
     "validate_model_id",
+    "validate_per_minute",
     "validate_server_args",
 ]
