@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -232,3 +233,39 @@ def test_a_key_limited_to_chosen_endpoints_is_limited_on_the_management_api_too(
     assert limited.get("/api/v1/usage/?period=24h").json()["totals"]["requests"] == 5
     assert limited.get(f"/api/v1/usage/?period=24h&endpoint={other.pk}").status_code == 400
     assert unlimited.get("/api/v1/usage/?period=24h").json()["totals"]["requests"] == 10
+
+
+def test_the_answers_holding_a_new_keys_secret_are_never_cached(workspace, owner, api_client_for, client):
+    body = {"workspace": str(workspace.pk), "name": "ci", "scopes": ["read"]}
+    created = api_client_for(owner).post("/api/v1/api-keys/", body, format="json")
+    assert created.status_code == 201
+    assert "no-store" in created["Cache-Control"]
+    listed = api_client_for(owner).get("/api/v1/api-keys/")
+    assert "key" not in listed.json()["results"][0]
+    client.force_login(owner)
+    page = client.post("/compute/api-keys/", body)
+    assert page.context["created"][1].encode() in page.content
+    assert "no-store" in page["Cache-Control"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("requests_per_min", 10**12), ("tokens_per_min", 2**31), ("requests_per_min", 0), ("tokens_per_min", -1)],
+)
+def test_limits_out_of_bounds_are_a_400_naming_the_bound(workspace, owner, api_client_for, client, field, value):
+    body = {"workspace": str(workspace.pk), "name": "x", "scopes": ["invoke"], field: value}
+    answer = api_client_for(owner).post("/api/v1/api-keys/", body, format="json")
+    assert answer.status_code == 400
+    assert list(answer.json()) == [field]
+    bound = "2147483647" if value > 0 else "1"
+    assert bound in " ".join(answer.json()[field])
+    client.force_login(owner)
+    page = client.post("/compute/api-keys/", {**body, field: str(value)})
+    assert page.status_code == 200
+    assert field in page.context["form"].errors
+    with pytest.raises(ValidationError) as refused:  # the service holds the same bounds
+        workload_services.api_key_create(
+            actor=owner, workspace=workspace, name="x", scopes=["invoke"], **{field: value}
+        )
+    assert field in refused.value.message_dict
+    assert not ApiKey.objects.exists()
