@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from kernel.api import NoUnknownFields
 from tenancy.models import Membership, Workspace
 from tenancy.quotas import QUOTAS
 
@@ -58,7 +59,7 @@ def _limit_field(whole: bool) -> serializers.Field:
     return kind(required=False, allow_null=True, min_value=0, max_value=1_000_000)
 
 
-class QuotaLimitsSerializer(serializers.Serializer):
+class QuotaLimitsSerializer(NoUnknownFields):
     """New limits (only those given change; null makes a quota unlimited)."""
 
     gpus = _limit_field(True)
