@@ -43,6 +43,7 @@ import json
 import logging
 import multiprocessing.util
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -147,10 +148,13 @@ def ask_for_usage(body: bytes) -> bytes | None:
     return json.dumps(request, separators=(",", ":")).encode()
 
 
+_USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')  # a usage that is not null (content chunks carry null)
+
+
 def _is_usage_chunk(event: bytes) -> bool:
     """Whether an SSE event is the usage-only chunk a server sends when asked (`"choices": []`, a usage)."""
     text = event.strip()
-    if not text.startswith(b"data:") or _USAGE_KEY not in text:
+    if not text.startswith(b"data:") or not _USAGE_OBJECT.search(text):
         return False
     try:
         chunk = json.loads(text[5:])
