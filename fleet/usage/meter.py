@@ -22,9 +22,10 @@ Finished requests are added up per (minute, workspace, endpoint, API key) in thi
 after a flush schedules the next flush USAGE_FLUSH_S later, on a thread (`flush`): one upsert for every
 bucket noted (minute and hour rows, `services.usage_add`), so the proxy's path never writes a row per
 request and never blocks the event loop on the database. A failed write keeps the counts for the next
-flush, counts itself (`cleverthis_usage_flush_failures`) and is noted in Redis for the Usage page's banner
-(`flush_failures`); at process exit whatever is left is written (`atexit`, and a multiprocessing finalizer for
-uvicorn's worker processes, which exit without running `atexit`).
+flush (tried again USAGE_FLUSH_S later, requests or not), counts itself (`cleverthis_usage_flush_failures`)
+and is noted in Redis for the Usage page's banner (`flush_failures`); at process exit whatever is left is
+written (`atexit`, and a multiprocessing finalizer for uvicorn's worker processes, which exit without
+running `atexit`).
 
 The completion tokens of a request are also counted for the replica that answered it (`replica`, set by
 the relay), which the web processes share as tokens per second (`kernel.replica_load`).
@@ -366,16 +367,19 @@ def _schedule_flush() -> None:
 def _flush_in_thread(loop: asyncio.AbstractEventLoop) -> None:
     global _flush_handle
     _flush_handle = None
-    loop.run_in_executor(None, _flush_and_release)
+    loop.run_in_executor(None, _flush_and_release, loop)
 
 
-def _flush_and_release() -> None:
+def _flush_and_release(loop: asyncio.AbstractEventLoop | None = None) -> None:
     try:
         flush()
     except Exception:  # (on a thread nobody waits for: say so rather than lose it silently)
         log.exception("usage flush failed")
     finally:
         close_old_connections()  # this thread's connection, as channels' database_sync_to_async does
+    if _failing and _pending and loop is not None and not loop.is_closed():
+        # the counts went back to memory: try again in USAGE_FLUSH_S, whether or not requests come
+        loop.call_soon_threadsafe(_schedule_flush)
 
 
 def flush() -> int:
