@@ -354,7 +354,8 @@ class EndpointViewSet(
             "replicas", EndpointReplica.objects.select_related("node").order_by("created_at", "server_id")
         )
         return (
-            Endpoint.objects.select_related("node", "created_by")
+            Endpoint.objects.filter(selectors.key_endpoint_limit(user=self.request.user))
+            .select_related("node", "created_by")
             .prefetch_related(replicas)
             .order_by("-created_at", "pk")
         )
@@ -374,6 +375,8 @@ class EndpointViewSet(
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Start an endpoint for a cached model; 409 with the reason when no node can serve it."""
+        if selectors.key_is_endpoint_limited(user=request.user):
+            raise exceptions.PermissionDenied("This API key is limited to chosen endpoints: it creates none.")
         data = EndpointCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
