@@ -1,5 +1,5 @@
 """Writes for workloads, one module per aggregate: `containers`, `node_models` (models cached on nodes),
-`endpoints` (inference endpoints and their placement); `common` holds what they share.
+`endpoints` (inference endpoints: a package, one job per module); `common` holds what they share.
 
 Called by the receivers of the fleet core's signals (`fleet.workloads.receivers`): inventory
 reconciliation, and the command-finished hook `workloads_on_command_finished`, so every finished command
@@ -19,15 +19,6 @@ from fleet.workloads.services.containers import (
     containers_record_queued,
     containers_record_start_queued,
 )
-from fleet.workloads.services.endpoint_autoscale import (
-    ScaleDecision,
-    desired_replicas,
-    endpoint_autoscale,
-    endpoints_to_autoscale,
-)
-from fleet.workloads.services.endpoint_heal import endpoint_heal, endpoints_to_heal
-from fleet.workloads.services.endpoint_idle import endpoint_idle, endpoint_wake, endpoints_to_idle
-from fleet.workloads.services.endpoint_updates import endpoint_update
 from fleet.workloads.services.endpoints import (
     MAX_IDLE_TIMEOUT_S,
     MAX_REPLICAS,
@@ -37,14 +28,24 @@ from fleet.workloads.services.endpoints import (
     MAX_TARGET_TOKENS_PER_S,
     REVISION_RE,
     PlacementError,
+    ScaleDecision,
+    desired_replicas,
+    endpoint_autoscale,
     endpoint_create,
+    endpoint_heal,
+    endpoint_idle,
     endpoint_record_acked,
     endpoint_record_command_outcome,
     endpoint_record_start_commands,
     endpoint_restart,
     endpoint_stop,
+    endpoint_update,
+    endpoint_wake,
     endpoints_end_with_node,
     endpoints_reconcile,
+    endpoints_to_autoscale,
+    endpoints_to_heal,
+    endpoints_to_idle,
     node_free_vram_mb,
     validate_model_id,
     validate_server_args,

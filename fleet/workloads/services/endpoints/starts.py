@@ -1,0 +1,115 @@
+"""endpoint.start commands as they are queued, whoever sent them (these services, the Commands tab, the API):
+each gets its replica (and its endpoint, when new), admitted against the workspace's quotas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from fleet.models import Command
+from fleet.payloads import MARKS
+from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.quotas import replica_ask
+from fleet.workloads.services.endpoints.events import endpoint_event_record
+from fleet.workloads.services.endpoints.replicas import endpoint_summarise
+from fleet.workloads.services.endpoints.validation import validate_server_args
+from tenancy.quotas import admit
+
+
+def _replica_ask(endpoint: Endpoint) -> dict[str, float]:
+    return replica_ask(gpus=endpoint.gpus, min_vram_mb=endpoint.min_vram_mb)
+
+
+def _new_endpoint_ask(payload: dict[str, Any]) -> dict[str, float]:
+    ask = replica_ask(gpus=int(payload.get("gpus") or 0), min_vram_mb=int(payload.get("min_vram_mb") or 0))
+    return {"endpoints": 1, **ask}
+
+
+def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]:
+    """endpoint.start commands queued (by the services here, or sent from the Commands tab / API): each
+    gets the replica its `endpoint_id` names (a replica's server id; an endpoint's slug names its first
+    replica), created with its Endpoint row when new, or made pending again on the command's node when it
+    had stopped or failed, so every started server is listed with its endpoint's URL.
+
+    Refuses (ValidationError) a start sent to several nodes at once, and an id of another cluster's or a
+    still live replica on another node. Each replica that goes live is admitted against the workspace's
+    quotas as its start is queued (`QuotaExceeded`): the endpoint's GPUs and VRAM, and the endpoint itself
+    when it was neither live nor scaled to zero (`EndpointStatus.kept()`); a live replica counts already,
+    starting it again asks nothing. A replica started again comes back into rotation (and its endpoint awake).
+    """
+    if len(commands) > 1:
+        raise ValidationError({"node_id": "An endpoint starts on one node: choose the node."})
+    rows = []
+    for command in commands:
+        payload = command.payload or {}
+        if "extra_args" in (payload.get(MARKS) or ()):
+            raise ValidationError(
+                {
+                    f"payload.{MARKS}": "An endpoint keeps its server arguments (extra_args) to start every "
+                    "replica with, shown to its workspace: they cannot be secret."
+                }
+            )
+        server_args = validate_server_args(payload.get("extra_args", []), "payload.extra_args")
+        server_id = str(payload.get("endpoint_id", ""))
+        found = EndpointReplica.objects.filter(server_id=server_id).values_list("endpoint_id", flat=True).first()
+        endpoint = (
+            Endpoint.objects.select_for_update().filter(pk=found).first()
+            if found
+            else Endpoint.objects.select_for_update().filter(slug=server_id).first()
+        )
+        if endpoint is not None and endpoint.cluster_id != command.cluster_id:
+            raise ValidationError({"payload.endpoint_id": "No such endpoint in this cluster."})
+        created = endpoint is None
+        if endpoint is None:
+            admit(workspace_id=command.cluster.workspace_id, ask=_new_endpoint_ask(payload))
+            endpoint = Endpoint.objects.create(
+                slug=server_id,
+                cluster_id=command.cluster_id,
+                node_id=command.node_id,
+                model_id=payload.get("model_id", ""),
+                revision=payload.get("revision", "main"),
+                gpus=payload.get("gpus", 0),
+                min_vram_mb=payload.get("min_vram_mb", 0),
+                server_args=server_args,
+                created_by=command.created_by,
+                start_command=command,
+            )
+            endpoint_event_record(
+                endpoint=endpoint,
+                node_id=command.node_id,
+                kind="endpoint.starting",
+                message=f"Endpoint {endpoint.hostname} for {endpoint.model_id}@{endpoint.revision} requested by "
+                f"{command.created_by.get_username() if command.created_by else 'the control plane'}",
+                command=command,
+            )
+        replica = EndpointReplica.objects.select_for_update().filter(server_id=server_id).first()
+        if replica is None:
+            if not created:
+                admit(workspace_id=command.cluster.workspace_id, ask=_replica_ask(endpoint))
+            EndpointReplica.objects.create(
+                endpoint=endpoint, server_id=server_id, node_id=command.node_id, start_command=command
+            )
+        elif replica.start_command_id is None:
+            # a replica the services here just made: it counts once they link this command to it
+            admit(workspace_id=command.cluster.workspace_id, ask=_replica_ask(endpoint))
+        elif replica.status in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
+            ask = _replica_ask(endpoint)
+            if endpoint.status not in EndpointStatus.kept():  # an idle endpoint counts already
+                ask["endpoints"] = 1
+            admit(workspace_id=command.cluster.workspace_id, ask=ask)
+            replica.status, replica.node_id, replica.port = EndpointStatus.PENDING, command.node_id, 0
+            replica.start_command, replica.failure_code, replica.failure_message = command, "", ""
+            replica.retired_at = None
+            replica.save()
+            endpoint.model_id = payload.get("model_id", endpoint.model_id)
+            endpoint.revision = payload.get("revision", "main")
+            endpoint.server_args = server_args
+            endpoint.start_command, endpoint.idle_since = command, None
+            endpoint.save(
+                update_fields=["model_id", "revision", "server_args", "start_command", "idle_since", "updated_at"]
+            )
+        elif replica.node_id != command.node_id:
+            raise ValidationError({"payload.endpoint_id": f"This endpoint is {replica.status} on another node."})
+        rows.append(endpoint_summarise(endpoint))
+    return rows

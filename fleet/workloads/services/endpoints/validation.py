@@ -1,0 +1,102 @@
+"""What an endpoint may ask for: its model id, revision, server arguments and counts (replicas, autoscaling
+targets, idle timeout), each refused with a ValidationError on its field; and the bounds the API states."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from agent import protocol
+from agent.protocol import MODEL_ID_RE
+from agent.protocol.rules import MAX_ITEMS
+from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION
+
+REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
+
+
+MAX_REPLICAS = 32
+
+
+MAX_TARGET_IN_FLIGHT = 100_000  # autoscaling targets per replica (0 = off)
+
+
+MAX_TARGET_TOKENS_PER_S = 10_000_000
+
+
+MAX_IDLE_TIMEOUT_S = 30 * 86_400
+
+
+# An endpoint's server arguments travel as endpoint.start's `extra_args`: the payload's bounds.
+MAX_SERVER_ARGS = MAX_ITEMS
+
+
+MAX_SERVER_ARG_LENGTH = 500
+
+
+# "--max-model-len 2048" given as one item: an option and its value, split in two as a shell would.
+_OPTION_AND_VALUE = re.compile(r"^(--?[A-Za-z][A-Za-z0-9_.-]*)\s+(\S.*)$", re.DOTALL)
+
+
+def validate_model_id(model_id: Any, field: str = "model_id") -> str:
+    """A Hugging Face model id: `owner/name` (or a legacy bare `name`), letters, digits, `-_.`."""
+    if not isinstance(model_id, str):
+        raise ValidationError({field: "Must be a string."})
+    if len(model_id) > MAX_MODEL_ID:
+        raise ValidationError({field: f"At most {MAX_MODEL_ID} characters."})
+    if not re.match(MODEL_ID_RE, model_id) or ".." in model_id or "--" in model_id:
+        raise ValidationError(
+            {field: "Not a valid model id: expected owner/name with letters, digits, '-', '_' and '.'."}
+        )
+    return model_id
+
+
+def validate_revision(revision: Any) -> str:
+    if not isinstance(revision, str) or not revision:
+        raise ValidationError({"revision": "Must be a non-empty string."})
+    if len(revision) > MAX_REVISION or not REVISION_RE.match(revision) or ".." in revision:
+        raise ValidationError({"revision": "Not a valid revision (a branch, tag or commit hash)."})
+    return revision
+
+
+def validate_server_args(value: Any, field: str = "server_args") -> list[str]:
+    """The server arguments every replica of an endpoint starts with, as vLLM takes them: a list of strings
+    (an option and its value given as one item, `"--max-model-len 2048"`, become two items), at most
+    `MAX_SERVER_ARGS` of at most `MAX_SERVER_ARG_LENGTH` characters; never a flag the agent sets itself
+    (`protocol.ENDPOINT_AGENT_ARGS`: port, host, model, ...), named in the message. ValidationError on `field`."""
+    if not isinstance(value, list) or not all(isinstance(arg, str) for arg in value):
+        raise ValidationError({field: "Must be a list of strings, one server argument each."})
+    if len(value) > MAX_SERVER_ARGS:  # before looking at each one
+        raise ValidationError({field: f"At most {MAX_SERVER_ARGS} arguments (got {len(value)})."})
+    args: list[str] = []
+    for arg in value:
+        match = _OPTION_AND_VALUE.match(arg)
+        args += [match.group(1), match.group(2)] if match else [arg]
+    problems = []
+    if len(args) > MAX_SERVER_ARGS:
+        problems.append(f"At most {MAX_SERVER_ARGS} arguments (got {len(args)}).")
+    for arg in args:
+        shown = arg if len(arg) <= 40 else arg[:40] + "…"
+        if len(arg) > MAX_SERVER_ARG_LENGTH:
+            problems.append(f"{shown!r}: at most {MAX_SERVER_ARG_LENGTH} characters per argument.")
+        elif "\x00" in arg:
+            problems.append(f"{shown!r}: an argument cannot hold a NUL character.")
+        elif (reserved := protocol.endpoint_arg_reserved(arg)) is not None:
+            said = reserved if arg.split("=", 1)[0] == reserved else f"{shown!r} (read by vLLM as {reserved})"
+            problems.append(
+                f"{said} is set by the agent itself ({protocol.ENDPOINT_AGENT_ARGS[reserved]}): leave it out."
+            )
+    if problems:
+        raise ValidationError({field: problems})
+    return args
+
+
+def validate_count(value: Any, field: str, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
+        raise ValidationError({field: f"Must be an integer between 0 and {maximum}."})
+    return value
+
+
+def valid_port(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535 else 0
