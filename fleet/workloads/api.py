@@ -226,8 +226,20 @@ class EndpointCreateSerializer(serializers.Serializer):
     node = serializers.UUIDField(required=False, allow_null=True)
     model_id = serializers.CharField(max_length=workload_services.MAX_MODEL_ID)
     revision = serializers.CharField(max_length=workload_services.MAX_REVISION, required=False, default="main")
-    gpus = serializers.IntegerField(min_value=0, max_value=64, required=False, default=0)
-    min_vram_mb = serializers.IntegerField(min_value=0, max_value=16 * 1024 * 1024, required=False, default=0)
+    gpus = serializers.IntegerField(
+        min_value=0,
+        max_value=64,
+        required=False,
+        default=0,
+        help_text="GPUs per replica; 0 still holds one GPU on a node with GPUs (and counts against the quota).",
+    )
+    min_vram_mb = serializers.IntegerField(
+        min_value=0,
+        max_value=16 * 1024 * 1024,
+        required=False,
+        default=0,
+        help_text="VRAM (MB) a replica needs at least; the quota counts vLLM's share of its GPUs, never less.",
+    )
     public = serializers.BooleanField(required=False, default=False)
     min_replicas = serializers.IntegerField(
         min_value=0,
