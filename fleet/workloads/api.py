@@ -194,8 +194,9 @@ class EndpointSerializer(serializers.ModelSerializer):
 
 @extend_schema_field({"type": "array", "items": {"type": "string"}, "maxItems": workload_services.MAX_SERVER_ARGS})
 class ServerArgsField(serializers.JSONField):
-    """An endpoint's server arguments: a JSON list of strings, checked by `validate_server_args` (bounds,
-    no flag the agent sets itself), `"--max-model-len 2048"` split into option and value."""
+    """An endpoint's server arguments: a JSON list of strings, checked by `validate_server_args` (the
+    protocol's allow-list of vLLM flags, each value by type and range; bounds), `"--max-model-len 2048"` split
+    into option and value."""
 
     def to_internal_value(self, data: Any) -> list[str]:
         try:
@@ -225,8 +226,20 @@ class EndpointCreateSerializer(serializers.Serializer):
     node = serializers.UUIDField(required=False, allow_null=True)
     model_id = serializers.CharField(max_length=workload_services.MAX_MODEL_ID)
     revision = serializers.CharField(max_length=workload_services.MAX_REVISION, required=False, default="main")
-    gpus = serializers.IntegerField(min_value=0, max_value=64, required=False, default=0)
-    min_vram_mb = serializers.IntegerField(min_value=0, max_value=16 * 1024 * 1024, required=False, default=0)
+    gpus = serializers.IntegerField(
+        min_value=0,
+        max_value=64,
+        required=False,
+        default=0,
+        help_text="GPUs per replica; 0 still holds one GPU on a node with GPUs (and counts against the quota).",
+    )
+    min_vram_mb = serializers.IntegerField(
+        min_value=0,
+        max_value=16 * 1024 * 1024,
+        required=False,
+        default=0,
+        help_text="VRAM (MB) a replica needs at least; the quota counts vLLM's share of its GPUs, never less.",
+    )
     public = serializers.BooleanField(required=False, default=False)
     min_replicas = serializers.IntegerField(
         min_value=0,

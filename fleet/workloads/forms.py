@@ -37,7 +37,10 @@ def _server_args_field() -> forms.CharField:
         required=False,
         strip=True,
         label="Server arguments",
-        help_text="vLLM arguments, shell-style, e.g. --max-model-len 2048 --gpu-memory-utilization 0.8",
+        help_text=(
+            "vLLM arguments, shell-style, e.g. --max-model-len 2048 --gpu-memory-utilization 0.8; only the "
+            "flags on the allow-list (see the README's security section)"
+        ),
     )
 
 
@@ -46,7 +49,13 @@ class EndpointCreateForm(forms.Form):
 
     model_id = forms.ChoiceField(label="Model", help_text="Models in the cache of this cluster's nodes.")
     revision = forms.CharField(max_length=200, initial="main")
-    gpus = forms.IntegerField(min_value=0, max_value=64, initial=0, label="GPUs")
+    gpus = forms.IntegerField(
+        min_value=0,
+        max_value=64,
+        initial=0,
+        label="GPUs",
+        help_text="0 still holds one GPU on a node with GPUs, counted against the workspace's quota",
+    )
     min_vram_mb = forms.IntegerField(min_value=0, max_value=16 * 1024 * 1024, initial=0, label="Min VRAM (MB)")
     public = forms.BooleanField(required=False, help_text="Callable without an API key.")
     min_replicas = forms.IntegerField(
