@@ -5,11 +5,11 @@ Their validation is derived from `agent.protocol`'s payload dataclasses, like ev
 
 from __future__ import annotations
 
-RAY_COMMAND_TYPES = ("ray.head.start", "ray.worker.start", "ray.node.drain", "ray.node.stop", "ray.status")
+from agent import protocol
 
 
 def register() -> None:
     """Make `fleet.payloads.validate_payload` accept the Ray command types (idempotent)."""
     from fleet import payloads
 
-    payloads.register_payload_types(RAY_COMMAND_TYPES)
+    payloads.register_payload_types(protocol.RAY_NODE_COMMAND_TYPES)

@@ -64,10 +64,14 @@ from agent.protocol.frames import (
     new_id,
 )
 from agent.protocol.payloads import (
+    AGENT_COMMAND_TYPES,
     AGENT_PACKAGE_CONTEXT,
     COMMAND_TYPES,
     ENDPOINT_AGENT_ARGS,
     PAYLOAD_TYPES,
+    RAY_JOB_COMMAND_TYPES,
+    RAY_NODE_COMMAND_TYPES,
+    WORKLOAD_COMMAND_TYPES,
     AgentUpdatePayload,
     CommandType,
     ContainerCreatePayload,
@@ -87,6 +91,7 @@ from agent.protocol.payloads import (
     agent_package_message,
     endpoint_arg_reserved,
     parse_payload,
+    read_payload,
 )
 from agent.protocol.proofs import (
     AGENT_PROOF_CONTEXT,
@@ -174,6 +179,7 @@ from agent.protocol.versions import (
 )
 
 __all__ = [
+    "AGENT_COMMAND_TYPES",
     "AGENT_PACKAGE_CONTEXT",
     "AGENT_PROOF_CONTEXT",
     "BATCH_CHUNK_OVERHEAD",
@@ -205,6 +211,8 @@ __all__ = [
     "NAME_RE",
     "PAYLOAD_TYPES",
     "PROTOCOL_VERSION",
+    "RAY_JOB_COMMAND_TYPES",
+    "RAY_NODE_COMMAND_TYPES",
     "RESULT_TYPES",
     "REVISION_RE",
     "SERVER_PROOF_CONTEXT",
@@ -212,6 +220,7 @@ __all__ = [
     "STREAM_BATCH_SINCE",
     "STREAM_FRAMES_SINCE",
     "TUNNEL_PATH",
+    "WORKLOAD_COMMAND_TYPES",
     "Ack",
     "AgentUpdatePayload",
     "AgentUpdateResult",
@@ -294,6 +303,7 @@ __all__ = [
     "parse_payload",
     "parse_result",
     "parse_version_range",
+    "read_payload",
     "result_to_dict",
     "rule",
     "server_proof_message",

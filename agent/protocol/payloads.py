@@ -31,7 +31,10 @@ from agent.protocol.rules import (
 from agent.protocol.validation import from_dict, nesting_exceeds
 from agent.protocol.versions import MAX_NESTING, ProtocolError
 
-CommandType = Literal[
+# The command types, each named once here, by the part of each side that carries them out: the control plane's
+# `fleet.models.CommandType`, the API's payload serializers, the payload and result types below and the agent's
+# handlers all follow these lists (tests/project/test_command_types.py holds them to it).
+WorkloadCommandType = Literal[  # fleet.workloads; the agent's executor, model cache and endpoint servers
     "container.create",
     "container.start",
     "container.stop",
@@ -39,18 +42,27 @@ CommandType = Literal[
     "model.download",
     "endpoint.start",
     "endpoint.stop",
+]
+RayNodeCommandType = Literal[  # raymgr; the agent's Ray backends
     "ray.head.start",
     "ray.worker.start",
     "ray.node.drain",
     "ray.node.stop",
     "ray.status",
+]
+RayJobCommandType = Literal[  # raymgr.workloads; the agent's Ray job client (on a head's node)
     "ray.job.submit",
     "ray.job.status",
     "ray.job.stop",
     "ray.serve.status",
-    "agent.update",
 ]
+AgentCommandType = Literal["agent.update"]  # the control plane's own (fleet.agent_updates); the agent's updater
+CommandType = Literal[WorkloadCommandType, RayNodeCommandType, RayJobCommandType, AgentCommandType]
 COMMAND_TYPES: tuple[str, ...] = get_args(CommandType)
+WORKLOAD_COMMAND_TYPES: tuple[str, ...] = get_args(WorkloadCommandType)
+RAY_NODE_COMMAND_TYPES: tuple[str, ...] = get_args(RayNodeCommandType)
+RAY_JOB_COMMAND_TYPES: tuple[str, ...] = get_args(RayJobCommandType)
+AGENT_COMMAND_TYPES: tuple[str, ...] = get_args(AgentCommandType)
 
 
 MODEL_ID = rule(max_length=200, pattern=MODEL_ID_RE, message="Not a valid model id (expected owner/name).")
@@ -370,3 +382,16 @@ def parse_payload(command_type: str, payload: dict[str, Any]) -> Any:
     if nesting_exceeds(payload, MAX_NESTING - 1):  # the payload sits one level inside its Command frame
         raise ProtocolError(f"{command_type} payload is nested deeper than {MAX_NESTING - 1} levels")
     return from_dict(cls, payload, where=f"{command_type} payload")
+
+
+def read_payload(command_type: str, payload: Any) -> Any:
+    """A payload as it was stored (validated when it was sent) read back as its dataclass, leniently: fields
+    it does not know (`secret_fields`) are left out and a value that does not fit reads as its default. None
+    for an unknown command type or a payload without its required fields."""
+    cls = PAYLOAD_TYPES.get(command_type)
+    if cls is None or not isinstance(payload, dict):
+        return None
+    try:
+        return from_dict(cls, payload, where=f"{command_type} payload", lenient=True)
+    except ProtocolError:
+        return None

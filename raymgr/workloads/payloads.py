@@ -5,11 +5,11 @@ Their validation is derived from `agent.protocol`'s payload dataclasses, like ev
 
 from __future__ import annotations
 
-WORKLOAD_COMMAND_TYPES = ("ray.job.submit", "ray.job.status", "ray.job.stop", "ray.serve.status")
+from agent import protocol
 
 
 def register() -> None:
     """Make `fleet.payloads.validate_payload` accept the workload command types (idempotent)."""
     from fleet import payloads
 
-    payloads.register_payload_types(WORKLOAD_COMMAND_TYPES)
+    payloads.register_payload_types(protocol.RAY_JOB_COMMAND_TYPES)

@@ -3,10 +3,9 @@ each gets its replica (and its endpoint, when new), admitted against the workspa
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.core.exceptions import ValidationError
 
+from agent import protocol
 from fleet.models import Command
 from fleet.payloads import MARKS
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
@@ -21,9 +20,8 @@ def _replica_ask(endpoint: Endpoint) -> dict[str, float]:
     return replica_ask(gpus=endpoint.gpus, min_vram_mb=endpoint.min_vram_mb)
 
 
-def _new_endpoint_ask(payload: dict[str, Any]) -> dict[str, float]:
-    ask = replica_ask(gpus=int(payload.get("gpus") or 0), min_vram_mb=int(payload.get("min_vram_mb") or 0))
-    return {"endpoints": 1, **ask}
+def _new_endpoint_ask(payload: protocol.EndpointStartPayload) -> dict[str, float]:
+    return {"endpoints": 1, **replica_ask(gpus=payload.gpus, min_vram_mb=payload.min_vram_mb)}
 
 
 def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]:
@@ -42,16 +40,18 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
         raise ValidationError({"node_id": "An endpoint starts on one node: choose the node."})
     rows = []
     for command in commands:
-        payload = command.payload or {}
-        if "extra_args" in (payload.get(MARKS) or ()):
+        if "extra_args" in ((command.payload or {}).get(MARKS) or ()):
             raise ValidationError(
                 {
                     f"payload.{MARKS}": "An endpoint keeps its server arguments (extra_args) to start every "
                     "replica with, shown to its workspace: they cannot be secret."
                 }
             )
-        server_args = validate_server_args(payload.get("extra_args", []), "payload.extra_args")
-        server_id = str(payload.get("endpoint_id", ""))
+        payload: protocol.EndpointStartPayload | None = command.parsed_payload
+        if payload is None:  # (queued commands were validated: only a row written by hand gets here)
+            raise ValidationError({"payload": "Not an endpoint.start payload."})
+        server_args = validate_server_args(payload.extra_args, "payload.extra_args")
+        server_id = payload.endpoint_id
         found = EndpointReplica.objects.filter(server_id=server_id).values_list("endpoint_id", flat=True).first()
         endpoint = (
             Endpoint.objects.select_for_update().filter(pk=found).first()
@@ -67,10 +67,10 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
                 slug=server_id,
                 cluster_id=command.cluster_id,
                 node_id=command.node_id,
-                model_id=payload.get("model_id", ""),
-                revision=payload.get("revision", "main"),
-                gpus=payload.get("gpus", 0),
-                min_vram_mb=payload.get("min_vram_mb", 0),
+                model_id=payload.model_id,
+                revision=payload.revision,
+                gpus=payload.gpus,
+                min_vram_mb=payload.min_vram_mb,
                 server_args=server_args,
                 created_by=command.created_by,
                 start_command=command,
@@ -102,8 +102,8 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
             replica.start_command, replica.failure_code, replica.failure_message = command, "", ""
             replica.retired_at = None
             replica.save()
-            endpoint.model_id = payload.get("model_id", endpoint.model_id)
-            endpoint.revision = payload.get("revision", "main")
+            endpoint.model_id = payload.model_id
+            endpoint.revision = payload.revision
             endpoint.server_args = server_args
             endpoint.start_command, endpoint.idle_since = command, None
             endpoint.save(
