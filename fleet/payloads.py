@@ -46,11 +46,17 @@ def new_endpoint_id() -> str:
 PAYLOAD_FILLS: dict[str, dict[str, Any]] = {"endpoint.start": {"endpoint_id": new_endpoint_id}}
 
 PAYLOAD_SERIALIZERS: dict[str, type[serializers.Serializer]] = {}
+# Command types an app sends through its own services only (they admit, place and record them), each with
+# the API to use instead: the generic command API and the Commands tab refuse them (`command_dispatch`).
+OWNED_COMMANDS: dict[str, str] = {}
 
 
-def register_payload_types(command_types: Iterable[str]) -> None:
-    """Let the API accept `command_types`, validated as their `agent.protocol` payload says (idempotent)."""
+def register_payload_types(command_types: Iterable[str], *, owner_api: str = "") -> None:
+    """Let the control plane validate `command_types` as their `agent.protocol` payload says (idempotent);
+    with `owner_api` (the API that sends them, in words) only the owning app's services send them."""
     for command_type in command_types:
+        if owner_api:
+            OWNED_COMMANDS[command_type] = owner_api
         if command_type not in PAYLOAD_SERIALIZERS:
             cls = protocol.PAYLOAD_TYPES[command_type]
             PAYLOAD_SERIALIZERS[command_type] = serializer_for(cls, fill=PAYLOAD_FILLS.get(command_type))

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from agent.protocol.endpoint_rules import ENDPOINT_AGENT_ARGS, endpoint_arg_reserved  # noqa: F401 (re-exported)
 from agent.protocol.rules import (
     AGENT_VERSION_RE,
     ENDPOINT_ID_RE,
@@ -113,43 +114,6 @@ class ModelDownloadPayload:
     model_id: str = field(metadata=MODEL_ID)
     revision: str = field(default="main", metadata=REVISION)
     allow_patterns: list[str] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS, item_max_length=200))
-
-
-# Server flags the agent sets itself on every endpoint server (`agent.workloads.endpoints.server_argv`),
-# each with why: `extra_args` may not give them (a later flag would win in vLLM and break the endpoint).
-# `--config` (a YAML file of flags) and `--uds` (serve on a socket instead of the port) would replace them.
-ENDPOINT_AGENT_ARGS: dict[str, str] = {
-    "--model": "the agent serves the endpoint's model from its node's cache",
-    "--served-model-name": "the agent names the served model after the endpoint's model id",
-    "--port": "the agent picks the server's port",
-    "--host": "the agent binds the server to 127.0.0.1, reached through the tunnel only",
-    "--uds": "the agent reaches the server on its port",
-    "--tensor-parallel-size": "the agent sets it from the endpoint's GPUs",
-    "-tp": "the agent sets --tensor-parallel-size from the endpoint's GPUs",
-    "--config": "a config file could set the flags the agent sets itself",
-}
-
-
-def endpoint_arg_reserved(arg: str) -> str | None:
-    """The flag of `ENDPOINT_AGENT_ARGS` that server argument `arg` would set (None when it sets none).
-
-    Reads it as vLLM's parser would: `--flag=value`, underscores for dashes (`--max_model_len`), and a
-    long option's unambiguous abbreviation (`--por` is `--port` to argparse).
-    """
-    if not arg.startswith("-") or arg.startswith("---"):
-        return None
-    name = arg.split("=", 1)[0]
-    if name in ENDPOINT_AGENT_ARGS:
-        return name
-    if name.startswith("-tp"):  # argparse reads `-tp2` as `-tp 2`
-        return "-tp"
-    if not name.startswith("--") or len(name) < 3:
-        return None
-    name = "--" + name[2:].replace("_", "-")
-    for reserved in ENDPOINT_AGENT_ARGS:
-        if reserved.startswith("--") and reserved.startswith(name):
-            return reserved
-    return None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from django.utils import timezone
 from audit.services import Target, entry_for_commands, operator_action, target_of
 from fleet import enqueue, signals
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeEvent, NodeStatus
-from fleet.payloads import split_secrets, validate_payload
+from fleet.payloads import OWNED_COMMANDS, split_secrets, validate_payload
 from kernel.exceptions import IllegalTransition
 from tenancy.mixins import require_operator
 from tenancy.quotas import locked_quota
@@ -109,7 +109,13 @@ def command_dispatch(
     node: Node | None = None,
 ) -> list[Command]:
     """An operator sends `command_type` to one node or every online node of `cluster` (audited; the
-    entry follows the commands to their outcome). Otherwise as `command_queue`."""
+    entry follows the commands to their outcome). Otherwise as `command_queue`. A command type an app owns
+    (`fleet.payloads.OWNED_COMMANDS`: the Ray apps' `ray.*`) is refused (ValidationError on `command_type`,
+    naming the API that sends it): only that app's services send it, admitted and recorded."""
+    if command_type in OWNED_COMMANDS:
+        owner = OWNED_COMMANDS[command_type]
+        said = f"{command_type} is not sent through the command API: use {owner}, which sends it itself."
+        raise ValidationError({"command_type": said})
     return command_queue(actor=actor, cluster=cluster, command_type=command_type, payload=payload, node=node)
 
 

@@ -194,8 +194,9 @@ class EndpointSerializer(serializers.ModelSerializer):
 
 @extend_schema_field({"type": "array", "items": {"type": "string"}, "maxItems": workload_services.MAX_SERVER_ARGS})
 class ServerArgsField(serializers.JSONField):
-    """An endpoint's server arguments: a JSON list of strings, checked by `validate_server_args` (bounds,
-    no flag the agent sets itself), `"--max-model-len 2048"` split into option and value."""
+    """An endpoint's server arguments: a JSON list of strings, checked by `validate_server_args` (the
+    protocol's allow-list of vLLM flags, each value by type and range; bounds), `"--max-model-len 2048"` split
+    into option and value."""
 
     def to_internal_value(self, data: Any) -> list[str]:
         try:

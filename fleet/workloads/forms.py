@@ -37,7 +37,10 @@ def _server_args_field() -> forms.CharField:
         required=False,
         strip=True,
         label="Server arguments",
-        help_text="vLLM arguments, shell-style, e.g. --max-model-len 2048 --gpu-memory-utilization 0.8",
+        help_text=(
+            "vLLM arguments, shell-style, e.g. --max-model-len 2048 --gpu-memory-utilization 0.8; only the "
+            "flags on the allow-list (see the README's security section)"
+        ),
     )
 
 

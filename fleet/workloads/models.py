@@ -288,6 +288,11 @@ class EndpointReplica(models.Model):
     # Out of rotation since then (`services.endpoints.replicas.replica_retire`: scaled down or to zero); the healing
     # pass stops it ENDPOINT_DRAIN_S later, so the requests it still serves finish. A new start clears it.
     retired_at = models.DateTimeField(null=True, blank=True)
+    # What its server holds on its node, counted by the workspace's quotas while it is live: set as its start is
+    # admitted, by the rule the agent pins GPUs by (`agent.protocol.endpoint_gpus_held`: on a GPU node at least
+    # one, whatever the endpoint asked) and vLLM's share of their memory (`endpoint_vram_held_mb`).
+    held_gpus = models.PositiveIntegerField(default=0)
+    held_vram_mb = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

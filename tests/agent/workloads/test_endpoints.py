@@ -198,8 +198,8 @@ def test_a_ready_endpoint_is_reported_as_running(manager):
 
 def test_stop_ends_the_whole_process_tree(manager):
     """A server's helper processes (vLLM's engine core) end with it, even one in a session of its own."""
-    payload = EndpointStartPayload(endpoint_id="tree", model_id=MODEL, extra_args=["--engine-child"])
-    result = manager.start(payload, quiet)
+    manager.server_command = [*STANDIN, "--engine-child"]  # the node's own server command, not an endpoint's flag
+    result = manager.start(EndpointStartPayload(endpoint_id="tree", model_id=MODEL), quiet)
     log = Path(manager.state_dir / "endpoint-tree.log")
     wait_until(lambda: "engine child pid" in log.read_text(), timeout=10, what="engine child")
     child_pid = int(log.read_text().split("engine child pid ")[1].split()[0])
@@ -296,6 +296,39 @@ def test_extra_args_setting_a_flag_the_agent_sets_are_refused(manager):
     assert exc.value.code == "invalid_payload"
     assert "--port" in str(exc.value)
     assert manager.inventory() == []
+
+
+@pytest.mark.parametrize(
+    ("extra_args", "said"),
+    [
+        (["--trust-remote-code"], "--trust-remote-code is refused"),
+        (["--chat-template", "/etc/hostname"], "never a file name"),
+        (["--allowed-local-media-path", "/"], "--allowed-local-media-path is refused"),
+        (["--tool-parser-plugin", "/tmp/plugin.py"], "--tool-parser-plugin is refused"),
+        (["--made-up-flag"], "--made-up-flag is not a server flag an endpoint may set"),
+    ],
+)
+def test_the_agent_refuses_server_args_outside_the_allow_list(manager, extra_args, said):
+    """A control plane that let one through (or an older one) still starts no server with it on this host."""
+    payload = EndpointStartPayload(endpoint_id="ep-deny", model_id=MODEL, extra_args=extra_args)
+    with pytest.raises(CommandFailed) as exc:
+        manager.start(payload, quiet)
+    assert exc.value.code == "invalid_payload"
+    assert said in str(exc.value)
+    assert manager.inventory() == []
+
+
+def test_the_agent_refuses_a_template_naming_a_file_in_its_working_directory(manager):
+    """vLLM opens a --chat-template value as a file first: one that names a file there never reaches it."""
+    name = "{{ x }}.jinja"
+    Path(name).write_text("{{ secret }}")  # the fixture's working directory is the repository root
+    try:
+        payload = EndpointStartPayload(endpoint_id="ep-file", model_id=MODEL, extra_args=["--chat-template", name])
+        with pytest.raises(CommandFailed) as exc:
+            manager.start(payload, quiet)
+        assert "names a file on this node" in str(exc.value)
+    finally:
+        Path(name).unlink()
 
 
 def test_extra_args_come_after_the_engine_defaults_and_win(manager, monkeypatch):

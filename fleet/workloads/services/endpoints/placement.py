@@ -10,6 +10,7 @@ from typing import Any
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Count, Q, Sum
 
+from agent import protocol
 from fleet.models import Command, ComputeCluster, Node, NodeStatus
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel
 from fleet.workloads.services.endpoints.replicas import replica_queue_start
@@ -98,7 +99,9 @@ def pick_endpoint_node(
     load = _endpoint_load([n.pk for n in candidates])
 
     def free(n: Node) -> int:
-        return node_free_vram_mb(n, gpus) - load.get(n.pk, (0, 0))[1]
+        # on the GPUs the agent will pin there (`endpoint_gpus_held`: at least one on a GPU node), not on all
+        pinned = protocol.endpoint_gpus_held(gpus=gpus, min_vram_mb=min_vram_mb, node_gpus=n.gpu_count)
+        return node_free_vram_mb(n, pinned) - load.get(n.pk, (0, 0))[1]
 
     fitting = [n for n in candidates if n.gpu_count >= gpus and free(n) >= min_vram_mb]
     if not fitting:

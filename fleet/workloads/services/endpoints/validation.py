@@ -10,7 +10,6 @@ from django.core.exceptions import ValidationError
 
 from agent import protocol
 from agent.protocol import MODEL_ID_RE
-from agent.protocol.rules import MAX_ITEMS
 from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION
 
 REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
@@ -29,14 +28,10 @@ MAX_IDLE_TIMEOUT_S = 30 * 86_400
 
 
 # An endpoint's server arguments travel as endpoint.start's `extra_args`: the payload's bounds.
-MAX_SERVER_ARGS = MAX_ITEMS
+MAX_SERVER_ARGS = protocol.MAX_SERVER_ARGS
 
 
-MAX_SERVER_ARG_LENGTH = 500
-
-
-# "--max-model-len 2048" given as one item: an option and its value, split in two as a shell would.
-_OPTION_AND_VALUE = re.compile(r"^(--?[A-Za-z][A-Za-z0-9_.-]*)\s+(\S.*)$", re.DOTALL)
+MAX_SERVER_ARG_LENGTH = protocol.MAX_SERVER_ARG_LENGTH
 
 
 def validate_model_id(model_id: Any, field: str = "model_id") -> str:
@@ -63,30 +58,10 @@ def validate_revision(revision: Any) -> str:
 def validate_server_args(value: Any, field: str = "server_args") -> list[str]:
     """The server arguments every replica of an endpoint starts with, as vLLM takes them: a list of strings
     (an option and its value given as one item, `"--max-model-len 2048"`, become two items), at most
-    `MAX_SERVER_ARGS` of at most `MAX_SERVER_ARG_LENGTH` characters; never a flag the agent sets itself
-    (`protocol.ENDPOINT_AGENT_ARGS`: port, host, model, ...), named in the message. ValidationError on `field`."""
-    if not isinstance(value, list) or not all(isinstance(arg, str) for arg in value):
-        raise ValidationError({field: "Must be a list of strings, one server argument each."})
-    if len(value) > MAX_SERVER_ARGS:  # before looking at each one
-        raise ValidationError({field: f"At most {MAX_SERVER_ARGS} arguments (got {len(value)})."})
-    args: list[str] = []
-    for arg in value:
-        match = _OPTION_AND_VALUE.match(arg)
-        args += [match.group(1), match.group(2)] if match else [arg]
-    problems = []
-    if len(args) > MAX_SERVER_ARGS:
-        problems.append(f"At most {MAX_SERVER_ARGS} arguments (got {len(args)}).")
-    for arg in args:
-        shown = arg if len(arg) <= 40 else arg[:40] + "…"
-        if len(arg) > MAX_SERVER_ARG_LENGTH:
-            problems.append(f"{shown!r}: at most {MAX_SERVER_ARG_LENGTH} characters per argument.")
-        elif "\x00" in arg:
-            problems.append(f"{shown!r}: an argument cannot hold a NUL character.")
-        elif (reserved := protocol.endpoint_arg_reserved(arg)) is not None:
-            said = reserved if arg.split("=", 1)[0] == reserved else f"{shown!r} (read by vLLM as {reserved})"
-            problems.append(
-                f"{said} is set by the agent itself ({protocol.ENDPOINT_AGENT_ARGS[reserved]}): leave it out."
-            )
+    `MAX_SERVER_ARGS` of at most `MAX_SERVER_ARG_LENGTH` characters, each an allowed vLLM flag with a value of
+    its kind (`agent.protocol.check_server_args`, the allow-list the agent applies too); a flag the agent sets
+    itself, one naming a local path or an import, or any other is refused by name. ValidationError on `field`."""
+    args, problems = protocol.check_server_args(value)
     if problems:
         raise ValidationError({field: problems})
     return args
