@@ -67,6 +67,7 @@ AGENT_COMMAND_TYPES: tuple[str, ...] = get_args(AgentCommandType)
 
 
 MODEL_ID = rule(max_length=200, pattern=MODEL_ID_RE, message="Not a valid model id (expected owner/name).")
+MAX_MEMORY_MB = 16 * 1024 * 1024  # 16 TiB: a container's memory limit, an endpoint's VRAM per replica
 REVISION = rule(max_length=200, pattern=REVISION_RE)
 
 
@@ -89,7 +90,7 @@ class ContainerCreatePayload:
     env: dict[str, str] = field(default_factory=dict, metadata=rule(item_max_length=4000))
     ports: list[PortMapping] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS))
     cpu: float = field(default=0.0, metadata=rule(min=0, max=1024))  # cores; 0 = no limit
-    memory_mb: int = field(default=0, metadata=rule(min=0, max=16 * 1024 * 1024))  # 0 = no limit
+    memory_mb: int = field(default=0, metadata=rule(min=0, max=MAX_MEMORY_MB))  # 0 = no limit
     gpus: int = field(default=0, metadata=rule(min=0, max=64))
     labels: dict[str, str] = field(default_factory=dict, metadata=rule(item_max_length=4000))
     # when set (kubernetes mode), an Ingress routes this host to the first port
@@ -131,7 +132,7 @@ class EndpointStartPayload:
     revision: str = field(default="main", metadata=REVISION)
     port: int = field(default=0, metadata=rule(min=0, max=65535))  # 0 = pick a free port
     gpus: int = field(default=0, metadata=rule(min=0, max=64))
-    min_vram_mb: int = field(default=0, metadata=rule(min=0))
+    min_vram_mb: int = field(default=0, metadata=rule(min=0, max=MAX_MEMORY_MB))
     extra_args: list[str] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS, item_max_length=500))
 
 

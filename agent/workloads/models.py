@@ -27,6 +27,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import tqdm as hf_tqdm
 
+from agent import protocol
 from agent.errors import CommandFailed
 from agent.executors.base import ProgressFn
 from agent.protocol import CachedModel, ModelDownloadPayload, ModelDownloadResult
@@ -34,7 +35,7 @@ from agent.protocol import CachedModel, ModelDownloadPayload, ModelDownloadResul
 DEFAULT_ROOT = Path("/var/cache/cleverthis/models")
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
 MODEL_ID_RE = re.compile(rf"^(?:{_NAME}/)?{_NAME}$")
-REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+REVISION_RE = re.compile(protocol.REVISION_RE)  # (its length is bounded by model.download's payload rule)
 MARKER = "cleverthis.json"
 _PROGRESS_INTERVAL_S = 0.5
 
