@@ -80,9 +80,13 @@ from agent.protocol.frames import (
     new_id,
 )
 from agent.protocol.payloads import (
+    AGENT_COMMAND_TYPES,
     AGENT_PACKAGE_CONTEXT,
     COMMAND_TYPES,
     PAYLOAD_TYPES,
+    RAY_JOB_COMMAND_TYPES,
+    RAY_NODE_COMMAND_TYPES,
+    WORKLOAD_COMMAND_TYPES,
     AgentUpdatePayload,
     CommandType,
     ContainerCreatePayload,
@@ -101,6 +105,7 @@ from agent.protocol.payloads import (
     RayWorkerStartPayload,
     agent_package_message,
     parse_payload,
+    read_payload,
 )
 from agent.protocol.proofs import (
     AGENT_PROOF_CONTEXT,
@@ -188,6 +193,7 @@ from agent.protocol.versions import (
 )
 
 __all__ = [
+    "AGENT_COMMAND_TYPES",
     "AGENT_PACKAGE_CONTEXT",
     "AGENT_PROOF_CONTEXT",
     "BATCH_CHUNK_OVERHEAD",
@@ -224,6 +230,8 @@ __all__ = [
     "NAME_RE",
     "PAYLOAD_TYPES",
     "PROTOCOL_VERSION",
+    "RAY_JOB_COMMAND_TYPES",
+    "RAY_NODE_COMMAND_TYPES",
     "RESULT_TYPES",
     "REVISION_RE",
     "SERVER_PROOF_CONTEXT",
@@ -231,6 +239,7 @@ __all__ = [
     "STREAM_BATCH_SINCE",
     "STREAM_FRAMES_SINCE",
     "TUNNEL_PATH",
+    "WORKLOAD_COMMAND_TYPES",
     "Ack",
     "AgentUpdatePayload",
     "AgentUpdateResult",
@@ -317,6 +326,7 @@ __all__ = [
     "parse_payload",
     "parse_result",
     "parse_version_range",
+    "read_payload",
     "result_to_dict",
     "rule",
     "select_gpus",

@@ -32,7 +32,10 @@ from agent.protocol.rules import (
 from agent.protocol.validation import from_dict, nesting_exceeds
 from agent.protocol.versions import MAX_NESTING, ProtocolError
 
-CommandType = Literal[
+# The command types, each named once here, by the part of each side that carries them out: the control plane's
+# `fleet.models.CommandType`, the API's payload serializers, the payload and result types below and the agent's
+# handlers all follow these lists (tests/project/test_command_types.py holds them to it).
+WorkloadCommandType = Literal[  # fleet.workloads; the agent's executor, model cache and endpoint servers
     "container.create",
     "container.start",
     "container.stop",
@@ -40,21 +43,31 @@ CommandType = Literal[
     "model.download",
     "endpoint.start",
     "endpoint.stop",
+]
+RayNodeCommandType = Literal[  # raymgr; the agent's Ray backends
     "ray.head.start",
     "ray.worker.start",
     "ray.node.drain",
     "ray.node.stop",
     "ray.status",
+]
+RayJobCommandType = Literal[  # raymgr.workloads; the agent's Ray job client (on a head's node)
     "ray.job.submit",
     "ray.job.status",
     "ray.job.stop",
     "ray.serve.status",
-    "agent.update",
 ]
+AgentCommandType = Literal["agent.update"]  # the control plane's own (fleet.agent_updates); the agent's updater
+CommandType = Literal[WorkloadCommandType, RayNodeCommandType, RayJobCommandType, AgentCommandType]
 COMMAND_TYPES: tuple[str, ...] = get_args(CommandType)
+WORKLOAD_COMMAND_TYPES: tuple[str, ...] = get_args(WorkloadCommandType)
+RAY_NODE_COMMAND_TYPES: tuple[str, ...] = get_args(RayNodeCommandType)
+RAY_JOB_COMMAND_TYPES: tuple[str, ...] = get_args(RayJobCommandType)
+AGENT_COMMAND_TYPES: tuple[str, ...] = get_args(AgentCommandType)
 
 
 MODEL_ID = rule(max_length=200, pattern=MODEL_ID_RE, message="Not a valid model id (expected owner/name).")
+MAX_MEMORY_MB = 16 * 1024 * 1024  # 16 TiB: a container's memory limit, an endpoint's VRAM per replica
 REVISION = rule(max_length=200, pattern=REVISION_RE)
 
 
@@ -77,7 +90,7 @@ class ContainerCreatePayload:
     env: dict[str, str] = field(default_factory=dict, metadata=rule(item_max_length=4000))
     ports: list[PortMapping] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS))
     cpu: float = field(default=0.0, metadata=rule(min=0, max=1024))  # cores; 0 = no limit
-    memory_mb: int = field(default=0, metadata=rule(min=0, max=16 * 1024 * 1024))  # 0 = no limit
+    memory_mb: int = field(default=0, metadata=rule(min=0, max=MAX_MEMORY_MB))  # 0 = no limit
     gpus: int = field(default=0, metadata=rule(min=0, max=64))
     labels: dict[str, str] = field(default_factory=dict, metadata=rule(item_max_length=4000))
     # when set (kubernetes mode), an Ingress routes this host to the first port
@@ -119,7 +132,7 @@ class EndpointStartPayload:
     revision: str = field(default="main", metadata=REVISION)
     port: int = field(default=0, metadata=rule(min=0, max=65535))  # 0 = pick a free port
     gpus: int = field(default=0, metadata=rule(min=0, max=64))
-    min_vram_mb: int = field(default=0, metadata=rule(min=0))
+    min_vram_mb: int = field(default=0, metadata=rule(min=0, max=MAX_MEMORY_MB))
     extra_args: list[str] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS, item_max_length=500))
 
 
@@ -334,3 +347,16 @@ def parse_payload(command_type: str, payload: dict[str, Any]) -> Any:
     if nesting_exceeds(payload, MAX_NESTING - 1):  # the payload sits one level inside its Command frame
         raise ProtocolError(f"{command_type} payload is nested deeper than {MAX_NESTING - 1} levels")
     return from_dict(cls, payload, where=f"{command_type} payload")
+
+
+def read_payload(command_type: str, payload: Any) -> Any:
+    """A payload as it was stored (validated when it was sent) read back as its dataclass, leniently: fields
+    it does not know (`secret_fields`) are left out and a value that does not fit reads as its default. None
+    for an unknown command type or a payload without its required fields."""
+    cls = PAYLOAD_TYPES.get(command_type)
+    if cls is None or not isinstance(payload, dict):
+        return None
+    try:
+        return from_dict(cls, payload, where=f"{command_type} payload", lenient=True)
+    except ProtocolError:
+        return None

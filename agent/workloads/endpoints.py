@@ -36,7 +36,9 @@ from agent.executors.base import ProgressFn
 from agent.protocol import (
     EndpointInfo,
     EndpointStartPayload,
+    EndpointStartResult,
     EndpointStopPayload,
+    EndpointStopResult,
     GpuInfo,
     check_server_args,
     endpoint_gpus_held,
@@ -160,7 +162,9 @@ class EndpointManager:
 
     # ---- commands
 
-    def execute(self, command_type: str, payload: Any, *, progress: ProgressFn) -> dict[str, Any]:
+    def execute(
+        self, command_type: str, payload: Any, *, progress: ProgressFn
+    ) -> EndpointStartResult | EndpointStopResult:
         """Run endpoint.start / endpoint.stop."""
         if command_type == "endpoint.start":
             return self.start(payload, progress)
@@ -168,7 +172,7 @@ class EndpointManager:
             return self.stop(payload)
         raise CommandFailed("unknown_command", f"the endpoint manager does not run {command_type!r}")
 
-    def start(self, payload: EndpointStartPayload, progress: ProgressFn) -> dict[str, Any]:
+    def start(self, payload: EndpointStartPayload, progress: ProgressFn) -> EndpointStartResult:
         """Start serving a cached model; returns endpoint_id, port and pid (the running one if already up)."""
         with self._lock:
             state = self._load()
@@ -181,12 +185,12 @@ class EndpointManager:
                     raise CommandFailed(
                         "conflict", f"endpoint {payload.endpoint_id} already serves {current['model_id']}"
                     )
-                return {
-                    "endpoint_id": payload.endpoint_id,
-                    "port": current["port"],
-                    "pid": current["pid"],
-                    "device": current.get("device", "cpu"),
-                }
+                return EndpointStartResult(
+                    endpoint_id=payload.endpoint_id,
+                    port=current["port"],
+                    pid=current["pid"],
+                    device=current.get("device", "cpu"),
+                )
             # The same allow-list as the control plane's (`agent.protocol.check_server_args`): vLLM runs on
             # this host, so a flag naming a file or code is refused here too, and a template naming a file.
             args, problems = check_server_args(list(payload.extra_args), exists=os.path.lexists)
@@ -255,15 +259,15 @@ class EndpointManager:
                 state[payload.endpoint_id]["status"] = "running"
                 self._save(state)
         progress(f"endpoint {payload.endpoint_id} answers on port {port}", percent=100.0)
-        return {
-            "endpoint_id": payload.endpoint_id,
-            "port": port,
-            "pid": child.pid,
-            "device": engine.device,
-            "log_tail": _tail(log_path)[-START_LOG_TAIL_BYTES:],  # the server's start-up lines, for the UI
-        }
+        return EndpointStartResult(
+            endpoint_id=payload.endpoint_id,
+            port=port,
+            pid=child.pid,
+            device=engine.device,
+            log_tail=_tail(log_path)[-START_LOG_TAIL_BYTES:],  # the server's start-up lines, for the UI
+        )
 
-    def stop(self, payload: EndpointStopPayload) -> dict[str, Any]:
+    def stop(self, payload: EndpointStopPayload) -> EndpointStopResult:
         """Stop the endpoint's server (SIGTERM, then SIGKILL).
 
         Stopping an endpoint this node stopped before answers "stopped" again (re-delivery is safe: the
@@ -279,13 +283,13 @@ class EndpointManager:
                     endpoint_id=payload.endpoint_id,
                 )
             if record.get("status") == "stopped":
-                return {"endpoint_id": payload.endpoint_id, "status": "stopped", "pid": record["pid"]}
+                return EndpointStopResult(endpoint_id=payload.endpoint_id, status="stopped", pid=record["pid"])
             if _server_alive(record) or record["pid"] in self._children:
                 self._terminate(record["pid"])
             record.update(status="stopped", stopped_at=time.time())
             _forget_old_tombstones(state)
             self._save(state)
-        return {"endpoint_id": payload.endpoint_id, "status": "stopped", "pid": record["pid"]}
+        return EndpointStopResult(endpoint_id=payload.endpoint_id, status="stopped", pid=record["pid"])
 
     def inventory(self) -> list[EndpointInfo]:
         """The endpoints whose server process is alive (status starting until it answered, then running;

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from audit.services import Target, entry_for_commands, operator_action, target_of
 from fleet import enqueue, signals
-from fleet.models import Command, CommandStatus, ComputeCluster, Node, NodeEvent, NodeStatus
+from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeEvent, NodeStatus
 from fleet.payloads import OWNED_COMMANDS, split_secrets, validate_payload
 from kernel.exceptions import IllegalTransition
 from tenancy.mixins import require_operator
@@ -22,12 +22,24 @@ from tenancy.quotas import locked_quota
 
 # Commands that put new work on a node; refused for cordoned and draining nodes.
 SCHEDULING_COMMANDS = frozenset(
-    {"container.create", "endpoint.start", "model.download", "ray.head.start", "ray.worker.start"}
+    {
+        CommandType.CONTAINER_CREATE,
+        CommandType.ENDPOINT_START,
+        CommandType.MODEL_DOWNLOAD,
+        CommandType.RAY_HEAD_START,
+        CommandType.RAY_WORKER_START,
+    }
 )
 # Commands admitted against the workspace's quotas (by the apps that follow `commands_queued` or queue them):
 # the quota row is locked before the node row, so admissions and node locks never wait in a circle.
 ADMITTED_COMMANDS = frozenset(
-    {"container.create", "container.start", "endpoint.start", "ray.head.start", "ray.worker.start"}
+    {
+        CommandType.CONTAINER_CREATE,
+        CommandType.CONTAINER_START,
+        CommandType.ENDPOINT_START,
+        CommandType.RAY_HEAD_START,
+        CommandType.RAY_WORKER_START,
+    }
 )
 # For each status, the statuses a command may reach it from (`command_transition`, `command_record_reports`).
 COMMAND_MOVES: dict[str, frozenset[str]] = {
@@ -93,7 +105,7 @@ def command_dispatch(
     actor: AbstractBaseUser,
     cluster: ComputeCluster,
     command_type: str,
-    payload: dict[str, Any],
+    payload: dict[str, Any] | Any,
     node: Node | None = None,
 ) -> list[Command]:
     """An operator sends `command_type` to one node or every online node of `cluster` (audited; the
@@ -112,10 +124,11 @@ def command_queue(
     actor: AbstractBaseUser,
     cluster: ComputeCluster,
     command_type: str,
-    payload: dict[str, Any],
+    payload: dict[str, Any] | Any,
     node: Node | None = None,
 ) -> list[Command]:
-    """Queue `command_type` for one node or for every online node of `cluster`; returns at once.
+    """Queue `command_type` for one node or for every online node of `cluster`; returns at once. `payload`:
+    a JSON object, or the command type's protocol dataclass (`fleet.payloads.validate_payload` checks both).
 
     No audit entry of its own: automatic work (drains, the Ray autoscaler and follow-ups) calls it, and
     so do services that send commands as part of a larger operator action (the commands then point at

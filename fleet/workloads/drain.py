@@ -32,6 +32,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
 
+from agent import protocol
 from fleet import payloads, services
 from fleet.models import Command, CommandStatus, CommandType, Node, NodeEvent, NodeStatus
 from fleet.workloads.errors import error_sentence
@@ -248,7 +249,7 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
                     actor=actor,
                     cluster=node.cluster,
                     command_type=CommandType.CONTAINER_STOP,
-                    payload={"container": _ref(original), "timeout_s": STOP_TIMEOUT_S},
+                    payload=protocol.ContainerRefPayload(container=_ref(original), timeout_s=STOP_TIMEOUT_S),
                     node=node,
                 )
                 original.status = ContainerStatus.STOPPING

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from agent import protocol
 from fleet.models import Command
-from raymgr.payloads import RAY_COMMAND_TYPES
-from raymgr.workloads.payloads import WORKLOAD_COMMAND_TYPES
 from tests.raymgr.conftest import last_command
 
 pytestmark = pytest.mark.django_db
@@ -49,7 +48,7 @@ def test_the_command_api_refuses_what_raymgr_owns(
 def test_every_ray_command_type_is_owned_and_left_out_of_the_command_schema(api_client_for, owner):
     from fleet import payloads
 
-    assert set(RAY_COMMAND_TYPES) | set(WORKLOAD_COMMAND_TYPES) <= set(payloads.OWNED_COMMANDS)
+    assert set(protocol.RAY_NODE_COMMAND_TYPES) | set(protocol.RAY_JOB_COMMAND_TYPES) <= set(payloads.OWNED_COMMANDS)
     schema = api_client_for(owner).get("/api/schema/", {"format": "json"})
     assert schema.status_code == 200
     names = set(schema.json()["components"]["schemas"])

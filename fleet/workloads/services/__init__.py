@@ -20,12 +20,16 @@ from fleet.workloads.services.containers import (
     containers_record_start_queued,
 )
 from fleet.workloads.services.endpoints import (
+    MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
     MAX_REPLICAS,
+    MAX_SCALE_COOLDOWN_S,
     MAX_SERVER_ARG_LENGTH,
     MAX_SERVER_ARGS,
     MAX_TARGET_IN_FLIGHT,
+    MAX_TARGET_REQUESTS_PER_MIN,
     MAX_TARGET_TOKENS_PER_S,
+    MAX_VRAM_MB,
     REVISION_RE,
     PlacementError,
     ScaleDecision,
@@ -48,6 +52,7 @@ from fleet.workloads.services.endpoints import (
     endpoints_to_idle,
     node_free_vram_mb,
     validate_model_id,
+    validate_revision,
     validate_server_args,
 )
 from fleet.workloads.services.node_models import (
@@ -57,14 +62,18 @@ from fleet.workloads.services.node_models import (
 )
 
 __all__ = [
+    "MAX_GPUS",
     "MAX_IDLE_TIMEOUT_S",
     "MAX_MODEL_ID",
     "MAX_REPLICAS",
     "MAX_REVISION",
+    "MAX_SCALE_COOLDOWN_S",
     "MAX_SERVER_ARGS",
     "MAX_SERVER_ARG_LENGTH",
     "MAX_TARGET_IN_FLIGHT",
+    "MAX_TARGET_REQUESTS_PER_MIN",
     "MAX_TARGET_TOKENS_PER_S",
+    "MAX_VRAM_MB",
     "REF_OUTCOME",
     "REVISION_RE",
     "PlacementError",
@@ -101,5 +110,6 @@ __all__ = [
     "node_models_reconcile",
     "system_actor",
     "validate_model_id",
+    "validate_revision",
     "validate_server_args",
 ]

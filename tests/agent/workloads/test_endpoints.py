@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ import requests
 
 from agent import protocol
 from agent.errors import CommandFailed
-from agent.protocol import EndpointStartPayload, EndpointStopPayload, GpuInfo, ModelDownloadPayload
+from agent.protocol import EndpointStartPayload, EndpointStopPayload, EndpointStopResult, GpuInfo, ModelDownloadPayload
 from agent.workloads.endpoints import VLLM_COMMAND, EndpointManager, _pid_alive
 from agent.workloads.engine import choose_engine
 from agent.workloads.models import ModelCache
@@ -48,7 +49,7 @@ def manager(cached_models: ModelCache, tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_start_serves_the_cached_model_and_stop_ends_it(manager, cached_models):
     result = manager.start(EndpointStartPayload(endpoint_id="ep1", model_id=MODEL), quiet)
-    base = f"http://127.0.0.1:{result['port']}"
+    base = f"http://127.0.0.1:{result.port}"
 
     models = requests.get(f"{base}/v1/models", timeout=5).json()
     assert [m["id"] for m in models["data"]] == [MODEL]
@@ -68,28 +69,28 @@ def test_start_serves_the_cached_model_and_stop_ends_it(manager, cached_models):
     assert events[-1] == b"[DONE]"
     assert "".join(json.loads(e)["choices"][0]["delta"]["content"] for e in events[:-1]) == "echo: a b c"
 
-    cmdline = Path(f"/proc/{result['pid']}/cmdline").read_bytes().split(b"\0")
+    cmdline = Path(f"/proc/{result.pid}/cmdline").read_bytes().split(b"\0")
     assert str(cached_models.path_for(MODEL)).encode() in cmdline
     [info] = manager.inventory()
     assert (info.endpoint_id, info.model_id, info.port, info.pid, info.status) == (
         "ep1",
         MODEL,
-        result["port"],
-        result["pid"],
+        result.port,
+        result.pid,
         "running",
     )
 
-    assert manager.stop(EndpointStopPayload(endpoint_id="ep1"))["status"] == "stopped"
-    assert not _pid_alive(result["pid"])
+    assert manager.stop(EndpointStopPayload(endpoint_id="ep1")).status == "stopped"
+    assert not _pid_alive(result.pid)
     assert manager.inventory() == []
-    assert manager.stop(EndpointStopPayload(endpoint_id="ep1"))["status"] == "stopped"
+    assert manager.stop(EndpointStopPayload(endpoint_id="ep1")).status == "stopped"
 
 
 def test_start_again_returns_the_running_endpoint(manager):
     first = manager.start(EndpointStartPayload(endpoint_id="ep2", model_id=MODEL), quiet)
     again = manager.start(EndpointStartPayload(endpoint_id="ep2", model_id=MODEL), quiet)
-    assert "openai-standin serving" in first.pop("log_tail")
-    assert again == first
+    assert "openai-standin serving" in first.log_tail
+    assert again == dataclasses.replace(first, log_tail=None)
     assert len(manager.inventory()) == 1
 
 
@@ -98,7 +99,7 @@ def test_a_restarted_manager_still_knows_and_stops_its_endpoints(manager, cached
     restarted = EndpointManager(cached_models, tmp_path / "state", server_command=STANDIN)
     assert [e.endpoint_id for e in restarted.inventory()] == ["ep3"]
     restarted.stop(EndpointStopPayload(endpoint_id="ep3"))
-    wait_until(lambda: not _pid_alive(result["pid"]), timeout=10, what="endpoint process to exit")
+    wait_until(lambda: not _pid_alive(result.pid), timeout=10, what="endpoint process to exit")
     assert manager.inventory() == []
 
 
@@ -139,10 +140,10 @@ def test_gpus_with_most_free_memory_are_given_to_the_server(cached_models, tmp_p
         result = manager.start(
             EndpointStartPayload(endpoint_id="ep6", model_id=MODEL, gpus=2, min_vram_mb=100_000), quiet
         )
-        environ = Path(f"/proc/{result['pid']}/environ").read_bytes().split(b"\0")
+        environ = Path(f"/proc/{result.pid}/environ").read_bytes().split(b"\0")
         assert b"CUDA_VISIBLE_DEVICES=2,1" in environ
         assert b"CUDA_DEVICE_ORDER=PCI_BUS_ID" in environ  # NVML's indices name the same cards for CUDA
-        cmdline = Path(f"/proc/{result['pid']}/cmdline").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{result.pid}/cmdline").read_bytes().split(b"\0")
         assert cmdline[cmdline.index(b"--tensor-parallel-size") + 1] == b"2"
     finally:
         manager.stop_all()
@@ -223,7 +224,7 @@ def test_stop_ends_the_whole_process_tree(manager):
     child_pid = int(log.read_text().split("engine child pid ")[1].split()[0])
     assert _pid_alive(child_pid)
     manager.stop(EndpointStopPayload(endpoint_id="tree"))
-    assert not _pid_alive(result["pid"])
+    assert not _pid_alive(result.pid)
     wait_until(lambda: not _pid_alive(child_pid), timeout=10, what="engine child to end")
 
 
@@ -233,11 +234,11 @@ def test_cpu_node_runs_the_cpu_build_with_its_flags(cached_models, tmp_path, mon
     manager = EndpointManager(cached_models, tmp_path, server_command=STANDIN, gpus_fn=lambda: [])
     try:
         result = manager.start(EndpointStartPayload(endpoint_id="cpu", model_id=MODEL), quiet)
-        assert result["device"] == "cpu"
-        cmdline = Path(f"/proc/{result['pid']}/cmdline").read_bytes().split(b"\0")
+        assert result.device == "cpu"
+        cmdline = Path(f"/proc/{result.pid}/cmdline").read_bytes().split(b"\0")
         assert cmdline[cmdline.index(b"--dtype") + 1] == b"float32"
         assert b"--enforce-eager" in cmdline
-        environ = Path(f"/proc/{result['pid']}/environ").read_bytes().split(b"\0")
+        environ = Path(f"/proc/{result.pid}/environ").read_bytes().split(b"\0")
         assert b"HF_HUB_OFFLINE=1" in environ
         assert b"VLLM_CPU_KVCACHE_SPACE=1" in environ
         assert not any(e.startswith(b"CUDA_VISIBLE_DEVICES=") for e in environ)
@@ -301,11 +302,9 @@ def test_a_stopped_endpoint_stays_out_of_the_inventory_and_stops_again(manager, 
     manager.stop(EndpointStopPayload(endpoint_id="ep-tomb"))
     restarted = EndpointManager(cached_models, tmp_path / "state", server_command=STANDIN)
     assert restarted.inventory() == []
-    assert restarted.stop(EndpointStopPayload(endpoint_id="ep-tomb")) == {
-        "endpoint_id": "ep-tomb",
-        "status": "stopped",
-        "pid": result["pid"],
-    }
+    assert restarted.stop(EndpointStopPayload(endpoint_id="ep-tomb")) == EndpointStopResult(
+        endpoint_id="ep-tomb", status="stopped", pid=result.pid
+    )
 
 
 def test_extra_args_setting_a_flag_the_agent_sets_are_refused(manager):
@@ -360,7 +359,7 @@ def test_extra_args_come_after_the_engine_defaults_and_win(manager, monkeypatch)
         EndpointStartPayload(endpoint_id="ep13", model_id=MODEL, extra_args=["--max-model-len", "64"]), quiet
     )
     lengths = [
-        requests.get(f"http://127.0.0.1:{r['port']}/v1/models", timeout=10).json()["data"][0]["max_model_len"]
+        requests.get(f"http://127.0.0.1:{r.port}/v1/models", timeout=10).json()["data"][0]["max_model_len"]
         for r in (default, own)
     ]
     assert lengths == [256, 64]

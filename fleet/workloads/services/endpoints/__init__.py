@@ -33,24 +33,33 @@ from fleet.workloads.services.endpoints.reconcile import endpoints_end_with_node
 from fleet.workloads.services.endpoints.starts import endpoint_record_start_commands
 from fleet.workloads.services.endpoints.updates import endpoint_update
 from fleet.workloads.services.endpoints.validation import (
+    MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
     MAX_REPLICAS,
+    MAX_SCALE_COOLDOWN_S,
     MAX_SERVER_ARG_LENGTH,
     MAX_SERVER_ARGS,
     MAX_TARGET_IN_FLIGHT,
+    MAX_TARGET_REQUESTS_PER_MIN,
     MAX_TARGET_TOKENS_PER_S,
+    MAX_VRAM_MB,
     REVISION_RE,
     validate_model_id,
+    validate_revision,
     validate_server_args,
 )
 
 __all__ = [
+    "MAX_GPUS",
     "MAX_IDLE_TIMEOUT_S",
     "MAX_REPLICAS",
+    "MAX_SCALE_COOLDOWN_S",
     "MAX_SERVER_ARGS",
     "MAX_SERVER_ARG_LENGTH",
     "MAX_TARGET_IN_FLIGHT",
+    "MAX_TARGET_REQUESTS_PER_MIN",
     "MAX_TARGET_TOKENS_PER_S",
+    "MAX_VRAM_MB",
     "REVISION_RE",
     "PlacementError",
     "ScaleDecision",
@@ -73,5 +82,6 @@ __all__ = [
     "endpoints_to_idle",
     "node_free_vram_mb",
     "validate_model_id",
+    "validate_revision",
     "validate_server_args",
 ]

@@ -17,10 +17,14 @@ from fleet.workloads.services.endpoints.events import endpoint_event_record
 from fleet.workloads.services.endpoints.placement import place_replicas
 from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_stop
 from fleet.workloads.services.endpoints.validation import (
+    MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
     MAX_REPLICAS,
+    MAX_SCALE_COOLDOWN_S,
     MAX_TARGET_IN_FLIGHT,
+    MAX_TARGET_REQUESTS_PER_MIN,
     MAX_TARGET_TOKENS_PER_S,
+    MAX_VRAM_MB,
     validate_count,
     validate_model_id,
     validate_revision,
@@ -77,8 +81,8 @@ def endpoint_create(
     validate_model_id(model_id)
     validate_revision(revision)
     server_args = validate_server_args([] if server_args is None else server_args)
-    validate_count(gpus, "gpus", 64)
-    validate_count(min_vram_mb, "min_vram_mb", 16 * 1024 * 1024)
+    validate_count(gpus, "gpus", MAX_GPUS)
+    validate_count(min_vram_mb, "min_vram_mb", MAX_VRAM_MB)
     if not isinstance(public, bool):
         raise ValidationError({"public": "Must be a boolean."})
     if node is not None and node.cluster_id != cluster.pk:
@@ -93,10 +97,10 @@ def endpoint_create(
         raise ValidationError(
             {"idle_timeout_s": "An endpoint that scales to zero (min_replicas 0) needs an idle timeout of 1 s or more."}
         )
-    validate_count(target_requests_per_min, "target_requests_per_min", 10_000_000)
+    validate_count(target_requests_per_min, "target_requests_per_min", MAX_TARGET_REQUESTS_PER_MIN)
     validate_count(target_in_flight, "target_in_flight", MAX_TARGET_IN_FLIGHT)
     validate_count(target_tokens_per_s, "target_tokens_per_s", MAX_TARGET_TOKENS_PER_S)
-    validate_count(scale_cooldown_s, "scale_cooldown_s", 86_400)
+    validate_count(scale_cooldown_s, "scale_cooldown_s", MAX_SCALE_COOLDOWN_S)
     if node is not None and min_replicas > 1:
         raise ValidationError({"node": "A chosen node takes one replica: leave it out to place several."})
     with transaction.atomic():

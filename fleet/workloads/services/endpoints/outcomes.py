@@ -33,7 +33,8 @@ def endpoint_record_acked(*, command: Command) -> Endpoint | None:
 def _replica_of(command: Command, field: str) -> EndpointReplica | None:
     replica = EndpointReplica.objects.filter(**{field: command}).first()
     if replica is None:
-        server_id = str((command.payload or {}).get("endpoint_id", ""))
+        payload: protocol.EndpointStartPayload | protocol.EndpointStopPayload | None = command.parsed_payload
+        server_id = payload.endpoint_id if payload is not None else ""
         replica = EndpointReplica.objects.filter(server_id=server_id, endpoint__cluster_id=command.cluster_id).first()
     return replica
 

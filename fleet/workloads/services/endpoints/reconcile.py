@@ -67,7 +67,7 @@ def _fail_unresponsive(node: Node, endpoint: Endpoint, replica: EndpointReplica)
             actor=actor,
             cluster=endpoint.cluster,
             command_type=CommandType.ENDPOINT_STOP,
-            payload={"endpoint_id": replica.server_id},
+            payload=protocol.EndpointStopPayload(endpoint_id=replica.server_id),
             node=node,
         )
         replica.stop_command = command

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 
+from agent import protocol
 from fleet.models import Command
 from fleet.payloads import MARKS
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
@@ -37,18 +38,20 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
         raise ValidationError({"node_id": "An endpoint starts on one node: choose the node."})
     rows = []
     for command in commands:
-        payload = command.payload or {}
-        if "extra_args" in (payload.get(MARKS) or ()):
+        if "extra_args" in ((command.payload or {}).get(MARKS) or ()):
             raise ValidationError(
                 {
                     f"payload.{MARKS}": "An endpoint keeps its server arguments (extra_args) to start every "
                     "replica with, shown to its workspace: they cannot be secret."
                 }
             )
-        server_args = validate_server_args(payload.get("extra_args", []), "payload.extra_args")
+        payload: protocol.EndpointStartPayload | None = command.parsed_payload
+        if payload is None:  # (queued commands were validated: only a row written by hand gets here)
+            raise ValidationError({"payload": "Not an endpoint.start payload."})
+        server_args = validate_server_args(payload.extra_args, "payload.extra_args")
         # What the server will really hold on its node (at least one GPU on a GPU node), counted as admitted.
-        held = replica_hold(payload, command.node)
-        server_id = str(payload.get("endpoint_id", ""))
+        held = replica_hold(command.payload, command.node)
+        server_id = payload.endpoint_id
         found = EndpointReplica.objects.filter(server_id=server_id).values_list("endpoint_id", flat=True).first()
         endpoint = (
             Endpoint.objects.select_for_update().filter(pk=found).first()
@@ -64,10 +67,10 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
                 slug=server_id,
                 cluster_id=command.cluster_id,
                 node_id=command.node_id,
-                model_id=payload.get("model_id", ""),
-                revision=payload.get("revision", "main"),
-                gpus=payload.get("gpus", 0),
-                min_vram_mb=payload.get("min_vram_mb", 0),
+                model_id=payload.model_id,
+                revision=payload.revision,
+                gpus=payload.gpus,
+                min_vram_mb=payload.min_vram_mb,
                 server_args=server_args,
                 created_by=command.created_by,
                 start_command=command,
@@ -106,8 +109,8 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
             replica.retired_at = None
             replica.held_gpus, replica.held_vram_mb = held
             replica.save()
-            endpoint.model_id = payload.get("model_id", endpoint.model_id)
-            endpoint.revision = payload.get("revision", "main")
+            endpoint.model_id = payload.model_id
+            endpoint.revision = payload.revision
             endpoint.server_args = server_args
             endpoint.start_command, endpoint.idle_since = command, None
             endpoint.save(

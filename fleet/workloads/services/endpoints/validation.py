@@ -10,28 +10,24 @@ from django.core.exceptions import ValidationError
 
 from agent import protocol
 from agent.protocol import MODEL_ID_RE
+from agent.protocol.rules import field_rules
 from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION
 
-REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
-
-
-MAX_REPLICAS = 32
-
-
-MAX_TARGET_IN_FLIGHT = 100_000  # autoscaling targets per replica (0 = off)
-
-
-MAX_TARGET_TOKENS_PER_S = 10_000_000
-
-
-MAX_IDLE_TIMEOUT_S = 30 * 86_400
-
-
+REVISION_RE = re.compile(protocol.REVISION_RE)
+# What each replica's endpoint.start carries is bounded as the protocol bounds it (`EndpointStartPayload`).
+_START_RULES = field_rules(protocol.EndpointStartPayload)
+MAX_GPUS = int(_START_RULES["gpus"].max or 0)
+MAX_VRAM_MB = int(_START_RULES["min_vram_mb"].max or 0)
 # An endpoint's server arguments travel as endpoint.start's `extra_args`: the payload's bounds.
 MAX_SERVER_ARGS = protocol.MAX_SERVER_ARGS
-
-
 MAX_SERVER_ARG_LENGTH = protocol.MAX_SERVER_ARG_LENGTH
+# The endpoint's own settings (no payload carries them): replicas, autoscaling targets per replica (0 = off).
+MAX_REPLICAS = 32
+MAX_TARGET_REQUESTS_PER_MIN = 10_000_000
+MAX_TARGET_IN_FLIGHT = 100_000
+MAX_TARGET_TOKENS_PER_S = 10_000_000
+MAX_SCALE_COOLDOWN_S = 86_400
+MAX_IDLE_TIMEOUT_S = 30 * 86_400
 
 
 def validate_model_id(model_id: Any, field: str = "model_id") -> str:
@@ -48,6 +44,7 @@ def validate_model_id(model_id: Any, field: str = "model_id") -> str:
 
 
 def validate_revision(revision: Any) -> str:
+    """A model revision: a branch, tag or commit hash (`protocol.REVISION_RE`, no `..`), at most `MAX_REVISION`."""
     if not isinstance(revision, str) or not revision:
         raise ValidationError({"revision": "Must be a non-empty string."})
     if len(revision) > MAX_REVISION or not REVISION_RE.match(revision) or ".." in revision:
