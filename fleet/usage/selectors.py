@@ -146,6 +146,16 @@ def usage_export_rows(*, rows: QuerySet[UsageRollup]) -> QuerySet[UsageRollup]:
     return rows.order_by("bucket_start", "workspace_id", "subject_kind", "subject_id", "api_key_id")
 
 
+def usage_api_keys(*, user: AnyUser) -> QuerySet[ApiKey]:
+    """The API keys a user may filter usage by, shown by name: every key of their workspaces (a member's
+    usage report names other members' keys too), revoked ones included, by name."""
+    return (
+        ApiKey.objects.filter(workspace_id__in=workspace_ids(user=user))
+        .select_related("workspace")
+        .order_by("name", "created_at")
+    )
+
+
 def usage_endpoints(*, user: AnyUser) -> QuerySet[Endpoint]:
     """The endpoints a user may filter usage by (their workspaces' endpoints)."""
     return Endpoint.objects.filter(

@@ -93,6 +93,7 @@ def usage_page(request: HttpRequest) -> HttpResponse:
         "periods": [(key, label) for key, (label, _, _) in selectors.PERIODS.items()],
         "workspaces": workspace_list(user=request.user).order_by("name"),
         "endpoints": selectors.usage_endpoints(user=request.user).select_related("cluster"),
+        "api_keys": selectors.usage_api_keys(user=request.user),
         "filters": {k: v for k, v in request.GET.items() if v != ""},
         "errors": params.errors,
         "query_string": request.GET.urlencode(),

@@ -14,7 +14,7 @@ from django.http import HttpRequest
 
 from fleet.admin import ReadOnlyAdmin
 from fleet.workloads.models import ApiKeyEndpoint, Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel
-from fleet.workloads.services.endpoint_limits import LIMIT_FIELDS, endpoint_set_key_limits
+from fleet.workloads.services.endpoints.limits import LIMIT_FIELDS, endpoint_set_key_limits
 
 
 @admin.register(Container)

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from audit.services import created, new, on, operator_action
 from fleet.workloads.models import ApiKeyEndpoint, Endpoint
-from fleet.workloads.services.endpoint_limits import validate_per_minute
+from fleet.workloads.services.endpoints.limits import validate_per_minute
 from kernel.exceptions import IllegalTransition
 from tenancy import api_keys
 from tenancy.models import ApiKey, ApiKeyScope, Workspace
