@@ -146,9 +146,20 @@ _BY_STATUS: dict[int, type[ApiError]] = {
 }
 
 
+# Sign-in failures the server answers 403 rather than 401 (its first authentication scheme, the session,
+# names no WWW-Authenticate challenge): these sentences are not a role's refusal but a key that does not work.
+AUTH_FAILURES = (
+    "Invalid, expired or revoked API key.",
+    "Authentication credentials were not provided.",
+    "Invalid token.",
+)
+
+
 def error_for(status: int, body: Any, *, method: str = "", url: str = "") -> ApiError:
     """The typed error of an HTTP error answer."""
     cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else ApiError)
+    if status == 403 and isinstance(body, dict) and body.get("detail") in AUTH_FAILURES:
+        cls = Unauthorized
     return cls(status, body, method=method, url=url)
 
 

@@ -100,6 +100,7 @@ def test_without_retry_after_the_backoff_grows_and_gives_up_with_the_server_erro
         (400, {"name": ["This field is required."]}, errors.BadRequest, 2, "name: This field is required."),
         (401, {"detail": "Invalid, expired or revoked API key."}, errors.Unauthorized, 7, None),
         (403, {"detail": "This API key lacks the operate scope."}, errors.Forbidden, 4, None),
+        (403, {"detail": "Invalid, expired or revoked API key."}, errors.Unauthorized, 7, None),
         (404, {"detail": "Not found."}, errors.NotFound, 3, None),
         (
             409,

@@ -1,0 +1,154 @@
+"""`ctfleet` end to end against a real control plane (uvicorn + Celery + PostgreSQL + Redis), run as the
+installed command: sign-in and its config file, the examples applied (twice: the second changes nothing),
+a quota's 409 shown as the server's sentence, get/describe in every format, delete, keys refused with a key,
+a revoked key, and the exit codes scripts rely on."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+import yaml
+
+from fleet.models import ComputeCluster
+from fleet.workloads import services as workload_services
+from raymgr.models import RayCluster
+from tenancy.models import WorkspaceQuota
+from tests.support.processes import REPO_ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+EXAMPLES = REPO_ROOT / "examples"
+
+
+def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
+    control_plane, operator, api_key, ctfleet, tmp_path
+):
+    user, workspace = operator
+    key, raw = api_key
+
+    # not signed in yet: exit 7 and the fix
+    ran = ctfleet("get", "nodes")
+    assert ran.code == 7, ran
+    assert "ctfleet login" in ran.err
+
+    ran = ctfleet("login", "--url", control_plane.url, env={"CTFLEET_API_KEY": raw})
+    assert ran.code == 0, ran
+    config = ctfleet.home / ".config" / "ctfleet" / "config.yaml"
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert yaml.safe_load(config.read_text())["profiles"]["default"] == {"url": control_plane.url, "api_key": raw}
+
+    ran = ctfleet("whoami")
+    assert ran.code == 0, ran
+    assert f"Workspace:  {workspace.slug}" in ran.out
+    assert "Key:        cli" in ran.out
+
+    # a wrong key at login is refused and nothing is saved over the good one
+    ran = ctfleet("login", "--url", control_plane.url, "--profile", "bad", env={"CTFLEET_API_KEY": "ctk_nope"})
+    assert ran.code == 7, ran
+    assert "Invalid, expired or revoked API key." in ran.err
+    assert "bad" not in yaml.safe_load(config.read_text())["profiles"]
+
+    # the plan, a dry run, then the examples applied
+    files = [str(EXAMPLES / n) for n in ("cluster.yaml", "quota.yaml", "raycluster.yaml")]
+    args = [a for f in files for a in ("-f", f)]
+    ran = ctfleet("apply", *args, "--dry-run")
+    assert ran.code == 0, ran
+    assert "+ Cluster lab: create" in ran.out
+    assert "Dry run: 3 change(s) not made." in ran.out
+    assert not ComputeCluster.objects.filter(workspace=workspace).exists()
+
+    ran = ctfleet("apply", *args)  # no terminal and no --yes: refused before any change
+    assert ran.code == 2, ran
+    assert "--yes" in ran.err
+
+    ran = ctfleet("apply", *args, "--yes")
+    assert ran.code == 0, ran
+    lab = ComputeCluster.objects.get(workspace=workspace, name="lab")
+    assert lab.description == "GPU workstations in the lab"
+    quota = WorkspaceQuota.objects.get(workspace=workspace)
+    assert (quota.gpus, quota.endpoints, quota.ray_clusters) == (8, 4, 2)
+    assert RayCluster.objects.filter(workspace=workspace, name="train").count() == 1
+
+    # the second run changes nothing and says so
+    ran = ctfleet("apply", *args, "--yes")
+    assert ran.code == 0, ran
+    assert "Nothing to change." in ran.out
+    assert all(": unchanged" in line for line in ran.out.splitlines()[:3]), ran.out
+    assert ComputeCluster.objects.filter(workspace=workspace).count() == 1
+    assert RayCluster.objects.filter(workspace=workspace).count() == 1
+
+    # an in-place change is an update of that field only
+    changed = tmp_path / "cluster.yaml"
+    changed.write_text((EXAMPLES / "cluster.yaml").read_text().replace("in the lab", "in room 2"))
+    ran = ctfleet("apply", "-f", str(changed), "--yes")
+    assert ran.code == 0, ran
+    assert "~ Cluster lab: update (description: GPU workstations in the lab → GPU workstations in room 2)" in ran.out
+    assert ComputeCluster.objects.get(pk=lab.pk).description == "GPU workstations in room 2"
+
+    # a manifest that does not validate: exit 2 naming every problem, nothing sent
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: Endpoint\nspec: {cluster: lab, gpus: two, colour: red}\n")
+    ran = ctfleet("apply", "-f", str(bad), "--yes")
+    assert ran.code == 2, ran
+    assert "spec.gpus must be int" in ran.err
+    assert "unknown spec field 'colour'" in ran.err
+    assert "Endpoint needs spec.model_id" in ran.err
+
+    # a quota refusal: the server's sentence, exit 4
+    second = tmp_path / "second.yaml"
+    second.write_text(
+        "kind: Quota\nspec: {ray_clusters: 1}\n---\n"
+        "kind: RayCluster\nmetadata: {name: second}\nspec: {compute_cluster: lab, runtime: process}\n"
+    )
+    ran = ctfleet("apply", "-f", str(second), "--yes")
+    assert ran.code == 4, ran
+    assert "Ray clusters" in ran.err, ran.err
+    assert "(quota ray_clusters: limit 1" in ran.err, ran.err
+    assert not RayCluster.objects.filter(name="second").exists()
+
+    # get in every format
+    ran = ctfleet("get", "clusters")
+    assert ran.code == 0, ran
+    header, row = ran.out.splitlines()[:2]
+    assert header.split() == ["NAME", "MODE", "NODE_COUNT", "ID"]
+    assert row.split() == ["lab", "standalone", "0", str(lab.pk)]
+    assert json.loads(ctfleet("get", "clusters", "-o", "json").out)[0]["name"] == "lab"
+    assert yaml.safe_load(ctfleet("get", "cluster", "lab", "-o", "yaml").out)["id"] == str(lab.pk)
+    quotas = json.loads(ctfleet("get", "quotas", "-o", "json").out)
+    assert {q["quota"]: q["limit"] for q in quotas}["ray_clusters"] == 1
+    ran = ctfleet("describe", "raycluster", "train")
+    assert ran.code == 0, ran
+    assert "name: train" in ran.out
+    assert "events:" in ran.out
+
+    # not found: exit 3
+    ran = ctfleet("get", "cluster", "nope")
+    assert ran.code == 3, ran
+    assert "No cluster 'nope'." in ran.err
+
+    # keys: listed with a key; minting one with a key is refused, with why and where to do it instead
+    listed = json.loads(ctfleet("keys", "list", "-o", "json").out)
+    assert [k["name"] for k in listed] == ["cli"]
+    ran = ctfleet("keys", "create", "ci")
+    assert ran.code == 4, ran
+    assert "cannot mint or revoke keys" in ran.err
+    assert "API keys are managed while signed in, not with an API key." in ran.err
+
+    # delete: the Ray cluster and the cluster go; a second delete finds them absent
+    ran = ctfleet("delete", "-f", str(EXAMPLES / "raycluster.yaml"), "--yes")
+    assert ran.code == 0, ran
+    assert "- RayCluster train: delete" in ran.out
+    ran = ctfleet("delete", "-f", str(EXAMPLES / "raycluster.yaml"), "--yes")
+    assert ran.code == 0, ran
+    assert "RayCluster train: absent" in ran.out
+    ran = ctfleet("delete", "-f", str(EXAMPLES / "cluster.yaml"), "--yes")
+    assert ran.code == 0, ran
+    assert not ComputeCluster.objects.filter(pk=lab.pk).exists()
+
+    # a revoked key: exit 7, the server's sentence
+    workload_services.api_key_revoke(actor=user, key=key)
+    ran = ctfleet("get", "nodes")
+    assert ran.code == 7, ran
+    assert "Invalid, expired or revoked API key." in ran.err
