@@ -732,13 +732,29 @@ def endpoint() -> None:
     """Talk to an inference endpoint (OpenAI-compatible)."""
 
 
-def _endpoint_client(ref: str, key: str | None) -> tuple[dict[str, Any], Any]:
+def _endpoint_client(ref: str, key: str | None, connect_to: str | None) -> tuple[dict[str, Any], Any]:
+    """The endpoint and an HTTP client for its origin; `connect_to` (a URL) reaches the origin through that
+    address instead of its DNS name (the Host header still names the endpoint), as curl's --connect-to."""
+    from urllib.parse import urlsplit
+
     import httpx
 
     obj = find(_resource("endpoints"), ref)
-    invoke_key = key or os.environ.get("CTFLEET_INVOKE_KEY") or state().profile.api_key
+    invoke_key = key or state().profile.api_key
     headers = {"Authorization": f"Bearer {invoke_key}"} if invoke_key else {}
-    return obj, httpx.Client(base_url=obj["url"].rstrip("/") + "/", headers=headers, timeout=300)
+    base = obj["url"].rstrip("/") + "/"
+    if connect_to:
+        headers["Host"] = urlsplit(obj["url"]).netloc
+        base = connect_to.rstrip("/") + "/"
+    return obj, httpx.Client(base_url=base, headers=headers, timeout=300)
+
+
+_connect_option = click.option(
+    "--connect-to",
+    envvar="CTFLEET_CONNECT_TO",
+    metavar="URL",
+    help="Reach the endpoint's origin through this address (e.g. http://127.0.0.1:8000) with its name as Host.",
+)
 
 
 def _stream_chat(http: Any, body: dict[str, Any], path: str) -> str:
@@ -771,6 +787,7 @@ def _stream_chat(http: Any, body: dict[str, Any], path: str) -> str:
 
 
 @endpoint.command(context_settings=CONTEXT)
+@_connect_option
 @click.argument("ref", metavar="ENDPOINT")
 @click.option("--prompt", help="A completion prompt (POST v1/completions).")
 @click.option("--data", "data", help="A whole JSON request body; with --path, any OpenAI route.")
@@ -781,7 +798,14 @@ def _stream_chat(http: Any, body: dict[str, Any], path: str) -> str:
     "--key", envvar="CTFLEET_INVOKE_KEY", help="An invoke-scope key (else CTFLEET_INVOKE_KEY, else your key)."
 )
 def invoke(
-    ref: str, prompt: str | None, data: str | None, path: str | None, max_tokens: int, stream: bool, key: str | None
+    connect_to: str | None,
+    ref: str,
+    prompt: str | None,
+    data: str | None,
+    path: str | None,
+    max_tokens: int,
+    stream: bool,
+    key: str | None,
 ) -> None:
     """Send one request to an endpoint and print the answer (streamed as it is generated).
 
@@ -790,7 +814,7 @@ def invoke(
       ctfleet endpoint invoke acme-tiny-3f2a --prompt "Hello"
       ctfleet endpoint invoke acme-tiny-3f2a --path v1/models --data '{}' --no-stream
     """
-    obj, http = _endpoint_client(ref, key)
+    obj, http = _endpoint_client(ref, key, connect_to)
     with http:
         body = json.loads(data) if data else {"prompt": prompt or "", "max_tokens": max_tokens}
         body.setdefault("model", obj["model_id"])
@@ -807,6 +831,7 @@ def invoke(
 
 
 @endpoint.command(context_settings=CONTEXT)
+@_connect_option
 @click.argument("ref", metavar="ENDPOINT")
 @click.option("-m", "--message", "messages", multiple=True, help="Say this and exit (repeatable); else interactive.")
 @click.option("--system", help="A system prompt.")
@@ -814,7 +839,9 @@ def invoke(
 @click.option(
     "--key", envvar="CTFLEET_INVOKE_KEY", help="An invoke-scope key (else CTFLEET_INVOKE_KEY, else your key)."
 )
-def chat(ref: str, messages: tuple[str, ...], system: str | None, max_tokens: int, key: str | None) -> None:
+def chat(
+    connect_to: str | None, ref: str, messages: tuple[str, ...], system: str | None, max_tokens: int, key: str | None
+) -> None:
     """Chat with an endpoint (v1/chat/completions), streaming the answers; an empty line ends it.
 
     \b
@@ -822,7 +849,7 @@ def chat(ref: str, messages: tuple[str, ...], system: str | None, max_tokens: in
       ctfleet endpoint chat acme-tiny-3f2a
       ctfleet endpoint chat acme-tiny-3f2a -m "Say hello"
     """
-    obj, http = _endpoint_client(ref, key)
+    obj, http = _endpoint_client(ref, key, connect_to)
     history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     with http:
         queue = list(messages)
