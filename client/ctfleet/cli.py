@@ -737,7 +737,7 @@ def _endpoint_client(ref: str, key: str | None, connect_to: str | None) -> tuple
     address instead of its DNS name (the Host header still names the endpoint), as curl's --connect-to."""
     from urllib.parse import urlsplit
 
-    import httpx
+    from ctfleet._httpx import httpx
 
     obj = find(_resource("endpoints"), ref)
     invoke_key = key or state().profile.api_key

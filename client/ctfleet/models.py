@@ -6,7 +6,6 @@ Schema: CleverThis Compute Fleet API 1.0.0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 def _opt(fn: Any, value: Any) -> Any:
@@ -20,6 +19,22 @@ def _list(fn: Any, value: Any) -> Any:
 def _dump(value: Any) -> Any:
     return value.to_dict()
 
+
+class _Model:
+    """Base of the models: equality and repr over the fields (`__slots__`)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(
+            getattr(self, f) == getattr(other, f) for f in self.__slots__  # type: ignore[attr-defined]
+        )
+
+    def __repr__(self) -> str:
+        shown = (f'{f}={getattr(self, f)!r}' for f in self.__slots__)  # type: ignore[attr-defined]
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+    __hash__ = None  # type: ignore[assignment]
 
 ClusterModeEnum = Literal['standalone', 'kubernetes', 'argocd']
 
@@ -110,14 +125,23 @@ SubjectKindEnum = Literal['endpoint', 'cluster']
 TuneExperimentModeEnum = Literal['min', 'max']
 
 
-@dataclass(kw_only=True, slots=True)
-class AgentRegister:
+class AgentRegister(_Model):
     """Input of POST /agent/register (facts are checked against `agent.protocol.HostFacts`)."""
 
-    token: str
-    csr_pem: str
-    facts: dict[str, Any]
-    cluster_id: str | None = None
+    __slots__ = ('token', 'csr_pem', 'facts', 'cluster_id',)
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        csr_pem: str,
+        facts: dict[str, Any],
+        cluster_id: str | None = None,
+    ) -> None:
+        self.token = token
+        self.csr_pem = csr_pem
+        self.facts = facts
+        self.cluster_id = cluster_id
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AgentRegister:
@@ -138,15 +162,25 @@ class AgentRegister:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class AgentRegistered:
+class AgentRegistered(_Model):
     """The answer of POST /agent/register: the node's id, its certificate and the CA to pin."""
 
-    node_id: str
-    certificate_pem: str
-    ca_certificate_pem: str
-    tunnel_path: str
-    heartbeat_interval_s: int
+    __slots__ = ('node_id', 'certificate_pem', 'ca_certificate_pem', 'tunnel_path', 'heartbeat_interval_s',)
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        certificate_pem: str,
+        ca_certificate_pem: str,
+        tunnel_path: str,
+        heartbeat_interval_s: int,
+    ) -> None:
+        self.node_id = node_id
+        self.certificate_pem = certificate_pem
+        self.ca_certificate_pem = ca_certificate_pem
+        self.tunnel_path = tunnel_path
+        self.heartbeat_interval_s = heartbeat_interval_s
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AgentRegistered:
@@ -168,11 +202,17 @@ class AgentRegistered:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class AgentUpdates:
+class AgentUpdates(_Model):
     """AgentUpdates"""
 
-    commands: list[Command]
+    __slots__ = ('commands',)
+
+    def __init__(
+        self,
+        *,
+        commands: list[Command],
+    ) -> None:
+        self.commands = commands
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AgentUpdates:
@@ -186,23 +226,41 @@ class AgentUpdates:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ApiKey:
+class ApiKey(_Model):
     """A key as lists show it: never its secret."""
 
-    id: int
-    name: str
-    workspace: str
-    key_prefix: str
-    scopes: Any
-    endpoints: list[str]
-    requests_per_min: int | None
-    tokens_per_min: int | None
-    expires_at: str | None
-    last_used_at: str | None
-    last_used_ip: str | None
-    revoked_at: str | None
-    created_at: str
+    __slots__ = ('id', 'name', 'workspace', 'key_prefix', 'scopes', 'endpoints', 'requests_per_min', 'tokens_per_min', 'expires_at', 'last_used_at', 'last_used_ip', 'revoked_at', 'created_at',)
+
+    def __init__(
+        self,
+        *,
+        id: int,
+        name: str,
+        workspace: str,
+        key_prefix: str,
+        scopes: Any,
+        endpoints: list[str],
+        requests_per_min: int | None,
+        tokens_per_min: int | None,
+        expires_at: str | None,
+        last_used_at: str | None,
+        last_used_ip: str | None,
+        revoked_at: str | None,
+        created_at: str,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.workspace = workspace
+        self.key_prefix = key_prefix
+        self.scopes = scopes
+        self.endpoints = endpoints
+        self.requests_per_min = requests_per_min
+        self.tokens_per_min = tokens_per_min
+        self.expires_at = expires_at
+        self.last_used_at = last_used_at
+        self.last_used_ip = last_used_ip
+        self.revoked_at = revoked_at
+        self.created_at = created_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ApiKey:
@@ -240,17 +298,29 @@ class ApiKey:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ApiKeyCreate:
+class ApiKeyCreate(_Model):
     """What a new key needs."""
 
-    workspace: str
-    name: str
-    scopes: list[ScopesEnum]
-    endpoints: list[str] | None = None
-    expires_at: str | None = None
-    requests_per_min: int | None = None
-    tokens_per_min: int | None = None
+    __slots__ = ('workspace', 'name', 'scopes', 'endpoints', 'expires_at', 'requests_per_min', 'tokens_per_min',)
+
+    def __init__(
+        self,
+        *,
+        workspace: str,
+        name: str,
+        scopes: list[ScopesEnum],
+        endpoints: list[str] | None = None,
+        expires_at: str | None = None,
+        requests_per_min: int | None = None,
+        tokens_per_min: int | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.name = name
+        self.scopes = scopes
+        self.endpoints = endpoints
+        self.expires_at = expires_at
+        self.requests_per_min = requests_per_min
+        self.tokens_per_min = tokens_per_min
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ApiKeyCreate:
@@ -280,24 +350,43 @@ class ApiKeyCreate:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ApiKeyCreated:
+class ApiKeyCreated(_Model):
     """A key just created, with its secret (shown this once)."""
 
-    id: int
-    name: str
-    workspace: str
-    key_prefix: str
-    scopes: Any
-    endpoints: list[str]
-    requests_per_min: int | None
-    tokens_per_min: int | None
-    expires_at: str | None
-    last_used_at: str | None
-    last_used_ip: str | None
-    revoked_at: str | None
-    created_at: str
-    key: str
+    __slots__ = ('id', 'name', 'workspace', 'key_prefix', 'scopes', 'endpoints', 'requests_per_min', 'tokens_per_min', 'expires_at', 'last_used_at', 'last_used_ip', 'revoked_at', 'created_at', 'key',)
+
+    def __init__(
+        self,
+        *,
+        id: int,
+        name: str,
+        workspace: str,
+        key_prefix: str,
+        scopes: Any,
+        endpoints: list[str],
+        requests_per_min: int | None,
+        tokens_per_min: int | None,
+        expires_at: str | None,
+        last_used_at: str | None,
+        last_used_ip: str | None,
+        revoked_at: str | None,
+        created_at: str,
+        key: str,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.workspace = workspace
+        self.key_prefix = key_prefix
+        self.scopes = scopes
+        self.endpoints = endpoints
+        self.requests_per_min = requests_per_min
+        self.tokens_per_min = tokens_per_min
+        self.expires_at = expires_at
+        self.last_used_at = last_used_at
+        self.last_used_ip = last_used_ip
+        self.revoked_at = revoked_at
+        self.created_at = created_at
+        self.key = key
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ApiKeyCreated:
@@ -337,23 +426,41 @@ class ApiKeyCreated:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class AuditEntry:
+class AuditEntry(_Model):
     """One operator action: who (`actor`), what (`action`), on which target, when, and how it ended."""
 
-    id: str
-    created_at: str
-    workspace: str
-    actor: str
-    action: str
-    target_type: str
-    target_id: str
-    target_name: str
-    outcome: OutcomeEnum
-    reason: str
-    detail: Any
-    git_commit: str
-    finished_at: str | None
+    __slots__ = ('id', 'created_at', 'workspace', 'actor', 'action', 'target_type', 'target_id', 'target_name', 'outcome', 'reason', 'detail', 'git_commit', 'finished_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        created_at: str,
+        workspace: str,
+        actor: str,
+        action: str,
+        target_type: str,
+        target_id: str,
+        target_name: str,
+        outcome: OutcomeEnum,
+        reason: str,
+        detail: Any,
+        git_commit: str,
+        finished_at: str | None,
+    ) -> None:
+        self.id = id
+        self.created_at = created_at
+        self.workspace = workspace
+        self.actor = actor
+        self.action = action
+        self.target_type = target_type
+        self.target_id = target_id
+        self.target_name = target_name
+        self.outcome = outcome
+        self.reason = reason
+        self.detail = detail
+        self.git_commit = git_commit
+        self.finished_at = finished_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AuditEntry:
@@ -391,23 +498,41 @@ class AuditEntry:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class Cluster:
+class Cluster(_Model):
     """A compute cluster; the ArgoCD token is write-only (`argocd_token_set` tells whether one is stored)."""
 
-    id: str
-    workspace: str
-    name: str
-    description: str
-    mode: ClusterModeEnum
-    argocd_server: str
-    argocd_token_set: bool
-    git_repo_url: str
-    git_branch: str
-    node_count: int
-    automation_paused_until: str | None
-    auto_update_agents: bool
-    created_at: str
+    __slots__ = ('id', 'workspace', 'name', 'description', 'mode', 'argocd_server', 'argocd_token_set', 'git_repo_url', 'git_branch', 'node_count', 'automation_paused_until', 'auto_update_agents', 'created_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        workspace: str,
+        name: str,
+        description: str,
+        mode: ClusterModeEnum,
+        argocd_server: str,
+        argocd_token_set: bool,
+        git_repo_url: str,
+        git_branch: str,
+        node_count: int,
+        automation_paused_until: str | None,
+        auto_update_agents: bool,
+        created_at: str,
+    ) -> None:
+        self.id = id
+        self.workspace = workspace
+        self.name = name
+        self.description = description
+        self.mode = mode
+        self.argocd_server = argocd_server
+        self.argocd_token_set = argocd_token_set
+        self.git_repo_url = git_repo_url
+        self.git_branch = git_branch
+        self.node_count = node_count
+        self.automation_paused_until = automation_paused_until
+        self.auto_update_agents = auto_update_agents
+        self.created_at = created_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Cluster:
@@ -445,18 +570,31 @@ class Cluster:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ClusterCreate:
+class ClusterCreate(_Model):
     """Input of POST /clusters."""
 
-    name: str
-    description: str | None = None
-    argocd_server: str | None = None
-    argocd_token: str | None = None
-    git_repo_url: str | None = None
-    git_branch: str | None = None
-    workspace: str
-    mode: ClusterModeEnum | None = None
+    __slots__ = ('name', 'description', 'argocd_server', 'argocd_token', 'git_repo_url', 'git_branch', 'workspace', 'mode',)
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str | None = None,
+        argocd_server: str | None = None,
+        argocd_token: str | None = None,
+        git_repo_url: str | None = None,
+        git_branch: str | None = None,
+        workspace: str,
+        mode: ClusterModeEnum | None = None,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.argocd_server = argocd_server
+        self.argocd_token = argocd_token
+        self.git_repo_url = git_repo_url
+        self.git_branch = git_branch
+        self.workspace = workspace
+        self.mode = mode
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterCreate:
@@ -490,18 +628,31 @@ class ClusterCreate:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ClusterUpdate:
+class ClusterUpdate(_Model):
     """Input of PATCH/PUT /clusters/{id}; `mode` is accepted only unchanged."""
 
-    name: str
-    description: str | None = None
-    argocd_server: str | None = None
-    argocd_token: str | None = None
-    git_repo_url: str | None = None
-    git_branch: str | None = None
-    mode: str | None = None
-    auto_update_agents: bool | None = None
+    __slots__ = ('name', 'description', 'argocd_server', 'argocd_token', 'git_repo_url', 'git_branch', 'mode', 'auto_update_agents',)
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str | None = None,
+        argocd_server: str | None = None,
+        argocd_token: str | None = None,
+        git_repo_url: str | None = None,
+        git_branch: str | None = None,
+        mode: str | None = None,
+        auto_update_agents: bool | None = None,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.argocd_server = argocd_server
+        self.argocd_token = argocd_token
+        self.git_repo_url = git_repo_url
+        self.git_branch = git_branch
+        self.mode = mode
+        self.auto_update_agents = auto_update_agents
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterUpdate:
@@ -536,29 +687,53 @@ class ClusterUpdate:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class Command:
+class Command(_Model):
     """A command on one node (secret payload values are never returned: masked, or left out)."""
 
-    id: str
-    cluster: str
-    node: str
-    node_name: str
-    batch_id: str
-    command_type: CommandCommandTypeEnum
-    payload: Any
-    idempotency_key: str
-    status: CommandStatusEnum
-    attempts: int
-    created_by: str
-    system: bool
-    created_at: str
-    dispatched_at: str | None
-    acked_at: str | None
-    finished_at: str | None
-    result: Any
-    error_code: str
-    error_message: str
+    __slots__ = ('id', 'cluster', 'node', 'node_name', 'batch_id', 'command_type', 'payload', 'idempotency_key', 'status', 'attempts', 'created_by', 'system', 'created_at', 'dispatched_at', 'acked_at', 'finished_at', 'result', 'error_code', 'error_message',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        cluster: str,
+        node: str,
+        node_name: str,
+        batch_id: str,
+        command_type: CommandCommandTypeEnum,
+        payload: Any,
+        idempotency_key: str,
+        status: CommandStatusEnum,
+        attempts: int,
+        created_by: str,
+        system: bool,
+        created_at: str,
+        dispatched_at: str | None,
+        acked_at: str | None,
+        finished_at: str | None,
+        result: Any,
+        error_code: str,
+        error_message: str,
+    ) -> None:
+        self.id = id
+        self.cluster = cluster
+        self.node = node
+        self.node_name = node_name
+        self.batch_id = batch_id
+        self.command_type = command_type
+        self.payload = payload
+        self.idempotency_key = idempotency_key
+        self.status = status
+        self.attempts = attempts
+        self.created_by = created_by
+        self.system = system
+        self.created_at = created_at
+        self.dispatched_at = dispatched_at
+        self.acked_at = acked_at
+        self.finished_at = finished_at
+        self.result = result
+        self.error_code = error_code
+        self.error_message = error_message
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Command:
@@ -608,12 +783,19 @@ class Command:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class CommandBatch:
+class CommandBatch(_Model):
     """The answer of POST /clusters/{id}/commands: one command per target node, sharing `batch_id`."""
 
-    batch_id: str
-    commands: list[Command]
+    __slots__ = ('batch_id', 'commands',)
+
+    def __init__(
+        self,
+        *,
+        batch_id: str,
+        commands: list[Command],
+    ) -> None:
+        self.batch_id = batch_id
+        self.commands = commands
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CommandBatch:
@@ -629,14 +811,23 @@ class CommandBatch:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class CommandPage:
+class CommandPage(_Model):
     """A page of rows (`limit`/`offset`); `next`/`previous` link the neighbouring pages."""
 
-    count: int
-    next: str | None
-    previous: str | None
-    results: list[Command]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None,
+        previous: str | None,
+        results: list[Command],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CommandPage:
@@ -656,26 +847,47 @@ class CommandPage:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class Container:
+class Container(_Model):
     """A workload container on a node; `error_help` explains `error_code`."""
 
-    id: str
-    node: str
-    node_name: str
-    cluster: str
-    container_id: str
-    name: str
-    image: str
-    status: ContainerStatusEnum
-    spec: Any
-    replacement_of: str | None
-    created_by_command: str | None
-    error_code: str
-    error_message: str
-    error_help: dict[str, str] | None
-    created_at: str
-    updated_at: str
+    __slots__ = ('id', 'node', 'node_name', 'cluster', 'container_id', 'name', 'image', 'status', 'spec', 'replacement_of', 'created_by_command', 'error_code', 'error_message', 'error_help', 'created_at', 'updated_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        node: str,
+        node_name: str,
+        cluster: str,
+        container_id: str,
+        name: str,
+        image: str,
+        status: ContainerStatusEnum,
+        spec: Any,
+        replacement_of: str | None,
+        created_by_command: str | None,
+        error_code: str,
+        error_message: str,
+        error_help: dict[str, str] | None,
+        created_at: str,
+        updated_at: str,
+    ) -> None:
+        self.id = id
+        self.node = node
+        self.node_name = node_name
+        self.cluster = cluster
+        self.container_id = container_id
+        self.name = name
+        self.image = image
+        self.status = status
+        self.spec = spec
+        self.replacement_of = replacement_of
+        self.created_by_command = created_by_command
+        self.error_code = error_code
+        self.error_message = error_message
+        self.error_help = error_help
+        self.created_at = created_at
+        self.updated_at = updated_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Container:
@@ -719,13 +931,21 @@ class Container:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ContainerCreateCommand:
+class ContainerCreateCommand(_Model):
     """A `container.create` command."""
 
-    command_type: ContainerCreateCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: ContainerCreatePayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: ContainerCreateCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: ContainerCreatePayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ContainerCreateCommand:
@@ -744,24 +964,43 @@ class ContainerCreateCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ContainerCreatePayload:
+class ContainerCreatePayload(_Model):
     """container.create: run `image` as `name` with resource requests."""
 
-    image: str
-    name: str
-    command: list[str] | None = None
-    env: dict[str, str] | None = None
-    ports: list[PortMapping] | None = None
-    cpu: float | None = None
-    memory_mb: int | None = None
-    gpus: int | None = None
-    labels: dict[str, str] | None = None
-    endpoint_host: str | None = None
-    registry_username: str | None = None
-    registry_password: str | None = None
-    start: bool | None = None
-    secret_fields: list[ContainerCreatePayloadSecretFieldsEnum] | None = None
+    __slots__ = ('image', 'name', 'command', 'env', 'ports', 'cpu', 'memory_mb', 'gpus', 'labels', 'endpoint_host', 'registry_username', 'registry_password', 'start', 'secret_fields',)
+
+    def __init__(
+        self,
+        *,
+        image: str,
+        name: str,
+        command: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        ports: list[PortMapping] | None = None,
+        cpu: float | None = None,
+        memory_mb: int | None = None,
+        gpus: int | None = None,
+        labels: dict[str, str] | None = None,
+        endpoint_host: str | None = None,
+        registry_username: str | None = None,
+        registry_password: str | None = None,
+        start: bool | None = None,
+        secret_fields: list[ContainerCreatePayloadSecretFieldsEnum] | None = None,
+    ) -> None:
+        self.image = image
+        self.name = name
+        self.command = command
+        self.env = env
+        self.ports = ports
+        self.cpu = cpu
+        self.memory_mb = memory_mb
+        self.gpus = gpus
+        self.labels = labels
+        self.endpoint_host = endpoint_host
+        self.registry_username = registry_username
+        self.registry_password = registry_password
+        self.start = start
+        self.secret_fields = secret_fields
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ContainerCreatePayload:
@@ -813,13 +1052,21 @@ class ContainerCreatePayload:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ContainerDestroyCommand:
+class ContainerDestroyCommand(_Model):
     """A `container.destroy` command."""
 
-    command_type: ContainerDestroyCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: ContainerRefPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: ContainerDestroyCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: ContainerRefPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ContainerDestroyCommand:
@@ -838,12 +1085,19 @@ class ContainerDestroyCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ContainerRefPayload:
+class ContainerRefPayload(_Model):
     """container.start / container.stop / container.destroy: which container, by id or name."""
 
-    container: str
-    timeout_s: int | None = None
+    __slots__ = ('container', 'timeout_s',)
+
+    def __init__(
+        self,
+        *,
+        container: str,
+        timeout_s: int | None = None,
+    ) -> None:
+        self.container = container
+        self.timeout_s = timeout_s
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ContainerRefPayload:
@@ -860,13 +1114,21 @@ class ContainerRefPayload:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ContainerStartCommand:
+class ContainerStartCommand(_Model):
     """A `container.start` command."""
 
-    command_type: ContainerStartCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: ContainerRefPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: ContainerStartCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: ContainerRefPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ContainerStartCommand:
@@ -885,13 +1147,21 @@ class ContainerStartCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ContainerStopCommand:
+class ContainerStopCommand(_Model):
     """A `container.stop` command."""
 
-    command_type: ContainerStopCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: ContainerRefPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: ContainerStopCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: ContainerRefPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ContainerStopCommand:
@@ -910,42 +1180,79 @@ class ContainerStopCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class Endpoint:
+class Endpoint(_Model):
     """An inference endpoint, its public URL, its replicas, and on failure the agent's code with `error_help`."""
 
-    id: str
-    slug: str
-    url: str
-    cluster: str
-    node: str | None
-    node_name: str
-    model_id: str
-    revision: str
-    gpus: int
-    min_vram_mb: int
-    server_args: Any
-    status: StatusFa2Enum
-    port: int
-    public: bool
-    min_replicas: int
-    max_replicas: int
-    target_requests_per_min: int
-    target_in_flight: int
-    target_tokens_per_s: int
-    scale_cooldown_s: int
-    scaled_at: str | None
-    idle_timeout_s: int
-    idle_since: str | None
-    replicas: list[EndpointReplica]
-    failure_code: str
-    failure_message: str
-    error_help: dict[str, str] | None
-    start_command: str | None
-    stop_command: str | None
-    created_by: str
-    created_at: str
-    updated_at: str
+    __slots__ = ('id', 'slug', 'url', 'cluster', 'node', 'node_name', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'server_args', 'status', 'port', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'scaled_at', 'idle_timeout_s', 'idle_since', 'replicas', 'failure_code', 'failure_message', 'error_help', 'start_command', 'stop_command', 'created_by', 'created_at', 'updated_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        slug: str,
+        url: str,
+        cluster: str,
+        node: str | None,
+        node_name: str,
+        model_id: str,
+        revision: str,
+        gpus: int,
+        min_vram_mb: int,
+        server_args: Any,
+        status: StatusFa2Enum,
+        port: int,
+        public: bool,
+        min_replicas: int,
+        max_replicas: int,
+        target_requests_per_min: int,
+        target_in_flight: int,
+        target_tokens_per_s: int,
+        scale_cooldown_s: int,
+        scaled_at: str | None,
+        idle_timeout_s: int,
+        idle_since: str | None,
+        replicas: list[EndpointReplica],
+        failure_code: str,
+        failure_message: str,
+        error_help: dict[str, str] | None,
+        start_command: str | None,
+        stop_command: str | None,
+        created_by: str,
+        created_at: str,
+        updated_at: str,
+    ) -> None:
+        self.id = id
+        self.slug = slug
+        self.url = url
+        self.cluster = cluster
+        self.node = node
+        self.node_name = node_name
+        self.model_id = model_id
+        self.revision = revision
+        self.gpus = gpus
+        self.min_vram_mb = min_vram_mb
+        self.server_args = server_args
+        self.status = status
+        self.port = port
+        self.public = public
+        self.min_replicas = min_replicas
+        self.max_replicas = max_replicas
+        self.target_requests_per_min = target_requests_per_min
+        self.target_in_flight = target_in_flight
+        self.target_tokens_per_s = target_tokens_per_s
+        self.scale_cooldown_s = scale_cooldown_s
+        self.scaled_at = scaled_at
+        self.idle_timeout_s = idle_timeout_s
+        self.idle_since = idle_since
+        self.replicas = replicas
+        self.failure_code = failure_code
+        self.failure_message = failure_message
+        self.error_help = error_help
+        self.start_command = start_command
+        self.stop_command = stop_command
+        self.created_by = created_by
+        self.created_at = created_at
+        self.updated_at = updated_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Endpoint:
@@ -1021,25 +1328,45 @@ class Endpoint:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class EndpointCreate:
+class EndpointCreate(_Model):
     """Input of POST /endpoints/."""
 
-    cluster: str
-    node: str | None = None
-    model_id: str
-    revision: str | None = None
-    gpus: int | None = None
-    min_vram_mb: int | None = None
-    public: bool | None = None
-    min_replicas: int | None = None
-    max_replicas: int | None = None
-    target_requests_per_min: int | None = None
-    target_in_flight: int | None = None
-    target_tokens_per_s: int | None = None
-    scale_cooldown_s: int | None = None
-    idle_timeout_s: int | None = None
-    server_args: list[str] | None = None
+    __slots__ = ('cluster', 'node', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'idle_timeout_s', 'server_args',)
+
+    def __init__(
+        self,
+        *,
+        cluster: str,
+        node: str | None = None,
+        model_id: str,
+        revision: str | None = None,
+        gpus: int | None = None,
+        min_vram_mb: int | None = None,
+        public: bool | None = None,
+        min_replicas: int | None = None,
+        max_replicas: int | None = None,
+        target_requests_per_min: int | None = None,
+        target_in_flight: int | None = None,
+        target_tokens_per_s: int | None = None,
+        scale_cooldown_s: int | None = None,
+        idle_timeout_s: int | None = None,
+        server_args: list[str] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.node = node
+        self.model_id = model_id
+        self.revision = revision
+        self.gpus = gpus
+        self.min_vram_mb = min_vram_mb
+        self.public = public
+        self.min_replicas = min_replicas
+        self.max_replicas = max_replicas
+        self.target_requests_per_min = target_requests_per_min
+        self.target_in_flight = target_in_flight
+        self.target_tokens_per_s = target_tokens_per_s
+        self.scale_cooldown_s = scale_cooldown_s
+        self.idle_timeout_s = idle_timeout_s
+        self.server_args = server_args
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointCreate:
@@ -1094,18 +1421,31 @@ class EndpointCreate:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class EndpointEvent:
+class EndpointEvent(_Model):
     """One line of an endpoint's event log (replicas starting, failing, replaced; the autoscaler's decisions)."""
 
-    id: str
-    kind: str
-    message: str
-    data: Any
-    node: str | None
-    node_name: str
-    command: str | None
-    created_at: str
+    __slots__ = ('id', 'kind', 'message', 'data', 'node', 'node_name', 'command', 'created_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        kind: str,
+        message: str,
+        data: Any,
+        node: str | None,
+        node_name: str,
+        command: str | None,
+        created_at: str,
+    ) -> None:
+        self.id = id
+        self.kind = kind
+        self.message = message
+        self.data = data
+        self.node = node
+        self.node_name = node_name
+        self.command = command
+        self.created_at = created_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointEvent:
@@ -1133,14 +1473,23 @@ class EndpointEvent:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class EndpointEventPage:
+class EndpointEventPage(_Model):
     """A page of rows (`limit`/`offset`); `next`/`previous` link the neighbouring pages."""
 
-    count: int
-    next: str | None
-    previous: str | None
-    results: list[EndpointEvent]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None,
+        previous: str | None,
+        results: list[EndpointEvent],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointEventPage:
@@ -1160,23 +1509,41 @@ class EndpointEventPage:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class EndpointReplica:
+class EndpointReplica(_Model):
     """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second summed over every web process (`kernel.replica_load`, a few seconds old at most; null when they cannot be read); `replacement_of` names the lost replica it took over from (every replica is listed, retired ones too)."""
 
-    id: str
-    server_id: str
-    node: str | None
-    node_name: str
-    status: StatusFa2Enum
-    port: int
-    failure_code: str
-    failure_message: str
-    in_flight: int | None
-    tokens_per_s: float | None
-    replacement_of: str | None
-    created_at: str
-    updated_at: str
+    __slots__ = ('id', 'server_id', 'node', 'node_name', 'status', 'port', 'failure_code', 'failure_message', 'in_flight', 'tokens_per_s', 'replacement_of', 'created_at', 'updated_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        server_id: str,
+        node: str | None,
+        node_name: str,
+        status: StatusFa2Enum,
+        port: int,
+        failure_code: str,
+        failure_message: str,
+        in_flight: int | None,
+        tokens_per_s: float | None,
+        replacement_of: str | None,
+        created_at: str,
+        updated_at: str,
+    ) -> None:
+        self.id = id
+        self.server_id = server_id
+        self.node = node
+        self.node_name = node_name
+        self.status = status
+        self.port = port
+        self.failure_code = failure_code
+        self.failure_message = failure_message
+        self.in_flight = in_flight
+        self.tokens_per_s = tokens_per_s
+        self.replacement_of = replacement_of
+        self.created_at = created_at
+        self.updated_at = updated_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointReplica:
@@ -1214,11 +1581,17 @@ class EndpointReplica:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class EndpointRevision:
+class EndpointRevision(_Model):
     """Input of POST /endpoints/<id>/update_revision/ (the revision alone; `update/` takes more)."""
 
-    revision: str
+    __slots__ = ('revision',)
+
+    def __init__(
+        self,
+        *,
+        revision: str,
+    ) -> None:
+        self.revision = revision
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointRevision:
@@ -1232,13 +1605,21 @@ class EndpointRevision:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class EndpointStartCommand:
+class EndpointStartCommand(_Model):
     """A `endpoint.start` command."""
 
-    command_type: EndpointStartCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: EndpointStartPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: EndpointStartCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: EndpointStartPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointStartCommand:
@@ -1257,18 +1638,31 @@ class EndpointStartCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class EndpointStartPayload:
+class EndpointStartPayload(_Model):
     """endpoint.start: serve a cached model with an OpenAI-compatible server. The API makes `endpoint_id` up when left out (a new endpoint); the same id restarts a stopped one."""
 
-    endpoint_id: str | None = None
-    model_id: str
-    revision: str | None = None
-    port: int | None = None
-    gpus: int | None = None
-    min_vram_mb: int | None = None
-    extra_args: list[str] | None = None
-    secret_fields: list[EndpointStartPayloadSecretFieldsEnum] | None = None
+    __slots__ = ('endpoint_id', 'model_id', 'revision', 'port', 'gpus', 'min_vram_mb', 'extra_args', 'secret_fields',)
+
+    def __init__(
+        self,
+        *,
+        endpoint_id: str | None = None,
+        model_id: str,
+        revision: str | None = None,
+        port: int | None = None,
+        gpus: int | None = None,
+        min_vram_mb: int | None = None,
+        extra_args: list[str] | None = None,
+        secret_fields: list[EndpointStartPayloadSecretFieldsEnum] | None = None,
+    ) -> None:
+        self.endpoint_id = endpoint_id
+        self.model_id = model_id
+        self.revision = revision
+        self.port = port
+        self.gpus = gpus
+        self.min_vram_mb = min_vram_mb
+        self.extra_args = extra_args
+        self.secret_fields = secret_fields
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointStartPayload:
@@ -1303,13 +1697,21 @@ class EndpointStartPayload:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class EndpointStopCommand:
+class EndpointStopCommand(_Model):
     """A `endpoint.stop` command."""
 
-    command_type: EndpointStopCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: EndpointStopPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: EndpointStopCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: EndpointStopPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointStopCommand:
@@ -1328,11 +1730,17 @@ class EndpointStopCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class EndpointStopPayload:
+class EndpointStopPayload(_Model):
     """endpoint.stop."""
 
-    endpoint_id: str
+    __slots__ = ('endpoint_id',)
+
+    def __init__(
+        self,
+        *,
+        endpoint_id: str,
+    ) -> None:
+        self.endpoint_id = endpoint_id
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointStopPayload:
@@ -1346,12 +1754,19 @@ class EndpointStopPayload:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class EndpointUpdate:
+class EndpointUpdate(_Model):
     """Input of POST /endpoints/<id>/update/: the new revision and/or server arguments (left out: kept)."""
 
-    revision: str | None = None
-    server_args: list[str] | None = None
+    __slots__ = ('revision', 'server_args',)
+
+    def __init__(
+        self,
+        *,
+        revision: str | None = None,
+        server_args: list[str] | None = None,
+    ) -> None:
+        self.revision = revision
+        self.server_args = server_args
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointUpdate:
@@ -1369,13 +1784,21 @@ class EndpointUpdate:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class Error:
+class Error(_Model):
     """Why the request was refused."""
 
-    detail: str
-    code: str | None = None
-    error_help: dict[str, str] | None = None
+    __slots__ = ('detail', 'code', 'error_help',)
+
+    def __init__(
+        self,
+        *,
+        detail: str,
+        code: str | None = None,
+        error_help: dict[str, str] | None = None,
+    ) -> None:
+        self.detail = detail
+        self.code = code
+        self.error_help = error_help
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Error:
@@ -1395,11 +1818,17 @@ class Error:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class FieldErrors:
+class FieldErrors(_Model):
     """Field errors: each key names a field (`payload.<name>` for a command payload's fields, `non_field_errors` for the body as a whole, the parameter for a bad query value) and holds its messages. A body that is not valid JSON answers `{"detail": "JSON parse error - ..."}`."""
 
-    extra: dict[str, Any] | None = None
+    __slots__ = ('extra',)
+
+    def __init__(
+        self,
+        *,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.extra = extra
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FieldErrors:
@@ -1409,14 +1838,23 @@ class FieldErrors:
         return dict(self.extra or {})
 
 
-@dataclass(kw_only=True, slots=True)
-class JoinToken:
+class JoinToken(_Model):
     """The one-time answer of POST /clusters/{id}/join-tokens."""
 
-    id: str
-    token: str
-    join_command: str
-    expires_at: str
+    __slots__ = ('id', 'token', 'join_command', 'expires_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        token: str,
+        join_command: str,
+        expires_at: str,
+    ) -> None:
+        self.id = id
+        self.token = token
+        self.join_command = join_command
+        self.expires_at = expires_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JoinToken:
@@ -1436,14 +1874,23 @@ class JoinToken:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class Membership:
+class Membership(_Model):
     """A member of a workspace."""
 
-    id: int
-    username: str
-    role: MembershipRoleEnum
-    created_at: str
+    __slots__ = ('id', 'username', 'role', 'created_at',)
+
+    def __init__(
+        self,
+        *,
+        id: int,
+        username: str,
+        role: MembershipRoleEnum,
+        created_at: str,
+    ) -> None:
+        self.id = id
+        self.username = username
+        self.role = role
+        self.created_at = created_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Membership:
@@ -1463,13 +1910,21 @@ class Membership:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ModelDownloadCommand:
+class ModelDownloadCommand(_Model):
     """A `model.download` command."""
 
-    command_type: ModelDownloadCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: ModelDownloadPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: ModelDownloadCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: ModelDownloadPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelDownloadCommand:
@@ -1488,13 +1943,21 @@ class ModelDownloadCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ModelDownloadPayload:
+class ModelDownloadPayload(_Model):
     """model.download: snapshot a Hub repository into the node cache."""
 
-    model_id: str
-    revision: str | None = None
-    allow_patterns: list[str] | None = None
+    __slots__ = ('model_id', 'revision', 'allow_patterns',)
+
+    def __init__(
+        self,
+        *,
+        model_id: str,
+        revision: str | None = None,
+        allow_patterns: list[str] | None = None,
+    ) -> None:
+        self.model_id = model_id
+        self.revision = revision
+        self.allow_patterns = allow_patterns
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelDownloadPayload:
@@ -1514,21 +1977,37 @@ class ModelDownloadPayload:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ModelLocation:
+class ModelLocation(_Model):
     """One model snapshot cached on one node."""
 
-    id: str
-    model_id: str
-    revision: str
-    node: str
-    node_name: str
-    node_status: str
-    cluster: str
-    cluster_name: str
-    path: str
-    size_bytes: int
-    updated_at: str
+    __slots__ = ('id', 'model_id', 'revision', 'node', 'node_name', 'node_status', 'cluster', 'cluster_name', 'path', 'size_bytes', 'updated_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        model_id: str,
+        revision: str,
+        node: str,
+        node_name: str,
+        node_status: str,
+        cluster: str,
+        cluster_name: str,
+        path: str,
+        size_bytes: int,
+        updated_at: str,
+    ) -> None:
+        self.id = id
+        self.model_id = model_id
+        self.revision = revision
+        self.node = node
+        self.node_name = node_name
+        self.node_status = node_status
+        self.cluster = cluster
+        self.cluster_name = cluster_name
+        self.path = path
+        self.size_bytes = size_bytes
+        self.updated_at = updated_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelLocation:
@@ -1562,15 +2041,25 @@ class ModelLocation:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class Namespace:
+class Namespace(_Model):
     """A namespace and the cluster it is bound to."""
 
-    id: str
-    workspace: str
-    name: str
-    cluster: str | None
-    created_at: str
+    __slots__ = ('id', 'workspace', 'name', 'cluster', 'created_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        workspace: str,
+        name: str,
+        cluster: str | None,
+        created_at: str,
+    ) -> None:
+        self.id = id
+        self.workspace = workspace
+        self.name = name
+        self.cluster = cluster
+        self.created_at = created_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Namespace:
@@ -1592,13 +2081,21 @@ class Namespace:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class NamespaceCreate:
+class NamespaceCreate(_Model):
     """Input of POST /namespaces."""
 
-    workspace: str
-    name: str
-    cluster: str | None = None
+    __slots__ = ('workspace', 'name', 'cluster',)
+
+    def __init__(
+        self,
+        *,
+        workspace: str,
+        name: str,
+        cluster: str | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.name = name
+        self.cluster = cluster
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NamespaceCreate:
@@ -1617,39 +2114,73 @@ class NamespaceCreate:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class Node:
+class Node(_Model):
     """A node with its facts and latest utilization; `agent_current`: its agent is the served version."""
 
-    id: str
-    cluster: str
-    name: str
-    hostname: str
-    status: NodeStatusEnum
-    status_changed_at: str
-    connected: bool
-    last_seen: str | None
-    disconnected_at: str | None
-    last_heartbeat_at: str | None
-    cpu_count: int
-    cpu_percent: float | None
-    memory_total_mb: int
-    memory_used_mb: int | None
-    memory_percent: float | None
-    gpu_model: str
-    gpu_count: int
-    gpus: Any
-    vram_total_mb: int
-    vram_used_mb: int | None
-    gpu_utilization_percent: float | None
-    containers_count: int
-    agent_version: str
-    agent_current: bool
-    agent_version_current: str
-    protocol_version: int
-    os: str
-    arch: str
-    created_at: str
+    __slots__ = ('id', 'cluster', 'name', 'hostname', 'status', 'status_changed_at', 'connected', 'last_seen', 'disconnected_at', 'last_heartbeat_at', 'cpu_count', 'cpu_percent', 'memory_total_mb', 'memory_used_mb', 'memory_percent', 'gpu_model', 'gpu_count', 'gpus', 'vram_total_mb', 'vram_used_mb', 'gpu_utilization_percent', 'containers_count', 'agent_version', 'agent_current', 'agent_version_current', 'protocol_version', 'os', 'arch', 'created_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        cluster: str,
+        name: str,
+        hostname: str,
+        status: NodeStatusEnum,
+        status_changed_at: str,
+        connected: bool,
+        last_seen: str | None,
+        disconnected_at: str | None,
+        last_heartbeat_at: str | None,
+        cpu_count: int,
+        cpu_percent: float | None,
+        memory_total_mb: int,
+        memory_used_mb: int | None,
+        memory_percent: float | None,
+        gpu_model: str,
+        gpu_count: int,
+        gpus: Any,
+        vram_total_mb: int,
+        vram_used_mb: int | None,
+        gpu_utilization_percent: float | None,
+        containers_count: int,
+        agent_version: str,
+        agent_current: bool,
+        agent_version_current: str,
+        protocol_version: int,
+        os: str,
+        arch: str,
+        created_at: str,
+    ) -> None:
+        self.id = id
+        self.cluster = cluster
+        self.name = name
+        self.hostname = hostname
+        self.status = status
+        self.status_changed_at = status_changed_at
+        self.connected = connected
+        self.last_seen = last_seen
+        self.disconnected_at = disconnected_at
+        self.last_heartbeat_at = last_heartbeat_at
+        self.cpu_count = cpu_count
+        self.cpu_percent = cpu_percent
+        self.memory_total_mb = memory_total_mb
+        self.memory_used_mb = memory_used_mb
+        self.memory_percent = memory_percent
+        self.gpu_model = gpu_model
+        self.gpu_count = gpu_count
+        self.gpus = gpus
+        self.vram_total_mb = vram_total_mb
+        self.vram_used_mb = vram_used_mb
+        self.gpu_utilization_percent = gpu_utilization_percent
+        self.containers_count = containers_count
+        self.agent_version = agent_version
+        self.agent_current = agent_current
+        self.agent_version_current = agent_version_current
+        self.protocol_version = protocol_version
+        self.os = os
+        self.arch = arch
+        self.created_at = created_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Node:
@@ -1719,16 +2250,27 @@ class Node:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class NodeEvent:
+class NodeEvent(_Model):
     """One line of a node's event log."""
 
-    id: str
-    kind: str
-    message: str
-    data: Any
-    command: str | None
-    created_at: str
+    __slots__ = ('id', 'kind', 'message', 'data', 'command', 'created_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        kind: str,
+        message: str,
+        data: Any,
+        command: str | None,
+        created_at: str,
+    ) -> None:
+        self.id = id
+        self.kind = kind
+        self.message = message
+        self.data = data
+        self.command = command
+        self.created_at = created_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NodeEvent:
@@ -1752,14 +2294,23 @@ class NodeEvent:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class NodeEventPage:
+class NodeEventPage(_Model):
     """A page of rows (`limit`/`offset`); `next`/`previous` link the neighbouring pages."""
 
-    count: int
-    next: str | None
-    previous: str | None
-    results: list[NodeEvent]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None,
+        previous: str | None,
+        results: list[NodeEvent],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NodeEventPage:
@@ -1779,14 +2330,23 @@ class NodeEventPage:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedApiKeyList:
+class PaginatedApiKeyList(_Model):
     """PaginatedApiKeyList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[ApiKey]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[ApiKey],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedApiKeyList:
@@ -1808,14 +2368,23 @@ class PaginatedApiKeyList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedAuditEntryList:
+class PaginatedAuditEntryList(_Model):
     """PaginatedAuditEntryList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[AuditEntry]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[AuditEntry],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedAuditEntryList:
@@ -1837,14 +2406,23 @@ class PaginatedAuditEntryList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedClusterList:
+class PaginatedClusterList(_Model):
     """PaginatedClusterList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[Cluster]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[Cluster],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedClusterList:
@@ -1866,14 +2444,23 @@ class PaginatedClusterList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedCommandList:
+class PaginatedCommandList(_Model):
     """PaginatedCommandList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[Command]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[Command],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedCommandList:
@@ -1895,14 +2482,23 @@ class PaginatedCommandList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedContainerList:
+class PaginatedContainerList(_Model):
     """PaginatedContainerList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[Container]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[Container],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedContainerList:
@@ -1924,14 +2520,23 @@ class PaginatedContainerList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedEndpointList:
+class PaginatedEndpointList(_Model):
     """PaginatedEndpointList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[Endpoint]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[Endpoint],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedEndpointList:
@@ -1953,14 +2558,23 @@ class PaginatedEndpointList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedModelLocationList:
+class PaginatedModelLocationList(_Model):
     """PaginatedModelLocationList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[ModelLocation]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[ModelLocation],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedModelLocationList:
@@ -1982,14 +2596,23 @@ class PaginatedModelLocationList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedNamespaceList:
+class PaginatedNamespaceList(_Model):
     """PaginatedNamespaceList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[Namespace]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[Namespace],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedNamespaceList:
@@ -2011,14 +2634,23 @@ class PaginatedNamespaceList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedNodeList:
+class PaginatedNodeList(_Model):
     """PaginatedNodeList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[Node]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[Node],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedNodeList:
@@ -2040,14 +2672,23 @@ class PaginatedNodeList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedRayClusterList:
+class PaginatedRayClusterList(_Model):
     """PaginatedRayClusterList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[RayCluster]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[RayCluster],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedRayClusterList:
@@ -2069,14 +2710,23 @@ class PaginatedRayClusterList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedServeDeploymentList:
+class PaginatedServeDeploymentList(_Model):
     """PaginatedServeDeploymentList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[ServeDeployment]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[ServeDeployment],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedServeDeploymentList:
@@ -2098,14 +2748,23 @@ class PaginatedServeDeploymentList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedTrainingJobList:
+class PaginatedTrainingJobList(_Model):
     """PaginatedTrainingJobList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[TrainingJob]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[TrainingJob],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedTrainingJobList:
@@ -2127,14 +2786,23 @@ class PaginatedTrainingJobList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedTuneExperimentList:
+class PaginatedTuneExperimentList(_Model):
     """PaginatedTuneExperimentList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[TuneExperiment]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[TuneExperiment],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedTuneExperimentList:
@@ -2156,14 +2824,23 @@ class PaginatedTuneExperimentList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PaginatedWorkspaceList:
+class PaginatedWorkspaceList(_Model):
     """PaginatedWorkspaceList"""
 
-    count: int
-    next: str | None = None
-    previous: str | None = None
-    results: list[Workspace]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[Workspace],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PaginatedWorkspaceList:
@@ -2185,18 +2862,31 @@ class PaginatedWorkspaceList:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PatchedClusterUpdate:
+class PatchedClusterUpdate(_Model):
     """Input of PATCH/PUT /clusters/{id}; `mode` is accepted only unchanged."""
 
-    name: str | None = None
-    description: str | None = None
-    argocd_server: str | None = None
-    argocd_token: str | None = None
-    git_repo_url: str | None = None
-    git_branch: str | None = None
-    mode: str | None = None
-    auto_update_agents: bool | None = None
+    __slots__ = ('name', 'description', 'argocd_server', 'argocd_token', 'git_repo_url', 'git_branch', 'mode', 'auto_update_agents',)
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        argocd_server: str | None = None,
+        argocd_token: str | None = None,
+        git_repo_url: str | None = None,
+        git_branch: str | None = None,
+        mode: str | None = None,
+        auto_update_agents: bool | None = None,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.argocd_server = argocd_server
+        self.argocd_token = argocd_token
+        self.git_repo_url = git_repo_url
+        self.git_branch = git_branch
+        self.mode = mode
+        self.auto_update_agents = auto_update_agents
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PatchedClusterUpdate:
@@ -2232,11 +2922,17 @@ class PatchedClusterUpdate:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PatchedNamespaceBind:
+class PatchedNamespaceBind(_Model):
     """Input of PATCH /namespaces/{id}: (re)bind to a cluster, or null to unbind."""
 
-    cluster: str | None = None
+    __slots__ = ('cluster',)
+
+    def __init__(
+        self,
+        *,
+        cluster: str | None = None,
+    ) -> None:
+        self.cluster = cluster
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PatchedNamespaceBind:
@@ -2251,11 +2947,17 @@ class PatchedNamespaceBind:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PatchedNodeRename:
+class PatchedNodeRename(_Model):
     """Input of PATCH /nodes/{id}: only the name can change."""
 
-    name: str | None = None
+    __slots__ = ('name',)
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+    ) -> None:
+        self.name = name
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PatchedNodeRename:
@@ -2270,18 +2972,31 @@ class PatchedNodeRename:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PatchedQuotaLimits:
+class PatchedQuotaLimits(_Model):
     """New limits (only those given change; null makes a quota unlimited)."""
 
-    gpus: int | None = None
-    vram_gib: float | None = None
-    cpu_cores: float | None = None
-    memory_gib: float | None = None
-    containers: int | None = None
-    endpoints: int | None = None
-    ray_clusters: int | None = None
-    ray_workers: int | None = None
+    __slots__ = ('gpus', 'vram_gib', 'cpu_cores', 'memory_gib', 'containers', 'endpoints', 'ray_clusters', 'ray_workers',)
+
+    def __init__(
+        self,
+        *,
+        gpus: int | None = None,
+        vram_gib: float | None = None,
+        cpu_cores: float | None = None,
+        memory_gib: float | None = None,
+        containers: int | None = None,
+        endpoints: int | None = None,
+        ray_clusters: int | None = None,
+        ray_workers: int | None = None,
+    ) -> None:
+        self.gpus = gpus
+        self.vram_gib = vram_gib
+        self.cpu_cores = cpu_cores
+        self.memory_gib = memory_gib
+        self.containers = containers
+        self.endpoints = endpoints
+        self.ray_clusters = ray_clusters
+        self.ray_workers = ray_workers
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PatchedQuotaLimits:
@@ -2317,15 +3032,25 @@ class PatchedQuotaLimits:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PatchedRayClusterUpdate:
+class PatchedRayClusterUpdate(_Model):
     """PATCH /ray/clusters/<id>/."""
 
-    ray_version: str | None = None
-    min_workers: int | None = None
-    max_workers: int | None = None
-    idle_timeout_s: int | None = None
-    checkpoint_on_stop: bool | None = None
+    __slots__ = ('ray_version', 'min_workers', 'max_workers', 'idle_timeout_s', 'checkpoint_on_stop',)
+
+    def __init__(
+        self,
+        *,
+        ray_version: str | None = None,
+        min_workers: int | None = None,
+        max_workers: int | None = None,
+        idle_timeout_s: int | None = None,
+        checkpoint_on_stop: bool | None = None,
+    ) -> None:
+        self.ray_version = ray_version
+        self.min_workers = min_workers
+        self.max_workers = max_workers
+        self.idle_timeout_s = idle_timeout_s
+        self.checkpoint_on_stop = checkpoint_on_stop
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PatchedRayClusterUpdate:
@@ -2352,13 +3077,21 @@ class PatchedRayClusterUpdate:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class PortMapping:
+class PortMapping(_Model):
     """A container port published on the host (host_port 0 = pick any free port)."""
 
-    container_port: int
-    host_port: int | None = None
-    protocol: ProtocolEnum | None = None
+    __slots__ = ('container_port', 'host_port', 'protocol',)
+
+    def __init__(
+        self,
+        *,
+        container_port: int,
+        host_port: int | None = None,
+        protocol: ProtocolEnum | None = None,
+    ) -> None:
+        self.container_port = container_port
+        self.host_port = host_port
+        self.protocol = protocol
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PortMapping:
@@ -2378,16 +3111,27 @@ class PortMapping:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class QuotaLine:
+class QuotaLine(_Model):
     """One quota: its limit (null: unlimited) and what the workspace has in use against it."""
 
-    quota: QuotaEnum
-    label: str
-    unit: str
-    limit: float | None
-    in_use: float
-    percent: int | None
+    __slots__ = ('quota', 'label', 'unit', 'limit', 'in_use', 'percent',)
+
+    def __init__(
+        self,
+        *,
+        quota: QuotaEnum,
+        label: str,
+        unit: str,
+        limit: float | None,
+        in_use: float,
+        percent: int | None,
+    ) -> None:
+        self.quota = quota
+        self.label = label
+        self.unit = unit
+        self.limit = limit
+        self.in_use = in_use
+        self.percent = percent
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QuotaLine:
@@ -2411,13 +3155,21 @@ class QuotaLine:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class Quotas:
+class Quotas(_Model):
     """A workspace's quotas and usage."""
 
-    workspace: str
-    can_edit: bool
-    quotas: list[QuotaLine]
+    __slots__ = ('workspace', 'can_edit', 'quotas',)
+
+    def __init__(
+        self,
+        *,
+        workspace: str,
+        can_edit: bool,
+        quotas: list[QuotaLine],
+    ) -> None:
+        self.workspace = workspace
+        self.can_edit = can_edit
+        self.quotas = quotas
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Quotas:
@@ -2435,38 +3187,71 @@ class Quotas:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayCluster:
+class RayCluster(_Model):
     """A Ray cluster as listed and inspected."""
 
-    id: str
-    workspace: str
-    compute_cluster: str
-    compute_cluster_name: str
-    name: str
-    ray_version: str
-    runtime: RayRuntimeEnum
-    min_workers: int
-    max_workers: int
-    idle_timeout_s: int
-    worker_cpus: float
-    worker_memory_mb: int
-    worker_gpus: int
-    checkpoint_on_stop: bool
-    status: RayClusterStatusEnum
-    status_changed_at: str
-    failure_reason: str
-    head_node: str | None
-    head_node_name: str
-    head_hostname: str
-    head_ip: str
-    head_container_id: str
-    gcs_port: int | None
-    head_gcs_port: int | None
-    dashboard_port: int
-    dashboard_url: str
-    created_at: str
-    started_at: str | None
+    __slots__ = ('id', 'workspace', 'compute_cluster', 'compute_cluster_name', 'name', 'ray_version', 'runtime', 'min_workers', 'max_workers', 'idle_timeout_s', 'worker_cpus', 'worker_memory_mb', 'worker_gpus', 'checkpoint_on_stop', 'status', 'status_changed_at', 'failure_reason', 'head_node', 'head_node_name', 'head_hostname', 'head_ip', 'head_container_id', 'gcs_port', 'head_gcs_port', 'dashboard_port', 'dashboard_url', 'created_at', 'started_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        workspace: str,
+        compute_cluster: str,
+        compute_cluster_name: str,
+        name: str,
+        ray_version: str,
+        runtime: RayRuntimeEnum,
+        min_workers: int,
+        max_workers: int,
+        idle_timeout_s: int,
+        worker_cpus: float,
+        worker_memory_mb: int,
+        worker_gpus: int,
+        checkpoint_on_stop: bool,
+        status: RayClusterStatusEnum,
+        status_changed_at: str,
+        failure_reason: str,
+        head_node: str | None,
+        head_node_name: str,
+        head_hostname: str,
+        head_ip: str,
+        head_container_id: str,
+        gcs_port: int | None,
+        head_gcs_port: int | None,
+        dashboard_port: int,
+        dashboard_url: str,
+        created_at: str,
+        started_at: str | None,
+    ) -> None:
+        self.id = id
+        self.workspace = workspace
+        self.compute_cluster = compute_cluster
+        self.compute_cluster_name = compute_cluster_name
+        self.name = name
+        self.ray_version = ray_version
+        self.runtime = runtime
+        self.min_workers = min_workers
+        self.max_workers = max_workers
+        self.idle_timeout_s = idle_timeout_s
+        self.worker_cpus = worker_cpus
+        self.worker_memory_mb = worker_memory_mb
+        self.worker_gpus = worker_gpus
+        self.checkpoint_on_stop = checkpoint_on_stop
+        self.status = status
+        self.status_changed_at = status_changed_at
+        self.failure_reason = failure_reason
+        self.head_node = head_node
+        self.head_node_name = head_node_name
+        self.head_hostname = head_hostname
+        self.head_ip = head_ip
+        self.head_container_id = head_container_id
+        self.gcs_port = gcs_port
+        self.head_gcs_port = head_gcs_port
+        self.dashboard_port = dashboard_port
+        self.dashboard_url = dashboard_url
+        self.created_at = created_at
+        self.started_at = started_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayCluster:
@@ -2534,24 +3319,43 @@ class RayCluster:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayClusterCreate:
+class RayClusterCreate(_Model):
     """POST /ray/clusters/."""
 
-    workspace: str
-    compute_cluster: str
-    name: str
-    ray_version: str | None = None
-    runtime: RayRuntimeEnum | None = None
-    min_workers: int | None = None
-    max_workers: int | None = None
-    idle_timeout_s: int | None = None
-    gcs_port: int | None = None
-    dashboard_port: int | None = None
-    checkpoint_on_stop: bool | None = None
-    worker_cpus: float | None = None
-    worker_memory_mb: int | None = None
-    worker_gpus: int | None = None
+    __slots__ = ('workspace', 'compute_cluster', 'name', 'ray_version', 'runtime', 'min_workers', 'max_workers', 'idle_timeout_s', 'gcs_port', 'dashboard_port', 'checkpoint_on_stop', 'worker_cpus', 'worker_memory_mb', 'worker_gpus',)
+
+    def __init__(
+        self,
+        *,
+        workspace: str,
+        compute_cluster: str,
+        name: str,
+        ray_version: str | None = None,
+        runtime: RayRuntimeEnum | None = None,
+        min_workers: int | None = None,
+        max_workers: int | None = None,
+        idle_timeout_s: int | None = None,
+        gcs_port: int | None = None,
+        dashboard_port: int | None = None,
+        checkpoint_on_stop: bool | None = None,
+        worker_cpus: float | None = None,
+        worker_memory_mb: int | None = None,
+        worker_gpus: int | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.compute_cluster = compute_cluster
+        self.name = name
+        self.ray_version = ray_version
+        self.runtime = runtime
+        self.min_workers = min_workers
+        self.max_workers = max_workers
+        self.idle_timeout_s = idle_timeout_s
+        self.gcs_port = gcs_port
+        self.dashboard_port = dashboard_port
+        self.checkpoint_on_stop = checkpoint_on_stop
+        self.worker_cpus = worker_cpus
+        self.worker_memory_mb = worker_memory_mb
+        self.worker_gpus = worker_gpus
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayClusterCreate:
@@ -2602,15 +3406,25 @@ class RayClusterCreate:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayClusterEvent:
+class RayClusterEvent(_Model):
     """One event of a Ray cluster."""
 
-    id: str
-    kind: str
-    message: str
-    data: Any
-    created_at: str
+    __slots__ = ('id', 'kind', 'message', 'data', 'created_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        kind: str,
+        message: str,
+        data: Any,
+        created_at: str,
+    ) -> None:
+        self.id = id
+        self.kind = kind
+        self.message = message
+        self.data = data
+        self.created_at = created_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayClusterEvent:
@@ -2632,14 +3446,23 @@ class RayClusterEvent:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayClusterEventPage:
+class RayClusterEventPage(_Model):
     """A page of rows (`limit`/`offset`); `next`/`previous` link the neighbouring pages."""
 
-    count: int
-    next: str | None
-    previous: str | None
-    results: list[RayClusterEvent]
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None,
+        previous: str | None,
+        results: list[RayClusterEvent],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayClusterEventPage:
@@ -2659,13 +3482,21 @@ class RayClusterEventPage:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayHeadStartCommand:
+class RayHeadStartCommand(_Model):
     """A `ray.head.start` command."""
 
-    command_type: RayHeadStartCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: RayHeadStartPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: RayHeadStartCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: RayHeadStartPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayHeadStartCommand:
@@ -2684,27 +3515,49 @@ class RayHeadStartCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayHeadStartPayload:
+class RayHeadStartPayload(_Model):
     """ray.head.start: start the head of managed Ray cluster `cluster_id` on this node."""
 
-    cluster_id: str
-    member_id: str
-    ray_version: str
-    image: str
-    runtime: Runtime172Enum | None = None
-    gcs_port: int | None = None
-    dashboard_port: int | None = None
-    num_cpus: float | None = None
-    num_gpus: int | None = None
-    name: Any = None
-    min_workers: int | None = None
-    max_workers: int | None = None
-    idle_timeout_s: int | None = None
-    worker_cpus: float | None = None
-    worker_memory_mb: int | None = None
-    worker_gpus: int | None = None
-    worker_image: str | None = None
+    __slots__ = ('cluster_id', 'member_id', 'ray_version', 'image', 'runtime', 'gcs_port', 'dashboard_port', 'num_cpus', 'num_gpus', 'name', 'min_workers', 'max_workers', 'idle_timeout_s', 'worker_cpus', 'worker_memory_mb', 'worker_gpus', 'worker_image',)
+
+    def __init__(
+        self,
+        *,
+        cluster_id: str,
+        member_id: str,
+        ray_version: str,
+        image: str,
+        runtime: Runtime172Enum | None = None,
+        gcs_port: int | None = None,
+        dashboard_port: int | None = None,
+        num_cpus: float | None = None,
+        num_gpus: int | None = None,
+        name: Any = None,
+        min_workers: int | None = None,
+        max_workers: int | None = None,
+        idle_timeout_s: int | None = None,
+        worker_cpus: float | None = None,
+        worker_memory_mb: int | None = None,
+        worker_gpus: int | None = None,
+        worker_image: str | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.member_id = member_id
+        self.ray_version = ray_version
+        self.image = image
+        self.runtime = runtime
+        self.gcs_port = gcs_port
+        self.dashboard_port = dashboard_port
+        self.num_cpus = num_cpus
+        self.num_gpus = num_gpus
+        self.name = name
+        self.min_workers = min_workers
+        self.max_workers = max_workers
+        self.idle_timeout_s = idle_timeout_s
+        self.worker_cpus = worker_cpus
+        self.worker_memory_mb = worker_memory_mb
+        self.worker_gpus = worker_gpus
+        self.worker_image = worker_image
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayHeadStartPayload:
@@ -2763,17 +3616,29 @@ class RayHeadStartPayload:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayJobRefPayload:
+class RayJobRefPayload(_Model):
     """ray.job.status (state, log tail, traceback, result markers) / ray.job.stop of one Ray job."""
 
-    cluster_id: str
-    member_id: str
-    submission_id: str
-    runtime: Runtime172Enum | None = None
-    dashboard_port: int | None = None
-    log_lines: int | None = None
-    host: Any = None
+    __slots__ = ('cluster_id', 'member_id', 'submission_id', 'runtime', 'dashboard_port', 'log_lines', 'host',)
+
+    def __init__(
+        self,
+        *,
+        cluster_id: str,
+        member_id: str,
+        submission_id: str,
+        runtime: Runtime172Enum | None = None,
+        dashboard_port: int | None = None,
+        log_lines: int | None = None,
+        host: Any = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.member_id = member_id
+        self.submission_id = submission_id
+        self.runtime = runtime
+        self.dashboard_port = dashboard_port
+        self.log_lines = log_lines
+        self.host = host
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayJobRefPayload:
@@ -2803,13 +3668,21 @@ class RayJobRefPayload:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayJobStatusCommand:
+class RayJobStatusCommand(_Model):
     """A `ray.job.status` command."""
 
-    command_type: RayJobStatusCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: RayJobRefPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: RayJobStatusCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: RayJobRefPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayJobStatusCommand:
@@ -2828,13 +3701,21 @@ class RayJobStatusCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayJobStopCommand:
+class RayJobStopCommand(_Model):
     """A `ray.job.stop` command."""
 
-    command_type: RayJobStopCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: RayJobRefPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: RayJobStopCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: RayJobRefPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayJobStopCommand:
@@ -2853,13 +3734,21 @@ class RayJobStopCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayJobSubmitCommand:
+class RayJobSubmitCommand(_Model):
     """A `ray.job.submit` command."""
 
-    command_type: RayJobSubmitCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: RayJobSubmitPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: RayJobSubmitCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: RayJobSubmitPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayJobSubmitCommand:
@@ -2878,23 +3767,41 @@ class RayJobSubmitCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayJobSubmitPayload:
+class RayJobSubmitPayload(_Model):
     """ray.job.submit: submit Ray job `submission_id` (idempotent: an existing submission is reported)."""
 
-    cluster_id: str
-    member_id: str
-    submission_id: str
-    entrypoint: str
-    runtime: Runtime172Enum | None = None
-    dashboard_port: int | None = None
-    host: Any = None
-    files: dict[str, str] | None = None
-    runtime_env: dict[str, Any] | None = None
-    entrypoint_num_cpus: float | None = None
-    entrypoint_num_gpus: float | None = None
-    metadata: dict[str, str] | None = None
-    secret_fields: list[RayJobSubmitPayloadSecretFieldsEnum] | None = None
+    __slots__ = ('cluster_id', 'member_id', 'submission_id', 'entrypoint', 'runtime', 'dashboard_port', 'host', 'files', 'runtime_env', 'entrypoint_num_cpus', 'entrypoint_num_gpus', 'metadata', 'secret_fields',)
+
+    def __init__(
+        self,
+        *,
+        cluster_id: str,
+        member_id: str,
+        submission_id: str,
+        entrypoint: str,
+        runtime: Runtime172Enum | None = None,
+        dashboard_port: int | None = None,
+        host: Any = None,
+        files: dict[str, str] | None = None,
+        runtime_env: dict[str, Any] | None = None,
+        entrypoint_num_cpus: float | None = None,
+        entrypoint_num_gpus: float | None = None,
+        metadata: dict[str, str] | None = None,
+        secret_fields: list[RayJobSubmitPayloadSecretFieldsEnum] | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.member_id = member_id
+        self.submission_id = submission_id
+        self.entrypoint = entrypoint
+        self.runtime = runtime
+        self.dashboard_port = dashboard_port
+        self.host = host
+        self.files = files
+        self.runtime_env = runtime_env
+        self.entrypoint_num_cpus = entrypoint_num_cpus
+        self.entrypoint_num_gpus = entrypoint_num_gpus
+        self.metadata = metadata
+        self.secret_fields = secret_fields
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayJobSubmitPayload:
@@ -2941,30 +3848,55 @@ class RayJobSubmitPayload:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayNode:
+class RayNode(_Model):
     """A head or worker with its latest usage."""
 
-    id: str
-    role: RayNodeRoleEnum
-    status: RayNodeStatusEnum
-    status_changed_at: str
-    failure_reason: str
-    node: str
-    node_name: str
-    hostname: str
-    container_id: str
-    ray_node_id: str
-    ip: str
-    cpu_percent: float
-    memory_percent: float
-    gpu_count: int
-    vram_used_mb: int
-    vram_total_mb: int
-    running_tasks: int
-    idle_s: float
-    resources: Any
-    created_at: str
+    __slots__ = ('id', 'role', 'status', 'status_changed_at', 'failure_reason', 'node', 'node_name', 'hostname', 'container_id', 'ray_node_id', 'ip', 'cpu_percent', 'memory_percent', 'gpu_count', 'vram_used_mb', 'vram_total_mb', 'running_tasks', 'idle_s', 'resources', 'created_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        role: RayNodeRoleEnum,
+        status: RayNodeStatusEnum,
+        status_changed_at: str,
+        failure_reason: str,
+        node: str,
+        node_name: str,
+        hostname: str,
+        container_id: str,
+        ray_node_id: str,
+        ip: str,
+        cpu_percent: float,
+        memory_percent: float,
+        gpu_count: int,
+        vram_used_mb: int,
+        vram_total_mb: int,
+        running_tasks: int,
+        idle_s: float,
+        resources: Any,
+        created_at: str,
+    ) -> None:
+        self.id = id
+        self.role = role
+        self.status = status
+        self.status_changed_at = status_changed_at
+        self.failure_reason = failure_reason
+        self.node = node
+        self.node_name = node_name
+        self.hostname = hostname
+        self.container_id = container_id
+        self.ray_node_id = ray_node_id
+        self.ip = ip
+        self.cpu_percent = cpu_percent
+        self.memory_percent = memory_percent
+        self.gpu_count = gpu_count
+        self.vram_used_mb = vram_used_mb
+        self.vram_total_mb = vram_total_mb
+        self.running_tasks = running_tasks
+        self.idle_s = idle_s
+        self.resources = resources
+        self.created_at = created_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayNode:
@@ -3016,13 +3948,21 @@ class RayNode:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayNodeDrainCommand:
+class RayNodeDrainCommand(_Model):
     """A `ray.node.drain` command."""
 
-    command_type: RayNodeDrainCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: RayNodeDrainPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: RayNodeDrainCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: RayNodeDrainPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayNodeDrainCommand:
@@ -3041,18 +3981,31 @@ class RayNodeDrainCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayNodeDrainPayload:
+class RayNodeDrainPayload(_Model):
     """ray.node.drain (sent to the head's node): ask Ray to drain worker `ray_node_id` before it stops."""
 
-    cluster_id: str
-    member_id: str
-    ray_node_id: str
-    runtime: Runtime172Enum | None = None
-    head_member_id: Any = None
-    gcs_port: int | None = None
-    reason: str | None = None
-    deadline_s: int | None = None
+    __slots__ = ('cluster_id', 'member_id', 'ray_node_id', 'runtime', 'head_member_id', 'gcs_port', 'reason', 'deadline_s',)
+
+    def __init__(
+        self,
+        *,
+        cluster_id: str,
+        member_id: str,
+        ray_node_id: str,
+        runtime: Runtime172Enum | None = None,
+        head_member_id: Any = None,
+        gcs_port: int | None = None,
+        reason: str | None = None,
+        deadline_s: int | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.member_id = member_id
+        self.ray_node_id = ray_node_id
+        self.runtime = runtime
+        self.head_member_id = head_member_id
+        self.gcs_port = gcs_port
+        self.reason = reason
+        self.deadline_s = deadline_s
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayNodeDrainPayload:
@@ -3085,13 +4038,21 @@ class RayNodeDrainPayload:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayNodeStopCommand:
+class RayNodeStopCommand(_Model):
     """A `ray.node.stop` command."""
 
-    command_type: RayNodeStopCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: RayNodeStopPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: RayNodeStopCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: RayNodeStopPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayNodeStopCommand:
@@ -3110,16 +4071,27 @@ class RayNodeStopCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayNodeStopPayload:
+class RayNodeStopPayload(_Model):
     """ray.node.stop: stop (and remove) one Ray node of a managed cluster on this node."""
 
-    cluster_id: str
-    member_id: str
-    runtime: Runtime172Enum | None = None
-    container: str | None = None
-    timeout_s: int | None = None
-    delete: bool | None = None
+    __slots__ = ('cluster_id', 'member_id', 'runtime', 'container', 'timeout_s', 'delete',)
+
+    def __init__(
+        self,
+        *,
+        cluster_id: str,
+        member_id: str,
+        runtime: Runtime172Enum | None = None,
+        container: str | None = None,
+        timeout_s: int | None = None,
+        delete: bool | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.member_id = member_id
+        self.runtime = runtime
+        self.container = container
+        self.timeout_s = timeout_s
+        self.delete = delete
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayNodeStopPayload:
@@ -3147,13 +4119,21 @@ class RayNodeStopPayload:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayServeStatusCommand:
+class RayServeStatusCommand(_Model):
     """A `ray.serve.status` command."""
 
-    command_type: RayServeStatusCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: RayServeStatusPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: RayServeStatusCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: RayServeStatusPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayServeStatusCommand:
@@ -3172,17 +4152,29 @@ class RayServeStatusCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayServeStatusPayload:
+class RayServeStatusPayload(_Model):
     """ray.serve.status: Serve applications, deployments, replica states and replica log tails."""
 
-    cluster_id: str
-    member_id: str
-    runtime: Runtime172Enum | None = None
-    dashboard_port: int | None = None
-    app_name: str | None = None
-    log_lines: int | None = None
-    host: Any = None
+    __slots__ = ('cluster_id', 'member_id', 'runtime', 'dashboard_port', 'app_name', 'log_lines', 'host',)
+
+    def __init__(
+        self,
+        *,
+        cluster_id: str,
+        member_id: str,
+        runtime: Runtime172Enum | None = None,
+        dashboard_port: int | None = None,
+        app_name: str | None = None,
+        log_lines: int | None = None,
+        host: Any = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.member_id = member_id
+        self.runtime = runtime
+        self.dashboard_port = dashboard_port
+        self.app_name = app_name
+        self.log_lines = log_lines
+        self.host = host
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayServeStatusPayload:
@@ -3213,13 +4205,21 @@ class RayServeStatusPayload:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayStatusCommand:
+class RayStatusCommand(_Model):
     """A `ray.status` command."""
 
-    command_type: RayStatusCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: RayStatusPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: RayStatusCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: RayStatusPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayStatusCommand:
@@ -3238,16 +4238,27 @@ class RayStatusCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayStatusPayload:
+class RayStatusPayload(_Model):
     """ray.status (sent to the head's node): nodes, usage, pending demand and, optionally, log tails."""
 
-    cluster_id: str
-    member_id: str
-    runtime: Runtime172Enum | None = None
-    gcs_port: int | None = None
-    include_logs: bool | None = None
-    log_lines: int | None = None
+    __slots__ = ('cluster_id', 'member_id', 'runtime', 'gcs_port', 'include_logs', 'log_lines',)
+
+    def __init__(
+        self,
+        *,
+        cluster_id: str,
+        member_id: str,
+        runtime: Runtime172Enum | None = None,
+        gcs_port: int | None = None,
+        include_logs: bool | None = None,
+        log_lines: int | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.member_id = member_id
+        self.runtime = runtime
+        self.gcs_port = gcs_port
+        self.include_logs = include_logs
+        self.log_lines = log_lines
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayStatusPayload:
@@ -3275,13 +4286,21 @@ class RayStatusPayload:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayWorkerStartCommand:
+class RayWorkerStartCommand(_Model):
     """A `ray.worker.start` command."""
 
-    command_type: RayWorkerStartCommandCommandTypeEnum
-    node_id: str | None = None
-    payload: RayWorkerStartPayload
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: RayWorkerStartCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: RayWorkerStartPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayWorkerStartCommand:
@@ -3300,18 +4319,31 @@ class RayWorkerStartCommand:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class RayWorkerStartPayload:
+class RayWorkerStartPayload(_Model):
     """ray.worker.start: start a worker joining the head at `head_address` (ip:gcs_port)."""
 
-    cluster_id: str
-    member_id: str
-    ray_version: str
-    image: str
-    head_address: str
-    runtime: Runtime172Enum | None = None
-    num_cpus: float | None = None
-    num_gpus: int | None = None
+    __slots__ = ('cluster_id', 'member_id', 'ray_version', 'image', 'head_address', 'runtime', 'num_cpus', 'num_gpus',)
+
+    def __init__(
+        self,
+        *,
+        cluster_id: str,
+        member_id: str,
+        ray_version: str,
+        image: str,
+        head_address: str,
+        runtime: Runtime172Enum | None = None,
+        num_cpus: float | None = None,
+        num_gpus: int | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.member_id = member_id
+        self.ray_version = ray_version
+        self.image = image
+        self.head_address = head_address
+        self.runtime = runtime
+        self.num_cpus = num_cpus
+        self.num_gpus = num_gpus
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayWorkerStartPayload:
@@ -3342,39 +4374,73 @@ class RayWorkerStartPayload:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ServeDeployment:
+class ServeDeployment(_Model):
     """A Serve deployment as read; `proxy_url` reaches it through the tunnel proxy on its own origin, `endpoint_url` on the node."""
 
-    id: str
-    proxy_url: str
-    name: str
-    created_at: str
-    status_changed_at: str
-    failure_reason: str
-    last_status: Any
-    last_status_at: str | None
-    engine: EngineEnum
-    model: str
-    checkpoint_path: str
-    code: str
-    route_prefix: str
-    http_port: int
-    num_replicas: int
-    autoscaling: bool
-    min_replicas: int
-    max_replicas: int
-    target_ongoing_requests: float
-    cpus_per_replica: float
-    gpus_per_replica: float
-    status: ServeDeploymentStatusEnum
-    submission_id: str
-    endpoint_url: str
-    replica_logs: Any
-    workspace: str
-    created_by: int | None
-    ray_cluster: str
-    checkpoint_job: str | None
+    __slots__ = ('id', 'proxy_url', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status', 'last_status_at', 'engine', 'model', 'checkpoint_path', 'code', 'route_prefix', 'http_port', 'num_replicas', 'autoscaling', 'min_replicas', 'max_replicas', 'target_ongoing_requests', 'cpus_per_replica', 'gpus_per_replica', 'status', 'submission_id', 'endpoint_url', 'replica_logs', 'workspace', 'created_by', 'ray_cluster', 'checkpoint_job',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        proxy_url: str,
+        name: str,
+        created_at: str,
+        status_changed_at: str,
+        failure_reason: str,
+        last_status: Any,
+        last_status_at: str | None,
+        engine: EngineEnum,
+        model: str,
+        checkpoint_path: str,
+        code: str,
+        route_prefix: str,
+        http_port: int,
+        num_replicas: int,
+        autoscaling: bool,
+        min_replicas: int,
+        max_replicas: int,
+        target_ongoing_requests: float,
+        cpus_per_replica: float,
+        gpus_per_replica: float,
+        status: ServeDeploymentStatusEnum,
+        submission_id: str,
+        endpoint_url: str,
+        replica_logs: Any,
+        workspace: str,
+        created_by: int | None,
+        ray_cluster: str,
+        checkpoint_job: str | None,
+    ) -> None:
+        self.id = id
+        self.proxy_url = proxy_url
+        self.name = name
+        self.created_at = created_at
+        self.status_changed_at = status_changed_at
+        self.failure_reason = failure_reason
+        self.last_status = last_status
+        self.last_status_at = last_status_at
+        self.engine = engine
+        self.model = model
+        self.checkpoint_path = checkpoint_path
+        self.code = code
+        self.route_prefix = route_prefix
+        self.http_port = http_port
+        self.num_replicas = num_replicas
+        self.autoscaling = autoscaling
+        self.min_replicas = min_replicas
+        self.max_replicas = max_replicas
+        self.target_ongoing_requests = target_ongoing_requests
+        self.cpus_per_replica = cpus_per_replica
+        self.gpus_per_replica = gpus_per_replica
+        self.status = status
+        self.submission_id = submission_id
+        self.endpoint_url = endpoint_url
+        self.replica_logs = replica_logs
+        self.workspace = workspace
+        self.created_by = created_by
+        self.ray_cluster = ray_cluster
+        self.checkpoint_job = checkpoint_job
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServeDeployment:
@@ -3444,27 +4510,49 @@ class ServeDeployment:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class ServeDeploymentCreate:
+class ServeDeploymentCreate(_Model):
     """POST deployments/."""
 
-    workspace: str
-    ray_cluster: str
-    name: str
-    engine: str | None = None
-    model: str | None = None
-    checkpoint_job: str | None = None
-    checkpoint_path: str | None = None
-    code: str | None = None
-    route_prefix: str | None = None
-    http_port: int | None = None
-    num_replicas: int | None = None
-    autoscaling: bool | None = None
-    min_replicas: int | None = None
-    max_replicas: int | None = None
-    target_ongoing_requests: float | None = None
-    cpus_per_replica: float | None = None
-    gpus_per_replica: float | None = None
+    __slots__ = ('workspace', 'ray_cluster', 'name', 'engine', 'model', 'checkpoint_job', 'checkpoint_path', 'code', 'route_prefix', 'http_port', 'num_replicas', 'autoscaling', 'min_replicas', 'max_replicas', 'target_ongoing_requests', 'cpus_per_replica', 'gpus_per_replica',)
+
+    def __init__(
+        self,
+        *,
+        workspace: str,
+        ray_cluster: str,
+        name: str,
+        engine: str | None = None,
+        model: str | None = None,
+        checkpoint_job: str | None = None,
+        checkpoint_path: str | None = None,
+        code: str | None = None,
+        route_prefix: str | None = None,
+        http_port: int | None = None,
+        num_replicas: int | None = None,
+        autoscaling: bool | None = None,
+        min_replicas: int | None = None,
+        max_replicas: int | None = None,
+        target_ongoing_requests: float | None = None,
+        cpus_per_replica: float | None = None,
+        gpus_per_replica: float | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.ray_cluster = ray_cluster
+        self.name = name
+        self.engine = engine
+        self.model = model
+        self.checkpoint_job = checkpoint_job
+        self.checkpoint_path = checkpoint_path
+        self.code = code
+        self.route_prefix = route_prefix
+        self.http_port = http_port
+        self.num_replicas = num_replicas
+        self.autoscaling = autoscaling
+        self.min_replicas = min_replicas
+        self.max_replicas = max_replicas
+        self.target_ongoing_requests = target_ongoing_requests
+        self.cpus_per_replica = cpus_per_replica
+        self.gpus_per_replica = gpus_per_replica
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServeDeploymentCreate:
@@ -3524,12 +4612,19 @@ class ServeDeploymentCreate:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class TrainWithBest:
+class TrainWithBest(_Model):
     """POST tune-experiments/<id>/train/."""
 
-    name: str
-    storage_path: str | None = None
+    __slots__ = ('name', 'storage_path',)
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        storage_path: str | None = None,
+    ) -> None:
+        self.name = name
+        self.storage_path = storage_path
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainWithBest:
@@ -3546,41 +4641,77 @@ class TrainWithBest:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class TrainingJob:
+class TrainingJob(_Model):
     """A training job as read."""
 
-    id: str
-    hints: list[dict[str, str]]
-    name: str
-    created_at: str
-    status_changed_at: str
-    failure_reason: str
-    last_status_at: str | None
-    kind: KindEnum
-    script: str
-    entrypoint: str
-    framework: FrameworkEnum
-    config: Any
-    num_workers: int
-    cpus_per_worker: float
-    gpus_per_worker: float
-    checkpoint_every: int
-    checkpoints_to_keep: int
-    storage_path: str
-    status: JobStatusEnum
-    queue_reason: str
-    submission_id: str
-    submitted_at: str | None
-    finished_at: str | None
-    cancel_requested: bool
-    logs: str
-    traceback: str
-    checkpoints: Any
-    workspace: str
-    created_by: int | None
-    ray_cluster: str
-    source_experiment: str | None
+    __slots__ = ('id', 'hints', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'kind', 'script', 'entrypoint', 'framework', 'config', 'num_workers', 'cpus_per_worker', 'gpus_per_worker', 'checkpoint_every', 'checkpoints_to_keep', 'storage_path', 'status', 'queue_reason', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'checkpoints', 'workspace', 'created_by', 'ray_cluster', 'source_experiment',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        hints: list[dict[str, str]],
+        name: str,
+        created_at: str,
+        status_changed_at: str,
+        failure_reason: str,
+        last_status_at: str | None,
+        kind: KindEnum,
+        script: str,
+        entrypoint: str,
+        framework: FrameworkEnum,
+        config: Any,
+        num_workers: int,
+        cpus_per_worker: float,
+        gpus_per_worker: float,
+        checkpoint_every: int,
+        checkpoints_to_keep: int,
+        storage_path: str,
+        status: JobStatusEnum,
+        queue_reason: str,
+        submission_id: str,
+        submitted_at: str | None,
+        finished_at: str | None,
+        cancel_requested: bool,
+        logs: str,
+        traceback: str,
+        checkpoints: Any,
+        workspace: str,
+        created_by: int | None,
+        ray_cluster: str,
+        source_experiment: str | None,
+    ) -> None:
+        self.id = id
+        self.hints = hints
+        self.name = name
+        self.created_at = created_at
+        self.status_changed_at = status_changed_at
+        self.failure_reason = failure_reason
+        self.last_status_at = last_status_at
+        self.kind = kind
+        self.script = script
+        self.entrypoint = entrypoint
+        self.framework = framework
+        self.config = config
+        self.num_workers = num_workers
+        self.cpus_per_worker = cpus_per_worker
+        self.gpus_per_worker = gpus_per_worker
+        self.checkpoint_every = checkpoint_every
+        self.checkpoints_to_keep = checkpoints_to_keep
+        self.storage_path = storage_path
+        self.status = status
+        self.queue_reason = queue_reason
+        self.submission_id = submission_id
+        self.submitted_at = submitted_at
+        self.finished_at = finished_at
+        self.cancel_requested = cancel_requested
+        self.logs = logs
+        self.traceback = traceback
+        self.checkpoints = checkpoints
+        self.workspace = workspace
+        self.created_by = created_by
+        self.ray_cluster = ray_cluster
+        self.source_experiment = source_experiment
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainingJob:
@@ -3654,24 +4785,43 @@ class TrainingJob:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class TrainingJobCreate:
+class TrainingJobCreate(_Model):
     """POST training-jobs/."""
 
-    workspace: str
-    ray_cluster: str
-    name: str
-    kind: str | None = None
-    script: str | None = None
-    entrypoint: str | None = None
-    framework: str | None = None
-    config: dict[str, Any] | None = None
-    num_workers: int | None = None
-    cpus_per_worker: float | None = None
-    gpus_per_worker: float | None = None
-    checkpoint_every: int | None = None
-    checkpoints_to_keep: int | None = None
-    storage_path: str | None = None
+    __slots__ = ('workspace', 'ray_cluster', 'name', 'kind', 'script', 'entrypoint', 'framework', 'config', 'num_workers', 'cpus_per_worker', 'gpus_per_worker', 'checkpoint_every', 'checkpoints_to_keep', 'storage_path',)
+
+    def __init__(
+        self,
+        *,
+        workspace: str,
+        ray_cluster: str,
+        name: str,
+        kind: str | None = None,
+        script: str | None = None,
+        entrypoint: str | None = None,
+        framework: str | None = None,
+        config: dict[str, Any] | None = None,
+        num_workers: int | None = None,
+        cpus_per_worker: float | None = None,
+        gpus_per_worker: float | None = None,
+        checkpoint_every: int | None = None,
+        checkpoints_to_keep: int | None = None,
+        storage_path: str | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.ray_cluster = ray_cluster
+        self.name = name
+        self.kind = kind
+        self.script = script
+        self.entrypoint = entrypoint
+        self.framework = framework
+        self.config = config
+        self.num_workers = num_workers
+        self.cpus_per_worker = cpus_per_worker
+        self.gpus_per_worker = gpus_per_worker
+        self.checkpoint_every = checkpoint_every
+        self.checkpoints_to_keep = checkpoints_to_keep
+        self.storage_path = storage_path
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainingJobCreate:
@@ -3722,42 +4872,79 @@ class TrainingJobCreate:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class TuneExperiment:
+class TuneExperiment(_Model):
     """A Tune experiment with its trial table."""
 
-    id: str
-    trials: list[TuneTrial]
-    hints: list[dict[str, str]]
-    name: str
-    created_at: str
-    status_changed_at: str
-    failure_reason: str
-    last_status_at: str | None
-    search_space: Any
-    metric: str
-    mode: TuneExperimentModeEnum
-    num_samples: int
-    max_concurrent_trials: int
-    max_iterations: int
-    scheduler: SchedulerEnum
-    scheduler_config: Any
-    objective_code: str
-    cpus_per_trial: float
-    gpus_per_trial: float
-    training_script: str
-    status: JobStatusEnum
-    submission_id: str
-    submitted_at: str | None
-    finished_at: str | None
-    cancel_requested: bool
-    logs: str
-    traceback: str
-    best_config: Any
-    best_result: Any
-    workspace: str
-    created_by: int | None
-    ray_cluster: str
+    __slots__ = ('id', 'trials', 'hints', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'search_space', 'metric', 'mode', 'num_samples', 'max_concurrent_trials', 'max_iterations', 'scheduler', 'scheduler_config', 'objective_code', 'cpus_per_trial', 'gpus_per_trial', 'training_script', 'status', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'best_config', 'best_result', 'workspace', 'created_by', 'ray_cluster',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        trials: list[TuneTrial],
+        hints: list[dict[str, str]],
+        name: str,
+        created_at: str,
+        status_changed_at: str,
+        failure_reason: str,
+        last_status_at: str | None,
+        search_space: Any,
+        metric: str,
+        mode: TuneExperimentModeEnum,
+        num_samples: int,
+        max_concurrent_trials: int,
+        max_iterations: int,
+        scheduler: SchedulerEnum,
+        scheduler_config: Any,
+        objective_code: str,
+        cpus_per_trial: float,
+        gpus_per_trial: float,
+        training_script: str,
+        status: JobStatusEnum,
+        submission_id: str,
+        submitted_at: str | None,
+        finished_at: str | None,
+        cancel_requested: bool,
+        logs: str,
+        traceback: str,
+        best_config: Any,
+        best_result: Any,
+        workspace: str,
+        created_by: int | None,
+        ray_cluster: str,
+    ) -> None:
+        self.id = id
+        self.trials = trials
+        self.hints = hints
+        self.name = name
+        self.created_at = created_at
+        self.status_changed_at = status_changed_at
+        self.failure_reason = failure_reason
+        self.last_status_at = last_status_at
+        self.search_space = search_space
+        self.metric = metric
+        self.mode = mode
+        self.num_samples = num_samples
+        self.max_concurrent_trials = max_concurrent_trials
+        self.max_iterations = max_iterations
+        self.scheduler = scheduler
+        self.scheduler_config = scheduler_config
+        self.objective_code = objective_code
+        self.cpus_per_trial = cpus_per_trial
+        self.gpus_per_trial = gpus_per_trial
+        self.training_script = training_script
+        self.status = status
+        self.submission_id = submission_id
+        self.submitted_at = submitted_at
+        self.finished_at = finished_at
+        self.cancel_requested = cancel_requested
+        self.logs = logs
+        self.traceback = traceback
+        self.best_config = best_config
+        self.best_result = best_result
+        self.workspace = workspace
+        self.created_by = created_by
+        self.ray_cluster = ray_cluster
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TuneExperiment:
@@ -3833,25 +5020,45 @@ class TuneExperiment:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class TuneExperimentCreate:
+class TuneExperimentCreate(_Model):
     """POST tune-experiments/."""
 
-    workspace: str
-    ray_cluster: str
-    name: str
-    search_space: Any
-    metric: str | None = None
-    mode: str | None = None
-    num_samples: int | None = None
-    max_concurrent_trials: int | None = None
-    max_iterations: int | None = None
-    scheduler: str | None = None
-    scheduler_config: dict[str, Any] | None = None
-    objective_code: str | None = None
-    cpus_per_trial: float | None = None
-    gpus_per_trial: float | None = None
-    training_script: str | None = None
+    __slots__ = ('workspace', 'ray_cluster', 'name', 'search_space', 'metric', 'mode', 'num_samples', 'max_concurrent_trials', 'max_iterations', 'scheduler', 'scheduler_config', 'objective_code', 'cpus_per_trial', 'gpus_per_trial', 'training_script',)
+
+    def __init__(
+        self,
+        *,
+        workspace: str,
+        ray_cluster: str,
+        name: str,
+        search_space: Any,
+        metric: str | None = None,
+        mode: str | None = None,
+        num_samples: int | None = None,
+        max_concurrent_trials: int | None = None,
+        max_iterations: int | None = None,
+        scheduler: str | None = None,
+        scheduler_config: dict[str, Any] | None = None,
+        objective_code: str | None = None,
+        cpus_per_trial: float | None = None,
+        gpus_per_trial: float | None = None,
+        training_script: str | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.ray_cluster = ray_cluster
+        self.name = name
+        self.search_space = search_space
+        self.metric = metric
+        self.mode = mode
+        self.num_samples = num_samples
+        self.max_concurrent_trials = max_concurrent_trials
+        self.max_iterations = max_iterations
+        self.scheduler = scheduler
+        self.scheduler_config = scheduler_config
+        self.objective_code = objective_code
+        self.cpus_per_trial = cpus_per_trial
+        self.gpus_per_trial = gpus_per_trial
+        self.training_script = training_script
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TuneExperimentCreate:
@@ -3904,17 +5111,29 @@ class TuneExperimentCreate:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class TuneTrial:
+class TuneTrial(_Model):
     """One trial row."""
 
-    trial_id: str
-    status: str | None = None
-    config: Any = None
-    iterations: int | None = None
-    metric_value: float | None = None
-    last_result: Any = None
-    updated_at: str
+    __slots__ = ('trial_id', 'status', 'config', 'iterations', 'metric_value', 'last_result', 'updated_at',)
+
+    def __init__(
+        self,
+        *,
+        trial_id: str,
+        status: str | None = None,
+        config: Any = None,
+        iterations: int | None = None,
+        metric_value: float | None = None,
+        last_result: Any = None,
+        updated_at: str,
+    ) -> None:
+        self.trial_id = trial_id
+        self.status = status
+        self.config = config
+        self.iterations = iterations
+        self.metric_value = metric_value
+        self.last_result = last_result
+        self.updated_at = updated_at
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TuneTrial:
@@ -3945,17 +5164,29 @@ class TuneTrial:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class Usage:
+class Usage(_Model):
     """Usage"""
 
-    period: str
-    granularity: str
-    start: str
-    end: str
-    totals: _Counters
-    series: list[UsageBucket]
-    subjects: list[UsageSubject]
+    __slots__ = ('period', 'granularity', 'start', 'end', 'totals', 'series', 'subjects',)
+
+    def __init__(
+        self,
+        *,
+        period: str,
+        granularity: str,
+        start: str,
+        end: str,
+        totals: _Counters,
+        series: list[UsageBucket],
+        subjects: list[UsageSubject],
+    ) -> None:
+        self.period = period
+        self.granularity = granularity
+        self.start = start
+        self.end = end
+        self.totals = totals
+        self.series = series
+        self.subjects = subjects
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Usage:
@@ -3981,20 +5212,35 @@ class Usage:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class UsageBucket:
+class UsageBucket(_Model):
     """UsageBucket"""
 
-    requests: int
-    errors: int
-    rate_limited: int
-    prompt_tokens: int
-    completion_tokens: int
-    latency_ms_mean: float | None
-    node_hours: float
-    gpu_hours: float
-    container_hours: float
-    bucket_start: str
+    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours', 'bucket_start',)
+
+    def __init__(
+        self,
+        *,
+        requests: int,
+        errors: int,
+        rate_limited: int,
+        prompt_tokens: int,
+        completion_tokens: int,
+        latency_ms_mean: float | None,
+        node_hours: float,
+        gpu_hours: float,
+        container_hours: float,
+        bucket_start: str,
+    ) -> None:
+        self.requests = requests
+        self.errors = errors
+        self.rate_limited = rate_limited
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.latency_ms_mean = latency_ms_mean
+        self.node_hours = node_hours
+        self.gpu_hours = gpu_hours
+        self.container_hours = container_hours
+        self.bucket_start = bucket_start
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> UsageBucket:
@@ -4026,25 +5272,45 @@ class UsageBucket:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class UsageSubject:
+class UsageSubject(_Model):
     """UsageSubject"""
 
-    requests: int
-    errors: int
-    rate_limited: int
-    prompt_tokens: int
-    completion_tokens: int
-    latency_ms_mean: float | None
-    node_hours: float
-    gpu_hours: float
-    container_hours: float
-    workspace_id: str
-    subject_kind: SubjectKindEnum
-    subject_id: str
-    name: str
-    api_key_id: int | None
-    api_key_name: str
+    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours', 'workspace_id', 'subject_kind', 'subject_id', 'name', 'api_key_id', 'api_key_name',)
+
+    def __init__(
+        self,
+        *,
+        requests: int,
+        errors: int,
+        rate_limited: int,
+        prompt_tokens: int,
+        completion_tokens: int,
+        latency_ms_mean: float | None,
+        node_hours: float,
+        gpu_hours: float,
+        container_hours: float,
+        workspace_id: str,
+        subject_kind: SubjectKindEnum,
+        subject_id: str,
+        name: str,
+        api_key_id: int | None,
+        api_key_name: str,
+    ) -> None:
+        self.requests = requests
+        self.errors = errors
+        self.rate_limited = rate_limited
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.latency_ms_mean = latency_ms_mean
+        self.node_hours = node_hours
+        self.gpu_hours = gpu_hours
+        self.container_hours = container_hours
+        self.workspace_id = workspace_id
+        self.subject_kind = subject_kind
+        self.subject_id = subject_id
+        self.name = name
+        self.api_key_id = api_key_id
+        self.api_key_name = api_key_name
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> UsageSubject:
@@ -4086,15 +5352,25 @@ class UsageSubject:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class Workspace:
+class Workspace(_Model):
     """A workspace and the caller's role in it."""
 
-    id: str
-    name: str
-    slug: str
-    created_at: str
-    role: str | None
+    __slots__ = ('id', 'name', 'slug', 'created_at', 'role',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        name: str,
+        slug: str,
+        created_at: str,
+        role: str | None,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.slug = slug
+        self.created_at = created_at
+        self.role = role
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Workspace:
@@ -4116,19 +5392,33 @@ class Workspace:
         return out
 
 
-@dataclass(kw_only=True, slots=True)
-class _Counters:
+class _Counters(_Model):
     """_Counters"""
 
-    requests: int
-    errors: int
-    rate_limited: int
-    prompt_tokens: int
-    completion_tokens: int
-    latency_ms_mean: float | None
-    node_hours: float
-    gpu_hours: float
-    container_hours: float
+    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours',)
+
+    def __init__(
+        self,
+        *,
+        requests: int,
+        errors: int,
+        rate_limited: int,
+        prompt_tokens: int,
+        completion_tokens: int,
+        latency_ms_mean: float | None,
+        node_hours: float,
+        gpu_hours: float,
+        container_hours: float,
+    ) -> None:
+        self.requests = requests
+        self.errors = errors
+        self.rate_limited = rate_limited
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.latency_ms_mean = latency_ms_mean
+        self.node_hours = node_hours
+        self.gpu_hours = gpu_hours
+        self.container_hours = container_hours
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> _Counters:

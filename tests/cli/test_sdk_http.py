@@ -136,9 +136,10 @@ def test_paging_follows_next_until_the_last_page(scripted):
         (200, {}, {"count": 3, "next": None, "results": [{"n": 3}]}),
     ]
     with Client(server.url, "k") as client:
-        assert [row["n"] for row in client.paginate("api/v1/nodes/", {"status": "online"}, page_size=2)] == [1, 2, 3]
-    assert server.seen[0].startswith("GET /api/v1/nodes/?limit=2&status=online")
-    assert server.seen[1].startswith("GET /api/v1/nodes/?limit=2&offset=2")
+        rows = client.paginate("api/v1/nodes/", {"status": "online"}, page_size=2, then=5)
+        assert [row["n"] for row in rows] == [1, 2, 3]
+    assert server.seen[0].startswith("GET /api/v1/nodes/?limit=2&status=online ")
+    assert server.seen[1].startswith("GET /api/v1/nodes/?limit=5&offset=2 ")  # later pages are larger
 
 
 def test_an_unreachable_control_plane_is_a_server_error_naming_the_url():
