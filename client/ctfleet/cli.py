@@ -326,7 +326,17 @@ def describe(kind: str, name: str) -> None:
 
     res = _resource(kind)
     obj = find(res, name)
-    out.dump_yaml(obj)
+    if sys.stdout.isatty():  # on a terminal: highlighted (rich is loaded only here)
+        import io
+
+        from rich.console import Console
+        from rich.syntax import Syntax
+
+        text = io.StringIO()
+        out.dump_yaml(obj, text)
+        Console().print(Syntax(text.getvalue(), "yaml", background_color="default"))
+    else:
+        out.dump_yaml(obj)
     events = {
         "nodes": "api/v1/nodes/{}/events/",
         "endpoints": "api/v1/endpoints/{}/events/",

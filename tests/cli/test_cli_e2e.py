@@ -14,6 +14,7 @@ import yaml
 from fleet.models import ComputeCluster
 from fleet.workloads import services as workload_services
 from raymgr.models import RayCluster
+from raymgr.workloads.models import TrainingJob
 from tenancy.models import WorkspaceQuota
 from tests.support.processes import REPO_ROOT
 
@@ -122,6 +123,23 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     assert ran.code == 0, ran
     assert "name: train" in ran.out
     assert "events:" in ran.out
+
+    # the Ray Dashboard's link (through the control plane's ticket flow); a script submitted to a Ray cluster
+    train = RayCluster.objects.get(workspace=workspace, name="train")
+    ran = ctfleet("ray", "dashboard", "train")
+    assert ran.code == 0, ran
+    assert ran.out.strip() == f"{control_plane.url}/ray/clusters/{train.pk}/dashboard/"
+    script = tmp_path / "hello_train.py"
+    script.write_text("print('hello from ray')\n")
+    ran = ctfleet("ray", "submit", str(script), "--cluster", "train", "--no-follow")
+    assert ran.code == 0, ran
+    job = TrainingJob.objects.get(ray_cluster=train, name="hello-train")
+    assert "hello from ray" in job.script
+    assert f"training job hello-train ({job.pk}): queued" in ran.err
+    ran = ctfleet("get", "trainingjobs")
+    assert ran.out.splitlines()[1].split() == ["hello-train", "queued", str(job.pk)]
+    ran = ctfleet("logs", "trainingjob", "hello-train")  # nothing logged yet, and not following: exit 0
+    assert ran.code == 0, ran
 
     # not found: exit 3
     ran = ctfleet("get", "cluster", "nope")

@@ -69,3 +69,14 @@ def test_every_verb_has_an_example_in_its_help():
 
     walk(cli, "")
     assert missing == []
+
+
+def test_completion_scripts_for_bash_and_zsh():
+    from click.testing import CliRunner
+    from ctfleet.cli import cli
+
+    for shell, marker in (("bash", "complete -o nosort -F"), ("zsh", "#compdef ctfleet")):
+        result = CliRunner().invoke(cli, ["completion", shell])
+        assert result.exit_code == 0, result.output
+        assert marker in result.output
+        assert "_CTFLEET_COMPLETE" in result.output
