@@ -141,6 +141,26 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     ran = ctfleet("logs", "trainingjob", "hello-train")  # nothing logged yet, and not following: exit 0
     assert ran.code == 0, ran
 
+    # every resource lists, in JSON
+    for name in (
+        "workspaces",
+        "clusters",
+        "nodes",
+        "commands",
+        "containers",
+        "endpoints",
+        "rayclusters",
+        "trainingjobs",
+        "tuneexperiments",
+        "servedeployments",
+        "apikeys",
+        "quotas",
+        "usage",
+    ):
+        ran = ctfleet("get", name, "-o", "json")
+        assert ran.code == 0, (name, ran)
+        assert isinstance(json.loads(ran.out), list), name
+
     # not found: exit 3
     ran = ctfleet("get", "cluster", "nope")
     assert ran.code == 3, ran
@@ -153,6 +173,9 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     assert ran.code == 4, ran
     assert "cannot mint or revoke keys" in ran.err
     assert "API keys are managed while signed in, not with an API key." in ran.err
+    ran = ctfleet("keys", "revoke", str(key.pk))
+    assert ran.code == 4, ran
+    assert "cannot mint or revoke keys" in ran.err
 
     # delete: the Ray cluster and the cluster go; a second delete finds them absent
     ran = ctfleet("delete", "-f", str(EXAMPLES / "raycluster.yaml"), "--yes")

@@ -2,7 +2,8 @@
 downloads a model (and a failing command exits 1), `events` shows the node's log, the endpoint example is
 applied with --wait (twice: the second changes nothing), `endpoint chat` streams through the tunnel,
 `logs` shows the endpoint's events, usage comes out as CSV, cordon/uncordon/drain change the node, and
-`get nodes --watch` prints the node going offline when its agent is killed."""
+`get nodes --watch` prints the node going offline when its agent is killed, and a command for the offline
+node times out with exit 5."""
 
 from __future__ import annotations
 
@@ -111,6 +112,13 @@ def test_a_node_joined_run_watched_and_an_endpoint_applied_and_invoked(
         wait_until(
             lambda: re.search(rf"{node.name}\s+offline", log.read_text()), timeout=60, what="the watch seeing offline"
         )
+
+        # a command for the offline node stays queued: --wait gives up with exit 5 and says what it waited for
+        ran = ctfleet(
+            "run", "lab", "model.download", "--node", node.name, "-p", "model_id=acme/tiny", "--wait", "--timeout", "2"
+        )
+        assert ran.code == 5, ran
+        assert re.search(r"Timed out after 2 s waiting for command \S+ \(now queued\)", ran.err), ran.err
     finally:
         if watcher is not None and watcher.poll() is None:
             watcher.kill()
