@@ -378,7 +378,7 @@ def _manifest_command(
     refused = [s for s in steps if s.action == "refused"]
     pending = [s for s in steps if s.action in ("create", "update", "delete")]
     if refused:
-        raise errors.CtfleetError(
+        raise errors.InvalidInput(
             f"{len(refused)} change(s) cannot be made in place.",
             hint="Delete those objects first (`ctfleet delete -f FILE`), or leave those fields as they are.",
         ) from None

@@ -91,6 +91,22 @@ def test_a_node_joined_run_watched_and_an_endpoint_applied_and_invoked(
 
         wait_until(lambda: any(r["name"] and int(r["requests"]) >= 2 for r in usage_rows()), timeout=30, what="usage")
 
+        # a field that can change in place rolls the endpoint over; one that cannot is refused, nothing sent
+        changed = tmp_path / "endpoint.yaml"
+        changed.write_text(
+            (REPO_ROOT / "examples" / "endpoint.yaml").read_text() + '  server_args: ["--max-model-len", "96"]\n'
+        )
+        ran = ctfleet("apply", "-f", str(changed), "--yes")
+        assert ran.code == 0, ran
+        assert "~ Endpoint acme/tiny on lab: update (server_args: [] → ['--max-model-len', '96'])" in ran.out
+        assert Endpoint.objects.get(pk=endpoint.pk).server_args == ["--max-model-len", "96"]
+        assert "unchanged" in ctfleet("apply", "-f", str(changed), "--yes").out
+        fixed = tmp_path / "gpus.yaml"
+        fixed.write_text(changed.read_text().replace("min_replicas: 1", "min_replicas: 1\n  gpus: 1"))
+        ran = ctfleet("apply", "-f", str(fixed), "--yes")
+        assert ran.code == 2, ran
+        assert "! Endpoint acme/tiny on lab: refused — cannot change in place: gpus (0 → 1)" in ran.out
+
         ran = ctfleet("delete", "-f", endpoint_file, "--yes")
         assert ran.code == 0, ran
         assert Endpoint.objects.get(pk=endpoint.pk).status in ("stopping", "stopped")
