@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -29,9 +31,20 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     user, workspace = operator
     key, raw = api_key
 
+    # the models regenerated from the schema the running server publishes are the checked-in ones
+    generated = subprocess.run(
+        [sys.executable, "-m", "ctfleet.codegen", "--url", control_plane.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert generated.returncode == 0, generated.stderr
+    assert generated.stdout == (REPO_ROOT / "client" / "ctfleet" / "models.py").read_text()
+
     # not signed in yet: exit 7 and the fix
     ran = ctfleet("get", "nodes")
-    assert ran.code == 7, ran
+    assert ran.code == 7, (ran, sorted(ctfleet.home.rglob("*")))
     assert "ctfleet login" in ran.err
 
     ran = ctfleet("login", "--url", control_plane.url, env={"CTFLEET_API_KEY": raw})
