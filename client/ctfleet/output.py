@@ -92,6 +92,8 @@ def print_rows(rows: Iterable[dict[str, Any]], fmt: str, columns: list[str], out
     for batch in batches(rows):
         writer.write(batch)
         count += len(batch)
+    if count == 0:
+        sys.stderr.write("Nothing found.\n")
     return count
 
 
