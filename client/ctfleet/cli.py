@@ -71,7 +71,7 @@ def fail(error: errors.CtfleetError) -> None:
     if isinstance(error, errors.ApiError) and error.status == 409 and "quota" in error.body:
         body = error.body
         message += f" (quota {body['quota']}: limit {body.get('limit')}, in use {body.get('in_use')}"
-        message += f", asked {body.get('requested')})" if body.get("requested") is not None else ")"
+        message += f", asked {body.get('asked')})" if body.get("asked") is not None else ")"
     click.echo(f"Error: {message}", err=True)
     if error.hint:
         click.echo(f"  {error.hint}", err=True)
@@ -588,23 +588,9 @@ def join_token(cluster: str) -> None:
 
 def _follow_events(path: str, follow: bool, interval: float, limit: int, timeout: float | None) -> None:
     """Print an event log oldest first; with follow, keep printing new lines."""
-    client = state().client
-    seen: set[Any] = set()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    first = True
-    while True:
-        page = client.get(path, limit=limit if first else 100)
-        rows = page.get("results", []) if isinstance(page, dict) else page
-        for row in reversed(rows):
-            if row["id"] in seen:
-                continue
-            seen.add(row["id"])
-            click.echo(f"{row.get('created_at', '')}  {row.get('kind', '')}  {row.get('message', '')}")
+    for row in state().client.follow_events(path, follow=follow, tail=limit, interval=interval, timeout=timeout):
+        click.echo(f"{row.get('created_at', '')}  {row.get('kind', '')}  {row.get('message', '')}")
         sys.stdout.flush()
-        first = False
-        if not follow or (deadline is not None and time.monotonic() >= deadline):
-            return
-        time.sleep(interval)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -654,26 +640,16 @@ def logs(kind: str, name: str, follow: bool, interval: float, follow_timeout: fl
 
 
 def _follow_text(url: str, follow: bool, interval: float, timeout: float | None) -> None:
-    client = state().client
-    printed = 0
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        obj = client.get(url)
-        text = obj.get("logs") or obj.get("replica_logs") or ""
-        if isinstance(text, dict | list):
-            text = json.dumps(text, indent=2)
-        if len(text) < printed:  # the server keeps a tail: it moved on
-            printed = 0
-        if text[printed:]:
-            click.echo(text[printed:], nl=False)
-            printed = len(text)
-        done = obj.get("status") in ("succeeded", "failed", "cancelled", "stopped")
-        if not follow or done or (deadline is not None and time.monotonic() >= deadline):
-            if obj.get("status") == "failed":
-                click.echo(f"\n{obj.get('failure_reason') or 'failed'}", err=True)
-                sys.exit(errors.EXIT_FAILED)
-            return
-        time.sleep(interval)
+    """Print a workload's logs as they grow; exit 1 when it ended failed."""
+    last: dict[str, Any] = {}
+    for chunk, obj in state().client.follow_logs(url, follow=follow, interval=interval, timeout=timeout):
+        last = obj
+        if chunk:
+            click.echo(chunk, nl=False)
+            sys.stdout.flush()
+    if last.get("status") == "failed":
+        click.echo(f"\n{last.get('failure_reason') or 'failed'}", err=True)
+        sys.exit(errors.EXIT_FAILED)
 
 
 # ---- ray -----------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 RETRY_STATUSES = frozenset({429, 503})
 TERMINAL_COMMAND = frozenset({"succeeded", "failed", "cancelled", "expired"})
+TERMINAL_WORKLOAD = frozenset({"succeeded", "failed", "cancelled", "stopped"})
 
 
 def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
@@ -200,6 +201,54 @@ class Client:
                 raise errors.Failed(f"{what}: {state}", obj)
             if time.monotonic() >= deadline:
                 raise errors.WaitTimeout(f"Timed out after {timeout:g} s waiting for {what} (now {state}).")
+            time.sleep(interval)
+
+    def follow_events(
+        self,
+        path: str,
+        *,
+        follow: bool = False,
+        tail: int = 50,
+        interval: float = 2.0,
+        timeout: float | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """An event log (a node's, an endpoint's, a Ray cluster's `…/events/`, which the API lists newest
+        first): its last `tail` events oldest first, then, with `follow`, each new one as it appears (polled
+        every `interval` s; until `timeout` s if given)."""
+        seen: set[Any] = set()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        limit = tail
+        while True:
+            page = self.get(path, limit=limit)
+            rows = page.get("results", []) if isinstance(page, dict) else page
+            for row in reversed(rows):
+                if row["id"] not in seen:
+                    seen.add(row["id"])
+                    yield row
+            limit = 100
+            if not follow or (deadline is not None and time.monotonic() >= deadline):
+                return
+            time.sleep(interval)
+
+    def follow_logs(
+        self, path: str, *, follow: bool = False, interval: float = 2.0, timeout: float | None = None
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The logs of a training job, Tune experiment (`logs`) or Serve deployment (`replica_logs`) at `path`:
+        (new text, the object) per poll; with `follow`, until it has ended (or `timeout` s)."""
+        printed = 0
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            obj = self.get(path)
+            text = obj.get("logs") or obj.get("replica_logs") or ""
+            if isinstance(text, dict | list):
+                text = jsonlib.dumps(text, indent=2)
+            if len(text) < printed:  # the server keeps a tail of the logs: it moved on
+                printed = 0
+            yield text[printed:], obj
+            printed = len(text)
+            ended = obj.get("status") in TERMINAL_WORKLOAD
+            if not follow or ended or (deadline is not None and time.monotonic() >= deadline):
+                return
             time.sleep(interval)
 
     def wait_command(self, command_id: str, *, timeout: float = 300.0, interval: float = 0.5) -> models.Command:

@@ -117,7 +117,7 @@ class NotFound(ApiError):
 
 
 class Conflict(ApiError):
-    """409: a state machine or a quota refused the change (`quota`, `limit`, `in_use`, `requested` when a
+    """409: a state machine or a quota refused the change (`quota`, `limit`, `in_use`, `asked` when a
     quota did)."""
 
     exit_code = EXIT_REFUSED

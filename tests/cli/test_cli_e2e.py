@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import yaml
+from ctfleet import Client, errors
 
 from fleet.models import ComputeCluster
 from fleet.workloads import services as workload_services
@@ -119,8 +120,22 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     ran = ctfleet("apply", "-f", str(second), "--yes")
     assert ran.code == 4, ran
     assert "Ray clusters" in ran.err, ran.err
-    assert "(quota ray_clusters: limit 1" in ran.err, ran.err
+    assert "(quota ray_clusters: limit 1, in use 1, asked 1)" in ran.err, ran.err
     assert not RayCluster.objects.filter(name="second").exists()
+
+    # the same through the SDK: typed models, the 409 typed with the server's JSON, an event log followed
+    train = RayCluster.objects.get(workspace=workspace, name="train")
+    with Client(control_plane.url, raw) as sdk:
+        assert [w.slug for w in sdk.workspaces()] == [workspace.slug]
+        assert {line.quota: line.limit for line in sdk.quotas(str(workspace.pk)).quotas}["ray_clusters"] == 1
+        body = {"workspace": str(workspace.pk), "compute_cluster": str(lab.pk), "name": "third", "runtime": "process"}
+        with pytest.raises(errors.Conflict) as caught:
+            sdk.post("api/v1/ray/clusters/", body)
+        assert caught.value.status == 409
+        assert (caught.value["quota"], caught.value["limit"], caught.value["asked"]) == ("ray_clusters", 1, 1)
+        assert caught.value.message == caught.value["detail"]
+        events = list(sdk.follow_events(f"api/v1/ray/clusters/{train.pk}/events/"))
+        assert events[0]["kind"] == "created"
 
     # get in every format
     ran = ctfleet("get", "clusters")
@@ -138,7 +153,6 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     assert "events:" in ran.out
 
     # the Ray Dashboard's link (through the control plane's ticket flow); a script submitted to a Ray cluster
-    train = RayCluster.objects.get(workspace=workspace, name="train")
     ran = ctfleet("ray", "dashboard", "train")
     assert ran.code == 0, ran
     assert ran.out.strip() == f"{control_plane.url}/ray/clusters/{train.pk}/dashboard/"
