@@ -61,6 +61,11 @@ class State:
         return self._client
 
 
+def complete_resource(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of RESOURCE arguments: the resource names."""
+    return [r.name for r in RESOURCES if r.name.startswith(incomplete.lower())]
+
+
 def state() -> State:
     return click.get_current_context().find_object(State)
 
@@ -228,7 +233,7 @@ def _columns(res: Resource, output: str) -> list[str]:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("kind", metavar="RESOURCE")
+@click.argument("kind", metavar="RESOURCE", shell_complete=complete_resource)
 @click.argument("name", required=False)
 @click.option("-o", "--output", type=OUTPUT, default="table", show_default=True)
 @click.option("-l", "--filter", "filters", multiple=True, metavar="KEY=VALUE", help="An API filter (status=online, …).")
@@ -311,7 +316,7 @@ def _watch(
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("kind", metavar="RESOURCE")
+@click.argument("kind", metavar="RESOURCE", shell_complete=complete_resource)
 @click.argument("name")
 def describe(kind: str, name: str) -> None:
     """Show everything about one object, with its latest events where it has an event log.
@@ -611,7 +616,7 @@ def events(node: str, follow: bool, tail: int, interval: float, follow_timeout: 
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("kind", metavar="RESOURCE")
+@click.argument("kind", metavar="RESOURCE", shell_complete=complete_resource)
 @click.argument("name")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until it finishes.")
 @click.option("--interval", type=float, default=2.0, show_default=True)

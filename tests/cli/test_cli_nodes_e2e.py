@@ -53,6 +53,9 @@ def test_a_node_joined_run_watched_and_an_endpoint_applied_and_invoked(
         ran = ctfleet("run", "lab", "model.download", "--node", node.name, "-p", "model_id=acme/tiny", "--wait")
         assert ran.code == 0, ran
         assert re.search(rf"{node.name}\s+model.download\s+succeeded", ran.out), ran.out
+        ran = ctfleet("run", "lab", "model.download", "-p", "model_id=acme/tiny", "--wait", "-o", "json")
+        assert ran.code == 0, ran  # no --node: every online node of the cluster (here the one)
+        assert [(c["node_name"], c["status"]) for c in json.loads(ran.out)] == [(node.name, "succeeded")]
         ran = ctfleet("run", "lab", "model.download", "--node", node.name, "-p", "model_id=acme/absent", "--wait")
         assert ran.code == 1, ran
         assert "failed" in ran.out

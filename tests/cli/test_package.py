@@ -80,3 +80,17 @@ def test_completion_scripts_for_bash_and_zsh():
         assert result.exit_code == 0, result.output
         assert marker in result.output
         assert "_CTFLEET_COMPLETE" in result.output
+
+
+def test_bash_completion_completes_verbs_and_resource_names():
+    from tests.cli.conftest import CTFLEET
+
+    def complete(words: str, cword: int) -> list[str]:
+        env = {"_CTFLEET_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(cword), "PATH": "/usr/bin"}
+        done = subprocess.run([CTFLEET], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return [line.split(",", 1)[1] for line in done.stdout.splitlines()]
+
+    assert complete("ctfleet ge", 1) == ["get"]
+    assert complete("ctfleet get no", 2) == ["nodes"]
+    assert complete("ctfleet describe ray", 2) == ["rayclusters"]
