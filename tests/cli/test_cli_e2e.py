@@ -167,6 +167,10 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     assert ran.out.splitlines()[1].split() == ["hello-train", "queued", str(job.pk)]
     ran = ctfleet("logs", "trainingjob", "hello-train")  # nothing logged yet, and not following: exit 0
     assert ran.code == 0, ran
+    ran = ctfleet("logs", "trainingjob", "hello-train", "-f", "--interval", "0.2", "--follow-timeout", "1")
+    assert ran.code == 0, ran
+    ran = ctfleet("logs", "raycluster", "train")
+    assert "created" in ran.out
 
     # every resource lists, in JSON
     for name in (

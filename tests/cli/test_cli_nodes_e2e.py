@@ -63,6 +63,9 @@ def test_a_node_joined_run_watched_and_an_endpoint_applied_and_invoked(
         ran = ctfleet("events", node.name, "--tail", "100")
         assert ran.code == 0, ran
         assert "connected" in ran.out
+        ran = ctfleet("events", node.name, "-f", "--interval", "0.2", "--follow-timeout", "1")  # follows, then ends
+        assert ran.code == 0, ran
+        assert len(ran.out.splitlines()) == len(set(ran.out.splitlines())) > 0  # each event printed once
 
         endpoint_file = str(REPO_ROOT / "examples" / "endpoint.yaml")
         ran = ctfleet("apply", "-f", endpoint_file, "--yes", "--wait", "--timeout", "120")
