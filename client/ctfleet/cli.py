@@ -257,7 +257,7 @@ def get(
       ctfleet get nodes
       ctfleet get nodes -l status=online -o wide
       ctfleet get endpoints -o json
-      ctfleet get nodes --watch            # prints a line whenever a node changes status
+      ctfleet get nodes --watch            # prints a node again whenever its row changes
       ctfleet get node gpu-1 -o yaml
     """
     from ctfleet import output as out
