@@ -9,6 +9,7 @@ import json
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -66,12 +67,12 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     assert "bad" not in yaml.safe_load(config.read_text())["profiles"]
 
     # the plan, a dry run, then the examples applied
-    files = [str(EXAMPLES / n) for n in ("cluster.yaml", "quota.yaml", "raycluster.yaml")]
+    files = [str(EXAMPLES / n) for n in ("cluster.yaml", "quota.yaml", "raycluster.yaml", "trainingjob.yaml")]
     args = [a for f in files for a in ("-f", f)]
     ran = ctfleet("apply", *args, "--dry-run")
     assert ran.code == 0, ran
     assert "+ Cluster lab: create" in ran.out
-    assert "Dry run: 3 change(s) not made." in ran.out
+    assert "Dry run: 4 change(s) not made." in ran.out
     assert not ComputeCluster.objects.filter(workspace=workspace).exists()
 
     ran = ctfleet("apply", *args)  # no terminal and no --yes: refused before any change
@@ -85,14 +86,20 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     quota = WorkspaceQuota.objects.get(workspace=workspace)
     assert (quota.gpus, quota.endpoints, quota.ray_clusters) == (8, 4, 2)
     assert RayCluster.objects.filter(workspace=workspace, name="train").count() == 1
+    assert TrainingJob.objects.get(name="hello").ray_cluster.name == "train"
 
-    # the second run changes nothing and says so
-    ran = ctfleet("apply", *args, "--yes")
+    # the second run (the same files, as a folder) changes nothing and says so
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    for path in files:
+        (folder / Path(path).name).write_text(Path(path).read_text())
+    ran = ctfleet("apply", "-f", str(folder), "--yes")
     assert ran.code == 0, ran
     assert "Nothing to change." in ran.out
-    assert all(": unchanged" in line for line in ran.out.splitlines()[:3]), ran.out
+    assert [line.split(": ")[1].split(" ")[0] for line in ran.out.splitlines()[:4]] == ["unchanged"] * 4, ran.out
     assert ComputeCluster.objects.filter(workspace=workspace).count() == 1
     assert RayCluster.objects.filter(workspace=workspace).count() == 1
+    assert TrainingJob.objects.filter(name="hello").count() == 1
 
     # an in-place change is an update of that field only
     changed = tmp_path / "cluster.yaml"
@@ -163,8 +170,8 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     job = TrainingJob.objects.get(ray_cluster=train, name="hello-train")
     assert "hello from ray" in job.script
     assert f"training job hello-train ({job.pk}): queued" in ran.err
-    ran = ctfleet("get", "trainingjobs")
-    assert ran.out.splitlines()[1].split() == ["hello-train", "queued", str(job.pk)]
+    ran = ctfleet("get", "trainingjobs", "-l", "status=queued")
+    assert sorted(line.split()[0] for line in ran.out.splitlines()[1:]) == ["hello", "hello-train"]
     ran = ctfleet("logs", "trainingjob", "hello-train")  # nothing logged yet, and not following: exit 0
     assert ran.code == 0, ran
     ran = ctfleet("logs", "trainingjob", "hello-train", "-f", "--interval", "0.2", "--follow-timeout", "1")
@@ -208,7 +215,10 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     assert ran.code == 4, ran
     assert "cannot mint or revoke keys" in ran.err
 
-    # delete: the Ray cluster and the cluster go; a second delete finds them absent
+    # delete: the job is cancelled, the Ray cluster and the cluster go; a second delete finds them absent
+    ran = ctfleet("delete", "-f", str(EXAMPLES / "trainingjob.yaml"), "--yes")
+    assert ran.code == 0, ran
+    assert TrainingJob.objects.get(name="hello").status == "cancelled"
     ran = ctfleet("delete", "-f", str(EXAMPLES / "raycluster.yaml"), "--yes")
     assert ran.code == 0, ran
     assert "- RayCluster train: delete" in ran.out
