@@ -18,7 +18,7 @@ from ctfleet import Client, errors
 from fleet.models import ComputeCluster
 from fleet.workloads import services as workload_services
 from raymgr.models import RayCluster
-from raymgr.workloads.models import TrainingJob
+from raymgr.workloads.models import ServeDeployment, TrainingJob, TuneExperiment
 from tenancy.models import WorkspaceQuota
 from tests.support.processes import REPO_ROOT, wait_until
 
@@ -67,12 +67,13 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     assert "bad" not in yaml.safe_load(config.read_text())["profiles"]
 
     # the plan, a dry run, then the examples applied
-    files = [str(EXAMPLES / n) for n in ("cluster.yaml", "quota.yaml", "raycluster.yaml", "trainingjob.yaml")]
+    names = ("cluster", "quota", "raycluster", "trainingjob", "tuneexperiment", "servedeployment")
+    files = [str(EXAMPLES / f"{n}.yaml") for n in names]
     args = [a for f in files for a in ("-f", f)]
     ran = ctfleet("apply", *args, "--dry-run")
     assert ran.code == 0, ran
     assert "+ Cluster lab: create" in ran.out
-    assert "Dry run: 4 change(s) not made." in ran.out
+    assert "Dry run: 6 change(s) not made." in ran.out
     assert not ComputeCluster.objects.filter(workspace=workspace).exists()
 
     ran = ctfleet("apply", *args)  # no terminal and no --yes: refused before any change
@@ -96,10 +97,12 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     ran = ctfleet("apply", "-f", str(folder), "--yes")
     assert ran.code == 0, ran
     assert "Nothing to change." in ran.out
-    assert [line.split(": ")[1].split(" ")[0] for line in ran.out.splitlines()[:4]] == ["unchanged"] * 4, ran.out
+    assert [line.split(": ")[1].split(" ")[0] for line in ran.out.splitlines()[:6]] == ["unchanged"] * 6, ran.out
     assert ComputeCluster.objects.filter(workspace=workspace).count() == 1
     assert RayCluster.objects.filter(workspace=workspace).count() == 1
     assert TrainingJob.objects.filter(name="hello").count() == 1
+    assert TuneExperiment.objects.get(name="lr-sweep").status == "queued"
+    assert ServeDeployment.objects.get(name="echo").ray_cluster.name == "train"
 
     # an in-place change is an update of that field only
     changed = tmp_path / "cluster.yaml"
@@ -216,9 +219,12 @@ def test_login_apply_twice_quota_refusal_get_delete_and_a_revoked_key(
     assert "cannot mint or revoke keys" in ran.err
 
     # delete: the job is cancelled, the Ray cluster and the cluster go; a second delete finds them absent
-    ran = ctfleet("delete", "-f", str(EXAMPLES / "trainingjob.yaml"), "--yes")
-    assert ran.code == 0, ran
+    for name in ("trainingjob", "tuneexperiment", "servedeployment"):
+        ran = ctfleet("delete", "-f", str(EXAMPLES / f"{name}.yaml"), "--yes")
+        assert ran.code == 0, ran
     assert TrainingJob.objects.get(name="hello").status == "cancelled"
+    assert TuneExperiment.objects.get(name="lr-sweep").status == "cancelled"
+    assert ServeDeployment.objects.get(name="echo").status in ("stopping", "stopped")
     ran = ctfleet("delete", "-f", str(EXAMPLES / "raycluster.yaml"), "--yes")
     assert ran.code == 0, ran
     assert "- RayCluster train: delete" in ran.out
