@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from django.core.exceptions import ImproperlyConfigured
+
 from cleverthis.settings.env import (
     database_from_url,
     env_bool,
@@ -16,6 +18,7 @@ from cleverthis.settings.env import (
     env_workspace_map,
     oidc_config_errors,
 )
+from kernel.client_address import check_trusted_proxies
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -95,8 +98,17 @@ COMMAND_RESEND_AFTER_S = env_int("COMMAND_RESEND_AFTER_S", 30)
 # this many sends, instead of sending it again forever.
 COMMAND_MAX_ATTEMPTS = env_int("COMMAND_MAX_ATTEMPTS", 5)
 
-# Request limits (count/period: s, min, hour, day), counted per client IP (REMOTE_ADDR: behind a
-# reverse proxy run uvicorn with --proxy-headers) in the cache. Over the limit: 429 with Retry-After.
+# The reverse proxies in front of web whose X-Forwarded-For / X-Forwarded-Proto are believed
+# (kernel.client_address): addresses, networks (10.0.0.0/8) or host names (resolved again every
+# TRUSTED_PROXIES_RESOLVE_S), comma-separated; empty (the default): none, the socket's peer is the client.
+# The proxy must replace a client-sent X-Forwarded-For, never append to it (deploy/compose/haproxy.cfg).
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", [])
+TRUSTED_PROXIES_RESOLVE_S = env_float("TRUSTED_PROXIES_RESOLVE_S", 30.0)
+if _trusted_proxy_errors := check_trusted_proxies(TRUSTED_PROXIES):
+    raise ImproperlyConfigured("TRUSTED_PROXIES: " + "; ".join(_trusted_proxy_errors))
+
+# Request limits (count/period: s, min, hour, day), counted per client IP (kernel.client_address: the
+# socket's peer, or what a TRUSTED_PROXIES proxy forwarded) in the cache. Over the limit: 429 with Retry-After.
 AGENT_REGISTER_RATE = env_rate("AGENT_REGISTER_RATE", "30/min")  # POST /api/v1/agent/register
 SIGN_IN_RATE = env_rate("SIGN_IN_RATE", "10/min")  # sign-in POSTs, per client IP and per username
 

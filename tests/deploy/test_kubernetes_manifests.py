@@ -123,3 +123,12 @@ def test_every_process_runs_the_image_non_root_with_the_shared_config():
             assert refs == {("configMapRef", "cleverthis-config"), ("secretRef", "cleverthis-secrets")}
             assert ("ConfigMap", "cleverthis-config") in found
             assert ("Secret", "cleverthis-secrets") in found
+
+
+def test_web_believes_forwarded_headers_from_the_ingress_pods_only():
+    from kernel.client_address import check_trusted_proxies
+
+    trusted = objects()[("ConfigMap", "cleverthis-config")]["data"]["TRUSTED_PROXIES"]
+    entries = [entry.strip() for entry in trusted.split(",")]
+    assert entries
+    assert check_trusted_proxies(entries) == []
