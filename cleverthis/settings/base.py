@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 from cleverthis.settings.env import (
+    DEV_SECRET_KEY,
     database_from_url,
     env_bool,
     env_float,
@@ -17,13 +18,17 @@ from cleverthis.settings.env import (
     env_str,
     env_workspace_map,
     oidc_config_errors,
+    refuse_weak_secret_key,
 )
 from kernel.client_address import check_trusted_proxies
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
-SECRET_KEY = env_str("SECRET_KEY", "dev-insecure-secret-key-change-me-in-production-0123456789")
-DEBUG = env_bool("DEBUG", True)
+# DEBUG is off unless asked for (DEBUG=1: development; `.ci/up` sets it). With DEBUG off the process refuses
+# to start on a SECRET_KEY that is public (the development default below, an example's `change-me`) or weak.
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY", DEV_SECRET_KEY)
+refuse_weak_secret_key(SECRET_KEY, debug=DEBUG)
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"])
 
 # Public URL of this control plane, used in join commands and install scripts.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import pytest
 from django.conf import settings
 
 from cleverthis.settings.env import database_from_url, env_bool, env_int, env_list
+from tests.support.processes import REPO_ROOT
 
 
 def test_database_is_postgresql_never_sqlite():
@@ -63,6 +65,7 @@ def test_settings_module_loads_in_a_fresh_interpreter_from_env(tmp_path):
         "DATABASE_URL": "postgres://u@h:5433/otherdb",
         "REDIS_URL": "redis://r:6380/2",
         "DEBUG": "0",
+        "SECRET_KEY": settings.SECRET_KEY,  # DEBUG off: a key production would accept
         "PATH": "/usr/bin:/bin",
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),  # never the checkout's var/
     }
@@ -88,6 +91,7 @@ def test_https_cookies_take_the_host_prefix_a_subdomain_cannot_set(tmp_path):
     )
     env = {
         "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
+        "SECRET_KEY": settings.SECRET_KEY,  # DEBUG off: a key production would accept
         "HTTPS_COOKIES": "1",
         "PATH": "/usr/bin:/bin",
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),  # never the checkout's var/
@@ -101,6 +105,7 @@ def _settings_in_a_fresh_interpreter(tmp_path, code: str, **env: str) -> subproc
         [sys.executable, "-c", "import django; django.setup(); from django.conf import settings; " + code],
         env={
             "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
+            "SECRET_KEY": settings.SECRET_KEY,  # DEBUG off: a key production would accept
             "PATH": "/usr/bin:/bin",
             "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),  # never the checkout's var/
             **env,
@@ -182,3 +187,63 @@ def test_the_system_check_names_the_domains_that_share_a_site(settings, control_
     assert all(m.level == checks.WARNING for m in found)
     assert sorted({name for m in found for name in named if name in m.msg}) == sorted(named)
     assert bool(found) == bool(named)
+
+
+def _start_settings(tmp_path, **env: str) -> subprocess.CompletedProcess:
+    """Load the production settings in a fresh interpreter with only `env` (and no key unless given)."""
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings as s; print(s.DEBUG)"],
+        env={
+            "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
+            "PATH": "/usr/bin:/bin",
+            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
+            **env,
+        },
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        (None, "published example or default"),  # the development default
+        ("change-me", "published example or default"),  # secret.example.yaml
+        ("build", "published example or default"),
+        ("a-short-but-random-looking-key-9f8e7d", "37 characters long"),
+        ("ab" * 40, "2 distinct characters"),
+        ("django-insecure-" + "x1y2z3w4v5" * 5, "Django's insecure"),
+        ("please-change-me-" + "0123456789abcdef" * 3, "published example or default"),
+    ],
+)
+def test_production_refuses_to_start_on_a_public_or_weak_secret_key(tmp_path, key, why):
+    env = {} if key is None else {"SECRET_KEY": key}
+    started = _start_settings(tmp_path, **env)  # DEBUG unset: off
+    assert started.returncode != 0
+    assert "Refusing to start with DEBUG off: SECRET_KEY" in started.stderr
+    assert why in started.stderr
+    assert "token_urlsafe(50)" in started.stderr  # how to make a good one
+
+
+def test_debug_is_off_unless_asked_for_and_a_strong_key_starts(tmp_path):
+    strong = _start_settings(tmp_path, SECRET_KEY="Zq4" + "k7Hw-p2Xe_9rTb" * 4)
+    assert strong.returncode == 0, strong.stderr
+    assert strong.stdout.split() == ["False"]
+    # development asks for DEBUG and may keep the public default
+    development = _start_settings(tmp_path, DEBUG="1")
+    assert development.returncode == 0, development.stderr
+    assert development.stdout.split() == ["True"]
+
+
+def test_the_deployments_make_keys_production_accepts():
+    """deploy/compose/init writes `openssl rand -hex 32` (64 characters); the Kubernetes template's placeholder
+    is refused, so a copy applied unchanged never starts."""
+    from cleverthis.settings.env import secret_key_problem
+
+    assert secret_key_problem("0123456789abcdef" * 4) is None
+    assert secret_key_problem(secrets.token_hex(32)) is None
+    assert secret_key_problem(secrets.token_urlsafe(50)) is None
+    template = (REPO_ROOT / "deploy" / "kubernetes" / "secret.example.yaml").read_text()
+    placeholder = next(line.split(":", 1)[1].strip() for line in template.splitlines() if "SECRET_KEY:" in line)
+    assert secret_key_problem(placeholder) is not None
+    assert "SECRET_KEY=$(secret 32)" in (REPO_ROOT / "deploy" / "compose" / "init").read_text()
