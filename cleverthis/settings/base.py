@@ -83,6 +83,12 @@ HTTPS_COOKIES = env_bool("HTTPS_COOKIES", False)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS_COOKIES
 SESSION_COOKIE_NAME = "__Host-sessionid" if HTTPS_COOKIES else "sessionid"
 CSRF_COOKIE_NAME = "__Host-csrftoken" if HTTPS_COOKIES else "csrftoken"
+# HSTS: behind HTTPS (HTTPS_COOKIES=1 says the deployment is served over TLS), every answer that came over
+# https tells browsers to use nothing but https for this host for HSTS_SECONDS (a year; 0: no header).
+# HSTS_INCLUDE_SUBDOMAINS=1 extends it to the host's subdomains (only when every one of them serves https).
+SECURE_HSTS_SECONDS = env_int("HSTS_SECONDS", 365 * 24 * 3600 if HTTPS_COOKIES else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = False
 # Key used to encrypt secrets at rest (CA key, ArgoCD tokens); defaults to one derived from SECRET_KEY.
 FIELD_ENCRYPTION_KEY = env_str("FIELD_ENCRYPTION_KEY", "")
 # A node whose last heartbeat is older than this many seconds is marked offline by the beat task.

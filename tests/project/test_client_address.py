@@ -11,6 +11,7 @@ import redis
 from asgiref.testing import ApplicationCommunicator
 from django.conf import settings as django_settings
 from django.core.cache import cache
+from django.core.handlers.asgi import ASGIHandler
 from rest_framework.test import APIClient
 
 from cleverthis.asgi import routes
@@ -197,3 +198,39 @@ def test_a_keys_last_use_never_records_a_malformed_address(workspace, owner):
     key.refresh_from_db()
     assert key.last_used_at is not None
     assert key.last_used_ip is None
+
+
+async def _get_headers(app, path: str, peer: str, headers: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+    scope = {
+        "type": "http",
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1:8000"), *headers],
+        "client": (peer, 40000),
+        "server": ("127.0.0.1", 8000),
+    }
+    communicator = ApplicationCommunicator(app, scope)
+    await communicator.send_input({"type": "http.request", "body": b""})
+    start = await communicator.receive_output(10)
+    while (await communicator.receive_output(10)).get("more_body"):
+        pass
+    assert start["status"] == 200
+    return {name.lower(): value for name, value in start["headers"]}
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_answers_over_https_through_the_trusted_proxy_carry_hsts(settings):
+    settings.SECURE_HSTS_SECONDS = 31536000
+    # Django's middleware reads its settings when the handler is made (at process start in production)
+    app = ForwardedClientMiddleware(ASGIHandler(), TrustedProxies(["127.0.0.1"]))
+    tls = [(b"x-forwarded-proto", b"https")]
+    through_proxy = await _get_headers(app, "/healthz", "127.0.0.1", tls)
+    assert through_proxy[b"strict-transport-security"] == b"max-age=31536000"
+    # plain http, or a client claiming https itself: no HSTS (browsers ignore it over http anyway)
+    assert b"strict-transport-security" not in await _get_headers(app, "/healthz", "127.0.0.1", [])
+    assert b"strict-transport-security" not in await _get_headers(app, "/healthz", "192.0.2.50", tls)

@@ -247,3 +247,13 @@ def test_the_deployments_make_keys_production_accepts():
     placeholder = next(line.split(":", 1)[1].strip() for line in template.splitlines() if "SECRET_KEY:" in line)
     assert secret_key_problem(placeholder) is not None
     assert "SECRET_KEY=$(secret 32)" in (REPO_ROOT / "deploy" / "compose" / "init").read_text()
+
+
+def test_hsts_is_on_for_a_year_when_the_deployment_says_it_is_behind_https(tmp_path):
+    code = "print(settings.SECURE_HSTS_SECONDS, settings.SECURE_HSTS_INCLUDE_SUBDOMAINS, settings.SECURE_HSTS_PRELOAD)"
+    behind_tls = _settings_in_a_fresh_interpreter(tmp_path, code, HTTPS_COOKIES="1")
+    assert behind_tls.stdout.split() == ["31536000", "False", "False"]
+    plain = _settings_in_a_fresh_interpreter(tmp_path, code)
+    assert plain.stdout.split()[0] == "0"
+    chosen = _settings_in_a_fresh_interpreter(tmp_path, code, HTTPS_COOKIES="1", HSTS_SECONDS="600")
+    assert chosen.stdout.split()[0] == "600"
