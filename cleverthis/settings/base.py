@@ -147,6 +147,11 @@ TUNNEL_PEER_BIND = env_str("TUNNEL_PEER_BIND", "127.0.0.1")
 TUNNEL_PEER_PORT = env_int("TUNNEL_PEER_PORT", 0)
 TUNNEL_PEER_PORT_COUNT = env_int("TUNNEL_PEER_PORT_COUNT", 16)
 TUNNEL_PEER_ADVERTISE = env_str("TUNNEL_PEER_ADVERTISE", "")
+# An accepted peer connection must prove the peer key within this many seconds (the handshake is one round
+# trip between replicas), and at most TUNNEL_PEER_MAX_PENDING connections of a process may be waiting to:
+# more are closed at once. Before its proof a connection may send only handshake-sized frames.
+TUNNEL_PEER_HANDSHAKE_TIMEOUT_S = env_float("TUNNEL_PEER_HANDSHAKE_TIMEOUT_S", 3.0)
+TUNNEL_PEER_MAX_PENDING = env_int("TUNNEL_PEER_MAX_PENDING", 64)
 # The oldest agent wire protocol accepted (default: one version behind this release, for rolling deploys).
 # Older agents are refused with close code 4426 and a node event saying to re-run the install script.
 AGENT_PROTOCOL_MIN = env_int("AGENT_PROTOCOL_MIN", 0)
