@@ -44,6 +44,11 @@ class PeerLink(asyncio.Protocol):
         self._flush_due = False
         self._reason = ""
 
+    @property
+    def dropped_here(self) -> bool:
+        """Whether this end dropped the link (`close`), rather than the other end or the network."""
+        return bool(self._reason)
+
     def limit_payload(self, size: int) -> None:
         """Refuse frames announcing a payload over `size` bytes from now on (the link is dropped)."""
         self._reader.max_payload = size

@@ -135,6 +135,7 @@ class _AcceptedLink(PeerLink):
                     _refused["count"],
                     self.name,
                 )
+            self.handler.refused("pending_cap")
             self.close("too many pending handshakes")
             return
         _pending.add(self)

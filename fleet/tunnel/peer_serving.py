@@ -24,6 +24,7 @@ from django.conf import settings
 
 from fleet.tunnel import local_tunnels, peer_wire
 from fleet.tunnel.peer_link import PeerLink
+from kernel.metrics import PEER_CONNECTIONS_REFUSED
 
 log = logging.getLogger("fleet.tunnel.peers")
 
@@ -106,6 +107,7 @@ class ServedLink:
     def __init__(self, key: bytes, on_settled: Callable[[PeerLink], None] | None = None) -> None:
         self._key = key
         self._on_settled = on_settled  # told once: the link authenticated, or went before it did
+        self._refused = False
         self._dialer_nonce = b""
         self._listener_nonce = b""
         self.authenticated = False
@@ -122,7 +124,14 @@ class ServedLink:
     def _handshake_timed_out(self, link: PeerLink, timeout: float) -> None:
         if not self.authenticated:
             log.warning("peer link from %s: no handshake within %ss; dropping it", link.name, timeout)
+            self.refused("handshake_timeout")
             link.close("no handshake in time")
+
+    def refused(self, reason: str) -> None:
+        """Count this link as refused before its proof (once, whatever else happens to it)."""
+        if not self._refused:
+            self._refused = True
+            PEER_CONNECTIONS_REFUSED.labels(reason).inc()
 
     def _settled(self, link: PeerLink) -> None:
         on_settled, self._on_settled = self._on_settled, None
@@ -194,6 +203,8 @@ class ServedLink:
     def link_lost(self, link: PeerLink, reason: str) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        if not self.authenticated and link.dropped_here:  # a wrong proof, junk, an oversized frame
+            self.refused("handshake_failed")
         self._settled(link)
         streams, self._streams = self._streams, {}
         if streams:

@@ -8,6 +8,7 @@ import socket
 import pytest
 
 from fleet.tunnel import peer_listener, peer_wire
+from kernel.metrics import PEER_CONNECTIONS_REFUSED
 from tests.support.processes import free_port
 
 
@@ -137,6 +138,10 @@ async def _prove_the_key(reader: asyncio.StreamReader, writer: asyncio.StreamWri
     await writer.drain()
 
 
+def _refused(reason: str) -> float:
+    return PEER_CONNECTIONS_REFUSED.labels(reason)._value.get()
+
+
 async def _until_pending(count: int) -> None:
     while peer_listener.pending() != count:
         await asyncio.sleep(0.01)
@@ -166,7 +171,9 @@ def test_a_frame_larger_than_the_handshakes_is_refused_before_the_key_is_proven(
         finally:
             peer_listener.stop()
 
+    before = _refused("handshake_failed")
     assert asyncio.run(scenario()) == (True, True)
+    assert _refused("handshake_failed") == before + 1  # the oversized one; the proven link not
     assert peer_wire.PRE_AUTH_MAX_PAYLOAD < 1024
 
 
@@ -183,7 +190,9 @@ def test_a_connection_that_does_not_prove_the_key_in_time_is_dropped(settings):
         finally:
             peer_listener.stop()
 
+    before = _refused("handshake_timeout")
     assert asyncio.run(scenario()) == (True, 0)
+    assert _refused("handshake_timeout") == before + 1
 
 
 def test_the_default_handshake_deadline_is_short():
@@ -218,4 +227,6 @@ def test_connections_beyond_the_pending_cap_are_closed_at_once_and_proven_links_
         finally:
             peer_listener.stop()
 
+    before = _refused("pending_cap")
     asyncio.run(scenario())
+    assert _refused("pending_cap") == before + 1
