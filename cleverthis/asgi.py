@@ -51,6 +51,7 @@ from cleverthis.routing import (  # noqa: E402
 from fleet.proxy import origin_guard  # noqa: E402
 from fleet.proxy.relay import TunnelProxyApp  # noqa: E402
 from kernel.asgi_scope import header  # noqa: E402
+from kernel.client_address import ForwardedClientMiddleware, TrustedProxies  # noqa: E402
 
 
 class ControlPlaneOriginOnly:
@@ -82,6 +83,11 @@ class WebSocketAudienceRouter:
         return await app(scope, receive, send)
 
 
-application = ProtocolTypeRouter(
+# Every reader of the client's address (request limits, API keys' last use) sees the socket's peer, or the
+# client a TRUSTED_PROXIES proxy forwarded (`kernel.client_address`); the web command trusts no proxy header.
+routes = ProtocolTypeRouter(
     {"http": TunnelProxyApp(django_asgi_app), "websocket": TunnelProxyApp(WebSocketAudienceRouter())}
+)
+application = ForwardedClientMiddleware(
+    routes, TrustedProxies(settings.TRUSTED_PROXIES, resolve_every_s=settings.TRUSTED_PROXIES_RESOLVE_S)
 )
