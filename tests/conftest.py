@@ -20,10 +20,10 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from cleverthis.dispatch_health import HEARTBEATS_KEY
-from fleet import metrics_history
+from fleet import metrics_history, replica_load
 from fleet.proxy import rate_limits
 from fleet.usage import meter as usage_meter
-from kernel import replica_load, timeseries
+from kernel import timeseries
 from tenancy import services as tenancy_services
 from tenancy.models import Role, Workspace
 from tests.support import loop_guard
@@ -38,7 +38,7 @@ TEST_REDIS_PATTERNS = (
     f"{metrics_history.KEY_PREFIX}*",  # nodes' utilization history
     f"{timeseries.KEY_PREFIX}*",  # the home page's per-minute rollups
     f"{rate_limits.PREFIX}*",  # API keys' rate-limit counters
-    replica_load.PROCS_KEY,  # the web processes publishing per-replica load (kernel.replica_load)
+    replica_load.PROCS_KEY,  # the web processes publishing per-replica load (fleet.replica_load)
     f"{replica_load.PROC_PREFIX}*",  # and their snapshots
     "celery-task-meta-*",  # Celery results
     HEARTBEATS_KEY,  # the workers' heartbeats

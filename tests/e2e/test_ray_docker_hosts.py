@@ -33,7 +33,7 @@ from django.conf import settings as django_settings
 from django.test import Client
 
 from agent.ray.commands import member_name
-from agent.ray.runtime import free_port
+from agent.ray.ports import free_port
 from fleet import services
 from fleet.models import Node
 from raymgr import services as ray_services
