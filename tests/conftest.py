@@ -26,7 +26,7 @@ from fleet.usage import meter as usage_meter
 from kernel import timeseries
 from tenancy import services as tenancy_services
 from tenancy.models import Role, Workspace
-from tests.support import loop_guard
+from tests.support import environment, loop_guard
 
 User = get_user_model()
 
@@ -51,6 +51,11 @@ TEST_REDIS_PATTERNS = (
 
 def pytest_configure(config: pytest.Config) -> None:
     loop_guard.install()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked with `environment.needs(...)`: skipped (or failed on CI) when what they need is absent."""
+    environment.check_marks(item)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
