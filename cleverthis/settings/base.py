@@ -169,7 +169,7 @@ API_KEY_CACHE_S = env_float("API_KEY_CACHE_S", 0.5)  # how long a key's rights a
 PROXY_ROUTE_CACHE_S = env_float("PROXY_ROUTE_CACHE_S", 2.0)  # how long an endpoint route is cached per process
 # at most how often a process writes an endpoint's forwarded-request count and last-request time
 ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
-# Per-replica load shared by the web processes (kernel.replica_load): each publishes its requests in flight
+# Per-replica load shared by the web processes (fleet.replica_load): each publishes its requests in flight
 # and tokens served per replica every REPLICA_LOAD_PUBLISH_S to a Redis hash expiring REPLICA_LOAD_TTL_S
 # later (a dead process's figures vanish then); tokens/s is each process's rate over REPLICA_LOAD_WINDOW_S.
 REPLICA_LOAD_PUBLISH_S = env_float("REPLICA_LOAD_PUBLISH_S", 1.0)

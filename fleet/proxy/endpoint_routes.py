@@ -13,7 +13,7 @@ made with the origin cookie must come from this very origin (`fleet.proxy.origin
 An endpoint's requests are balanced over its running replicas on nodes that are not offline (a replica
 whose replacement runs already is left out: it finishes what it serves and stops): each goes
 to the one with the fewest requests in flight from this process, and a connect failure is tried once on
-another replica (`kernel.balancer`, `relay.proxy_http`).
+another replica (`fleet.balancer`, `relay.proxy_http`).
 
 Where an endpoint leads (its replicas' nodes and ports, its status and whether it is public) is kept in
 process memory for `PROXY_ROUTE_CACHE_S` (default 2 s), so a stream of requests to one endpoint costs no database query
@@ -63,6 +63,7 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from fleet import origin_names
+from fleet.balancer import Upstream
 from fleet.models import Node, NodeStatus
 from fleet.proxy import key_access, origins, rate_limits
 from fleet.proxy.resolvers import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
@@ -71,7 +72,6 @@ from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services import PlacementError, endpoint_wake
 from kernel import timeseries
 from kernel.asgi_scope import RATE_CALLER_SCOPE_KEY
-from kernel.balancer import Upstream
 from kernel.exceptions import QuotaExceeded
 from tenancy import api_keys
 from tenancy.api_keys import MISSING, KeyGrant

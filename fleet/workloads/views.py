@@ -18,6 +18,7 @@ from django.views.decorators.http import require_POST
 
 from fleet.forms import apply_service_errors
 from fleet.models import ComputeCluster
+from fleet.replica_load import ReplicaLoad
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
@@ -25,7 +26,6 @@ from fleet.workloads.forms import EndpointCreateForm, EndpointLimitsForm, Endpoi
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel
 from fleet.workloads.services import PlacementError
 from kernel.exceptions import IllegalTransition
-from kernel.replica_load import ReplicaLoad
 from tenancy.permissions import can_operate
 from tenancy.selectors import workspace_ids
 
