@@ -88,3 +88,6 @@ urlpatterns = [
     path("usage/", include("fleet.usage.urls")),
     re_path(r"^api/(?P<unmatched>.*)$", api_not_found),  # last: unknown API URLs answer JSON 404s
 ]
+
+# A refused request gets the product's page with the reason and a link back (CSRF: settings.CSRF_FAILURE_VIEW).
+handler403 = "cleverthis.errors.permission_denied"

@@ -1,5 +1,5 @@
 """Page forms of workloads: a new endpoint on a cluster's Endpoints tab, and an endpoint's rolling update
-(revision and server arguments, one shell-style line) — Owners and Admins."""
+(revision and server arguments, one shell-style line) — Owners, Admins and Members."""
 
 from __future__ import annotations
 
