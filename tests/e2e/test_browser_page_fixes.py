@@ -226,3 +226,63 @@ def test_event_names_do_not_break_inside_at_1366(page, world):
         assert set(when.values()) == {1}, when
         _shots(tab, name)
     assert errors == []
+
+
+def test_a_member_runs_workloads_and_reads_usage_by_key_name(chromium, world):
+    """A Member sees Stop on the workspace's endpoints and New on the Ray workload pages, picks an API key by
+    its name on the Usage page, and a succeeded training job reads Succeeded (never Queued)."""
+    from datetime import UTC, datetime
+
+    from fleet.usage import services as usage
+    from fleet.usage.services import Rollup
+    from raymgr.models import RayCluster
+    from raymgr.workloads.models import TrainingJob
+    from tenancy import services as tenancy
+
+    member = get_user_model().objects.create_user("dev", password="pw-dev")
+    tenancy.membership_set(workspace=world["workspace"], user=member, role="member")
+    key = ApiKey.objects.create(
+        user=member, workspace=world["workspace"], name="ci-bot", prefix="cibot123", secret_hash="a" * 64
+    )
+    minute = datetime.now(UTC).replace(second=0, microsecond=0)
+    endpoint = world["endpoint"]
+    usage.usage_add(
+        rows=[Rollup("minute", minute, world["workspace"].pk, "endpoint", endpoint.pk, key.pk, 5, 0, 50, 60)]
+    )
+    usage.usage_add(rows=[Rollup("minute", minute, world["workspace"].pk, "endpoint", endpoint.pk, None, 7, 0, 1, 1)])
+    ray = RayCluster.objects.create(
+        workspace=world["workspace"], compute_cluster=world["cluster"], name="train", status="running"
+    )
+    job = TrainingJob.objects.create(
+        workspace=world["workspace"],
+        ray_cluster=ray,
+        name="done",
+        status="succeeded",
+        queue_reason="Ray has the job pending: Job has not started yet.",  # a row from before the fix
+    )
+    context = chromium.new_context(viewport={"width": 1366, "height": 900})
+    tab, errors = browser.watched_page(context, responses=False)
+    try:
+        base = world["base"]
+        browser.sign_in(tab, base, "dev", "pw-dev")
+        tab.goto(f"{base}/compute/endpoints/")
+        assert tab.locator(f"tr[data-endpoint='{endpoint.slug}'] button:has-text('Stop')").count() == 1
+        _shots(tab, "member-endpoints")
+        tab.goto(f"{base}/ray/training/")
+        assert tab.locator("a.button:has-text('New training job')").count() == 1
+        tab.goto(f"{base}/ray/training/{job.pk}/")
+        body = tab.inner_text("main")
+        assert "Succeeded" in body
+        assert "Queued" not in body
+        assert "not started" not in body
+        _shots(tab, "training-succeeded")
+        tab.goto(f"{base}/usage/?period=1h")
+        assert tab.inner_text("[data-total=requests]").strip() == "12"
+        tab.select_option("select[name=api_key]", label="ci-bot (ctk_cibot123_…)")
+        tab.click("#usage-filters button[type=submit]")
+        tab.wait_for_function("document.querySelector('[data-total=requests]').textContent.trim() === '5'")
+        _shots(tab, "usage-by-key")
+        assert errors == []
+    finally:
+        connections.close_all()
+        context.close()
