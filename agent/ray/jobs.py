@@ -25,7 +25,6 @@ from agent import protocol
 from agent.errors import CommandFailed
 from agent.executors.base import ProgressFn
 
-RAY_JOB_COMMAND_TYPES = frozenset({"ray.job.submit", "ray.job.status", "ray.job.stop", "ray.serve.status"})
 MARKER = "CTFLEET "
 MAX_MARKERS = 500
 # A marker travels as Result frame → data → "markers" → marker: deeper ones would get the frame refused.
@@ -110,7 +109,7 @@ class RayJobsHandler:
 
     def handles(self, command_type: str) -> bool:
         """True for the workload command types."""
-        return command_type in RAY_JOB_COMMAND_TYPES
+        return command_type in protocol.RAY_JOB_COMMAND_TYPES
 
     def run(self, command_type: str, payload: Any, progress: ProgressFn) -> dict[str, Any]:
         """Run one command; returns its result data or raises `CommandFailed`."""

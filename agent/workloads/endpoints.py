@@ -15,6 +15,7 @@ reported `unresponsive`; a start of its id replaces it, a stop wakes it (SIGCONT
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -35,9 +36,13 @@ from agent.executors.base import ProgressFn
 from agent.protocol import (
     EndpointInfo,
     EndpointStartPayload,
+    EndpointStartResult,
     EndpointStopPayload,
+    EndpointStopResult,
     GpuInfo,
-    endpoint_arg_reserved,
+    check_server_args,
+    endpoint_gpus_held,
+    select_gpus,
 )
 from agent.workloads.engine import VLLM_MODULE, Engine, choose_engine, cpu_bytes_needed, weights_bytes
 from agent.workloads.models import ModelCache
@@ -113,12 +118,6 @@ def _server_alive(record: dict[str, Any]) -> bool:
     return str(record.get("port")).encode() in argv
 
 
-def select_gpus(gpus: list[GpuInfo], count: int) -> list[GpuInfo]:
-    """The `count` GPUs with the most free memory (all indices stable-sorted by free memory, descending)."""
-    ranked = sorted(gpus, key=lambda g: (-(g.memory_total_mb - g.memory_used_mb), g.index))
-    return ranked[:count]
-
-
 class EndpointManager:
     """Starts, stops and reports inference endpoint processes (thread-safe)."""
 
@@ -163,7 +162,9 @@ class EndpointManager:
 
     # ---- commands
 
-    def execute(self, command_type: str, payload: Any, *, progress: ProgressFn) -> dict[str, Any]:
+    def execute(
+        self, command_type: str, payload: Any, *, progress: ProgressFn
+    ) -> EndpointStartResult | EndpointStopResult:
         """Run endpoint.start / endpoint.stop."""
         if command_type == "endpoint.start":
             return self.start(payload, progress)
@@ -171,7 +172,7 @@ class EndpointManager:
             return self.stop(payload)
         raise CommandFailed("unknown_command", f"the endpoint manager does not run {command_type!r}")
 
-    def start(self, payload: EndpointStartPayload, progress: ProgressFn) -> dict[str, Any]:
+    def start(self, payload: EndpointStartPayload, progress: ProgressFn) -> EndpointStartResult:
         """Start serving a cached model; returns endpoint_id, port and pid (the running one if already up)."""
         with self._lock:
             state = self._load()
@@ -184,18 +185,18 @@ class EndpointManager:
                     raise CommandFailed(
                         "conflict", f"endpoint {payload.endpoint_id} already serves {current['model_id']}"
                     )
-                return {
-                    "endpoint_id": payload.endpoint_id,
-                    "port": current["port"],
-                    "pid": current["pid"],
-                    "device": current.get("device", "cpu"),
-                }
-            for arg in payload.extra_args:
-                if endpoint_arg_reserved(arg):
-                    raise CommandFailed(
-                        "invalid_payload",
-                        f"extra argument {arg!r} sets {endpoint_arg_reserved(arg)}, which the agent sets itself",
-                    )
+                return EndpointStartResult(
+                    endpoint_id=payload.endpoint_id,
+                    port=current["port"],
+                    pid=current["pid"],
+                    device=current.get("device", "cpu"),
+                )
+            # The same allow-list as the control plane's (`agent.protocol.check_server_args`): vLLM runs on
+            # this host, so a flag naming a file or code is refused here too, and a template naming a file.
+            args, problems = check_server_args(list(payload.extra_args), exists=os.path.lexists)
+            if problems:
+                raise CommandFailed("invalid_payload", "server arguments refused: " + " ".join(problems))
+            payload = dataclasses.replace(payload, extra_args=args)
             model_path = self.models.path_for(payload.model_id, payload.revision)
             if model_path is None:
                 raise CommandFailed(
@@ -258,15 +259,15 @@ class EndpointManager:
                 state[payload.endpoint_id]["status"] = "running"
                 self._save(state)
         progress(f"endpoint {payload.endpoint_id} answers on port {port}", percent=100.0)
-        return {
-            "endpoint_id": payload.endpoint_id,
-            "port": port,
-            "pid": child.pid,
-            "device": engine.device,
-            "log_tail": _tail(log_path)[-START_LOG_TAIL_BYTES:],  # the server's start-up lines, for the UI
-        }
+        return EndpointStartResult(
+            endpoint_id=payload.endpoint_id,
+            port=port,
+            pid=child.pid,
+            device=engine.device,
+            log_tail=_tail(log_path)[-START_LOG_TAIL_BYTES:],  # the server's start-up lines, for the UI
+        )
 
-    def stop(self, payload: EndpointStopPayload) -> dict[str, Any]:
+    def stop(self, payload: EndpointStopPayload) -> EndpointStopResult:
         """Stop the endpoint's server (SIGTERM, then SIGKILL).
 
         Stopping an endpoint this node stopped before answers "stopped" again (re-delivery is safe: the
@@ -282,13 +283,13 @@ class EndpointManager:
                     endpoint_id=payload.endpoint_id,
                 )
             if record.get("status") == "stopped":
-                return {"endpoint_id": payload.endpoint_id, "status": "stopped", "pid": record["pid"]}
+                return EndpointStopResult(endpoint_id=payload.endpoint_id, status="stopped", pid=record["pid"])
             if _server_alive(record) or record["pid"] in self._children:
                 self._terminate(record["pid"])
             record.update(status="stopped", stopped_at=time.time())
             _forget_old_tombstones(state)
             self._save(state)
-        return {"endpoint_id": payload.endpoint_id, "status": "stopped", "pid": record["pid"]}
+        return EndpointStopResult(endpoint_id=payload.endpoint_id, status="stopped", pid=record["pid"])
 
     def inventory(self) -> list[EndpointInfo]:
         """The endpoints whose server process is alive (status starting until it answered, then running;
@@ -348,17 +349,22 @@ class EndpointManager:
 
     def _check_gpus(self, payload: EndpointStartPayload, engine: Engine, model_path: Path) -> list[GpuInfo]:
         """The GPUs to use; CommandFailed(insufficient_vram) when they are missing or the model cannot fit."""
-        if engine.device != "gpu" and payload.gpus <= 0 and payload.min_vram_mb <= 0:
+        gpus = self.gpus_fn() if engine.device == "gpu" or payload.gpus > 0 or payload.min_vram_mb > 0 else []
+        # The rule the control plane's quota admission counts by (`agent.protocol.endpoint_gpus_held`): on a
+        # GPU node at least one GPU is pinned, whatever the endpoint asked.
+        held = endpoint_gpus_held(
+            gpus=payload.gpus, min_vram_mb=payload.min_vram_mb, node_gpus=len(gpus) if engine.device == "gpu" else 0
+        )
+        if held == 0:
             return []
-        gpus = self.gpus_fn()
-        if max(payload.gpus, 1) > len(gpus):
+        if held > len(gpus):
             raise CommandFailed(
                 "insufficient_vram",
-                f"insufficient GPU VRAM: the endpoint needs {max(payload.gpus, 1)} GPU(s), this node has {len(gpus)}",
+                f"insufficient GPU VRAM: the endpoint needs {held} GPU(s), this node has {len(gpus)}",
                 gpus_requested=payload.gpus,
                 gpus_available=len(gpus),
             )
-        chosen = select_gpus(gpus, max(payload.gpus, 1))
+        chosen = select_gpus(gpus, held)
         free_mb = sum(g.memory_total_mb - g.memory_used_mb for g in chosen)
         needed_mb = max(payload.min_vram_mb, -(-weights_bytes(model_path) // MIB))
         if needed_mb > free_mb:

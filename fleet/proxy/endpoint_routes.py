@@ -2,7 +2,7 @@
 
 An endpoint is served only on its own origin `endpoint-<slug>.<ENDPOINT_DOMAIN>` (behind a wildcard DNS
 record and certificate; `*.localhost` locally). The older path form `/endpoints/<slug>/…` on the control
-plane's host redirects there (`relay.redirect_to_origin`) and is never proxied. Endpoints need an API
+plane's host redirects there (`resolvers.redirect_to_origin`) and is never proxied. Endpoints need an API
 key or token, or the origin cookie a signed-in member gets through a ticket (`fleet.proxy.origins`), unless
 they are marked public; the control plane's session cookie is never accepted on an endpoint's origin.
 Every member of the endpoint's workspace, Viewers included, may call it with any method (a `POST` to
@@ -64,7 +64,7 @@ from django.utils import timezone
 from fleet import origin_names
 from fleet.models import Node, NodeStatus
 from fleet.proxy import key_access, origins, rate_limits
-from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
+from fleet.proxy.resolvers import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from fleet.usage import meter as usage_meter
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services import PlacementError, endpoint_wake

@@ -19,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
+from agent import protocol
 from fleet.api.views import FilteredMixin
 from fleet.models import ComputeCluster, Node
 from fleet.workloads import selectors
@@ -29,6 +30,7 @@ from fleet.workloads.key_api import ApiKeyViewSet
 from fleet.workloads.models import Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel
 from fleet.workloads.services import PlacementError
 from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
+from kernel.payload_schema import payload_field
 from kernel.replica_load import ReplicaLoad
 from kernel.schema import PAGING, page_of
 from tenancy.mixins import WorkspaceScopedMixin, require_editor
@@ -194,8 +196,9 @@ class EndpointSerializer(serializers.ModelSerializer):
 
 @extend_schema_field({"type": "array", "items": {"type": "string"}, "maxItems": workload_services.MAX_SERVER_ARGS})
 class ServerArgsField(serializers.JSONField):
-    """An endpoint's server arguments: a JSON list of strings, checked by `validate_server_args` (bounds,
-    no flag the agent sets itself), `"--max-model-len 2048"` split into option and value."""
+    """An endpoint's server arguments: a JSON list of strings, checked by `validate_server_args` (the
+    protocol's allow-list of vLLM flags, each value by type and range; bounds), `"--max-model-len 2048"` split
+    into option and value."""
 
     def to_internal_value(self, data: Any) -> list[str]:
         try:
@@ -205,9 +208,14 @@ class ServerArgsField(serializers.JSONField):
 
 
 def _revision(value: str) -> str:
-    if not workload_services.REVISION_RE.match(value) or ".." in value:
-        raise serializers.ValidationError("Not a valid revision (a branch, tag or commit hash).")
-    return value
+    try:
+        return workload_services.validate_revision(value)
+    except DjangoValidationError as exc:
+        raise serializers.ValidationError(exc.message_dict["revision"]) from None
+
+
+# The fields an endpoint hands to every replica's endpoint.start, bounded as the protocol bounds them.
+_START = protocol.EndpointStartPayload
 
 
 class _NoUnknownFields(serializers.Serializer):
@@ -223,10 +231,18 @@ class EndpointCreateSerializer(serializers.Serializer):
 
     cluster = serializers.UUIDField()
     node = serializers.UUIDField(required=False, allow_null=True)
-    model_id = serializers.CharField(max_length=workload_services.MAX_MODEL_ID)
-    revision = serializers.CharField(max_length=workload_services.MAX_REVISION, required=False, default="main")
-    gpus = serializers.IntegerField(min_value=0, max_value=64, required=False, default=0)
-    min_vram_mb = serializers.IntegerField(min_value=0, max_value=16 * 1024 * 1024, required=False, default=0)
+    model_id = payload_field(_START, "model_id")
+    revision = payload_field(_START, "revision", validators=[_revision])
+    gpus = payload_field(
+        _START,
+        "gpus",
+        help_text="GPUs per replica; 0 still holds one GPU on a node with GPUs (and counts against the quota).",
+    )
+    min_vram_mb = payload_field(
+        _START,
+        "min_vram_mb",
+        help_text="VRAM (MB) a replica needs at least; the quota counts vLLM's share of its GPUs, never less.",
+    )
     public = serializers.BooleanField(required=False, default=False)
     min_replicas = serializers.IntegerField(
         min_value=0,
@@ -238,14 +254,18 @@ class EndpointCreateSerializer(serializers.Serializer):
     max_replicas = serializers.IntegerField(
         min_value=1, max_value=workload_services.MAX_REPLICAS, required=False, allow_null=True, default=None
     )
-    target_requests_per_min = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False, default=0)
+    target_requests_per_min = serializers.IntegerField(
+        min_value=0, max_value=workload_services.MAX_TARGET_REQUESTS_PER_MIN, required=False, default=0
+    )
     target_in_flight = serializers.IntegerField(
         min_value=0, max_value=workload_services.MAX_TARGET_IN_FLIGHT, required=False, default=0
     )
     target_tokens_per_s = serializers.IntegerField(
         min_value=0, max_value=workload_services.MAX_TARGET_TOKENS_PER_S, required=False, default=0
     )
-    scale_cooldown_s = serializers.IntegerField(min_value=0, max_value=86_400, required=False, default=120)
+    scale_cooldown_s = serializers.IntegerField(
+        min_value=0, max_value=workload_services.MAX_SCALE_COOLDOWN_S, required=False, default=120
+    )
     idle_timeout_s = serializers.IntegerField(
         min_value=1,
         max_value=workload_services.MAX_IDLE_TIMEOUT_S,
@@ -261,11 +281,6 @@ class EndpointCreateSerializer(serializers.Serializer):
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.message_dict["model_id"]) from None
 
-    def validate_revision(self, value: str) -> str:
-        if not workload_services.REVISION_RE.match(value) or ".." in value:
-            raise serializers.ValidationError("Not a valid revision (a branch, tag or commit hash).")
-        return value
-
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(self.initial_data) - set(self.fields))
         if unknown:
@@ -276,13 +291,13 @@ class EndpointCreateSerializer(serializers.Serializer):
 class EndpointRevisionSerializer(serializers.Serializer):
     """Input of POST /endpoints/<id>/update_revision/ (the revision alone; `update/` takes more)."""
 
-    revision = serializers.CharField(max_length=workload_services.MAX_REVISION, validators=[_revision])
+    revision = payload_field(_START, "revision", required=True, validators=[_revision])
 
 
 class EndpointUpdateSerializer(_NoUnknownFields):
     """Input of POST /endpoints/<id>/update/: the new revision and/or server arguments (left out: kept)."""
 
-    revision = serializers.CharField(max_length=workload_services.MAX_REVISION, required=False, validators=[_revision])
+    revision = payload_field(_START, "revision", required=False, default=serializers.empty, validators=[_revision])
     server_args = ServerArgsField(required=False)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -354,7 +369,8 @@ class EndpointViewSet(
             "replicas", EndpointReplica.objects.select_related("node").order_by("created_at", "server_id")
         )
         return (
-            Endpoint.objects.select_related("node", "created_by")
+            Endpoint.objects.filter(selectors.key_endpoint_limit(user=self.request.user))
+            .select_related("node", "created_by")
             .prefetch_related(replicas)
             .order_by("-created_at", "pk")
         )
@@ -374,6 +390,8 @@ class EndpointViewSet(
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Start an endpoint for a cached model; 409 with the reason when no node can serve it."""
+        if selectors.key_is_endpoint_limited(user=request.user):
+            raise exceptions.PermissionDenied("This API key is limited to chosen endpoints: it creates none.")
         data = EndpointCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data

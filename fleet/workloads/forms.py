@@ -10,11 +10,15 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from fleet.workloads.services import (
+    MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
     MAX_REPLICAS,
     MAX_REVISION,
+    MAX_SCALE_COOLDOWN_S,
     MAX_TARGET_IN_FLIGHT,
+    MAX_TARGET_REQUESTS_PER_MIN,
     MAX_TARGET_TOKENS_PER_S,
+    MAX_VRAM_MB,
 )
 
 
@@ -37,7 +41,10 @@ def _server_args_field() -> forms.CharField:
         required=False,
         strip=True,
         label="Server arguments",
-        help_text="vLLM arguments, shell-style, e.g. --max-model-len 2048 --gpu-memory-utilization 0.8",
+        help_text=(
+            "vLLM arguments, shell-style, e.g. --max-model-len 2048 --gpu-memory-utilization 0.8; only the "
+            "flags on the allow-list (see the README's security section)"
+        ),
     )
 
 
@@ -45,9 +52,15 @@ class EndpointCreateForm(forms.Form):
     """`endpoint_create`'s inputs: a model cached on the cluster's nodes, its replicas, scale to zero."""
 
     model_id = forms.ChoiceField(label="Model", help_text="Models in the cache of this cluster's nodes.")
-    revision = forms.CharField(max_length=200, initial="main")
-    gpus = forms.IntegerField(min_value=0, max_value=64, initial=0, label="GPUs")
-    min_vram_mb = forms.IntegerField(min_value=0, max_value=16 * 1024 * 1024, initial=0, label="Min VRAM (MB)")
+    revision = forms.CharField(max_length=MAX_REVISION, initial="main")
+    gpus = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_GPUS,
+        initial=0,
+        label="GPUs",
+        help_text="0 still holds one GPU on a node with GPUs, counted against the workspace's quota",
+    )
+    min_vram_mb = forms.IntegerField(min_value=0, max_value=MAX_VRAM_MB, initial=0, label="Min VRAM (MB)")
     public = forms.BooleanField(required=False, help_text="Callable without an API key.")
     min_replicas = forms.IntegerField(
         min_value=0,
@@ -78,11 +91,15 @@ class EndpointCreateForm(forms.Form):
         help_text="Per replica.",
     )
     target_requests_per_min = forms.IntegerField(
-        min_value=0, max_value=10_000_000, required=False, label="Target requests/min", help_text="Per replica."
+        min_value=0,
+        max_value=MAX_TARGET_REQUESTS_PER_MIN,
+        required=False,
+        label="Target requests/min",
+        help_text="Per replica.",
     )
     scale_cooldown_s = forms.IntegerField(
         min_value=0,
-        max_value=86_400,
+        max_value=MAX_SCALE_COOLDOWN_S,
         initial=120,
         required=False,
         label="Cool-down (s)",

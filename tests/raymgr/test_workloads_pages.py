@@ -197,7 +197,7 @@ def test_serve_proxy_resolver_decisions(owner, workspace, running, other_workspa
     from rest_framework.authtoken.models import Token
 
     from fleet import origin_names
-    from fleet.proxy.relay import ProxyRefusal, ProxyTarget
+    from fleet.proxy.resolvers import ProxyRefusal, ProxyTarget
     from raymgr.workloads.serve_proxy import SERVE_PATH, decide
 
     deployment = services.serve_deployment_create(

@@ -1,5 +1,5 @@
 """Writes for workloads, one module per aggregate: `containers`, `node_models` (models cached on nodes),
-`endpoints` (inference endpoints and their placement); `common` holds what they share.
+`endpoints` (inference endpoints: a package, one job per module); `common` holds what they share.
 
 Called by the receivers of the fleet core's signals (`fleet.workloads.receivers`): inventory
 reconciliation, and the command-finished hook `workloads_on_command_finished`, so every finished command
@@ -19,34 +19,40 @@ from fleet.workloads.services.containers import (
     containers_record_queued,
     containers_record_start_queued,
 )
-from fleet.workloads.services.endpoint_autoscale import (
-    ScaleDecision,
-    desired_replicas,
-    endpoint_autoscale,
-    endpoints_to_autoscale,
-)
-from fleet.workloads.services.endpoint_heal import endpoint_heal, endpoints_to_heal
-from fleet.workloads.services.endpoint_idle import endpoint_idle, endpoint_wake, endpoints_to_idle
-from fleet.workloads.services.endpoint_updates import endpoint_update
 from fleet.workloads.services.endpoints import (
+    MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
     MAX_REPLICAS,
+    MAX_SCALE_COOLDOWN_S,
     MAX_SERVER_ARG_LENGTH,
     MAX_SERVER_ARGS,
     MAX_TARGET_IN_FLIGHT,
+    MAX_TARGET_REQUESTS_PER_MIN,
     MAX_TARGET_TOKENS_PER_S,
+    MAX_VRAM_MB,
     REVISION_RE,
     PlacementError,
+    ScaleDecision,
+    desired_replicas,
+    endpoint_autoscale,
     endpoint_create,
+    endpoint_heal,
+    endpoint_idle,
     endpoint_record_acked,
     endpoint_record_command_outcome,
     endpoint_record_start_commands,
     endpoint_restart,
     endpoint_stop,
+    endpoint_update,
+    endpoint_wake,
     endpoints_end_with_node,
     endpoints_reconcile,
+    endpoints_to_autoscale,
+    endpoints_to_heal,
+    endpoints_to_idle,
     node_free_vram_mb,
     validate_model_id,
+    validate_revision,
     validate_server_args,
 )
 from fleet.workloads.services.node_models import (
@@ -56,14 +62,18 @@ from fleet.workloads.services.node_models import (
 )
 
 __all__ = [
+    "MAX_GPUS",
     "MAX_IDLE_TIMEOUT_S",
     "MAX_MODEL_ID",
     "MAX_REPLICAS",
     "MAX_REVISION",
+    "MAX_SCALE_COOLDOWN_S",
     "MAX_SERVER_ARGS",
     "MAX_SERVER_ARG_LENGTH",
     "MAX_TARGET_IN_FLIGHT",
+    "MAX_TARGET_REQUESTS_PER_MIN",
     "MAX_TARGET_TOKENS_PER_S",
+    "MAX_VRAM_MB",
     "REF_OUTCOME",
     "REVISION_RE",
     "PlacementError",
@@ -100,5 +110,6 @@ __all__ = [
     "node_models_reconcile",
     "system_actor",
     "validate_model_id",
+    "validate_revision",
     "validate_server_args",
 ]

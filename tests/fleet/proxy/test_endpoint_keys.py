@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from fleet import origin_names
 from fleet.proxy import endpoint_routes, rate_limits
-from fleet.proxy.relay import ProxyRefusal, ProxyTarget
+from fleet.proxy.resolvers import ProxyRefusal, ProxyTarget
 from fleet.usage import meter as usage_meter
 from fleet.usage.models import UsageRollup
 from fleet.workloads import services as workload_services

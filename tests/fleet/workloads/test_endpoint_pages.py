@@ -10,7 +10,7 @@ from agent import protocol
 from fleet.models import Command
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointStatus
-from fleet.workloads.services.endpoint_events import endpoint_event_record
+from fleet.workloads.services.endpoints.events import endpoint_event_record
 from kernel.replica_load import LoadPublisher
 from tests.fleet import agent_side
 
