@@ -31,6 +31,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent.parent
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY", DEV_SECRET_KEY)
 refuse_weak_secret_key(SECRET_KEY, debug=DEBUG)
+# A stale or forged form: the product's page with the reason and a link back (not a bare "403 Forbidden").
+CSRF_FAILURE_VIEW = "cleverthis.errors.csrf_failure"
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"])
 
 # Public URL of this control plane, used in join commands and install scripts.

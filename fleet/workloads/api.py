@@ -34,7 +34,7 @@ from fleet.workloads.models import Container, Endpoint, EndpointEvent, EndpointR
 from fleet.workloads.services import PlacementError
 from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
 from kernel.schema import PAGING, page_of
-from tenancy.mixins import WorkspaceScopedMixin, require_operator
+from tenancy.mixins import WorkspaceScopedMixin, require_editor, require_operator
 from tenancy.selectors import workspace_ids
 
 # --------------------------------------------------------------------------------------------------
@@ -387,7 +387,7 @@ class EndpointViewSet(
     mixins.RetrieveModelMixin,
     viewsets.GenericViewSet,
 ):
-    """Inference endpoints: list, retrieve, create (Owner/Admin), POST .../stop/ (Owner/Admin), GET .../events/."""
+    """Inference endpoints: list, retrieve, create and POST .../stop/ (Owner, Admin, Member), GET .../events/."""
 
     serializer_class = EndpointSerializer
     queryset = Endpoint.objects.all()
@@ -500,7 +500,7 @@ class EndpointViewSet(
         """Roll the endpoint over to another model revision and/or other server arguments (what is left out
         stays): new replicas first, each old one leaves rotation once its replacement answers."""
         endpoint = self.get_object()
-        require_operator(request.user, endpoint.cluster.workspace, what="update endpoints")  # 403 before 400
+        require_editor(request.user, endpoint.cluster.workspace, what="update endpoints")  # 403 before 400
         data = EndpointUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         endpoint = workload_services.endpoint_update(actor=request.user, endpoint=endpoint, **data.validated_data)
@@ -511,7 +511,7 @@ class EndpointViewSet(
     def update_revision(self, request: Request, pk: str | None = None) -> Response:
         """Roll the endpoint over to another model revision (as `update/` with a revision alone)."""
         endpoint = self.get_object()
-        require_operator(request.user, endpoint.cluster.workspace, what="update endpoints")
+        require_editor(request.user, endpoint.cluster.workspace, what="update endpoints")
         data = EndpointRevisionSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         endpoint = workload_services.endpoint_update(

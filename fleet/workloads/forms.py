@@ -1,5 +1,6 @@
 """Page forms of workloads: a new endpoint on a cluster's Endpoints tab, and an endpoint's rolling update
-(revision and server arguments, one shell-style line), an endpoint's per-key limits — Owners and Admins."""
+(revision and server arguments, one shell-style line) — Owners, Admins and Members; an endpoint's per-key limits —
+Owners and Admins."""
 
 from __future__ import annotations
 

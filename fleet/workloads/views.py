@@ -1,6 +1,6 @@
 """Endpoint pages: every inference endpoint of the user's workspaces, overall and per cluster, with its
 replicas (node, state, requests in flight over all web processes), start/stop and a rolling update
-(revision, server arguments) for Owners and Admins (htmx: the table alone, polled while an endpoint or one
+(revision, server arguments) for Owners, Admins and Members (htmx: the table alone, polled while an endpoint or one
 of its replicas is on its way); one endpoint's page with its settings, its replicas' load (requests in
 flight, tokens/s; polled) and its event log."""
 
@@ -26,7 +26,7 @@ from fleet.workloads.forms import EndpointCreateForm, EndpointLimitsForm, Endpoi
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel
 from fleet.workloads.services import PlacementError
 from kernel.exceptions import IllegalTransition
-from tenancy.permissions import can_operate
+from tenancy.permissions import can_edit, can_operate
 from tenancy.selectors import workspace_ids
 
 IN_FLIGHT = frozenset({EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.STOPPING})
@@ -47,12 +47,12 @@ def _rows(request: HttpRequest, endpoints: list[Endpoint]) -> list[dict[str, Any
     for endpoint in endpoints:
         workspace = endpoint.cluster.workspace
         if workspace.pk not in operable:
-            operable[workspace.pk] = can_operate(request.user, workspace)
+            operable[workspace.pk] = can_edit(request.user, workspace)
         start = endpoint.start_command
         rows.append(
             {
                 "endpoint": endpoint,
-                "can_operate": operable[workspace.pk],
+                "can_manage": operable[workspace.pk],
                 "log_tail": endpoint.failure_message or ((start.result or {}).get("log_tail", "") if start else ""),
                 "error_help": error_help(endpoint.failure_code),
                 "replicas": _replica_rows(list(endpoint.replicas.all()), loads),
@@ -87,7 +87,7 @@ def _render(
         "polling": any(r.status in IN_FLIGHT for e in endpoints for r in [e, *e.replicas.all()]),
         "tab": "endpoints",
     }
-    if cluster is not None and create_form is None and can_operate(request.user, cluster.workspace):
+    if cluster is not None and create_form is None and can_edit(request.user, cluster.workspace):
         create_form = EndpointCreateForm(cached=_cached_models(cluster))
     context["create_form"] = create_form
     template = "workloads/_endpoints.html" if request.htmx else "workloads/endpoint_list.html"
@@ -118,6 +118,7 @@ def endpoint_detail(request: HttpRequest, pk: Any) -> HttpResponse:
     context = {
         "endpoint": endpoint,
         "replicas": _replica_rows(list(endpoint.replicas.all()), selectors.replica_loads_shown()),
+        "can_manage": can_edit(request.user, endpoint.cluster.workspace),
         "can_operate": can_operate(request.user, endpoint.cluster.workspace),
         "limits_form": EndpointLimitsForm(
             initial={
@@ -136,11 +137,11 @@ def endpoint_detail(request: HttpRequest, pk: Any) -> HttpResponse:
 @login_required
 @require_POST
 def cluster_endpoint_create(request: HttpRequest, pk: Any) -> HttpResponse:
-    """A new endpoint from the cluster's Endpoints tab (Owner/Admin): 400 with field errors, 409 with the
+    """A new endpoint from the cluster's Endpoints tab (Owner, Admin, Member): 400 with field errors, 409 with the
     reason (no node fits, a quota); else back to the tab."""
     cluster = get_object_or_404(ComputeCluster, pk=pk, workspace__in=workspace_ids(user=request.user))
-    if not can_operate(request.user, cluster.workspace):
-        raise PermissionDenied("Only workspace Owners and Admins can start endpoints.")
+    if not can_edit(request.user, cluster.workspace):
+        raise PermissionDenied("Only workspace Owners, Admins and Members can start endpoints.")
     form = EndpointCreateForm(request.POST, cached=_cached_models(cluster))
     if not form.is_valid():
         return _render(request, cluster, form, status=400)
@@ -188,8 +189,8 @@ def endpoint_action(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
     endpoint = get_object_or_404(selectors.endpoint_list(user=request.user), pk=pk)
     if action not in ("stop", "start"):
         raise Http404
-    if not can_operate(request.user, endpoint.cluster.workspace):
-        raise PermissionDenied("Only workspace Owners and Admins can start or stop endpoints.")
+    if not can_edit(request.user, endpoint.cluster.workspace):
+        raise PermissionDenied("Only workspace Owners, Admins and Members can start or stop endpoints.")
     try:
         if action == "stop":
             workload_services.endpoint_stop(actor=request.user, endpoint=endpoint)
@@ -231,11 +232,11 @@ def endpoint_limits(request: HttpRequest, pk: Any) -> HttpResponse:
 @login_required
 @require_POST
 def endpoint_update(request: HttpRequest, pk: Any) -> HttpResponse:
-    """Roll a running endpoint over to the posted revision and server arguments (Owner/Admin); what went
+    """Roll a running endpoint over to the posted revision and server arguments (Owner, Admin, Member); what went
     wrong (a field's message, nothing to change, no room) comes back as a message on the page."""
     endpoint = get_object_or_404(selectors.endpoint_list(user=request.user), pk=pk)
-    if not can_operate(request.user, endpoint.cluster.workspace):
-        raise PermissionDenied("Only workspace Owners and Admins can update endpoints.")
+    if not can_edit(request.user, endpoint.cluster.workspace):
+        raise PermissionDenied("Only workspace Owners, Admins and Members can update endpoints.")
     form = EndpointUpdateForm(request.POST)
     if not form.is_valid():
         labels = {name: field.label or name for name, field in form.fields.items()}

@@ -4,7 +4,7 @@ then its replicas'; `locking`):
 - `validation`: what an endpoint may ask for, and the API's bounds;
 - `placement`: which node takes a replica (`PlacementError` when none can);
 - `locking`: the lock order of passes that may start replicas;
-- `lifecycle`: create, stop, restart (Owner/Admin);
+- `lifecycle`: create, stop, restart (Owner, Admin, Member);
 - `starts`: endpoint.start commands as they are queued (replica rows, quota admissions);
 - `outcomes`: the rows following a replica's commands' outcomes;
 - `reconcile`: the node's inventory and its deletion;

@@ -1,4 +1,4 @@
-"""An endpoint's life as its operators drive it (Owner/Admin): create (placed and started), stop, restart.
+"""An endpoint's life as its workspace drives it (Owner, Admin, Member): create (placed and started), stop, restart.
 
 An endpoint keeps `min_replicas` replicas (`EndpointReplica`), each one server on a node; its own status
 summarises theirs (`replicas.endpoint_summarise`). Lock order: the endpoint's row, then its replicas'.
@@ -31,7 +31,7 @@ from fleet.workloads.services.endpoints.validation import (
     validate_server_args,
 )
 from kernel.exceptions import IllegalTransition
-from tenancy.mixins import require_operator
+from tenancy.mixins import require_editor
 from tenancy.quotas import admit, locked_quota
 
 
@@ -64,7 +64,7 @@ def endpoint_create(
     idle_timeout_s: int = 300,
     server_args: list[str] | None = None,
 ) -> Endpoint:
-    """Start an inference endpoint for a cached model with `min_replicas` replicas; Owner/Admin only.
+    """Start an inference endpoint for a cached model with `min_replicas` replicas; Owner, Admin or Member.
 
     Places each replica on `node` or on an online node of the cluster that has the model cached and
     enough GPUs/VRAM (distinct nodes where they fit, the least busy first), creates the Endpoint and
@@ -77,7 +77,7 @@ def endpoint_create(
     (`endpoint_idle`); the next request starts one again. Every replica's server starts with `server_args`
     (`validate_server_args`).
     """
-    require_operator(actor, cluster.workspace)
+    require_editor(actor, cluster.workspace, what="create endpoints")
     validate_model_id(model_id)
     validate_revision(revision)
     server_args = validate_server_args([] if server_args is None else server_args)
@@ -140,8 +140,8 @@ def endpoint_create(
 @operator_action("endpoint.stop", target=on("endpoint", "endpoint"))
 def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
     """Stop an endpoint (→ stopping; → stopped when the agent confirms), or one scaled to zero (→ stopped: no
-    request wakes it any more). Owner/Admin only; 409 if not live or idle."""
-    require_operator(actor, endpoint.cluster.workspace)
+    request wakes it any more). Owner, Admin or Member; 409 if not live or idle."""
+    require_editor(actor, endpoint.cluster.workspace, what="stop endpoints")
     with transaction.atomic():
         endpoint = (
             Endpoint.objects.select_for_update(of=("self",)).select_related("node", "cluster").get(pk=endpoint.pk)
@@ -165,9 +165,9 @@ def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
 
 @operator_action("endpoint.restart", target=on("endpoint", "endpoint"))
 def endpoint_restart(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
-    """Start a stopped or failed endpoint again under the same id and URL (Owner/Admin only): its replicas
+    """Start a stopped or failed endpoint again under the same id and URL (Owner, Admin or Member): its replicas
     placed like a new endpoint's (on nodes holding the weights), pending again; 409 while it is live."""
-    require_operator(actor, endpoint.cluster.workspace)
+    require_editor(actor, endpoint.cluster.workspace, what="start endpoints")
     with transaction.atomic():
         locked_quota(endpoint.cluster.workspace_id)  # before the row: the lock order of admissions
         endpoint = Endpoint.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=endpoint.pk)

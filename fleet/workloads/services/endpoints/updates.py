@@ -25,7 +25,7 @@ from fleet.workloads.services.endpoints.placement import pick_replica_node
 from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_start
 from fleet.workloads.services.endpoints.validation import validate_revision, validate_server_args
 from kernel.exceptions import IllegalTransition
-from tenancy.mixins import require_operator
+from tenancy.mixins import require_editor
 from tenancy.quotas import locked_quota
 
 _SERVING = (EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING)
@@ -64,12 +64,12 @@ def endpoint_update(
     revision: str | None = None,
     server_args: list[str] | None = None,
 ) -> Endpoint:
-    """Roll a running endpoint over to `revision` and/or `server_args` (None: keep the current one; Owner/Admin
-    only; see the module). 400 (ValidationError) for a malformed value or neither given; 409 when it is not
+    """Roll a running endpoint over to `revision` and/or `server_args` (None: keep the current one; Owner, Admin,
+    Member; see the module). 400 (ValidationError) for a malformed value or neither given; 409 when it is not
     running or already serves that revision with those arguments, or (`PlacementError`, `QuotaExceeded`;
     nothing written) when a new replica fits on no node or the workspace's GPU/VRAM quota cannot hold old
     and new side by side. The returned endpoint's `rolled_from` is its (revision, server_args) before."""
-    require_operator(actor, endpoint.cluster.workspace)
+    require_editor(actor, endpoint.cluster.workspace, what="update endpoints")
     if revision is None and server_args is None:
         raise ValidationError({"revision": "Give a revision and/or server_args to update the endpoint to."})
     if revision is not None:
