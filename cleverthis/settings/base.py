@@ -131,11 +131,11 @@ SIGN_IN_RATE = env_rate("SIGN_IN_RATE", "10/min")  # sign-in POSTs, per client I
 AGENT_HEARTBEAT_INTERVAL_S = env_float("AGENT_HEARTBEAT_INTERVAL_S", 30.0)
 AGENT_HELLO_TIMEOUT_S = env_float("AGENT_HELLO_TIMEOUT_S", 15.0)
 # At most this many tunnels per process between their connect and their welcome (signatures, several
-# queries each). Beyond it a new tunnel is answered at once with a Backoff of AGENT_HANDSHAKE_BACKOFF_S
-# (spread from half to one and a half times): a reconnect storm of thousands of agents queues in the
-# agents, instead of piling handshakes up in the process until they time out and are retried at once.
+# queries each). Beyond it a new tunnel is answered at once with a Backoff: a reconnect storm of thousands
+# of agents queues in the agents, instead of piling handshakes up in the process until they time out and
+# are retried at once. The Backoff is derived from NODE_OFFLINE_GRACE_S (`fleet.tunnel.handshakes`): an
+# agent told to wait is back, its jitter included, before its node would read offline.
 AGENT_MAX_HANDSHAKES = env_int("AGENT_MAX_HANDSHAKES", 50)
-AGENT_HANDSHAKE_BACKOFF_S = env_float("AGENT_HANDSHAKE_BACKOFF_S", 10.0)
 AGENT_REVOCATION_RECHECK_S = env_float("AGENT_REVOCATION_RECHECK_S", 30.0)
 # A tunnel renews its channel-layer group memberships (its node's group, the agents' group) on a heartbeat
 # at least this long after the last renewal: Redis forgets a membership after channels_redis's
@@ -348,6 +348,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     # usage: node-, GPU- and container-seconds of the minute that ended, per cluster (idempotent per minute)
     "fleet-usage-sample": {"task": "fleet.usage.tasks.sample_usage", "schedule": 60.0},
 }
+# Beat publishes through a broker restart (retries for ~15 s) and logs a failure in one line (`cleverthis.beat`).
+CELERY_BEAT_SCHEDULER = "cleverthis.beat:BrokerTolerantScheduler"
 # Where beat keeps its schedule state: in this checkout, never a path shared with other checkouts.
 CELERY_BEAT_SCHEDULE_FILENAME = env_str("CELERY_BEAT_SCHEDULE_FILENAME", str(BASE_DIR / "var" / "celerybeat-schedule"))
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)

@@ -29,6 +29,7 @@ from fleet.workloads.services.endpoints.heal import endpoint_heal, endpoints_to_
 from fleet.workloads.services.endpoints.idle import endpoint_idle, endpoint_wake, endpoints_to_idle
 from fleet.workloads.services.endpoints.lifecycle import endpoint_create, endpoint_restart, endpoint_stop
 from fleet.workloads.services.endpoints.limits import MAX_PER_MINUTE, endpoint_set_key_limits, validate_per_minute
+from fleet.workloads.services.endpoints.locking import endpoints_lock_for_commands
 from fleet.workloads.services.endpoints.outcomes import endpoint_record_acked, endpoint_record_command_outcome
 from fleet.workloads.services.endpoints.placement import PlacementError, node_free_vram_mb
 from fleet.workloads.services.endpoints.reconcile import endpoints_end_with_node, endpoints_reconcile
@@ -80,6 +81,7 @@ __all__ = [
     "endpoint_update",
     "endpoint_wake",
     "endpoints_end_with_node",
+    "endpoints_lock_for_commands",
     "endpoints_reconcile",
     "endpoints_to_autoscale",
     "endpoints_to_heal",
