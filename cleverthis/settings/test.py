@@ -24,6 +24,7 @@ os.environ.setdefault("CELERY_BEAT_SCHEDULE_FILENAME", os.path.join(TEST_RUN_DIR
 
 from cleverthis.settings.base import *  # noqa: E402, F403
 from cleverthis.settings.base import CACHES, CHANNEL_LAYERS  # noqa: E402
+from cleverthis.settings.env import env_float  # noqa: E402
 
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
@@ -34,3 +35,6 @@ CACHES["default"]["KEY_PREFIX"] = "cleverthis-test"
 # The throttling tests lower them for themselves.
 AGENT_REGISTER_RATE = "100000/s"
 SIGN_IN_RATE = "100000/s"
+# Web servers the tests stop: no load balancer to wait for, a short drain (tests that drain set their own).
+WEB_DRAIN_DEADLINE_S = env_float("WEB_DRAIN_DEADLINE_S", 5.0)
+WEB_DRAIN_LB_S = env_float("WEB_DRAIN_LB_S", 0.0)

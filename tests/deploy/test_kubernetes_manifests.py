@@ -123,3 +123,25 @@ def test_every_process_runs_the_image_non_root_with_the_shared_config():
             assert refs == {("configMapRef", "cleverthis-config"), ("secretRef", "cleverthis-secrets")}
             assert ("ConfigMap", "cleverthis-config") in found
             assert ("Secret", "cleverthis-secrets") in found
+
+
+def test_web_pods_leave_the_service_and_drain_before_they_stop():
+    """docs/deploy.md (Upgrades): one pod more before one less, at most one evicted at a time, readiness
+    on /healthz (503 while draining), a preStop pause for the endpoints to drop the pod, and a grace
+    period longer than that pause plus the drain and uvicorn's graceful shutdown."""
+    found = objects()
+    web = found[("Deployment", "cleverthis-web")]
+    assert web["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    pod = web["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    readiness = container["readinessProbe"]
+    drain_lb_s = float(found[("ConfigMap", "cleverthis-config")]["data"]["WEB_DRAIN_LB_S"])
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] <= drain_lb_s + 1
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[0] == "sleep"
+    deadline = float(found[("ConfigMap", "cleverthis-config")]["data"]["WEB_DRAIN_DEADLINE_S"])
+    assert pod["terminationGracePeriodSeconds"] > float(pre_stop[1]) + 2 * deadline
+    budget = found[("PodDisruptionBudget", "cleverthis-web")]
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= web["spec"]["template"]["metadata"]["labels"].items()
