@@ -148,6 +148,7 @@ from agent.protocol.values import (
     InventoryProblem,
 )
 from agent.protocol.versions import (
+    BACKOFF_JITTER,
     CLOSE_AGENT_TOO_OLD,
     CLOSE_BACKOFF,
     CLOSE_MEANINGS,
@@ -178,6 +179,7 @@ from agent.protocol.versions import (
 __all__ = [
     "AGENT_PACKAGE_CONTEXT",
     "AGENT_PROOF_CONTEXT",
+    "BACKOFF_JITTER",
     "BATCH_CHUNK_OVERHEAD",
     "BATCH_MAGIC",
     "BINARY_MAGIC",

@@ -48,6 +48,10 @@ HEARTBEAT_INTERVAL_S = 30.0
 # Agent → control plane WebSocket path.
 TUNNEL_PATH = "/agent/tunnel"
 
+# An agent told to back off (a `Backoff` frame) waits `retry_after_s` stretched by up to this fraction, at
+# random (a refused crowd does not come back in step); the control plane sizes its Backoffs with it.
+BACKOFF_JITTER = 0.2
+
 # Close codes of the tunnel; the close frame also carries a reason (`cleverthis.daphne_fixes`, `uvicorn_fixes`).
 CLOSE_PROTOCOL_ERROR = 4400  # a malformed, oversized or unacceptable frame (or agent_nonce)
 CLOSE_UNAUTHORIZED = 4401  # no hello, or a hello that does not authenticate
@@ -61,14 +65,20 @@ CLOSE_MEANINGS: dict[int, str] = {
     1002: "WebSocket protocol error",
     1007: "invalid payload",
     1009: "message too big",
+    1003: "unsupported data",
+    1006: "connection lost",
+    1008: "policy violation",
+    1010: "extension required",
     1011: "server error",
+    1012: "service restart",
+    1013: "try again later",
+    1014: "bad gateway",
     CLOSE_PROTOCOL_ERROR: "bad frame",
     CLOSE_UNAUTHORIZED: "not authenticated",
     CLOSE_REVOKED: "revoked",
     CLOSE_BACKOFF: "back off",
     CLOSE_STALE: "stale tunnel",
     CLOSE_AGENT_TOO_OLD: "agent too old",
-    1012: "service restart",
 }
 
 # Machine-readable failure codes carried by `Error` frames and recorded on commands.

@@ -79,6 +79,10 @@ class ReconnectPolicy:
     def delay(self, attempt: int) -> float:
         return self.rng.uniform(0, min(self.cap_s, self.base_s * (2**attempt)))
 
+    def after_backoff(self, retry_after_s: float) -> float:
+        """The wait a `Backoff` asks for, stretched by up to `protocol.BACKOFF_JITTER` at random."""
+        return retry_after_s * (1 + p.BACKOFF_JITTER * self.rng.random())
+
 
 class SessionEnded(Exception):
     """A session ended; `retry_after_s` set when the server asked us to back off."""
@@ -325,7 +329,7 @@ class TunnelClient:
                     self.exit_code = EXIT_REVOKED
                     return
                 if ended.retry_after_s is not None:
-                    delay = ended.retry_after_s * (1 + 0.2 * self.policy.rng.random())
+                    delay = self.policy.after_backoff(ended.retry_after_s)
                     log.warning("control plane asked to back off %.1fs: %s", ended.retry_after_s, ended.reason)
                 else:
                     if self.sessions == welcomed_before:  # never got as far as a live session
@@ -632,21 +636,28 @@ class TunnelClient:
         assert self.runner is not None
         runner = self.runner
         key = command.idempotency_key
+        # Checked and taken before the first await: a second delivery of the key (the control plane's
+        # resend after a reconnect racing the dispatch of the same command) finds it taken, whatever
+        # this one is waiting for.
         if key in self._running_keys:
             self._send(p.Ack(command_id=command.command_id, duplicate=True))
             return
-        previous = await asyncio.to_thread(runner.completed, key)
+        self._running_keys.add(key)
+        try:
+            await self._run_once(command, runner)
+        finally:
+            self._running_keys.discard(key)
+
+    async def _run_once(self, command: p.Command, runner: RunnerLike) -> None:
+        """Run `command`, whose key this delivery holds: answered from the journal when it finished before."""
+        previous = await asyncio.to_thread(runner.completed, command.idempotency_key)
         if previous is not None:
             self._send(p.Ack(command_id=command.command_id, duplicate=True))
             self._send(replace(previous, command_id=command.command_id, id=p.new_id()))
             return
-        self._running_keys.add(key)
         self._send(p.Ack(command_id=command.command_id))
         if command.command_type == "agent.update":
-            try:
-                await self._update(command, runner)
-            finally:
-                self._running_keys.discard(key)
+            await self._update(command, runner)
             return
         loop = asyncio.get_running_loop()
 
@@ -655,10 +666,7 @@ class TunnelClient:
             loop.call_soon_threadsafe(self._send, frame)
 
         started = time.monotonic()
-        try:
-            outcome = await asyncio.to_thread(runner.run, command, progress)
-        finally:
-            self._running_keys.discard(key)
+        outcome = await asyncio.to_thread(runner.run, command, progress)
         log.info(
             "command %s %s in %.2fs",
             command.command_type,

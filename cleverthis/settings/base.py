@@ -104,11 +104,11 @@ SIGN_IN_RATE = env_rate("SIGN_IN_RATE", "10/min")  # sign-in POSTs, per client I
 AGENT_HEARTBEAT_INTERVAL_S = env_float("AGENT_HEARTBEAT_INTERVAL_S", 30.0)
 AGENT_HELLO_TIMEOUT_S = env_float("AGENT_HELLO_TIMEOUT_S", 15.0)
 # At most this many tunnels per process between their connect and their welcome (signatures, several
-# queries each). Beyond it a new tunnel is answered at once with a Backoff of AGENT_HANDSHAKE_BACKOFF_S
-# (spread from half to one and a half times): a reconnect storm of thousands of agents queues in the
-# agents, instead of piling handshakes up in the process until they time out and are retried at once.
+# queries each). Beyond it a new tunnel is answered at once with a Backoff: a reconnect storm of thousands
+# of agents queues in the agents, instead of piling handshakes up in the process until they time out and
+# are retried at once. The Backoff is derived from NODE_OFFLINE_GRACE_S (`fleet.tunnel.handshakes`): an
+# agent told to wait is back, its jitter included, before its node would read offline.
 AGENT_MAX_HANDSHAKES = env_int("AGENT_MAX_HANDSHAKES", 50)
-AGENT_HANDSHAKE_BACKOFF_S = env_float("AGENT_HANDSHAKE_BACKOFF_S", 10.0)
 AGENT_REVOCATION_RECHECK_S = env_float("AGENT_REVOCATION_RECHECK_S", 30.0)
 # A tunnel renews its channel-layer group memberships (its node's group, the agents' group) on a heartbeat
 # at least this long after the last renewal: Redis forgets a membership after channels_redis's

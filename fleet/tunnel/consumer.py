@@ -35,7 +35,10 @@ from urllib.parse import parse_qs
 from uuid import UUID
 
 from channels.consumer import get_handler_name
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DataError
@@ -78,6 +81,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     session: uuid.UUID | None = None  # this tunnel's id as recorded on the node (`Node.tunnel_session`)
     _relay_task: asyncio.Future[Any] | None = None
     _handshaking = False  # holds a place in HANDSHAKES (from connect until the welcome or the close)
+    _registered = False  # in this process's registry (`local_tunnels`) and counted in TUNNELS_CONNECTED
+    _ended = False  # `disconnect()` ran
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
     # stream id → its sink: the stream itself (a request in this process) or a peer link back to another one
     streams: dict[int, StreamSink]
@@ -92,9 +97,45 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     _retiring: tuple[int, str] | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """As Channels does, with heartbeats taken ahead of queued stream data (`HeartbeatFirst`) and
-        nothing sent after the socket closed (`SendUntilClosed`)."""
-        await super().__call__(scope, HeartbeatFirst.over(receive) or receive, SendUntilClosed(send))
+        """As Channels' `AsyncConsumer.__call__`, with heartbeats taken ahead of queued stream data
+        (`HeartbeatFirst`), nothing sent after the socket closed (`SendUntilClosed`), the channel layer's
+        failures waited out underneath the open tunnel (`_channel_receive`), and a consumer that fails
+        closed with 1011 after running its `disconnect()`: its streams end with an error at once, its
+        node is disconnected and this process forgets it (nothing dead stays registered)."""
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        self.channel_name = await self.channel_layer.new_channel()
+        self.base_send = SendUntilClosed(send)
+        try:
+            await await_many_dispatch([HeartbeatFirst.over(receive) or receive, self._channel_receive], self.dispatch)
+        except StopConsumer:
+            pass
+        except Exception:
+            log.exception("tunnel of node %s failed; closing it", self.node_id)
+            await self.disconnect(1011)
+            with contextlib.suppress(Exception):
+                await self.close(code=1011, reason="server error")
+
+    async def _channel_receive(self) -> dict[str, Any]:
+        """The next channel-layer message for this tunnel. The layer failing (Redis restarting) ends
+        nothing: the receive is tried again with back-off while the socket stays open, and every tunnel of
+        this process joins its groups again once Redis answers (`local_tunnels.layer_failed`)."""
+        attempt = 0
+        while True:
+            try:
+                return await self.channel_layer.receive(self.channel_name)
+            except Exception as exc:  # (a cancel is no Exception: the consumer ending)
+                delay = local_tunnels.layer_retry_delay(attempt)
+                log.warning(
+                    "tunnel of node %s: channel-layer receive failed (%s: %s); retrying in %.1fs",
+                    self.node_id,
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                )
+                local_tunnels.layer_failed()
+                attempt += 1
+                await asyncio.sleep(delay)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Route a message to its handler, without Channels' `close_old_connections` hop per message.
@@ -170,6 +211,10 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             HANDSHAKES.leave()
 
     async def disconnect(self, code: int) -> None:
+        """The socket closed (or the consumer failed): free what it held, once."""
+        if self._ended:
+            return
+        self._ended = True
         self._handshake_done()
         drain.closed(self)
         REVOCATIONS.discard(self)
@@ -183,7 +228,9 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             # refuse some of the clean-up below, and the node must not stay "connected" because of it.
             # (A superseded tunnel's close changes nothing: the node's row names the newer one.)
             local_tunnels.discard(self.node_id, self)
-            metrics.TUNNELS_CONNECTED.dec()
+            if self._registered:
+                self._registered = False
+                metrics.TUNNELS_CONNECTED.dec()
             await database_sync_to_async(services.node_disconnected)(node=self.node, session=self.session)
         try:
             for stream_id in list(self.streams):
@@ -229,6 +276,12 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         except (ValidationError, DataError, ValueError) as exc:  # well-formed JSON, values we cannot take
             log.warning("closing tunnel of node %s: bad %s frame: %s", self.node_id, frame.TYPE, exc)
             await self.close(code=CLOSE_PROTOCOL_ERROR, reason=f"bad {frame.TYPE} frame"[:120])
+        except Exception:  # recording it failed (the database: a deadlock, a lost connection)
+            # Closed, so that the agent says hello again and every unfinished command is sent again (its
+            # journal answers those it finished): nothing it reported is lost, nothing dead stays here.
+            log.exception("closing tunnel of node %s: recording its %s frame failed", self.node_id, frame.TYPE)
+            await self.disconnect(1011)  # at once: nothing is routed to this tunnel any more
+            await self.close(code=1011, reason=f"recording a {frame.TYPE} frame failed; reconnect"[:120])
 
     async def _on_hello(self, hello: p.Hello) -> None:
         try:
@@ -278,21 +331,30 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         self.certificate_serial = serial
         self._last_beat = time.monotonic()
         self._hello_timer.cancel()
-        await self._join_groups()
-        local_tunnels.add(node.id, self)
-        metrics.TUNNELS_CONNECTED.inc()
         current = agent_packages.served_version()
+        mode_settings = await database_sync_to_async(node.cluster.mode_settings)()
+        # The Welcome first: until the agent has it, it takes no other frame ("expected welcome, got
+        # command" drops the tunnel). Nothing can reach this socket before: it joins the node's groups
+        # (commands, fan-outs) and the process's registry (streams) only after the Welcome went out.
         await self._send_frame(
             p.Welcome(
                 node_id=str(node.id),
                 heartbeat_interval_s=settings.AGENT_HEARTBEAT_INTERVAL_S,
                 mode=node.cluster.mode,
-                mode_settings=await database_sync_to_async(node.cluster.mode_settings)(),
+                mode_settings=mode_settings,
                 agent_version_current=current,
                 update_required=self.protocol < p.PROTOCOL_VERSION or node.agent_version != current,
             )
         )
+        local_tunnels.add(node.id, self)
+        self._registered = True
+        metrics.TUNNELS_CONNECTED.inc()
         REVOCATIONS.add(self)
+        try:
+            await self.join_groups()
+        except Exception as exc:  # Redis away: joined once it answers (the pending commands follow anyway)
+            log.warning("tunnel of node %s: joining its channel-layer groups failed: %s", self.node_id, exc)
+            local_tunnels.layer_failed()
         drain.opened(self)
         await self._supersede_older_tunnels()
         for command in await database_sync_to_async(services.command_pending_for_node)(node=node):
@@ -349,7 +411,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if self._retiring is not None:
             self._close_if_retired()
 
-    async def _join_groups(self) -> None:
+    async def join_groups(self) -> None:
         """Join (again: it renews the membership) this node's group and the agents' group."""
         assert self.node_id is not None
         await self.channel_layer.group_add(node_group(self.node_id), self.channel_name)
@@ -366,7 +428,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if time.monotonic() - self._groups_joined < settings.TUNNEL_GROUP_REFRESH_S:
             return
         try:
-            await self._join_groups()
+            await self.join_groups()
         except Exception as exc:
             log.warning("tunnel of node %s: renewing its channel-layer groups failed: %s", self.node_id, exc)
 

@@ -27,6 +27,7 @@ from fleet.workloads.services.endpoint_autoscale import (
 )
 from fleet.workloads.services.endpoint_heal import endpoint_heal, endpoints_to_heal
 from fleet.workloads.services.endpoint_idle import endpoint_idle, endpoint_wake, endpoints_to_idle
+from fleet.workloads.services.endpoint_locking import endpoints_lock_for_commands
 from fleet.workloads.services.endpoint_updates import endpoint_update
 from fleet.workloads.services.endpoints import (
     MAX_IDLE_TIMEOUT_S,
@@ -89,6 +90,7 @@ __all__ = [
     "endpoint_update",
     "endpoint_wake",
     "endpoints_end_with_node",
+    "endpoints_lock_for_commands",
     "endpoints_reconcile",
     "endpoints_to_autoscale",
     "endpoints_to_heal",
