@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import functools
 import os
 import random
 import signal
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,16 @@ class CountingRunner(InstantRunner):
         return super().run(command, progress)
 
 
+# The agents' loop runs their blocking calls inline (`InlineExecutor`): the benchmark's own blocking work
+# (starting processes, waiting for them) goes to threads of its own, or it would stall every agent.
+_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="bench")
+
+
+async def blocking(fn: Any, *args: Any) -> Any:
+    """`fn(*args)` on the benchmark's own threads."""
+    return await asyncio.get_running_loop().run_in_executor(_POOL, functools.partial(fn, *args))
+
+
 def live(client: TunnelClient) -> bool:
     """Whether the client has a live session (its sender open) right now."""
     sender = client._sender
@@ -77,7 +89,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     from fleet.models import Command, Node, NodeEvent
     from tenancy.services import workspace_create
 
-    td.reset_database()
+    await sync_to_async(td.reset_database)()
     user = await sync_to_async(get_user_model().objects.create_user)("bench", password="x")
     token = (await sync_to_async(Token.objects.create)(user=user)).key
     workspace = await sync_to_async(workspace_create)(name="Bench", owner=user)
@@ -113,15 +125,18 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     try:
         start_web(0)
         start_web(1)
-        await asyncio.to_thread(
-            wait_until, lambda: balancer.servers_up() == {"web0", "web1"}, timeout=30, what="haproxy: old up"
+        await blocking(
+            functools.partial(wait_until, timeout=30, what="haproxy: old up"),
+            lambda: balancer.servers_up() == {"web0", "web1"},
         )
 
         async def register(i: int) -> AgentConfig:
             _, raw = await sync_to_async(services.join_token_create)(cluster=cluster, actor=user)
             facts = p.HostFacts(hostname=f"sim-{i:05d}", cpu_count=8, memory_total_mb=32768)
-            return await asyncio.to_thread(
-                join, url=balancer.url, token=raw, state_dir=workdir / f"agent-{i}", facts=facts, timeout=120
+            return await blocking(
+                functools.partial(
+                    join, url=balancer.url, token=raw, state_dir=workdir / f"agent-{i}", facts=facts, timeout=120
+                )
             )
 
         configs: list[AgentConfig] = []
@@ -215,22 +230,23 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
         # ---- the roll: two new processes, checked in; the two old ones drain and exit by themselves
         print("  rolling: starting the new web processes", flush=True)
-        await asyncio.to_thread(start_web, 2)
-        await asyncio.to_thread(start_web, 3)
-        await asyncio.to_thread(
-            wait_until, lambda: {"web2", "web3"} <= balancer.servers_up(), timeout=60, what="haproxy: new up"
+        await blocking(start_web, 2)
+        await blocking(start_web, 3)
+        await blocking(
+            functools.partial(wait_until, timeout=60, what="haproxy: new up"),
+            lambda: {"web2", "web3"} <= balancer.servers_up(),
         )
         print("  rolling: draining the old ones", flush=True)
         drain_started = time.monotonic()
         for i in (0, 1):
             webs[i].popen.send_signal(signal.SIGTERM)
         for i in (0, 1):
-            await asyncio.to_thread(webs[i].popen.wait, args.drain_deadline * 2 + 30)
+            await blocking(webs[i].popen.wait, args.drain_deadline * 2 + 30)
         drain_s = time.monotonic() - drain_started
         await asyncio.sleep(args.heartbeat + 3)  # a late offline or reconnect shows by now
         finished.set()
         for thread in pollers:
-            thread.join(timeout=30)
+            await blocking(thread.join, 30)
         await sampler
 
         # ---- results
@@ -296,6 +312,9 @@ def goals(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
 
 
 def main() -> None:
+    import logging
+
+    logging.getLogger("agent").setLevel(logging.WARNING)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agents", type=int, default=150)
     parser.add_argument("--heartbeat", type=float, default=5.0, help="agents' heartbeat interval (s)")

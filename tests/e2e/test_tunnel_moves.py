@@ -203,8 +203,9 @@ def test_draining_the_replica_holding_a_tunnel_moves_it_once_without_a_gap(
     assert all(connected for _, connected, _ in seen), seen
     assert len({session for _, _, session in seen}) == 2, seen
     assert not NodeEvent.objects.filter(node=node, kind="offline", created_at__gte=_aware(started)).exists()
-    # the command sent during the move ran once
-    assert log.count("command received: model.download") == 1
+    # the command sent during the move ran once (it may reach the agent over both tunnels while they
+    # overlap, and again with the new tunnel's resend of unfinished commands: the agent runs its key once)
+    assert log.count("command model.download succeeded in") == 1
     assert NodeEvent.objects.filter(command=command, kind="command.succeeded").count() == 1
     assert old.log().count("drained; stopping") == 1
     assert port_open(ports[1])
