@@ -28,8 +28,8 @@ log = logging.getLogger("fleet.tunnel")
 
 # How many agents a draining process asks to move per second (their new handshakes spread over the
 # others: each takes at most AGENT_MAX_HANDSHAKES at once), and the longest spread.
-MOVES_PER_S = 200.0
-MAX_SPREAD_S = 5.0
+MOVES_PER_S = 50.0
+MAX_SPREAD_S = 10.0
 CLOSE_MOVED = 1000
 CLOSE_GOING_AWAY = 1001
 CLOSE_SERVICE_RESTART = 1012
