@@ -322,6 +322,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     # usage: node-, GPU- and container-seconds of the minute that ended, per cluster (idempotent per minute)
     "fleet-usage-sample": {"task": "fleet.usage.tasks.sample_usage", "schedule": 60.0},
 }
+# Beat publishes through a broker restart (retries for ~15 s) and logs a failure in one line (`cleverthis.beat`).
+CELERY_BEAT_SCHEDULER = "cleverthis.beat:BrokerTolerantScheduler"
 # Where beat keeps its schedule state: in this checkout, never a path shared with other checkouts.
 CELERY_BEAT_SCHEDULE_FILENAME = env_str("CELERY_BEAT_SCHEDULE_FILENAME", str(BASE_DIR / "var" / "celerybeat-schedule"))
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)

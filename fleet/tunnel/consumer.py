@@ -50,11 +50,10 @@ from fleet.models import Command
 from fleet.tunnel import auth as tunnel_auth
 from fleet.tunnel import drain, local_tunnels, peer_listener, records
 from fleet.tunnel.handshakes import BUSY_REASON, HANDSHAKES, accepted_protocol_range, handshake_backoff_s
-from fleet.tunnel.outbox import StreamOutbox
 from fleet.tunnel.records import database_sync_to_async
 from fleet.tunnel.revocations import REVOCATIONS
 from fleet.tunnel.server_io import HeartbeatFirst, SendUntilClosed
-from fleet.tunnel.streams_seam import LocalStream, StreamSink
+from fleet.tunnel.stream_relay import StreamRelay
 from kernel import draining, metrics
 from kernel.exceptions import IllegalTransition
 
@@ -69,8 +68,9 @@ CLOSE_STALE = p.CLOSE_STALE
 CLOSE_AGENT_TOO_OLD = p.CLOSE_AGENT_TOO_OLD
 
 
-class AgentTunnelConsumer(AsyncWebsocketConsumer):
-    """One agent's tunnel: authenticate, then relay commands down and records frames up."""
+class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
+    """One agent's tunnel: authenticate, then relay commands down and records frames up (and the proxied
+    streams of the node both ways: `StreamRelay`, `fleet.tunnel.stream_relay`)."""
 
     node_id: UUID | None = None
     protocol = p.PROTOCOL_VERSION  # this tunnel's version: the highest both sides speak
@@ -84,13 +84,8 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     _registered = False  # in this process's registry (`local_tunnels`) and counted in TUNNELS_CONNECTED
     _ended = False  # `disconnect()` ran
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
-    # stream id → its sink: the stream itself (a request in this process) or a peer link back to another one
-    streams: dict[int, StreamSink]
     _beats: collections.deque[p.Heartbeat]
     _beat_task: asyncio.Future[None] | None = None
-    _closing: asyncio.Future[None] | None = None
-    _outbox: StreamOutbox | None = None  # stream frames towards the agent, written by `_outbox_task`
-    _outbox_task: asyncio.Task[None] | None = None
     # Set when this tunnel is to close once its streams ended: (code, reason). A newer tunnel of the node
     # was welcomed (superseded: this one left the node's groups), or this process drains and the agent
     # cannot move (`fleet.tunnel.drain`).
@@ -117,25 +112,9 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
                 await self.close(code=1011, reason="server error")
 
     async def _channel_receive(self) -> dict[str, Any]:
-        """The next channel-layer message for this tunnel. The layer failing (Redis restarting) ends
-        nothing: the receive is tried again with back-off while the socket stays open, and every tunnel of
-        this process joins its groups again once Redis answers (`local_tunnels.layer_failed`)."""
-        attempt = 0
-        while True:
-            try:
-                return await self.channel_layer.receive(self.channel_name)
-            except Exception as exc:  # (a cancel is no Exception: the consumer ending)
-                delay = local_tunnels.layer_retry_delay(attempt)
-                log.warning(
-                    "tunnel of node %s: channel-layer receive failed (%s: %s); retrying in %.1fs",
-                    self.node_id,
-                    type(exc).__name__,
-                    exc,
-                    delay,
-                )
-                local_tunnels.layer_failed()
-                attempt += 1
-                await asyncio.sleep(delay)
+        """The next channel-layer message for this tunnel; the layer failing (Redis restarting) is waited
+        out underneath the open socket (`local_tunnels.receive_through_failures`)."""
+        return await local_tunnels.receive_through_failures(self.channel_layer, self.channel_name, self.node_id)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Route a message to its handler, without Channels' `close_old_connections` hop per message.
@@ -501,48 +480,6 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     async def _on_inventory(self, frame: p.InventoryReport) -> None:
         await database_sync_to_async(records.record_inventory)(self.node_id, frame.inventory)
 
-    async def _on_stream_data(self, frame: p.StreamData) -> None:
-        await self._to_stream(frame.stream_id, {"type": "stream.data", "data": frame.payload()})
-
-    async def _on_stream_batch(self, frame: p.StreamBatch) -> None:
-        """Several streams' data in one message: each chunk to its stream, in the order sent."""
-        streams = self.streams
-        for stream_id, data in frame.chunks:
-            target = streams.get(stream_id)
-            if target is not None:
-                target.deliver({"type": "stream.data", "data": data})
-
-    async def _on_stream_frames(self, frame: p.StreamFrames) -> None:
-        """Several streams' data, window increments and ends in one message: each to its stream, in order."""
-        streams = self.streams
-        for entry in frame.frames:
-            target = streams.get(entry.stream_id)
-            if target is None:
-                continue
-            if type(entry) is p.StreamData:
-                target.deliver({"type": "stream.data", "data": entry.data})
-            elif type(entry) is p.StreamWindow:
-                target.deliver({"type": "stream.window", "increment": entry.increment})
-            elif type(entry) is p.StreamEnd:
-                target.deliver({"type": "stream.end", "error": entry.error})
-                streams.pop(entry.stream_id, None)
-                self._stream_gone()
-            # (an open from the agent means nothing: only the control plane opens streams)
-
-    async def _on_stream_window(self, frame: p.StreamWindow) -> None:
-        await self._to_stream(frame.stream_id, {"type": "stream.window", "increment": frame.increment})
-
-    async def _on_stream_end(self, frame: p.StreamEnd) -> None:
-        await self._to_stream(frame.stream_id, {"type": "stream.end", "error": frame.error})
-        self.streams.pop(frame.stream_id, None)
-        self._stream_gone()
-
-    async def _to_stream(self, stream_id: int, message: dict[str, Any]) -> None:
-        """Hand a message to the process proxying stream `stream_id`: in memory if it is this one."""
-        target = self.streams.get(stream_id)
-        if target is not None:
-            target.deliver(message)
-
     _handlers: dict[type, Any] = {
         p.Heartbeat: _on_heartbeat,
         p.Ack: _on_ack,
@@ -550,11 +487,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         p.Result: _on_result,
         p.Error: _on_error,
         p.InventoryReport: _on_inventory,
-        p.StreamData: _on_stream_data,
-        p.StreamBatch: _on_stream_batch,
-        p.StreamFrames: _on_stream_frames,
-        p.StreamWindow: _on_stream_window,
-        p.StreamEnd: _on_stream_end,
+        **StreamRelay.STREAM_HANDLERS,
     }
 
     # ---- messages from the channel layer (any replica, any Celery worker)
@@ -593,75 +526,6 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             p.Backoff(retry_after_s=float(message["retry_after_s"]), reason=message.get("reason", ""))
         )
         await self.close(code=CLOSE_BACKOFF, reason="backoff")
-
-    async def stream_open(self, message: dict[str, Any]) -> None:
-        """`stream.open` (group) from a replica of an older version (rolling deploy): streams now come over
-        peer links (`fleet.tunnel.peer_serving`); ignored, so that replica answers 502 until it is replaced."""
-        log.warning("ignoring a channel-layer stream.open for node %s (a replica of an older version)", self.node_id)
-
-    async def open_local_stream(self, stream: LocalStream, opening: dict[str, Any]) -> None:
-        """A stream opened in this process (`fleet.tunnel.local_tunnels`): by a request here, or by
-        another process over a peer link (`fleet.tunnel.peer_serving`)."""
-        self.streams[stream.stream_id] = stream
-        await self._open_stream(stream.stream_id, opening)
-
-    async def _open_stream(self, stream_id: int, opening: dict[str, Any]) -> None:
-        """Tell the agent: open, then the first request bytes and the request's end if they came along.
-
-        From protocol 5 on these, and whatever else is queued for the agent's streams in this event-loop
-        turn, go out as one message (`StreamOutbox`).
-        """
-        frames: list[p.StreamFrame] = [
-            p.StreamOpen(
-                stream_id=stream_id,
-                port=int(opening["port"]),
-                window=int(opening["window"]),
-                host=str(opening.get("host", "")),
-            )
-        ]
-        if opening.get("data"):
-            frames.append(p.StreamData.of(stream_id, opening["data"]))
-        if opening.get("end"):
-            frames.append(p.StreamEnd(stream_id=stream_id))
-        outbox = self._stream_outbox()
-        for frame in frames:
-            outbox.put(frame)
-
-    async def stream_message(self, message: dict[str, Any]) -> None:
-        """A message from a stream opened in this process: request bytes (`stream.data`), response credit
-        returned (`stream.window`), or the request's end (`stream.end`; aborted when `error` is set)."""
-        stream_id = message["stream_id"]
-        if stream_id not in self.streams:
-            return
-        kind = message["type"]
-        if kind == "stream.data":
-            self._stream_outbox().put(p.StreamData.of(stream_id, message["data"]))
-        elif kind == "stream.window":
-            self._stream_outbox().put(p.StreamWindow(stream_id=stream_id, increment=int(message["increment"])))
-        elif kind == "stream.end":
-            if message.get("error"):
-                self.streams.pop(stream_id, None)
-            self._stream_outbox().put(p.StreamEnd(stream_id=stream_id, error=message.get("error", "")))
-            self._stream_gone()
-        else:
-            raise ValueError(f"not a stream message: {kind}")
-
-    def _stream_outbox(self) -> StreamOutbox:
-        """This tunnel's outbox of stream frames, its writer started (and supervised) on first use."""
-        if self._outbox is None:
-            self._outbox = StreamOutbox(self._send_message, self.protocol)
-            self._outbox_task = asyncio.ensure_future(self._outbox.run())
-            self._outbox_task.add_done_callback(self._outbox_done)
-        return self._outbox
-
-    def _outbox_done(self, task: asyncio.Future[None]) -> None:
-        """The stream writer failed (the socket refused a message): log why and close the tunnel."""
-        if task.cancelled() or task.exception() is None:
-            return
-        log.error("tunnel of node %s: sending stream frames failed; closing", self.node_id, exc_info=task.exception())
-        if self._outbox is not None:
-            self._outbox.close()
-        self._closing = asyncio.ensure_future(self.close(code=1011, reason="stream sender failed"))
 
     # ---- helpers
 

@@ -132,6 +132,28 @@ def layer_failed() -> None:
     GROUP_RECOVERY.failed()
 
 
+async def receive_through_failures(layer: Any, channel: str, node_id: Any) -> dict[str, Any]:
+    """The next message on `channel` (a tunnel's own). The layer failing (Redis restarting) ends nothing:
+    the receive is tried again with back-off while the tunnel stays open, and every tunnel of this
+    process joins its groups again once Redis answers (`layer_failed`)."""
+    attempt = 0
+    while True:
+        try:
+            return await layer.receive(channel)
+        except Exception as exc:  # (a cancel is no Exception: the consumer ending)
+            delay = layer_retry_delay(attempt)
+            log.warning(
+                "tunnel of node %s: channel-layer receive failed (%s: %s); retrying in %.1fs",
+                node_id,
+                type(exc).__name__,
+                exc,
+                delay,
+            )
+            layer_failed()
+            attempt += 1
+            await asyncio.sleep(delay)
+
+
 async def inbox() -> str:
     """This process's inbox channel (created, and its reader started, on first use in this event loop)."""
     loop = asyncio.get_running_loop()
