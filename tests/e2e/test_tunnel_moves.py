@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 
+from agent import protocol as p
 from fleet import services
 from fleet.models import Command, Node, NodeEvent
 from fleet.workloads.models import Endpoint
 from tests.e2e.conftest import node_of, wait_status
+from tests.e2e.test_version_skew import old_agent, old_tree  # noqa: F401  (fixtures)
 from tests.support import haproxy
 from tests.support.endpoints import endpoint_row
 from tests.support.live import ControlPlane, subprocess_env
@@ -215,3 +217,42 @@ def _aware(timestamp: float) -> Any:
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(timestamp, tz=UTC)
+
+
+def test_an_agent_one_version_behind_reconnects_once_when_its_replica_drains_and_stays_online(
+    two_replicas,
+    cluster,
+    operator,
+    old_agent,  # noqa: F811
+):
+    """An agent of protocol 5 knows no `Move`: its tunnel closes (1012) once idle and it reconnects as it
+    always did, through HAProxy to the other replica, inside the offline grace."""
+    plane, balancer, ports = two_replicas
+    user, _ = operator
+    cluster.auto_update_agents = False  # it stays an old agent
+    cluster.save(update_fields=["auto_update_agents"])
+    wait_until(lambda: balancer.servers_up() == {"web0"}, timeout=20, what="haproxy sees replica 0")
+    proc, state = old_agent(balancer.url, cluster, user, "old")
+    node = node_of(state)
+    wait_status(node, "online", timeout=60)
+    assert Node.objects.get(pk=node.pk).protocol_version == p.MOVE_SINCE - 1
+    plane.start_replica(ports[1])
+    wait_until(lambda: balancer.servers_up() == {"web0", "web1"}, timeout=20, what="haproxy sees both replicas")
+
+    seen: list[tuple[str, bool, Any]] = []
+    stop_watching = threading.Event()
+    watcher = threading.Thread(target=_watch_node, args=(node, stop_watching, seen), daemon=True)
+    watcher.start()
+    started = time.time()
+    try:
+        plane.replicas[0].popen.send_signal(signal.SIGTERM)
+        wait_until(lambda: proc.log().count("connected to") == 2, timeout=30, what="the old agent's reconnect")
+        plane.replicas[0].popen.wait(timeout=30)
+        time.sleep(1.5)
+    finally:
+        stop_watching.set()
+        watcher.join(timeout=5)
+    assert "1012" in proc.log(), proc.log()
+    assert proc.log().count("connected to") == 2
+    assert {status for status, _, _ in seen} == {"online"}, seen
+    assert not NodeEvent.objects.filter(node=node, kind="offline", created_at__gte=_aware(started)).exists()
