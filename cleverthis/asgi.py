@@ -55,6 +55,7 @@ from channels.security.websocket import AllowedHostsOriginValidator, WebsocketDe
 
 import fleet.proxy.endpoint_routes  # noqa: E402,F401  (registers the endpoint resolver)
 import raymgr.dashboard_proxy  # noqa: E402,F401  (registers the Ray Dashboard resolver)
+from cleverthis import graceful  # noqa: E402
 from cleverthis.routing import (  # noqa: E402
     AGENT_PATH_PREFIX,
     agent_websocket_urlpatterns,
@@ -95,11 +96,28 @@ class WebSocketAudienceRouter:
         return await app(scope, receive, send)
 
 
+class DrainOnSigterm:
+    """The ASGI app, installing (once, on its first call: uvicorn's loop and signal handlers exist then)
+    the drain before uvicorn's SIGTERM shutdown (`cleverthis.graceful`)."""
+
+    def __init__(self, app) -> None:  # type: ignore[no-untyped-def]
+        self.app = app
+        self.installed = False
+
+    async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
+        if not self.installed:
+            self.installed = True
+            graceful.install()
+        return await self.app(scope, receive, send)
+
+
 # Every reader of the client's address (request limits, API keys' last use) sees the socket's peer, or the
 # client a TRUSTED_PROXIES proxy forwarded (`kernel.client_address`); the web command trusts no proxy header.
 routes = ProtocolTypeRouter(
     {"http": TunnelProxyApp(django_asgi_app), "websocket": TunnelProxyApp(WebSocketAudienceRouter())}
 )
-application = ForwardedClientMiddleware(
-    routes, TrustedProxies(settings.TRUSTED_PROXIES, resolve_every_s=settings.TRUSTED_PROXIES_RESOLVE_S)
+application = DrainOnSigterm(
+    ForwardedClientMiddleware(
+        routes, TrustedProxies(settings.TRUSTED_PROXIES, resolve_every_s=settings.TRUSTED_PROXIES_RESOLVE_S)
+    )
 )

@@ -9,7 +9,9 @@ Commands run in worker threads (`agent.transport.commands`); their progress and 
 the session's `FrameSender` (`agent.transport.sender`), which always sends control frames before bulk
 stream data; `agent.update` is `agent.transport.self_update`. On any disconnect the client reconnects with exponential
 backoff and full jitter (first retry under a second, capped a few seconds out), honours `Backoff`
-frames, and stops for good on `Revoked` (or a 4403 close). Every disconnect is logged with who closed
+frames, and stops for good on `Revoked` (or a 4403 close). A `Move` (the control plane's replica is
+draining) starts the next session while the current one keeps serving its streams: make-before-break,
+the old tunnel closes when the control plane says so. Every disconnect is logged with who closed
 the socket, the close code and the reason.
 """
 
@@ -125,6 +127,11 @@ class TunnelClient(CommandHandling, SelfUpdate):
         self._stop: asyncio.Event | None = None
         self._updating = False  # an update is switching over: new commands wait for the next version
         self._trial: Any = None  # this version's update marker while it is on trial (not yet connected)
+        # Set by a `Move` on the live session (its replica drains): the spread to start the next one within.
+        self._move: asyncio.Future[float] | None = None
+        # Sessions that were asked to move: still serving their streams until the control plane closes them.
+        self._retiring: set[asyncio.Future[None]] = set()
+        self.moves = 0  # sessions that ended by a move (make-before-break)
 
     # ---- lifecycle
 
@@ -141,14 +148,38 @@ class TunnelClient(CommandHandling, SelfUpdate):
         if not gpus:
             log.info("no GPU detected")
         attempt = 0
+        try:
+            await self._sessions(stop, attempt)
+        finally:
+            for retiring in list(self._retiring):
+                await cancel_and_wait(retiring)
+        return self.exit_code
+
+    async def _sessions(self, stop: asyncio.Event, attempt: int) -> None:
+        """One session after another until `stop` (or a revocation: `exit_code`); a session asked to move
+        is kept (retiring) beside the next one until the control plane closes it."""
         while not stop.is_set():
+            move: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+            self._move = move
+            welcomed_before = self.sessions
             session = asyncio.ensure_future(self._session())
             stopper = asyncio.ensure_future(stop.wait())
-            done, _ = await asyncio.wait({session, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({session, stopper, move}, return_when=asyncio.FIRST_COMPLETED)
             if stopper in done:
                 await cancel_and_wait(session)  # a cancel of `run` itself still propagates
                 break
             stopper.cancel()
+            if move in done and not session.done():
+                # Make-before-break: the old session keeps its streams (and this agent's results go over
+                # it) until the next one is welcomed; the control plane closes it once its streams ended.
+                self._retire(session)
+                delay = self.policy.rng.uniform(0, max(0.0, move.result()))
+                log.info("the control plane's replica is draining: opening a new tunnel in %.2fs", delay)
+                attempt = 0
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                continue
+            move.cancel()
             try:
                 session.result()
                 delay = self.policy.delay(0)
@@ -160,12 +191,13 @@ class TunnelClient(CommandHandling, SelfUpdate):
                         "remove the agent with: systemctl disable --now cleverthis-agent",
                         ended.reason,
                     )
-                    return EXIT_REVOKED
+                    self.exit_code = EXIT_REVOKED
+                    return
                 if ended.retry_after_s is not None:
                     delay = self.policy.after_backoff(ended.retry_after_s)
                     log.warning("control plane asked to back off %.1fs: %s", ended.retry_after_s, ended.reason)
                 else:
-                    if self._sender is None:  # never got as far as a live session
+                    if self.sessions == welcomed_before:  # never got as far as a live session
                         attempt += 1
                     else:
                         attempt = 0
@@ -185,10 +217,22 @@ class TunnelClient(CommandHandling, SelfUpdate):
                 attempt += 1
                 delay = self.policy.delay(attempt - 1)
                 log.exception("tunnel session failed unexpectedly; reconnecting in %.2fs", delay)
-            self._sender = None
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
-        return self.exit_code
+
+    def _retire(self, session: asyncio.Future[None]) -> None:
+        """Keep `session` running beside the next one until it ends (the control plane closes it)."""
+        self.moves += 1
+        self._retiring.add(session)
+
+        def ended(task: asyncio.Future[None]) -> None:
+            self._retiring.discard(task)
+            if task.cancelled():
+                return
+            error = task.exception()
+            log.info("the tunnel that moved closed: %s", error if error is not None else "ended")
+
+        session.add_done_callback(ended)
 
     async def _session(self) -> None:
         agent_nonce = secrets.token_hex(16)
@@ -236,7 +280,8 @@ class TunnelClient(CommandHandling, SelfUpdate):
                 )
             self.sessions += 1
             sender = FrameSender(ws, version)
-            self._sender = sender
+            self._sender = sender  # from now on results and reports go over this session
+            move = self._move
             interval = self.heartbeat_override or welcome.heartbeat_interval_s
             supervisor = Supervisor(restart_delay_s=min(1.0, interval), max_restart_delay_s=interval)
             self._supervisor = supervisor
@@ -251,11 +296,13 @@ class TunnelClient(CommandHandling, SelfUpdate):
                 # problems to the control plane: the first report of the session always follows it.
                 self._reported_inventory = None if hello.inventory.blank else hello.inventory
                 await self._report_inventory()
-                await supervisor.watch(self._receive_loop(ws, streams))
+                await supervisor.watch(self._receive_loop(ws, streams, move))
             finally:
                 streams.close_all()
                 if self._supervisor is supervisor:
                     self._supervisor = None
+                if self._sender is sender:  # (a session that moved no longer is the current one)
+                    self._sender = None
                 await supervisor.stop()
 
     @staticmethod
@@ -322,7 +369,7 @@ class TunnelClient(CommandHandling, SelfUpdate):
         """An in-cluster host:port is reachable only as the Service of a KubeRay head this agent manages."""
         return (host, port) in self._proxy_targets
 
-    async def _receive_loop(self, ws: Any, streams: StreamManager) -> None:
+    async def _receive_loop(self, ws: Any, streams: StreamManager, move: asyncio.Future[float] | None = None) -> None:
         while True:
             try:
                 raw = await ws.recv()
@@ -351,6 +398,10 @@ class TunnelClient(CommandHandling, SelfUpdate):
                 sent = self._heartbeats_in_flight.pop(frame.heartbeat_id, None)
                 if sent is not None:
                     self.heartbeat_rtts.append(time.monotonic() - sent)
+            elif isinstance(frame, p.Move):
+                if move is not None and not move.done():  # the run loop starts the next session
+                    log.info("control plane asked this tunnel to move (%s)", frame.reason or "no reason given")
+                    move.set_result(frame.within_s)
             else:
                 log.debug("unhandled frame %s", frame.TYPE)
 
@@ -358,6 +409,9 @@ class TunnelClient(CommandHandling, SelfUpdate):
 
     async def _heartbeats(self, sender: FrameSender, interval: float) -> None:
         while not sender.closed:
+            if self._sender is not sender and self._sender is not None:  # moved: the new session beats
+                await asyncio.sleep(interval)
+                continue
             containers = 0
             if self.runner is not None:
                 inv = await asyncio.to_thread(self.runner.inventory, [])

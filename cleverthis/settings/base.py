@@ -141,6 +141,13 @@ AGENT_REVOCATION_RECHECK_S = env_float("AGENT_REVOCATION_RECHECK_S", 30.0)
 # at least this long after the last renewal: Redis forgets a membership after channels_redis's
 # group_expiry (a day) or when its keys are lost, and a command sent to the node would reach no one.
 TUNNEL_GROUP_REFRESH_S = env_float("TUNNEL_GROUP_REFRESH_S", 60.0)
+# A web process asked to stop (SIGTERM) drains first (`cleverthis.graceful`): /healthz answers 503 and new
+# tunnels are refused at once; after WEB_DRAIN_LB_S (the load balancer's checks have seen it by then) each
+# agent whose tunnel it holds is told to open a new one through the load balancer, the old tunnel closes
+# once the new one is up and its streams ended; at WEB_DRAIN_DEADLINE_S whatever is left is closed and the
+# server stops (its --timeout-graceful-shutdown is the same value: the web command; whole seconds).
+WEB_DRAIN_DEADLINE_S = env_float("WEB_DRAIN_DEADLINE_S", 30.0)
+WEB_DRAIN_LB_S = env_float("WEB_DRAIN_LB_S", 3.0)
 # The peer listener of each web process (fleet.tunnel.peer_listener): a request that lands in another
 # process than the one holding the node's tunnel opens its stream there, directly. It binds
 # TUNNEL_PEER_BIND, port TUNNEL_PEER_PORT (0: any free one; otherwise the first free one of the

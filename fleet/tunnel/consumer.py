@@ -45,16 +45,16 @@ from django.db import DataError
 
 from agent import protocol as p
 from fleet import agent_packages, agent_updates, ca, services
-from fleet.groups import AGENTS_GROUP, command_frame, node_group
+from fleet.groups import AGENTS_GROUP, NODE_SUPERSEDED, command_frame, node_group
 from fleet.models import Command
 from fleet.tunnel import auth as tunnel_auth
-from fleet.tunnel import local_tunnels, peer_listener, records
+from fleet.tunnel import drain, local_tunnels, peer_listener, records
 from fleet.tunnel.handshakes import BUSY_REASON, HANDSHAKES, accepted_protocol_range, handshake_backoff_s
 from fleet.tunnel.records import database_sync_to_async
 from fleet.tunnel.revocations import REVOCATIONS
 from fleet.tunnel.server_io import HeartbeatFirst, SendUntilClosed
 from fleet.tunnel.stream_relay import StreamRelay
-from kernel import metrics
+from kernel import draining, metrics
 from kernel.exceptions import IllegalTransition
 
 log = logging.getLogger("fleet.tunnel")
@@ -86,6 +86,10 @@ class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
     _beats: collections.deque[p.Heartbeat]
     _beat_task: asyncio.Future[None] | None = None
+    # Set when this tunnel is to close once its streams ended: (code, reason). A newer tunnel of the node
+    # was welcomed (superseded: this one left the node's groups), or this process drains and the agent
+    # cannot move (`fleet.tunnel.drain`).
+    _retiring: tuple[int, str] | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """As Channels' `AsyncConsumer.__call__`, with heartbeats taken ahead of queued stream data
@@ -129,6 +133,10 @@ class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
         self._beats = collections.deque()
         self.nonce = secrets.token_hex(32)  # set first: a hello racing a refusal below cannot verify
         await self.accept()
+        if draining.is_draining():  # this replica stops: the agent's next try goes to another one
+            await self._send_frame(p.Backoff(retry_after_s=1.0, reason="replica draining"))
+            await self.close(code=CLOSE_BACKOFF, reason="draining")
+            return
         if not HANDSHAKES.enter(settings.AGENT_MAX_HANDSHAKES):
             retry_after = handshake_backoff_s()
             await self._send_frame(p.Backoff(retry_after_s=retry_after, reason=BUSY_REASON))
@@ -187,6 +195,7 @@ class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
             return
         self._ended = True
         self._handshake_done()
+        drain.closed(self)
         REVOCATIONS.discard(self)
         for task in (getattr(self, "_hello_timer", None), self._relay_task, self._beat_task, self._outbox_task):
             if task is not None:
@@ -196,6 +205,7 @@ class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
         if self.node_id is not None:
             # The database first: when many sockets drop at once (a partition, a deploy) Redis may
             # refuse some of the clean-up below, and the node must not stay "connected" because of it.
+            # (A superseded tunnel's close changes nothing: the node's row names the newer one.)
             local_tunnels.discard(self.node_id, self)
             if self._registered:
                 self._registered = False
@@ -324,6 +334,8 @@ class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
         except Exception as exc:  # Redis away: joined once it answers (the pending commands follow anyway)
             log.warning("tunnel of node %s: joining its channel-layer groups failed: %s", self.node_id, exc)
             local_tunnels.layer_failed()
+        drain.opened(self)
+        await self._supersede_older_tunnels()
         for command in await database_sync_to_async(services.command_pending_for_node)(node=node):
             await self._send_command(command)
             if command.status == "queued":
@@ -331,6 +343,52 @@ class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
         if self.protocol >= agent_updates.UPDATABLE_FROM_PROTOCOL and node.cluster.auto_update_agents:
             # After the welcome: building the package the first time must not hold up the handshake.
             await database_sync_to_async(agent_updates.node_auto_update)(node=node)
+
+    async def _supersede_older_tunnels(self) -> None:
+        """Tell the node's older tunnels (wherever they are) that this one now carries its work."""
+        assert self.node_id is not None
+        message = {"type": NODE_SUPERSEDED, "session": str(self.session)}
+        try:
+            await self.channel_layer.group_send(node_group(self.node_id), message)
+        except Exception as exc:  # an old tunnel left behind closes at its next heartbeat check or drain
+            log.warning("tunnel of node %s: telling older tunnels failed: %s", self.node_id, exc)
+
+    async def node_superseded(self, message: dict[str, Any]) -> None:
+        """`{"type": "node.superseded", "session": ...}`: a newer tunnel of this node was welcomed. Leave the
+        node's groups (new commands and fan-outs go to the new one; the node row already names it) and
+        close once the streams this tunnel carries ended."""
+        if self.node_id is None or message.get("session") == str(self.session) or self._retiring == _SUPERSEDED:
+            return
+        self._retiring = _SUPERSEDED
+        local_tunnels.discard(self.node_id, self)
+        try:
+            await self.channel_layer.group_discard(node_group(self.node_id), self.channel_name)
+            await self.channel_layer.group_discard(AGENTS_GROUP, self.channel_name)
+        except Exception as exc:
+            log.warning("tunnel of node %s: leaving its groups failed: %s", self.node_id, exc)
+        self._close_if_retired()
+
+    async def drain_move(self, within_s: float) -> None:
+        """This process drains (`fleet.tunnel.drain`): ask the agent to move within `within_s`; an agent
+        too old for `Move` reconnects as before once this tunnel's streams ended."""
+        if self._retiring is not None:
+            return
+        if self.protocol >= p.MOVE_SINCE:
+            await self._send_frame(p.Move(within_s=within_s, reason="replica draining"))
+            return
+        self._retiring = (drain.CLOSE_SERVICE_RESTART, "replica draining; reconnect")
+        self._close_if_retired()
+
+    def _close_if_retired(self) -> None:
+        """Close a retiring tunnel once no stream is left on it."""
+        if self._retiring is not None and not self.streams and self._closing is None:
+            code, reason = self._retiring
+            self._closing = asyncio.ensure_future(self.close(code=code, reason=reason))
+
+    def _stream_gone(self) -> None:
+        """A stream of this tunnel ended: a retiring tunnel may close now."""
+        if self._retiring is not None:
+            self._close_if_retired()
 
     async def join_groups(self) -> None:
         """Join (again: it renews the membership) this node's group and the agents' group."""
@@ -381,6 +439,9 @@ class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
 
     async def _record_heartbeat(self, frame: p.Heartbeat) -> None:
         assert self.node_id is not None
+        if self._retiring == _SUPERSEDED:  # the node's newer tunnel records its presence
+            await self._send_frame(p.HeartbeatAck(heartbeat_id=frame.id))
+            return
         held_disconnected = await records.HEARTBEATS.submit((self.node_id, frame))
         metrics.observe_heartbeat_lag(frame.sent_at)
         if held_disconnected:
@@ -479,6 +540,9 @@ class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
             await self.send(bytes_data=encoded)
         else:
             await self.send(text_data=encoded)
+
+
+_SUPERSEDED = (drain.CLOSE_MOVED, "tunnel moved")
 
 
 async def _peer_address() -> str:

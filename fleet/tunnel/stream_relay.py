@@ -37,6 +37,9 @@ class StreamRelay:
     _send_message: Callable[[str | bytes], Awaitable[None]]
     close: Callable[..., Awaitable[None]]
 
+    def _stream_gone(self) -> None:
+        """A stream ended (the consumer closes a retiring tunnel once none is left: `fleet.tunnel.drain`)."""
+
     # ---- stream frames from the agent
 
     async def _on_stream_data(self, frame: p.StreamData) -> None:
@@ -64,6 +67,7 @@ class StreamRelay:
             elif type(entry) is p.StreamEnd:
                 target.deliver({"type": "stream.end", "error": entry.error})
                 streams.pop(entry.stream_id, None)
+                self._stream_gone()
             # (an open from the agent means nothing: only the control plane opens streams)
 
     async def _on_stream_window(self, frame: p.StreamWindow) -> None:
@@ -72,6 +76,7 @@ class StreamRelay:
     async def _on_stream_end(self, frame: p.StreamEnd) -> None:
         await self._to_stream(frame.stream_id, {"type": "stream.end", "error": frame.error})
         self.streams.pop(frame.stream_id, None)
+        self._stream_gone()
 
     async def _to_stream(self, stream_id: int, message: dict[str, Any]) -> None:
         """Hand a message to the process proxying stream `stream_id`: in memory if it is this one."""
@@ -137,6 +142,7 @@ class StreamRelay:
             if message.get("error"):
                 self.streams.pop(stream_id, None)
             self._stream_outbox().put(p.StreamEnd(stream_id=stream_id, error=message.get("error", "")))
+            self._stream_gone()
         else:
             raise ValueError(f"not a stream message: {kind}")
 

@@ -159,3 +159,25 @@ def test_peer_ports_admit_only_web_pods_while_http_stays_open():
     assert set(source) == {"podSelector"}  # this namespace's pods, and only those labelled web
     assert source["podSelector"]["matchLabels"].items() <= web_labels.items()
     assert source["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "web"
+
+
+def test_web_pods_leave_the_service_and_drain_before_they_stop():
+    """docs/deploy.md (Upgrades): one pod more before one less, at most one evicted at a time, readiness
+    on /healthz (503 while draining), a preStop pause for the endpoints to drop the pod, and a grace
+    period longer than that pause plus the drain and uvicorn's graceful shutdown."""
+    found = objects()
+    web = found[("Deployment", "cleverthis-web")]
+    assert web["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    pod = web["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    readiness = container["readinessProbe"]
+    drain_lb_s = float(found[("ConfigMap", "cleverthis-config")]["data"]["WEB_DRAIN_LB_S"])
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] <= drain_lb_s + 1
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[0] == "sleep"
+    deadline = float(found[("ConfigMap", "cleverthis-config")]["data"]["WEB_DRAIN_DEADLINE_S"])
+    assert pod["terminationGracePeriodSeconds"] > float(pre_stop[1]) + 2 * deadline
+    budget = found[("PodDisruptionBudget", "cleverthis-web")]
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= web["spec"]["template"]["metadata"]["labels"].items()
