@@ -123,7 +123,9 @@ class CommandRunner:
             return Error(command_id=command_id, code="internal", message=f"{type(exc).__name__}: {exc}")
         return Result(command_id=command_id, data=result_data(command.command_type, data))
 
-    def _route(self, command: Command, payload: Any, progress: ProgressFn) -> dict[str, Any]:
+    def _route(self, command: Command, payload: Any, progress: ProgressFn) -> Any:
+        """The handler's outcome: its command type's result type (`agent.protocol.results`), or (handlers not
+        yet typed: the container executors, Ray) a dict built into it by `result_data`."""
         kind = command.command_type
         if kind.startswith("container."):
             return self.executor.execute(kind, payload, command_key=command.idempotency_key, progress=progress)

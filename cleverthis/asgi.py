@@ -7,6 +7,8 @@ every other WebSocket route gets the user from the session cookie behind an orig
 from __future__ import annotations
 
 import os
+from typing import Any
+from urllib.parse import urlsplit
 
 from django.core.asgi import get_asgi_application
 
@@ -37,7 +39,7 @@ if settings.SERVE_STATIC:
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator, WebsocketDenier  # noqa: E402
 
 import fleet.proxy.endpoint_routes  # noqa: E402,F401  (registers the endpoint resolver)
 import raymgr.dashboard_proxy  # noqa: E402,F401  (registers the Ray Dashboard resolver)
@@ -46,7 +48,27 @@ from cleverthis.routing import (  # noqa: E402
     agent_websocket_urlpatterns,
     user_websocket_urlpatterns,
 )
+from fleet.proxy import origin_guard  # noqa: E402
 from fleet.proxy.relay import TunnelProxyApp  # noqa: E402
+from kernel.asgi_scope import header  # noqa: E402
+from kernel.client_address import ForwardedClientMiddleware, TrustedProxies  # noqa: E402
+
+
+class ControlPlaneOriginOnly:
+    """Browser sockets (`/ws/live/`, `/ws/ping/`) only from the control plane's own origin: the Origin must
+    be an allowed host (`AllowedHostsOriginValidator`) and not a node origin (`endpoint-*`, `serve-*`,
+    `ray-*` under their domains), which ALLOWED_HOSTS lists for the proxy's sake. A node's page shares the
+    site, so the browser would send the member's session cookie with it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = AllowedHostsOriginValidator(app)
+        self.denier = WebsocketDenier.as_asgi()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        origin = header(scope, b"origin").strip().lower()
+        if origin and origin_guard.under_node_domain(urlsplit(origin).hostname or ""):
+            return await self.denier(scope, receive, send)
+        return await self.app(scope, receive, send)
 
 
 class WebSocketAudienceRouter:
@@ -54,13 +76,18 @@ class WebSocketAudienceRouter:
 
     def __init__(self) -> None:
         self.agent_app = URLRouter(agent_websocket_urlpatterns)
-        self.user_app = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(user_websocket_urlpatterns)))
+        self.user_app = ControlPlaneOriginOnly(AuthMiddlewareStack(URLRouter(user_websocket_urlpatterns)))
 
     async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
         app = self.agent_app if scope["path"].startswith(AGENT_PATH_PREFIX) else self.user_app
         return await app(scope, receive, send)
 
 
-application = ProtocolTypeRouter(
+# Every reader of the client's address (request limits, API keys' last use) sees the socket's peer, or the
+# client a TRUSTED_PROXIES proxy forwarded (`kernel.client_address`); the web command trusts no proxy header.
+routes = ProtocolTypeRouter(
     {"http": TunnelProxyApp(django_asgi_app), "websocket": TunnelProxyApp(WebSocketAudienceRouter())}
+)
+application = ForwardedClientMiddleware(
+    routes, TrustedProxies(settings.TRUSTED_PROXIES, resolve_every_s=settings.TRUSTED_PROXIES_RESOLVE_S)
 )

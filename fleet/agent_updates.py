@@ -46,14 +46,16 @@ def _refusal(node: Node) -> str:
 
 def _queue_update(node: Node, actor: AbstractBaseUser | None, why: str) -> Command:
     package = agent_packages.served_package()
-    payload = {
-        "version": package.version,
-        "sha256": package.sha256,
-        "signature_b64": agent_packages.package_signature(package),
-        "path": "/agent/package.tar.gz",
-        "rollback_after_s": settings.AGENT_UPDATE_ROLLBACK_S,
-    }
-    protocol.parse_payload(CommandType.AGENT_UPDATE, payload)  # what the agent accepts
+    payload = protocol.to_dict(
+        protocol.AgentUpdatePayload(
+            version=package.version,
+            sha256=package.sha256,
+            signature_b64=agent_packages.package_signature(package),
+            path="/agent/package.tar.gz",
+            rollback_after_s=settings.AGENT_UPDATE_ROLLBACK_S,
+        )
+    )
+    protocol.parse_payload(CommandType.AGENT_UPDATE, payload)  # its rules, as the agent checks them
     command = Command.objects.create(
         node=node,
         cluster_id=node.cluster_id,

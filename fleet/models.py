@@ -13,7 +13,7 @@ from django.db import models
 
 from agent import protocol
 from fleet import payloads
-from kernel.crypto import EncryptedTextField
+from fleet.crypto import EncryptedTextField
 from kernel.eventlog import EventLogEntry
 from tenancy.models import Workspace
 
@@ -238,26 +238,13 @@ class CommandStatus(models.TextChoices):
 COMMAND_OPEN_STATUSES = (CommandStatus.QUEUED.value, CommandStatus.DISPATCHED.value, CommandStatus.RUNNING.value)
 
 
-class CommandType(models.TextChoices):
-    """Commands a node can run (mirrors `agent.protocol.COMMAND_TYPES`)."""
-
-    CONTAINER_CREATE = "container.create", "container.create"
-    CONTAINER_START = "container.start", "container.start"
-    CONTAINER_STOP = "container.stop", "container.stop"
-    CONTAINER_DESTROY = "container.destroy", "container.destroy"
-    MODEL_DOWNLOAD = "model.download", "model.download"
-    ENDPOINT_START = "endpoint.start", "endpoint.start"
-    ENDPOINT_STOP = "endpoint.stop", "endpoint.stop"
-    RAY_HEAD_START = "ray.head.start", "ray.head.start"
-    RAY_WORKER_START = "ray.worker.start", "ray.worker.start"
-    RAY_NODE_DRAIN = "ray.node.drain", "ray.node.drain"
-    RAY_NODE_STOP = "ray.node.stop", "ray.node.stop"
-    RAY_STATUS = "ray.status", "ray.status"
-    RAY_JOB_SUBMIT = "ray.job.submit", "ray.job.submit"
-    RAY_JOB_STATUS = "ray.job.status", "ray.job.status"
-    RAY_JOB_STOP = "ray.job.stop", "ray.job.stop"
-    RAY_SERVE_STATUS = "ray.serve.status", "ray.serve.status"
-    AGENT_UPDATE = "agent.update", "agent.update"
+# Commands a node can run: one member per command type of the protocol (`agent.protocol.COMMAND_TYPES`, the one
+# list), named after it: `CommandType.ENDPOINT_START` is "endpoint.start", and so is its label.
+CommandType = models.TextChoices(
+    "CommandType",
+    [(command_type.replace(".", "_").upper(), (command_type, command_type)) for command_type in protocol.COMMAND_TYPES],
+)
+CommandType.__doc__ = "Commands a node can run: `agent.protocol.COMMAND_TYPES`, one member each."
 
 
 class Command(models.Model):
@@ -339,6 +326,12 @@ class Command(models.Model):
         if kept is not None and kept[0] is self.result and self.status == CommandStatus.SUCCEEDED:
             return kept[1]
         return self.parse_result()
+
+    @property
+    def parsed_payload(self) -> Any:
+        """The payload as its protocol dataclass (e.g. `protocol.EndpointStartPayload`), secrets masked as
+        stored (`agent.protocol.read_payload`); None when it does not read as one."""
+        return protocol.read_payload(self.command_type, self.payload)
 
     def submitted_payload(self) -> dict[str, Any]:
         """The payload as it was submitted: secrets merged back in, `secret_fields` marks kept."""

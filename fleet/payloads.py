@@ -1,6 +1,6 @@
 """Validation of command payloads: the API's serializers derived from `agent.protocol`'s payload dataclasses.
 
-`PAYLOAD_SERIALIZERS` maps each command type the API accepts to `kernel.payload_schema.serializer_for` of its
+`PAYLOAD_SERIALIZERS` maps each command type the API accepts to `fleet.payload_schema.serializer_for` of its
 protocol payload (the Ray apps add theirs at start, `register_payload_types`), so the bounds, patterns and
 messages are defined once, in the protocol, and the agent's `parse_payload` enforces the same. `validate_payload`
 gives field messages (a `ValidationError` keyed by payload field) and returns the payload with its defaults
@@ -14,6 +14,7 @@ The originals go to `Command.secrets` (encrypted) and come back only in `Command
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -22,7 +23,7 @@ from django.core.exceptions import ValidationError
 from rest_framework import serializers
 
 from agent import protocol
-from kernel.payload_schema import serializer_for
+from fleet.payload_schema import serializer_for
 
 SECRET_FIELDS = frozenset({"registry_password"})  # never kept in the payload, not even masked
 # Mappings whose every value is secret (their keys stay visible): container env, a Ray job's env_vars.
@@ -45,27 +46,23 @@ def new_endpoint_id() -> str:
 PAYLOAD_FILLS: dict[str, dict[str, Any]] = {"endpoint.start": {"endpoint_id": new_endpoint_id}}
 
 PAYLOAD_SERIALIZERS: dict[str, type[serializers.Serializer]] = {}
+# Command types an app sends through its own services only (they admit, place and record them), each with
+# the API to use instead: the generic command API and the Commands tab refuse them (`command_dispatch`).
+OWNED_COMMANDS: dict[str, str] = {}
 
 
-def register_payload_types(command_types: Iterable[str]) -> None:
-    """Let the API accept `command_types`, validated as their `agent.protocol` payload says (idempotent)."""
+def register_payload_types(command_types: Iterable[str], *, owner_api: str = "") -> None:
+    """Let the control plane validate `command_types` as their `agent.protocol` payload says (idempotent);
+    with `owner_api` (the API that sends them, in words) only the owning app's services send them."""
     for command_type in command_types:
+        if owner_api:
+            OWNED_COMMANDS[command_type] = owner_api
         if command_type not in PAYLOAD_SERIALIZERS:
             cls = protocol.PAYLOAD_TYPES[command_type]
             PAYLOAD_SERIALIZERS[command_type] = serializer_for(cls, fill=PAYLOAD_FILLS.get(command_type))
 
 
-register_payload_types(
-    [
-        "container.create",
-        "container.start",
-        "container.stop",
-        "container.destroy",
-        "model.download",
-        "endpoint.start",
-        "endpoint.stop",
-    ]
-)
+register_payload_types(protocol.WORKLOAD_COMMAND_TYPES)
 
 
 def _plain(value: Any) -> Any:
@@ -77,11 +74,18 @@ def _plain(value: Any) -> Any:
 
 
 def validate_payload(command_type: Any, payload: Any) -> dict[str, Any]:
-    """Return the normalized payload for `command_type` or raise `ValidationError` with field messages."""
+    """Return the normalized payload for `command_type` or raise `ValidationError` with field messages.
+
+    `payload` is what a caller sent (a JSON object), or the command type's protocol dataclass the control
+    plane built itself (`protocol.EndpointStopPayload(endpoint_id=...)`), checked the same way."""
     if command_type not in PAYLOAD_SERIALIZERS:
         raise ValidationError(
             {"command_type": f"Unknown command type; choose one of {', '.join(protocol.COMMAND_TYPES)}."}
         )
+    if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
+        if not isinstance(payload, protocol.PAYLOAD_TYPES[command_type]):
+            raise ValidationError({"payload": f"Not a {command_type} payload: {type(payload).__name__}."})
+        payload = protocol.to_dict(payload)
     if not isinstance(payload, dict):
         raise ValidationError({"payload": "The payload must be a JSON object."})
     if protocol.nesting_exceeds(payload, protocol.MAX_NESTING - 1):  # it travels inside a Command frame

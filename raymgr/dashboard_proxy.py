@@ -24,7 +24,7 @@ from channels.db import database_sync_to_async
 
 from fleet.models import NodeStatus
 from fleet.proxy import origin_guard, origins
-from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
+from fleet.proxy.resolvers import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from kernel.asgi_scope import header
 from raymgr.models import RayCluster, RayClusterStatus
 from tenancy.asgi_auth import user_from_scope

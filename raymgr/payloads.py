@@ -5,11 +5,14 @@ Their validation is derived from `agent.protocol`'s payload dataclasses, like ev
 
 from __future__ import annotations
 
-RAY_COMMAND_TYPES = ("ray.head.start", "ray.worker.start", "ray.node.drain", "ray.node.stop", "ray.status")
+from agent import protocol
+
+# Only raymgr's services send them (admitted against the quotas, placed, recorded on the Ray cluster's rows).
+OWNER_API = "the Ray cluster API (POST /api/v1/ray/clusters/, then /start/, /stop/ or PATCH to scale)"
 
 
 def register() -> None:
-    """Make `fleet.payloads.validate_payload` accept the Ray command types (idempotent)."""
+    """Make `fleet.payloads.validate_payload` accept the Ray command types, sent by raymgr only (idempotent)."""
     from fleet import payloads
 
-    payloads.register_payload_types(RAY_COMMAND_TYPES)
+    payloads.register_payload_types(protocol.RAY_NODE_COMMAND_TYPES, owner_api=OWNER_API)

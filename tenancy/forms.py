@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
-from tenancy.quotas import QUOTAS
+from tenancy.quotas import LIMIT_MAX, QUOTAS
 
 
 class QuotaForm(forms.Form):
@@ -16,5 +16,5 @@ class QuotaForm(forms.Form):
             kind = forms.IntegerField if quota.whole else forms.FloatField
             label = f"{quota.label} ({quota.unit})" if quota.unit else quota.label
             self.fields[quota.name] = kind(
-                label=label, required=False, min_value=0, max_value=1_000_000, help_text="Empty: unlimited."
+                label=label, required=False, min_value=0, max_value=LIMIT_MAX, help_text="Empty: unlimited."
             )

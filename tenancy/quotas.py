@@ -48,6 +48,7 @@ QUOTAS: tuple[Quota, ...] = (
     Quota("ray_workers", "Ray workers"),
 )
 BY_NAME: dict[str, Quota] = {q.name: q for q in QUOTAS}
+LIMIT_MAX = 1_000_000  # the largest limit the API, the page and the admin take (empty/null: unlimited)
 NAMES: frozenset[str] = frozenset(BY_NAME)
 EPSILON = 1e-9  # float sums (fractional cores, GiB) must not refuse an exact fit
 

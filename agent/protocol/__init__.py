@@ -18,8 +18,9 @@ opens, data, window increments and ends of several streams go together in one `S
 
 Modules, bottom up (each imports only those above it in this list): `versions` (versions and their
 negotiation, limits, close and error codes, `ProtocolError`), `rules` (field bounds and patterns as
-metadata), `validation` (typed `from_dict`), `values` (shared value types), `payloads` (command payloads,
-one definition each, `parse_payload`), `results` (typed command results, `parse_result`), `proofs` (what
+metadata), `validation` (typed `from_dict`), `values` (shared value types), `endpoint_rules` (the server
+flags an endpoint may set, what a replica holds on its node), `payloads` (command payloads, one definition
+each, `parse_payload`), `results` (typed command results, `parse_result`), `proofs` (what
 each side signs), `frames` (every frame), `stream_frames` (the binary layout of `StreamFrames`), `codec`
 (`encode` / `decode`). Every public name is re-exported here, so `from agent import protocol;
 protocol.Hello` keeps working.
@@ -36,6 +37,21 @@ from agent.protocol.codec import (
     encode,
     encode_batch,
     to_dict,
+)
+from agent.protocol.endpoint_rules import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    ENDPOINT_AGENT_ARGS,
+    ENDPOINT_REFUSED_FLAGS,
+    ENDPOINT_SERVER_FLAGS,
+    MAX_SERVER_ARG_LENGTH,
+    MAX_SERVER_ARGS,
+    ServerFlag,
+    check_server_args,
+    endpoint_arg_reserved,
+    endpoint_gpus_held,
+    endpoint_vram_held_mb,
+    select_gpus,
+    server_memory_share,
 )
 from agent.protocol.frames import (
     CONTROL_FRAME_TYPES,
@@ -64,10 +80,13 @@ from agent.protocol.frames import (
     new_id,
 )
 from agent.protocol.payloads import (
+    AGENT_COMMAND_TYPES,
     AGENT_PACKAGE_CONTEXT,
     COMMAND_TYPES,
-    ENDPOINT_AGENT_ARGS,
     PAYLOAD_TYPES,
+    RAY_JOB_COMMAND_TYPES,
+    RAY_NODE_COMMAND_TYPES,
+    WORKLOAD_COMMAND_TYPES,
     AgentUpdatePayload,
     CommandType,
     ContainerCreatePayload,
@@ -85,8 +104,8 @@ from agent.protocol.payloads import (
     RayStatusPayload,
     RayWorkerStartPayload,
     agent_package_message,
-    endpoint_arg_reserved,
     parse_payload,
+    read_payload,
 )
 from agent.protocol.proofs import (
     AGENT_PROOF_CONTEXT,
@@ -174,6 +193,7 @@ from agent.protocol.versions import (
 )
 
 __all__ = [
+    "AGENT_COMMAND_TYPES",
     "AGENT_PACKAGE_CONTEXT",
     "AGENT_PROOF_CONTEXT",
     "BATCH_CHUNK_OVERHEAD",
@@ -188,9 +208,12 @@ __all__ = [
     "CLOSE_UNAUTHORIZED",
     "COMMAND_TYPES",
     "CONTROL_FRAME_TYPES",
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
     "DEFAULT_STREAM_WINDOW",
     "ENDPOINT_AGENT_ARGS",
     "ENDPOINT_ID_RE",
+    "ENDPOINT_REFUSED_FLAGS",
+    "ENDPOINT_SERVER_FLAGS",
     "ENTRY_OVERHEAD",
     "ERROR_CODES",
     "FILE_NAME_RE",
@@ -200,11 +223,15 @@ __all__ = [
     "INVENTORY_PROBLEMS_SINCE",
     "MAX_FRAME_BYTES",
     "MAX_NESTING",
+    "MAX_SERVER_ARGS",
+    "MAX_SERVER_ARG_LENGTH",
     "MIN_PROTOCOL_VERSION",
     "MODEL_ID_RE",
     "NAME_RE",
     "PAYLOAD_TYPES",
     "PROTOCOL_VERSION",
+    "RAY_JOB_COMMAND_TYPES",
+    "RAY_NODE_COMMAND_TYPES",
     "RESULT_TYPES",
     "REVISION_RE",
     "SERVER_PROOF_CONTEXT",
@@ -212,6 +239,7 @@ __all__ = [
     "STREAM_BATCH_SINCE",
     "STREAM_FRAMES_SINCE",
     "TUNNEL_PATH",
+    "WORKLOAD_COMMAND_TYPES",
     "Ack",
     "AgentUpdatePayload",
     "AgentUpdateResult",
@@ -266,6 +294,7 @@ __all__ = [
     "Result",
     "Revoked",
     "Rule",
+    "ServerFlag",
     "StreamBatch",
     "StreamData",
     "StreamEnd",
@@ -278,12 +307,15 @@ __all__ = [
     "agent_proof_message",
     "at_version",
     "build_result",
+    "check_server_args",
     "decode",
     "decode_stream_frames",
     "encode",
     "encode_batch",
     "encode_stream_frames",
     "endpoint_arg_reserved",
+    "endpoint_gpus_held",
+    "endpoint_vram_held_mb",
     "entry_size",
     "field_rules",
     "from_dict",
@@ -294,8 +326,11 @@ __all__ = [
     "parse_payload",
     "parse_result",
     "parse_version_range",
+    "read_payload",
     "result_to_dict",
     "rule",
+    "select_gpus",
+    "server_memory_share",
     "server_proof_message",
     "since",
     "to_dict",

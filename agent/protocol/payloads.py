@@ -2,7 +2,7 @@
 
 Each payload is defined once, here: its fields' bounds and patterns are `agent.protocol.rules` metadata,
 enforced by `parse_payload` on the agent and turned into the control plane's API validation and OpenAPI
-schema (`kernel.payload_schema.serializer_for`). Also the agent self-update's payload and the message the
+schema (`fleet.payload_schema.serializer_for`). Also the agent self-update's payload and the message the
 control plane's CA signs for an agent package.
 """
 
@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from agent.protocol.endpoint_rules import ENDPOINT_AGENT_ARGS, endpoint_arg_reserved  # noqa: F401 (re-exported)
 from agent.protocol.rules import (
     AGENT_VERSION_RE,
     ENDPOINT_ID_RE,
@@ -31,7 +32,10 @@ from agent.protocol.rules import (
 from agent.protocol.validation import from_dict, nesting_exceeds
 from agent.protocol.versions import MAX_NESTING, ProtocolError
 
-CommandType = Literal[
+# The command types, each named once here, by the part of each side that carries them out: the control plane's
+# `fleet.models.CommandType`, the API's payload serializers, the payload and result types below and the agent's
+# handlers all follow these lists (tests/project/test_command_types.py holds them to it).
+WorkloadCommandType = Literal[  # fleet.workloads; the agent's executor, model cache and endpoint servers
     "container.create",
     "container.start",
     "container.stop",
@@ -39,21 +43,31 @@ CommandType = Literal[
     "model.download",
     "endpoint.start",
     "endpoint.stop",
+]
+RayNodeCommandType = Literal[  # raymgr; the agent's Ray backends
     "ray.head.start",
     "ray.worker.start",
     "ray.node.drain",
     "ray.node.stop",
     "ray.status",
+]
+RayJobCommandType = Literal[  # raymgr.workloads; the agent's Ray job client (on a head's node)
     "ray.job.submit",
     "ray.job.status",
     "ray.job.stop",
     "ray.serve.status",
-    "agent.update",
 ]
+AgentCommandType = Literal["agent.update"]  # the control plane's own (fleet.agent_updates); the agent's updater
+CommandType = Literal[WorkloadCommandType, RayNodeCommandType, RayJobCommandType, AgentCommandType]
 COMMAND_TYPES: tuple[str, ...] = get_args(CommandType)
+WORKLOAD_COMMAND_TYPES: tuple[str, ...] = get_args(WorkloadCommandType)
+RAY_NODE_COMMAND_TYPES: tuple[str, ...] = get_args(RayNodeCommandType)
+RAY_JOB_COMMAND_TYPES: tuple[str, ...] = get_args(RayJobCommandType)
+AGENT_COMMAND_TYPES: tuple[str, ...] = get_args(AgentCommandType)
 
 
 MODEL_ID = rule(max_length=200, pattern=MODEL_ID_RE, message="Not a valid model id (expected owner/name).")
+MAX_MEMORY_MB = 16 * 1024 * 1024  # 16 TiB: a container's memory limit, an endpoint's VRAM per replica
 REVISION = rule(max_length=200, pattern=REVISION_RE)
 
 
@@ -76,7 +90,7 @@ class ContainerCreatePayload:
     env: dict[str, str] = field(default_factory=dict, metadata=rule(item_max_length=4000))
     ports: list[PortMapping] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS))
     cpu: float = field(default=0.0, metadata=rule(min=0, max=1024))  # cores; 0 = no limit
-    memory_mb: int = field(default=0, metadata=rule(min=0, max=16 * 1024 * 1024))  # 0 = no limit
+    memory_mb: int = field(default=0, metadata=rule(min=0, max=MAX_MEMORY_MB))  # 0 = no limit
     gpus: int = field(default=0, metadata=rule(min=0, max=64))
     labels: dict[str, str] = field(default_factory=dict, metadata=rule(item_max_length=4000))
     # when set (kubernetes mode), an Ingress routes this host to the first port
@@ -103,43 +117,6 @@ class ModelDownloadPayload:
     allow_patterns: list[str] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS, item_max_length=200))
 
 
-# Server flags the agent sets itself on every endpoint server (`agent.workloads.endpoints.server_argv`),
-# each with why: `extra_args` may not give them (a later flag would win in vLLM and break the endpoint).
-# `--config` (a YAML file of flags) and `--uds` (serve on a socket instead of the port) would replace them.
-ENDPOINT_AGENT_ARGS: dict[str, str] = {
-    "--model": "the agent serves the endpoint's model from its node's cache",
-    "--served-model-name": "the agent names the served model after the endpoint's model id",
-    "--port": "the agent picks the server's port",
-    "--host": "the agent binds the server to 127.0.0.1, reached through the tunnel only",
-    "--uds": "the agent reaches the server on its port",
-    "--tensor-parallel-size": "the agent sets it from the endpoint's GPUs",
-    "-tp": "the agent sets --tensor-parallel-size from the endpoint's GPUs",
-    "--config": "a config file could set the flags the agent sets itself",
-}
-
-
-def endpoint_arg_reserved(arg: str) -> str | None:
-    """The flag of `ENDPOINT_AGENT_ARGS` that server argument `arg` would set (None when it sets none).
-
-    Reads it as vLLM's parser would: `--flag=value`, underscores for dashes (`--max_model_len`), and a
-    long option's unambiguous abbreviation (`--por` is `--port` to argparse).
-    """
-    if not arg.startswith("-") or arg.startswith("---"):
-        return None
-    name = arg.split("=", 1)[0]
-    if name in ENDPOINT_AGENT_ARGS:
-        return name
-    if name.startswith("-tp"):  # argparse reads `-tp2` as `-tp 2`
-        return "-tp"
-    if not name.startswith("--") or len(name) < 3:
-        return None
-    name = "--" + name[2:].replace("_", "-")
-    for reserved in ENDPOINT_AGENT_ARGS:
-        if reserved.startswith("--") and reserved.startswith(name):
-            return reserved
-    return None
-
-
 @dataclass(frozen=True)
 class EndpointStartPayload:
     """endpoint.start: serve a cached model with an OpenAI-compatible server. The API makes `endpoint_id` up
@@ -155,7 +132,7 @@ class EndpointStartPayload:
     revision: str = field(default="main", metadata=REVISION)
     port: int = field(default=0, metadata=rule(min=0, max=65535))  # 0 = pick a free port
     gpus: int = field(default=0, metadata=rule(min=0, max=64))
-    min_vram_mb: int = field(default=0, metadata=rule(min=0))
+    min_vram_mb: int = field(default=0, metadata=rule(min=0, max=MAX_MEMORY_MB))
     extra_args: list[str] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS, item_max_length=500))
 
 
@@ -370,3 +347,16 @@ def parse_payload(command_type: str, payload: dict[str, Any]) -> Any:
     if nesting_exceeds(payload, MAX_NESTING - 1):  # the payload sits one level inside its Command frame
         raise ProtocolError(f"{command_type} payload is nested deeper than {MAX_NESTING - 1} levels")
     return from_dict(cls, payload, where=f"{command_type} payload")
+
+
+def read_payload(command_type: str, payload: Any) -> Any:
+    """A payload as it was stored (validated when it was sent) read back as its dataclass, leniently: fields
+    it does not know (`secret_fields`) are left out and a value that does not fit reads as its default. None
+    for an unknown command type or a payload without its required fields."""
+    cls = PAYLOAD_TYPES.get(command_type)
+    if cls is None or not isinstance(payload, dict):
+        return None
+    try:
+        return from_dict(cls, payload, where=f"{command_type} payload", lenient=True)
+    except ProtocolError:
+        return None

@@ -34,7 +34,6 @@ from agent.ray.ports import port_in_use, ray_port_refusal
 from agent.ray.process_runtime import RayProcessRuntime, RayRuntimeError
 
 log = logging.getLogger(__name__)
-RAY_COMMAND_TYPES = frozenset({"ray.head.start", "ray.worker.start", "ray.node.drain", "ray.node.stop", "ray.status"})
 
 
 class RayCommandHandler:
@@ -109,7 +108,7 @@ class RayCommandHandler:
 
     def handles(self, command_type: str) -> bool:
         """True for the `ray.*` command types (workload ones go to `self.jobs`)."""
-        return command_type in RAY_COMMAND_TYPES or self.jobs.handles(command_type)
+        return command_type in protocol.RAY_NODE_COMMAND_TYPES or self.jobs.handles(command_type)
 
     def run(self, command_type: str, payload: Any, progress: ProgressFn) -> dict[str, Any]:
         """Run one `ray.*` command; returns the result data or raises `CommandFailed`."""
@@ -166,7 +165,6 @@ def default_handler(work_dir: Path, *, ray_bin: Path | None = None, executor: An
 
 
 __all__ = [
-    "RAY_COMMAND_TYPES",
     "DockerRayContainers",
     "RayCommandHandler",
     "RayContainers",

@@ -27,14 +27,15 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import tqdm as hf_tqdm
 
+from agent import protocol
 from agent.errors import CommandFailed
 from agent.executors.base import ProgressFn
-from agent.protocol import CachedModel, ModelDownloadPayload
+from agent.protocol import CachedModel, ModelDownloadPayload, ModelDownloadResult
 
 DEFAULT_ROOT = Path("/var/cache/cleverthis/models")
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
 MODEL_ID_RE = re.compile(rf"^(?:{_NAME}/)?{_NAME}$")
-REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+REVISION_RE = re.compile(protocol.REVISION_RE)  # (its length is bounded by model.download's payload rule)
 MARKER = "cleverthis.json"
 _PROGRESS_INTERVAL_S = 0.5
 
@@ -159,7 +160,7 @@ class ModelCache:
 
     # ---- model.download
 
-    def download(self, payload: ModelDownloadPayload, progress: ProgressFn) -> dict[str, Any]:
+    def download(self, payload: ModelDownloadPayload, progress: ProgressFn) -> ModelDownloadResult:
         """Snapshot the repository (only missing or partial files are fetched); returns path and sizes."""
         validate_model_ref(payload.model_id, payload.revision)
         reporter = _Reporter(progress, payload.model_id)
@@ -195,14 +196,14 @@ class ModelCache:
         reporter.files_done = reporter.files_total = len(files)
         reporter.bytes_done = reporter.bytes_total = max(reporter.bytes_total, reporter.bytes_done)
         progress(f"downloaded {payload.model_id}", percent=100.0, data={"files": len(files), "size_bytes": size})
-        return {
-            "model_id": payload.model_id,
-            "revision": payload.revision,
-            "commit": commit,
-            "path": str(snapshot),
-            "size_bytes": size,
-            "files": len(files),
-        }
+        return ModelDownloadResult(
+            model_id=payload.model_id,
+            revision=payload.revision,
+            commit=commit,
+            path=str(snapshot),
+            size_bytes=size,
+            files=len(files),
+        )
 
     # ---- completion marker
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from django.core.exceptions import ImproperlyConfigured
+
+from cleverthis.settings.database import database_url
 from cleverthis.settings.env import (
+    DEV_SECRET_KEY,
     database_from_url,
     env_bool,
     env_float,
@@ -15,12 +20,17 @@ from cleverthis.settings.env import (
     env_str,
     env_workspace_map,
     oidc_config_errors,
+    refuse_weak_secret_key,
 )
+from kernel.client_address import check_trusted_proxies
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
-SECRET_KEY = env_str("SECRET_KEY", "dev-insecure-secret-key-change-me-in-production-0123456789")
-DEBUG = env_bool("DEBUG", True)
+# DEBUG is off unless asked for (DEBUG=1: development; `.ci/up` sets it). With DEBUG off the process refuses
+# to start on a SECRET_KEY that is public (the development default below, an example's `change-me`) or weak.
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY", DEV_SECRET_KEY)
+refuse_weak_secret_key(SECRET_KEY, debug=DEBUG)
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"])
 
 # Public URL of this control plane, used in join commands and install scripts.
@@ -75,6 +85,12 @@ HTTPS_COOKIES = env_bool("HTTPS_COOKIES", False)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS_COOKIES
 SESSION_COOKIE_NAME = "__Host-sessionid" if HTTPS_COOKIES else "sessionid"
 CSRF_COOKIE_NAME = "__Host-csrftoken" if HTTPS_COOKIES else "csrftoken"
+# HSTS: behind HTTPS (HTTPS_COOKIES=1 says the deployment is served over TLS), every answer that came over
+# https tells browsers to use nothing but https for this host for HSTS_SECONDS (a year; 0: no header).
+# HSTS_INCLUDE_SUBDOMAINS=1 extends it to the host's subdomains (only when every one of them serves https).
+SECURE_HSTS_SECONDS = env_int("HSTS_SECONDS", 365 * 24 * 3600 if HTTPS_COOKIES else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = False
 # Key used to encrypt secrets at rest (CA key, ArgoCD tokens); defaults to one derived from SECRET_KEY.
 FIELD_ENCRYPTION_KEY = env_str("FIELD_ENCRYPTION_KEY", "")
 # A node whose last heartbeat is older than this many seconds is marked offline by the beat task.
@@ -95,8 +111,17 @@ COMMAND_RESEND_AFTER_S = env_int("COMMAND_RESEND_AFTER_S", 30)
 # this many sends, instead of sending it again forever.
 COMMAND_MAX_ATTEMPTS = env_int("COMMAND_MAX_ATTEMPTS", 5)
 
-# Request limits (count/period: s, min, hour, day), counted per client IP (REMOTE_ADDR: behind a
-# reverse proxy run uvicorn with --proxy-headers) in the cache. Over the limit: 429 with Retry-After.
+# The reverse proxies in front of web whose X-Forwarded-For / X-Forwarded-Proto are believed
+# (kernel.client_address): addresses, networks (10.0.0.0/8) or host names (resolved again every
+# TRUSTED_PROXIES_RESOLVE_S), comma-separated; empty (the default): none, the socket's peer is the client.
+# The proxy must replace a client-sent X-Forwarded-For, never append to it (deploy/compose/haproxy.cfg).
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", [])
+TRUSTED_PROXIES_RESOLVE_S = env_float("TRUSTED_PROXIES_RESOLVE_S", 30.0)
+if _trusted_proxy_errors := check_trusted_proxies(TRUSTED_PROXIES):
+    raise ImproperlyConfigured("TRUSTED_PROXIES: " + "; ".join(_trusted_proxy_errors))
+
+# Request limits (count/period: s, min, hour, day), counted per client IP (kernel.client_address: the
+# socket's peer, or what a TRUSTED_PROXIES proxy forwarded) in the cache. Over the limit: 429 with Retry-After.
 AGENT_REGISTER_RATE = env_rate("AGENT_REGISTER_RATE", "30/min")  # POST /api/v1/agent/register
 SIGN_IN_RATE = env_rate("SIGN_IN_RATE", "10/min")  # sign-in POSTs, per client IP and per username
 
@@ -124,6 +149,11 @@ TUNNEL_PEER_BIND = env_str("TUNNEL_PEER_BIND", "127.0.0.1")
 TUNNEL_PEER_PORT = env_int("TUNNEL_PEER_PORT", 0)
 TUNNEL_PEER_PORT_COUNT = env_int("TUNNEL_PEER_PORT_COUNT", 16)
 TUNNEL_PEER_ADVERTISE = env_str("TUNNEL_PEER_ADVERTISE", "")
+# An accepted peer connection must prove the peer key within this many seconds (the handshake is one round
+# trip between replicas), and at most TUNNEL_PEER_MAX_PENDING connections of a process may be waiting to:
+# more are closed at once. Before its proof a connection may send only handshake-sized frames.
+TUNNEL_PEER_HANDSHAKE_TIMEOUT_S = env_float("TUNNEL_PEER_HANDSHAKE_TIMEOUT_S", 3.0)
+TUNNEL_PEER_MAX_PENDING = env_int("TUNNEL_PEER_MAX_PENDING", 64)
 # The oldest agent wire protocol accepted (default: one version behind this release, for rolling deploys).
 # Older agents are refused with close code 4426 and a node event saying to re-run the install script.
 AGENT_PROTOCOL_MIN = env_int("AGENT_PROTOCOL_MIN", 0)
@@ -139,7 +169,7 @@ API_KEY_CACHE_S = env_float("API_KEY_CACHE_S", 0.5)  # how long a key's rights a
 PROXY_ROUTE_CACHE_S = env_float("PROXY_ROUTE_CACHE_S", 2.0)  # how long an endpoint route is cached per process
 # at most how often a process writes an endpoint's forwarded-request count and last-request time
 ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
-# Per-replica load shared by the web processes (kernel.replica_load): each publishes its requests in flight
+# Per-replica load shared by the web processes (fleet.replica_load): each publishes its requests in flight
 # and tokens served per replica every REPLICA_LOAD_PUBLISH_S to a Redis hash expiring REPLICA_LOAD_TTL_S
 # later (a dead process's figures vanish then); tokens/s is each process's rate over REPLICA_LOAD_WINDOW_S.
 REPLICA_LOAD_PUBLISH_S = env_float("REPLICA_LOAD_PUBLISH_S", 1.0)
@@ -222,7 +252,8 @@ TEMPLATES = [
     },
 ]
 
-DATABASE_URL = env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cleverthis")
+# DATABASE_URL names the database (CLEVERTHIS_DB_NAME only when it is unset; both, disagreeing: refused).
+DATABASE_URL = database_url(os.environ)
 # 0 = no pool. The ASGI entry point turns a pool on by default (cleverthis/asgi.py): there hundreds of
 # tunnels make short ORM calls from a thread pool, and a new PostgreSQL connection per call (a backend
 # fork each) costs more than the query. Prefork Celery workers keep plain per-process connections.

@@ -84,33 +84,11 @@ QuotaEnum = Literal['gpus', 'vram_gib', 'cpu_cores', 'memory_gib', 'containers',
 
 RayClusterStatusEnum = Literal['pending', 'running', 'failed', 'stopping', 'stopped', 'deleting']
 
-RayHeadStartCommandCommandTypeEnum = Literal['ray.head.start']
-
-RayJobStatusCommandCommandTypeEnum = Literal['ray.job.status']
-
-RayJobStopCommandCommandTypeEnum = Literal['ray.job.stop']
-
-RayJobSubmitCommandCommandTypeEnum = Literal['ray.job.submit']
-
-RayJobSubmitPayloadSecretFieldsEnum = Literal['entrypoint', 'files', 'metadata', 'runtime_env']
-
-RayNodeDrainCommandCommandTypeEnum = Literal['ray.node.drain']
-
 RayNodeRoleEnum = Literal['head', 'worker']
 
 RayNodeStatusEnum = Literal['starting', 'running', 'draining', 'stopping', 'stopped', 'failed']
 
-RayNodeStopCommandCommandTypeEnum = Literal['ray.node.stop']
-
 RayRuntimeEnum = Literal['docker', 'process', 'kuberay']
-
-RayServeStatusCommandCommandTypeEnum = Literal['ray.serve.status']
-
-RayStatusCommandCommandTypeEnum = Literal['ray.status']
-
-RayWorkerStartCommandCommandTypeEnum = Literal['ray.worker.start']
-
-Runtime172Enum = Literal['docker', 'process', 'kuberay']
 
 SchedulerEnum = Literal['fifo', 'asha', 'pbt']
 
@@ -1183,7 +1161,7 @@ class ContainerStopCommand(_Model):
 class Endpoint(_Model):
     """An inference endpoint, its public URL, its replicas, and on failure the agent's code with `error_help`."""
 
-    __slots__ = ('id', 'slug', 'url', 'cluster', 'node', 'node_name', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'server_args', 'status', 'port', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'scaled_at', 'idle_timeout_s', 'idle_since', 'replicas', 'failure_code', 'failure_message', 'error_help', 'start_command', 'stop_command', 'created_by', 'created_at', 'updated_at',)
+    __slots__ = ('id', 'slug', 'url', 'cluster', 'node', 'node_name', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'server_args', 'status', 'port', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'scaled_at', 'idle_timeout_s', 'idle_since', 'key_requests_per_min', 'key_tokens_per_min', 'replicas', 'failure_code', 'failure_message', 'error_help', 'start_command', 'stop_command', 'created_by', 'created_at', 'updated_at',)
 
     def __init__(
         self,
@@ -1211,6 +1189,8 @@ class Endpoint(_Model):
         scaled_at: str | None,
         idle_timeout_s: int,
         idle_since: str | None,
+        key_requests_per_min: int | None,
+        key_tokens_per_min: int | None,
         replicas: list[EndpointReplica],
         failure_code: str,
         failure_message: str,
@@ -1244,6 +1224,8 @@ class Endpoint(_Model):
         self.scaled_at = scaled_at
         self.idle_timeout_s = idle_timeout_s
         self.idle_since = idle_since
+        self.key_requests_per_min = key_requests_per_min
+        self.key_tokens_per_min = key_tokens_per_min
         self.replicas = replicas
         self.failure_code = failure_code
         self.failure_message = failure_message
@@ -1280,6 +1262,8 @@ class Endpoint(_Model):
             scaled_at=data['scaled_at'],
             idle_timeout_s=data['idle_timeout_s'],
             idle_since=data['idle_since'],
+            key_requests_per_min=data['key_requests_per_min'],
+            key_tokens_per_min=data['key_tokens_per_min'],
             replicas=_list(EndpointReplica.from_dict, data['replicas']),
             failure_code=data['failure_code'],
             failure_message=data['failure_message'],
@@ -1316,6 +1300,8 @@ class Endpoint(_Model):
         out['scaled_at'] = self.scaled_at
         out['idle_timeout_s'] = self.idle_timeout_s
         out['idle_since'] = self.idle_since
+        out['key_requests_per_min'] = self.key_requests_per_min
+        out['key_tokens_per_min'] = self.key_tokens_per_min
         out['replicas'] = _list(_dump, self.replicas)
         out['failure_code'] = self.failure_code
         out['failure_message'] = self.failure_message
@@ -1331,7 +1317,7 @@ class Endpoint(_Model):
 class EndpointCreate(_Model):
     """Input of POST /endpoints/."""
 
-    __slots__ = ('cluster', 'node', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'idle_timeout_s', 'server_args',)
+    __slots__ = ('cluster', 'node', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'idle_timeout_s', 'server_args', 'key_requests_per_min', 'key_tokens_per_min',)
 
     def __init__(
         self,
@@ -1351,6 +1337,8 @@ class EndpointCreate(_Model):
         scale_cooldown_s: int | None = None,
         idle_timeout_s: int | None = None,
         server_args: list[str] | None = None,
+        key_requests_per_min: int | None = None,
+        key_tokens_per_min: int | None = None,
     ) -> None:
         self.cluster = cluster
         self.node = node
@@ -1367,6 +1355,8 @@ class EndpointCreate(_Model):
         self.scale_cooldown_s = scale_cooldown_s
         self.idle_timeout_s = idle_timeout_s
         self.server_args = server_args
+        self.key_requests_per_min = key_requests_per_min
+        self.key_tokens_per_min = key_tokens_per_min
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointCreate:
@@ -1386,6 +1376,8 @@ class EndpointCreate(_Model):
             scale_cooldown_s=data.get('scale_cooldown_s'),
             idle_timeout_s=data.get('idle_timeout_s'),
             server_args=data.get('server_args'),
+            key_requests_per_min=data.get('key_requests_per_min'),
+            key_tokens_per_min=data.get('key_tokens_per_min'),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -1418,6 +1410,10 @@ class EndpointCreate(_Model):
             out['idle_timeout_s'] = self.idle_timeout_s
         if self.server_args is not None:
             out['server_args'] = self.server_args
+        if self.key_requests_per_min is not None:
+            out['key_requests_per_min'] = self.key_requests_per_min
+        if self.key_tokens_per_min is not None:
+            out['key_tokens_per_min'] = self.key_tokens_per_min
         return out
 
 
@@ -1509,8 +1505,38 @@ class EndpointEventPage(_Model):
         return out
 
 
+class EndpointLimits(_Model):
+    """Input of POST /endpoints/<id>/limits/: the per-key limits (null: no limit; left out: kept)."""
+
+    __slots__ = ('key_requests_per_min', 'key_tokens_per_min',)
+
+    def __init__(
+        self,
+        *,
+        key_requests_per_min: int | None = None,
+        key_tokens_per_min: int | None = None,
+    ) -> None:
+        self.key_requests_per_min = key_requests_per_min
+        self.key_tokens_per_min = key_tokens_per_min
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EndpointLimits:
+        return cls(
+            key_requests_per_min=data.get('key_requests_per_min'),
+            key_tokens_per_min=data.get('key_tokens_per_min'),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.key_requests_per_min is not None:
+            out['key_requests_per_min'] = self.key_requests_per_min
+        if self.key_tokens_per_min is not None:
+            out['key_tokens_per_min'] = self.key_tokens_per_min
+        return out
+
+
 class EndpointReplica(_Model):
-    """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second summed over every web process (`kernel.replica_load`, a few seconds old at most; null when they cannot be read); `replacement_of` names the lost replica it took over from (every replica is listed, retired ones too)."""
+    """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second summed over every web process (`fleet.replica_load`, a few seconds old at most; null when they cannot be read); `replacement_of` names the lost replica it took over from (every replica is listed, retired ones too)."""
 
     __slots__ = ('id', 'server_id', 'node', 'node_name', 'status', 'port', 'failure_code', 'failure_message', 'in_flight', 'tokens_per_s', 'replacement_of', 'created_at', 'updated_at',)
 
@@ -2973,7 +2999,7 @@ class PatchedNodeRename(_Model):
 
 
 class PatchedQuotaLimits(_Model):
-    """New limits (only those given change; null makes a quota unlimited)."""
+    """New limits (only those given change; null makes a quota unlimited; an unknown name: 400)."""
 
     __slots__ = ('gpus', 'vram_gib', 'cpu_cores', 'memory_gib', 'containers', 'endpoints', 'ray_clusters', 'ray_workers',)
 
@@ -3482,372 +3508,6 @@ class RayClusterEventPage(_Model):
         return out
 
 
-class RayHeadStartCommand(_Model):
-    """A `ray.head.start` command."""
-
-    __slots__ = ('command_type', 'node_id', 'payload',)
-
-    def __init__(
-        self,
-        *,
-        command_type: RayHeadStartCommandCommandTypeEnum,
-        node_id: str | None = None,
-        payload: RayHeadStartPayload,
-    ) -> None:
-        self.command_type = command_type
-        self.node_id = node_id
-        self.payload = payload
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayHeadStartCommand:
-        return cls(
-            command_type=data['command_type'],
-            node_id=data.get('node_id'),
-            payload=_opt(RayHeadStartPayload.from_dict, data['payload']),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['command_type'] = self.command_type
-        if self.node_id is not None:
-            out['node_id'] = self.node_id
-        out['payload'] = _opt(_dump, self.payload)
-        return out
-
-
-class RayHeadStartPayload(_Model):
-    """ray.head.start: start the head of managed Ray cluster `cluster_id` on this node."""
-
-    __slots__ = ('cluster_id', 'member_id', 'ray_version', 'image', 'runtime', 'gcs_port', 'dashboard_port', 'num_cpus', 'num_gpus', 'name', 'min_workers', 'max_workers', 'idle_timeout_s', 'worker_cpus', 'worker_memory_mb', 'worker_gpus', 'worker_image',)
-
-    def __init__(
-        self,
-        *,
-        cluster_id: str,
-        member_id: str,
-        ray_version: str,
-        image: str,
-        runtime: Runtime172Enum | None = None,
-        gcs_port: int | None = None,
-        dashboard_port: int | None = None,
-        num_cpus: float | None = None,
-        num_gpus: int | None = None,
-        name: Any = None,
-        min_workers: int | None = None,
-        max_workers: int | None = None,
-        idle_timeout_s: int | None = None,
-        worker_cpus: float | None = None,
-        worker_memory_mb: int | None = None,
-        worker_gpus: int | None = None,
-        worker_image: str | None = None,
-    ) -> None:
-        self.cluster_id = cluster_id
-        self.member_id = member_id
-        self.ray_version = ray_version
-        self.image = image
-        self.runtime = runtime
-        self.gcs_port = gcs_port
-        self.dashboard_port = dashboard_port
-        self.num_cpus = num_cpus
-        self.num_gpus = num_gpus
-        self.name = name
-        self.min_workers = min_workers
-        self.max_workers = max_workers
-        self.idle_timeout_s = idle_timeout_s
-        self.worker_cpus = worker_cpus
-        self.worker_memory_mb = worker_memory_mb
-        self.worker_gpus = worker_gpus
-        self.worker_image = worker_image
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayHeadStartPayload:
-        return cls(
-            cluster_id=data['cluster_id'],
-            member_id=data['member_id'],
-            ray_version=data['ray_version'],
-            image=data['image'],
-            runtime=data.get('runtime'),
-            gcs_port=data.get('gcs_port'),
-            dashboard_port=data.get('dashboard_port'),
-            num_cpus=data.get('num_cpus'),
-            num_gpus=data.get('num_gpus'),
-            name=data.get('name'),
-            min_workers=data.get('min_workers'),
-            max_workers=data.get('max_workers'),
-            idle_timeout_s=data.get('idle_timeout_s'),
-            worker_cpus=data.get('worker_cpus'),
-            worker_memory_mb=data.get('worker_memory_mb'),
-            worker_gpus=data.get('worker_gpus'),
-            worker_image=data.get('worker_image'),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['cluster_id'] = self.cluster_id
-        out['member_id'] = self.member_id
-        out['ray_version'] = self.ray_version
-        out['image'] = self.image
-        if self.runtime is not None:
-            out['runtime'] = self.runtime
-        if self.gcs_port is not None:
-            out['gcs_port'] = self.gcs_port
-        if self.dashboard_port is not None:
-            out['dashboard_port'] = self.dashboard_port
-        if self.num_cpus is not None:
-            out['num_cpus'] = self.num_cpus
-        if self.num_gpus is not None:
-            out['num_gpus'] = self.num_gpus
-        if self.name is not None:
-            out['name'] = self.name
-        if self.min_workers is not None:
-            out['min_workers'] = self.min_workers
-        if self.max_workers is not None:
-            out['max_workers'] = self.max_workers
-        if self.idle_timeout_s is not None:
-            out['idle_timeout_s'] = self.idle_timeout_s
-        if self.worker_cpus is not None:
-            out['worker_cpus'] = self.worker_cpus
-        if self.worker_memory_mb is not None:
-            out['worker_memory_mb'] = self.worker_memory_mb
-        if self.worker_gpus is not None:
-            out['worker_gpus'] = self.worker_gpus
-        if self.worker_image is not None:
-            out['worker_image'] = self.worker_image
-        return out
-
-
-class RayJobRefPayload(_Model):
-    """ray.job.status (state, log tail, traceback, result markers) / ray.job.stop of one Ray job."""
-
-    __slots__ = ('cluster_id', 'member_id', 'submission_id', 'runtime', 'dashboard_port', 'log_lines', 'host',)
-
-    def __init__(
-        self,
-        *,
-        cluster_id: str,
-        member_id: str,
-        submission_id: str,
-        runtime: Runtime172Enum | None = None,
-        dashboard_port: int | None = None,
-        log_lines: int | None = None,
-        host: Any = None,
-    ) -> None:
-        self.cluster_id = cluster_id
-        self.member_id = member_id
-        self.submission_id = submission_id
-        self.runtime = runtime
-        self.dashboard_port = dashboard_port
-        self.log_lines = log_lines
-        self.host = host
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayJobRefPayload:
-        return cls(
-            cluster_id=data['cluster_id'],
-            member_id=data['member_id'],
-            submission_id=data['submission_id'],
-            runtime=data.get('runtime'),
-            dashboard_port=data.get('dashboard_port'),
-            log_lines=data.get('log_lines'),
-            host=data.get('host'),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['cluster_id'] = self.cluster_id
-        out['member_id'] = self.member_id
-        out['submission_id'] = self.submission_id
-        if self.runtime is not None:
-            out['runtime'] = self.runtime
-        if self.dashboard_port is not None:
-            out['dashboard_port'] = self.dashboard_port
-        if self.log_lines is not None:
-            out['log_lines'] = self.log_lines
-        if self.host is not None:
-            out['host'] = self.host
-        return out
-
-
-class RayJobStatusCommand(_Model):
-    """A `ray.job.status` command."""
-
-    __slots__ = ('command_type', 'node_id', 'payload',)
-
-    def __init__(
-        self,
-        *,
-        command_type: RayJobStatusCommandCommandTypeEnum,
-        node_id: str | None = None,
-        payload: RayJobRefPayload,
-    ) -> None:
-        self.command_type = command_type
-        self.node_id = node_id
-        self.payload = payload
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayJobStatusCommand:
-        return cls(
-            command_type=data['command_type'],
-            node_id=data.get('node_id'),
-            payload=_opt(RayJobRefPayload.from_dict, data['payload']),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['command_type'] = self.command_type
-        if self.node_id is not None:
-            out['node_id'] = self.node_id
-        out['payload'] = _opt(_dump, self.payload)
-        return out
-
-
-class RayJobStopCommand(_Model):
-    """A `ray.job.stop` command."""
-
-    __slots__ = ('command_type', 'node_id', 'payload',)
-
-    def __init__(
-        self,
-        *,
-        command_type: RayJobStopCommandCommandTypeEnum,
-        node_id: str | None = None,
-        payload: RayJobRefPayload,
-    ) -> None:
-        self.command_type = command_type
-        self.node_id = node_id
-        self.payload = payload
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayJobStopCommand:
-        return cls(
-            command_type=data['command_type'],
-            node_id=data.get('node_id'),
-            payload=_opt(RayJobRefPayload.from_dict, data['payload']),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['command_type'] = self.command_type
-        if self.node_id is not None:
-            out['node_id'] = self.node_id
-        out['payload'] = _opt(_dump, self.payload)
-        return out
-
-
-class RayJobSubmitCommand(_Model):
-    """A `ray.job.submit` command."""
-
-    __slots__ = ('command_type', 'node_id', 'payload',)
-
-    def __init__(
-        self,
-        *,
-        command_type: RayJobSubmitCommandCommandTypeEnum,
-        node_id: str | None = None,
-        payload: RayJobSubmitPayload,
-    ) -> None:
-        self.command_type = command_type
-        self.node_id = node_id
-        self.payload = payload
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayJobSubmitCommand:
-        return cls(
-            command_type=data['command_type'],
-            node_id=data.get('node_id'),
-            payload=_opt(RayJobSubmitPayload.from_dict, data['payload']),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['command_type'] = self.command_type
-        if self.node_id is not None:
-            out['node_id'] = self.node_id
-        out['payload'] = _opt(_dump, self.payload)
-        return out
-
-
-class RayJobSubmitPayload(_Model):
-    """ray.job.submit: submit Ray job `submission_id` (idempotent: an existing submission is reported)."""
-
-    __slots__ = ('cluster_id', 'member_id', 'submission_id', 'entrypoint', 'runtime', 'dashboard_port', 'host', 'files', 'runtime_env', 'entrypoint_num_cpus', 'entrypoint_num_gpus', 'metadata', 'secret_fields',)
-
-    def __init__(
-        self,
-        *,
-        cluster_id: str,
-        member_id: str,
-        submission_id: str,
-        entrypoint: str,
-        runtime: Runtime172Enum | None = None,
-        dashboard_port: int | None = None,
-        host: Any = None,
-        files: dict[str, str] | None = None,
-        runtime_env: dict[str, Any] | None = None,
-        entrypoint_num_cpus: float | None = None,
-        entrypoint_num_gpus: float | None = None,
-        metadata: dict[str, str] | None = None,
-        secret_fields: list[RayJobSubmitPayloadSecretFieldsEnum] | None = None,
-    ) -> None:
-        self.cluster_id = cluster_id
-        self.member_id = member_id
-        self.submission_id = submission_id
-        self.entrypoint = entrypoint
-        self.runtime = runtime
-        self.dashboard_port = dashboard_port
-        self.host = host
-        self.files = files
-        self.runtime_env = runtime_env
-        self.entrypoint_num_cpus = entrypoint_num_cpus
-        self.entrypoint_num_gpus = entrypoint_num_gpus
-        self.metadata = metadata
-        self.secret_fields = secret_fields
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayJobSubmitPayload:
-        return cls(
-            cluster_id=data['cluster_id'],
-            member_id=data['member_id'],
-            submission_id=data['submission_id'],
-            entrypoint=data['entrypoint'],
-            runtime=data.get('runtime'),
-            dashboard_port=data.get('dashboard_port'),
-            host=data.get('host'),
-            files=data.get('files'),
-            runtime_env=data.get('runtime_env'),
-            entrypoint_num_cpus=data.get('entrypoint_num_cpus'),
-            entrypoint_num_gpus=data.get('entrypoint_num_gpus'),
-            metadata=data.get('metadata'),
-            secret_fields=data.get('secret_fields'),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['cluster_id'] = self.cluster_id
-        out['member_id'] = self.member_id
-        out['submission_id'] = self.submission_id
-        out['entrypoint'] = self.entrypoint
-        if self.runtime is not None:
-            out['runtime'] = self.runtime
-        if self.dashboard_port is not None:
-            out['dashboard_port'] = self.dashboard_port
-        if self.host is not None:
-            out['host'] = self.host
-        if self.files is not None:
-            out['files'] = self.files
-        if self.runtime_env is not None:
-            out['runtime_env'] = self.runtime_env
-        if self.entrypoint_num_cpus is not None:
-            out['entrypoint_num_cpus'] = self.entrypoint_num_cpus
-        if self.entrypoint_num_gpus is not None:
-            out['entrypoint_num_gpus'] = self.entrypoint_num_gpus
-        if self.metadata is not None:
-            out['metadata'] = self.metadata
-        if self.secret_fields is not None:
-            out['secret_fields'] = self.secret_fields
-        return out
-
-
 class RayNode(_Model):
     """A head or worker with its latest usage."""
 
@@ -3945,432 +3605,6 @@ class RayNode(_Model):
         out['idle_s'] = self.idle_s
         out['resources'] = self.resources
         out['created_at'] = self.created_at
-        return out
-
-
-class RayNodeDrainCommand(_Model):
-    """A `ray.node.drain` command."""
-
-    __slots__ = ('command_type', 'node_id', 'payload',)
-
-    def __init__(
-        self,
-        *,
-        command_type: RayNodeDrainCommandCommandTypeEnum,
-        node_id: str | None = None,
-        payload: RayNodeDrainPayload,
-    ) -> None:
-        self.command_type = command_type
-        self.node_id = node_id
-        self.payload = payload
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayNodeDrainCommand:
-        return cls(
-            command_type=data['command_type'],
-            node_id=data.get('node_id'),
-            payload=_opt(RayNodeDrainPayload.from_dict, data['payload']),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['command_type'] = self.command_type
-        if self.node_id is not None:
-            out['node_id'] = self.node_id
-        out['payload'] = _opt(_dump, self.payload)
-        return out
-
-
-class RayNodeDrainPayload(_Model):
-    """ray.node.drain (sent to the head's node): ask Ray to drain worker `ray_node_id` before it stops."""
-
-    __slots__ = ('cluster_id', 'member_id', 'ray_node_id', 'runtime', 'head_member_id', 'gcs_port', 'reason', 'deadline_s',)
-
-    def __init__(
-        self,
-        *,
-        cluster_id: str,
-        member_id: str,
-        ray_node_id: str,
-        runtime: Runtime172Enum | None = None,
-        head_member_id: Any = None,
-        gcs_port: int | None = None,
-        reason: str | None = None,
-        deadline_s: int | None = None,
-    ) -> None:
-        self.cluster_id = cluster_id
-        self.member_id = member_id
-        self.ray_node_id = ray_node_id
-        self.runtime = runtime
-        self.head_member_id = head_member_id
-        self.gcs_port = gcs_port
-        self.reason = reason
-        self.deadline_s = deadline_s
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayNodeDrainPayload:
-        return cls(
-            cluster_id=data['cluster_id'],
-            member_id=data['member_id'],
-            ray_node_id=data['ray_node_id'],
-            runtime=data.get('runtime'),
-            head_member_id=data.get('head_member_id'),
-            gcs_port=data.get('gcs_port'),
-            reason=data.get('reason'),
-            deadline_s=data.get('deadline_s'),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['cluster_id'] = self.cluster_id
-        out['member_id'] = self.member_id
-        out['ray_node_id'] = self.ray_node_id
-        if self.runtime is not None:
-            out['runtime'] = self.runtime
-        if self.head_member_id is not None:
-            out['head_member_id'] = self.head_member_id
-        if self.gcs_port is not None:
-            out['gcs_port'] = self.gcs_port
-        if self.reason is not None:
-            out['reason'] = self.reason
-        if self.deadline_s is not None:
-            out['deadline_s'] = self.deadline_s
-        return out
-
-
-class RayNodeStopCommand(_Model):
-    """A `ray.node.stop` command."""
-
-    __slots__ = ('command_type', 'node_id', 'payload',)
-
-    def __init__(
-        self,
-        *,
-        command_type: RayNodeStopCommandCommandTypeEnum,
-        node_id: str | None = None,
-        payload: RayNodeStopPayload,
-    ) -> None:
-        self.command_type = command_type
-        self.node_id = node_id
-        self.payload = payload
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayNodeStopCommand:
-        return cls(
-            command_type=data['command_type'],
-            node_id=data.get('node_id'),
-            payload=_opt(RayNodeStopPayload.from_dict, data['payload']),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['command_type'] = self.command_type
-        if self.node_id is not None:
-            out['node_id'] = self.node_id
-        out['payload'] = _opt(_dump, self.payload)
-        return out
-
-
-class RayNodeStopPayload(_Model):
-    """ray.node.stop: stop (and remove) one Ray node of a managed cluster on this node."""
-
-    __slots__ = ('cluster_id', 'member_id', 'runtime', 'container', 'timeout_s', 'delete',)
-
-    def __init__(
-        self,
-        *,
-        cluster_id: str,
-        member_id: str,
-        runtime: Runtime172Enum | None = None,
-        container: str | None = None,
-        timeout_s: int | None = None,
-        delete: bool | None = None,
-    ) -> None:
-        self.cluster_id = cluster_id
-        self.member_id = member_id
-        self.runtime = runtime
-        self.container = container
-        self.timeout_s = timeout_s
-        self.delete = delete
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayNodeStopPayload:
-        return cls(
-            cluster_id=data['cluster_id'],
-            member_id=data['member_id'],
-            runtime=data.get('runtime'),
-            container=data.get('container'),
-            timeout_s=data.get('timeout_s'),
-            delete=data.get('delete'),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['cluster_id'] = self.cluster_id
-        out['member_id'] = self.member_id
-        if self.runtime is not None:
-            out['runtime'] = self.runtime
-        if self.container is not None:
-            out['container'] = self.container
-        if self.timeout_s is not None:
-            out['timeout_s'] = self.timeout_s
-        if self.delete is not None:
-            out['delete'] = self.delete
-        return out
-
-
-class RayServeStatusCommand(_Model):
-    """A `ray.serve.status` command."""
-
-    __slots__ = ('command_type', 'node_id', 'payload',)
-
-    def __init__(
-        self,
-        *,
-        command_type: RayServeStatusCommandCommandTypeEnum,
-        node_id: str | None = None,
-        payload: RayServeStatusPayload,
-    ) -> None:
-        self.command_type = command_type
-        self.node_id = node_id
-        self.payload = payload
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayServeStatusCommand:
-        return cls(
-            command_type=data['command_type'],
-            node_id=data.get('node_id'),
-            payload=_opt(RayServeStatusPayload.from_dict, data['payload']),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['command_type'] = self.command_type
-        if self.node_id is not None:
-            out['node_id'] = self.node_id
-        out['payload'] = _opt(_dump, self.payload)
-        return out
-
-
-class RayServeStatusPayload(_Model):
-    """ray.serve.status: Serve applications, deployments, replica states and replica log tails."""
-
-    __slots__ = ('cluster_id', 'member_id', 'runtime', 'dashboard_port', 'app_name', 'log_lines', 'host',)
-
-    def __init__(
-        self,
-        *,
-        cluster_id: str,
-        member_id: str,
-        runtime: Runtime172Enum | None = None,
-        dashboard_port: int | None = None,
-        app_name: str | None = None,
-        log_lines: int | None = None,
-        host: Any = None,
-    ) -> None:
-        self.cluster_id = cluster_id
-        self.member_id = member_id
-        self.runtime = runtime
-        self.dashboard_port = dashboard_port
-        self.app_name = app_name
-        self.log_lines = log_lines
-        self.host = host
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayServeStatusPayload:
-        return cls(
-            cluster_id=data['cluster_id'],
-            member_id=data['member_id'],
-            runtime=data.get('runtime'),
-            dashboard_port=data.get('dashboard_port'),
-            app_name=data.get('app_name'),
-            log_lines=data.get('log_lines'),
-            host=data.get('host'),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['cluster_id'] = self.cluster_id
-        out['member_id'] = self.member_id
-        if self.runtime is not None:
-            out['runtime'] = self.runtime
-        if self.dashboard_port is not None:
-            out['dashboard_port'] = self.dashboard_port
-        if self.app_name is not None:
-            out['app_name'] = self.app_name
-        if self.log_lines is not None:
-            out['log_lines'] = self.log_lines
-        if self.host is not None:
-            out['host'] = self.host
-        return out
-
-
-class RayStatusCommand(_Model):
-    """A `ray.status` command."""
-
-    __slots__ = ('command_type', 'node_id', 'payload',)
-
-    def __init__(
-        self,
-        *,
-        command_type: RayStatusCommandCommandTypeEnum,
-        node_id: str | None = None,
-        payload: RayStatusPayload,
-    ) -> None:
-        self.command_type = command_type
-        self.node_id = node_id
-        self.payload = payload
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayStatusCommand:
-        return cls(
-            command_type=data['command_type'],
-            node_id=data.get('node_id'),
-            payload=_opt(RayStatusPayload.from_dict, data['payload']),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['command_type'] = self.command_type
-        if self.node_id is not None:
-            out['node_id'] = self.node_id
-        out['payload'] = _opt(_dump, self.payload)
-        return out
-
-
-class RayStatusPayload(_Model):
-    """ray.status (sent to the head's node): nodes, usage, pending demand and, optionally, log tails."""
-
-    __slots__ = ('cluster_id', 'member_id', 'runtime', 'gcs_port', 'include_logs', 'log_lines',)
-
-    def __init__(
-        self,
-        *,
-        cluster_id: str,
-        member_id: str,
-        runtime: Runtime172Enum | None = None,
-        gcs_port: int | None = None,
-        include_logs: bool | None = None,
-        log_lines: int | None = None,
-    ) -> None:
-        self.cluster_id = cluster_id
-        self.member_id = member_id
-        self.runtime = runtime
-        self.gcs_port = gcs_port
-        self.include_logs = include_logs
-        self.log_lines = log_lines
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayStatusPayload:
-        return cls(
-            cluster_id=data['cluster_id'],
-            member_id=data['member_id'],
-            runtime=data.get('runtime'),
-            gcs_port=data.get('gcs_port'),
-            include_logs=data.get('include_logs'),
-            log_lines=data.get('log_lines'),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['cluster_id'] = self.cluster_id
-        out['member_id'] = self.member_id
-        if self.runtime is not None:
-            out['runtime'] = self.runtime
-        if self.gcs_port is not None:
-            out['gcs_port'] = self.gcs_port
-        if self.include_logs is not None:
-            out['include_logs'] = self.include_logs
-        if self.log_lines is not None:
-            out['log_lines'] = self.log_lines
-        return out
-
-
-class RayWorkerStartCommand(_Model):
-    """A `ray.worker.start` command."""
-
-    __slots__ = ('command_type', 'node_id', 'payload',)
-
-    def __init__(
-        self,
-        *,
-        command_type: RayWorkerStartCommandCommandTypeEnum,
-        node_id: str | None = None,
-        payload: RayWorkerStartPayload,
-    ) -> None:
-        self.command_type = command_type
-        self.node_id = node_id
-        self.payload = payload
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayWorkerStartCommand:
-        return cls(
-            command_type=data['command_type'],
-            node_id=data.get('node_id'),
-            payload=_opt(RayWorkerStartPayload.from_dict, data['payload']),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['command_type'] = self.command_type
-        if self.node_id is not None:
-            out['node_id'] = self.node_id
-        out['payload'] = _opt(_dump, self.payload)
-        return out
-
-
-class RayWorkerStartPayload(_Model):
-    """ray.worker.start: start a worker joining the head at `head_address` (ip:gcs_port)."""
-
-    __slots__ = ('cluster_id', 'member_id', 'ray_version', 'image', 'head_address', 'runtime', 'num_cpus', 'num_gpus',)
-
-    def __init__(
-        self,
-        *,
-        cluster_id: str,
-        member_id: str,
-        ray_version: str,
-        image: str,
-        head_address: str,
-        runtime: Runtime172Enum | None = None,
-        num_cpus: float | None = None,
-        num_gpus: int | None = None,
-    ) -> None:
-        self.cluster_id = cluster_id
-        self.member_id = member_id
-        self.ray_version = ray_version
-        self.image = image
-        self.head_address = head_address
-        self.runtime = runtime
-        self.num_cpus = num_cpus
-        self.num_gpus = num_gpus
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayWorkerStartPayload:
-        return cls(
-            cluster_id=data['cluster_id'],
-            member_id=data['member_id'],
-            ray_version=data['ray_version'],
-            image=data['image'],
-            head_address=data['head_address'],
-            runtime=data.get('runtime'),
-            num_cpus=data.get('num_cpus'),
-            num_gpus=data.get('num_gpus'),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        out['cluster_id'] = self.cluster_id
-        out['member_id'] = self.member_id
-        out['ray_version'] = self.ray_version
-        out['image'] = self.image
-        out['head_address'] = self.head_address
-        if self.runtime is not None:
-            out['runtime'] = self.runtime
-        if self.num_cpus is not None:
-            out['num_cpus'] = self.num_cpus
-        if self.num_gpus is not None:
-            out['num_gpus'] = self.num_gpus
         return out
 
 
@@ -4644,13 +3878,14 @@ class TrainWithBest(_Model):
 class TrainingJob(_Model):
     """A training job as read."""
 
-    __slots__ = ('id', 'hints', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'kind', 'script', 'entrypoint', 'framework', 'config', 'num_workers', 'cpus_per_worker', 'gpus_per_worker', 'checkpoint_every', 'checkpoints_to_keep', 'storage_path', 'status', 'queue_reason', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'checkpoints', 'workspace', 'created_by', 'ray_cluster', 'source_experiment',)
+    __slots__ = ('id', 'hints', 'status_sentence', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'kind', 'script', 'entrypoint', 'framework', 'config', 'num_workers', 'cpus_per_worker', 'gpus_per_worker', 'checkpoint_every', 'checkpoints_to_keep', 'storage_path', 'status', 'queue_reason', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'checkpoints', 'workspace', 'created_by', 'ray_cluster', 'source_experiment',)
 
     def __init__(
         self,
         *,
         id: str,
         hints: list[dict[str, str]],
+        status_sentence: str,
         name: str,
         created_at: str,
         status_changed_at: str,
@@ -4683,6 +3918,7 @@ class TrainingJob(_Model):
     ) -> None:
         self.id = id
         self.hints = hints
+        self.status_sentence = status_sentence
         self.name = name
         self.created_at = created_at
         self.status_changed_at = status_changed_at
@@ -4718,6 +3954,7 @@ class TrainingJob(_Model):
         return cls(
             id=data['id'],
             hints=data['hints'],
+            status_sentence=data['status_sentence'],
             name=data['name'],
             created_at=data['created_at'],
             status_changed_at=data['status_changed_at'],
@@ -4753,6 +3990,7 @@ class TrainingJob(_Model):
         out: dict[str, Any] = {}
         out['id'] = self.id
         out['hints'] = self.hints
+        out['status_sentence'] = self.status_sentence
         out['name'] = self.name
         out['created_at'] = self.created_at
         out['status_changed_at'] = self.status_changed_at
@@ -4875,7 +4113,7 @@ class TrainingJobCreate(_Model):
 class TuneExperiment(_Model):
     """A Tune experiment with its trial table."""
 
-    __slots__ = ('id', 'trials', 'hints', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'search_space', 'metric', 'mode', 'num_samples', 'max_concurrent_trials', 'max_iterations', 'scheduler', 'scheduler_config', 'objective_code', 'cpus_per_trial', 'gpus_per_trial', 'training_script', 'status', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'best_config', 'best_result', 'workspace', 'created_by', 'ray_cluster',)
+    __slots__ = ('id', 'trials', 'hints', 'status_sentence', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'search_space', 'metric', 'mode', 'num_samples', 'max_concurrent_trials', 'max_iterations', 'scheduler', 'scheduler_config', 'objective_code', 'cpus_per_trial', 'gpus_per_trial', 'training_script', 'status', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'best_config', 'best_result', 'workspace', 'created_by', 'ray_cluster',)
 
     def __init__(
         self,
@@ -4883,6 +4121,7 @@ class TuneExperiment(_Model):
         id: str,
         trials: list[TuneTrial],
         hints: list[dict[str, str]],
+        status_sentence: str,
         name: str,
         created_at: str,
         status_changed_at: str,
@@ -4916,6 +4155,7 @@ class TuneExperiment(_Model):
         self.id = id
         self.trials = trials
         self.hints = hints
+        self.status_sentence = status_sentence
         self.name = name
         self.created_at = created_at
         self.status_changed_at = status_changed_at
@@ -4952,6 +4192,7 @@ class TuneExperiment(_Model):
             id=data['id'],
             trials=_list(TuneTrial.from_dict, data['trials']),
             hints=data['hints'],
+            status_sentence=data['status_sentence'],
             name=data['name'],
             created_at=data['created_at'],
             status_changed_at=data['status_changed_at'],
@@ -4988,6 +4229,7 @@ class TuneExperiment(_Model):
         out['id'] = self.id
         out['trials'] = _list(_dump, self.trials)
         out['hints'] = self.hints
+        out['status_sentence'] = self.status_sentence
         out['name'] = self.name
         out['created_at'] = self.created_at
         out['status_changed_at'] = self.status_changed_at
@@ -5474,6 +4716,7 @@ MODELS: dict[str, type] = {
     'EndpointCreate': EndpointCreate,
     'EndpointEvent': EndpointEvent,
     'EndpointEventPage': EndpointEventPage,
+    'EndpointLimits': EndpointLimits,
     'EndpointReplica': EndpointReplica,
     'EndpointRevision': EndpointRevision,
     'EndpointStartCommand': EndpointStartCommand,
@@ -5519,24 +4762,7 @@ MODELS: dict[str, type] = {
     'RayClusterCreate': RayClusterCreate,
     'RayClusterEvent': RayClusterEvent,
     'RayClusterEventPage': RayClusterEventPage,
-    'RayHeadStartCommand': RayHeadStartCommand,
-    'RayHeadStartPayload': RayHeadStartPayload,
-    'RayJobRefPayload': RayJobRefPayload,
-    'RayJobStatusCommand': RayJobStatusCommand,
-    'RayJobStopCommand': RayJobStopCommand,
-    'RayJobSubmitCommand': RayJobSubmitCommand,
-    'RayJobSubmitPayload': RayJobSubmitPayload,
     'RayNode': RayNode,
-    'RayNodeDrainCommand': RayNodeDrainCommand,
-    'RayNodeDrainPayload': RayNodeDrainPayload,
-    'RayNodeStopCommand': RayNodeStopCommand,
-    'RayNodeStopPayload': RayNodeStopPayload,
-    'RayServeStatusCommand': RayServeStatusCommand,
-    'RayServeStatusPayload': RayServeStatusPayload,
-    'RayStatusCommand': RayStatusCommand,
-    'RayStatusPayload': RayStatusPayload,
-    'RayWorkerStartCommand': RayWorkerStartCommand,
-    'RayWorkerStartPayload': RayWorkerStartPayload,
     'ServeDeployment': ServeDeployment,
     'ServeDeploymentCreate': ServeDeploymentCreate,
     'TrainWithBest': TrainWithBest,
@@ -5580,6 +4806,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'v1_endpoints_create': ('POST', '/api/v1/endpoints/'),
     'v1_endpoints_retrieve': ('GET', '/api/v1/endpoints/{id}/'),
     'v1_endpoints_events_retrieve': ('GET', '/api/v1/endpoints/{id}/events/'),
+    'v1_endpoints_limits_create': ('POST', '/api/v1/endpoints/{id}/limits/'),
     'v1_endpoints_stop_create': ('POST', '/api/v1/endpoints/{id}/stop/'),
     'v1_endpoints_update_create': ('POST', '/api/v1/endpoints/{id}/update/'),
     'v1_endpoints_update_revision_create': ('POST', '/api/v1/endpoints/{id}/update_revision/'),

@@ -298,8 +298,8 @@ def command_bodies() -> dict[str, type[serializers.Serializer]]:
     Read when the schema is built: every type `fleet.payloads` accepts by then (the Ray apps add theirs).
     """
     for command_type, base in payloads.PAYLOAD_SERIALIZERS.items():
-        if command_type in _COMMAND_BODIES:
-            continue
+        if command_type in _COMMAND_BODIES or command_type in payloads.OWNED_COMMANDS:
+            continue  # an owned type is sent by its app's API only
         payload = _PAYLOAD_SHAPES.setdefault(base, _payload_shape(base))
         name = "".join(part.capitalize() for part in command_type.split(".")) + "Command"
         _COMMAND_BODIES[command_type] = type(

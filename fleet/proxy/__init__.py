@@ -1,6 +1,8 @@
 """The HTTP/WebSocket proxy through agent tunnels: node content reached via the control plane.
 
-Here: the ASGI relay and its resolvers registry (`relay`), the origins of their own that node content
+Here: the ASGI relay of HTTP (`relay`) and of WebSockets (`websocket_relay`), the registry of resolvers
+and their answers (`resolvers`), the headers that may cross (`headers`), the proxy's own short answers
+(`answers`), the ticket exchange on a node origin (`tickets`), the origins of their own that node content
 is served on and how members get in there (`origins`), endpoint routing (`endpoint_routes`),
 byte streams over a tunnel with credit flow control (`streams`), where a node's tunnel is held
 (`peer_routes`) and the peer links this process opens to the process holding it (`peer_dialer`),

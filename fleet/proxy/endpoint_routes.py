@@ -2,7 +2,7 @@
 
 An endpoint is served only on its own origin `endpoint-<slug>.<ENDPOINT_DOMAIN>` (behind a wildcard DNS
 record and certificate; `*.localhost` locally). The older path form `/endpoints/<slug>/…` on the control
-plane's host redirects there (`relay.redirect_to_origin`) and is never proxied. Endpoints need an API
+plane's host redirects there (`resolvers.redirect_to_origin`) and is never proxied. Endpoints need an API
 key or token, or the origin cookie a signed-in member gets through a ticket (`fleet.proxy.origins`), unless
 they are marked public; the control plane's session cookie is never accepted on an endpoint's origin.
 Every member of the endpoint's workspace, Viewers included, may call it with any method (a `POST` to
@@ -13,7 +13,7 @@ made with the origin cookie must come from this very origin (`fleet.proxy.origin
 An endpoint's requests are balanced over its running replicas on nodes that are not offline (a replica
 whose replacement runs already is left out: it finishes what it serves and stops): each goes
 to the one with the fewest requests in flight from this process, and a connect failure is tried once on
-another replica (`kernel.balancer`, `relay.proxy_http`).
+another replica (`fleet.balancer`, `relay.proxy_http`).
 
 Where an endpoint leads (its replicas' nodes and ports, its status and whether it is public) is kept in
 process memory for `PROXY_ROUTE_CACHE_S` (default 2 s), so a stream of requests to one endpoint costs no database query
@@ -23,9 +23,10 @@ checked on every request.
 
 An API key (`Authorization: Bearer ctk_…`) must hold the invoke scope, belong to the endpoint's workspace
 and, if it is limited to chosen endpoints, name this one (`fleet.proxy.key_access`); its requests are
-admitted by its rate limits first (`fleet.proxy.rate_limits`: 429 with Retry-After), and its id goes in
-the request's scope (`kernel.asgi_scope.API_KEY_ID_SCOPE_KEY`) for metering. With the route and the key
-cached, a key's request is answered without a thread hop, as a public one is.
+admitted by its rate limits first (`fleet.proxy.rate_limits`: 429 with Retry-After; a member calling with
+the origin cookie or an older DRF token is held to the endpoint's per-key limits the same way, counted per
+user), and its id goes in the request's scope (`kernel.asgi_scope.API_KEY_ID_SCOPE_KEY`) for metering.
+With the route and the key cached, a key's request is answered without a thread hop, as a public one is.
 
 An endpoint that scales to zero (`min_replicas` 0) and sleeps (idle: "Scaled to zero") is woken by a
 request that is let in (authorised, and admitted by its key's rate limits first): the first such request in
@@ -62,14 +63,15 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from fleet import origin_names
+from fleet.balancer import Upstream
 from fleet.models import Node, NodeStatus
 from fleet.proxy import key_access, origins, rate_limits
-from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
+from fleet.proxy.resolvers import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from fleet.usage import meter as usage_meter
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services import PlacementError, endpoint_wake
 from kernel import timeseries
-from kernel.balancer import Upstream
+from kernel.asgi_scope import RATE_CALLER_SCOPE_KEY
 from kernel.exceptions import QuotaExceeded
 from tenancy import api_keys
 from tenancy.api_keys import MISSING, KeyGrant
@@ -86,7 +88,7 @@ UNAUTHENTICATED = (
 BAD_KEY = "Invalid, expired or revoked API key."
 NO_INVOKE = "This API key lacks the invoke scope."
 NOT_THIS_ENDPOINT = "This API key is limited to other endpoints."
-_KEY_USE = "cleverthis.api_key_use"  # scope key: (key id, endpoint id, Limits) of a key-authenticated request
+_KEY_USE = "cleverthis.api_key_use"  # scope key: (caller, endpoint id, Limits) of a rate-limited request
 
 
 # Tokens the usage meter reads from each answer count against the key's tokens per minute.
@@ -232,6 +234,21 @@ def _key_answer(
         key_access.mark_scope(scope, grant)
         limits = key_access.limits_of(grant, route.key_requests_per_min, route.key_tokens_per_min)
         scope[_KEY_USE] = (grant.key_id, route.endpoint_id, limits)
+        scope[RATE_CALLER_SCOPE_KEY] = grant.key_id
+    return answer
+
+
+def _member_answer(
+    route: _Route, scope: dict[str, Any], path: str, user: Any
+) -> ProxyTarget | ProxyRefusal | _ColdStart:
+    """The answer for a member calling a private endpoint with the origin cookie or an older DRF token: the
+    endpoint's per-key limits apply to them as to each key (counted per user)."""
+    answer = _target(route, scope, path, caller_may_view=can_view(user, route.workspace))
+    if isinstance(answer, (ProxyTarget, _ColdStart)):
+        limits = rate_limits.Limits(None, None, route.key_requests_per_min, route.key_tokens_per_min)
+        caller = f"u{user.pk}"
+        scope[_KEY_USE] = (caller, route.endpoint_id, limits)
+        scope[RATE_CALLER_SCOPE_KEY] = caller
     return answer
 
 
@@ -258,7 +275,7 @@ def _decide(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyR
     user = origins.caller_on_origin(scope)
     if not user.is_authenticated:
         return ProxyRefusal(401, UNAUTHENTICATED)
-    return _target(route, scope, path, caller_may_view=can_view(user, route.workspace))
+    return _member_answer(route, scope, path, user)
 
 
 _unwritten: dict[str, int] = {}  # slug → requests forwarded and not yet written
@@ -308,9 +325,9 @@ async def resolve_endpoint(scope: dict[str, Any]) -> Answer | None:
         if refusal is not None:
             usage = answer.usage if isinstance(answer, ProxyTarget) else _usage_of(answer.route)
             if usage is not None:
-                usage_meter.observe_rate_limited(usage, use[0])
+                usage_meter.observe_rate_limited(usage, use[0] if isinstance(use[0], int) else None)
             return _too_many(refusal)
-        if api_keys.last_use_due(use[0]):
+        if isinstance(use[0], int) and api_keys.last_use_due(use[0]):
             await database_sync_to_async(api_keys.record_last_use)(use[0], key_access.client_ip(scope))
     if isinstance(answer, _ColdStart):
         answer = await _cold_start(found[0], answer.route, scope, found[1])
@@ -406,7 +423,9 @@ def _too_many(refusal: rate_limits.Refusal) -> ProxyRefusal:
         "error": {
             "type": "rate_limited",
             "limit": f"{refusal.limit}_per_minute",
-            "message": f"This API key's {refusal.limit}-per-minute limit is reached; retry in {refusal.retry_after} s.",
+            "message": (
+                f"The {refusal.limit}-per-minute limit of this caller is reached; retry in {refusal.retry_after} s."
+            ),
             "retry_after": refusal.retry_after,
         }
     }

@@ -1,18 +1,18 @@
-"""HTTP (and WebSocket) proxying to ports on nodes, through the nodes' outbound tunnels.
+"""HTTP proxying to ports on nodes, through the nodes' outbound tunnels.
 
 `TunnelProxyApp` sits in front of Django in the ASGI stack. For requests that a registered resolver
-claims (on the node origins of `fleet.proxy.origins`: endpoints, Serve deployments, Ray Dashboards), it
-authenticates the caller, opens a `TunnelStream` to the target port on the node and speaks HTTP/1.1
-over it with h11: request bodies stream up under credit, responses stream down as they arrive
-(chunked, SSE and long-lived responses pass through), with body-size and time limits. The older path
-forms on the control plane's own host are answered with a redirect to the node origin, never proxied.
-Everything else goes to Django untouched.
+claims (`fleet.proxy.resolvers`, on the node origins of `fleet.proxy.origins`: endpoints, Serve
+deployments, Ray Dashboards), it opens a `TunnelStream` to the target port on the node and speaks
+HTTP/1.1 over it with h11: request bodies stream up under credit, responses stream down as they arrive
+(chunked, SSE and long-lived responses pass through), with body-size and time limits. WebSockets go to
+`fleet.proxy.websocket_relay`, the ticket exchange of a node origin to `fleet.proxy.tickets`. The older
+path forms on the control plane's own host are answered with a redirect to the node origin, never
+proxied. Everything else goes to Django untouched.
 
-Credentials of the control plane (Authorization, its cookies, the CSRF header) are never forwarded to
-a node, and no `Set-Cookie` of a node may name a control-plane cookie or reach beyond the node's host.
-A state-changing request a browser makes with the origin cookie from another origin is refused (403), and
-a host under the node-origin domains that names no node origin gets a plain 404, never the control
-plane's pages (`fleet.proxy.origin_guard`).
+Credentials of the control plane never reach a node, nor a node's cookies the control plane's origin
+(`fleet.proxy.headers`). A state-changing request a browser makes with the origin cookie from another
+origin is refused (403), and a host under the node-origin domains that names no node origin gets a plain
+404, never the control plane's pages (`fleet.proxy.origin_guard`).
 """
 
 from __future__ import annotations
@@ -23,109 +23,24 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, quote
-from uuid import UUID
 
 import h11
-from channels.db import database_sync_to_async
 from django.conf import settings
-from websockets.client import ClientProtocol
-from websockets.frames import Opcode
-from websockets.protocol import State
-from websockets.uri import parse_uri
 
+from fleet import balancer, replica_load
 from fleet.proxy import origin_guard, origins, request_meter
+from fleet.proxy.answers import plain_response
+from fleet.proxy.headers import downstream_headers, upstream_headers
+from fleet.proxy.resolvers import ProxyRedirect, ProxyRefusal, ProxyTarget, request_target, resolve
 from fleet.proxy.streams import FIRST_BYTES_MAX, StreamUnavailable, TunnelStream
+from fleet.proxy.tickets import exchange_ticket
+from fleet.proxy.websocket_relay import proxy_websocket
 from fleet.proxy.write_pressure import WritePressure
 from fleet.usage import meter as usage_meter
-from kernel import balancer, replica_load
 from kernel.asgi_scope import header
-from tenancy.asgi_auth import user_from_scope
 
 log = logging.getLogger("fleet.proxy")
 
-HOP_BY_HOP = {
-    b"connection",
-    b"keep-alive",
-    b"proxy-authenticate",
-    b"proxy-authorization",
-    b"te",
-    b"trailer",
-    b"transfer-encoding",
-    b"upgrade",
-    b"host",
-    b"content-length",
-}
-
-
-def upstream_headers(scope: dict[str, Any]) -> list[tuple[bytes, bytes]]:
-    """The client's headers minus hop-by-hop ones and the control plane's own credentials.
-
-    The workload on the node must never see the caller's control-plane API token, cookies or CSRF
-    token (it could act as the user): `Authorization` and the CSRF header are dropped and our cookies
-    (session, CSRF, the node origin's own cookie) are cut from `Cookie`.
-    """
-    own_cookies = origins.protected_cookie_names()
-    dropped = {b"authorization", origins.csrf_header_name()}
-    headers = []
-    for name, value in scope.get("headers", []):
-        lower = name.lower()
-        if lower in HOP_BY_HOP or lower in dropped:
-            continue
-        if lower == b"cookie":
-            kept = [
-                part.strip()
-                for part in value.decode("latin-1").split(";")
-                if part.strip() and part.split("=", 1)[0].strip() not in own_cookies
-            ]
-            if not kept:
-                continue
-            value = "; ".join(kept).encode("latin-1")
-        headers.append((lower, value))
-    return headers
-
-
-@dataclass(frozen=True)
-class ProxyTarget:
-    """Where a request goes: a port on a node, and the path to send upstream."""
-
-    node_id: UUID
-    port: int
-    path: str
-    node_online: bool = True
-    host: str = ""  # an in-cluster host the agent dials (a KubeRay head's Service); '' = the node itself
-    meter: str = ""  # the series its requests count in (`request_meter`); '' = not counted
-    usage: usage_meter.Subject | None = None  # the endpoint whose usage it counts in (`fleet.usage`)
-    # An endpoint's running replicas: an HTTP request goes to the least busy (`balancer`), and one whose
-    # connect fails goes once to another; `node_id`/`port` above name the first (a WebSocket goes there).
-    replicas: tuple[balancer.Upstream, ...] = ()
-
-
-@dataclass(frozen=True)
-class ProxyRefusal:
-    """A resolver's answer when the request is recognised but must not be proxied."""
-
-    status: int
-    message: str
-    headers: tuple[tuple[bytes, bytes], ...] = ()  # e.g. Retry-After
-    content_type: bytes = b"text/plain; charset=utf-8"
-
-
-@dataclass(frozen=True)
-class ProxyRedirect:
-    """A resolver's answer for a path form on the control plane's host: go to the node origin instead."""
-
-    location: str
-    status: int = 307
-
-
-Answer = ProxyTarget | ProxyRefusal | ProxyRedirect
-Resolver = Callable[[dict[str, Any]], Awaitable[Answer | None]]
-_resolvers: list[Resolver] = []
-CROSS_ORIGIN = (
-    "Refused: a request that changes something on this origin must come from a page of this origin "
-    "(Origin or Referer header). API clients send an API key (Authorization: Bearer <key>) instead."
-)
 NO_SUCH_ORIGIN = "No such endpoint, deployment or dashboard here."
 # How long the first try waits for a node's tunnel when another replica could take the request instead.
 FAILOVER_GRACE_S = 1.0
@@ -133,69 +48,6 @@ FAILOVER_GRACE_S = 1.0
 # agent could not reach the port (the request never reached a server), or the node's tunnel closed (its
 # agent died: the request may have reached the server, whose answer can no longer come back).
 _REFUSED = ("cannot connect to ", "is not proxied", "too many open streams", "tunnel closed")
-# characters a URL may carry as they are (RFC 3986 reserved and unreserved, and `%` for escapes already
-# there); everything else (non-ASCII, spaces, controls, quotes) is percent-encoded
-URL_SAFE = "!#$%&'()*+,/:;=?@[]~"
-
-
-def register_resolver(resolver: Resolver) -> Resolver:
-    """Add a resolver; each returns a target, a refusal, or None when the request is not its business."""
-    _resolvers.append(resolver)
-    return resolver
-
-
-async def resolve(scope: dict[str, Any]) -> Answer | None:
-    """The first resolver's answer, after the checks every node origin shares (`origin_guard`)."""
-    if origins.is_node_origin(scope) and origin_guard.from_elsewhere(scope):
-        return ProxyRefusal(403, CROSS_ORIGIN)
-    for resolver in _resolvers:
-        answer = await resolver(scope)
-        if answer is not None:
-            return answer
-    return None
-
-
-def redirect_to_origin(scope: dict[str, Any], host: str, path: str) -> ProxyRedirect:
-    """The answer to a path form on the control plane's host: the same path on the node origin `host`.
-
-    A signed-in member's GET goes through a ticket (so the browser arrives signed in there); anything else
-    is sent on as it is (307 keeps method and body; API clients send their token to the origin).
-    Sync: reads the session.
-    """
-    query = scope.get("query_string", b"").decode("latin-1")
-    path = origins.safe_next(path) + (f"?{query}" if query else "")
-    if scope.get("method") in ("GET", "HEAD") and not header(scope, b"authorization"):
-        user = user_from_scope(scope)
-        if user.is_authenticated:
-            return ProxyRedirect(origins.ticket_redirect(scope, user_id=user.pk, host=host, next_path=path), 302)
-    return ProxyRedirect(origins.origin_url(scope, host) + request_target(path).decode("ascii"))
-
-
-def request_target(path: str) -> bytes:
-    """`path` (with its query) as it may go on the wire: ASCII, percent-encoded where it must be.
-
-    The path part is the decoded text of an ASGI `path` (UTF-8), the query part the raw query decoded as
-    Latin-1 (one character per byte): each goes back to its bytes before encoding.
-    """
-    part, mark, query = path.partition("?")
-    encoded = quote(part.encode("utf-8", "surrogateescape"), safe=URL_SAFE)
-    if mark:
-        encoded += "?" + quote(query.encode("latin-1", "replace"), safe=URL_SAFE)
-    return encoded.encode("ascii")
-
-
-async def plain_response(
-    send: Callable[..., Awaitable[None]],
-    status: int,
-    message: str,
-    headers: list[tuple[bytes, bytes]] | None = None,
-    content_type: bytes = b"text/plain; charset=utf-8",
-) -> None:
-    """A short answer, text/plain unless told (used for 4xx/5xx and redirects produced by the proxy itself)."""
-    body = (message.rstrip("\n") + "\n").encode()
-    head = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
-    await send({"type": "http.response.body", "body": body})
 
 
 class TunnelProxyApp:
@@ -233,6 +85,8 @@ class TunnelProxyApp:
                 usage.finish(complete=True)
         else:
             usage = usage_meter.start(answer.usage, scope)
+            if usage is not None:
+                scope, receive = await _asking_for_usage(scope, receive, usage)
             complete = False
             try:
                 await request_meter.metered(
@@ -253,44 +107,42 @@ async def refuse_unknown_host(scope: dict[str, Any], receive: Any, send: Any) ->
     await plain_response(send, 404, NO_SUCH_ORIGIN)
 
 
-def ticket_next(query_string: bytes) -> bytes | None:
-    """The `Location` an exchange goes on to: the query's `next` (default `/`), percent-encoded; None when
-    `next` is not a path on this origin. Bytes that are not UTF-8 go on as they came."""
-    values = parse_qs(query_string.decode("latin-1"), keep_blank_values=True, encoding="latin-1").get("next")
-    if not values:
-        return b"/"
-    raw = values[0]
-    if origins.safe_next(raw) != raw:
-        return None
-    return quote(raw.encode("latin-1"), safe=URL_SAFE).encode("ascii")
+async def _asking_for_usage(
+    scope: dict[str, Any], receive: Any, usage: usage_meter.RequestUsage
+) -> tuple[dict[str, Any], Any]:
+    """A metered streamed completions request that does not ask for its usage is made to
+    (`usage_meter.ask_for_usage`): its body is read whole (at most REQUEST_REWRITE_MAX bytes), changed, and
+    replayed with its new length; the usage chunk the server adds is then dropped on its way back
+    (`usage.strip_usage`). Any other request goes on as sent: (scope, receive) to use from here on."""
+    if scope["method"] != "POST" or not scope["path"].endswith("/completions"):
+        return scope, receive
+    if not header(scope, b"content-type").lower().startswith("application/json"):
+        return scope, receive
+    messages: list[dict[str, Any]] = []
+    size = 0
+    whole = False
+    while size <= usage_meter.REQUEST_REWRITE_MAX:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            whole = True
+            break
+    changed = None
+    if whole and size <= usage_meter.REQUEST_REWRITE_MAX:
+        changed = usage_meter.ask_for_usage(b"".join(m.get("body", b"") for m in messages))
+    if changed is not None:
+        usage.strip_usage = True
+        messages = [{"type": "http.request", "body": changed, "more_body": False}]
+        headers = [(k, v) for k, v in scope["headers"] if k not in (b"content-length", b"transfer-encoding")]
+        scope = {**scope, "headers": [*headers, (b"content-length", str(len(changed)).encode())]}
 
+    async def replay() -> dict[str, Any]:
+        return messages.pop(0) if messages else await receive()
 
-async def exchange_ticket(scope: dict[str, Any], send: Any) -> None:
-    """`GET <node origin>/__cleverthis/ticket?ticket=…&next=…`: trade a fresh single-use ticket for the
-    origin cookie of this host, then go to `next` (percent-encoded); any other method gets 403.
-
-    The request is checked before the ticket is: one refused for its input (a `next` that is no path on
-    this origin: 400) leaves the ticket unused.
-    """
-    query_string = scope.get("query_string", b"")
-    if scope.get("method") != "GET":
-        await plain_response(send, 403, "This link expired or was used already: open it again from the control plane.")
-        return
-    location = ticket_next(query_string)
-    if location is None:
-        await plain_response(send, 400, "Bad request: next must be a path on this origin (it starts with one /).")
-        return
-    ticket = (parse_qs(query_string.decode("latin-1")).get("ticket") or [""])[0]
-    host = origins.request_host(scope)
-    user_id = await database_sync_to_async(origins.redeem_ticket)(ticket, host=host)
-    if not user_id:
-        await plain_response(send, 403, "This link expired or was used already: open it again from the control plane.")
-        return
-    secure = origins.origin_url(scope, host).startswith("https:")
-    cookie = origins.origin_cookie_header(user_id=user_id, host=host, secure=secure)
-    await plain_response(
-        send, 302, "Signed in.", [(b"location", location), (b"set-cookie", cookie), (b"cache-control", b"no-store")]
-    )
+    return scope, replay
 
 
 def _upstream_request(scope: dict[str, Any], target: ProxyTarget, port: int) -> h11.Request:
@@ -499,9 +351,11 @@ async def _forward_response(
         if isinstance(event, h11.InformationalResponse):
             continue
         if isinstance(event, h11.Response):
-            headers = _downstream_headers(event.headers)
+            headers = downstream_headers(event.headers)
             if usage is not None:
                 usage.head(event.status_code, headers)
+                if usage.strip_usage and usage.kind == "sse":  # (its length changes: sent chunked)
+                    headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
             await send({"type": "http.response.start", "status": event.status_code, "headers": headers})
             started = state.started = True
             pressure.start()
@@ -510,127 +364,15 @@ async def _forward_response(
         elif isinstance(event, h11.Data):
             data = bytes(event.data)
             if usage is not None:
-                usage.feed(data)
+                data = usage.feed(data)
+                if not data:
+                    continue
             await send({"type": "http.response.body", "body": data, "more_body": True})
             if not pressure.writable:
                 await pressure.wait()
         elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
             pressure.stop()
+            held = usage.held_back() if usage is not None else b""
             with contextlib.suppress(Exception):
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await send({"type": "http.response.body", "body": held, "more_body": False})
             return started
-
-
-def _downstream_headers(headers: Any) -> list[tuple[bytes, bytes]]:
-    """The node's response headers the client may see: no hop-by-hop ones, no control-plane cookies."""
-    out = []
-    for name, value in headers:
-        lower = name.lower()
-        if lower in HOP_BY_HOP - {b"content-length"}:
-            continue
-        if lower == b"set-cookie":
-            value = origins.node_set_cookie(bytes(value))
-            if value is None:
-                continue
-        out.append((name, bytes(value)))
-    return out
-
-
-async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any, answer: Answer) -> None:
-    """Pass a WebSocket through: handshake upstream over a tunnel stream, then relay messages both ways.
-
-    Refusals, redirects (path forms), upgrades a browser made from another origin and unreachable targets
-    close the client's handshake (HTTP 403 from the ASGI server).
-    """
-    first = await receive()
-    if first["type"] != "websocket.connect":
-        return
-    if not isinstance(answer, ProxyTarget) or not origins.websocket_origin_allowed(scope):
-        await send({"type": "websocket.close", "code": 4403})
-        return
-    if not answer.node_online:
-        await send({"type": "websocket.close", "code": 1011})
-        return
-    try:
-        stream = await TunnelStream.open(
-            node_id=answer.node_id, port=answer.port, host=answer.host, grace_s=settings.PROXY_DIAL_GRACE_S
-        )
-    except StreamUnavailable:
-        await send({"type": "websocket.close", "code": 1011})
-        return
-    upstream = ClientProtocol(parse_uri(f"ws://127.0.0.1:{answer.port}{answer.path}"), max_size=2**24)
-    try:
-        request = upstream.connect()
-        for name, value in upstream_headers(scope):
-            if name in (b"cookie", b"origin") and name.decode() not in request.headers:
-                request.headers[name.decode()] = value.decode("latin-1")
-        upstream.send_request(request)
-        await _flush(upstream, stream)
-        if not await _await_upstream_handshake(upstream, stream):
-            await send({"type": "websocket.close", "code": 1011})
-            return
-        await send({"type": "websocket.accept"})
-        down = asyncio.ensure_future(_relay_upstream(upstream, stream, send))
-        up = asyncio.ensure_future(_relay_client(receive, upstream, stream))
-        _, pending = await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        with contextlib.suppress(Exception):
-            await send({"type": "websocket.close", "code": upstream.close_code or 1000})
-    except (StreamUnavailable, TimeoutError, OSError) as exc:
-        log.info("websocket proxy to node %s port %s ended: %s", answer.node_id, answer.port, exc)
-        with contextlib.suppress(Exception):
-            await send({"type": "websocket.close", "code": 1011})
-    finally:
-        await stream.close()
-
-
-async def _flush(upstream: ClientProtocol, stream: TunnelStream) -> None:
-    for data in upstream.data_to_send():
-        if data:
-            await stream.write(data)
-
-
-async def _feed(upstream: ClientProtocol, stream: TunnelStream, timeout: float | None) -> bool:
-    data = await stream.read(timeout=timeout)
-    if not data:
-        upstream.receive_eof()
-        return False
-    upstream.receive_data(data)
-    await stream.consumed(len(data))
-    await _flush(upstream, stream)  # pongs and close replies
-    return True
-
-
-async def _await_upstream_handshake(upstream: ClientProtocol, stream: TunnelStream) -> bool:
-    while upstream.state is State.CONNECTING:
-        if not await _feed(upstream, stream, settings.PROXY_RESPONSE_TIMEOUT_S):
-            return False
-    upstream.events_received()  # the handshake Response
-    return upstream.state is State.OPEN
-
-
-async def _relay_upstream(upstream: ClientProtocol, stream: TunnelStream, send: Any) -> None:
-    while True:
-        more = await _feed(upstream, stream, None)
-        for event in upstream.events_received():
-            if event.opcode is Opcode.TEXT:
-                await send({"type": "websocket.send", "text": event.data.decode()})
-            elif event.opcode is Opcode.BINARY:
-                await send({"type": "websocket.send", "bytes": bytes(event.data)})
-        if not more or upstream.state is State.CLOSED:
-            return
-
-
-async def _relay_client(receive: Any, upstream: ClientProtocol, stream: TunnelStream) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "websocket.disconnect":
-            upstream.send_close(message.get("code", 1000))
-            await _flush(upstream, stream)
-            return
-        if message.get("text") is not None:
-            upstream.send_text(message["text"].encode())
-        elif message.get("bytes") is not None:
-            upstream.send_binary(message["bytes"])
-        await _flush(upstream, stream)

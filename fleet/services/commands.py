@@ -14,20 +14,32 @@ from django.utils import timezone
 
 from audit.services import Target, entry_for_commands, operator_action, target_of
 from fleet import enqueue, signals
-from fleet.models import Command, CommandStatus, ComputeCluster, Node, NodeEvent, NodeStatus
-from fleet.payloads import split_secrets, validate_payload
+from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeEvent, NodeStatus
+from fleet.payloads import OWNED_COMMANDS, split_secrets, validate_payload
 from kernel.exceptions import IllegalTransition
 from tenancy.mixins import require_operator
 from tenancy.quotas import locked_quota
 
 # Commands that put new work on a node; refused for cordoned and draining nodes.
 SCHEDULING_COMMANDS = frozenset(
-    {"container.create", "endpoint.start", "model.download", "ray.head.start", "ray.worker.start"}
+    {
+        CommandType.CONTAINER_CREATE,
+        CommandType.ENDPOINT_START,
+        CommandType.MODEL_DOWNLOAD,
+        CommandType.RAY_HEAD_START,
+        CommandType.RAY_WORKER_START,
+    }
 )
 # Commands admitted against the workspace's quotas (by the apps that follow `commands_queued` or queue them):
 # the quota row is locked before the node row, so admissions and node locks never wait in a circle.
 ADMITTED_COMMANDS = frozenset(
-    {"container.create", "container.start", "endpoint.start", "ray.head.start", "ray.worker.start"}
+    {
+        CommandType.CONTAINER_CREATE,
+        CommandType.CONTAINER_START,
+        CommandType.ENDPOINT_START,
+        CommandType.RAY_HEAD_START,
+        CommandType.RAY_WORKER_START,
+    }
 )
 # For each status, the statuses a command may reach it from (`command_transition`, `command_record_reports`).
 COMMAND_MOVES: dict[str, frozenset[str]] = {
@@ -93,11 +105,17 @@ def command_dispatch(
     actor: AbstractBaseUser,
     cluster: ComputeCluster,
     command_type: str,
-    payload: dict[str, Any],
+    payload: dict[str, Any] | Any,
     node: Node | None = None,
 ) -> list[Command]:
     """An operator sends `command_type` to one node or every online node of `cluster` (audited; the
-    entry follows the commands to their outcome). Otherwise as `command_queue`."""
+    entry follows the commands to their outcome). Otherwise as `command_queue`. A command type an app owns
+    (`fleet.payloads.OWNED_COMMANDS`: the Ray apps' `ray.*`) is refused (ValidationError on `command_type`,
+    naming the API that sends it): only that app's services send it, admitted and recorded."""
+    if command_type in OWNED_COMMANDS:
+        owner = OWNED_COMMANDS[command_type]
+        said = f"{command_type} is not sent through the command API: use {owner}, which sends it itself."
+        raise ValidationError({"command_type": said})
     return command_queue(actor=actor, cluster=cluster, command_type=command_type, payload=payload, node=node)
 
 
@@ -106,10 +124,11 @@ def command_queue(
     actor: AbstractBaseUser,
     cluster: ComputeCluster,
     command_type: str,
-    payload: dict[str, Any],
+    payload: dict[str, Any] | Any,
     node: Node | None = None,
 ) -> list[Command]:
-    """Queue `command_type` for one node or for every online node of `cluster`; returns at once.
+    """Queue `command_type` for one node or for every online node of `cluster`; returns at once. `payload`:
+    a JSON object, or the command type's protocol dataclass (`fleet.payloads.validate_payload` checks both).
 
     No audit entry of its own: automatic work (drains, the Ray autoscaler and follow-ups) calls it, and
     so do services that send commands as part of a larger operator action (the commands then point at

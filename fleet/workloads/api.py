@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
 from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import exceptions, mixins, serializers, status, viewsets
@@ -19,8 +20,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
+from agent import protocol
 from fleet.api.views import FilteredMixin
 from fleet.models import ComputeCluster, Node
+from fleet.payload_schema import payload_field
+from fleet.replica_load import ReplicaLoad
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
@@ -29,7 +33,6 @@ from fleet.workloads.key_api import ApiKeyViewSet
 from fleet.workloads.models import Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel
 from fleet.workloads.services import PlacementError
 from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
-from kernel.replica_load import ReplicaLoad
 from kernel.schema import PAGING, page_of
 from tenancy.mixins import WorkspaceScopedMixin, require_operator
 from tenancy.selectors import workspace_ids
@@ -98,7 +101,7 @@ class ModelLocationSerializer(serializers.ModelSerializer):
 
 class EndpointReplicaSerializer(serializers.ModelSerializer):
     """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second
-    summed over every web process (`kernel.replica_load`, a few seconds old at most; null when they cannot be
+    summed over every web process (`fleet.replica_load`, a few seconds old at most; null when they cannot be
     read); `replacement_of` names the lost replica it took over from (every replica is listed, retired ones
     too)."""
 
@@ -176,6 +179,8 @@ class EndpointSerializer(serializers.ModelSerializer):
             "scaled_at",
             "idle_timeout_s",
             "idle_since",
+            "key_requests_per_min",
+            "key_tokens_per_min",
             "replicas",
             "failure_code",
             "failure_message",
@@ -194,8 +199,9 @@ class EndpointSerializer(serializers.ModelSerializer):
 
 @extend_schema_field({"type": "array", "items": {"type": "string"}, "maxItems": workload_services.MAX_SERVER_ARGS})
 class ServerArgsField(serializers.JSONField):
-    """An endpoint's server arguments: a JSON list of strings, checked by `validate_server_args` (bounds,
-    no flag the agent sets itself), `"--max-model-len 2048"` split into option and value."""
+    """An endpoint's server arguments: a JSON list of strings, checked by `validate_server_args` (the
+    protocol's allow-list of vLLM flags, each value by type and range; bounds), `"--max-model-len 2048"` split
+    into option and value."""
 
     def to_internal_value(self, data: Any) -> list[str]:
         try:
@@ -205,9 +211,14 @@ class ServerArgsField(serializers.JSONField):
 
 
 def _revision(value: str) -> str:
-    if not workload_services.REVISION_RE.match(value) or ".." in value:
-        raise serializers.ValidationError("Not a valid revision (a branch, tag or commit hash).")
-    return value
+    try:
+        return workload_services.validate_revision(value)
+    except DjangoValidationError as exc:
+        raise serializers.ValidationError(exc.message_dict["revision"]) from None
+
+
+# The fields an endpoint hands to every replica's endpoint.start, bounded as the protocol bounds them.
+_START = protocol.EndpointStartPayload
 
 
 class _NoUnknownFields(serializers.Serializer):
@@ -223,10 +234,18 @@ class EndpointCreateSerializer(serializers.Serializer):
 
     cluster = serializers.UUIDField()
     node = serializers.UUIDField(required=False, allow_null=True)
-    model_id = serializers.CharField(max_length=workload_services.MAX_MODEL_ID)
-    revision = serializers.CharField(max_length=workload_services.MAX_REVISION, required=False, default="main")
-    gpus = serializers.IntegerField(min_value=0, max_value=64, required=False, default=0)
-    min_vram_mb = serializers.IntegerField(min_value=0, max_value=16 * 1024 * 1024, required=False, default=0)
+    model_id = payload_field(_START, "model_id")
+    revision = payload_field(_START, "revision", validators=[_revision])
+    gpus = payload_field(
+        _START,
+        "gpus",
+        help_text="GPUs per replica; 0 still holds one GPU on a node with GPUs (and counts against the quota).",
+    )
+    min_vram_mb = payload_field(
+        _START,
+        "min_vram_mb",
+        help_text="VRAM (MB) a replica needs at least; the quota counts vLLM's share of its GPUs, never less.",
+    )
     public = serializers.BooleanField(required=False, default=False)
     min_replicas = serializers.IntegerField(
         min_value=0,
@@ -238,14 +257,18 @@ class EndpointCreateSerializer(serializers.Serializer):
     max_replicas = serializers.IntegerField(
         min_value=1, max_value=workload_services.MAX_REPLICAS, required=False, allow_null=True, default=None
     )
-    target_requests_per_min = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False, default=0)
+    target_requests_per_min = serializers.IntegerField(
+        min_value=0, max_value=workload_services.MAX_TARGET_REQUESTS_PER_MIN, required=False, default=0
+    )
     target_in_flight = serializers.IntegerField(
         min_value=0, max_value=workload_services.MAX_TARGET_IN_FLIGHT, required=False, default=0
     )
     target_tokens_per_s = serializers.IntegerField(
         min_value=0, max_value=workload_services.MAX_TARGET_TOKENS_PER_S, required=False, default=0
     )
-    scale_cooldown_s = serializers.IntegerField(min_value=0, max_value=86_400, required=False, default=120)
+    scale_cooldown_s = serializers.IntegerField(
+        min_value=0, max_value=workload_services.MAX_SCALE_COOLDOWN_S, required=False, default=120
+    )
     idle_timeout_s = serializers.IntegerField(
         min_value=1,
         max_value=workload_services.MAX_IDLE_TIMEOUT_S,
@@ -254,17 +277,28 @@ class EndpointCreateSerializer(serializers.Serializer):
         help_text="Seconds without requests after which an endpoint with min_replicas 0 scales to zero.",
     )
     server_args = ServerArgsField(required=False, default=list)
+    key_requests_per_min = serializers.IntegerField(
+        min_value=1,
+        max_value=workload_services.MAX_PER_MINUTE,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Requests a minute each API key (and each member without a key) may make here; null: no limit.",
+    )
+    key_tokens_per_min = serializers.IntegerField(
+        min_value=1,
+        max_value=workload_services.MAX_PER_MINUTE,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Tokens (prompt and completion) a minute each API key (and each member) may use; null: no limit.",
+    )
 
     def validate_model_id(self, value: str) -> str:
         try:
             return workload_services.validate_model_id(value)
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.message_dict["model_id"]) from None
-
-    def validate_revision(self, value: str) -> str:
-        if not workload_services.REVISION_RE.match(value) or ".." in value:
-            raise serializers.ValidationError("Not a valid revision (a branch, tag or commit hash).")
-        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(self.initial_data) - set(self.fields))
@@ -273,16 +307,27 @@ class EndpointCreateSerializer(serializers.Serializer):
         return attrs
 
 
+class EndpointLimitsSerializer(_NoUnknownFields):
+    """Input of POST /endpoints/<id>/limits/: the per-key limits (null: no limit; left out: kept)."""
+
+    key_requests_per_min = serializers.IntegerField(
+        min_value=1, max_value=workload_services.MAX_PER_MINUTE, required=False, allow_null=True
+    )
+    key_tokens_per_min = serializers.IntegerField(
+        min_value=1, max_value=workload_services.MAX_PER_MINUTE, required=False, allow_null=True
+    )
+
+
 class EndpointRevisionSerializer(serializers.Serializer):
     """Input of POST /endpoints/<id>/update_revision/ (the revision alone; `update/` takes more)."""
 
-    revision = serializers.CharField(max_length=workload_services.MAX_REVISION, validators=[_revision])
+    revision = payload_field(_START, "revision", required=True, validators=[_revision])
 
 
 class EndpointUpdateSerializer(_NoUnknownFields):
     """Input of POST /endpoints/<id>/update/: the new revision and/or server arguments (left out: kept)."""
 
-    revision = serializers.CharField(max_length=workload_services.MAX_REVISION, required=False, validators=[_revision])
+    revision = payload_field(_START, "revision", required=False, default=serializers.empty, validators=[_revision])
     server_args = ServerArgsField(required=False)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -354,7 +399,8 @@ class EndpointViewSet(
             "replicas", EndpointReplica.objects.select_related("node").order_by("created_at", "server_id")
         )
         return (
-            Endpoint.objects.select_related("node", "created_by")
+            Endpoint.objects.filter(selectors.key_endpoint_limit(user=self.request.user))
+            .select_related("node", "created_by")
             .prefetch_related(replicas)
             .order_by("-created_at", "pk")
         )
@@ -374,6 +420,8 @@ class EndpointViewSet(
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Start an endpoint for a cached model; 409 with the reason when no node can serve it."""
+        if selectors.key_is_endpoint_limited(user=request.user):
+            raise exceptions.PermissionDenied("This API key is limited to chosen endpoints: it creates none.")
         data = EndpointCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
@@ -389,7 +437,16 @@ class EndpointViewSet(
             node = Node.objects.filter(pk=values["node"], cluster=cluster).first()
             if node is None:
                 raise exceptions.ValidationError({"node": "No such node in this cluster."})
-        endpoint = workload_services.endpoint_create(
+        limits = {name: values[name] for name in ("key_requests_per_min", "key_tokens_per_min")}
+        with transaction.atomic():
+            endpoint = self._create(request, cluster, node, values)
+            if any(v is not None for v in limits.values()):
+                workload_services.endpoint_set_key_limits(actor=request.user, endpoint=endpoint, **limits)
+        endpoint = self.get_base_queryset().get(pk=endpoint.pk)
+        return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)
+
+    def _create(self, request: Request, cluster: ComputeCluster, node: Node | None, values: dict[str, Any]) -> Endpoint:
+        return workload_services.endpoint_create(
             actor=request.user,
             cluster=cluster,
             model_id=values["model_id"],
@@ -407,8 +464,20 @@ class EndpointViewSet(
             idle_timeout_s=values["idle_timeout_s"],
             server_args=values["server_args"],
         )
-        endpoint = self.get_base_queryset().get(pk=endpoint.pk)
-        return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=EndpointLimitsSerializer, responses={200: EndpointSerializer})
+    @action(detail=True, methods=["post"])
+    def limits(self, request: Request, pk: str | None = None) -> Response:
+        """Set the requests and tokens a minute each API key (and each member calling without a key) may use
+        on this endpoint (Owner/Admin; null: no limit; a field left out is kept)."""
+        endpoint = self.get_object()
+        require_operator(request.user, endpoint.cluster.workspace, what="change an endpoint's limits")
+        data = EndpointLimitsSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = {name: getattr(endpoint, name) for name in ("key_requests_per_min", "key_tokens_per_min")}
+        values |= data.validated_data
+        endpoint = workload_services.endpoint_set_key_limits(actor=request.user, endpoint=endpoint, **values)
+        return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
 
     @extend_schema(parameters=PAGING, responses={200: page_of(EndpointEventSerializer)})
     @action(detail=True, methods=["get"], serializer_class=EndpointEventSerializer)

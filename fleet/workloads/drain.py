@@ -11,7 +11,7 @@ the command-finished / inventory hooks. Per running container on the draining no
 3. replacement running → dispatch a graceful `container.stop` for the original (→ `stopping`).
 4. original stopped (hook) → done with it.
 
-Endpoint replicas on the node move by the endpoints' healing pass (`services.endpoint_heal`: replaced,
+Endpoint replicas on the node move by the endpoints' healing pass (`services.endpoints.heal`: replaced,
 then stopped once the replacement runs); the drain waits for them.
 
 No fitting node: the container stays where it is, the node stays draining, a `drain.no_fit` event is
@@ -32,6 +32,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
 
+from agent import protocol
 from fleet import payloads, services
 from fleet.models import Command, CommandStatus, CommandType, Node, NodeEvent, NodeStatus
 from fleet.workloads.errors import error_sentence
@@ -211,7 +212,7 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
         )
         report.remaining = len(originals)
         if not originals:
-            # endpoint replicas move by the endpoints' healing pass (`services.endpoint_heal`): wait for them
+            # endpoint replicas move by the endpoints' healing pass (`services.endpoints.heal`): wait for them
             replicas = EndpointReplica.objects.filter(node=node, status__in=EndpointStatus.live()).count()
             if replicas:
                 report.remaining = replicas
@@ -248,7 +249,7 @@ def drain_step(*, node_id: uuid.UUID | str) -> DrainReport:
                     actor=actor,
                     cluster=node.cluster,
                     command_type=CommandType.CONTAINER_STOP,
-                    payload={"container": _ref(original), "timeout_s": STOP_TIMEOUT_S},
+                    payload=protocol.ContainerRefPayload(container=_ref(original), timeout_s=STOP_TIMEOUT_S),
                     node=node,
                 )
                 original.status = ContainerStatus.STOPPING

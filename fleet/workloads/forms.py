@@ -1,5 +1,5 @@
 """Page forms of workloads: a new endpoint on a cluster's Endpoints tab, and an endpoint's rolling update
-(revision and server arguments, one shell-style line) — Owners and Admins."""
+(revision and server arguments, one shell-style line), an endpoint's per-key limits — Owners and Admins."""
 
 from __future__ import annotations
 
@@ -10,11 +10,16 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from fleet.workloads.services import (
+    MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
+    MAX_PER_MINUTE,
     MAX_REPLICAS,
     MAX_REVISION,
+    MAX_SCALE_COOLDOWN_S,
     MAX_TARGET_IN_FLIGHT,
+    MAX_TARGET_REQUESTS_PER_MIN,
     MAX_TARGET_TOKENS_PER_S,
+    MAX_VRAM_MB,
 )
 
 
@@ -37,7 +42,25 @@ def _server_args_field() -> forms.CharField:
         required=False,
         strip=True,
         label="Server arguments",
-        help_text="vLLM arguments, shell-style, e.g. --max-model-len 2048 --gpu-memory-utilization 0.8",
+        help_text=(
+            "vLLM arguments, shell-style, e.g. --max-model-len 2048 --gpu-memory-utilization 0.8; only the "
+            "flags on the allow-list (see the README's security section)"
+        ),
+    )
+
+
+def _per_minute_field(label: str, help_text: str) -> forms.IntegerField:
+    return forms.IntegerField(min_value=1, max_value=MAX_PER_MINUTE, required=False, label=label, help_text=help_text)
+
+
+class EndpointLimitsForm(forms.Form):
+    """An endpoint's per-key limits (empty: no limit), as `endpoint_set_key_limits` takes them."""
+
+    key_requests_per_min = _per_minute_field(
+        "Requests/min per key", "Each API key, and each member calling without a key (empty: no limit)."
+    )
+    key_tokens_per_min = _per_minute_field(
+        "Tokens/min per key", "Prompt and completion tokens, each API key or member (empty: no limit)."
     )
 
 
@@ -45,9 +68,15 @@ class EndpointCreateForm(forms.Form):
     """`endpoint_create`'s inputs: a model cached on the cluster's nodes, its replicas, scale to zero."""
 
     model_id = forms.ChoiceField(label="Model", help_text="Models in the cache of this cluster's nodes.")
-    revision = forms.CharField(max_length=200, initial="main")
-    gpus = forms.IntegerField(min_value=0, max_value=64, initial=0, label="GPUs")
-    min_vram_mb = forms.IntegerField(min_value=0, max_value=16 * 1024 * 1024, initial=0, label="Min VRAM (MB)")
+    revision = forms.CharField(max_length=MAX_REVISION, initial="main")
+    gpus = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_GPUS,
+        initial=0,
+        label="GPUs",
+        help_text="0 still holds one GPU on a node with GPUs, counted against the workspace's quota",
+    )
+    min_vram_mb = forms.IntegerField(min_value=0, max_value=MAX_VRAM_MB, initial=0, label="Min VRAM (MB)")
     public = forms.BooleanField(required=False, help_text="Callable without an API key.")
     min_replicas = forms.IntegerField(
         min_value=0,
@@ -78,17 +107,23 @@ class EndpointCreateForm(forms.Form):
         help_text="Per replica.",
     )
     target_requests_per_min = forms.IntegerField(
-        min_value=0, max_value=10_000_000, required=False, label="Target requests/min", help_text="Per replica."
+        min_value=0,
+        max_value=MAX_TARGET_REQUESTS_PER_MIN,
+        required=False,
+        label="Target requests/min",
+        help_text="Per replica.",
     )
     scale_cooldown_s = forms.IntegerField(
         min_value=0,
-        max_value=86_400,
+        max_value=MAX_SCALE_COOLDOWN_S,
         initial=120,
         required=False,
         label="Cool-down (s)",
         help_text="Between two scaling changes (default 120).",
     )
     server_args = _server_args_field()
+    key_requests_per_min = EndpointLimitsForm.base_fields["key_requests_per_min"]
+    key_tokens_per_min = EndpointLimitsForm.base_fields["key_tokens_per_min"]
 
     def __init__(self, *args: Any, cached: dict[str, list[str]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -33,8 +33,12 @@ class ApiKeyForm(forms.Form):
     expires_at = forms.DateTimeField(
         required=False, label="Expires (UTC)", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
-    requests_per_min = forms.IntegerField(required=False, min_value=1, label="Requests per minute")
-    tokens_per_min = forms.IntegerField(required=False, min_value=1, label="Tokens per minute")
+    requests_per_min = forms.IntegerField(
+        required=False, min_value=1, max_value=workload_services.MAX_PER_MINUTE, label="Requests per minute"
+    )
+    tokens_per_min = forms.IntegerField(
+        required=False, min_value=1, max_value=workload_services.MAX_PER_MINUTE, label="Tokens per minute"
+    )
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -45,7 +49,11 @@ class ApiKeyForm(forms.Form):
 def _page(request: HttpRequest, form: ApiKeyForm, created: tuple[ApiKey, str] | None = None) -> HttpResponse:
     keys = ApiKey.objects.filter(user=request.user).select_related("workspace").order_by("-created_at")
     context = {"form": form, "keys": keys, "created": created}
-    return render(request, "workloads/api_keys.html", context)
+    response = render(request, "workloads/api_keys.html", context)
+    if created is not None:  # the page holds the new key's secret: never kept by a browser or a proxy
+        response["Cache-Control"] = "no-store"
+        response["Pragma"] = "no-cache"
+    return response
 
 
 @login_required

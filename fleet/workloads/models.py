@@ -129,7 +129,7 @@ class EndpointStatus(models.TextChoices):
     STOPPING = "stopping", "Stopping"
     STOPPED = "stopped", "Stopped"
     FAILED = "failed", "Failed"
-    # an endpoint only: no replica serves, put to sleep by the idle pass (`services.endpoint_idle`); the
+    # an endpoint only: no replica serves, put to sleep by the idle pass (`services.endpoints.idle`); the
     # next request wakes it (a cold start)
     IDLE = "idle", "Scaled to zero"
 
@@ -153,7 +153,7 @@ class Endpoint(models.Model):
     """An OpenAI-compatible inference endpoint: a service of `EndpointReplica`s, each a server on a node.
 
     `status`, `node`, `port` and the failure fields summarise the replicas (written only by
-    `fleet.workloads.services.endpoint_replicas.endpoint_summarise`): running while any replica runs,
+    `fleet.workloads.services.endpoints.replicas.endpoint_summarise`): running while any replica runs,
     `node`/`port` those of the first running (else first live) replica, so single-replica views read on.
     """
 
@@ -166,16 +166,16 @@ class Endpoint(models.Model):
     gpus = models.PositiveIntegerField(default=0)
     min_vram_mb = models.PositiveIntegerField(default=0)
     # The server arguments every replica starts with (`extra_args` of its endpoint.start, after the agent's
-    # own flags), validated by `services.endpoints.validate_server_args`; changed by a rolling update.
+    # own flags), validated by `services.endpoints.validation.validate_server_args`; changed by a rolling update.
     server_args = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=16, choices=EndpointStatus.choices, default=EndpointStatus.PENDING)
     port = models.PositiveIntegerField(default=0)
     public = models.BooleanField(default=False)
     # How many replicas the endpoint keeps: `min_replicas`, up to `max_replicas` while its load asks for more
-    # (`services.endpoint_autoscale`: per replica, requests per minute against `target_requests_per_min`,
+    # (`services.endpoints.autoscale`: per replica, requests per minute against `target_requests_per_min`,
     # requests in flight against `target_in_flight`, completion tokens per second against
     # `target_tokens_per_s`; each 0 = off, all off = no autoscaling; at most one change per `scale_cooldown_s`).
-    # With `min_replicas` 0 it scales to zero after `idle_timeout_s` without requests (`services.endpoint_idle`,
+    # With `min_replicas` 0 it scales to zero after `idle_timeout_s` without requests (`services.endpoints.idle`,
     # then status idle from `idle_since`) and the next request starts a replica again (a cold start).
     min_replicas = models.PositiveSmallIntegerField(default=1)
     max_replicas = models.PositiveSmallIntegerField(default=1)
@@ -281,13 +281,18 @@ class EndpointReplica(models.Model):
     stop_command = models.ForeignKey(
         "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # The lost replica this one took over from (`endpoint_heal`); a replica with a replacement is retired.
+    # The lost replica this one took over from (`services.endpoints.heal`); a replica with a replacement is retired.
     replacement_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replacements"
     )
-    # Out of rotation since then (`endpoint_replicas.replica_retire`: scaled down or to zero); the healing
+    # Out of rotation since then (`services.endpoints.replicas.replica_retire`: scaled down or to zero); the healing
     # pass stops it ENDPOINT_DRAIN_S later, so the requests it still serves finish. A new start clears it.
     retired_at = models.DateTimeField(null=True, blank=True)
+    # What its server holds on its node, counted by the workspace's quotas while it is live: set as its start is
+    # admitted, by the rule the agent pins GPUs by (`agent.protocol.endpoint_gpus_held`: on a GPU node at least
+    # one, whatever the endpoint asked) and vLLM's share of their memory (`endpoint_vram_held_mb`).
+    held_gpus = models.PositiveIntegerField(default=0)
+    held_vram_mb = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -301,7 +306,7 @@ class EndpointReplica(models.Model):
 
 class EndpointEvent(EventLogEntry):
     """One line of an endpoint's own event log: its replicas starting, running, failing, replaced, and the
-    autoscaler's decisions with the figures behind them (`services.endpoint_events.endpoint_event_record`)."""
+    autoscaler's decisions with the figures behind them (`services.endpoints.events.endpoint_event_record`)."""
 
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="events")
     node = models.ForeignKey("fleet.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")

@@ -5,9 +5,11 @@ with the CPU cores, memory and GPUs its create payload requested (`Container.req
 the check sums plain numbers); an endpoint counts once while it is live or scaled to zero
 (`EndpointStatus.kept()`: an idle endpoint still answers on its URL and starts again on the next request,
 so it keeps its place in the `endpoints` quota, while it holds no GPU or VRAM), and each of its replicas
-with the endpoint's GPUs and minimum VRAM while that replica is live with its start queued (a replica is
-admitted by `endpoint_record_start_commands` just before its start links to it; so is the replica a cold
-start brings back, asking GPUs and VRAM but no endpoint).
+with what its server really holds on its node while that replica is live with its start queued
+(`replica_hold`: on a GPU node at least one GPU, whatever the endpoint asked, as the agent pins them, and
+vLLM's share of those GPUs' memory; kept on the replica's row). A replica is admitted by
+`endpoint_record_start_commands` just before its start links to it; so is the replica a cold start brings
+back, asking GPUs and VRAM but no endpoint.
 `register()` hands the provider to tenancy at app start; the services call `admit` with the asks below
 before they write the rows.
 """
@@ -19,6 +21,8 @@ from typing import Any
 
 from django.db.models import Count, FloatField, QuerySet, Sum, Value
 
+from agent import protocol
+from fleet.models import Node
 from fleet.workloads.models import Container, ContainerStatus, Endpoint, EndpointReplica, EndpointStatus
 from tenancy import quotas
 
@@ -57,8 +61,8 @@ def workload_usage(workspace_ids: Sequence[Any], names: frozenset[str]) -> list[
             quotas.usage_rows(
                 replicas,
                 workspace_field="endpoint__cluster__workspace_id",
-                gpus=Sum("endpoint__gpus"),
-                vram_gib=Sum("endpoint__min_vram_mb") / MB_PER_GIB_F,
+                gpus=Sum("held_gpus"),
+                vram_gib=Sum("held_vram_mb") / MB_PER_GIB_F,
             )
         )
     return parts
@@ -90,8 +94,25 @@ def endpoint_ask(*, gpus: int, min_vram_mb: int, replicas: int = 1) -> dict[str,
 
 
 def replica_ask(*, gpus: int, min_vram_mb: int, replicas: int = 1) -> dict[str, float]:
-    """What `replicas` more servers of an endpoint ask of the quotas."""
+    """What `replicas` more servers holding `gpus` GPUs and `min_vram_mb` MB of VRAM each ask of the quotas."""
     return {"gpus": gpus * replicas, "vram_gib": min_vram_mb * replicas / MB_PER_GIB}
+
+
+def replica_hold(payload: Mapping[str, Any], node: Node | None) -> tuple[int, int]:
+    """(GPUs, VRAM MB) one server started with endpoint.start `payload` holds on `node`, by the agent's rule
+    (`agent.protocol.endpoint_gpus_held`, `endpoint_vram_held_mb`): on a node with GPUs at least one GPU and
+    vLLM's share of its memory, even when the endpoint asked for none; never less than it asked."""
+    gpus, min_vram_mb = int(payload.get("gpus") or 0), int(payload.get("min_vram_mb") or 0)
+    node_gpus = list(node.gpus or []) if node is not None else []
+    if node is not None and not node_gpus and node.gpu_count:  # GPUs counted, not described: their VRAM evenly
+        each = node.vram_total_mb // node.gpu_count
+        node_gpus = [{"index": i, "memory_total_mb": each} for i in range(node.gpu_count)]
+    held = protocol.endpoint_gpus_held(gpus=gpus, min_vram_mb=min_vram_mb, node_gpus=len(node_gpus))
+    args, problems = protocol.check_server_args(list(payload.get("extra_args") or []))
+    vram = protocol.endpoint_vram_held_mb(
+        gpus=gpus, min_vram_mb=min_vram_mb, node_gpus=node_gpus, server_args=[] if problems else args
+    )
+    return held, vram
 
 
 def register() -> None:

@@ -11,20 +11,21 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from fleet.forms import apply_service_errors
 from fleet.models import ComputeCluster
+from fleet.replica_load import ReplicaLoad
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
-from fleet.workloads.forms import EndpointCreateForm, EndpointUpdateForm, server_args_line
+from fleet.workloads.forms import EndpointCreateForm, EndpointLimitsForm, EndpointUpdateForm, server_args_line
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel
 from fleet.workloads.services import PlacementError
 from kernel.exceptions import IllegalTransition
-from kernel.replica_load import ReplicaLoad
 from tenancy.permissions import can_operate
 from tenancy.selectors import workspace_ids
 
@@ -118,6 +119,12 @@ def endpoint_detail(request: HttpRequest, pk: Any) -> HttpResponse:
         "endpoint": endpoint,
         "replicas": _replica_rows(list(endpoint.replicas.all()), selectors.replica_loads_shown()),
         "can_operate": can_operate(request.user, endpoint.cluster.workspace),
+        "limits_form": EndpointLimitsForm(
+            initial={
+                "key_requests_per_min": endpoint.key_requests_per_min,
+                "key_tokens_per_min": endpoint.key_tokens_per_min,
+            }
+        ),
     }
     if request.htmx:
         return render(request, "workloads/_endpoint_replicas.html", context)
@@ -138,24 +145,12 @@ def cluster_endpoint_create(request: HttpRequest, pk: Any) -> HttpResponse:
     if not form.is_valid():
         return _render(request, cluster, form, status=400)
     values = form.cleaned_data
+    limits = {name: values[name] for name in ("key_requests_per_min", "key_tokens_per_min")}
     try:
-        endpoint = workload_services.endpoint_create(
-            actor=request.user,
-            cluster=cluster,
-            model_id=values["model_id"],
-            revision=values["revision"],
-            gpus=values["gpus"],
-            min_vram_mb=values["min_vram_mb"],
-            public=values["public"],
-            min_replicas=values["min_replicas"],
-            max_replicas=values["max_replicas"],
-            idle_timeout_s=values["idle_timeout_s"],
-            target_in_flight=values["target_in_flight"] or 0,
-            target_tokens_per_s=values["target_tokens_per_s"] or 0,
-            target_requests_per_min=values["target_requests_per_min"] or 0,
-            scale_cooldown_s=120 if values["scale_cooldown_s"] is None else values["scale_cooldown_s"],
-            server_args=values["server_args"],
-        )
+        with transaction.atomic():
+            endpoint = _create(request, cluster, values)
+            if any(v is not None for v in limits.values()):
+                workload_services.endpoint_set_key_limits(actor=request.user, endpoint=endpoint, **limits)
     except ValidationError as exc:
         apply_service_errors(form, exc)
         return _render(request, cluster, form, status=400)
@@ -164,6 +159,26 @@ def cluster_endpoint_create(request: HttpRequest, pk: Any) -> HttpResponse:
         return _render(request, cluster, form, status=409)
     messages.success(request, f"Endpoint {endpoint.hostname} is starting.")
     return redirect("workloads:cluster_endpoints", pk=cluster.pk)
+
+
+def _create(request: HttpRequest, cluster: ComputeCluster, values: dict[str, Any]) -> Endpoint:
+    return workload_services.endpoint_create(
+        actor=request.user,
+        cluster=cluster,
+        model_id=values["model_id"],
+        revision=values["revision"],
+        gpus=values["gpus"],
+        min_vram_mb=values["min_vram_mb"],
+        public=values["public"],
+        min_replicas=values["min_replicas"],
+        max_replicas=values["max_replicas"],
+        idle_timeout_s=values["idle_timeout_s"],
+        target_in_flight=values["target_in_flight"] or 0,
+        target_tokens_per_s=values["target_tokens_per_s"] or 0,
+        target_requests_per_min=values["target_requests_per_min"] or 0,
+        scale_cooldown_s=120 if values["scale_cooldown_s"] is None else values["scale_cooldown_s"],
+        server_args=values["server_args"],
+    )
 
 
 @login_required
@@ -193,6 +208,24 @@ def _back(request: HttpRequest, endpoint: Endpoint) -> HttpResponse:
     if request.POST.get("from") == "detail":
         return redirect("workloads:endpoint_detail", pk=endpoint.pk)
     return redirect("workloads:endpoint_list")
+
+
+@login_required
+@require_POST
+def endpoint_limits(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Set an endpoint's per-key limits from its page (Owner/Admin); a bad number comes back as a message."""
+    endpoint = get_object_or_404(selectors.endpoint_list(user=request.user), pk=pk)
+    if not can_operate(request.user, endpoint.cluster.workspace):
+        raise PermissionDenied("Only workspace Owners and Admins can change an endpoint's limits.")
+    form = EndpointLimitsForm(request.POST)
+    if not form.is_valid():
+        labels = {name: field.label or name for name, field in form.fields.items()}
+        problems = [f"{labels.get(name, name)}: {m}" for name, ms in form.errors.items() for m in ms]
+        messages.error(request, f"The limits of {endpoint.hostname} were not changed: " + "; ".join(problems))
+        return _back(request, endpoint)
+    workload_services.endpoint_set_key_limits(actor=request.user, endpoint=endpoint, **form.cleaned_data)
+    messages.success(request, f"Endpoint {endpoint.hostname}: per-key limits saved.")
+    return _back(request, endpoint)
 
 
 @login_required

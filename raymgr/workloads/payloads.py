@@ -5,11 +5,14 @@ Their validation is derived from `agent.protocol`'s payload dataclasses, like ev
 
 from __future__ import annotations
 
-WORKLOAD_COMMAND_TYPES = ("ray.job.submit", "ray.job.status", "ray.job.stop", "ray.serve.status")
+from agent import protocol
+
+# Only raymgr's workload services send them (to the head of a managed Ray cluster, recorded on their rows).
+OWNER_API = "the Ray workload API (/api/v1/ray/training-jobs/, /api/v1/ray/tune-experiments/, /api/v1/ray/deployments/)"
 
 
 def register() -> None:
     """Make `fleet.payloads.validate_payload` accept the workload command types (idempotent)."""
     from fleet import payloads
 
-    payloads.register_payload_types(WORKLOAD_COMMAND_TYPES)
+    payloads.register_payload_types(protocol.RAY_JOB_COMMAND_TYPES, owner_api=OWNER_API)

@@ -23,7 +23,7 @@ from channels.db import database_sync_to_async
 from fleet import origin_names
 from fleet.models import NodeStatus
 from fleet.proxy import origins
-from fleet.proxy.relay import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
+from fleet.proxy.resolvers import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from raymgr.workloads.models import ServeDeployment, ServeStatus
 from tenancy.permissions import can_view
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from kernel.api import NoUnknownFields
 from tenancy.models import Membership, Workspace
-from tenancy.quotas import QUOTAS
+from tenancy.quotas import LIMIT_MAX, QUOTAS, Quota
 
 
 class WorkspaceSerializer(serializers.ModelSerializer):
@@ -53,19 +54,19 @@ class QuotasSerializer(serializers.Serializer):
     quotas = QuotaLineSerializer(many=True, read_only=True)
 
 
-def _limit_field(whole: bool) -> serializers.Field:
-    kind = serializers.IntegerField if whole else serializers.FloatField
-    return kind(required=False, allow_null=True, min_value=0, max_value=1_000_000)
+def _limit_field(quota: Quota) -> serializers.Field:
+    kind = serializers.IntegerField if quota.whole else serializers.FloatField
+    return kind(required=False, allow_null=True, min_value=0, max_value=LIMIT_MAX)
 
 
-class QuotaLimitsSerializer(serializers.Serializer):
-    """New limits (only those given change; null makes a quota unlimited)."""
-
-    gpus = _limit_field(True)
-    vram_gib = _limit_field(False)
-    cpu_cores = _limit_field(False)
-    memory_gib = _limit_field(False)
-    containers = _limit_field(True)
-    endpoints = _limit_field(True)
-    ray_clusters = _limit_field(True)
-    ray_workers = _limit_field(True)
+# New limits (only those given change; null makes a quota unlimited): one field per quota of `QUOTAS`, as the
+# page's form and the admin derive theirs.
+QuotaLimitsSerializer: type[serializers.Serializer] = type(
+    "QuotaLimitsSerializer",
+    (NoUnknownFields,),
+    {
+        "__doc__": "New limits (only those given change; null makes a quota unlimited; an unknown name: 400).",
+        "__module__": __name__,
+        **{quota.name: _limit_field(quota) for quota in QUOTAS},
+    },
+)

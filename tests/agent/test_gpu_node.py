@@ -68,8 +68,8 @@ def test_an_endpoint_server_runs_on_the_gpu_the_agent_chose(models, tmp_path, mo
     before = {g.index: g.memory_used_mb for g in inventory.detect_gpus()}
     try:
         result = manager.start(EndpointStartPayload(endpoint_id="gpu1", model_id=MODEL, gpus=1), quiet)
-        assert result["device"] == "gpu"
-        environ = Path(f"/proc/{result['pid']}/environ").read_bytes().split(b"\0")
+        assert result.device == "gpu"
+        environ = Path(f"/proc/{result.pid}/environ").read_bytes().split(b"\0")
         [visible] = [e.split(b"=", 1)[1] for e in environ if e.startswith(b"CUDA_VISIBLE_DEVICES=")]
         chosen = int(visible)
         deadline = time.monotonic() + 30

@@ -92,3 +92,17 @@ def test_web_replicas_listen_for_peer_links_on_the_compose_network():
     assert SERVICES["web"]["environment"]["TUNNEL_PEER_BIND"] == "0.0.0.0"
     for single in ("worker", "beat"):
         assert "TUNNEL_PEER_BIND" not in SERVICES[single]["environment"]
+
+
+def test_the_proxy_replaces_a_client_sent_forwarded_for_and_web_believes_the_proxy_alone():
+    """A forged X-Forwarded-For must not survive HAProxy (option forwardfor would append to it), and web
+    takes the client from the header only when HAProxy sent it (TRUSTED_PROXIES names the proxy service)."""
+    config = (DEPLOY / "compose" / "haproxy.cfg").read_text()
+    directives = [line.split("#")[0].strip() for line in config.splitlines()]
+    assert "http-request set-header X-Forwarded-For %[src]" in directives
+    assert not any(d.startswith("option forwardfor") for d in directives)
+    assert SERVICES["web"]["environment"]["TRUSTED_PROXIES"] == "proxy"
+    assert "proxy" in SERVICES
+    entrypoint = (DEPLOY / "image" / "entrypoint.sh").read_text()
+    assert "--no-proxy-headers" in entrypoint
+    assert "--forwarded-allow-ips" not in entrypoint

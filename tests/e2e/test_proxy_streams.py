@@ -20,7 +20,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from fleet.models import Node
-from fleet.proxy import relay
+from fleet.proxy import relay, resolvers
 from fleet.workloads.models import Endpoint
 from tests.e2e.conftest import both_servers, node_of, wait_status
 from tests.support.endpoints import endpoint_row
@@ -179,14 +179,14 @@ def proxied_node(control_plane, cluster, operator, agents, backend, ws_backend, 
             return None
         online = Node.objects.filter(pk=node.pk, connected=True).exists
 
-        return relay.ProxyTarget(
+        return resolvers.ProxyTarget(
             node_id=node.pk,
             port=backend,
             path=scope["path"][len("/test-proxy") :],
             node_online=await database_sync_to_async(online)(),
         )
 
-    monkeypatch.setattr(relay, "_resolvers", [resolver])
+    monkeypatch.setattr(resolvers, "_resolvers", [resolver])
     return node, proc
 
 
@@ -328,9 +328,9 @@ def test_port_not_served_by_the_agent_is_a_502(proxied_node, monkeypatch):
     node, _ = proxied_node
 
     async def resolver(scope):
-        return relay.ProxyTarget(node_id=node.pk, port=1, path="/")
+        return resolvers.ProxyTarget(node_id=node.pk, port=1, path="/")
 
-    monkeypatch.setattr(relay, "_resolvers", [resolver])
+    monkeypatch.setattr(resolvers, "_resolvers", [resolver])
     result = asyncio.run(asgi_call(relay.TunnelProxyApp(None), "GET", "/anything"))
     assert result["status"] == 502
     assert b"not proxied" in result["body"]
@@ -340,9 +340,9 @@ def test_offline_node_is_a_502_with_a_clear_body(proxied_node, monkeypatch, sett
     node, _ = proxied_node
 
     async def resolver(scope):
-        return relay.ProxyTarget(node_id=node.pk, port=80, path="/", node_online=False)
+        return resolvers.ProxyTarget(node_id=node.pk, port=80, path="/", node_online=False)
 
-    monkeypatch.setattr(relay, "_resolvers", [resolver])
+    monkeypatch.setattr(resolvers, "_resolvers", [resolver])
     result = asyncio.run(asgi_call(relay.TunnelProxyApp(None), "GET", "/x"))
     assert result["status"] == 502
     assert b"offline" in result["body"]
@@ -352,9 +352,9 @@ def test_websocket_upgrade_passes_through(proxied_node, ws_backend, monkeypatch)
     node, _ = proxied_node
 
     async def resolver(scope):
-        return relay.ProxyTarget(node_id=node.pk, port=ws_backend, path="/ws")
+        return resolvers.ProxyTarget(node_id=node.pk, port=ws_backend, path="/ws")
 
-    monkeypatch.setattr(relay, "_resolvers", [resolver])
+    monkeypatch.setattr(resolvers, "_resolvers", [resolver])
 
     async def scenario():
         to_app: asyncio.Queue = asyncio.Queue()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -185,3 +186,86 @@ def test_the_settings_page_creates_shows_once_and_revokes(client, workspace, own
     key.refresh_from_db()
     assert key.revoked_at is not None
     assert key_client(raw).get("/api/v1/clusters/").status_code in (401, 403)
+
+
+def test_a_key_limited_to_chosen_endpoints_is_limited_on_the_management_api_too(workspace, owner, cluster, node):
+    """It lists, reads, stops and updates its endpoints alone (others answer 404), creates none, and its usage
+    report shows none of the others; an unlimited key of the same owner still sees all."""
+    from datetime import UTC, datetime
+
+    from fleet.models import Command
+    from fleet.usage.models import UsageRollup
+    from fleet.workloads.models import EndpointStatus
+    from tests.support.endpoints import endpoint_row
+
+    mine = endpoint_row(cluster=cluster, node=node, model_id="org/a", status=EndpointStatus.RUNNING, port=81)
+    other = endpoint_row(cluster=cluster, node=node, model_id="org/b", status=EndpointStatus.RUNNING, port=82)
+    limited = key_client(make_key(owner, workspace, ["operate", "invoke"], endpoints=[mine]))
+    unlimited = key_client(make_key(owner, workspace, ["operate"]))
+
+    assert [e["id"] for e in limited.get("/api/v1/endpoints/").json()["results"]] == [str(mine.pk)]
+    assert {e["id"] for e in unlimited.get("/api/v1/endpoints/").json()["results"]} == {str(mine.pk), str(other.pk)}
+    assert limited.get(f"/api/v1/endpoints/{other.pk}/").status_code == 404
+    assert limited.get(f"/api/v1/endpoints/{other.pk}/events/").status_code == 404
+    commands = Command.objects.count()
+    assert limited.post(f"/api/v1/endpoints/{other.pk}/stop/").status_code == 404
+    update = {"server_args": ["--max-num-seqs", "8"]}
+    assert limited.post(f"/api/v1/endpoints/{other.pk}/update/", update, format="json").status_code == 404
+    assert limited.post(f"/api/v1/endpoints/{other.pk}/update_revision/", {"revision": "x"}).status_code == 404
+    assert Command.objects.count() == commands  # nothing was sent to the node for the other endpoint
+    other.refresh_from_db()
+    assert other.status == EndpointStatus.RUNNING
+    assert limited.get(f"/api/v1/endpoints/{mine.pk}/").status_code == 200
+    assert limited.post(f"/api/v1/endpoints/{mine.pk}/stop/").status_code == 200
+    create = {"cluster": str(cluster.pk), "model_id": "org/a"}
+    assert limited.post("/api/v1/endpoints/", create, format="json").status_code == 403
+
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    for endpoint in (mine, other):
+        UsageRollup.objects.create(
+            granularity="hour",
+            bucket_start=hour,
+            workspace_id=workspace.pk,
+            subject_kind="endpoint",
+            subject_id=endpoint.pk,
+            requests=5,
+        )
+    assert limited.get("/api/v1/usage/?period=24h").json()["totals"]["requests"] == 5
+    assert limited.get(f"/api/v1/usage/?period=24h&endpoint={other.pk}").status_code == 400
+    assert unlimited.get("/api/v1/usage/?period=24h").json()["totals"]["requests"] == 10
+
+
+def test_the_answers_holding_a_new_keys_secret_are_never_cached(workspace, owner, api_client_for, client):
+    body = {"workspace": str(workspace.pk), "name": "ci", "scopes": ["read"]}
+    created = api_client_for(owner).post("/api/v1/api-keys/", body, format="json")
+    assert created.status_code == 201
+    assert "no-store" in created["Cache-Control"]
+    listed = api_client_for(owner).get("/api/v1/api-keys/")
+    assert "key" not in listed.json()["results"][0]
+    client.force_login(owner)
+    page = client.post("/compute/api-keys/", body)
+    assert page.context["created"][1].encode() in page.content
+    assert "no-store" in page["Cache-Control"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("requests_per_min", 10**12), ("tokens_per_min", 2**31), ("requests_per_min", 0), ("tokens_per_min", -1)],
+)
+def test_limits_out_of_bounds_are_a_400_naming_the_bound(workspace, owner, api_client_for, client, field, value):
+    body = {"workspace": str(workspace.pk), "name": "x", "scopes": ["invoke"], field: value}
+    answer = api_client_for(owner).post("/api/v1/api-keys/", body, format="json")
+    assert answer.status_code == 400
+    assert list(answer.json()) == [field]
+    bound = "2147483647" if value > 0 else "1"
+    assert bound in " ".join(answer.json()[field])
+    client.force_login(owner)
+    page = client.post("/compute/api-keys/", {**body, field: str(value)})
+    assert page.status_code == 200
+    assert field in page.context["form"].errors
+    with pytest.raises(ValidationError) as refused:  # the service holds the same bounds
+        workload_services.api_key_create(
+            actor=owner, workspace=workspace, name="x", scopes=["invoke"], **{field: value}
+        )
+    assert field in refused.value.message_dict
+    assert not ApiKey.objects.exists()

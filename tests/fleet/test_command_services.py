@@ -127,7 +127,8 @@ def test_ray_job_env_vars_are_secret_the_rest_of_runtime_env_is_not(node, cluste
         "entrypoint": "python train.py",
         "runtime_env": {"pip": ["torch"], "env_vars": {"WANDB_API_KEY": "wb-secret-9"}},
     }
-    (command,) = services.command_dispatch(
+    # raymgr's path: operators cannot send ray.* (tests/raymgr/test_owned_commands.py)
+    (command,) = services.command_queue(
         actor=owner, cluster=cluster, command_type="ray.job.submit", payload=payload, node=node
     )
     assert command.payload["runtime_env"] == {"pip": ["torch"], "env_vars": {"WANDB_API_KEY": MASK}}

@@ -6,6 +6,7 @@ tests/e2e/test_metrics.py.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -91,6 +92,7 @@ def test_live_gauges_of_a_dead_process_are_dropped_and_its_counters_kept(tmp_pat
 def _load_apps(env_dir: str) -> subprocess.CompletedProcess:
     code = "import django; django.setup(); import cleverthis.metrics_scrape"
     env = {"DJANGO_SETTINGS_MODULE": "cleverthis.settings.base", "PATH": "/usr/bin:/bin"}
+    env["SECRET_KEY"] = os.environ["SECRET_KEY"]  # DEBUG off: a key production would accept (the tests')
     env["PROMETHEUS_MULTIPROC_DIR"] = env_dir
     from tests.support.processes import REPO_ROOT
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
+import uuid
+from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import connection
 
 from cleverthis.settings.env import database_from_url, env_bool, env_int, env_list
+from tests.support.processes import REPO_ROOT
 
 
 def test_database_is_postgresql_never_sqlite():
@@ -63,6 +68,7 @@ def test_settings_module_loads_in_a_fresh_interpreter_from_env(tmp_path):
         "DATABASE_URL": "postgres://u@h:5433/otherdb",
         "REDIS_URL": "redis://r:6380/2",
         "DEBUG": "0",
+        "SECRET_KEY": settings.SECRET_KEY,  # DEBUG off: a key production would accept
         "PATH": "/usr/bin:/bin",
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),  # never the checkout's var/
     }
@@ -88,6 +94,7 @@ def test_https_cookies_take_the_host_prefix_a_subdomain_cannot_set(tmp_path):
     )
     env = {
         "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
+        "SECRET_KEY": settings.SECRET_KEY,  # DEBUG off: a key production would accept
         "HTTPS_COOKIES": "1",
         "PATH": "/usr/bin:/bin",
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),  # never the checkout's var/
@@ -101,6 +108,7 @@ def _settings_in_a_fresh_interpreter(tmp_path, code: str, **env: str) -> subproc
         [sys.executable, "-c", "import django; django.setup(); from django.conf import settings; " + code],
         env={
             "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
+            "SECRET_KEY": settings.SECRET_KEY,  # DEBUG off: a key production would accept
             "PATH": "/usr/bin:/bin",
             "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),  # never the checkout's var/
             **env,
@@ -182,3 +190,130 @@ def test_the_system_check_names_the_domains_that_share_a_site(settings, control_
     assert all(m.level == checks.WARNING for m in found)
     assert sorted({name for m in found for name in named if name in m.msg}) == sorted(named)
     assert bool(found) == bool(named)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _server_url(name: str) -> str:
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{name}"
+
+
+def _run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "m"),
+        "DEBUG": "1",  # the development key is accepted: these runs are about the database
+    }
+    return subprocess.run(args, cwd=REPO, env={**base, **env}, capture_output=True, text=True, timeout=120)
+
+
+def test_one_setting_names_the_database_everywhere(tmp_path):
+    """CLEVERTHIS_DB_NAME alone moves the application too (it used to move only .ci/setup); DATABASE_URL
+    wins; the two naming different databases is refused with a sentence, by the settings and the scripts."""
+    code = "import django; django.setup(); from django.conf import settings as s; print(s.DATABASES['default']['NAME'])"
+    settings_env = {"DJANGO_SETTINGS_MODULE": "cleverthis.settings.base"}
+    alone = _run([sys.executable, "-c", code], tmp_path, **settings_env, CLEVERTHIS_DB_NAME="fleet_a")
+    assert alone.stdout.split() == ["fleet_a"], alone.stderr
+    rule = [sys.executable, "cleverthis/settings/database.py", "name"]
+    assert _run(rule, tmp_path, CLEVERTHIS_DB_NAME="fleet_a").stdout.split() == ["fleet_a"]
+    both = {"CLEVERTHIS_DB_NAME": "fleet_a", "DATABASE_URL": "postgres://u@h:5433/fleet_a"}
+    assert _run([sys.executable, "-c", code], tmp_path, **settings_env, **both).stdout.split() == ["fleet_a"]
+    clash = {"CLEVERTHIS_DB_NAME": "fleet_a", "DATABASE_URL": "postgres://u@h:5433/fleet_b"}
+    sentence = "DATABASE_URL names the database 'fleet_b' but CLEVERTHIS_DB_NAME names 'fleet_a'"
+    for args in ([sys.executable, "manage.py", "check"], rule, ["bash", ".ci/database"]):
+        refused = _run(args, tmp_path, **clash)
+        assert refused.returncode != 0, args
+        assert sentence in refused.stderr, (args, refused.stderr)
+        assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.django_db
+def test_a_missing_database_is_created_by_the_scripts_or_refused_in_a_sentence(tmp_path):
+    name = f"cleverthis_probe_{uuid.uuid4().hex[:10]}"
+    url = _server_url(name)
+    refused = _run([sys.executable, "manage.py", "migrate", "--noinput"], tmp_path, DATABASE_URL=url)
+    assert refused.returncode != 0
+    assert f"the database '{name}' that DATABASE_URL names does not exist" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    try:
+        created = _run(["bash", ".ci/database"], tmp_path, DATABASE_URL=url)  # what .ci/setup and .ci/up run
+        assert created.returncode == 0, created.stderr
+        assert f"creating database {name}" in created.stdout
+        assert _run(["bash", ".ci/database"], tmp_path, DATABASE_URL=url).stdout == ""  # there now: left alone
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_database WHERE datname = %s", [name])
+            assert cursor.fetchone() == (1,)
+    finally:
+        _run(["psql", _server_url("postgres"), "-qc", f'DROP DATABASE IF EXISTS "{name}"'], tmp_path)
+
+
+def _start_settings(tmp_path, **env: str) -> subprocess.CompletedProcess:
+    """Load the production settings in a fresh interpreter with only `env` (and no key unless given)."""
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings as s; print(s.DEBUG)"],
+        env={
+            "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
+            "PATH": "/usr/bin:/bin",
+            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
+            **env,
+        },
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        (None, "published example or default"),  # the development default
+        ("change-me", "published example or default"),  # secret.example.yaml
+        ("build", "published example or default"),
+        ("a-short-but-random-looking-key-9f8e7d", "37 characters long"),
+        ("ab" * 40, "2 distinct characters"),
+        ("django-insecure-" + "x1y2z3w4v5" * 5, "Django's insecure"),
+        ("please-change-me-" + "0123456789abcdef" * 3, "published example or default"),
+    ],
+)
+def test_production_refuses_to_start_on_a_public_or_weak_secret_key(tmp_path, key, why):
+    env = {} if key is None else {"SECRET_KEY": key}
+    started = _start_settings(tmp_path, **env)  # DEBUG unset: off
+    assert started.returncode != 0
+    assert "Refusing to start with DEBUG off: SECRET_KEY" in started.stderr
+    assert why in started.stderr
+    assert "token_urlsafe(50)" in started.stderr  # how to make a good one
+
+
+def test_debug_is_off_unless_asked_for_and_a_strong_key_starts(tmp_path):
+    strong = _start_settings(tmp_path, SECRET_KEY="Zq4" + "k7Hw-p2Xe_9rTb" * 4)
+    assert strong.returncode == 0, strong.stderr
+    assert strong.stdout.split() == ["False"]
+    # development asks for DEBUG and may keep the public default
+    development = _start_settings(tmp_path, DEBUG="1")
+    assert development.returncode == 0, development.stderr
+    assert development.stdout.split() == ["True"]
+
+
+def test_the_deployments_make_keys_production_accepts():
+    """deploy/compose/init writes `openssl rand -hex 32` (64 characters); the Kubernetes template's placeholder
+    is refused, so a copy applied unchanged never starts."""
+    from cleverthis.settings.env import secret_key_problem
+
+    assert secret_key_problem("0123456789abcdef" * 4) is None
+    assert secret_key_problem(secrets.token_hex(32)) is None
+    assert secret_key_problem(secrets.token_urlsafe(50)) is None
+    template = (REPO_ROOT / "deploy" / "kubernetes" / "secret.example.yaml").read_text()
+    placeholder = next(line.split(":", 1)[1].strip() for line in template.splitlines() if "SECRET_KEY:" in line)
+    assert secret_key_problem(placeholder) is not None
+    assert "SECRET_KEY=$(secret 32)" in (REPO_ROOT / "deploy" / "compose" / "init").read_text()
+
+
+def test_hsts_is_on_for_a_year_when_the_deployment_says_it_is_behind_https(tmp_path):
+    code = "print(settings.SECURE_HSTS_SECONDS, settings.SECURE_HSTS_INCLUDE_SUBDOMAINS, settings.SECURE_HSTS_PRELOAD)"
+    behind_tls = _settings_in_a_fresh_interpreter(tmp_path, code, HTTPS_COOKIES="1")
+    assert behind_tls.stdout.split() == ["31536000", "False", "False"]
+    plain = _settings_in_a_fresh_interpreter(tmp_path, code)
+    assert plain.stdout.split()[0] == "0"
+    chosen = _settings_in_a_fresh_interpreter(tmp_path, code, HTTPS_COOKIES="1", HSTS_SECONDS="600")
+    assert chosen.stdout.split()[0] == "600"

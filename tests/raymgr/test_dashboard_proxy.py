@@ -11,8 +11,8 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 
 import raymgr.dashboard_proxy
-from fleet.proxy import origins, relay
-from fleet.proxy.relay import ProxyRefusal, ProxyTarget
+from fleet.proxy import origins, resolvers
+from fleet.proxy.resolvers import ProxyRefusal, ProxyTarget
 from raymgr.models import RayCluster, RayClusterStatus
 
 pytestmark = pytest.mark.django_db
@@ -45,7 +45,7 @@ def on_dashboard(ray: RayCluster, user, path: str, *, method: str = "GET", kind:
 
 
 def resolve(scope: dict):
-    return async_to_sync(relay.resolve)(scope)
+    return async_to_sync(resolvers.resolve)(scope)
 
 
 ACTING = [

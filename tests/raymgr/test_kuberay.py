@@ -225,7 +225,7 @@ def test_serve_and_dashboard_targets_carry_the_head_service_host(owner, workspac
     from rest_framework.authtoken.models import Token
 
     from fleet import origin_names
-    from fleet.proxy.relay import ProxyTarget
+    from fleet.proxy.resolvers import ProxyTarget
     from raymgr.workloads.serve_proxy import decide
 
     add_node(kube, "agent")

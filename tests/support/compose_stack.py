@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
+from tests.support.environment import missing
 from tests.support.podman_env import podman_env
 from tests.support.processes import REPO_ROOT, VENV_BIN, free_port, wait_until
 
@@ -110,11 +111,11 @@ class Stack:
 def build_images() -> dict[str, str]:
     """deploy/build-image's images (cached by content hash); skips where the stack cannot run."""
     if os.geteuid() != 0:
-        pytest.skip("the deployment stack needs root (rootful Podman)")
+        missing("the deployment stack needs root (rootful Podman)", "run the tests as root, as CI does")
     if shutil.which("podman") is None:
-        pytest.skip("Podman is not installed (.ci/podman-setup installs it)")
+        missing("Podman is not installed", ".ci/podman-setup installs it")
     if not (VENV_BIN / "podman-compose").exists():
-        pytest.skip("podman-compose is not installed (requirements/dev.txt)")
+        missing("podman-compose is not installed", "pip install -r requirements/dev.txt")
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed")
     built = subprocess.run(
@@ -132,7 +133,8 @@ def running_stack(workdir: Path) -> Iterator[Stack]:
     images = build_images()
     port = free_port()
     env_file = workdir / "stack.env"
-    env = podman_env()
+    # the settings file's own secrets, never this test process's key (compose prefers the shell's variables)
+    env = {name: value for name, value in podman_env().items() if name != "SECRET_KEY"}
     made = subprocess.run(
         ["bash", str(COMPOSE_DIR / "init"), "--host", "localhost", "--https-port", str(port),
          "--env-file", str(env_file), "--certs", str(workdir / "certs")],

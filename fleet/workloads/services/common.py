@@ -5,13 +5,16 @@ from __future__ import annotations
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 
+from agent import protocol
+from agent.protocol.rules import field_rules
 from fleet.models import Command, NodeEvent
 from fleet.services import node_event_record
 from fleet.workloads.errors import error_help, error_sentence
 from tenancy.models import Membership, Role, Workspace
 
-MAX_MODEL_ID = 200
-MAX_REVISION = 200
+# As long as endpoint.start and model.download take them (`agent.protocol` rules).
+MAX_MODEL_ID = int(field_rules(protocol.ModelDownloadPayload)["model_id"].max_length or 0)
+MAX_REVISION = int(field_rules(protocol.ModelDownloadPayload)["revision"].max_length or 0)
 
 
 def node_event_record_failure(*, command: Command, kind: str, what: str) -> NodeEvent:

@@ -224,7 +224,8 @@ def container_record_create_failed(*, command: Command) -> Container | None:
             row.error_code = command.error_code
             row.error_message = command.error_message
             row.save(update_fields=["status", "error_code", "error_message", "updated_at"])
-        name = (command.payload or {}).get("name", "?")
+        payload: protocol.ContainerCreatePayload | None = command.parsed_payload
+        name = payload.name if payload is not None else "?"
         node_event_record_failure(
             command=command, kind="container.failed", what=f"Container {name} could not be created"
         )
@@ -233,7 +234,8 @@ def container_record_create_failed(*, command: Command) -> Container | None:
 
 
 def _container_for_ref(command: Command) -> Container | None:
-    ref = str((command.payload or {}).get("container", ""))
+    payload: protocol.ContainerRefPayload | None = command.parsed_payload
+    ref = payload.container if payload is not None else ""
     if not ref:
         return None
     rows = Container.objects.select_for_update().filter(node_id=command.node_id)

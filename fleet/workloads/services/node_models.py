@@ -60,13 +60,12 @@ def node_model_record_downloaded(*, command: Command) -> NodeModel | None:
 
     Uses the result's `path` (required) and `size_bytes` / `revision` when the agent sends them.
     """
-    payload = command.payload or {}
+    payload: protocol.ModelDownloadPayload | None = command.parsed_payload
     result: protocol.ModelDownloadResult | None = command.parsed_result
-    model_id = payload.get("model_id")
-    if result is None or not isinstance(model_id, str) or not result.path:
+    if payload is None or result is None or not result.path:
         return None
-    path = result.path
-    revision = result.revision or str(payload.get("revision") or "main")
+    model_id, path = payload.model_id, result.path
+    revision = result.revision or payload.revision
     size = max(result.size_bytes, 0)
     row, _ = NodeModel.objects.update_or_create(
         node_id=command.node_id,
@@ -85,5 +84,6 @@ def node_model_record_downloaded(*, command: Command) -> NodeModel | None:
 
 def node_model_record_download_failed(*, command: Command) -> None:
     """A model.download failed: say why, with the fix, in the node's event log."""
-    model = (command.payload or {}).get("model_id", "?")
+    payload: protocol.ModelDownloadPayload | None = command.parsed_payload
+    model = payload.model_id if payload is not None else "?"
     node_event_record_failure(command=command, kind="model.failed", what=f"Download of {model} failed")

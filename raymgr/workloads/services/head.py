@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent import protocol
 from fleet.models import Command, CommandStatus
 from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster, RayClusterStatus, RayNode
@@ -11,7 +12,7 @@ from raymgr.services import dispatch, running_head
 from raymgr.workloads import render
 
 IN_FLIGHT = (CommandStatus.QUEUED, CommandStatus.DISPATCHED, CommandStatus.RUNNING)
-WORKLOAD_COMMANDS = frozenset({"ray.job.submit", "ray.job.status", "ray.job.stop", "ray.serve.status"})
+WORKLOAD_COMMANDS = frozenset(protocol.RAY_JOB_COMMAND_TYPES)
 
 
 def cluster_head(cluster: RayCluster) -> RayNode | None:

@@ -21,7 +21,7 @@ from agent.config import AgentConfig
 from agent.protocol import EndpointStartPayload, EndpointStopPayload
 from agent.transport.tunnel import TunnelClient
 from agent.workloads.endpoint_health import EndpointProber, HealthSettings, probe
-from agent.workloads.endpoints import _pid_alive
+from agent.workloads.server_process import pid_alive as _pid_alive
 from tests.agent.workloads import test_endpoints
 from tests.agent.workloads.test_endpoints import MODEL, quiet
 
@@ -144,7 +144,7 @@ def test_settings_come_from_the_environment_and_bad_values_take_the_defaults():
 
 def test_a_stopped_server_is_reported_unresponsive_then_running_again_when_it_continues(manager):
     result = manager.start(EndpointStartPayload(endpoint_id="ep1", model_id=MODEL), quiet)
-    pid = result["pid"]
+    pid = result.pid
     prober = EndpointProber(FAST)
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -152,7 +152,7 @@ def test_a_stopped_server_is_reported_unresponsive_then_running_again_when_it_co
         assert asyncio.run(prober.check(manager)) is True
         [info] = manager.inventory()
         assert (info.endpoint_id, info.status, info.pid) == ("ep1", "unresponsive", pid)
-        assert manager.health_targets() == [("ep1", result["port"])]  # still probed: it may answer again
+        assert manager.health_targets() == [("ep1", result.port)]  # still probed: it may answer again
     finally:
         os.kill(pid, signal.SIGCONT)
     assert asyncio.run(prober.check(manager)) is True
@@ -161,7 +161,7 @@ def test_a_stopped_server_is_reported_unresponsive_then_running_again_when_it_co
 
 def test_stop_ends_a_stopped_server_woken_to_take_its_sigterm(manager):
     result = manager.start(EndpointStartPayload(endpoint_id="ep1", model_id=MODEL), quiet)
-    pid = result["pid"]
+    pid = result.pid
     child = manager._children[pid]
     manager.stop_timeout_s = 60.0
     os.kill(pid, signal.SIGSTOP)
@@ -178,16 +178,16 @@ def test_stop_ends_a_stopped_server_woken_to_take_its_sigterm(manager):
 
 def test_starting_an_endpoint_whose_server_hangs_replaces_the_server(manager):
     first = manager.start(EndpointStartPayload(endpoint_id="ep1", model_id=MODEL), quiet)
-    os.kill(first["pid"], signal.SIGSTOP)
+    os.kill(first.pid, signal.SIGSTOP)
     try:
         assert manager.mark_health("ep1", healthy=False) is True
         again = manager.start(EndpointStartPayload(endpoint_id="ep1", model_id=MODEL), quiet)
     finally:
-        if _pid_alive(first["pid"]):
-            os.kill(first["pid"], signal.SIGKILL)
-    assert again["pid"] != first["pid"]
-    assert not _pid_alive(first["pid"])
-    assert [(i.pid, i.status) for i in manager.inventory()] == [(again["pid"], "running")]
+        if _pid_alive(first.pid):
+            os.kill(first.pid, signal.SIGKILL)
+    assert again.pid != first.pid
+    assert not _pid_alive(first.pid)
+    assert [(i.pid, i.status) for i in manager.inventory()] == [(again.pid, "running")]
 
 
 def test_mark_health_leaves_starting_and_stopped_records_alone(manager):

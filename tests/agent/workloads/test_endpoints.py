@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator
@@ -10,11 +11,13 @@ from pathlib import Path
 import pytest
 import requests
 
+from agent import protocol
 from agent.errors import CommandFailed
-from agent.protocol import EndpointStartPayload, EndpointStopPayload, GpuInfo, ModelDownloadPayload
-from agent.workloads.endpoints import VLLM_COMMAND, EndpointManager, _pid_alive
+from agent.protocol import EndpointStartPayload, EndpointStopPayload, EndpointStopResult, GpuInfo, ModelDownloadPayload
+from agent.workloads.endpoints import VLLM_COMMAND, EndpointManager
 from agent.workloads.engine import choose_engine
 from agent.workloads.models import ModelCache
+from agent.workloads.server_process import pid_alive as _pid_alive
 from tests.support.hub_standin import HubStandin
 from tests.support.processes import REPO_ROOT, wait_until
 
@@ -47,7 +50,7 @@ def manager(cached_models: ModelCache, tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_start_serves_the_cached_model_and_stop_ends_it(manager, cached_models):
     result = manager.start(EndpointStartPayload(endpoint_id="ep1", model_id=MODEL), quiet)
-    base = f"http://127.0.0.1:{result['port']}"
+    base = f"http://127.0.0.1:{result.port}"
 
     models = requests.get(f"{base}/v1/models", timeout=5).json()
     assert [m["id"] for m in models["data"]] == [MODEL]
@@ -67,28 +70,28 @@ def test_start_serves_the_cached_model_and_stop_ends_it(manager, cached_models):
     assert events[-1] == b"[DONE]"
     assert "".join(json.loads(e)["choices"][0]["delta"]["content"] for e in events[:-1]) == "echo: a b c"
 
-    cmdline = Path(f"/proc/{result['pid']}/cmdline").read_bytes().split(b"\0")
+    cmdline = Path(f"/proc/{result.pid}/cmdline").read_bytes().split(b"\0")
     assert str(cached_models.path_for(MODEL)).encode() in cmdline
     [info] = manager.inventory()
     assert (info.endpoint_id, info.model_id, info.port, info.pid, info.status) == (
         "ep1",
         MODEL,
-        result["port"],
-        result["pid"],
+        result.port,
+        result.pid,
         "running",
     )
 
-    assert manager.stop(EndpointStopPayload(endpoint_id="ep1"))["status"] == "stopped"
-    assert not _pid_alive(result["pid"])
+    assert manager.stop(EndpointStopPayload(endpoint_id="ep1")).status == "stopped"
+    assert not _pid_alive(result.pid)
     assert manager.inventory() == []
-    assert manager.stop(EndpointStopPayload(endpoint_id="ep1"))["status"] == "stopped"
+    assert manager.stop(EndpointStopPayload(endpoint_id="ep1")).status == "stopped"
 
 
 def test_start_again_returns_the_running_endpoint(manager):
     first = manager.start(EndpointStartPayload(endpoint_id="ep2", model_id=MODEL), quiet)
     again = manager.start(EndpointStartPayload(endpoint_id="ep2", model_id=MODEL), quiet)
-    assert "openai-standin serving" in first.pop("log_tail")
-    assert again == first
+    assert "openai-standin serving" in first.log_tail
+    assert again == dataclasses.replace(first, log_tail=None)
     assert len(manager.inventory()) == 1
 
 
@@ -97,7 +100,7 @@ def test_a_restarted_manager_still_knows_and_stops_its_endpoints(manager, cached
     restarted = EndpointManager(cached_models, tmp_path / "state", server_command=STANDIN)
     assert [e.endpoint_id for e in restarted.inventory()] == ["ep3"]
     restarted.stop(EndpointStopPayload(endpoint_id="ep3"))
-    wait_until(lambda: not _pid_alive(result["pid"]), timeout=10, what="endpoint process to exit")
+    wait_until(lambda: not _pid_alive(result.pid), timeout=10, what="endpoint process to exit")
     assert manager.inventory() == []
 
 
@@ -138,11 +141,29 @@ def test_gpus_with_most_free_memory_are_given_to_the_server(cached_models, tmp_p
         result = manager.start(
             EndpointStartPayload(endpoint_id="ep6", model_id=MODEL, gpus=2, min_vram_mb=100_000), quiet
         )
-        environ = Path(f"/proc/{result['pid']}/environ").read_bytes().split(b"\0")
+        environ = Path(f"/proc/{result.pid}/environ").read_bytes().split(b"\0")
         assert b"CUDA_VISIBLE_DEVICES=2,1" in environ
         assert b"CUDA_DEVICE_ORDER=PCI_BUS_ID" in environ  # NVML's indices name the same cards for CUDA
-        cmdline = Path(f"/proc/{result['pid']}/cmdline").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{result.pid}/cmdline").read_bytes().split(b"\0")
         assert cmdline[cmdline.index(b"--tensor-parallel-size") + 1] == b"2"
+    finally:
+        manager.stop_all()
+
+
+def test_on_a_gpu_node_the_agent_pins_what_the_quota_counts(cached_models, tmp_path, monkeypatch):
+    """An endpoint asking no GPU still gets one on a GPU node: the rule both sides read from the protocol."""
+    monkeypatch.chdir(REPO_ROOT)
+    gpus = [gpu(0, 24_000, 20_000), gpu(1, 48_000, 0)]
+    manager = EndpointManager(cached_models, tmp_path, server_command=STANDIN, gpus_fn=lambda: gpus)
+    try:
+        result = manager.start(EndpointStartPayload(endpoint_id="ep-g0", model_id=MODEL), quiet)
+        environ = Path(f"/proc/{result['pid']}/environ").read_bytes().split(b"\0")
+        [visible] = [e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"CUDA_VISIBLE_DEVICES=")]
+        pinned = [int(i) for i in visible.split(",")]
+        assert len(pinned) == protocol.endpoint_gpus_held(gpus=0, min_vram_mb=0, node_gpus=len(gpus)) == 1
+        assert [g.index for g in protocol.select_gpus(gpus, 1)] == pinned == [1]  # the one with most free memory
+        held = protocol.endpoint_vram_held_mb(gpus=0, min_vram_mb=0, node_gpus=gpus)
+        assert held == 43_200  # what the quota counts: vLLM's 0.9 of the pinned 48,000 MB card
     finally:
         manager.stop_all()
 
@@ -197,14 +218,14 @@ def test_a_ready_endpoint_is_reported_as_running(manager):
 
 def test_stop_ends_the_whole_process_tree(manager):
     """A server's helper processes (vLLM's engine core) end with it, even one in a session of its own."""
-    payload = EndpointStartPayload(endpoint_id="tree", model_id=MODEL, extra_args=["--engine-child"])
-    result = manager.start(payload, quiet)
+    manager.server_command = [*STANDIN, "--engine-child"]  # the node's own server command, not an endpoint's flag
+    result = manager.start(EndpointStartPayload(endpoint_id="tree", model_id=MODEL), quiet)
     log = Path(manager.state_dir / "endpoint-tree.log")
     wait_until(lambda: "engine child pid" in log.read_text(), timeout=10, what="engine child")
     child_pid = int(log.read_text().split("engine child pid ")[1].split()[0])
     assert _pid_alive(child_pid)
     manager.stop(EndpointStopPayload(endpoint_id="tree"))
-    assert not _pid_alive(result["pid"])
+    assert not _pid_alive(result.pid)
     wait_until(lambda: not _pid_alive(child_pid), timeout=10, what="engine child to end")
 
 
@@ -214,11 +235,11 @@ def test_cpu_node_runs_the_cpu_build_with_its_flags(cached_models, tmp_path, mon
     manager = EndpointManager(cached_models, tmp_path, server_command=STANDIN, gpus_fn=lambda: [])
     try:
         result = manager.start(EndpointStartPayload(endpoint_id="cpu", model_id=MODEL), quiet)
-        assert result["device"] == "cpu"
-        cmdline = Path(f"/proc/{result['pid']}/cmdline").read_bytes().split(b"\0")
+        assert result.device == "cpu"
+        cmdline = Path(f"/proc/{result.pid}/cmdline").read_bytes().split(b"\0")
         assert cmdline[cmdline.index(b"--dtype") + 1] == b"float32"
         assert b"--enforce-eager" in cmdline
-        environ = Path(f"/proc/{result['pid']}/environ").read_bytes().split(b"\0")
+        environ = Path(f"/proc/{result.pid}/environ").read_bytes().split(b"\0")
         assert b"HF_HUB_OFFLINE=1" in environ
         assert b"VLLM_CPU_KVCACHE_SPACE=1" in environ
         assert not any(e.startswith(b"CUDA_VISIBLE_DEVICES=") for e in environ)
@@ -282,11 +303,9 @@ def test_a_stopped_endpoint_stays_out_of_the_inventory_and_stops_again(manager, 
     manager.stop(EndpointStopPayload(endpoint_id="ep-tomb"))
     restarted = EndpointManager(cached_models, tmp_path / "state", server_command=STANDIN)
     assert restarted.inventory() == []
-    assert restarted.stop(EndpointStopPayload(endpoint_id="ep-tomb")) == {
-        "endpoint_id": "ep-tomb",
-        "status": "stopped",
-        "pid": result["pid"],
-    }
+    assert restarted.stop(EndpointStopPayload(endpoint_id="ep-tomb")) == EndpointStopResult(
+        endpoint_id="ep-tomb", status="stopped", pid=result.pid
+    )
 
 
 def test_extra_args_setting_a_flag_the_agent_sets_are_refused(manager):
@@ -299,6 +318,39 @@ def test_extra_args_setting_a_flag_the_agent_sets_are_refused(manager):
     assert manager.inventory() == []
 
 
+@pytest.mark.parametrize(
+    ("extra_args", "said"),
+    [
+        (["--trust-remote-code"], "--trust-remote-code is refused"),
+        (["--chat-template", "/etc/hostname"], "never a file name"),
+        (["--allowed-local-media-path", "/"], "--allowed-local-media-path is refused"),
+        (["--tool-parser-plugin", "/tmp/plugin.py"], "--tool-parser-plugin is refused"),
+        (["--made-up-flag"], "--made-up-flag is not a server flag an endpoint may set"),
+    ],
+)
+def test_the_agent_refuses_server_args_outside_the_allow_list(manager, extra_args, said):
+    """A control plane that let one through (or an older one) still starts no server with it on this host."""
+    payload = EndpointStartPayload(endpoint_id="ep-deny", model_id=MODEL, extra_args=extra_args)
+    with pytest.raises(CommandFailed) as exc:
+        manager.start(payload, quiet)
+    assert exc.value.code == "invalid_payload"
+    assert said in str(exc.value)
+    assert manager.inventory() == []
+
+
+def test_the_agent_refuses_a_template_naming_a_file_in_its_working_directory(manager):
+    """vLLM opens a --chat-template value as a file first: one that names a file there never reaches it."""
+    name = "{{ x }}.jinja"
+    Path(name).write_text("{{ secret }}")  # the fixture's working directory is the repository root
+    try:
+        payload = EndpointStartPayload(endpoint_id="ep-file", model_id=MODEL, extra_args=["--chat-template", name])
+        with pytest.raises(CommandFailed) as exc:
+            manager.start(payload, quiet)
+        assert "names a file on this node" in str(exc.value)
+    finally:
+        Path(name).unlink()
+
+
 def test_extra_args_come_after_the_engine_defaults_and_win(manager, monkeypatch):
     """An endpoint's `--max-model-len` overrides the node's CLEVERTHIS_VLLM_MAX_MODEL_LEN (a later flag wins),
     as the server's model list shows."""
@@ -308,7 +360,7 @@ def test_extra_args_come_after_the_engine_defaults_and_win(manager, monkeypatch)
         EndpointStartPayload(endpoint_id="ep13", model_id=MODEL, extra_args=["--max-model-len", "64"]), quiet
     )
     lengths = [
-        requests.get(f"http://127.0.0.1:{r['port']}/v1/models", timeout=10).json()["data"][0]["max_model_len"]
+        requests.get(f"http://127.0.0.1:{r.port}/v1/models", timeout=10).json()["data"][0]["max_model_len"]
         for r in (default, own)
     ]
     assert lengths == [256, 64]

@@ -43,13 +43,13 @@ def test_download_snapshots_every_file_and_reports_progress(cache, hub):
 
     result = cache.download(ModelDownloadPayload(model_id="acme/tiny"), progress)
 
-    path = Path(result["path"])
-    assert result["commit"] == sha
+    path = Path(result.path)
+    assert result.commit == sha
     assert path.name == sha
     assert (path / "model.safetensors").read_bytes() == WEIGHTS
     assert (path / "tokenizer" / "vocab.txt").read_bytes() == b"a\nb\n"
-    assert result["files"] == 3
-    assert result["size_bytes"] == sum(len(v) for v in FILES.values())
+    assert result.files == 3
+    assert result.size_bytes == sum(len(v) for v in FILES.values())
     _, last_percent, last_data = progress.calls[-1]
     assert last_percent == 100.0
     assert last_data["files"] == 3
@@ -61,13 +61,13 @@ def test_download_snapshots_every_file_and_reports_progress(cache, hub):
     assert cache.path_for("acme/tiny", "other-branch") is None
     [entry] = cache.inventory()
     assert (entry.model_id, entry.revision, entry.path) == ("acme/tiny", "main", str(path))
-    assert entry.size_bytes == result["size_bytes"]
+    assert entry.size_bytes == result.size_bytes
 
 
 def test_allow_patterns_limit_the_files(cache, hub):
     hub.add_repo("acme/tiny", FILES)
     result = cache.download(ModelDownloadPayload(model_id="acme/tiny", allow_patterns=["*.json"]), Recorder())
-    assert sorted(p.name for p in Path(result["path"]).rglob("*") if p.is_file()) == ["config.json"]
+    assert sorted(p.name for p in Path(result.path).rglob("*") if p.is_file()) == ["config.json"]
 
 
 def test_interrupted_download_resumes_with_a_range_request(cache, hub):
@@ -78,7 +78,7 @@ def test_interrupted_download_resumes_with_a_range_request(cache, hub):
 
     result = cache.download(ModelDownloadPayload(model_id="acme/big"), Recorder())
 
-    assert (Path(result["path"]) / "model.safetensors").read_bytes() == big
+    assert (Path(result.path) / "model.safetensors").read_bytes() == big
     gets = hub.gets_of("model.safetensors")
     assert len(gets) == 2
     assert "range" not in gets[0].headers
@@ -126,4 +126,4 @@ def test_hf_endpoint_environment_variable_is_respected(tmp_path, hub, monkeypatc
     hub.add_repo("acme/tiny", FILES)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     cache = ModelCache(tmp_path / "models")
-    assert cache.download(ModelDownloadPayload(model_id="acme/tiny"), Recorder())["files"] == 3
+    assert cache.download(ModelDownloadPayload(model_id="acme/tiny"), Recorder()).files == 3

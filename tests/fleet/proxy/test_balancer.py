@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from fleet.proxy import relay
+from fleet import balancer
+from fleet.balancer import Lease, Upstream
+from fleet.proxy import relay, resolvers
 from fleet.tunnel import local_tunnels
-from kernel import balancer
-from kernel.balancer import Lease, Upstream
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok"
 STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -91,7 +91,9 @@ async def call(replicas: tuple[Upstream, ...], *, leave_after_first_byte: bool =
             got_body.set()
 
     scope = {"type": "http", "method": "GET", "path": "/v1/models", "query_string": b"", "headers": []}
-    target = relay.ProxyTarget(node_id=replicas[0].node_id, port=replicas[0].port, path="/v1/models", replicas=replicas)
+    target = resolvers.ProxyTarget(
+        node_id=replicas[0].node_id, port=replicas[0].port, path="/v1/models", replicas=replicas
+    )
     await asyncio.wait_for(relay.proxy_http(scope, receive, send, target), timeout=30)
     return sent
 

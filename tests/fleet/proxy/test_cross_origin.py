@@ -15,8 +15,8 @@ from rest_framework.authtoken.models import Token
 
 import raymgr.dashboard_proxy
 import raymgr.workloads.serve_proxy
-from fleet.proxy import endpoint_routes, origins, relay
-from fleet.proxy.relay import ProxyRefusal, ProxyTarget
+from fleet.proxy import endpoint_routes, origins, resolvers, tickets
+from fleet.proxy.resolvers import ProxyRefusal, ProxyTarget
 from raymgr.models import RayCluster, RayClusterStatus
 from raymgr.workloads.models import ServeDeployment, ServeStatus
 from tests.support.endpoints import endpoint_row
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db
 def _same_thread(monkeypatch):
     endpoint_routes.forget_routes()
     # database_sync_to_async would close this test's transaction: run the same code on this thread
-    for module in (endpoint_routes, relay, raymgr.dashboard_proxy, raymgr.workloads.serve_proxy):
+    for module in (endpoint_routes, tickets, raymgr.dashboard_proxy, raymgr.workloads.serve_proxy):
         monkeypatch.setattr(module, "database_sync_to_async", sync_to_async)
     yield
     endpoint_routes.forget_routes()
@@ -63,7 +63,7 @@ def call(host: str, path: str, *, method: str, user=None, token: str = "", **hea
         raw.append((b"authorization", f"Token {token}".encode()))
     raw += [(name.encode(), value.encode()) for name, value in headers.items()]
     scope = {"type": "http", "method": method, "path": path, "query_string": b"", "headers": raw, "scheme": "http"}
-    return async_to_sync(relay.resolve)(scope)
+    return async_to_sync(resolvers.resolve)(scope)
 
 
 def refused_as_cross_origin(answer: object) -> bool:

@@ -22,8 +22,9 @@ import fleet.proxy.endpoint_routes  # noqa: F401  (registers the endpoint resolv
 import raymgr.dashboard_proxy
 import raymgr.workloads.serve_proxy
 from fleet import origin_names
-from fleet.proxy import endpoint_routes, origins, relay
-from fleet.proxy.relay import ProxyRedirect, ProxyRefusal, ProxyTarget
+from fleet.proxy import endpoint_routes, origins, resolvers, tickets
+from fleet.proxy import headers as proxy_headers
+from fleet.proxy.resolvers import ProxyRedirect, ProxyRefusal, ProxyTarget
 from fleet.workloads.models import Endpoint, EndpointStatus
 from raymgr.models import RayCluster, RayClusterStatus
 from raymgr.workloads.models import ServeDeployment, ServeStatus
@@ -39,7 +40,7 @@ def _fresh_routes(monkeypatch):
     endpoint_routes.forget_routes()
     # Channels' database_sync_to_async closes the thread's connection around each call, which would
     # close this test's transaction; plain sync_to_async runs the same code on this very thread.
-    for module in (endpoint_routes, relay, raymgr.dashboard_proxy, raymgr.workloads.serve_proxy):
+    for module in (endpoint_routes, tickets, raymgr.dashboard_proxy, raymgr.workloads.serve_proxy):
         monkeypatch.setattr(module, "database_sync_to_async", sync_to_async)
     yield
     endpoint_routes.forget_routes()
@@ -80,7 +81,7 @@ def request(host: str, path: str, *, method: str = "GET", token: str = "", cooki
 
 
 def resolve(scope: dict):
-    return async_to_sync(relay.resolve)(scope)
+    return async_to_sync(resolvers.resolve)(scope)
 
 
 def origin_cookie(owner, host: str) -> str:
@@ -203,7 +204,7 @@ def test_the_dashboard_refuses_tokens_and_strangers(world, make_user):
 
 def test_what_is_forwarded_to_a_node_holds_no_control_plane_credential():
     """Finding: the caller's X-CSRFToken header used to reach the node."""
-    forwarded = relay.upstream_headers(
+    forwarded = proxy_headers.upstream_headers(
         {
             "headers": [
                 (b"x-csrftoken", b"tok"),
@@ -218,7 +219,7 @@ def test_what_is_forwarded_to_a_node_holds_no_control_plane_credential():
 
 def test_a_node_cannot_set_a_control_plane_cookie_or_one_beyond_its_host():
     """Finding: a node's `Set-Cookie: sessionid=…; Path=/` reached the browser through the proxy."""
-    headers = relay._downstream_headers(
+    headers = proxy_headers.downstream_headers(
         [
             (b"set-cookie", b"sessionid=evil; Path=/"),
             (b"Set-Cookie", b"csrftoken=evil; Path=/; Domain=localhost"),
@@ -264,7 +265,7 @@ def test_the_ticket_exchange_sets_a_host_only_cookie_and_refuses_reuse(world):
         async def send(message: dict) -> None:
             sent.append(message)
 
-        asyncio.run(relay.exchange_ticket(scope, send))
+        asyncio.run(tickets.exchange_ticket(scope, send))
         return {"status": sent[0]["status"], "headers": dict(sent[0]["headers"])}
 
     first = exchange()

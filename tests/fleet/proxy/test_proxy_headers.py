@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fleet.proxy.relay import upstream_headers
+from fleet.proxy.headers import upstream_headers
 
 
 def scope(*headers: tuple[bytes, bytes]) -> dict:

@@ -1,4 +1,4 @@
-"""Redeeming a ticket on a node origin (`relay.exchange_ticket`) with whatever `next` a link carries.
+"""Redeeming a ticket on a node origin (`tickets.exchange_ticket`) with whatever `next` a link carries.
 
 Finding (black-box probe): `next=/logs/€` answered 500 (`UnicodeEncodeError` building the Location
 header) after the ticket was already used up. `next` is now percent-encoded, must be a path on the same
@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
-from fleet.proxy import origins, relay
+from fleet.proxy import origins, tickets
 
 HOST = origins.ENDPOINT.host("a" * 12)
 
@@ -32,7 +32,7 @@ def exchange(ticket: str, next_value: str | None, *, raw_query: bytes | None = N
     async def send(message: dict) -> None:
         sent.append(message)
 
-    asyncio.run(relay.exchange_ticket(scope, send))
+    asyncio.run(tickets.exchange_ticket(scope, send))
     return {"status": sent[0]["status"], "headers": dict(sent[0]["headers"]), "body": sent[1]["body"].decode()}
 
 

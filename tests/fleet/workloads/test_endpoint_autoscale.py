@@ -14,10 +14,10 @@ from django.utils import timezone
 from agent import protocol
 from fleet.models import NodeEvent
 from fleet.proxy import endpoint_routes
+from fleet.replica_load import LoadPublisher, ReplicaLoad
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointEvent, EndpointReplica, EndpointStatus
 from fleet.workloads.tasks import endpoints_autoscale_tick, endpoints_heal_tick
-from kernel.replica_load import LoadPublisher, ReplicaLoad
 from tenancy import services as tenancy_services
 from tests.fleet import agent_side
 
@@ -130,12 +130,13 @@ def test_the_beat_scales_every_autoscaled_endpoint(cluster, register_node, owner
 def test_scale_up_stops_at_the_workspaces_quota_and_says_why(cluster, register_node, owner, workspace):
     for name in ("a", "b", "c"):
         agent_side.inventory(register_node(cluster, name), models=[LLAMA])
-    tenancy_services.workspace_quota_set(actor=owner, workspace=workspace, limits={"vram_gib": 2})
+    tenancy_services.workspace_quota_set(actor=owner, workspace=workspace, limits={"vram_gib": 8})
     endpoint = workloads.endpoint_create(
         actor=owner,
         cluster=cluster,
         model_id=LLAMA.model_id,
-        min_vram_mb=1024,
+        min_vram_mb=4096,  # what each holds: vLLM's 0.05 of the node's 80,000 MB GPU is less
+        server_args=["--gpu-memory-utilization", "0.05"],
         max_replicas=3,
         target_requests_per_min=60,
     )
@@ -145,9 +146,9 @@ def test_scale_up_stops_at_the_workspaces_quota_and_says_why(cluster, register_n
     workloads.endpoint_autoscale(endpoint_id=endpoint.pk, now=t0)
     served(endpoint, 300)
     up = workloads.endpoint_autoscale(endpoint_id=endpoint.pk, now=t0 + timedelta(seconds=60))
-    assert (up.wanted, up.changed) == (3, 1)  # 1 GiB each: the quota holds two replicas
+    assert (up.wanted, up.changed) == (3, 1)  # 4 GiB each: the quota holds two replicas
     assert "stopped at the workspace's quota" in up.reason
-    assert "VRAM is limited to 2 GiB" in up.reason
+    assert "VRAM is limited to 8 GiB" in up.reason
     assert len(serving(endpoint)) == 2
     assert EndpointReplica.objects.filter(endpoint=endpoint).count() == 2  # the refused one left no row
 

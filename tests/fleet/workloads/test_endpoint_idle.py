@@ -218,12 +218,22 @@ def test_a_replica_still_draining_comes_back_without_a_start(model_node, cluster
 # ---- quotas
 
 
+# vLLM's 0.05 of the test node's 80,000 MB GPU (4,000 MB) is less than the 4,096 MB asked: each holds 4 GiB.
+SMALL_SHARE = ["--gpu-memory-utilization", "0.05"]
+
+
 def test_an_idle_endpoint_keeps_its_place_but_frees_its_gpus_and_a_cold_start_is_admitted(
     model_node, cluster, owner, workspace, settings
 ):
     tenancy_services.workspace_quota_set(actor=owner, workspace=workspace, limits={"endpoints": 1, "vram_gib": 4})
     endpoint = workloads.endpoint_create(
-        actor=owner, cluster=cluster, model_id=LLAMA.model_id, min_replicas=0, idle_timeout_s=60, min_vram_mb=4096
+        actor=owner,
+        cluster=cluster,
+        model_id=LLAMA.model_id,
+        min_replicas=0,
+        idle_timeout_s=60,
+        min_vram_mb=4096,
+        server_args=SMALL_SHARE,
     )
     agent_side.result(endpoint.replicas.get().start_command, port=8001)
     quiet_for(endpoint, 61)
@@ -238,7 +248,9 @@ def test_an_idle_endpoint_keeps_its_place_but_frees_its_gpus_and_a_cold_start_is
     assert refused.value.quota == "endpoints"
     # another endpoint takes the VRAM meanwhile: the cold start is refused and the endpoint stays asleep
     tenancy_services.workspace_quota_set(actor=owner, workspace=workspace, limits={"endpoints": 2, "vram_gib": 4})
-    workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id, min_vram_mb=4096)
+    workloads.endpoint_create(
+        actor=owner, cluster=cluster, model_id=LLAMA.model_id, min_vram_mb=4096, server_args=SMALL_SHARE
+    )
     with pytest.raises(QuotaExceeded) as refused:
         workloads.endpoint_wake(endpoint_id=endpoint.pk)
     assert refused.value.quota == "vram_gib"

@@ -15,7 +15,7 @@ from fleet.models import Command
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services import PlacementError
-from fleet.workloads.services.endpoint_replicas import endpoint_summarise
+from fleet.workloads.services.endpoints.replicas import endpoint_summarise
 from tests.fleet import agent_side
 
 pytestmark = pytest.mark.django_db

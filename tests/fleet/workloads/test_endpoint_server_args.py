@@ -257,6 +257,58 @@ def test_api_creates_with_args_and_lists_them(nodes, cluster, owner, api_client_
     assert Endpoint.objects.count() == 1
 
 
+# The flags the hostile probe got accepted (201, and a server started): each refused by name, nothing written.
+HOSTILE = [
+    (["--trust-remote-code"], "--trust-remote-code is refused: it runs the model repository's Python code"),
+    (["--chat-template", "/etc/hostname"], "--chat-template '/etc/hostname': must be an inline Jinja template"),
+    (["--allowed-local-media-path", "/"], "--allowed-local-media-path is refused: it serves the node's files"),
+    (["--tool-parser-plugin", "/tmp/plugin.py"], "--tool-parser-plugin is refused: it runs Python code"),
+    (["--otlp-traces-endpoint", "http://10.0.0.9:4317"], "--otlp-traces-endpoint is refused"),
+    (["--middleware", "os.system"], "--middleware is refused"),
+    (["--worker-cls", "evil.Worker"], "--worker-cls is refused"),
+    (["--lora-modules", "a=/etc"], "--lora-modules is refused"),
+    (["--generation-config", "/etc"], "--generation-config is refused"),
+    (["--tokenizer", "/etc"], "--tokenizer is refused"),
+    (["--max-model-len", "2048", "--brand-new-flag"], "--brand-new-flag is not a server flag an endpoint may set"),
+    (["--gpu-memory-utilization", "7"], "--gpu-memory-utilization '7': must be a number from 0.05 to 1"),
+]
+
+
+@pytest.mark.parametrize(("bad", "said"), HOSTILE)
+def test_api_refuses_server_args_outside_the_allow_list_by_name(nodes, cluster, owner, api_client_for, bad, said):
+    client = api_client_for(owner)
+    refused = client.post(
+        "/api/v1/endpoints/", {"cluster": str(cluster.pk), "model_id": "acme/tiny", "server_args": bad}, format="json"
+    )
+    assert refused.status_code == 400, refused.content
+    (message,) = refused.json()["server_args"]
+    assert said in message
+    assert not Endpoint.objects.exists()
+    assert not Command.objects.exists()
+
+
+@pytest.mark.parametrize(("bad", "said"), HOSTILE[:4])
+def test_a_raw_endpoint_start_and_an_update_refuse_them_too(running, owner, api_client_for, bad, said):
+    client = api_client_for(owner)
+    raw = client.post(
+        f"/api/v1/clusters/{running.cluster_id}/commands/",
+        {
+            "command_type": "endpoint.start",
+            "node_id": str(running.replicas.first().node_id),
+            "payload": {"model_id": "acme/tiny", "extra_args": bad},
+        },
+        format="json",
+    )
+    assert raw.status_code == 400, raw.content
+    assert said in str(raw.json())
+    update = client.post(f"/api/v1/endpoints/{running.pk}/update/", {"server_args": bad}, format="json")
+    assert update.status_code == 400, update.content
+    assert said in update.json()["server_args"][0]
+    assert Endpoint.objects.count() == 1
+    running.refresh_from_db()
+    assert running.server_args == ARGS
+
+
 def test_api_update(running, owner, api_client_for):
     client = api_client_for(owner)
     url = f"/api/v1/endpoints/{running.pk}/update/"

@@ -226,13 +226,70 @@ def test_endpoint_create_is_refused_at_the_endpoints_quota(owner, workspace, nod
     assert Endpoint.objects.count() == 1
 
 
-def test_endpoint_vram_counts_its_minimum(owner, workspace, node):
+# The test nodes hold one 80,000 MB GPU: vLLM takes 0.9 of it by default (72,000 MB = 70.3125 GiB).
+HELD_GIB = 80_000 * 0.9 / 1024
+
+
+def cpu_node(cluster, hostname: str = "cpu-box-1"):
+    """A node without GPUs, registered and connected through the real services."""
+    from tests.fleet.conftest import facts_dict, make_csr_pem, make_key
+
+    _, raw = services.join_token_create(cluster=cluster, actor=cluster.workspace.memberships.get().user)
+    facts = facts_dict(hostname, gpus=[])
+    node, _ = services.node_register(token=raw, csr_pem=make_csr_pem(make_key()), facts=facts)
+    services.node_connected(
+        node=node, facts=protocol.from_dict(protocol.HostFacts, facts, where="facts"), inventory=protocol.Inventory()
+    )
+    node.refresh_from_db()
+    return node
+
+
+def test_an_endpoint_on_a_gpu_node_counts_the_gpu_it_holds_though_it_asked_none(owner, workspace, node):
+    """The agent pins at least one GPU on a GPU node (`agent.protocol.endpoint_gpus_held`): so does the quota."""
     agent_side.inventory(node, models=[LLAMA])
-    limit(owner, workspace, vram_gib=6)
-    workloads.endpoint_create(actor=owner, cluster=node.cluster, model_id=LLAMA.model_id, min_vram_mb=4096)
+    limit(owner, workspace, gpus=1)
+    first = workloads.endpoint_create(actor=owner, cluster=node.cluster, model_id=LLAMA.model_id)  # gpus=0 asked
+    assert first.gpus == 0
+    assert quota_usage(workspace)["gpus"] == 1
     with pytest.raises(QuotaExceeded) as refused:
-        workloads.endpoint_create(actor=owner, cluster=node.cluster, model_id=LLAMA.model_id, min_vram_mb=4096)
-    assert (refused.value.quota, refused.value.in_use, refused.value.asked) == ("vram_gib", 4.0, 4.0)
+        workloads.endpoint_create(actor=owner, cluster=node.cluster, model_id=LLAMA.model_id)
+    assert (refused.value.quota, refused.value.in_use, refused.value.asked) == ("gpus", 1, 1)
+    assert Endpoint.objects.count() == 1
+    # the raw endpoint.start of the Commands tab / API is held to the same rule
+    with pytest.raises(QuotaExceeded):
+        services.command_dispatch(
+            actor=owner,
+            cluster=node.cluster,
+            command_type="endpoint.start",
+            payload={"model_id": LLAMA.model_id},
+            node=node,
+        )
+    assert Endpoint.objects.count() == 1
+
+
+def test_an_endpoint_counts_the_vram_vllm_takes_on_its_gpus_never_less_than_asked(owner, workspace, node):
+    agent_side.inventory(node, models=[LLAMA])
+    limit(owner, workspace, vram_gib=100)
+    workloads.endpoint_create(actor=owner, cluster=node.cluster, model_id=LLAMA.model_id, min_vram_mb=4096)
+    assert quota_usage(workspace)["vram_gib"] == pytest.approx(HELD_GIB)
+    with pytest.raises(QuotaExceeded) as refused:
+        workloads.endpoint_create(actor=owner, cluster=node.cluster, model_id=LLAMA.model_id)
+    assert refused.value.quota == "vram_gib"
+    assert (refused.value.in_use, refused.value.asked) == (round(HELD_GIB, 2), round(HELD_GIB, 2))
+    # a smaller share of the GPU (--gpu-memory-utilization) holds less: it fits beside the first
+    workloads.endpoint_create(
+        actor=owner, cluster=node.cluster, model_id=LLAMA.model_id, server_args=["--gpu-memory-utilization", "0.3"]
+    )
+    assert quota_usage(workspace)["vram_gib"] == pytest.approx(HELD_GIB + 80_000 * 0.3 / 1024)
+
+
+def test_an_endpoint_on_a_cpu_node_holds_no_gpu(owner, workspace, cluster):
+    node = cpu_node(cluster)
+    agent_side.inventory(node, models=[LLAMA])
+    limit(owner, workspace, gpus=0, vram_gib=0)
+    workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id)
+    assert quota_usage(workspace)["gpus"] == 0
+    assert quota_usage(workspace)["vram_gib"] == 0
 
 
 def test_each_endpoint_replica_counts_its_vram_and_a_refused_replica_leaves_nothing(
@@ -241,20 +298,21 @@ def test_each_endpoint_replica_counts_its_vram_and_a_refused_replica_leaves_noth
     nodes = [register_node(cluster, name) for name in ("a", "b")]
     for node in nodes:
         agent_side.inventory(node, models=[LLAMA])
-    limit(owner, workspace, vram_gib=6)
+    limit(owner, workspace, vram_gib=100)
     with pytest.raises(QuotaExceeded) as refused:
         workloads.endpoint_create(
             actor=owner, cluster=cluster, model_id=LLAMA.model_id, min_vram_mb=4096, min_replicas=2
         )
-    assert (refused.value.quota, refused.value.in_use, refused.value.asked) == ("vram_gib", 4.0, 4.0)  # the 2nd
+    assert refused.value.quota == "vram_gib"
+    assert (refused.value.in_use, refused.value.asked) == (round(HELD_GIB, 2), round(HELD_GIB, 2))  # the 2nd
     assert not Endpoint.objects.exists()
     assert not Command.objects.exists()
-    limit(owner, workspace, vram_gib=8)
+    limit(owner, workspace, vram_gib=141)
     endpoint = workloads.endpoint_create(
         actor=owner, cluster=cluster, model_id=LLAMA.model_id, min_vram_mb=4096, min_replicas=2
     )
     assert endpoint.replicas.count() == 2
-    assert quota_usage(workspace)["vram_gib"] == 8.0
+    assert quota_usage(workspace)["vram_gib"] == pytest.approx(2 * HELD_GIB)
 
 
 def test_plain_endpoint_start_is_admitted_too(owner, workspace, node):

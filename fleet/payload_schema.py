@@ -60,6 +60,22 @@ def serializer_for(
     return built
 
 
+def payload_field(payload_cls: type, name: str, **overrides: Any) -> serializers.Field:
+    """Field `name` of dataclass `payload_cls` as its own DRF field, built as `serializer_for` builds it (type,
+    bounds, pattern and message from its rule), with the dataclass's default: for an API input that carries
+    a payload's field without being that payload (an endpoint's model, revision, GPUs and VRAM go into every
+    endpoint.start it sends). `overrides` (`required`, `validators`, `help_text`...) go to the field."""
+    fld = next(f for f in dataclasses.fields(payload_cls) if f.name == name)  # type: ignore[arg-type]
+    default = _default_of(fld)
+    kwargs: dict[str, Any] = {"default": default} if default is not None else {}
+    kwargs.update(overrides)
+    required = kwargs.pop("required", default is None)
+    if required:
+        kwargs.pop("default", None)
+    hint = get_type_hints(payload_cls)[name]
+    return _drf_field(hint, field_rules(payload_cls).get(name, Rule()), required=required, **kwargs)
+
+
 def _default_of(fld: dataclasses.Field) -> Callable[[], Any] | None:
     if fld.default_factory is not dataclasses.MISSING:
         return fld.default_factory
@@ -69,8 +85,8 @@ def _default_of(fld: dataclasses.Field) -> Callable[[], Any] | None:
     return None
 
 
-def _drf_field(hint: Any, found: Rule, *, required: bool) -> serializers.Field:
-    kwargs: dict[str, Any] = {"required": required}
+def _drf_field(hint: Any, found: Rule, *, required: bool, **extra: Any) -> serializers.Field:
+    kwargs: dict[str, Any] = {"required": required, **extra}
     origin = get_origin(hint)
     if origin is Literal:
         return serializers.ChoiceField(choices=list(get_args(hint)), **kwargs)
@@ -91,7 +107,7 @@ def _drf_field(hint: Any, found: Rule, *, required: bool) -> serializers.Field:
     if origin is dict:
         _, value = get_args(hint)
         if found.key_pattern is not None:
-            kwargs["validators"] = [_KeyCheck(found.key_pattern, found.message)]
+            kwargs["validators"] = [_KeyCheck(found.key_pattern, found.message), *kwargs.get("validators", ())]
         if value is str:
             child = serializers.CharField(
                 max_length=found.item_max_length, allow_blank=True, trim_whitespace=found.strip

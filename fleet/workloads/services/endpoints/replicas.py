@@ -11,6 +11,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Q
 from django.utils import timezone
 
+from agent import protocol
 from fleet.models import Command, CommandType, Node
 from fleet.services import command_queue
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
@@ -35,14 +36,14 @@ def replica_queue_start(
         actor=actor,
         cluster=endpoint.cluster,
         command_type=CommandType.ENDPOINT_START,
-        payload={
-            "endpoint_id": replica.server_id,
-            "model_id": endpoint.model_id,
-            "revision": endpoint.revision,
-            "gpus": endpoint.gpus,
-            "min_vram_mb": endpoint.min_vram_mb,
-            "extra_args": list(endpoint.server_args),
-        },
+        payload=protocol.EndpointStartPayload(
+            endpoint_id=replica.server_id,
+            model_id=endpoint.model_id,
+            revision=endpoint.revision,
+            gpus=endpoint.gpus,
+            min_vram_mb=endpoint.min_vram_mb,
+            extra_args=list(endpoint.server_args),
+        ),
         node=node,
     )
     replica.node, replica.status, replica.port, replica.start_command = node, EndpointStatus.PENDING, 0, command
@@ -88,7 +89,7 @@ def replica_queue_stop(
         actor=actor,
         cluster=endpoint.cluster,
         command_type=CommandType.ENDPOINT_STOP,
-        payload={"endpoint_id": replica.server_id},
+        payload=protocol.EndpointStopPayload(endpoint_id=replica.server_id),
         node=replica.node,
     )
     replica.status, replica.stop_command = EndpointStatus.STOPPING, command

@@ -26,9 +26,11 @@ from django.utils import timezone
 from fleet.models import NodeStatus
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.common import system_actor
-from fleet.workloads.services.endpoint_events import endpoint_event_record
-from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
-from fleet.workloads.services.endpoints import UNRESPONSIVE, PlacementError, lock_endpoint, pick_replica_node
+from fleet.workloads.services.endpoints.events import endpoint_event_record
+from fleet.workloads.services.endpoints.locking import lock_endpoint
+from fleet.workloads.services.endpoints.placement import PlacementError, pick_replica_node
+from fleet.workloads.services.endpoints.reconcile import UNRESPONSIVE
+from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_start, replica_queue_stop
 from kernel.exceptions import QuotaExceeded
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,10 @@ from django.db import transaction
 
 from audit.services import on, operator_action
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
-from fleet.workloads.services.endpoint_events import endpoint_event_record
-from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start
-from fleet.workloads.services.endpoints import pick_replica_node, validate_revision, validate_server_args
+from fleet.workloads.services.endpoints.events import endpoint_event_record
+from fleet.workloads.services.endpoints.placement import pick_replica_node
+from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_start
+from fleet.workloads.services.endpoints.validation import validate_revision, validate_server_args
 from kernel.exceptions import IllegalTransition
 from tenancy.mixins import require_operator
 from tenancy.quotas import locked_quota

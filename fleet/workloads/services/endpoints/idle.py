@@ -24,9 +24,10 @@ from django.utils import timezone
 
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.common import system_actor
-from fleet.workloads.services.endpoint_events import endpoint_event_record
-from fleet.workloads.services.endpoint_replicas import endpoint_summarise, replica_queue_start, replica_retire
-from fleet.workloads.services.endpoints import lock_endpoint, pick_replica_node
+from fleet.workloads.services.endpoints.events import endpoint_event_record
+from fleet.workloads.services.endpoints.locking import lock_endpoint
+from fleet.workloads.services.endpoints.placement import pick_replica_node
+from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_start, replica_retire
 
 _SERVING = (EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING)
 

@@ -1,0 +1,181 @@
+"""An endpoint's life as its operators drive it (Owner/Admin): create (placed and started), stop, restart.
+
+An endpoint keeps `min_replicas` replicas (`EndpointReplica`), each one server on a node; its own status
+summarises theirs (`replicas.endpoint_summarise`). Lock order: the endpoint's row, then its replicas'.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from audit.services import created, new, on, operator_action
+from fleet.models import ComputeCluster, Node
+from fleet.workloads.models import Endpoint, EndpointStatus
+from fleet.workloads.services.endpoints.events import endpoint_event_record
+from fleet.workloads.services.endpoints.placement import place_replicas
+from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_stop
+from fleet.workloads.services.endpoints.validation import (
+    MAX_GPUS,
+    MAX_IDLE_TIMEOUT_S,
+    MAX_REPLICAS,
+    MAX_SCALE_COOLDOWN_S,
+    MAX_TARGET_IN_FLIGHT,
+    MAX_TARGET_REQUESTS_PER_MIN,
+    MAX_TARGET_TOKENS_PER_S,
+    MAX_VRAM_MB,
+    validate_count,
+    validate_model_id,
+    validate_revision,
+    validate_server_args,
+)
+from kernel.exceptions import IllegalTransition
+from tenancy.mixins import require_operator
+from tenancy.quotas import admit, locked_quota
+
+
+@operator_action(
+    "endpoint.create",
+    target=new("endpoint", name="model_id", within="cluster"),
+    result=created("endpoint"),
+    detail=lambda kw, value: {
+        "model_id": str(kw.get("model_id"))[:200],
+        "revision": str(kw.get("revision", "main"))[:200],
+        **({"server_args": value.server_args} if value is not None and value.server_args else {}),
+    },
+)
+def endpoint_create(
+    *,
+    actor: AbstractBaseUser,
+    cluster: ComputeCluster,
+    model_id: str,
+    revision: str = "main",
+    node: Node | None = None,
+    gpus: int = 0,
+    min_vram_mb: int = 0,
+    public: bool = False,
+    min_replicas: int = 1,
+    max_replicas: int | None = None,
+    target_requests_per_min: int = 0,
+    target_in_flight: int = 0,
+    target_tokens_per_s: int = 0,
+    scale_cooldown_s: int = 120,
+    idle_timeout_s: int = 300,
+    server_args: list[str] | None = None,
+) -> Endpoint:
+    """Start an inference endpoint for a cached model with `min_replicas` replicas; Owner/Admin only.
+
+    Places each replica on `node` or on an online node of the cluster that has the model cached and
+    enough GPUs/VRAM (distinct nodes where they fit, the least busy first), creates the Endpoint and
+    replica rows (pending) and dispatches one `endpoint.start` per replica. Refuses with a 409
+    `PlacementError` saying why when a replica fits on no node, or `QuotaExceeded` when the workspace's
+    endpoint, GPU or VRAM quota would be passed (each replica asks the endpoint's GPUs and VRAM); nothing
+    is written then. With `target_requests_per_min`, `target_in_flight` or `target_tokens_per_s` (per
+    replica; 0 = off) the autoscaler keeps between min and max replicas on that load. With `min_replicas` 0
+    it starts one replica and scales to zero after `idle_timeout_s` seconds without requests
+    (`endpoint_idle`); the next request starts one again. Every replica's server starts with `server_args`
+    (`validate_server_args`).
+    """
+    require_operator(actor, cluster.workspace)
+    validate_model_id(model_id)
+    validate_revision(revision)
+    server_args = validate_server_args([] if server_args is None else server_args)
+    validate_count(gpus, "gpus", MAX_GPUS)
+    validate_count(min_vram_mb, "min_vram_mb", MAX_VRAM_MB)
+    if not isinstance(public, bool):
+        raise ValidationError({"public": "Must be a boolean."})
+    if node is not None and node.cluster_id != cluster.pk:
+        raise ValidationError({"node": "This node is not in this cluster."})
+    validate_count(min_replicas, "min_replicas", MAX_REPLICAS)
+    max_replicas = max(min_replicas, 1) if max_replicas is None else max_replicas
+    validate_count(max_replicas, "max_replicas", MAX_REPLICAS)
+    if max_replicas < max(min_replicas, 1):
+        raise ValidationError({"max_replicas": "Must be at least min_replicas, and at least 1."})
+    validate_count(idle_timeout_s, "idle_timeout_s", MAX_IDLE_TIMEOUT_S)
+    if min_replicas == 0 and idle_timeout_s < 1:
+        raise ValidationError(
+            {"idle_timeout_s": "An endpoint that scales to zero (min_replicas 0) needs an idle timeout of 1 s or more."}
+        )
+    validate_count(target_requests_per_min, "target_requests_per_min", MAX_TARGET_REQUESTS_PER_MIN)
+    validate_count(target_in_flight, "target_in_flight", MAX_TARGET_IN_FLIGHT)
+    validate_count(target_tokens_per_s, "target_tokens_per_s", MAX_TARGET_TOKENS_PER_S)
+    validate_count(scale_cooldown_s, "scale_cooldown_s", MAX_SCALE_COOLDOWN_S)
+    if node is not None and min_replicas > 1:
+        raise ValidationError({"node": "A chosen node takes one replica: leave it out to place several."})
+    with transaction.atomic():
+        admit(workspace_id=cluster.workspace_id, ask={"endpoints": 1})  # its replicas: as their starts queue
+        endpoint = Endpoint.objects.create(
+            cluster=cluster,
+            model_id=model_id,
+            revision=revision,
+            gpus=gpus,
+            min_vram_mb=min_vram_mb,
+            public=public,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            target_requests_per_min=target_requests_per_min,
+            target_in_flight=target_in_flight,
+            target_tokens_per_s=target_tokens_per_s,
+            scale_cooldown_s=scale_cooldown_s,
+            idle_timeout_s=idle_timeout_s,
+            server_args=server_args,
+            created_by=actor,
+        )
+        commands = place_replicas(actor=actor, endpoint=endpoint, node=node)
+        endpoint.start_command = commands[0]
+        endpoint.save(update_fields=["start_command", "updated_at"])
+        endpoint = endpoint_summarise(endpoint)
+        for command in commands:
+            endpoint_event_record(
+                endpoint=endpoint,
+                node_id=command.node_id,
+                kind="endpoint.starting",
+                message=f"Endpoint {endpoint.hostname} for {model_id}@{revision} requested by {actor.get_username()}",
+                command=command,
+            )
+    return endpoint
+
+
+@operator_action("endpoint.stop", target=on("endpoint", "endpoint"))
+def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
+    """Stop an endpoint (→ stopping; → stopped when the agent confirms), or one scaled to zero (→ stopped: no
+    request wakes it any more). Owner/Admin only; 409 if not live or idle."""
+    require_operator(actor, endpoint.cluster.workspace)
+    with transaction.atomic():
+        endpoint = (
+            Endpoint.objects.select_for_update(of=("self",)).select_related("node", "cluster").get(pk=endpoint.pk)
+        )
+        if endpoint.status not in EndpointStatus.kept() or endpoint.status == EndpointStatus.STOPPING:
+            raise IllegalTransition(f"This endpoint is {endpoint.status}; only a running or starting one can stop.")
+        if endpoint.idle_since is not None or endpoint.status == EndpointStatus.IDLE:
+            endpoint.idle_since = None
+            endpoint.status = EndpointStatus.STOPPED  # its replicas are all stopped or on their way
+            endpoint.save(update_fields=["idle_since", "status", "updated_at"])
+        live = [EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING]
+        replicas = endpoint.replicas.select_for_update(of=("self",)).select_related("node").filter(status__in=live)
+        commands = [replica_queue_stop(actor=actor, endpoint=endpoint, replica=r) for r in replicas]
+        sent = [c for c in commands if c is not None]
+        if sent:
+            endpoint.stop_command = sent[0]
+            endpoint.save(update_fields=["stop_command", "updated_at"])
+        endpoint_summarise(endpoint)
+    return endpoint
+
+
+@operator_action("endpoint.restart", target=on("endpoint", "endpoint"))
+def endpoint_restart(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
+    """Start a stopped or failed endpoint again under the same id and URL (Owner/Admin only): its replicas
+    placed like a new endpoint's (on nodes holding the weights), pending again; 409 while it is live."""
+    require_operator(actor, endpoint.cluster.workspace)
+    with transaction.atomic():
+        locked_quota(endpoint.cluster.workspace_id)  # before the row: the lock order of admissions
+        endpoint = Endpoint.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=endpoint.pk)
+        if endpoint.status not in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
+            raise IllegalTransition(f"This endpoint is {endpoint.status}; only a stopped or failed one can start.")
+        commands = place_replicas(actor=actor, endpoint=endpoint)
+        endpoint.start_command = commands[0]
+        endpoint.save(update_fields=["start_command", "updated_at"])
+        endpoint_summarise(endpoint)
+    endpoint.refresh_from_db()
+    return endpoint
