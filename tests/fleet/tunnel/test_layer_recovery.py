@@ -118,3 +118,25 @@ async def test_a_failed_ack_record_closes_the_tunnel_and_frees_it(node_identity,
         await stream.close()
         await sync_to_async(_release)(locker)
         await comm.disconnect()
+
+
+@pytest.mark.asyncio
+async def test_a_consumer_that_fails_on_a_channel_message_runs_its_disconnect(node_identity):  # noqa: F811
+    """A channel-layer message the consumer cannot handle (here a command id that is no UUID) ends the
+    tunnel, not silently: unregistered, node disconnected, streams ended, closed with 1011. (Before: the
+    error escaped Channels' dispatch and the consumer died without its disconnect.)"""
+    comm = await _authenticated(node_identity)
+    stream = await TunnelStream.open(node_id=node_identity.node_id, port=8000)
+    try:
+        await get_channel_layer().group_send(
+            node_group(node_identity.node_id), {"type": "node.command", "command_id": "not-a-uuid"}
+        )
+        closed = await _close_of(comm, 10)
+        assert closed["code"] == 1011
+        assert local_tunnels.get(node_identity.node_id) is None
+        assert not await sync_to_async(lambda: Node.objects.get(pk=node_identity.node_id).connected)()
+        assert await stream.read(timeout=5) == b""
+        assert stream.error == "tunnel closed"
+    finally:
+        await stream.close()
+        await comm.disconnect()
