@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from fleet.workloads.models import RoutingPolicy
 from fleet.workloads.services import (
     MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
@@ -44,6 +45,20 @@ def _server_args_field() -> forms.CharField:
         help_text=(
             "vLLM arguments, shell-style, e.g. --max-model-len 2048 --gpu-memory-utilization 0.8; only the "
             "flags on the allow-list (see the README's security section)"
+        ),
+    )
+
+
+def _routing_field() -> forms.ChoiceField:
+    return forms.ChoiceField(
+        choices=RoutingPolicy.choices,
+        initial=RoutingPolicy.LEAST_LOAD,
+        label="Routing policy",
+        help_text=(
+            "Least load: the replica with the fewest requests in flight. Session: the same X-Session-Id, "
+            "OpenAI user or API key to the same replica. Prefix: the same leading prompt text to the same "
+            "replica (its prefix cache). Both affinity policies pass a request on when its replica is busier "
+            "than the others."
         ),
     )
 
@@ -106,6 +121,7 @@ class EndpointCreateForm(forms.Form):
         help_text="Between two scaling changes (default 120).",
     )
     server_args = _server_args_field()
+    routing_policy = _routing_field()
 
     def __init__(self, *args: Any, cached: dict[str, list[str]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -129,3 +145,9 @@ class EndpointUpdateForm(forms.Form):
     def changes(self) -> dict[str, Any]:
         """The service's keyword arguments."""
         return {"revision": self.cleaned_data["revision"], "server_args": self.cleaned_data["server_args"]}
+
+
+class EndpointRoutingForm(forms.Form):
+    """The endpoint page's routing policy (changed at once, without a rolling update)."""
+
+    routing_policy = _routing_field()
