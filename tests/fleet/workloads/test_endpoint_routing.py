@@ -117,3 +117,24 @@ def test_the_create_form_takes_a_policy(nodes, cluster, owner, client):
     done = client.post(f"/compute/clusters/{cluster.pk}/endpoints/new/", {**form, "routing_policy": "session"})
     assert done.status_code == 302, done.content.decode()[:2000]
     assert Endpoint.objects.get().routing_policy == "session"
+
+
+def test_the_api_and_the_page_show_requests_routed_and_affinity_hits(running, owner, api_client_for, client):
+    from kernel import replica_load
+    from kernel.replica_load import LoadPublisher
+
+    first, second = EndpointReplica.objects.filter(endpoint=running).order_by("created_at", "server_id")
+    other_process = LoadPublisher(name="test-routing-figures")
+    try:
+        other_process.publish({first.server_id: (1, 0, 0.0, 40, 30), second.server_id: (0, 0, 0.0, 10, 0)})
+        body = api_client_for(owner).get(f"/api/v1/endpoints/{running.pk}/").json()
+        client.force_login(owner)
+        page = client.get(f"/compute/endpoints/{running.pk}/", HTTP_HX_REQUEST="true").content.decode()
+    finally:
+        other_process.publish({})
+        replica_load.discard()
+    figures = {r["server_id"]: (r["requests_routed"], r["affinity_hits"]) for r in body["replicas"]}
+    assert figures == {first.server_id: (40, 30), second.server_id: (10, 0)}
+    assert '<td data-label="Requests routed" class="routed">40</td>' in page
+    assert "30 <span" in page
+    assert "(75 %)" in page
