@@ -35,9 +35,9 @@ import django  # noqa: E402
 
 django.setup()
 
+from fleet import balancer  # noqa: E402
+from fleet.balancer import Lease, Upstream  # noqa: E402
 from fleet.proxy import affinity  # noqa: E402
-from kernel import balancer  # noqa: E402
-from kernel.balancer import Lease, Upstream  # noqa: E402
 
 GOAL_P99_US = 50.0
 

@@ -4,7 +4,7 @@ One scrape merges the instruments of every process on this machine (`kernel.metr
 files) and adds gauges read from the database at that moment: nodes by status per cluster, commands by
 type and status, Ray clusters by state, and each node's utilization and heartbeat age; and from the broker
 (`cleverthis.dispatch_health`): whether it answers, each Celery worker's heartbeat age, the queue depths;
-and from the per-replica figures every web process publishes (`kernel.replica_load`, summed over all
+and from the per-replica figures every web process publishes (`fleet.replica_load`, summed over all
 machines): each endpoint replica's requests in flight, tokens/s, and what the router did (requests routed,
 affinity hits).
 """
@@ -29,12 +29,10 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 
 from cleverthis.dispatch_health import DispatchCollector
+from fleet import replica_load
 from fleet.models import Command, Node, NodeStatus
 from fleet.workloads.models import EndpointReplica
-from kernel import (
-    metrics,  # noqa: F401  (names the multiprocess directory, creates it)
-    replica_load,
-)
+from kernel import metrics  # noqa: F401  (names the multiprocess directory, creates it)
 from raymgr.models import RayCluster, RayClusterStatus
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from django.conf import settings
+
+from kernel.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -84,15 +85,6 @@ _RINGS = {"HOUR_STEP": HOUR.step_s, "HOUR_SLOTS": HOUR.slots, "DAY_STEP": DAY.st
 for _token, _value in _RINGS.items():
     _RECORD_LUA = _RECORD_LUA.replace(_token, str(_value))
 
-_client: redis.Redis | None = None
-
-
-def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    return _client
-
 
 def _key(node_id: Any, resolution: Resolution) -> str:
     return f"{KEY_PREFIX}{node_id}:{resolution.name}"
@@ -123,7 +115,7 @@ def record(samples: Sequence[Sample], *, now: float | None = None) -> None:
         keys += [_key(s.node_id, HOUR), _key(s.node_id, DAY)]
         args += [_num(s.cpu), _num(s.memory), _num(s.gpu), _num(s.vram)]
     try:
-        _redis().eval(_RECORD_LUA, len(keys), *keys, *args)
+        redis_client().eval(_RECORD_LUA, len(keys), *keys, *args)
     except redis.RedisError as exc:  # charts are best effort: a heartbeat must never fail for them
         log.warning("metrics history not recorded for %d node(s): %s", len(samples), exc)
 
@@ -155,7 +147,7 @@ def history(
     if not ids:
         return {}
     try:
-        pipe = _redis().pipeline(transaction=False)
+        pipe = redis_client().pipeline(transaction=False)
         for node_id in ids:
             pipe.hgetall(_key(node_id, resolution))
         rings = pipe.execute()
@@ -168,6 +160,6 @@ def history(
 def forget(node_id: Any) -> None:
     """Drop a node's history (the node was deleted)."""
     try:
-        _redis().delete(*(_key(node_id, r) for r in RESOLUTIONS))
+        redis_client().delete(*(_key(node_id, r) for r in RESOLUTIONS))
     except redis.RedisError as exc:
         log.warning("metrics history of node %s not removed: %s", node_id, exc)

@@ -13,7 +13,7 @@ from django.db import models
 
 from agent import protocol
 from fleet import payloads
-from kernel.crypto import EncryptedTextField
+from fleet.crypto import EncryptedTextField
 from kernel.eventlog import EventLogEntry
 from tenancy.models import Workspace
 

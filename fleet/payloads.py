@@ -1,6 +1,6 @@
 """Validation of command payloads: the API's serializers derived from `agent.protocol`'s payload dataclasses.
 
-`PAYLOAD_SERIALIZERS` maps each command type the API accepts to `kernel.payload_schema.serializer_for` of its
+`PAYLOAD_SERIALIZERS` maps each command type the API accepts to `fleet.payload_schema.serializer_for` of its
 protocol payload (the Ray apps add theirs at start, `register_payload_types`), so the bounds, patterns and
 messages are defined once, in the protocol, and the agent's `parse_payload` enforces the same. `validate_payload`
 gives field messages (a `ValidationError` keyed by payload field) and returns the payload with its defaults
@@ -23,7 +23,7 @@ from django.core.exceptions import ValidationError
 from rest_framework import serializers
 
 from agent import protocol
-from kernel.payload_schema import serializer_for
+from fleet.payload_schema import serializer_for
 
 SECRET_FIELDS = frozenset({"registry_password"})  # never kept in the payload, not even masked
 # Mappings whose every value is secret (their keys stay visible): container env, a Ray job's env_vars.

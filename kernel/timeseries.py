@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import redis
-from django.conf import settings
+
+from kernel.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +49,6 @@ end
 return #KEYS
 """
 _OPS = {"set": "s", "add": "a", "max": "m"}
-
-_client: redis.Redis | None = None
-
-
-def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    return _client
 
 
 def workspace_series(workspace_id: Any) -> str:
@@ -95,7 +87,7 @@ def record(writes: Sequence[Write], *, now: float | None = None) -> None:
         keys.append(_key(w.series, minute_of(w.at if w.at is not None else now)))
         args += [_OPS[w.op], w.measure, repr(float(w.value))]
     try:
-        _redis().eval(_WRITE_LUA, len(keys), *keys, *args)
+        redis_client().eval(_WRITE_LUA, len(keys), *keys, *args)
     except redis.RedisError as exc:
         log.warning("fleet rollups not recorded (%d writes): %s", len(writes), exc)
 
@@ -116,7 +108,7 @@ def read(series: Iterable[str], *, now: float | None = None) -> dict[str, list[d
     if not names:
         return {}
     try:
-        pipe = _redis().pipeline(transaction=False)
+        pipe = redis_client().pipeline(transaction=False)
         for name in names:
             for minute in minutes:
                 pipe.hgetall(_key(name, minute))

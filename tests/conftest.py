@@ -20,13 +20,13 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from cleverthis.dispatch_health import HEARTBEATS_KEY
-from fleet import metrics_history
+from fleet import metrics_history, replica_load
 from fleet.proxy import rate_limits
 from fleet.usage import meter as usage_meter
-from kernel import replica_load, timeseries
+from kernel import timeseries
 from tenancy import services as tenancy_services
 from tenancy.models import Role, Workspace
-from tests.support import loop_guard
+from tests.support import environment, loop_guard
 
 User = get_user_model()
 
@@ -38,7 +38,7 @@ TEST_REDIS_PATTERNS = (
     f"{metrics_history.KEY_PREFIX}*",  # nodes' utilization history
     f"{timeseries.KEY_PREFIX}*",  # the home page's per-minute rollups
     f"{rate_limits.PREFIX}*",  # API keys' rate-limit counters
-    replica_load.PROCS_KEY,  # the web processes publishing per-replica load (kernel.replica_load)
+    replica_load.PROCS_KEY,  # the web processes publishing per-replica load (fleet.replica_load)
     f"{replica_load.PROC_PREFIX}*",  # and their snapshots
     "celery-task-meta-*",  # Celery results
     HEARTBEATS_KEY,  # the workers' heartbeats
@@ -51,6 +51,11 @@ TEST_REDIS_PATTERNS = (
 
 def pytest_configure(config: pytest.Config) -> None:
     loop_guard.install()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked with `environment.needs(...)`: skipped (or failed on CI) when what they need is absent."""
+    environment.check_marks(item)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -2,7 +2,7 @@
 
 Each payload is defined once, here: its fields' bounds and patterns are `agent.protocol.rules` metadata,
 enforced by `parse_payload` on the agent and turned into the control plane's API validation and OpenAPI
-schema (`kernel.payload_schema.serializer_for`). Also the agent self-update's payload and the message the
+schema (`fleet.payload_schema.serializer_for`). Also the agent self-update's payload and the message the
 control plane's CA signs for an agent package.
 """
 

@@ -2,7 +2,7 @@
 
 A payload field is declared once, e.g. ``name: str = field(metadata=rule(max_length=128, pattern=NAME_RE))``;
 `agent.protocol.validation.from_dict` enforces the rule on the agent, and the control plane derives its
-API validation (and the OpenAPI schema) from the same metadata (`kernel.payload_schema.serializer_for`).
+API validation (and the OpenAPI schema) from the same metadata (`fleet.payload_schema.serializer_for`).
 
 Semantics (both sides): a string field refuses "" unless `blank` is set or its default is ""; `max_length`
 bounds its length and `pattern` (anchored, ``^...$``) must match all of it (a blank value skips the pattern);

@@ -18,8 +18,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agent import protocol
 from agent.errors import CommandFailed
@@ -120,9 +121,8 @@ class RayJobsHandler:
                 payload = protocol.parse_payload(command_type, payload)
             except protocol.ProtocolError as exc:
                 raise CommandFailed("invalid_payload", str(exc)) from None
-        method = getattr(self, "_" + command_type.split(".", 1)[1].replace(".", "_"))
         try:
-            return method(payload, progress)
+            return self.ROUTES[command_type](self, payload, progress)
         except CommandFailed:
             raise
         except (ConnectionError, urllib.error.URLError, TimeoutError) as exc:
@@ -288,3 +288,11 @@ class RayJobsHandler:
                     text = f"(log unavailable: {exc})"
                 logs[replica["replica_id"]] = _tail(text, p.log_lines)
         return logs
+
+    # Which method runs each command type (every one of `protocol.RAY_JOB_COMMAND_TYPES`).
+    ROUTES: ClassVar[dict[str, Callable[..., dict[str, Any]]]] = {
+        "ray.job.submit": _job_submit,
+        "ray.job.status": _job_status,
+        "ray.job.stop": _job_stop,
+        "ray.serve.status": _serve_status,
+    }

@@ -19,7 +19,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -46,6 +45,15 @@ from agent.protocol import (
 )
 from agent.workloads.engine import VLLM_MODULE, Engine, choose_engine, cpu_bytes_needed, weights_bytes
 from agent.workloads.models import ModelCache
+from agent.workloads.server_process import (
+    free_port,
+    log_tail,
+    pid_alive,
+    port_in_use,
+    process_tree,
+    server_alive,
+    signal_tree,
+)
 
 VLLM_COMMAND = [sys.executable, "-m", VLLM_MODULE]
 
@@ -76,46 +84,6 @@ START_LOG_TAIL_BYTES = 2000
 # Records of stopped endpoints kept, so a repeated stop of one of them answers "stopped" again.
 STOPPED_KEPT = 200
 MIB = 1024 * 1024
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _port_in_use(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited child not reaped yet) is not alive
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state != "Z"
-
-
-def _server_alive(record: dict[str, Any]) -> bool:
-    """The recorded server still runs: its pid is alive and its command line still names its port."""
-    pid = record.get("pid", 0)
-    if not _pid_alive(pid):
-        return False
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return True  # no /proc: trust the pid
-    return str(record.get("port")).encode() in argv
 
 
 class EndpointManager:
@@ -177,10 +145,10 @@ class EndpointManager:
         with self._lock:
             state = self._load()
             current = state.get(payload.endpoint_id)
-            if current and current.get("status") == "unresponsive" and _server_alive(current):
+            if current and current.get("status") == "unresponsive" and server_alive(current):
                 self._terminate(current["pid"])  # a hung server is no answer to a start: replace it
                 current = None
-            if current and _server_alive(current):
+            if current and server_alive(current):
                 if current["model_id"] != payload.model_id:
                     raise CommandFailed(
                         "conflict", f"endpoint {payload.endpoint_id} already serves {current['model_id']}"
@@ -209,8 +177,8 @@ class EndpointManager:
             chosen = self._check_gpus(payload, engine, model_path)
             if engine.device == "cpu":
                 self._check_memory(model_path)
-            port = payload.port or _free_port()
-            if payload.port and _port_in_use(port):
+            port = payload.port or free_port()
+            if payload.port and port_in_use(port):
                 raise CommandFailed("conflict", f"port {port} is already in use on this node")
             argv = server_argv(engine, model_path, port, payload)
             env = engine.env(dict(os.environ))
@@ -264,7 +232,9 @@ class EndpointManager:
             port=port,
             pid=child.pid,
             device=engine.device,
-            log_tail=_tail(log_path)[-START_LOG_TAIL_BYTES:],  # the server's start-up lines, for the UI
+            log_tail=log_tail(log_path, LOG_TAIL_BYTES)[
+                -START_LOG_TAIL_BYTES:
+            ],  # the server's start-up lines, for the UI
         )
 
     def stop(self, payload: EndpointStopPayload) -> EndpointStopResult:
@@ -284,7 +254,7 @@ class EndpointManager:
                 )
             if record.get("status") == "stopped":
                 return EndpointStopResult(endpoint_id=payload.endpoint_id, status="stopped", pid=record["pid"])
-            if _server_alive(record) or record["pid"] in self._children:
+            if server_alive(record) or record["pid"] in self._children:
                 self._terminate(record["pid"])
             record.update(status="stopped", stopped_at=time.time())
             _forget_old_tombstones(state)
@@ -305,7 +275,7 @@ class EndpointManager:
                 pid=rec["pid"],
             )
             for endpoint_id, rec in sorted(state.items())
-            if rec.get("status") != "stopped" and _server_alive(rec)
+            if rec.get("status") != "stopped" and server_alive(rec)
         ]
 
     def health_targets(self) -> list[tuple[str, int]]:
@@ -315,7 +285,7 @@ class EndpointManager:
         return [
             (endpoint_id, rec["port"])
             for endpoint_id, rec in sorted(state.items())
-            if rec.get("status", "running") in ("running", "unresponsive") and _server_alive(rec)
+            if rec.get("status", "running") in ("running", "unresponsive") and server_alive(rec)
         ]
 
     def mark_health(self, endpoint_id: str, healthy: bool) -> bool:
@@ -404,11 +374,12 @@ class EndpointManager:
         while True:
             code = child.poll()
             if code is not None:
+                tail = log_tail(log_path, LOG_TAIL_BYTES)
                 raise CommandFailed(
                     "internal",
-                    f"endpoint server exited with status {code} before answering; log tail:\n{_tail(log_path)}",
+                    f"endpoint server exited with status {code} before answering; log tail:\n{tail}",
                     exit_code=code,
-                    log_tail=_tail(log_path),
+                    log_tail=tail,
                 )
             try:
                 response = requests.get(url, timeout=2)
@@ -423,8 +394,8 @@ class EndpointManager:
                 raise CommandFailed(
                     "internal",
                     f"endpoint server did not answer GET /v1/models within {self.ready_timeout_s:g}s; "
-                    f"log tail:\n{_tail(log_path)}",
-                    log_tail=_tail(log_path),
+                    f"log tail:\n{log_tail(log_path, LOG_TAIL_BYTES)}",
+                    log_tail=log_tail(log_path, LOG_TAIL_BYTES),
                 )
             if now - last_note >= 10:
                 last_note = now
@@ -436,58 +407,26 @@ class EndpointManager:
         then SIGKILL after `stop_timeout_s`), so no engine process is left behind with parent 1; a stopped
         (SIGSTOP) process is woken to take its SIGTERM, and SIGKILL ends it regardless."""
         child = self._children.pop(pid, None)
-        tree = _process_tree(pid)
+        tree = process_tree(pid)
         if not tree:
             if child is not None:
                 child.wait()
             return
-        _signal_tree(pid, tree, signal.SIGTERM)
-        _signal_tree(pid, tree, signal.SIGCONT)  # a stopped (SIGSTOP) or hung-in-stop process acts on its SIGTERM
+        signal_tree(pid, tree, signal.SIGTERM)
+        signal_tree(pid, tree, signal.SIGCONT)  # a stopped (SIGSTOP) or hung-in-stop process acts on its SIGTERM
         deadline = time.monotonic() + self.stop_timeout_s
         while time.monotonic() < deadline:
             if child is not None:
                 child.poll()  # reap the server itself, or it stays a zombie
-            tree = [p for p in tree if _pid_alive(p.pid)]
+            tree = [p for p in tree if pid_alive(p.pid)]
             if not tree:
                 break
             time.sleep(0.05)
         if tree:
-            _signal_tree(pid, tree, signal.SIGKILL)
+            signal_tree(pid, tree, signal.SIGKILL)
         if child is not None:
             child.wait()
         psutil.wait_procs([p for p in tree if p.pid != pid], timeout=5)
-
-
-def _process_tree(pid: int) -> list[psutil.Process]:
-    """The process and its living descendants (empty when it is gone)."""
-    if not _pid_alive(pid):
-        return []
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def _signal_tree(pgid: int, tree: list[psutil.Process], sig: signal.Signals) -> None:
-    """Send `sig` to the server's process group and to each process of its tree (some may have left it)."""
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for proc in tree:
-        try:
-            proc.send_signal(sig)
-        except psutil.Error:
-            continue
-
-
-def _tail(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    return data[-LOG_TAIL_BYTES:].decode(errors="replace")
 
 
 def _forget_old_tombstones(state: dict[str, dict[str, Any]]) -> None:

@@ -141,13 +141,13 @@ API_KEY_CACHE_S = env_float("API_KEY_CACHE_S", 0.5)  # how long a key's rights a
 PROXY_ROUTE_CACHE_S = env_float("PROXY_ROUTE_CACHE_S", 2.0)  # how long an endpoint route is cached per process
 # at most how often a process writes an endpoint's forwarded-request count and last-request time
 ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
-# Per-replica load shared by the web processes (kernel.replica_load): each publishes its requests in flight
+# Per-replica load shared by the web processes (fleet.replica_load): each publishes its requests in flight
 # and tokens served per replica every REPLICA_LOAD_PUBLISH_S to a Redis hash expiring REPLICA_LOAD_TTL_S
 # later (a dead process's figures vanish then); tokens/s is each process's rate over REPLICA_LOAD_WINDOW_S.
 REPLICA_LOAD_PUBLISH_S = env_float("REPLICA_LOAD_PUBLISH_S", 1.0)
 REPLICA_LOAD_TTL_S = env_float("REPLICA_LOAD_TTL_S", 5.0)
 REPLICA_LOAD_WINDOW_S = env_float("REPLICA_LOAD_WINDOW_S", 10.0)
-# Routing policies (kernel.balancer, fleet.proxy.affinity): `session` and `prefix` send a key to a replica
+# Routing policies (fleet.balancer, fleet.proxy.affinity): `session` and `prefix` send a key to a replica
 # allowed up to (1 + ROUTING_EPSILON) x the mean load before it passes on; `prefix` hashes at most
 # ROUTING_PREFIX_CHARS characters of the leading prompt text.
 ROUTING_EPSILON = env_float("ROUTING_EPSILON", 0.25)

@@ -1,4 +1,4 @@
-"""A request's affinity key under its endpoint's routing policy (`kernel.balancer` hashes it onto the ring).
+"""A request's affinity key under its endpoint's routing policy (`fleet.balancer` hashes it onto the ring).
 
 - `session`: the `X-Session-Id` header, else the OpenAI `user` field of the JSON body, else the API key the
   request was authenticated with; None (routed by load) when it has none of them.
@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
-from kernel import balancer
+from fleet import balancer
 from kernel.asgi_scope import api_key_id, header
 
 

@@ -14,7 +14,7 @@ An endpoint's requests are balanced over its running replicas on nodes that are 
 whose replacement runs already, or that was retired by a scale-down, is left out: it finishes what it
 serves and stops) by the endpoint's routing policy: `least_load` (the fewest requests in flight over all
 web processes), `session` or `prefix` (affinity by a session key or the leading prompt text, with bounded
-load: `kernel.balancer`, `fleet.proxy.affinity`), and a connect failure is tried once on another replica
+load: `fleet.balancer`, `fleet.proxy.affinity`), and a connect failure is tried once on another replica
 (`relay.proxy_http`).
 
 Where an endpoint leads (its replicas' nodes and ports, its status and whether it is public) is kept in
@@ -64,6 +64,7 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from fleet import origin_names
+from fleet.balancer import LEAST_LOAD, Upstream
 from fleet.models import Node, NodeStatus
 from fleet.proxy import key_access, origins, rate_limits
 from fleet.proxy.resolvers import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
@@ -71,7 +72,6 @@ from fleet.usage import meter as usage_meter
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services import PlacementError, endpoint_wake
 from kernel import timeseries
-from kernel.balancer import LEAST_LOAD, Upstream
 from kernel.exceptions import QuotaExceeded
 from tenancy import api_keys
 from tenancy.api_keys import MISSING, KeyGrant

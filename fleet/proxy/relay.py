@@ -27,6 +27,7 @@ from typing import Any
 import h11
 from django.conf import settings
 
+from fleet import balancer, replica_load
 from fleet.proxy import affinity, origin_guard, origins, request_meter
 from fleet.proxy.answers import plain_response
 from fleet.proxy.headers import downstream_headers, upstream_headers
@@ -36,7 +37,6 @@ from fleet.proxy.tickets import exchange_ticket
 from fleet.proxy.websocket_relay import proxy_websocket
 from fleet.proxy.write_pressure import WritePressure
 from fleet.usage import meter as usage_meter
-from kernel import balancer, replica_load
 from kernel.asgi_scope import header
 
 log = logging.getLogger("fleet.proxy")

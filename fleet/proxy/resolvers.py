@@ -10,10 +10,10 @@ from typing import Any
 from urllib.parse import quote
 from uuid import UUID
 
+from fleet import balancer
 from fleet.proxy import origin_guard, origins
 from fleet.proxy.answers import URL_SAFE
 from fleet.usage import meter as usage_meter
-from kernel import balancer
 from kernel.asgi_scope import header
 from tenancy.asgi_auth import user_from_scope
 

@@ -23,7 +23,7 @@ flush, counts itself (`cleverthis_usage_flush_failures`) and is noted in Redis f
 uvicorn's worker processes, which exit without running `atexit`).
 
 The completion tokens of a request are also counted for the replica that answered it (`replica`, set by
-the relay), which the web processes share as tokens per second (`kernel.replica_load`).
+the relay), which the web processes share as tokens per second (`fleet.replica_load`).
 
 Other code may follow finished requests (the API-key rate limiter charges tokens): `on_request_metered`
 registers a callback, called on the event loop with (workspace_id, endpoint_id, api_key_id,
@@ -51,7 +51,8 @@ import redis
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
-from kernel import metrics, replica_load
+from fleet import replica_load
+from kernel import metrics
 from kernel.asgi_scope import api_key_id
 
 log = logging.getLogger(__name__)

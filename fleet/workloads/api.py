@@ -22,6 +22,8 @@ from rest_framework.routers import SimpleRouter
 from agent import protocol
 from fleet.api.views import FilteredMixin
 from fleet.models import ComputeCluster, Node
+from fleet.payload_schema import payload_field
+from fleet.replica_load import ReplicaLoad
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
@@ -30,8 +32,6 @@ from fleet.workloads.key_api import ApiKeyViewSet
 from fleet.workloads.models import Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel, RoutingPolicy
 from fleet.workloads.services import PlacementError
 from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
-from kernel.payload_schema import payload_field
-from kernel.replica_load import ReplicaLoad
 from kernel.schema import PAGING, page_of
 from tenancy.mixins import WorkspaceScopedMixin, require_operator
 from tenancy.selectors import workspace_ids
@@ -100,7 +100,7 @@ class ModelLocationSerializer(serializers.ModelSerializer):
 
 class EndpointReplicaSerializer(serializers.ModelSerializer):
     """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second
-    summed over every web process (`kernel.replica_load`, a few seconds old at most; null when they cannot be
+    summed over every web process (`fleet.replica_load`, a few seconds old at most; null when they cannot be
     read); the requests the router sent it and, of those, its affinity hits (a request whose session or
     prefix key went to this same replica the time before: an estimate of prefix-cache reuse), counted by the
     web processes alive now; `replacement_of` names the lost replica it took over from (every replica is

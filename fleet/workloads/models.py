@@ -146,7 +146,7 @@ class EndpointStatus(models.TextChoices):
 
 
 class RoutingPolicy(models.TextChoices):
-    """How the proxy picks one of an endpoint's replicas for a request (`kernel.balancer`)."""
+    """How the proxy picks one of an endpoint's replicas for a request (`fleet.balancer`)."""
 
     LEAST_LOAD = "least_load", "Least load"
     SESSION = "session", "Session affinity"
@@ -206,7 +206,7 @@ class Endpoint(models.Model):
     # default limits for each API key invoking this endpoint (None: no limit of the endpoint's own)
     key_requests_per_min = models.PositiveIntegerField(null=True, blank=True)
     key_tokens_per_min = models.PositiveIntegerField(null=True, blank=True)
-    # How the proxy spreads requests over the running replicas (`kernel.balancer`; changed without a restart)
+    # How the proxy spreads requests over the running replicas (`fleet.balancer`; changed without a restart)
     routing_policy = models.CharField(max_length=16, choices=RoutingPolicy.choices, default=RoutingPolicy.LEAST_LOAD)
     start_command = models.ForeignKey(
         "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

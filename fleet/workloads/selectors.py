@@ -9,9 +9,9 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import Exists, Prefetch, Q, QuerySet
 
+from fleet import replica_load
+from fleet.replica_load import ReplicaLoad
 from fleet.workloads.models import ApiKeyEndpoint, Endpoint, EndpointEvent, EndpointReplica, EndpointStatus
-from kernel import replica_load
-from kernel.replica_load import ReplicaLoad
 from tenancy.selectors import workspace_ids
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def endpoint_event_list(*, endpoint: Endpoint) -> QuerySet[EndpointEvent]:
 
 def replica_loads() -> dict[str, ReplicaLoad]:
     """Every replica's requests in flight and tokens/s over all live web processes, by server id
-    (`kernel.replica_load`); raises redis.RedisError when Redis cannot be read."""
+    (`fleet.replica_load`); raises redis.RedisError when Redis cannot be read."""
     return replica_load.read()
 
 

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 
 from fleet.forms import apply_service_errors
 from fleet.models import ComputeCluster
+from fleet.replica_load import ReplicaLoad
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
@@ -24,7 +25,6 @@ from fleet.workloads.forms import EndpointCreateForm, EndpointRoutingForm, Endpo
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel, RoutingPolicy
 from fleet.workloads.services import PlacementError
 from kernel.exceptions import IllegalTransition
-from kernel.replica_load import ReplicaLoad
 from tenancy.permissions import can_operate
 from tenancy.selectors import workspace_ids
 

@@ -115,7 +115,7 @@ def tune_submission(experiment: TuneExperiment) -> Submission:
     return Submission(
         submission_id=spec["job"],
         entrypoint="python tune_run.py",
-        files={"tune_run.py": scripts.TUNE, "ctfleet_spec.json": _spec_file(spec)},
+        files={"tune_run.py": scripts.TUNE, "ctfleet.py": scripts.HELPER, "ctfleet_spec.json": _spec_file(spec)},
     )
 
 
@@ -156,7 +156,7 @@ def serve_submission(deployment: ServeDeployment, *, action: str = "deploy", att
     return Submission(
         submission_id=f"serve-{deployment.pk}{suffix}",
         entrypoint="python serve_deploy.py",
-        files={"serve_deploy.py": scripts.SERVE, "ctfleet_spec.json": _spec_file(spec)},
+        files={"serve_deploy.py": scripts.SERVE, "ctfleet.py": scripts.HELPER, "ctfleet_spec.json": _spec_file(spec)},
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 
-from agent.ray.runtime import RayNodeProcess, RayProcessRuntime
+from agent.ray.process_runtime import RayNodeProcess, RayProcessRuntime
 from fleet import services
 from fleet.models import Node
 from tests.support.hub_standin import HubStandin

@@ -18,7 +18,7 @@ import requests
 from django.conf import settings as django_settings
 from django.test import Client
 
-from agent.ray.runtime import free_port
+from agent.ray.ports import free_port
 from fleet import origin_names
 from fleet.models import Node
 from raymgr import services as ray_services

@@ -20,7 +20,7 @@ from django.conf import settings as django_settings
 from django.test import Client
 
 from agent.ray.commands import member_name
-from agent.ray.runtime import free_port
+from agent.ray.ports import free_port
 from fleet.models import Node
 from raymgr import services as ray_services
 from raymgr.models import RayCluster, RayNode

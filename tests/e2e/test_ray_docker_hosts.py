@@ -33,13 +33,14 @@ from django.conf import settings as django_settings
 from django.test import Client
 
 from agent.ray.commands import member_name
-from agent.ray.runtime import free_port
+from agent.ray.ports import free_port
 from fleet import services
 from fleet.models import Node
 from raymgr import services as ray_services
 from raymgr.models import RayCluster, RayNode
 from raymgr.tasks import autoscale
 from tests.agent.executors.podman import require_podman
+from tests.support.environment import missing
 from tests.support.live import ControlPlane, subprocess_env
 from tests.support.netns import SimulatedHost, simulated_hosts, unavailable_reason
 from tests.support.node_container import podman
@@ -100,7 +101,7 @@ def network(tmp_path):
         pytest.skip(reason)
     require_podman()  # the storage and configuration of .ci/podman-setup
     if podman("image", "exists", IMAGE, check=False).returncode != 0:
-        pytest.skip(f"no rayproject/ray:{VERSION} image: run `.ci/ray-image {VERSION}` (as root) to build it")
+        missing(f"no rayproject/ray:{VERSION} image", f"run `.ci/ray-image {VERSION}` (as root) to build it")
     made: list[str] = []
     with simulated_hosts(2, tmp_path) as net:
         try:

@@ -17,7 +17,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from agent.ray.commands import member_name
-from agent.ray.runtime import free_port
+from agent.ray.ports import free_port
 from fleet.models import Node
 from raymgr import services as ray_services
 from raymgr.models import RayCluster, RayNode

@@ -12,7 +12,7 @@ import pytest
 import requests
 from rest_framework.authtoken.models import Token
 
-from agent.ray.runtime import free_port
+from agent.ray.ports import free_port
 from fleet import origin_names
 from fleet.models import Node
 from raymgr import services as ray_services

@@ -28,6 +28,7 @@ from fleet.usage.models import UsageRollup
 from fleet.workloads import services as workload_services
 from fleet.workloads.models import Endpoint, NodeModel
 from tests.e2e.conftest import node_of, wait_status
+from tests.support.environment import missing
 from tests.support.processes import REPO_ROOT, wait_until
 from tests.support.tiny_llm import build
 
@@ -50,7 +51,7 @@ def vllm_python() -> str | None:
 def engine_python() -> str:
     python = vllm_python()
     if not python or not Path(python).exists():
-        pytest.skip("vLLM's CPU engine is not built here (bash .ci/vllm-venv builds it)")
+        missing("vLLM's CPU engine is not built here", "bash .ci/vllm-venv builds it")
     return python
 
 

@@ -34,7 +34,7 @@ def test_agent_package_is_an_sdist_of_the_agent(client, settings, tmp_path):
     path.write_bytes(b"".join(response.streaming_content))
     with tarfile.open(path) as archive:
         names = archive.getnames()
-    for module in ("agent/transport/tunnel.py", "agent/ray/runtime.py", "agent/workloads/models.py"):
+    for module in ("agent/transport/tunnel.py", "agent/ray/process_runtime.py", "agent/workloads/models.py"):
         assert any(name.endswith(module) for name in names), module
     for module in ("agent/protocol/__init__.py", "agent/protocol/frames.py", "agent/protocol/codec.py"):
         assert any(name.endswith(module) for name in names), module

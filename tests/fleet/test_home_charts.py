@@ -19,7 +19,7 @@ from cleverthis.fleet_charts import workspace_charts
 from fleet import services
 from fleet.models import Command, CommandStatus
 from fleet.proxy import request_meter
-from kernel import timeseries
+from kernel import redis_client, timeseries
 from raymgr.models import RayCluster, RayClusterStatus
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +29,7 @@ T0 = 1_700_000_000.0 - 1_700_000_000.0 % 60  # the start of a minute
 
 @pytest.fixture(autouse=True)
 def clean_series():
-    client = timeseries._redis()
+    client = redis_client.redis_client()
     yield client
     keys = list(client.scan_iter(match=f"{timeseries.KEY_PREFIX}*"))
     if keys:
@@ -50,7 +50,7 @@ def test_series_set_add_max_per_minute_and_gaps_stay_empty():
     assert buckets[-1] == {"g": 9}
     # a minute older than the window is not read, and its key expires on its own
     assert timeseries.read(["s"], now=T0 + 3600)["s"][0] == {}
-    ttl = timeseries._redis().ttl(f"{timeseries.KEY_PREFIX}s:{timeseries.minute_of(T0)}")
+    ttl = redis_client.redis_client().ttl(f"{timeseries.KEY_PREFIX}s:{timeseries.minute_of(T0)}")
     assert 0 < ttl <= timeseries.STEP_S * (timeseries.SLOTS + 1)
 
 

@@ -11,13 +11,14 @@ import redis
 from agent import protocol
 from fleet import metrics_history, services
 from fleet.metrics_history import DAY, HOUR, Sample
+from kernel import redis_client
 
 T0 = 1_800_000_000.0  # a fixed "now" (a whole hour) so buckets are predictable
 
 
 @pytest.fixture(autouse=True)
 def clean_history():
-    client = metrics_history._redis()
+    client = redis_client.redis_client()
     yield client
     keys = list(client.scan_iter(match=f"{metrics_history.KEY_PREFIX}*"))
     if keys:
@@ -57,7 +58,7 @@ def test_values_are_clamped_to_percentages():
 
 
 def test_a_redis_outage_neither_fails_a_heartbeat_nor_a_page(monkeypatch, caplog):
-    monkeypatch.setattr(metrics_history, "_client", redis.Redis(port=1, socket_connect_timeout=1))
+    monkeypatch.setattr(redis_client, "_client", redis.Redis(port=1, socket_connect_timeout=1))
     metrics_history.record([Sample("n4", cpu=1, memory=1)], now=T0)
     assert metrics_history.history(["n4"], HOUR, now=T0)["n4"]["cpu"] == [None] * HOUR.slots
     assert "metrics history not" in caplog.text

@@ -15,7 +15,7 @@ import pytest
 from agent import protocol
 from fleet import payloads
 from fleet.models import CommandType
-from kernel.payload_schema import serializer_for
+from fleet.payload_schema import serializer_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION = ("agent", "fleet", "raymgr", "kernel", "cleverthis", "tenancy", "audit")
@@ -87,3 +87,10 @@ def test_no_production_module_writes_the_list_again():
                 continue
             offenders += [f"{path.relative_to(ROOT)}:{line}" for line in _restated_lists(path.read_text())]
     assert offenders == [], f"command types listed again (derive them from agent.protocol): {offenders}"
+
+
+def test_the_agents_ray_job_handler_routes_every_ray_job_command_type():
+    from agent.ray.jobs import RayJobsHandler
+
+    assert set(RayJobsHandler.ROUTES) == set(protocol.RAY_JOB_COMMAND_TYPES)
+    assert all(RayJobsHandler().handles(command_type) for command_type in protocol.RAY_JOB_COMMAND_TYPES)

@@ -158,9 +158,9 @@ def test_the_readme_lists_exactly_the_exported_metrics_with_types_and_labels():
 def test_each_endpoint_replica_shows_its_shared_load_and_what_the_router_did(owner, workspace):
     import uuid
 
+    from fleet import balancer, replica_load
+    from fleet.replica_load import LoadPublisher
     from fleet.workloads.models import Endpoint, EndpointReplica
-    from kernel import balancer, replica_load
-    from kernel.replica_load import LoadPublisher
 
     cluster = services.cluster_create(actor=owner, workspace=workspace, name="routing")
     endpoint = Endpoint.objects.create(cluster=cluster, model_id="acme/tiny", routing_policy="session")

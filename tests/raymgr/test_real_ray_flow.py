@@ -14,7 +14,8 @@ import pytest
 
 from agent.errors import CommandFailed
 from agent.ray.commands import RayCommandHandler
-from agent.ray.runtime import RayProcessRuntime, free_port
+from agent.ray.ports import free_port
+from agent.ray.process_runtime import RayProcessRuntime
 from fleet.models import Command, CommandStatus
 from raymgr import services
 from raymgr.models import RayNode, RayNodeStatus

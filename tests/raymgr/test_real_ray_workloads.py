@@ -16,7 +16,8 @@ import pytest
 
 from agent.errors import CommandFailed
 from agent.ray.commands import RayCommandHandler
-from agent.ray.runtime import RayProcessRuntime, free_port
+from agent.ray.ports import free_port
+from agent.ray.process_runtime import RayProcessRuntime
 from fleet.models import Command, CommandStatus
 from raymgr.workloads import services
 from raymgr.workloads.models import JobStatus, ServeStatus, TrainingJob, TuneExperiment

@@ -12,14 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from django.db import connections
+
+from tests.support.environment import missing, needs
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking")
-needs_chromium = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Chromium is not installed (apt-get install chromium)"
-)
+needs_chromium = needs(CHROMIUM.exists(), "Chromium is not installed", "apt-get install chromium")
 
 
 @contextlib.contextmanager
@@ -32,7 +31,10 @@ def chromium(*extra_args: str) -> Iterator[Any]:
     Django keeps the connection of the test's own ORM calls: it is closed here, in that context, or the test
     database would still be in use when the session drops it.
     """
-    sync_api = pytest.importorskip("playwright.sync_api")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        missing("Playwright is not installed", "pip install -r requirements/dev.txt")
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
+from tests.support.environment import missing
 from tests.support.podman_env import podman_env
 from tests.support.processes import REPO_ROOT, VENV_BIN, free_port, wait_until
 
@@ -110,11 +111,11 @@ class Stack:
 def build_images() -> dict[str, str]:
     """deploy/build-image's images (cached by content hash); skips where the stack cannot run."""
     if os.geteuid() != 0:
-        pytest.skip("the deployment stack needs root (rootful Podman)")
+        missing("the deployment stack needs root (rootful Podman)", "run the tests as root, as CI does")
     if shutil.which("podman") is None:
-        pytest.skip("Podman is not installed (.ci/podman-setup installs it)")
+        missing("Podman is not installed", ".ci/podman-setup installs it")
     if not (VENV_BIN / "podman-compose").exists():
-        pytest.skip("podman-compose is not installed (requirements/dev.txt)")
+        missing("podman-compose is not installed", "pip install -r requirements/dev.txt")
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed")
     built = subprocess.run(

@@ -3,9 +3,8 @@ environment that puts Ray containers on Podman's Docker API, and the containers 
 
 from __future__ import annotations
 
-import pytest
-
 from tests.agent.executors.podman import require_podman
+from tests.support.environment import missing
 from tests.support.node_container import podman
 
 VERSION = "2.9.0"  # the documented default (RAY_VERSIONS' first)
@@ -21,7 +20,7 @@ def ray_container_env() -> dict[str, str]:
     """An agent's environment for Ray containers on Podman's Docker API; skips without Podman or the image."""
     url = require_podman()
     if podman("image", "exists", f"docker.io/rayproject/ray:{VERSION}", check=False).returncode != 0:
-        pytest.skip(f"no rayproject/ray:{VERSION} image: run .ci/ray-image (as root) to build it")
+        missing(f"no rayproject/ray:{VERSION} image", "run .ci/ray-image (as root) to build it")
     return {"DOCKER_HOST": url, "CLEVERTHIS_RAY_MEMORY": "3g", "CLEVERTHIS_RAY_SHM_SIZE": "768m"}
 
 

@@ -1,11 +1,24 @@
-"""ctfleet: what a training script needs from CleverThis Compute Fleet."""
+"""ctfleet: what a job's program needs from CleverThis Compute Fleet (shipped next to it in every Ray workload
+job: training scripts, the fine-tune, Tune experiments, Serve deployments).
+
+`SPEC` is the job's ``ctfleet_spec.json`` beside this file; `emit` prints the result markers the agent's
+``ray.job.status`` reads back from the job's logs.
+"""
 
 import json
 import os
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-with open(os.path.join(_HERE, "ctfleet_spec.json")) as _f:
-    SPEC = json.load(_f)
+SPEC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ctfleet_spec.json")
+
+
+def load_spec(path=SPEC_PATH):
+    """The job's spec (``ctfleet_spec.json``, next to this file unless told)."""
+    with open(path) as f:
+        return json.load(f)
+
+
+# (Read once, when a job imports this; a copy of the file without its spec beside it has none.)
+SPEC = load_spec() if os.path.exists(SPEC_PATH) else {}
 
 
 def emit(kind, **data):

@@ -1,7 +1,7 @@
 """Deploy (or delete) one Ray Serve application; the app outlives this job.
 
-Runs as ``python serve_deploy.py`` next to ``ctfleet_spec.json``. The ``python`` engine serves a checkpoint
-with the user's ``load``/``predict``/``stream`` (source code in the spec) or the defaults below; the
+Runs as ``python serve_deploy.py`` next to ``ctfleet.py`` and ``ctfleet_spec.json``. The ``python`` engine
+serves a checkpoint with the user's ``load``/``predict``/``stream`` (source code in the spec) or the defaults below; the
 ``vllm`` engine serves an OpenAI-compatible LLM app.
 """
 
@@ -9,18 +9,10 @@ import inspect
 import json
 import os
 
-SPEC_FILE = "ctfleet_spec.json"
-
-
-def load_spec(path=SPEC_FILE):
-    """The deployment's spec."""
-    with open(path) as f:
-        return json.load(f)
-
-
-def emit(kind, **data):
-    """Print one result marker the control plane reads back from the job's logs."""
-    print("CTFLEET " + json.dumps(dict(kind=kind, **data), default=str), flush=True)
+try:  # in the job's working dir: ctfleet.py is shipped next to this program
+    from ctfleet import emit, load_spec
+except ImportError:  # imported from the control plane's package (its tests)
+    from raymgr.workloads.programs.ctfleet import emit, load_spec
 
 
 def default_load(path):

@@ -1,25 +1,16 @@
 """A Ray Tune experiment; reports every trial result and the best config as CTFLEET markers.
 
-Runs as ``python tune_run.py`` next to ``ctfleet_spec.json``: the search space, metric and mode, the
+Runs as ``python tune_run.py`` next to ``ctfleet.py`` and ``ctfleet_spec.json``: the search space, metric and mode, the
 scheduler, and optionally the user's ``objective(config, report)`` as source code.
 """
 
 import functools
-import json
 import os
 
-SPEC_FILE = "ctfleet_spec.json"
-
-
-def load_spec(path=SPEC_FILE):
-    """The experiment's spec."""
-    with open(path) as f:
-        return json.load(f)
-
-
-def emit(kind, **data):
-    """Print one result marker the control plane reads back from the job's logs."""
-    print("CTFLEET " + json.dumps(dict(kind=kind, **data), default=str), flush=True)
+try:  # in the job's working dir: ctfleet.py is shipped next to this program
+    from ctfleet import emit, load_spec
+except ImportError:  # imported from the control plane's package (its tests)
+    from raymgr.workloads.programs.ctfleet import emit, load_spec
 
 
 def domain(spec):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
+from tests.support.environment import missing
 
 STATE_DIR = Path(os.environ.get("CLEVERTHIS_PODMAN_DIR", "/var/tmp/cleverthis-podman"))
 TEST_IMAGE = "localhost/busybox:test"
@@ -29,5 +29,5 @@ def require_podman() -> str:
     """The socket URL, or skip the test with the reason."""
     url = podman_url()
     if url is None:
-        pytest.skip(f"no Podman socket under {STATE_DIR}: run .ci/podman-setup (as root) to run these tests")
+        missing(f"no Podman socket under {STATE_DIR}", "run .ci/podman-setup (as root) to run these tests")
     return url

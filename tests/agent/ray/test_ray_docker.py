@@ -22,6 +22,7 @@ from agent.ray.containers import DockerRayContainers
 from agent.ray.members import member_name
 from agent.ray.ports import free_port
 from tests.agent.executors.podman import registry_address, require_podman
+from tests.support.environment import missing
 from tests.support.node_container import podman
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -43,7 +44,7 @@ def quiet(*_: Any, **__: Any) -> None:
 def engine_url() -> str:
     url = require_podman()
     if podman("image", "exists", f"docker.io/{IMAGE}", check=False).returncode != 0:
-        pytest.skip(f"no {IMAGE} image: run .ci/ray-image (as root) to build it")
+        missing(f"no {IMAGE} image", "run .ci/ray-image (as root) to build it")
     return url
 
 

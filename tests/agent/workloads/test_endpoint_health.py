@@ -21,7 +21,7 @@ from agent.config import AgentConfig
 from agent.protocol import EndpointStartPayload, EndpointStopPayload
 from agent.transport.tunnel import TunnelClient
 from agent.workloads.endpoint_health import EndpointProber, HealthSettings, probe
-from agent.workloads.endpoints import _pid_alive
+from agent.workloads.server_process import pid_alive as _pid_alive
 from tests.agent.workloads import test_endpoints
 from tests.agent.workloads.test_endpoints import MODEL, quiet
 

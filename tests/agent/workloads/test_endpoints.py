@@ -14,9 +14,10 @@ import requests
 from agent import protocol
 from agent.errors import CommandFailed
 from agent.protocol import EndpointStartPayload, EndpointStopPayload, EndpointStopResult, GpuInfo, ModelDownloadPayload
-from agent.workloads.endpoints import VLLM_COMMAND, EndpointManager, _pid_alive
+from agent.workloads.endpoints import VLLM_COMMAND, EndpointManager
 from agent.workloads.engine import choose_engine
 from agent.workloads.models import ModelCache
+from agent.workloads.server_process import pid_alive as _pid_alive
 from tests.support.hub_standin import HubStandin
 from tests.support.processes import REPO_ROOT, wait_until
 

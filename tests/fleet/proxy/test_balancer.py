@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from fleet import balancer
+from fleet.balancer import Lease, Upstream
 from fleet.proxy import relay, resolvers
 from fleet.tunnel import local_tunnels
-from kernel import balancer
-from kernel.balancer import Lease, Upstream
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok"
 STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"

@@ -15,13 +15,13 @@ from django.utils import timezone
 
 from agent import protocol
 from fleet import origin_names
+from fleet.balancer import Upstream
 from fleet.models import Command, CommandType
 from fleet.proxy import endpoint_routes, rate_limits
 from fleet.proxy.resolvers import ProxyRefusal, ProxyTarget
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.tasks import endpoints_heal_tick, endpoints_idle_tick
-from kernel.balancer import Upstream
 from kernel.exceptions import QuotaExceeded
 from tenancy.models import Workspace
 from tests.fleet import agent_side

@@ -8,13 +8,13 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from fleet import origin_names
+from fleet.balancer import Upstream
 from fleet.models import NodeStatus
 from fleet.proxy import endpoint_routes
 from fleet.proxy.resolvers import ProxyRefusal, ProxyTarget
 from fleet.usage.meter import Subject
 from fleet.workloads.models import Endpoint, EndpointStatus
 from kernel import timeseries
-from kernel.balancer import Upstream
 from tests.support.endpoints import endpoint_row
 
 pytestmark = pytest.mark.django_db

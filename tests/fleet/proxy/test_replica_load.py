@@ -1,4 +1,4 @@
-"""Per-replica load shared by the web processes (`kernel.replica_load`): each process's snapshot in Redis
+"""Per-replica load shared by the web processes (`fleet.replica_load`): each process's snapshot in Redis
 with a TTL (a dead process's figures vanish), the sum over processes, tokens per second over a window, the
 relay counting a request's tokens for the replica that answered, and the publisher the relay starts."""
 
@@ -11,10 +11,10 @@ import pytest
 import redis
 from django.conf import settings
 
+from fleet import balancer, replica_load
+from fleet.balancer import Lease, Upstream
+from fleet.replica_load import LoadPublisher, ReplicaLoad
 from fleet.usage import meter as usage_meter
-from kernel import balancer, replica_load
-from kernel.balancer import Lease, Upstream
-from kernel.replica_load import LoadPublisher, ReplicaLoad
 from tests.fleet.proxy.test_balancer import agents, call  # noqa: F401  (the stand-in agents fixture)
 from tests.support.processes import wait_until
 

@@ -13,7 +13,7 @@ from fleet.proxy import endpoint_routes, request_meter
 from fleet.proxy.relay import TunnelProxyApp
 from fleet.proxy.write_pressure import WritePressure
 from fleet.workloads.models import EndpointStatus
-from kernel import timeseries
+from kernel import redis_client, timeseries
 from tests.support.endpoints import endpoint_row
 
 pytestmark = pytest.mark.django_db
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 def clean():
     endpoint_routes.forget_routes()
     request_meter.flush()
-    client = timeseries._redis()
+    client = redis_client.redis_client()
     yield
     endpoint_routes.forget_routes()
     keys = list(client.scan_iter(match=f"{timeseries.KEY_PREFIX}*"))

@@ -1,4 +1,4 @@
-"""Routing policies (`kernel.balancer`, `fleet.proxy.affinity`): the consistent-hash ring (about 1/N of the
+"""Routing policies (`fleet.balancer`, `fleet.proxy.affinity`): the consistent-hash ring (about 1/N of the
 keys move when a replica comes or goes), bounded load (a hot key passes on instead of piling up), least load
 over the in-flight figures all web processes share (refreshed in the background by the load publisher),
 the affinity keys read from a request, the affinity-hit counts, and the relay routing by the policy."""
@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from fleet import balancer, replica_load
+from fleet.balancer import Lease, Ring, Upstream
 from fleet.proxy import affinity, relay, resolvers
-from kernel import balancer, replica_load
+from fleet.replica_load import LoadPublisher
 from kernel.asgi_scope import API_KEY_ID_SCOPE_KEY
-from kernel.balancer import Lease, Ring, Upstream
-from kernel.replica_load import LoadPublisher
 from tests.fleet.proxy.test_balancer import agents, status_of  # noqa: F401  (the stand-in agents fixture)
 
 KEYS = [f"conversation-{i}".encode() for i in range(20_000)]

@@ -14,10 +14,10 @@ from django.utils import timezone
 from agent import protocol
 from fleet.models import NodeEvent
 from fleet.proxy import endpoint_routes
+from fleet.replica_load import LoadPublisher, ReplicaLoad
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointEvent, EndpointReplica, EndpointStatus
 from fleet.workloads.tasks import endpoints_autoscale_tick, endpoints_heal_tick
-from kernel.replica_load import LoadPublisher, ReplicaLoad
 from tenancy import services as tenancy_services
 from tests.fleet import agent_side
 

@@ -8,10 +8,10 @@ import pytest
 
 from agent import protocol
 from fleet.models import Command
+from fleet.replica_load import LoadPublisher
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointStatus
 from fleet.workloads.services.endpoints.events import endpoint_event_record
-from kernel.replica_load import LoadPublisher
 from tests.fleet import agent_side
 
 pytestmark = pytest.mark.django_db

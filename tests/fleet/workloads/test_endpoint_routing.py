@@ -120,8 +120,8 @@ def test_the_create_form_takes_a_policy(nodes, cluster, owner, client):
 
 
 def test_the_api_and_the_page_show_requests_routed_and_affinity_hits(running, owner, api_client_for, client):
-    from kernel import replica_load
-    from kernel.replica_load import LoadPublisher
+    from fleet import replica_load
+    from fleet.replica_load import LoadPublisher
 
     first, second = EndpointReplica.objects.filter(endpoint=running).order_by("created_at", "server_id")
     other_process = LoadPublisher(name="test-routing-figures")

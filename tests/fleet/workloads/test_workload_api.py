@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from agent import protocol
+from fleet.replica_load import LoadPublisher
 from fleet.workloads import services as workload_services
 from fleet.workloads.models import Container, Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.endpoints.events import endpoint_event_record
-from kernel.replica_load import LoadPublisher
 from tests.fleet import agent_side
 from tests.fleet.agent_side import running
 

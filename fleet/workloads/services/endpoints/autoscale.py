@@ -7,7 +7,7 @@ with a target per replica (0 = off):
   endpoint's `request_count` since the previous pass (written at most every `ENDPOINT_REQUESTS_FLUSH_S` per
   web process, so a burst shows a few seconds late; the first pass only takes the first sample);
 - requests in flight (`target_in_flight`) and completion tokens per second (`target_tokens_per_s`): the
-  endpoint's replicas' figures summed over every live web process (`kernel.replica_load`, published about
+  endpoint's replicas' figures summed over every live web process (`fleet.replica_load`, published about
   every second, so they are at most a few seconds old and a dead process's count is gone within its TTL).
 
 Each enabled metric asks for `ceil(total / target)` replicas; the largest ask wins, held between min and
@@ -35,6 +35,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from fleet.replica_load import ReplicaLoad
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.selectors import replica_loads
 from fleet.workloads.services.common import system_actor
@@ -43,7 +44,6 @@ from fleet.workloads.services.endpoints.locking import lock_endpoint
 from fleet.workloads.services.endpoints.placement import PlacementError, pick_replica_node
 from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_start, replica_retire
 from kernel.exceptions import QuotaExceeded
-from kernel.replica_load import ReplicaLoad
 
 _SERVING = (EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING)
 

@@ -3,7 +3,7 @@
 Each replica's count of requests in flight in this process lives in this process's memory: a request takes
 a `Lease` on the replica it goes to and gives it back in a `finally` when its response ended, failed, or the
 client left mid-stream, so the counts return to zero whatever happened. The other web processes' counts
-come from their snapshots in Redis, which `kernel.replica_load` reads in the background about once a second
+come from their snapshots in Redis, which `fleet.replica_load` reads in the background about once a second
 and hands over with `set_shared`; a replica's load is then the others' figure (up to a second old) plus this
 process's live count. No decision waits on the network.
 
@@ -18,7 +18,7 @@ Policies (`POLICIES`):
 
 Per replica this process also counts the requests routed there and the affinity hits among them (a request
 whose key went to this same replica the last time it was seen here, of the last `AFFINITY_MEMORY` keys):
-an estimate of how often a replica's prefix cache could serve the request. `kernel.replica_load` publishes
+an estimate of how often a replica's prefix cache could serve the request. `fleet.replica_load` publishes
 them with the load.
 """
 

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 import redis
 from django.conf import settings
 
-from kernel import balancer
+from fleet import balancer
+from kernel.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,6 @@ PROC_PREFIX = "replica-load:p:"
 PROCS_PRUNE_S = 60.0  # a name not refreshed for this long is dropped from the set (its hash expired long ago)
 
 _tokens: dict[str, int] = {}  # replica key → completion tokens it served this process (cumulative)
-_client: redis.Redis | None = None
 
 
 @dataclass(frozen=True)
@@ -73,13 +73,6 @@ def count_tokens(key: str, tokens: int) -> None:
     """Note `tokens` completion tokens served by replica `key` in this process."""
     if key and tokens > 0:
         _tokens[key] = _tokens.get(key, 0) + tokens
-
-
-def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    return _client
 
 
 def process_name() -> str:
@@ -154,7 +147,7 @@ class LoadPublisher:
         """Write `snapshot` as this process's hash (replacing the last one), expiring after the TTL."""
         if not snapshot and not self.published:
             return
-        pipe = _redis().pipeline(transaction=True)
+        pipe = redis_client().pipeline(transaction=True)
         pipe.delete(self.key)
         if snapshot:
             fields = {k: _field(*figures) for k, figures in snapshot.items()}
@@ -208,7 +201,7 @@ PUBLISHER = LoadPublisher()
 
 def read() -> dict[str, ReplicaLoad]:
     """Every replica's load summed over the live snapshots of all web processes (raises redis.RedisError)."""
-    client = _redis()
+    client = redis_client()
     names = [n.decode() if isinstance(n, bytes) else n for n in client.zrange(PROCS_KEY, 0, -1)]
     if not names:
         return {}
