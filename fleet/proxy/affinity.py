@@ -9,7 +9,9 @@
   key the same on every turn (each turn resends the history and adds to its end) while telling apart
   conversations that share a long system prompt.
 
-Only the body's first message is read (the one the relay has in hand before choosing a replica).
+Only the body's first message is read (the one the relay has in hand before choosing a replica), and it is
+parsed as JSON only up to PARSE_MAX_BYTES: a larger body's key is its first ROUTING_PREFIX_CHARS bytes, so
+one huge request cannot hold the event loop in a JSON parse (its answer parses it anyway, on the server).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from django.conf import settings
 from fleet import balancer
 from kernel.asgi_scope import api_key_id, header
 
+PARSE_MAX_BYTES = 256 * 1024
+
 
 def _document(body: bytes) -> dict[str, Any] | None:
-    if not body or body[:1] not in (b"{", b" ", b"\n", b"\r", b"\t"):
+    if not body or len(body) > PARSE_MAX_BYTES or body[:1] not in (b"{", b" ", b"\n", b"\r", b"\t"):
         return None
     try:
         document = json.loads(body)

@@ -187,6 +187,8 @@ def test_the_prefix_key_is_a_conversation_s_leading_messages_the_same_on_every_t
     assert affinity.prefix_key(json.dumps({"prompt": [[1, 2, 3]]}).encode()) == b"1 2 3"
     assert affinity.prefix_key(b"not json at all, but a body") == b"not json at all, but a body"
     assert affinity.prefix_key(b"") is None
+    huge = chat(system, ("user", "x" * affinity.PARSE_MAX_BYTES))  # not parsed: its first bytes are its key
+    assert affinity.prefix_key(huge) == huge[:50]
 
 
 async def post(replicas: tuple[Upstream, ...], policy: str, body: bytes, headers: list | None = None) -> int:
