@@ -111,6 +111,11 @@ ENDPOINT_TOKENS = Counter(
     ["workspace_id", "endpoint_id", "kind"],
 )
 
+USAGE_FLUSH_FAILURES = Counter(
+    "cleverthis_usage_flush_failures",
+    "Flushes of the proxy's metered usage that the database refused (the counts stay in memory for the next).",
+)
+
 
 def count_endpoint_usage(
     workspace: str, endpoint: str, requests: float, errors: float, prompt: float, completion: float

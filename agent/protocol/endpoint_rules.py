@@ -136,7 +136,8 @@ def _switch(negatable: bool = True) -> ServerFlag:
 
 MAX_TOKENS = 10_000_000
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-# The vLLM flags an endpoint may set (vLLM 0.6 to 0.32 spell them the same), with their values' bounds.
+# The vLLM flags an endpoint may set, with their values' bounds: as vLLM 0.32 spells them (its parser takes
+# each: tests/agent/test_endpoint_rules.py), and `--swap-space`, which the older GPU builds still take.
 ENDPOINT_SERVER_FLAGS: dict[str, ServerFlag] = {
     # model and memory
     "--max-model-len": _int(1, MAX_TOKENS),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from cleverthis.settings.database import database_url
 from cleverthis.settings.env import (
     database_from_url,
     env_bool,
@@ -222,7 +224,8 @@ TEMPLATES = [
     },
 ]
 
-DATABASE_URL = env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cleverthis")
+# DATABASE_URL names the database (CLEVERTHIS_DB_NAME only when it is unset; both, disagreeing: refused).
+DATABASE_URL = database_url(os.environ)
 # 0 = no pool. The ASGI entry point turns a pool on by default (cleverthis/asgi.py): there hundreds of
 # tunnels make short ORM calls from a thread pool, and a new PostgreSQL connection per call (a backend
 # fork each) costs more than the query. Prefork Celery workers keep plain per-process connections.

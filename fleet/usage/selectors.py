@@ -9,11 +9,12 @@ from uuid import UUID
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
-from django.db.models import Max, QuerySet, Sum
+from django.db.models import Max, Q, QuerySet, Sum
 
 from fleet.models import ComputeCluster
 from fleet.usage.models import Granularity, SubjectKind, UsageRollup
 from fleet.workloads.models import Endpoint
+from fleet.workloads.selectors import key_endpoint_limit
 from tenancy.models import ApiKey
 from tenancy.selectors import workspace_ids
 
@@ -77,6 +78,9 @@ def usage_rollups(*, user: AnyUser, query: UsageQuery, now: datetime | None = No
         bucket_start__gte=start,
         bucket_start__lt=end,
     )
+    grant = getattr(user, "api_key_grant", None)
+    if grant is not None:  # a key limited to chosen endpoints sees only theirs of the endpoint rows
+        rows = rows.filter(~Q(subject_kind=SubjectKind.ENDPOINT) | key_endpoint_limit(user=user, field="subject_id"))
     if query.workspace_id is not None:
         rows = rows.filter(workspace_id=query.workspace_id)
     if query.endpoint_id is not None:
@@ -142,6 +146,18 @@ def usage_export_rows(*, rows: QuerySet[UsageRollup]) -> QuerySet[UsageRollup]:
     return rows.order_by("bucket_start", "workspace_id", "subject_kind", "subject_id", "api_key_id")
 
 
+def usage_api_keys(*, user: AnyUser) -> QuerySet[ApiKey]:
+    """The API keys a user may filter usage by, shown by name: every key of their workspaces (a member's
+    usage report names other members' keys too), revoked ones included, by name."""
+    return (
+        ApiKey.objects.filter(workspace_id__in=workspace_ids(user=user))
+        .select_related("workspace")
+        .order_by("name", "created_at")
+    )
+
+
 def usage_endpoints(*, user: AnyUser) -> QuerySet[Endpoint]:
     """The endpoints a user may filter usage by (their workspaces' endpoints)."""
-    return Endpoint.objects.filter(cluster__workspace_id__in=workspace_ids(user=user)).order_by("slug")
+    return Endpoint.objects.filter(
+        key_endpoint_limit(user=user), cluster__workspace_id__in=workspace_ids(user=user)
+    ).order_by("slug")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -58,13 +58,29 @@ def _upsert(rows: list[Rollup], assignments: str) -> None:
 def usage_add(*, rows: list[Rollup]) -> None:
     """Add `rows` to their buckets in one statement (rows that do not exist yet are made).
 
-    No two rows may share a bucket key (the caller adds them up first): one upsert touches a row once.
+    Rows that share a bucket key (two minutes of one hour give two additions to the same hour row) are
+    added up here first: PostgreSQL's upsert may touch a row only once per statement.
     """
     if not rows:
         return
+    rows = _added_up(rows)
     added = [f"{c} = {TABLE}.{c} + EXCLUDED.{c}" for c in ADDED]
     added.append(f"latency_ms_max = GREATEST({TABLE}.latency_ms_max, EXCLUDED.latency_ms_max)")
     _upsert(rows, ", ".join(added))
+
+
+def _added_up(rows: list[Rollup]) -> list[Rollup]:
+    """`rows` with those of one bucket key merged: the added counters summed, the latency maximum kept."""
+    merged: dict[tuple, Rollup] = {}
+    for row in rows:
+        key = tuple(getattr(row, c) for c in KEY_COLUMNS)
+        seen = merged.get(key)
+        if seen is None:
+            merged[key] = row
+            continue
+        sums = {c: getattr(seen, c) + getattr(row, c) for c in ADDED}
+        merged[key] = replace(seen, latency_ms_max=max(seen.latency_ms_max, row.latency_ms_max), **sums)
+    return list(merged.values())
 
 
 def usage_sample(*, now: datetime | None = None) -> int:

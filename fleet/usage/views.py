@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 
-from fleet.usage import selectors
+from fleet.usage import meter, selectors
 from fleet.usage.api import UsageQuerySerializer, usage_report
 from tenancy.selectors import workspace_list
 
@@ -92,9 +93,11 @@ def usage_page(request: HttpRequest) -> HttpResponse:
         "periods": [(key, label) for key, (label, _, _) in selectors.PERIODS.items()],
         "workspaces": workspace_list(user=request.user).order_by("name"),
         "endpoints": selectors.usage_endpoints(user=request.user).select_related("cluster"),
+        "api_keys": selectors.usage_api_keys(user=request.user),
         "filters": {k: v for k, v in request.GET.items() if v != ""},
         "errors": params.errors,
         "query_string": request.GET.urlencode(),
+        "flush_failures": [{**note, "at": datetime.fromtimestamp(note["at"], UTC)} for note in meter.flush_failures()],
     }
     status = 400 if params.errors else 200
     if not params.errors:

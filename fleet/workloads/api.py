@@ -233,8 +233,16 @@ class EndpointCreateSerializer(serializers.Serializer):
     node = serializers.UUIDField(required=False, allow_null=True)
     model_id = payload_field(_START, "model_id")
     revision = payload_field(_START, "revision", validators=[_revision])
-    gpus = payload_field(_START, "gpus")
-    min_vram_mb = payload_field(_START, "min_vram_mb")
+    gpus = payload_field(
+        _START,
+        "gpus",
+        help_text="GPUs per replica; 0 still holds one GPU on a node with GPUs (and counts against the quota).",
+    )
+    min_vram_mb = payload_field(
+        _START,
+        "min_vram_mb",
+        help_text="VRAM (MB) a replica needs at least; the quota counts vLLM's share of its GPUs, never less.",
+    )
     public = serializers.BooleanField(required=False, default=False)
     min_replicas = serializers.IntegerField(
         min_value=0,
@@ -361,7 +369,8 @@ class EndpointViewSet(
             "replicas", EndpointReplica.objects.select_related("node").order_by("created_at", "server_id")
         )
         return (
-            Endpoint.objects.select_related("node", "created_by")
+            Endpoint.objects.filter(selectors.key_endpoint_limit(user=self.request.user))
+            .select_related("node", "created_by")
             .prefetch_related(replicas)
             .order_by("-created_at", "pk")
         )
@@ -381,6 +390,8 @@ class EndpointViewSet(
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Start an endpoint for a cached model; 409 with the reason when no node can serve it."""
+        if selectors.key_is_endpoint_limited(user=request.user):
+            raise exceptions.PermissionDenied("This API key is limited to chosen endpoints: it creates none.")
         data = EndpointCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data

@@ -53,7 +53,13 @@ class EndpointCreateForm(forms.Form):
 
     model_id = forms.ChoiceField(label="Model", help_text="Models in the cache of this cluster's nodes.")
     revision = forms.CharField(max_length=MAX_REVISION, initial="main")
-    gpus = forms.IntegerField(min_value=0, max_value=MAX_GPUS, initial=0, label="GPUs")
+    gpus = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_GPUS,
+        initial=0,
+        label="GPUs",
+        help_text="0 still holds one GPU on a node with GPUs, counted against the workspace's quota",
+    )
     min_vram_mb = forms.IntegerField(min_value=0, max_value=MAX_VRAM_MB, initial=0, label="Min VRAM (MB)")
     public = forms.BooleanField(required=False, help_text="Callable without an API key.")
     min_replicas = forms.IntegerField(

@@ -7,14 +7,32 @@ import logging
 import redis
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Exists, Prefetch, Q, QuerySet
 
 from fleet import replica_load
 from fleet.replica_load import ReplicaLoad
-from fleet.workloads.models import Endpoint, EndpointEvent, EndpointReplica, EndpointStatus
+from fleet.workloads.models import ApiKeyEndpoint, Endpoint, EndpointEvent, EndpointReplica, EndpointStatus
 from tenancy.selectors import workspace_ids
 
 log = logging.getLogger(__name__)
+
+
+def key_endpoint_limit(*, user: AbstractBaseUser | AnonymousUser, field: str = "pk") -> Q:
+    """The condition on `field` (an endpoint id) that keeps what the caller's API key may reach: a key
+    limited to chosen endpoints (`ApiKeyEndpoint` rows) reaches those alone, on the management API as on
+    the endpoints' origins; without a key, or with an unlimited one, everything (one query, no extra).
+    """
+    grant = getattr(user, "api_key_grant", None)
+    if grant is None:
+        return Q()
+    chosen = ApiKeyEndpoint.objects.filter(key_id=grant.key_id)
+    return ~Q(Exists(chosen)) | Q(**{f"{field}__in": chosen.filter(endpoint__isnull=False).values("endpoint_id")})
+
+
+def key_is_endpoint_limited(*, user: AbstractBaseUser | AnonymousUser) -> bool:
+    """Whether the caller's API key is limited to chosen endpoints (it then may not create others)."""
+    grant = getattr(user, "api_key_grant", None)
+    return grant is not None and ApiKeyEndpoint.objects.filter(key_id=grant.key_id).exists()
 
 
 def endpoint_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Endpoint]:
@@ -27,7 +45,7 @@ def endpoint_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Endpoin
         .order_by("created_at", "server_id")
     )
     return (
-        Endpoint.objects.filter(cluster__workspace__in=workspace_ids(user=user))
+        Endpoint.objects.filter(key_endpoint_limit(user=user), cluster__workspace__in=workspace_ids(user=user))
         .select_related("node", "cluster")
         .prefetch_related(Prefetch("replicas", replicas))
     )

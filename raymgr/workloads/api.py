@@ -101,6 +101,7 @@ class TrainingJobSerializer(serializers.ModelSerializer):
     """A training job as read."""
 
     hints = serializers.SerializerMethodField()
+    status_sentence = serializers.CharField(read_only=True, help_text="What the status means now, as the page says it.")
 
     class Meta:
         model = TrainingJob
@@ -124,6 +125,7 @@ class TuneExperimentSerializer(serializers.ModelSerializer):
 
     trials = TuneTrialSerializer(many=True, read_only=True)
     hints = serializers.SerializerMethodField()
+    status_sentence = serializers.CharField(read_only=True, help_text="What the status means now, as the page says it.")
 
     class Meta:
         model = TuneExperiment

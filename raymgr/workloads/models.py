@@ -34,6 +34,22 @@ class JobStatus(models.TextChoices):
         """Not finished yet."""
         return (cls.QUEUED, cls.RUNNING)
 
+    @classmethod
+    def sentence(cls, status: str, *, queue_reason: str = "", failure_reason: str = "") -> str:
+        """The one sentence every page and the API show under a job's status badge, for that status only: a
+        finished job never reads as queued, whatever reason it waited for once."""
+        if status == cls.QUEUED:
+            return f"Queued: {queue_reason}" if queue_reason else "Queued: waiting to be submitted to Ray."
+        if status == cls.RUNNING:
+            return "Running on the Ray cluster."
+        if status == cls.SUCCEEDED:
+            return "Succeeded: the Ray job finished without error."
+        if status == cls.FAILED:
+            return f"Failed: {failure_reason}" if failure_reason else "Failed."
+        if status == cls.CANCELLED:
+            return failure_reason or "Cancelled."
+        return ""
+
 
 class TrainingKind(models.TextChoices):
     """A user's script, or the built-in fine-tune rendered from a framework config."""
@@ -104,6 +120,11 @@ class TrainingJob(_Workload):
         ordering = ["-created_at"]
         constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="trainingjob_unique_ws_name")]
         indexes = [models.Index(fields=["status"], name="trainingjob_status")]
+
+    @property
+    def status_sentence(self) -> str:
+        """What the job's status means now (`JobStatus.sentence`)."""
+        return JobStatus.sentence(self.status, queue_reason=self.queue_reason, failure_reason=self.failure_reason)
 
     @property
     def gpus_needed(self) -> float:
@@ -234,6 +255,11 @@ class TuneExperiment(_Workload):
     class Meta:
         ordering = ["-created_at"]
         constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="tuneexperiment_unique_ws_name")]
+
+    @property
+    def status_sentence(self) -> str:
+        """What the experiment's status means now (`JobStatus.sentence`)."""
+        return JobStatus.sentence(self.status, failure_reason=self.failure_reason)
 
 
 class TuneTrial(models.Model):

@@ -155,3 +155,72 @@ def test_the_vram_held_is_vllms_share_of_the_pinned_gpus():
     assert endpoint_vram_held_mb(gpus=2, min_vram_mb=0, node_gpus=node) == 108_000
     assert endpoint_vram_held_mb(gpus=0, min_vram_mb=39_000, node_gpus=node) == 39_000  # never less than asked
     assert endpoint_vram_held_mb(gpus=0, min_vram_mb=0, node_gpus=[]) == 0
+
+
+# ---- against the real vLLM
+
+
+PARSE_SCRIPT = r"""
+import json, sys
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+except ImportError:  # older vLLM
+    from vllm.utils import FlexibleArgumentParser
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+parser = make_arg_parser(FlexibleArgumentParser())
+known = sorted({o for a in parser._actions for o in a.option_strings})
+refused = []
+for args in json.loads(sys.stdin.read()):
+    try:
+        parser.parse_args(["--model", "m", *args])
+    except SystemExit:
+        refused.append(args)
+print(json.dumps({"known": known, "refused": refused}))
+"""
+# Allowed for the vLLM builds GPU nodes run that still know it; the CPU build here (0.32) dropped it.
+NOT_IN_NEWEST_VLLM = {"--swap-space"}
+
+
+def _samples(flag: str, spec: protocol.ServerFlag) -> list[list[str]]:
+    if spec.kind == "switch":
+        return [[flag]] + ([[f"--no-{flag[2:]}"]] if spec.negatable else [])
+    if spec.kind == "choice":
+        return [[flag, choice] for choice in spec.choices]
+    if spec.kind == "int":
+        return [[flag, str(int(spec.low or 1))], [flag, str(int(spec.high))]]
+    if spec.kind == "float":
+        return [[flag, str(max(spec.low, 0.05))], [flag, str(spec.high)]]
+    sample = {"name": "hermes", "json": '{"temperature": 0.5}', "template": "{{ messages }}"}[spec.kind]
+    return [[flag, sample]]
+
+
+def test_every_allowed_flag_and_value_is_one_the_real_vllm_parser_takes():
+    """The allow-list names vLLM's real flags (as the CPU build here spells them), and every value it lets
+    through parses; every flag refused by name is one vLLM knows (so the reason names a real danger)."""
+    import json
+    import subprocess
+
+    from tests.e2e.test_vllm_endpoint import vllm_python
+    from tests.support.environment import missing
+
+    python = vllm_python()
+    if not python:
+        missing("vLLM's CPU engine is not built here", "bash .ci/vllm-venv builds it")
+    samples = [
+        args
+        for flag, spec in protocol.ENDPOINT_SERVER_FLAGS.items()
+        if flag not in NOT_IN_NEWEST_VLLM
+        for args in _samples(flag, spec)
+    ]
+    for args in samples:
+        assert check_server_args(args) == (args, []), args
+    done = subprocess.run(
+        [python, "-c", PARSE_SCRIPT], input=json.dumps(samples), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    known = set(answer["known"])
+    assert set(protocol.ENDPOINT_SERVER_FLAGS) - NOT_IN_NEWEST_VLLM <= known
+    assert set(protocol.ENDPOINT_REFUSED_FLAGS) <= known
+    assert answer["refused"] == []

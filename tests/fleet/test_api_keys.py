@@ -185,3 +185,50 @@ def test_the_settings_page_creates_shows_once_and_revokes(client, workspace, own
     key.refresh_from_db()
     assert key.revoked_at is not None
     assert key_client(raw).get("/api/v1/clusters/").status_code in (401, 403)
+
+
+def test_a_key_limited_to_chosen_endpoints_is_limited_on_the_management_api_too(workspace, owner, cluster, node):
+    """It lists, reads, stops and updates its endpoints alone (others answer 404), creates none, and its usage
+    report shows none of the others; an unlimited key of the same owner still sees all."""
+    from datetime import UTC, datetime
+
+    from fleet.models import Command
+    from fleet.usage.models import UsageRollup
+    from fleet.workloads.models import EndpointStatus
+    from tests.support.endpoints import endpoint_row
+
+    mine = endpoint_row(cluster=cluster, node=node, model_id="org/a", status=EndpointStatus.RUNNING, port=81)
+    other = endpoint_row(cluster=cluster, node=node, model_id="org/b", status=EndpointStatus.RUNNING, port=82)
+    limited = key_client(make_key(owner, workspace, ["operate", "invoke"], endpoints=[mine]))
+    unlimited = key_client(make_key(owner, workspace, ["operate"]))
+
+    assert [e["id"] for e in limited.get("/api/v1/endpoints/").json()["results"]] == [str(mine.pk)]
+    assert {e["id"] for e in unlimited.get("/api/v1/endpoints/").json()["results"]} == {str(mine.pk), str(other.pk)}
+    assert limited.get(f"/api/v1/endpoints/{other.pk}/").status_code == 404
+    assert limited.get(f"/api/v1/endpoints/{other.pk}/events/").status_code == 404
+    commands = Command.objects.count()
+    assert limited.post(f"/api/v1/endpoints/{other.pk}/stop/").status_code == 404
+    update = {"server_args": ["--max-num-seqs", "8"]}
+    assert limited.post(f"/api/v1/endpoints/{other.pk}/update/", update, format="json").status_code == 404
+    assert limited.post(f"/api/v1/endpoints/{other.pk}/update_revision/", {"revision": "x"}).status_code == 404
+    assert Command.objects.count() == commands  # nothing was sent to the node for the other endpoint
+    other.refresh_from_db()
+    assert other.status == EndpointStatus.RUNNING
+    assert limited.get(f"/api/v1/endpoints/{mine.pk}/").status_code == 200
+    assert limited.post(f"/api/v1/endpoints/{mine.pk}/stop/").status_code == 200
+    create = {"cluster": str(cluster.pk), "model_id": "org/a"}
+    assert limited.post("/api/v1/endpoints/", create, format="json").status_code == 403
+
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    for endpoint in (mine, other):
+        UsageRollup.objects.create(
+            granularity="hour",
+            bucket_start=hour,
+            workspace_id=workspace.pk,
+            subject_kind="endpoint",
+            subject_id=endpoint.pk,
+            requests=5,
+        )
+    assert limited.get("/api/v1/usage/?period=24h").json()["totals"]["requests"] == 5
+    assert limited.get(f"/api/v1/usage/?period=24h&endpoint={other.pk}").status_code == 400
+    assert unlimited.get("/api/v1/usage/?period=24h").json()["totals"]["requests"] == 10

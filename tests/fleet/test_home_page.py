@@ -73,6 +73,11 @@ def test_home_shows_each_workspace_at_a_glance_with_links(client, owner, workspa
     assert _tile(page, "Ray clusters running") == "1"
     assert f'href="/compute/clusters/{cluster.pk}/nodes/"' in page
     assert 'href="/ray/clusters/"' in page
+    # each tile opens a page, never the raw REST API (the endpoints tile opened /api/v1/endpoints/)
+    tiles = re.findall(r'<a href="([^"]+)"><span class="tile-value">', page)
+    assert tiles
+    assert not [href for href in tiles if href.startswith("/api/")], tiles
+    assert re.search(r'<a href="/compute/endpoints/"><span class="tile-value">1</span> endpoints running', page)
     # the failure shows the traceback's last line and links to the node it failed on
     assert f'<a href="/compute/nodes/{busy.pk}/">container.create on busy</a>' in page
     assert "RuntimeError: image not found" in page

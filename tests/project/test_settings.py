@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
+from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import connection
 
 from cleverthis.settings.env import database_from_url, env_bool, env_int, env_list
 
@@ -182,3 +185,56 @@ def test_the_system_check_names_the_domains_that_share_a_site(settings, control_
     assert all(m.level == checks.WARNING for m in found)
     assert sorted({name for m in found for name in named if name in m.msg}) == sorted(named)
     assert bool(found) == bool(named)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _server_url(name: str) -> str:
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{name}"
+
+
+def _run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "m")}
+    return subprocess.run(args, cwd=REPO, env={**base, **env}, capture_output=True, text=True, timeout=120)
+
+
+def test_one_setting_names_the_database_everywhere(tmp_path):
+    """CLEVERTHIS_DB_NAME alone moves the application too (it used to move only .ci/setup); DATABASE_URL
+    wins; the two naming different databases is refused with a sentence, by the settings and the scripts."""
+    code = "import django; django.setup(); from django.conf import settings as s; print(s.DATABASES['default']['NAME'])"
+    settings_env = {"DJANGO_SETTINGS_MODULE": "cleverthis.settings.base"}
+    alone = _run([sys.executable, "-c", code], tmp_path, **settings_env, CLEVERTHIS_DB_NAME="fleet_a")
+    assert alone.stdout.split() == ["fleet_a"], alone.stderr
+    rule = [sys.executable, "cleverthis/settings/database.py", "name"]
+    assert _run(rule, tmp_path, CLEVERTHIS_DB_NAME="fleet_a").stdout.split() == ["fleet_a"]
+    both = {"CLEVERTHIS_DB_NAME": "fleet_a", "DATABASE_URL": "postgres://u@h:5433/fleet_a"}
+    assert _run([sys.executable, "-c", code], tmp_path, **settings_env, **both).stdout.split() == ["fleet_a"]
+    clash = {"CLEVERTHIS_DB_NAME": "fleet_a", "DATABASE_URL": "postgres://u@h:5433/fleet_b"}
+    sentence = "DATABASE_URL names the database 'fleet_b' but CLEVERTHIS_DB_NAME names 'fleet_a'"
+    for args in ([sys.executable, "manage.py", "check"], rule, ["bash", ".ci/database"]):
+        refused = _run(args, tmp_path, **clash)
+        assert refused.returncode != 0, args
+        assert sentence in refused.stderr, (args, refused.stderr)
+        assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.django_db
+def test_a_missing_database_is_created_by_the_scripts_or_refused_in_a_sentence(tmp_path):
+    name = f"cleverthis_probe_{uuid.uuid4().hex[:10]}"
+    url = _server_url(name)
+    refused = _run([sys.executable, "manage.py", "migrate", "--noinput"], tmp_path, DATABASE_URL=url)
+    assert refused.returncode != 0
+    assert f"the database '{name}' that DATABASE_URL names does not exist" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    try:
+        created = _run(["bash", ".ci/database"], tmp_path, DATABASE_URL=url)  # what .ci/setup and .ci/up run
+        assert created.returncode == 0, created.stderr
+        assert f"creating database {name}" in created.stdout
+        assert _run(["bash", ".ci/database"], tmp_path, DATABASE_URL=url).stdout == ""  # there now: left alone
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_database WHERE datname = %s", [name])
+            assert cursor.fetchone() == (1,)
+    finally:
+        _run(["psql", _server_url("postgres"), "-qc", f'DROP DATABASE IF EXISTS "{name}"'], tmp_path)

@@ -10,7 +10,7 @@ from django.test import Client
 from raymgr.models import RayCluster
 from raymgr.workloads import services
 from raymgr.workloads.models import ServeDeployment, TrainingJob, TuneExperiment, TuneTrial
-from tests.raymgr.conftest import last_command, start_head
+from tests.raymgr.conftest import confirm_submissions, finish, last_command, start_head
 
 pytestmark = pytest.mark.django_db
 SCRIPT = "print('hi')\n"
@@ -222,3 +222,32 @@ def test_serve_proxy_resolver_decisions(owner, workspace, running, other_workspa
     assert (target.node_id, target.port, target.path) == (running.head_node_id, 8124, "/svc/v1/chat?a=1")
     stranger = other_workspace.memberships.get(role="owner").user
     assert decide(scope(stranger), str(deployment.pk)).status == 404
+
+
+def test_a_succeeded_job_never_reads_queued(browser, owner, workspace, running):
+    """Ray held the job PENDING ("Job has not started yet"), then it succeeded: the page (detail and list) and
+    the API say what *Succeeded* means, never the reason it once waited for (one place: JobStatus.sentence)."""
+    job = _job(owner, workspace, running, "done", "queued")
+    confirm_submissions()
+    services.workloads_poll()
+    finish(
+        last_command("ray.job.status"),
+        data={"status": "PENDING", "message": "Job has not started yet.", "logs": "", "markers": []},
+    )
+    detail = browser.get(f"/ray/training/{job.pk}/").content.decode()
+    assert "Queued: Ray has the job pending: Job has not started yet." in detail
+    services.workloads_poll()
+    finish(last_command("ray.job.status"), data={"status": "SUCCEEDED", "logs": "done", "markers": []})
+    job.refresh_from_db()
+    assert (job.status, job.queue_reason) == ("succeeded", "")
+    for page in (browser.get(f"/ray/training/{job.pk}/").content.decode(), browser.get("/ray/training/").content):
+        page = page if isinstance(page, str) else page.decode()
+        assert ">Succeeded</span>" in page
+        assert "Queued" not in page
+        assert "not started" not in page
+    assert "Succeeded: the Ray job finished without error." in browser.get(f"/ray/training/{job.pk}/").content.decode()
+    api = browser.get(f"/api/v1/ray/training-jobs/{job.pk}/").json()
+    assert api["status_sentence"] == "Succeeded: the Ray job finished without error."
+    # a row left from before the fix (reason still stored) reads the same
+    TrainingJob.objects.filter(pk=job.pk).update(queue_reason="Ray has the job pending: Job has not started yet.")
+    assert "not started" not in browser.get(f"/ray/training/{job.pk}/").content.decode()

@@ -17,7 +17,9 @@ VENV_BIN = Path(os.path.abspath(sys.executable)).parent
 
 # Set in this process by the settings for its own metrics: a control-plane child finds the same directory
 # through its settings, and anything else (agents, the Ray processes they start) must not write there.
-PROCESS_LOCAL_ENV = ("PROMETHEUS_MULTIPROC_DIR",)
+# CLEVERTHIS_DB_NAME names this session's database only: a child is given its DATABASE_URL (the test
+# database), which the settings refuse when a CLEVERTHIS_DB_NAME beside it names another.
+PROCESS_LOCAL_ENV = ("PROMETHEUS_MULTIPROC_DIR", "CLEVERTHIS_DB_NAME")
 
 
 def clean_environ() -> dict[str, str]:

@@ -40,6 +40,8 @@ def job_transition(row: TrainingJob | TuneExperiment, to: str, **fields: Any) ->
     allowed_from = [state for state, targets in JOB_TRANSITIONS.items() if to in targets]
     if to in (J.SUCCEEDED, J.FAILED, J.CANCELLED):
         fields.setdefault("finished_at", timezone.now())
+    if to != J.QUEUED and isinstance(row, TrainingJob):  # why it waited is history once it left the queue
+        fields.setdefault("queue_reason", "")
     updated = (
         type(row)
         .objects.filter(pk=row.pk, status__in=allowed_from)

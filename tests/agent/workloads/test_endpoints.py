@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from agent import protocol
 from agent.errors import CommandFailed
 from agent.protocol import EndpointStartPayload, EndpointStopPayload, EndpointStopResult, GpuInfo, ModelDownloadPayload
 from agent.workloads.endpoints import VLLM_COMMAND, EndpointManager
@@ -145,6 +146,24 @@ def test_gpus_with_most_free_memory_are_given_to_the_server(cached_models, tmp_p
         assert b"CUDA_DEVICE_ORDER=PCI_BUS_ID" in environ  # NVML's indices name the same cards for CUDA
         cmdline = Path(f"/proc/{result.pid}/cmdline").read_bytes().split(b"\0")
         assert cmdline[cmdline.index(b"--tensor-parallel-size") + 1] == b"2"
+    finally:
+        manager.stop_all()
+
+
+def test_on_a_gpu_node_the_agent_pins_what_the_quota_counts(cached_models, tmp_path, monkeypatch):
+    """An endpoint asking no GPU still gets one on a GPU node: the rule both sides read from the protocol."""
+    monkeypatch.chdir(REPO_ROOT)
+    gpus = [gpu(0, 24_000, 20_000), gpu(1, 48_000, 0)]
+    manager = EndpointManager(cached_models, tmp_path, server_command=STANDIN, gpus_fn=lambda: gpus)
+    try:
+        result = manager.start(EndpointStartPayload(endpoint_id="ep-g0", model_id=MODEL), quiet)
+        environ = Path(f"/proc/{result['pid']}/environ").read_bytes().split(b"\0")
+        [visible] = [e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"CUDA_VISIBLE_DEVICES=")]
+        pinned = [int(i) for i in visible.split(",")]
+        assert len(pinned) == protocol.endpoint_gpus_held(gpus=0, min_vram_mb=0, node_gpus=len(gpus)) == 1
+        assert [g.index for g in protocol.select_gpus(gpus, 1)] == pinned == [1]  # the one with most free memory
+        held = protocol.endpoint_vram_held_mb(gpus=0, min_vram_mb=0, node_gpus=gpus)
+        assert held == 43_200  # what the quota counts: vLLM's 0.9 of the pinned 48,000 MB card
     finally:
         manager.stop_all()
 

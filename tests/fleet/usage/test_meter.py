@@ -168,3 +168,87 @@ def test_metering_off_meters_nothing(settings):
     assert meter.start(meter.Subject(uuid.uuid4(), uuid.uuid4()), {}) is None
     settings.USAGE_METERING = True
     assert meter.start(None, {}) is None  # a target that names no endpoint (a Ray Dashboard)
+
+
+def test_two_minutes_of_one_hour_in_one_flush_are_written_and_the_next_flush_adds_to_them(workspace, settings):
+    """One flush holding minutes 10:12 and 10:13 gives two additions to the 10:00 hour row: they
+    are added up before the upsert (PostgreSQL refuses to touch a row twice in one statement)."""
+    settings.USAGE_FLUSH_S = 3600
+    endpoint = uuid.uuid4()
+    subject = meter.Subject(workspace.pk, endpoint)
+    before = datetime(2026, 12, 5, 10, 12, 58, tzinfo=UTC).timestamp()
+    after = datetime(2026, 12, 5, 10, 13, 0, tzinfo=UTC).timestamp()
+    # the pending data as the proxy leaves it, written directly: two minutes of one hour, key and no key
+    for now, key, prompt, completion, ms in (
+        (before, None, 10, 38, 20.0),
+        (after, None, 8, 16, 50.0),
+        (after, 7, 1, 2, 5.0),
+    ):
+        meter._pending[(int(now) // 60 * 60, workspace.pk, endpoint, key)] = [1, 0, prompt, completion, ms, ms, 0]
+    failures = _sample("cleverthis_usage_flush_failures_total")
+    assert meter.flush() == 3
+    assert not meter._pending
+    minutes = [
+        (r.bucket_start.minute, r.api_key_id, r.requests, r.prompt_tokens, r.completion_tokens)
+        for r in UsageRollup.objects.filter(granularity="minute").order_by("bucket_start", "api_key_id")
+    ]
+    assert minutes == [(12, None, 1, 10, 38), (13, 7, 1, 1, 2), (13, None, 1, 8, 16)]
+    hour = _rows(granularity="hour", api_key_id=None)
+    assert [(r.bucket_start, r.requests, r.prompt_tokens, r.completion_tokens) for r in hour] == [
+        (datetime(2026, 12, 5, 10, tzinfo=UTC), 2, 18, 54)
+    ]
+    assert hour[0].latency_ms_sum == pytest.approx(70.0)
+    assert hour[0].latency_ms_max == pytest.approx(50.0)
+
+    # the next flush, again straddling the minute, adds to the same rows
+    async def straddling():  # (on a loop, as in the proxy: noted, not written)
+        meter.observe(subject, None, error=True, prompt_tokens=3, completion_tokens=4, seconds=0.09, now=before)
+        meter.observe(subject, None, error=False, prompt_tokens=5, completion_tokens=6, seconds=0.01, now=after)
+
+    asyncio.run(straddling())
+    assert meter.flush() == 2
+    hour = _rows(granularity="hour", api_key_id=None)
+    assert [(r.requests, r.errors, r.prompt_tokens, r.completion_tokens) for r in hour] == [(4, 1, 26, 64)]
+    assert hour[0].latency_ms_max == pytest.approx(90.0)
+    assert _sample("cleverthis_usage_flush_failures_total") == failures  # nothing failed
+    assert meter.flush() == 0  # nothing left
+
+
+def _sample(name: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+def test_a_failed_flush_is_counted_and_shown_on_the_usage_page_until_one_succeeds(
+    client, owner, workspace, settings, monkeypatch
+):
+    settings.USAGE_FLUSH_S = 3600
+    subject = meter.Subject(workspace.pk, uuid.uuid4())
+
+    async def main():
+        meter.observe(subject, None, error=False, prompt_tokens=2, completion_tokens=9, seconds=0.1)
+
+    asyncio.run(main())
+    from django.db import ProgrammingError
+
+    from fleet.usage import services
+
+    def refuse(**_):
+        raise ProgrammingError("ON CONFLICT DO UPDATE command cannot affect row a second time\nHINT: ...")
+
+    client.force_login(owner)
+    assert b"data-usage-flush-failed" not in client.get("/usage/").content
+    failures = _sample("cleverthis_usage_flush_failures_total")
+    monkeypatch.setattr(services, "usage_add", refuse)
+    assert meter.flush() == 0
+    assert _sample("cleverthis_usage_flush_failures_total") == failures + 1
+    page = client.get("/usage/").content.decode()
+    assert "data-usage-flush-failed" in page
+    assert "cannot affect row a second time" in page
+    assert [n["buckets"] for n in meter.flush_failures()] == [1]
+    monkeypatch.undo()
+    assert meter.flush() == 1  # the kept counts are written: the banner goes
+    assert meter.flush_failures() == []
+    assert b"data-usage-flush-failed" not in client.get("/usage/").content
+    assert [(r.requests, r.completion_tokens) for r in _rows()] == [(1, 9), (1, 9)]

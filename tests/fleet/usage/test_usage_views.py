@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -13,6 +14,7 @@ from fleet.usage import services
 from fleet.usage.models import UsageRollup
 from fleet.usage.services import Rollup
 from fleet.workloads.models import Endpoint, EndpointStatus
+from tenancy.models import ApiKey
 
 pytestmark = pytest.mark.django_db
 
@@ -104,6 +106,28 @@ def test_the_usage_page_shows_totals_charts_and_rows(client, owner, recorded, en
     bad = client.get("/usage/?period=forever")
     assert bad.status_code == 400
     assert "period:" in bad.content.decode()
+
+
+def test_the_usage_page_filters_by_key_name(client, owner, workspace, other_workspace, recorded, endpoint):
+    """The key filter is a list of the workspaces' keys by name (it was a numeric id no page shows)."""
+    key = ApiKey.objects.create(user=owner, workspace=workspace, name="ci-bot", prefix="cibot123", secret_hash="a" * 64)
+    theirs = other_workspace.memberships.get(role="owner").user
+    ApiKey.objects.create(
+        user=theirs, workspace=other_workspace, name="their-key", prefix="theirs12", secret_hash="b" * 64
+    )
+    minute = _now_minute()
+    services.usage_add(rows=[Rollup("minute", minute, workspace.pk, "endpoint", endpoint.pk, key.pk, 5, 0, 50, 60)])
+    client.force_login(owner)
+    html = client.get("/usage/?period=1h").content.decode()
+    assert "API key id" not in html
+    assert 'type="number" min="1" name="api_key"' not in html
+    picker = re.search(r'<select name="api_key">(.*?)</select>', html, re.S)
+    assert picker, "no key list on the Usage page"
+    assert f'<option value="{key.pk}" >ci-bot (ctk_cibot123_…)</option>' in picker[1]
+    assert "their-key" not in picker[1]  # another workspace's key
+    chosen = client.get(f"/usage/?period=1h&api_key={key.pk}").content.decode()
+    assert 'data-total="requests">5<' in chosen
+    assert f'<option value="{key.pk}" selected>ci-bot' in chosen
 
 
 def test_the_csv_export_has_every_rollup_of_the_period(client, owner, recorded, endpoint, cluster):
