@@ -8,7 +8,6 @@ import pytest
 
 from agent import protocol
 from agent.protocol import check_server_args, endpoint_gpus_held, endpoint_vram_held_mb
-from tests.support.environment import missing
 
 # The flags the tests and benches use, and the ones the issue names as safe to keep.
 SAFE = [
@@ -203,6 +202,7 @@ def test_every_allowed_flag_and_value_is_one_the_real_vllm_parser_takes():
     import subprocess
 
     from tests.e2e.test_vllm_endpoint import vllm_python
+    from tests.support.environment import missing
 
     python = vllm_python()
     if not python:
