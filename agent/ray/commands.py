@@ -110,8 +110,9 @@ class RayCommandHandler:
         """True for the `ray.*` command types (workload ones go to `self.jobs`)."""
         return command_type in protocol.RAY_NODE_COMMAND_TYPES or self.jobs.handles(command_type)
 
-    def run(self, command_type: str, payload: Any, progress: ProgressFn) -> dict[str, Any]:
-        """Run one `ray.*` command; returns the result data or raises `CommandFailed`."""
+    def run(self, command_type: str, payload: Any, progress: ProgressFn) -> Any:
+        """Run one `ray.*` command; returns the result data (the job handler's: its result type) or raises
+        `CommandFailed`."""
         if not self.handles(command_type):
             raise CommandFailed("unknown_command", f"{command_type} is not a Ray command")
         if self.jobs.handles(command_type):

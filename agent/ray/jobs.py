@@ -112,8 +112,8 @@ class RayJobsHandler:
         """True for the workload command types."""
         return command_type in protocol.RAY_JOB_COMMAND_TYPES
 
-    def run(self, command_type: str, payload: Any, progress: ProgressFn) -> dict[str, Any]:
-        """Run one command; returns its result data or raises `CommandFailed`."""
+    def run(self, command_type: str, payload: Any, progress: ProgressFn) -> Any:
+        """Run one command; returns its result type (`agent.protocol.results`) or raises `CommandFailed`."""
         if not self.handles(command_type):
             raise CommandFailed("unknown_command", f"{command_type} is not a Ray workload command")
         if isinstance(payload, dict):
@@ -148,14 +148,16 @@ class RayJobsHandler:
 
     # ---- jobs
 
-    def _job_submit(self, p: protocol.RayJobSubmitPayload, progress: ProgressFn) -> dict[str, Any]:
+    def _job_submit(self, p: protocol.RayJobSubmitPayload, progress: ProgressFn) -> protocol.RayJobSubmitResult:
         client = self._client(p.dashboard_port, p.host)
         try:
             info = client.get_job_info(p.submission_id)
         except Exception:
             info = None
         if info is not None:
-            return {"submission_id": p.submission_id, "status": str(info.status.value), "already_submitted": True}
+            return protocol.RayJobSubmitResult(
+                submission_id=p.submission_id, status=str(info.status.value), already_submitted=True
+            )
         runtime_env = dict(p.runtime_env)
         if p.submission_id.startswith("serve-"):
             self._remember_serve_port(p.files)
@@ -189,9 +191,9 @@ class RayJobsHandler:
                     raise
                 progress("the Ray head's job agent is not ready yet; retrying")
                 time.sleep(self.retry_interval_s)
-        return {"submission_id": submission_id, "status": "PENDING", "already_submitted": False}
+        return protocol.RayJobSubmitResult(submission_id=submission_id, status="PENDING", already_submitted=False)
 
-    def _job_status(self, p: protocol.RayJobRefPayload, progress: ProgressFn) -> dict[str, Any]:
+    def _job_status(self, p: protocol.RayJobRefPayload, progress: ProgressFn) -> protocol.RayJobStatusResult:
         client = self._client(p.dashboard_port, p.host)
         try:
             info = client.get_job_info(p.submission_id)
@@ -199,25 +201,25 @@ class RayJobsHandler:
             raise CommandFailed("not_found", f"no Ray job {p.submission_id}: {exc}") from None
         logs = client.get_job_logs(p.submission_id) or ""
         status = str(info.status.value)
-        return {
-            "submission_id": p.submission_id,
-            "status": status,
-            "message": info.message or "",
-            "logs": _tail(logs, p.log_lines),
-            "traceback": extract_traceback(logs) if status == "FAILED" else "",
-            "markers": parse_markers(logs),
-            "start_time": info.start_time,
-            "end_time": info.end_time,
-        }
+        return protocol.RayJobStatusResult(
+            submission_id=p.submission_id,
+            status=status,
+            message=info.message or "",
+            logs=_tail(logs, p.log_lines),
+            traceback=extract_traceback(logs) if status == "FAILED" else "",
+            markers=parse_markers(logs),
+            start_time=info.start_time,
+            end_time=info.end_time,
+        )
 
-    def _job_stop(self, p: protocol.RayJobRefPayload, progress: ProgressFn) -> dict[str, Any]:
+    def _job_stop(self, p: protocol.RayJobRefPayload, progress: ProgressFn) -> protocol.RayJobStopResult:
         client = self._client(p.dashboard_port, p.host)
         progress(f"stopping Ray job {p.submission_id}")
         try:
             stopped = client.stop_job(p.submission_id)
         except RuntimeError as exc:
             raise CommandFailed("not_found", f"no Ray job {p.submission_id}: {exc}") from None
-        return {"submission_id": p.submission_id, "stopped": bool(stopped)}
+        return protocol.RayJobStopResult(submission_id=p.submission_id, stopped=bool(stopped))
 
     # ---- serve
 
@@ -225,7 +227,7 @@ class RayJobsHandler:
         with urllib.request.urlopen(self._address(port, host) + path, timeout=self.timeout_s) as response:
             return json.loads(response.read() or b"null")
 
-    def _serve_status(self, p: protocol.RayServeStatusPayload, progress: ProgressFn) -> dict[str, Any]:
+    def _serve_status(self, p: protocol.RayServeStatusPayload, progress: ProgressFn) -> protocol.RayServeStatusResult:
         try:
             details = self._get_json(p.dashboard_port, "/api/serve/applications/", p.host)
         except urllib.error.HTTPError as exc:
@@ -262,12 +264,12 @@ class RayJobsHandler:
         http = details.get("http_options") or {}
         if result_apps:
             self._remember_serve_port(port=http.get("port"))  # the port Serve really listens on
-        return {
-            "applications": result_apps,
-            "http_port": http.get("port"),
-            "http_host": http.get("host"),
-            "missing": bool(p.app_name and p.app_name not in apps),
-        }
+        return protocol.RayServeStatusResult(
+            applications=result_apps,
+            http_port=http.get("port"),
+            http_host=http.get("host"),
+            missing=bool(p.app_name and p.app_name not in apps),
+        )
 
     def _replica_logs(self, p: protocol.RayServeStatusPayload, deployments: dict[str, Any]) -> dict[str, str]:
         if not p.log_lines:
@@ -290,7 +292,7 @@ class RayJobsHandler:
         return logs
 
     # Which method runs each command type (every one of `protocol.RAY_JOB_COMMAND_TYPES`).
-    ROUTES: ClassVar[dict[str, Callable[..., dict[str, Any]]]] = {
+    ROUTES: ClassVar[dict[str, Callable[..., Any]]] = {
         "ray.job.submit": _job_submit,
         "ray.job.status": _job_status,
         "ray.job.stop": _job_stop,

@@ -184,6 +184,11 @@ ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
 REPLICA_LOAD_PUBLISH_S = env_float("REPLICA_LOAD_PUBLISH_S", 1.0)
 REPLICA_LOAD_TTL_S = env_float("REPLICA_LOAD_TTL_S", 5.0)
 REPLICA_LOAD_WINDOW_S = env_float("REPLICA_LOAD_WINDOW_S", 10.0)
+# Routing policies (fleet.balancer, fleet.proxy.affinity): `session` and `prefix` send a key to a replica
+# allowed up to (1 + ROUTING_EPSILON) x the mean load before it passes on; `prefix` hashes at most
+# ROUTING_PREFIX_CHARS characters of the leading prompt text.
+ROUTING_EPSILON = env_float("ROUTING_EPSILON", 0.25)
+ROUTING_PREFIX_CHARS = env_int("ROUTING_PREFIX_CHARS", 8192)
 # Usage metering of endpoint requests (fleet.usage): requests, errors, tokens and latency per workspace,
 # endpoint and API key, noted in process memory and written as minute and hour rollups with one upsert at
 # most every USAGE_FLUSH_S. USAGE_METERING=0 turns the proxy's part off (the benchmark compares both).

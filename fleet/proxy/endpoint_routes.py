@@ -11,9 +11,11 @@ or changing an endpoint is done on the control plane (Owners and Admins). A brow
 made with the origin cookie must come from this very origin (`fleet.proxy.origin_guard`).
 
 An endpoint's requests are balanced over its running replicas on nodes that are not offline (a replica
-whose replacement runs already is left out: it finishes what it serves and stops): each goes
-to the one with the fewest requests in flight from this process, and a connect failure is tried once on
-another replica (`fleet.balancer`, `relay.proxy_http`).
+whose replacement runs already, or that was retired by a scale-down, is left out: it finishes what it
+serves and stops) by the endpoint's routing policy: `least_load` (the fewest requests in flight over all
+web processes), `session` or `prefix` (affinity by a session key or the leading prompt text, with bounded
+load: `fleet.balancer`, `fleet.proxy.affinity`), and a connect failure is tried once on another replica
+(`relay.proxy_http`).
 
 Where an endpoint leads (its replicas' nodes and ports, its status and whether it is public) is kept in
 process memory for `PROXY_ROUTE_CACHE_S` (default 2 s), so a stream of requests to one endpoint costs no database query
@@ -63,7 +65,7 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from fleet import origin_names
-from fleet.balancer import Upstream
+from fleet.balancer import LEAST_LOAD, Upstream
 from fleet.models import Node, NodeStatus
 from fleet.proxy import key_access, origins, rate_limits
 from fleet.proxy.resolvers import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
@@ -115,6 +117,7 @@ class _Route:
     replicas: tuple[Upstream, ...]  # the running ones on nodes that are not offline
     offline: tuple[Upstream, ...]  # the running ones whose node is offline
     loaded_at: float
+    routing: str = LEAST_LOAD  # the endpoint's routing policy
 
 
 _ROUTE_CACHE_MAX = 10_000
@@ -163,6 +166,7 @@ def _load_route(slug: str) -> _Route | None:
             replicas=tuple(u for u, node_status in upstreams if node_status != NodeStatus.OFFLINE),
             offline=tuple(u for u, node_status in upstreams if node_status == NodeStatus.OFFLINE),
             loaded_at=time.monotonic(),
+            routing=endpoint.routing_policy,
         )
     if route is not None and settings.PROXY_ROUTE_CACHE_S > 0:
         if len(_routes) >= _ROUTE_CACHE_MAX:
@@ -206,6 +210,7 @@ def _target(
         meter=timeseries.workspace_series(route.workspace.pk),
         usage=usage_meter.Subject(route.workspace.pk, route.endpoint_id),
         replicas=route.replicas,
+        routing=route.routing,
     )
 
 

@@ -28,7 +28,7 @@ import h11
 from django.conf import settings
 
 from fleet import balancer, replica_load
-from fleet.proxy import origin_guard, origins, request_meter
+from fleet.proxy import affinity, origin_guard, origins, request_meter
 from fleet.proxy.answers import plain_response
 from fleet.proxy.headers import downstream_headers, upstream_headers
 from fleet.proxy.resolvers import ProxyRedirect, ProxyRefusal, ProxyTarget, request_target, resolve
@@ -171,7 +171,8 @@ async def proxy_http(
 
     A request whose body arrived whole in the first message (most API calls) travels with the
     stream's opening message; larger ones stream up under the agent's credit. A target with replicas
-    sends it to the least busy one, counted in flight until the response ended however it ended; when
+    sends it to the one its routing policy picks (`balancer`; the affinity key read from the body's first
+    message, `affinity`), counted in flight until the response ended however it ended; when
     that connect fails (no tunnel, or the agent could not reach the server, before any response byte)
     the request goes once to another replica. `usage` (metered endpoints) sees the response's head and
     body go by, and is marked `cut` when the response did not reach the client whole.
@@ -187,7 +188,8 @@ async def proxy_http(
         only = balancer.Upstream(key="", node_id=target.node_id, port=target.port)
         await _proxy_to(scope, receive, send, target, first, only, last=True, usage=usage)
         return
-    lease = balancer.Lease(target.replicas)
+    affinity_key = affinity.affinity_key(target.routing, scope, first.get("body", b""))
+    lease = balancer.Lease(target.replicas, target.routing, affinity_key, settings.ROUTING_EPSILON)
     replica_load.PUBLISHER.ensure_running()  # (shares this process's counts with the others)
     try:
         for attempt in range(2):

@@ -30,7 +30,7 @@ from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
 from fleet.workloads.filters import CONTAINER_FILTERS, ENDPOINT_FILTERS, MODEL_LOCATION_FILTERS
 from fleet.workloads.key_api import ApiKeyViewSet
-from fleet.workloads.models import Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel
+from fleet.workloads.models import Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel, RoutingPolicy
 from fleet.workloads.services import PlacementError
 from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
 from kernel.schema import PAGING, page_of
@@ -102,17 +102,22 @@ class ModelLocationSerializer(serializers.ModelSerializer):
 class EndpointReplicaSerializer(serializers.ModelSerializer):
     """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second
     summed over every web process (`fleet.replica_load`, a few seconds old at most; null when they cannot be
-    read); `replacement_of` names the lost replica it took over from (every replica is listed, retired ones
-    too)."""
+    read); the requests the router sent it and, of those, its affinity hits (a request whose session or
+    prefix key went to this same replica the time before: an estimate of prefix-cache reuse), counted by the
+    web processes alive now; `replacement_of` names the lost replica it took over from (every replica is
+    listed, retired ones too)."""
 
     node_name = serializers.CharField(source="node.name", read_only=True, default=None)
     in_flight = serializers.SerializerMethodField()
     tokens_per_s = serializers.SerializerMethodField()
+    requests_routed = serializers.SerializerMethodField()
+    affinity_hits = serializers.SerializerMethodField()
 
     class Meta:
         model = EndpointReplica
         fields = ["id", "server_id", "node", "node_name", "status", "port", "failure_code", "failure_message"]
-        fields += ["in_flight", "tokens_per_s", "replacement_of", "created_at", "updated_at"]
+        fields += ["in_flight", "tokens_per_s", "requests_routed", "affinity_hits"]
+        fields += ["replacement_of", "created_at", "updated_at"]
         read_only_fields = fields
 
     def _load(self, obj: EndpointReplica) -> ReplicaLoad | None:
@@ -129,6 +134,14 @@ class EndpointReplicaSerializer(serializers.ModelSerializer):
     def get_tokens_per_s(self, obj: EndpointReplica) -> float | None:
         load = self._load(obj)
         return None if load is None else round(load.tokens_per_s, 1)
+
+    def get_requests_routed(self, obj: EndpointReplica) -> int | None:
+        load = self._load(obj)
+        return None if load is None else load.routed
+
+    def get_affinity_hits(self, obj: EndpointReplica) -> int | None:
+        load = self._load(obj)
+        return None if load is None else load.affinity_hits
 
 
 class EndpointEventSerializer(serializers.ModelSerializer):
@@ -181,6 +194,7 @@ class EndpointSerializer(serializers.ModelSerializer):
             "idle_since",
             "key_requests_per_min",
             "key_tokens_per_min",
+            "routing_policy",
             "replicas",
             "failure_code",
             "failure_message",
@@ -216,6 +230,12 @@ def _revision(value: str) -> str:
     except DjangoValidationError as exc:
         raise serializers.ValidationError(exc.message_dict["revision"]) from None
 
+
+ROUTING_HELP = (
+    "How requests are spread over the replicas: least_load (the fewest in flight), session (the same "
+    "X-Session-Id, OpenAI user or API key to the same replica) or prefix (the same leading prompt text to the "
+    "same replica); the affinity policies pass a request on when its replica is busier than the rest."
+)
 
 # The fields an endpoint hands to every replica's endpoint.start, bounded as the protocol bounds them.
 _START = protocol.EndpointStartPayload
@@ -293,6 +313,9 @@ class EndpointCreateSerializer(serializers.Serializer):
         default=None,
         help_text="Tokens (prompt and completion) a minute each API key (and each member) may use; null: no limit.",
     )
+    routing_policy = serializers.ChoiceField(
+        choices=RoutingPolicy.choices, required=False, default=RoutingPolicy.LEAST_LOAD, help_text=ROUTING_HELP
+    )
 
     def validate_model_id(self, value: str) -> str:
         try:
@@ -325,15 +348,19 @@ class EndpointRevisionSerializer(serializers.Serializer):
 
 
 class EndpointUpdateSerializer(_NoUnknownFields):
-    """Input of POST /endpoints/<id>/update/: the new revision and/or server arguments (left out: kept)."""
+    """Input of POST /endpoints/<id>/update/: the new revision and/or server arguments (a rolling update),
+    and/or the routing policy (at once, no restart); what is left out is kept."""
 
     revision = payload_field(_START, "revision", required=False, default=serializers.empty, validators=[_revision])
     server_args = ServerArgsField(required=False)
+    routing_policy = serializers.ChoiceField(choices=RoutingPolicy.choices, required=False, help_text=ROUTING_HELP)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)
-        if "revision" not in attrs and "server_args" not in attrs:
-            raise serializers.ValidationError({"revision": "Give a revision and/or server_args to update to."})
+        if not {"revision", "server_args", "routing_policy"} & set(attrs):
+            raise serializers.ValidationError(
+                {"revision": "Give a revision and/or server_args to update to (and/or a routing_policy)."}
+            )
         return attrs
 
 
@@ -463,6 +490,7 @@ class EndpointViewSet(
             scale_cooldown_s=values["scale_cooldown_s"],
             idle_timeout_s=values["idle_timeout_s"],
             server_args=values["server_args"],
+            routing_policy=values["routing_policy"],
         )
 
     @extend_schema(request=EndpointLimitsSerializer, responses={200: EndpointSerializer})
@@ -498,12 +526,20 @@ class EndpointViewSet(
     @action(detail=True, methods=["post"], url_path="update")
     def rolling_update(self, request: Request, pk: str | None = None) -> Response:
         """Roll the endpoint over to another model revision and/or other server arguments (what is left out
-        stays): new replicas first, each old one leaves rotation once its replacement answers."""
+        stays): new replicas first, each old one leaves rotation once its replacement answers. A
+        `routing_policy` takes effect at once, without a rolling update."""
         endpoint = self.get_object()
         require_editor(request.user, endpoint.cluster.workspace, what="update endpoints")  # 403 before 400
         data = EndpointUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        endpoint = workload_services.endpoint_update(actor=request.user, endpoint=endpoint, **data.validated_data)
+        values = dict(data.validated_data)
+        routing_policy = values.pop("routing_policy", None)
+        if values:
+            endpoint = workload_services.endpoint_update(actor=request.user, endpoint=endpoint, **values)
+        if routing_policy is not None:
+            endpoint = workload_services.endpoint_set_routing(
+                actor=request.user, endpoint=endpoint, routing_policy=routing_policy
+            )
         return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
 
     @extend_schema(request=EndpointRevisionSerializer, responses={200: EndpointSerializer})

@@ -10,6 +10,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from fleet.workloads.models import RoutingPolicy
 from fleet.workloads.services import (
     MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
@@ -62,6 +63,20 @@ class EndpointLimitsForm(forms.Form):
     )
     key_tokens_per_min = _per_minute_field(
         "Tokens/min per key", "Prompt and completion tokens, each API key or member (empty: no limit)."
+    )
+
+
+def _routing_field() -> forms.ChoiceField:
+    return forms.ChoiceField(
+        choices=RoutingPolicy.choices,
+        initial=RoutingPolicy.LEAST_LOAD,
+        label="Routing policy",
+        help_text=(
+            "Least load: the replica with the fewest requests in flight. Session: the same X-Session-Id, "
+            "OpenAI user or API key to the same replica. Prefix: the same leading prompt text to the same "
+            "replica (its prefix cache). Both affinity policies pass a request on when its replica is busier "
+            "than the others."
+        ),
     )
 
 
@@ -125,6 +140,7 @@ class EndpointCreateForm(forms.Form):
     server_args = _server_args_field()
     key_requests_per_min = EndpointLimitsForm.base_fields["key_requests_per_min"]
     key_tokens_per_min = EndpointLimitsForm.base_fields["key_tokens_per_min"]
+    routing_policy = _routing_field()
 
     def __init__(self, *args: Any, cached: dict[str, list[str]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -148,3 +164,9 @@ class EndpointUpdateForm(forms.Form):
     def changes(self) -> dict[str, Any]:
         """The service's keyword arguments."""
         return {"revision": self.cleaned_data["revision"], "server_args": self.cleaned_data["server_args"]}
+
+
+class EndpointRoutingForm(forms.Form):
+    """The endpoint page's routing policy (changed at once, without a rolling update)."""
+
+    routing_policy = _routing_field()

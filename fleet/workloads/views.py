@@ -22,8 +22,14 @@ from fleet.replica_load import ReplicaLoad
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
-from fleet.workloads.forms import EndpointCreateForm, EndpointLimitsForm, EndpointUpdateForm, server_args_line
-from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel
+from fleet.workloads.forms import (
+    EndpointCreateForm,
+    EndpointLimitsForm,
+    EndpointRoutingForm,
+    EndpointUpdateForm,
+    server_args_line,
+)
+from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel, RoutingPolicy
 from fleet.workloads.services import PlacementError
 from kernel.exceptions import IllegalTransition
 from tenancy.permissions import can_edit, can_operate
@@ -126,6 +132,7 @@ def endpoint_detail(request: HttpRequest, pk: Any) -> HttpResponse:
                 "key_tokens_per_min": endpoint.key_tokens_per_min,
             }
         ),
+        "routing_choices": RoutingPolicy.choices,
     }
     if request.htmx:
         return render(request, "workloads/_endpoint_replicas.html", context)
@@ -179,6 +186,7 @@ def _create(request: HttpRequest, cluster: ComputeCluster, values: dict[str, Any
         target_requests_per_min=values["target_requests_per_min"] or 0,
         scale_cooldown_s=120 if values["scale_cooldown_s"] is None else values["scale_cooldown_s"],
         server_args=values["server_args"],
+        routing_policy=values["routing_policy"],
     )
 
 
@@ -257,3 +265,22 @@ def endpoint_update(request: HttpRequest, pk: Any) -> HttpResponse:
             "replacement answers.",
         )
     return _back(request, endpoint)
+
+
+@login_required
+@require_POST
+def endpoint_routing(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Set the endpoint's routing policy (Owner, Admin, Member; at once, no restart); 400 with the field's
+    message for an unknown policy, else back to the endpoint's page."""
+    endpoint = get_object_or_404(selectors.endpoint_list(user=request.user), pk=pk)
+    if not can_edit(request.user, endpoint.cluster.workspace):
+        raise PermissionDenied("Only workspace Owners, Admins and Members can change how endpoints route.")
+    form = EndpointRoutingForm(request.POST)
+    if not form.is_valid():
+        problems = "; ".join(m for ms in form.errors.values() for m in ms)
+        return HttpResponse(f"Routing policy: {problems}", status=400, content_type="text/plain; charset=utf-8")
+    workload_services.endpoint_set_routing(
+        actor=request.user, endpoint=endpoint, routing_policy=form.cleaned_data["routing_policy"]
+    )
+    messages.success(request, f"Endpoint {endpoint.hostname} now routes by {form.cleaned_data['routing_policy']}.")
+    return redirect("workloads:endpoint_detail", pk=endpoint.pk)

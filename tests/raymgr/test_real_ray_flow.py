@@ -16,6 +16,7 @@ from agent.errors import CommandFailed
 from agent.ray.commands import RayCommandHandler
 from agent.ray.ports import free_port
 from agent.ray.process_runtime import RayProcessRuntime
+from agent.runner import result_data
 from fleet.models import Command, CommandStatus
 from raymgr import services
 from raymgr.models import RayNode, RayNodeStatus
@@ -41,7 +42,7 @@ def run_queued(agent: RayCommandHandler) -> list[Command]:
         except CommandFailed as exc:
             finish(command, ok=False, code=exc.code, message=exc.message)
         else:
-            finish(command, data=data)
+            finish(command, data=result_data(command.command_type, data))  # as the agent sends it
         done.append(command)
     return done
 

@@ -18,6 +18,7 @@ from agent.errors import CommandFailed
 from agent.ray.commands import RayCommandHandler
 from agent.ray.ports import free_port
 from agent.ray.process_runtime import RayProcessRuntime
+from agent.runner import result_data
 from fleet.models import Command, CommandStatus
 from raymgr.workloads import services
 from raymgr.workloads.models import JobStatus, ServeStatus, TrainingJob, TuneExperiment
@@ -55,7 +56,7 @@ def run_queued(agent: RayCommandHandler) -> None:
         except CommandFailed as exc:
             finish(command, ok=False, code=exc.code, message=exc.message)
         else:
-            finish(command, data=data)
+            finish(command, data=result_data(command.command_type, data))  # as the agent sends it
 
 
 def pump(agent: RayCommandHandler, done, *, timeout: float, what: str) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from agent import protocol
 from agent.errors import CommandFailed
 from agent.ray.jobs import RayJobsHandler
 
@@ -47,7 +48,7 @@ def test_submit_waits_for_the_heads_job_agent(tmp_path, monkeypatch):
         "ray.job.submit", PAYLOAD, lambda message, *a, **k: said.append(message)
     )
 
-    assert result == {"submission_id": "train-1", "status": "PENDING", "already_submitted": False}
+    assert result == protocol.RayJobSubmitResult(submission_id="train-1", status="PENDING", already_submitted=False)
     assert client.calls == 3
     assert said.count("the Ray head's job agent is not ready yet; retrying") == 2
 

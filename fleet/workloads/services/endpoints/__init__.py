@@ -34,7 +34,7 @@ from fleet.workloads.services.endpoints.outcomes import endpoint_record_acked, e
 from fleet.workloads.services.endpoints.placement import PlacementError, node_free_vram_mb
 from fleet.workloads.services.endpoints.reconcile import endpoints_end_with_node, endpoints_reconcile
 from fleet.workloads.services.endpoints.starts import endpoint_record_start_commands
-from fleet.workloads.services.endpoints.updates import endpoint_update
+from fleet.workloads.services.endpoints.updates import endpoint_set_routing, endpoint_update
 from fleet.workloads.services.endpoints.validation import (
     MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
@@ -77,6 +77,7 @@ __all__ = [
     "endpoint_record_start_commands",
     "endpoint_restart",
     "endpoint_set_key_limits",
+    "endpoint_set_routing",
     "endpoint_stop",
     "endpoint_update",
     "endpoint_wake",

@@ -12,7 +12,7 @@ from django.db import transaction
 
 from audit.services import created, new, on, operator_action
 from fleet.models import ComputeCluster, Node
-from fleet.workloads.models import Endpoint, EndpointStatus
+from fleet.workloads.models import Endpoint, EndpointStatus, RoutingPolicy
 from fleet.workloads.services.endpoints.events import endpoint_event_record
 from fleet.workloads.services.endpoints.placement import place_replicas
 from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_stop
@@ -28,6 +28,7 @@ from fleet.workloads.services.endpoints.validation import (
     validate_count,
     validate_model_id,
     validate_revision,
+    validate_routing_policy,
     validate_server_args,
 )
 from kernel.exceptions import IllegalTransition
@@ -63,6 +64,7 @@ def endpoint_create(
     scale_cooldown_s: int = 120,
     idle_timeout_s: int = 300,
     server_args: list[str] | None = None,
+    routing_policy: str = RoutingPolicy.LEAST_LOAD,
 ) -> Endpoint:
     """Start an inference endpoint for a cached model with `min_replicas` replicas; Owner, Admin or Member.
 
@@ -75,7 +77,7 @@ def endpoint_create(
     replica; 0 = off) the autoscaler keeps between min and max replicas on that load. With `min_replicas` 0
     it starts one replica and scales to zero after `idle_timeout_s` seconds without requests
     (`endpoint_idle`); the next request starts one again. Every replica's server starts with `server_args`
-    (`validate_server_args`).
+    (`validate_server_args`). The proxy spreads requests over the replicas by `routing_policy`.
     """
     require_editor(actor, cluster.workspace, what="create endpoints")
     validate_model_id(model_id)
@@ -101,6 +103,7 @@ def endpoint_create(
     validate_count(target_in_flight, "target_in_flight", MAX_TARGET_IN_FLIGHT)
     validate_count(target_tokens_per_s, "target_tokens_per_s", MAX_TARGET_TOKENS_PER_S)
     validate_count(scale_cooldown_s, "scale_cooldown_s", MAX_SCALE_COOLDOWN_S)
+    validate_routing_policy(routing_policy)
     if node is not None and min_replicas > 1:
         raise ValidationError({"node": "A chosen node takes one replica: leave it out to place several."})
     with transaction.atomic():
@@ -120,6 +123,7 @@ def endpoint_create(
             scale_cooldown_s=scale_cooldown_s,
             idle_timeout_s=idle_timeout_s,
             server_args=server_args,
+            routing_policy=routing_policy,
             created_by=actor,
         )
         commands = place_replicas(actor=actor, endpoint=endpoint, node=node)

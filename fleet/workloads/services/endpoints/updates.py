@@ -23,7 +23,11 @@ from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.endpoints.events import endpoint_event_record
 from fleet.workloads.services.endpoints.placement import pick_replica_node
 from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_start
-from fleet.workloads.services.endpoints.validation import validate_revision, validate_server_args
+from fleet.workloads.services.endpoints.validation import (
+    validate_revision,
+    validate_routing_policy,
+    validate_server_args,
+)
 from kernel.exceptions import IllegalTransition
 from tenancy.mixins import require_editor
 from tenancy.quotas import locked_quota
@@ -122,4 +126,29 @@ def endpoint_update(
         endpoint_summarise(endpoint)
     endpoint.refresh_from_db()
     endpoint.rolled_from = (old_revision, old_args)
+    return endpoint
+
+
+@operator_action(
+    "endpoint.routing",
+    target=on("endpoint", "endpoint"),
+    detail=lambda kw, value: {"routing_policy": _asked(kw.get("routing_policy"))},
+)
+def endpoint_set_routing(*, actor: AbstractBaseUser, endpoint: Endpoint, routing_policy: str) -> Endpoint:
+    """Set how the proxy spreads the endpoint's requests over its replicas (Owner, Admin, Member; any state, no
+    replica restarts: every web process routes by it within PROXY_ROUTE_CACHE_S). 400 for an unknown policy."""
+    require_editor(actor, endpoint.cluster.workspace, what="change how endpoints route")
+    validate_routing_policy(routing_policy)
+    with transaction.atomic():
+        endpoint = Endpoint.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=endpoint.pk)
+        if endpoint.routing_policy == routing_policy:
+            return endpoint
+        old, endpoint.routing_policy = endpoint.routing_policy, routing_policy
+        endpoint.save(update_fields=["routing_policy", "updated_at"])
+        endpoint_event_record(
+            endpoint=endpoint,
+            kind="endpoint.routing",
+            message=f"Endpoint {endpoint.hostname}: routing policy {old} → {routing_policy} by {actor.get_username()}",
+            data={"routing_policy": {"old": old, "new": routing_policy}},
+        )
     return endpoint
