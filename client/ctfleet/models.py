@@ -90,6 +90,8 @@ RayNodeStatusEnum = Literal['starting', 'running', 'draining', 'stopping', 'stop
 
 RayRuntimeEnum = Literal['docker', 'process', 'kuberay']
 
+RoutingPolicyEnum = Literal['least_load', 'session', 'prefix']
+
 SchedulerEnum = Literal['fifo', 'asha', 'pbt']
 
 ScopesEnum = Literal['read', 'operate', 'invoke']
@@ -1161,7 +1163,7 @@ class ContainerStopCommand(_Model):
 class Endpoint(_Model):
     """An inference endpoint, its public URL, its replicas, and on failure the agent's code with `error_help`."""
 
-    __slots__ = ('id', 'slug', 'url', 'cluster', 'node', 'node_name', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'server_args', 'status', 'port', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'scaled_at', 'idle_timeout_s', 'idle_since', 'key_requests_per_min', 'key_tokens_per_min', 'replicas', 'failure_code', 'failure_message', 'error_help', 'start_command', 'stop_command', 'created_by', 'created_at', 'updated_at',)
+    __slots__ = ('id', 'slug', 'url', 'cluster', 'node', 'node_name', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'server_args', 'status', 'port', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'scaled_at', 'idle_timeout_s', 'idle_since', 'key_requests_per_min', 'key_tokens_per_min', 'routing_policy', 'replicas', 'failure_code', 'failure_message', 'error_help', 'start_command', 'stop_command', 'created_by', 'created_at', 'updated_at',)
 
     def __init__(
         self,
@@ -1191,6 +1193,7 @@ class Endpoint(_Model):
         idle_since: str | None,
         key_requests_per_min: int | None,
         key_tokens_per_min: int | None,
+        routing_policy: RoutingPolicyEnum,
         replicas: list[EndpointReplica],
         failure_code: str,
         failure_message: str,
@@ -1226,6 +1229,7 @@ class Endpoint(_Model):
         self.idle_since = idle_since
         self.key_requests_per_min = key_requests_per_min
         self.key_tokens_per_min = key_tokens_per_min
+        self.routing_policy = routing_policy
         self.replicas = replicas
         self.failure_code = failure_code
         self.failure_message = failure_message
@@ -1264,6 +1268,7 @@ class Endpoint(_Model):
             idle_since=data['idle_since'],
             key_requests_per_min=data['key_requests_per_min'],
             key_tokens_per_min=data['key_tokens_per_min'],
+            routing_policy=data['routing_policy'],
             replicas=_list(EndpointReplica.from_dict, data['replicas']),
             failure_code=data['failure_code'],
             failure_message=data['failure_message'],
@@ -1302,6 +1307,7 @@ class Endpoint(_Model):
         out['idle_since'] = self.idle_since
         out['key_requests_per_min'] = self.key_requests_per_min
         out['key_tokens_per_min'] = self.key_tokens_per_min
+        out['routing_policy'] = self.routing_policy
         out['replicas'] = _list(_dump, self.replicas)
         out['failure_code'] = self.failure_code
         out['failure_message'] = self.failure_message
@@ -1317,7 +1323,7 @@ class Endpoint(_Model):
 class EndpointCreate(_Model):
     """Input of POST /endpoints/."""
 
-    __slots__ = ('cluster', 'node', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'idle_timeout_s', 'server_args', 'key_requests_per_min', 'key_tokens_per_min',)
+    __slots__ = ('cluster', 'node', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'idle_timeout_s', 'server_args', 'key_requests_per_min', 'key_tokens_per_min', 'routing_policy',)
 
     def __init__(
         self,
@@ -1339,6 +1345,7 @@ class EndpointCreate(_Model):
         server_args: list[str] | None = None,
         key_requests_per_min: int | None = None,
         key_tokens_per_min: int | None = None,
+        routing_policy: RoutingPolicyEnum | None = None,
     ) -> None:
         self.cluster = cluster
         self.node = node
@@ -1357,6 +1364,7 @@ class EndpointCreate(_Model):
         self.server_args = server_args
         self.key_requests_per_min = key_requests_per_min
         self.key_tokens_per_min = key_tokens_per_min
+        self.routing_policy = routing_policy
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointCreate:
@@ -1378,6 +1386,7 @@ class EndpointCreate(_Model):
             server_args=data.get('server_args'),
             key_requests_per_min=data.get('key_requests_per_min'),
             key_tokens_per_min=data.get('key_tokens_per_min'),
+            routing_policy=data.get('routing_policy'),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -1414,6 +1423,8 @@ class EndpointCreate(_Model):
             out['key_requests_per_min'] = self.key_requests_per_min
         if self.key_tokens_per_min is not None:
             out['key_tokens_per_min'] = self.key_tokens_per_min
+        if self.routing_policy is not None:
+            out['routing_policy'] = self.routing_policy
         return out
 
 
@@ -1536,9 +1547,9 @@ class EndpointLimits(_Model):
 
 
 class EndpointReplica(_Model):
-    """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second summed over every web process (`fleet.replica_load`, a few seconds old at most; null when they cannot be read); `replacement_of` names the lost replica it took over from (every replica is listed, retired ones too)."""
+    """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second summed over every web process (`fleet.replica_load`, a few seconds old at most; null when they cannot be read); the requests the router sent it and, of those, its affinity hits (a request whose session or prefix key went to this same replica the time before: an estimate of prefix-cache reuse), counted by the web processes alive now; `replacement_of` names the lost replica it took over from (every replica is listed, retired ones too)."""
 
-    __slots__ = ('id', 'server_id', 'node', 'node_name', 'status', 'port', 'failure_code', 'failure_message', 'in_flight', 'tokens_per_s', 'replacement_of', 'created_at', 'updated_at',)
+    __slots__ = ('id', 'server_id', 'node', 'node_name', 'status', 'port', 'failure_code', 'failure_message', 'in_flight', 'tokens_per_s', 'requests_routed', 'affinity_hits', 'replacement_of', 'created_at', 'updated_at',)
 
     def __init__(
         self,
@@ -1553,6 +1564,8 @@ class EndpointReplica(_Model):
         failure_message: str,
         in_flight: int | None,
         tokens_per_s: float | None,
+        requests_routed: int | None,
+        affinity_hits: int | None,
         replacement_of: str | None,
         created_at: str,
         updated_at: str,
@@ -1567,6 +1580,8 @@ class EndpointReplica(_Model):
         self.failure_message = failure_message
         self.in_flight = in_flight
         self.tokens_per_s = tokens_per_s
+        self.requests_routed = requests_routed
+        self.affinity_hits = affinity_hits
         self.replacement_of = replacement_of
         self.created_at = created_at
         self.updated_at = updated_at
@@ -1584,6 +1599,8 @@ class EndpointReplica(_Model):
             failure_message=data['failure_message'],
             in_flight=data['in_flight'],
             tokens_per_s=data['tokens_per_s'],
+            requests_routed=data['requests_routed'],
+            affinity_hits=data['affinity_hits'],
             replacement_of=data['replacement_of'],
             created_at=data['created_at'],
             updated_at=data['updated_at'],
@@ -1601,6 +1618,8 @@ class EndpointReplica(_Model):
         out['failure_message'] = self.failure_message
         out['in_flight'] = self.in_flight
         out['tokens_per_s'] = self.tokens_per_s
+        out['requests_routed'] = self.requests_routed
+        out['affinity_hits'] = self.affinity_hits
         out['replacement_of'] = self.replacement_of
         out['created_at'] = self.created_at
         out['updated_at'] = self.updated_at
@@ -1781,24 +1800,27 @@ class EndpointStopPayload(_Model):
 
 
 class EndpointUpdate(_Model):
-    """Input of POST /endpoints/<id>/update/: the new revision and/or server arguments (left out: kept)."""
+    """Input of POST /endpoints/<id>/update/: the new revision and/or server arguments (a rolling update), and/or the routing policy (at once, no restart); what is left out is kept."""
 
-    __slots__ = ('revision', 'server_args',)
+    __slots__ = ('revision', 'server_args', 'routing_policy',)
 
     def __init__(
         self,
         *,
         revision: str | None = None,
         server_args: list[str] | None = None,
+        routing_policy: RoutingPolicyEnum | None = None,
     ) -> None:
         self.revision = revision
         self.server_args = server_args
+        self.routing_policy = routing_policy
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointUpdate:
         return cls(
             revision=data.get('revision'),
             server_args=data.get('server_args'),
+            routing_policy=data.get('routing_policy'),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -1807,6 +1829,8 @@ class EndpointUpdate(_Model):
             out['revision'] = self.revision
         if self.server_args is not None:
             out['server_args'] = self.server_args
+        if self.routing_policy is not None:
+            out['routing_policy'] = self.routing_policy
         return out
 
 
