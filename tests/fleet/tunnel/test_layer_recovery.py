@@ -5,8 +5,9 @@
   without waiting for a heartbeat's renewal, and commands reach them again over the same socket.
 - Recording a frame failing in the database (here: the tunnel's database session is ended while it waits
   for a row lock, as a failover does) closes the tunnel with 1011 instead of killing the consumer: it is
-  no longer registered in its process and its node reads disconnected, so requests never land on a dead
-  tunnel, and the agent's reconnect gets every unfinished command again.
+  no longer registered in its process, its node reads disconnected and its streams end with "tunnel
+  closed" at once, so requests never land on (or wait for) a dead tunnel, and the agent's reconnect gets
+  every unfinished command again.
 
 Driven through the real ASGI application over the real Redis channel layer (this test's own Redis
 database) and PostgreSQL.
@@ -26,6 +27,7 @@ from agent import protocol as p
 from fleet import services
 from fleet.groups import command_message, node_group
 from fleet.models import Node
+from fleet.proxy.streams import TunnelStream
 from fleet.tunnel import local_tunnels
 from tests.fleet.tunnel.test_tunnel_bad_input import _authenticated, _close_of, _frame, node_identity  # noqa: F401
 
@@ -96,6 +98,7 @@ async def test_a_failed_ack_record_closes_the_tunnel_and_frees_it(node_identity,
     (command,) = await sync_to_async(services.command_queue)(
         actor=owner, cluster=cluster, command_type="model.download", payload={"model_id": "acme/tiny"}, node=node
     )
+    stream = await TunnelStream.open(node_id=node_identity.node_id, port=8000)  # a request in flight
     locker = await sync_to_async(_hold_row_lock)(command.pk)
     try:
         await comm.send_to(text_data=p.encode(p.Ack(command_id=str(command.pk))))
@@ -109,6 +112,31 @@ async def test_a_failed_ack_record_closes_the_tunnel_and_frees_it(node_identity,
         assert closed["code"] == 1011
         assert local_tunnels.get(node_identity.node_id) is None
         assert not await sync_to_async(lambda: Node.objects.get(pk=node.pk).connected)()
+        assert await stream.read(timeout=5) == b""  # the stream ended at once, with the reason
+        assert stream.error == "tunnel closed"
     finally:
+        await stream.close()
         await sync_to_async(_release)(locker)
+        await comm.disconnect()
+
+
+@pytest.mark.asyncio
+async def test_a_consumer_that_fails_on_a_channel_message_runs_its_disconnect(node_identity):  # noqa: F811
+    """A channel-layer message the consumer cannot handle (here a command id that is no UUID) ends the
+    tunnel, not silently: unregistered, node disconnected, streams ended, closed with 1011. (Before: the
+    error escaped Channels' dispatch and the consumer died without its disconnect.)"""
+    comm = await _authenticated(node_identity)
+    stream = await TunnelStream.open(node_id=node_identity.node_id, port=8000)
+    try:
+        await get_channel_layer().group_send(
+            node_group(node_identity.node_id), {"type": "node.command", "command_id": "not-a-uuid"}
+        )
+        closed = await _close_of(comm, 10)
+        assert closed["code"] == 1011
+        assert local_tunnels.get(node_identity.node_id) is None
+        assert not await sync_to_async(lambda: Node.objects.get(pk=node_identity.node_id).connected)()
+        assert await stream.read(timeout=5) == b""
+        assert stream.error == "tunnel closed"
+    finally:
+        await stream.close()
         await comm.disconnect()
