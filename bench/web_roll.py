@@ -319,7 +319,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=150)
     parser.add_argument("--heartbeat", type=float, default=5.0, help="agents' heartbeat interval (s)")
     parser.add_argument("--connect-rate", type=float, default=50.0, help="tunnels opened per second at start")
-    parser.add_argument("--drain-deadline", type=int, default=30, help="WEB_DRAIN_DEADLINE_S of the web processes")
+    parser.add_argument("--drain-deadline", type=int, default=60, help="WEB_DRAIN_DEADLINE_S of the web processes")
     args = parser.parse_args()
     if not haproxy.available():
         sys.exit("web_roll: needs haproxy (apt-get install haproxy)")

@@ -146,7 +146,7 @@ TUNNEL_GROUP_REFRESH_S = env_float("TUNNEL_GROUP_REFRESH_S", 60.0)
 # agent whose tunnel it holds is told to open a new one through the load balancer, the old tunnel closes
 # once the new one is up and its streams ended; at WEB_DRAIN_DEADLINE_S whatever is left is closed and the
 # server stops (its --timeout-graceful-shutdown is the same value: the web command; whole seconds).
-WEB_DRAIN_DEADLINE_S = env_float("WEB_DRAIN_DEADLINE_S", 30.0)
+WEB_DRAIN_DEADLINE_S = env_float("WEB_DRAIN_DEADLINE_S", 60.0)
 WEB_DRAIN_LB_S = env_float("WEB_DRAIN_LB_S", 3.0)
 # The peer listener of each web process (fleet.tunnel.peer_listener): a request that lands in another
 # process than the one holding the node's tunnel opens its stream there, directly. It binds

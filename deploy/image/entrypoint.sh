@@ -58,7 +58,7 @@ case "${1:-web}" in
       --ws cleverthis.uvicorn_fixes:ClosingHandshakeProtocol --ws-per-message-deflate false --ws-max-size 4194304 \
       --ws-ping-interval "${TUNNEL_PING_INTERVAL_S:-10}" --ws-ping-timeout "${TUNNEL_PING_TIMEOUT_S:-20}" \
       --lifespan off --no-access-log --no-server-header --no-date-header \
-      --no-proxy-headers --timeout-graceful-shutdown "${WEB_DRAIN_DEADLINE_S:-30}" \
+      --no-proxy-headers --timeout-graceful-shutdown "${WEB_DRAIN_DEADLINE_S:-60}" \
       "$@"
     ;;
   worker)

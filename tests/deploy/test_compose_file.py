@@ -151,7 +151,7 @@ def test_web_replicas_get_the_time_to_drain_before_a_hard_stop():
     grace = _seconds(web["stop_grace_period"])
     assert grace > 2 * deadline  # the drain, then uvicorn's graceful shutdown of what still runs
     entrypoint = (DEPLOY / "image" / "entrypoint.sh").read_text()
-    assert '--timeout-graceful-shutdown "${WEB_DRAIN_DEADLINE_S:-30}"' in entrypoint
+    assert '--timeout-graceful-shutdown "${WEB_DRAIN_DEADLINE_S:-60}"' in entrypoint
 
 
 def test_roll_drains_replicas_before_it_stops_them_and_rolls_the_worker_before_beat():

@@ -75,7 +75,7 @@ def test_the_web_command_is_the_tests_uvicorn_command(where):
     assert tests["--ws-max-size"] == str(MAX_WEBSOCKET_MESSAGE_BYTES)
     assert _default(written.pop("--ws-ping-interval")) == str(TUNNEL_PING_INTERVAL_S) == tests.pop("--ws-ping-interval")
     assert _default(written.pop("--ws-ping-timeout")) == str(TUNNEL_PING_TIMEOUT_S) == tests.pop("--ws-ping-timeout")
-    # as long as the drain (WEB_DRAIN_DEADLINE_S, whole seconds): 30 s, the tests' web servers 5 s
-    assert _default(written.pop("--timeout-graceful-shutdown")) == "30"
+    # as long as the drain (WEB_DRAIN_DEADLINE_S, whole seconds): 60 s, the tests' web servers 5 s
+    assert _default(written.pop("--timeout-graceful-shutdown")) == "60"
     assert tests.pop("--timeout-graceful-shutdown") == "5"
     assert written == tests
