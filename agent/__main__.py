@@ -12,7 +12,8 @@ from agent import asyncio_fixes
 from agent.config import AgentConfig, state_dir_from_env
 from agent.errors import RegistrationError
 from agent.registration import join
-from agent.transport.tunnel import RunnerLike, run_agent
+from agent.transport.commands import RunnerLike
+from agent.transport.tunnel import run_agent
 from agent.update import launch
 
 log = logging.getLogger("agent")

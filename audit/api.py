@@ -5,7 +5,6 @@ Scoped by `WorkspaceScopedMixin` like every API: entries of other workspaces are
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from rest_framework.routers import SimpleRouter
 from audit.models import AuditEntry
 from audit.selectors import AUDIT_FILTERS, audit_entry_list
 from kernel.api import ServiceErrorsMixin
+from kernel.csv_export import SafeWriter
 from tenancy.mixins import WorkspaceScopedMixin
 
 EXPORT_FORMATS = ("csv", "json")
@@ -81,7 +81,7 @@ def _row(entry: AuditEntry) -> dict[str, Any]:
 
 def _csv_lines(rows: Iterator[AuditEntry]) -> Iterator[str]:
     buffer = io.StringIO()
-    writer = csv.writer(buffer)
+    writer = SafeWriter(buffer)
 
     def flush() -> str:
         text = buffer.getvalue()
@@ -94,7 +94,7 @@ def _csv_lines(rows: Iterator[AuditEntry]) -> Iterator[str]:
     for entry in rows:
         data = _row(entry)
         data["detail"] = json.dumps(data["detail"], sort_keys=True)
-        writer.writerow(["" if data[c] is None else data[c] for c in CSV_COLUMNS])
+        writer.writerow([data[c] for c in CSV_COLUMNS])
         yield flush()
 
 

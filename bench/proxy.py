@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import os
 import re
+import secrets
 import statistics
 import sys
 import tempfile
@@ -35,6 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cleverthis.settings.base")
+# DEBUG is off, as in production: a secret key of this run's own (the web processes it starts inherit it)
+os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 
 from tests.support.processes import ManagedProcess, free_port, port_open, wait_until  # noqa: E402
 

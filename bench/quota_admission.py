@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import statistics
 import sys
 import time
@@ -24,6 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cleverthis.settings.base")
+# DEBUG is off, as in production: a secret key of this run's own (the web processes it starts inherit it)
+os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
 BENCH_DB = os.environ.setdefault("BENCH_DB", "cleverthis_bench_quota")
 os.environ["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{BENCH_DB}"

@@ -41,14 +41,17 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     groups_joined: frozenset[str] = frozenset()
     renewed_at = 0.0
+    user_group = ""
 
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        await self.accept()
+        self.user_group = browser_push.user_group(user.pk)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
         await self._join()
+        await self.accept()  # (once in its groups: what commits after the socket opens reaches it)
 
     async def _join(self) -> None:
         wanted = frozenset(browser_push.workspace_group(pk) for pk in await _workspace_ids(self.scope["user"]))
@@ -63,13 +66,24 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
         self.groups_joined = frozenset()
+        if self.user_group:
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
 
     async def receive_json(self, content: dict, **kwargs: object) -> None:
         if isinstance(content, dict) and content.get("type") == "renew":
             if time.monotonic() - self.renewed_at >= LIVE_RENEW_S:
                 await self._join()
 
+    async def browser_leave(self, message: dict) -> None:
+        """The user was removed from a workspace: stop hearing it now (not at the next renew)."""
+        group = browser_push.workspace_group(message["workspace"])
+        if group in self.groups_joined:
+            await self.channel_layer.group_discard(group, self.channel_name)
+            self.groups_joined = self.groups_joined - {group}
+
     async def browser_nodes(self, message: dict) -> None:
+        if browser_push.workspace_group(message.get("workspace")) not in self.groups_joined:
+            return  # a workspace this tab has left (a message already on its way)
         await self.send_json({"type": "nodes", "nodes": message["nodes"], "clusters": message["clusters"]})
 
 

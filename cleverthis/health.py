@@ -15,6 +15,7 @@ from django.utils.functional import SimpleLazyObject
 from django.views.decorators.cache import never_cache
 
 from cleverthis.dispatch_health import dispatch_status
+from kernel import draining
 
 
 @never_cache
@@ -22,9 +23,13 @@ def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness and database check for load balancers and the start-up script, plus dispatch at a glance.
 
     `status` is "ok" whenever this process and the database answer (so a load balancer keeps a replica
-    whose worker is gone); `dispatch` says whether commands are being dispatched: the broker answers, the
+    whose worker is gone), and "draining" with HTTP 503 from the moment this process is asked to stop
+    (`kernel.draining`): the load balancer takes it out before it stops accepting; `dispatch` says whether
+    commands are being dispatched: the broker answers, the
     worker's last heartbeat, the queue depths (`cleverthis.dispatch_health`).
     """
+    if draining.is_draining():
+        return JsonResponse({"status": "draining"}, status=503)
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"status": "ok", "dispatch": dispatch_status().as_json()})

@@ -3,13 +3,17 @@
 One scrape merges the instruments of every process on this machine (`kernel.metrics`, multiprocess
 files) and adds gauges read from the database at that moment: nodes by status per cluster, commands by
 type and status, Ray clusters by state, and each node's utilization and heartbeat age; and from the broker
-(`cleverthis.dispatch_health`): whether it answers, each Celery worker's heartbeat age, the queue depths.
+(`cleverthis.dispatch_health`): whether it answers, each Celery worker's heartbeat age, the queue depths;
+and from the per-replica figures every web process publishes (`fleet.replica_load`, summed over all
+machines): each endpoint replica's requests in flight, tokens/s, and what the router did (requests routed,
+affinity hits).
 """
 
 from __future__ import annotations
 
 import glob
 import hmac
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,9 +29,13 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 
 from cleverthis.dispatch_health import DispatchCollector
+from fleet import replica_load
 from fleet.models import Command, Node, NodeStatus
+from fleet.workloads.models import EndpointReplica
 from kernel import metrics  # noqa: F401  (names the multiprocess directory, creates it)
 from raymgr.models import RayCluster, RayClusterStatus
+
+log = logging.getLogger(__name__)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -151,6 +159,54 @@ class DatabaseCollector(Collector):
         return family
 
 
+class ReplicaLoadCollector(Collector):
+    """Each endpoint replica's shared figures at scrape time (nothing when Redis cannot be read)."""
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            loads = replica_load.read()
+        except Exception:  # (Redis away: the other families still come)
+            log.warning("replica load unreadable for /metrics", exc_info=True)
+            return
+        labels = ["workspace", "endpoint_id", "replica", "routing_policy"]
+        families = {
+            "in_flight": GaugeMetricFamily(
+                "cleverthis_endpoint_replica_in_flight",
+                "Requests in flight to an endpoint replica, over every web process.",
+                labels=labels,
+            ),
+            "tokens_per_s": GaugeMetricFamily(
+                "cleverthis_endpoint_replica_tokens_per_second",
+                "Completion tokens per second an endpoint replica served, over every web process.",
+                labels=labels,
+            ),
+            "routed": GaugeMetricFamily(
+                "cleverthis_endpoint_replica_requests_routed",
+                "Requests the router sent to an endpoint replica, counted by the web processes alive now.",
+                labels=labels,
+            ),
+            "affinity_hits": GaugeMetricFamily(
+                "cleverthis_endpoint_replica_affinity_hits",
+                "Of those, requests whose session or prefix key went to this replica the time before (an "
+                "estimate of prefix-cache reuse).",
+                labels=labels,
+            ),
+        }
+        if loads:
+            rows = (
+                EndpointReplica.objects.filter(server_id__in=list(loads))
+                .values_list(
+                    "server_id", "endpoint_id", "endpoint__cluster__workspace__slug", "endpoint__routing_policy"
+                )
+                .order_by("server_id")
+            )
+            for server_id, endpoint_id, workspace, policy in rows:
+                load, values = loads[server_id], [workspace, str(endpoint_id), server_id, policy]
+                for name, family in families.items():
+                    family.add_metric(values, getattr(load, name))
+        yield from families.values()
+
+
 def render() -> bytes:
     """The exposition text: every process's instruments merged, then the database gauges."""
     registry = CollectorRegistry()
@@ -159,6 +215,7 @@ def render() -> bytes:
     MultiProcessCollector(registry, path=path)
     registry.register(DatabaseCollector())
     registry.register(DispatchCollector())
+    registry.register(ReplicaLoadCollector())
     return generate_latest(registry)
 
 

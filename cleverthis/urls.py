@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.utils import extend_schema
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularSwaggerView
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import APIRootView
@@ -20,6 +20,7 @@ from fleet import agent_views
 from fleet.usage.api import UsageView
 from fleet.workloads.api import router as workload_router
 from kernel.api import api_not_found
+from kernel.schema_view import CachedSchemaView
 from tenancy import views as tenancy_views
 
 # Every top-level resource of /api/v1/, by the URL name of its list.
@@ -79,7 +80,7 @@ urlpatterns = [
     path("admin/login/", tenancy_views.admin_sign_in),  # before admin.site.urls: sign-in is rate limited
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/schema/", CachedSchemaView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("compute/", include("fleet.urls")),
     path("compute/", include("fleet.workloads.urls")),
@@ -88,3 +89,6 @@ urlpatterns = [
     path("usage/", include("fleet.usage.urls")),
     re_path(r"^api/(?P<unmatched>.*)$", api_not_found),  # last: unknown API URLs answer JSON 404s
 ]
+
+# A refused request gets the product's page with the reason and a link back (CSRF: settings.CSRF_FAILURE_VIEW).
+handler403 = "cleverthis.errors.permission_denied"

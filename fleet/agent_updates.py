@@ -114,7 +114,9 @@ def cluster_set_auto_update(*, cluster: ComputeCluster, actor: AbstractBaseUser,
 def node_auto_update(*, node: Node) -> Command | None:
     """On connect: queue an update when the node's cluster updates automatically and it is not current."""
     with transaction.atomic():
-        found = Node.objects.select_for_update().select_related("cluster").filter(pk=node.pk).first()
+        # The node's row only (`of=("self",)`): locking its cluster too on every hello deadlocked with
+        # fan-outs, whose command inserts hold the cluster's key-share lock while they reach each node.
+        found = Node.objects.select_for_update(of=("self",)).select_related("cluster").filter(pk=node.pk).first()
         if found is None:  # deleted while its tunnel said hello: the revocation closes that tunnel
             return None
         node = found

@@ -6,7 +6,9 @@ tunnel path) joins the groups of the user's workspaces. A node's status or prese
 offline, cordoned, draining, disconnected, deleted) calls `nodes_changed` inside its transaction; after
 the commit one small message per workspace goes out, naming the nodes and their clusters (ids only: what
 a page shows is re-read by its own view, with the reader's permissions). A page that shows one of them
-asks for just that part again (`static/js/push.js`).
+asks for just that part again (`static/js/push.js`). A member removed from a workspace stops hearing it at
+once: the removal tells the tabs of that user (`user_group`) to leave the workspace's group, and a tab
+drops any message of a workspace it has left.
 
 Cost: one `group_send` per workspace per change (a pass that takes many nodes offline at once is still
 one per workspace), one frame per open tab of that workspace's members, one GET per tab showing an
@@ -32,6 +34,21 @@ BROWSER_NODES = "browser.nodes"  # the consumer's `browser_nodes` handler
 MAX_IDS = 200  # a message names at most this many nodes; more: the clusters alone (pages refresh whole)
 
 Change = tuple[uuid.UUID | str, uuid.UUID | str, Any]  # (node id, cluster id, workspace id)
+
+
+BROWSER_LEAVE = "browser.leave"  # the consumer's `browser_leave` handler
+
+
+def user_group(user_id: Any) -> str:
+    """The channel-layer group of one user's open tabs (told when they leave a workspace)."""
+    return f"browsers.user.{user_id}"
+
+
+def member_removed(*, workspace: Any, user: Any, **_: Any) -> None:
+    """After the commit, tell the removed member's open tabs to leave the workspace's group at once
+    (`tenancy.signals.membership_removed`), rather than at their next renew."""
+    message = {"type": BROWSER_LEAVE, "workspace": str(workspace.pk)}
+    transaction.on_commit(lambda: _send([(user_group(user.pk), message)]))
 
 
 def workspace_group(workspace_id: Any) -> str:

@@ -21,6 +21,9 @@ AGENTS_BACKOFF = "agents.backoff"
 NODE_COMMAND = "node.command"
 NODE_REVOKE = "node.revoke"
 NODE_SILENT = "node.silent"
+# A node's new tunnel was welcomed: older tunnels of the node leave its groups and close once their
+# streams ended (a move, `fleet.tunnel.drain`, or a reconnect while the old socket lingers).
+NODE_SUPERSEDED = "node.superseded"
 # A process inbox message (`fleet.tunnel.local_tunnels`) carrying many nodes' `node.command` messages.
 INBOX_COMMANDS = "tunnels.commands"
 

@@ -6,11 +6,11 @@ request ends; cumulative, in memory). Counting costs a dict update per request, 
 
 `PUBLISHER` (one per process, started by the proxy with its first request to a replica) writes a snapshot
 of those figures every REPLICA_LOAD_PUBLISH_S: one Redis hash per process (`replica-load:p:<process>`,
-field = replica key, value = "in_flight tokens_total tokens_per_s") that expires REPLICA_LOAD_TTL_S after
-the write, so a process that crashed or hangs takes its figures with it within the TTL: nothing can stay
-counted in flight for a process that is gone (the leak SkyServe had, skypilot#10444). A set of process
-names (`replica-load:procs`, a sorted set scored by the publish time) lets readers find the hashes without
-scanning the keyspace; a reader prunes names not refreshed for a minute (their hashes expired long ago).
+field = replica key, value = "in_flight tokens_total tokens_per_s routed affinity_hits") that expires
+REPLICA_LOAD_TTL_S after the write, so a process that crashed or hangs takes its figures with it within the
+TTL: nothing can stay counted in flight for a process that is gone (the leak SkyServe had, skypilot#10444).
+A set of process names (`replica-load:procs`, a sorted set scored by the publish time) lets readers find the
+hashes without scanning the keyspace; a reader prunes names not refreshed for a minute (their hashes expired long ago).
 
 Tokens per second: each process computes its own rate over a sliding window (REPLICA_LOAD_WINDOW_S) from
 its cumulative count, sampled at each publish on its monotonic clock: (count now - count at the oldest
@@ -18,7 +18,10 @@ sample kept) ÷ (time between them). Readers sum the rates of the live snapshots
 involved. Tokens are counted when a request ends (the usage meter reads them from the answer then), so a
 long stream shows up in the window in which it finished.
 
-`read()` sums the live snapshots: {replica key: ReplicaLoad}. A process drops a replica from its
+`read()` sums the live snapshots: {replica key: ReplicaLoad}. The same loop keeps the balancer's copy of
+what the other processes have in flight (`balancer.set_shared`) fresh: after each publish it reads the sum
+(one pipelined round trip a second per process, off the request path); when Redis cannot be read the copy
+is dropped and the balancer goes by this process's own counts alone. A process drops a replica from its
 snapshot once it has nothing in flight there and served it nothing for a whole window; with nothing left it
 deletes its hash, and publishes nothing more until it has load again.
 """
@@ -32,6 +35,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import redis
@@ -56,6 +60,13 @@ class ReplicaLoad:
     in_flight: int = 0
     tokens_per_s: float = 0.0
     tokens_total: int = 0  # served through the processes alive now, since each started
+    routed: int = 0  # requests the processes alive now sent to it (`balancer`'s counts)
+    affinity_hits: int = 0  # of those, requests whose affinity key went to this replica the time before
+
+    @property
+    def affinity_hit_rate(self) -> float | None:
+        """Affinity hits per request routed (None before any)."""
+        return self.affinity_hits / self.routed if self.routed else None
 
 
 def count_tokens(key: str, tokens: int) -> None:
@@ -79,7 +90,7 @@ class LoadPublisher:
 
     def __init__(self, name: str | None = None) -> None:
         self._name, self._pid = name, os.getpid()
-        self.window: collections.deque[tuple[float, dict[str, int]]] = collections.deque()
+        self.window: collections.deque[tuple[float, dict[str, int], dict[str, int]]] = collections.deque()
         self.published = False  # the hash holds figures (so an empty snapshot must delete it)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
@@ -95,37 +106,51 @@ class LoadPublisher:
     def key(self) -> str:
         return PROC_PREFIX + self.name
 
-    def sample(self, now: float | None = None) -> dict[str, tuple[int, int, float]]:
-        """{replica key: (in flight, tokens served, tokens/s over the window)} of this process now."""
+    def sample(self, now: float | None = None) -> dict[str, tuple[int, int, float, int, int]]:
+        """{replica key: (in flight, tokens served, tokens/s over the window, routed, affinity hits)} of this
+        process now."""
         now = time.monotonic() if now is None else now
         totals = dict(_tokens)
-        self.window.append((now, totals))
+        routed = balancer.routed()
+        self.window.append((now, totals, {k: r[0] for k, r in routed.items()}))
         while len(self.window) > 1 and now - self.window[1][0] >= settings.REPLICA_LOAD_WINDOW_S:
             self.window.popleft()  # keep the newest sample at least a window old as the base
-        base_at, base = self.window[0]
+        base_at, base, base_routed = self.window[0]
         span = now - base_at
         in_flight = balancer.in_flight()
-        snapshot: dict[str, tuple[int, int, float]] = {}
-        for key in set(totals) | set(in_flight):
+        snapshot: dict[str, tuple[int, int, float, int, int]] = {}
+        for key in set(totals) | set(in_flight) | set(routed):
             served = totals.get(key, 0)
+            sent, hits = routed.get(key, (0, 0))
             rate = max(served - base.get(key, 0), 0) / span if span > 0 else 0.0
-            idle_for_window = span >= settings.REPLICA_LOAD_WINDOW_S and served == base.get(key, 0)
+            idle_for_window = (
+                span >= settings.REPLICA_LOAD_WINDOW_S
+                and served == base.get(key, 0)
+                and sent == base_routed.get(key, 0)
+            )
             if not in_flight.get(key) and idle_for_window:
                 _tokens.pop(key, None)  # nothing here for a whole window: forget it (no growth per replica)
-                for _, old in self.window:
+                balancer.forget_routed(key)
+                for _, old, old_routed in self.window:
                     old.pop(key, None)
+                    old_routed.pop(key, None)
                 continue
-            snapshot[key] = (in_flight.get(key, 0), served, rate)
+            snapshot[key] = (in_flight.get(key, 0), served, rate, sent, hits)
         return snapshot
 
-    def publish(self, snapshot: dict[str, tuple[int, int, float]], *, wall: float | None = None) -> None:
+    def publish(
+        self,
+        snapshot: Mapping[str, tuple[int, int, float] | tuple[int, int, float, int, int]],
+        *,
+        wall: float | None = None,
+    ) -> None:
         """Write `snapshot` as this process's hash (replacing the last one), expiring after the TTL."""
         if not snapshot and not self.published:
             return
         pipe = redis_client().pipeline(transaction=True)
         pipe.delete(self.key)
         if snapshot:
-            fields = {k: f"{n} {total} {rate:.3f}" for k, (n, total, rate) in snapshot.items()}
+            fields = {k: _field(*figures) for k, figures in snapshot.items()}
             pipe.hset(self.key, mapping=fields)
             pipe.pexpire(self.key, int(settings.REPLICA_LOAD_TTL_S * 1000))
             pipe.zadd(PROCS_KEY, {self.name: time.time() if wall is None else wall})
@@ -147,15 +172,23 @@ class LoadPublisher:
         self._task.add_done_callback(_say_if_ended)
 
     async def run(self) -> None:
-        """Publish forever, one pass every REPLICA_LOAD_PUBLISH_S; a failed pass is logged, the next one runs."""
+        """Publish forever, one pass every REPLICA_LOAD_PUBLISH_S, then refresh the balancer's copy of the
+        shared figures; a failed pass is logged, the next one runs."""
         loop = asyncio.get_running_loop()
         while True:
             try:
                 snapshot = self.sample()
                 await loop.run_in_executor(None, self.publish, snapshot)
+                shared = await loop.run_in_executor(None, read)
+                balancer.set_shared({k: v.in_flight for k, v in shared.items()}, {k: v[0] for k, v in snapshot.items()})
             except Exception:  # Redis away: the figures expire meanwhile, the next pass writes them again
+                balancer.set_shared({}, {})  # (decide on this process's own counts rather than stale ones)
                 log.exception("publishing replica load failed; next try in %ss", settings.REPLICA_LOAD_PUBLISH_S)
             await asyncio.sleep(settings.REPLICA_LOAD_PUBLISH_S)
+
+
+def _field(n: int, total: int, rate: float, sent: int = 0, hits: int = 0) -> str:
+    return f"{n} {total} {rate:.3f} {sent} {hits}"
 
 
 def _say_if_ended(task: asyncio.Task[None]) -> None:
@@ -181,21 +214,30 @@ def read() -> dict[str, ReplicaLoad]:
     for snapshot in snapshots:
         for raw_key, raw_value in snapshot.items():
             try:
-                n, total, rate = raw_value.decode().split()
-                figures = (int(n), int(total), float(rate))
-            except ValueError:
+                parts = raw_value.decode().split()
+                figures = (int(parts[0]), int(parts[1]), float(parts[2]), *(int(p) for p in parts[3:5]))
+            except (ValueError, IndexError):
                 continue  # (not ours: skip rather than fail every reader)
-            acc = sums.setdefault(raw_key.decode(), [0, 0, 0.0])
-            acc[0] += figures[0]
-            acc[1] += figures[1]
-            acc[2] += figures[2]
-    return {k: ReplicaLoad(in_flight=int(a[0]), tokens_total=int(a[1]), tokens_per_s=a[2]) for k, a in sums.items()}
+            acc = sums.setdefault(raw_key.decode(), [0, 0, 0.0, 0, 0])
+            for i, figure in enumerate(figures):
+                acc[i] += figure
+    return {
+        k: ReplicaLoad(
+            in_flight=int(a[0]),
+            tokens_total=int(a[1]),
+            tokens_per_s=a[2],
+            routed=int(a[3]),
+            affinity_hits=int(a[4]),
+        )
+        for k, a in sums.items()
+    }
 
 
 def discard() -> None:
     """Forget this process's token counts, window and published snapshot (tests: nothing of one leaks into
     the next)."""
     _tokens.clear()
+    balancer.discard()
     PUBLISHER.window.clear()
     if PUBLISHER.published:
         try:

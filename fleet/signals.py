@@ -19,6 +19,13 @@ command_acked = django.dispatch.Signal()
 # open their own savepoint and log their failures, as for `command_acked`.
 command_finished = django.dispatch.Signal()
 
+# Sent with `command_ids=<list of Command primary keys>` inside the transaction that records agents'
+# reports on those commands, before it locks their nodes and the commands themselves: a
+# receiver locks here, in the fleet's lock order (docs/architecture.md), the rows its `command_acked` and
+# `command_finished` receivers will lock (the endpoints of endpoint.start / endpoint.stop), so that those
+# rows are never taken after the nodes and commands a concurrent service locks after them.
+command_reports_locking = django.dispatch.Signal()
+
 # Sent with `commands=<list of fleet.models.Command>` (one batch, all of one type) inside the transaction
 # that queues them, before the dispatch task is enqueued. A receiver may refuse the batch by raising
 # Django's ValidationError (nothing is then written; the caller gets HTTP 400).

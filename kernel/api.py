@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework import exceptions, pagination, parsers, status
+from rest_framework import exceptions, pagination, parsers, serializers, status
 from rest_framework.response import Response
 
 from agent.protocol import nesting_exceeds
@@ -101,6 +101,17 @@ class RejectNulQueryMiddleware:
             if bad:
                 return JsonResponse({name: ["Null characters are not allowed."] for name in bad}, status=400)
         return self.get_response(request)
+
+
+class NoUnknownFields(serializers.Serializer):
+    """A request body serializer that refuses names it does not know (400 `{"<name>": ["Unknown field."]}`)
+    instead of dropping them: a misspelt limit must not answer 200 and change nothing."""
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: "Unknown field." for name in unknown})
+        return attrs
 
 
 def validated(serializer_class: type, data: Any, **kwargs: Any) -> dict[str, Any]:

@@ -84,10 +84,22 @@ PROXY_BYTES = Counter(
     "Bytes carried by proxied streams (direction: to_node = request bytes, from_node = response bytes).",
     ["direction"],
 )
+PEER_CONNECTIONS_REFUSED = Counter(
+    "cleverthis_peer_connections_refused",
+    "Peer-link connections dropped before proving the peer key (reason: pending_cap = over "
+    "TUNNEL_PEER_MAX_PENDING, handshake_timeout, handshake_failed = a wrong proof, junk or an oversized frame).",
+    ["reason"],
+)
 API_KEY_RATE_LIMITED = Counter(
     "cleverthis_api_key_rate_limited",
     "Endpoint requests refused 429 by an API key's rate limit (limit: requests or tokens per minute).",
     ["limit"],
+)
+RATE_LIMIT_UNAVAILABLE = Counter(
+    "cleverthis_rate_limit_unavailable",
+    "Rate-limit checks (step: admit) and token charges (step: charge) skipped because Redis could not be "
+    "reached: the request went through (the limiter fails open).",
+    ["step"],
 )
 AUTOSCALER_DECISIONS = Counter(
     "cleverthis_ray_autoscaler_decisions",

@@ -3,8 +3,8 @@
 `hit(scope, ident, rate)` counts one request and says how long to wait when it is over the limit.
 `SettingsRateThrottle` is the DRF throttle built on it (unlike DRF's `SimpleRateThrottle`, which reads
 its rates once at import, a changed setting applies at once); `sign_in_throttled` guards sign-in forms.
-The client is `REMOTE_ADDR` only: a client-sent X-Forwarded-For is never trusted (behind a reverse
-proxy, uvicorn's --proxy-headers puts the real client there).
+The client is `kernel.client_address`'s: the socket's peer, or what a TRUSTED_PROXIES proxy forwarded (a
+client-sent X-Forwarded-For is never believed).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from rest_framework.throttling import BaseThrottle
 
+from kernel.client_address import request_client_ip
 from kernel.rates import parse_rate
 
 logger = logging.getLogger(__name__)
@@ -29,8 +30,8 @@ KEY_PREFIX = "throttle"
 
 
 def client_ip(request: HttpRequest) -> str:
-    """The address the request came from (never a header the client could set)."""
-    return request.META.get("REMOTE_ADDR") or "unknown"
+    """The address the request came from (never a header the client could set), or "unknown"."""
+    return request_client_ip(request) or "unknown"
 
 
 def cache_key(scope: str, ident: str, window: int) -> str:

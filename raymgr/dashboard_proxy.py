@@ -33,9 +33,9 @@ from tenancy.permissions import can_operate, can_view
 DASHBOARD_PATH = re.compile(r"^/ray/clusters/(?P<id>[0-9a-f-]{36})/dashboard(?P<rest>/.*)?$")
 NO_TOKENS = "The Ray Dashboard needs a signed-in session of a workspace member, not a token."
 NOT_AN_OPERATOR = (
-    "Only workspace Owners and Admins can run Ray workloads: submitting or stopping jobs, killing actors, "
-    "changing Serve applications or profiling workers through the Ray Dashboard is theirs. "
-    "Members and Viewers may look."
+    "Only workspace Owners and Admins can act through the Ray Dashboard: submitting or stopping jobs, killing "
+    "actors, changing Serve applications or profiling workers there is theirs. Members and Viewers may look; "
+    "Members run training jobs, Tune experiments and Serve deployments from the control plane's Ray pages."
 )
 # GET routes of the Ray Dashboard (2.x) that act, whichever version serves them
 ACTING_GET = re.compile(

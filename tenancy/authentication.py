@@ -18,6 +18,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
 
+from kernel.client_address import request_client_ip
 from tenancy import api_keys
 from tenancy.models import ApiKeyScope
 
@@ -42,7 +43,7 @@ class ApiKeyAuthentication(BaseAuthentication):
             raise exceptions.PermissionDenied(f"This API key lacks the {needed} scope.")
         user.api_key_grant = grant
         if api_keys.last_use_due(grant.key_id):
-            api_keys.record_last_use(grant.key_id, request.META.get("REMOTE_ADDR"))
+            api_keys.record_last_use(grant.key_id, request_client_ip(request))
         return user, grant
 
     def authenticate_header(self, request: Request) -> str:

@@ -10,7 +10,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 
 from tenancy.models import Workspace
-from tenancy.permissions import can_operate
+from tenancy.permissions import can_edit, can_operate
 from tenancy.selectors import scope_to_user, workspace_list
 
 
@@ -51,3 +51,10 @@ def require_operator(user: Any, workspace: Workspace, *, what: str = "do this") 
     """Raise 403 unless `user` is Owner or Admin of `workspace` ("Only workspace Owners and Admins can <what>.")."""
     if not can_operate(user, workspace):
         raise PermissionDenied(f"Only workspace Owners and Admins can {what}.")
+
+
+def require_editor(user: Any, workspace: Workspace, *, what: str = "do this") -> None:
+    """Raise 403 unless `user` may run workloads in `workspace`: Owner, Admin or Member (endpoints, training
+    jobs, Tune experiments, Serve deployments). "Only workspace Owners, Admins and Members can <what>."."""
+    if not can_edit(user, workspace):
+        raise PermissionDenied(f"Only workspace Owners, Admins and Members can {what}.")

@@ -19,7 +19,7 @@ from tenancy import sso
 from tenancy.models import Membership, Role, SsoIdentity, Workspace, WorkspaceQuota
 from tenancy.permissions import EDIT_PERM, OPERATE_PERM, VIEW_PERM, is_owner
 from tenancy.quotas import BY_NAME, locked_quota
-from tenancy.signals import quota_changed, sso_memberships_changed
+from tenancy.signals import membership_removed, quota_changed, sso_memberships_changed
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ def membership_remove(*, workspace: Workspace, user: AbstractBaseUser) -> None:
     Membership.objects.filter(user=user, workspace=workspace).delete()
     for perm in (VIEW_PERM, EDIT_PERM, OPERATE_PERM):
         remove_perm(perm, user, workspace)
+    membership_removed.send(sender=Membership, workspace=workspace, user=user)
 
 
 @dataclass(frozen=True)

@@ -12,3 +12,7 @@ sso_memberships_changed = Signal()
 # Sent inside `workspace_quota_set`'s transaction with `workspace`, `actor` and `changes`
 # ({quota name: [old limit, new limit]}, only the limits that changed); the audit trail records it.
 quota_changed = Signal()
+
+# Sent inside `membership_remove`'s transaction with `workspace` and `user` once the membership is gone:
+# whatever the member still holds open for that workspace (a browser's live socket) lets it go.
+membership_removed = Signal()

@@ -113,6 +113,18 @@ class Backoff(Frame):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Move(Frame):
+    """CP → agent (protocol 6 on): the replica holding this tunnel is draining. Open a new tunnel (same
+    URL, through the load balancer: it lands on another replica) at a random moment within `within_s`
+    seconds, and keep this one (its streams, its commands) until the new one is welcomed; the control
+    plane then sends new work over the new one and closes this one once its streams ended."""
+
+    TYPE: ClassVar[str] = "move"
+    within_s: float = 0.0
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Revoked(Frame):
     """CP → agent: this node's certificate is revoked; stop reconnecting."""
 
@@ -293,6 +305,7 @@ FRAME_TYPES: dict[str, type[Frame]] = {
         Heartbeat,
         HeartbeatAck,
         Backoff,
+        Move,
         Revoked,
         Command,
         Ack,

@@ -14,7 +14,7 @@ from typing import Literal, get_args
 # the control plane answers at the highest version both speak, and every frame carries that version.
 # A field added in version N is declared with `field(..., metadata=since(N))`: it is left out of frames
 # encoded for an older version (whose decoder would refuse an unknown field).
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 MIN_PROTOCOL_VERSION = 1
 # `StreamBatch` (several streams' data in one message) exists from this version on; an older peer gets
 # one `StreamData` message per chunk.
@@ -25,6 +25,10 @@ INVENTORY_PROBLEMS_SINCE = 4
 # `StreamFrames` (the opens, data, window increments and ends of several streams in one message) exists
 # from this version on; an older peer gets each of those frames as a message of its own.
 STREAM_FRAMES_SINCE = 5
+# `Move` (the control plane's replica is draining: open a new tunnel, keep this one until the new one is
+# welcomed) exists from this version on; an older agent's tunnel is closed once its streams ended and it
+# reconnects as before.
+MOVE_SINCE = 6
 # Frames larger than this are refused by both sides (proxied bodies are chunked well below it).
 MAX_FRAME_BYTES = 1024 * 1024 + 64
 # Objects and lists nested deeper than this are refused by both sides (the protocol's own structures
@@ -44,6 +48,10 @@ HEARTBEAT_INTERVAL_S = 30.0
 # Agent → control plane WebSocket path.
 TUNNEL_PATH = "/agent/tunnel"
 
+# An agent told to back off (a `Backoff` frame) waits `retry_after_s` stretched by up to this fraction, at
+# random (a refused crowd does not come back in step); the control plane sizes its Backoffs with it.
+BACKOFF_JITTER = 0.2
+
 # Close codes of the tunnel; the close frame also carries a reason (`cleverthis.daphne_fixes`, `uvicorn_fixes`).
 CLOSE_PROTOCOL_ERROR = 4400  # a malformed, oversized or unacceptable frame (or agent_nonce)
 CLOSE_UNAUTHORIZED = 4401  # no hello, or a hello that does not authenticate
@@ -57,7 +65,14 @@ CLOSE_MEANINGS: dict[int, str] = {
     1002: "WebSocket protocol error",
     1007: "invalid payload",
     1009: "message too big",
+    1003: "unsupported data",
+    1006: "connection lost",
+    1008: "policy violation",
+    1010: "extension required",
     1011: "server error",
+    1012: "service restart",
+    1013: "try again later",
+    1014: "bad gateway",
     CLOSE_PROTOCOL_ERROR: "bad frame",
     CLOSE_UNAUTHORIZED: "not authenticated",
     CLOSE_REVOKED: "revoked",

@@ -5,10 +5,13 @@ pinned at join time), answer the challenge with a signature made by the node key
 cover a context string plus the nonce, see `agent.protocol`), send `Hello` with facts and inventory,
 then heartbeat every `heartbeat_interval_s`, probe the endpoint servers' health (an inventory report
 as soon as one stops answering), and run the commands that arrive.
-Commands run in worker threads; their progress and results go out through `FrameSender`, which always
-sends control frames before bulk stream data. On any disconnect the client reconnects with exponential
+Commands run in worker threads (`agent.transport.commands`); their progress and results go out through
+the session's `FrameSender` (`agent.transport.sender`), which always sends control frames before bulk
+stream data; `agent.update` is `agent.transport.self_update`. On any disconnect the client reconnects with exponential
 backoff and full jitter (first retry under a second, capped a few seconds out), honours `Backoff`
-frames, and stops for good on `Revoked` (or a 4403 close). Every disconnect is logged with who closed
+frames, and stops for good on `Revoked` (or a 4403 close). A `Move` (the control plane's replica is
+draining) starts the next session while the current one keeps serving its streams: make-before-break,
+the old tunnel closes when the control plane says so. Every disconnect is logged with who closed
 the socket, the close code and the reason.
 """
 
@@ -24,7 +27,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlparse
 
 import websockets
@@ -34,33 +37,18 @@ from agent import identity, inventory
 from agent import protocol as p
 from agent.asyncio_fixes import cancel_and_wait
 from agent.config import AgentConfig
-from agent.errors import CommandFailed
+from agent.transport.commands import CommandHandling, RunnerLike
 from agent.transport.proxy import StreamManager
+from agent.transport.self_update import SelfUpdate
+from agent.transport.sender import FrameSender
 from agent.transport.supervision import Supervisor, TaskFailed
-from agent.update import launch, updater
+from agent.update import updater
 from agent.workloads.endpoint_health import EndpointProber
 
 log = logging.getLogger("agent.tunnel")
 
 EXIT_STOPPED = 0
 EXIT_REVOKED = 3  # the systemd unit's RestartPreventExitStatus: a deleted node's agent stays down
-EXIT_RESTART = launch.EXIT_RESTART  # switched versions: start again (systemd restarts it, else re-exec)
-
-
-class RunnerLike(Protocol):
-    """What the tunnel needs from `agent.runner.CommandRunner`."""
-
-    def run(self, command: p.Command, progress: Callable[..., None]) -> p.Result | p.Error: ...
-
-    def completed(self, idempotency_key: str) -> p.Result | p.Error | None: ...
-
-    def inventory(self, gpus: list[p.GpuInfo]) -> p.Inventory: ...
-
-    def proxy_ports(self) -> set[int]: ...
-
-    def record(self, idempotency_key: str, command_type: str, outcome: p.Result | p.Error) -> None: ...
-
-    def end_workloads(self) -> None: ...
 
 
 RunnerFactory = Callable[[str, dict[str, Any]], RunnerLike]
@@ -77,6 +65,10 @@ class ReconnectPolicy:
     def delay(self, attempt: int) -> float:
         return self.rng.uniform(0, min(self.cap_s, self.base_s * (2**attempt)))
 
+    def after_backoff(self, retry_after_s: float) -> float:
+        """The wait a `Backoff` asks for, stretched by up to `protocol.BACKOFF_JITTER` at random."""
+        return retry_after_s * (1 + p.BACKOFF_JITTER * self.rng.random())
+
 
 class SessionEnded(Exception):
     """A session ended; `retry_after_s` set when the server asked us to back off."""
@@ -88,131 +80,10 @@ class SessionEnded(Exception):
         self.revoked = revoked
 
 
-class FrameSender:
-    """Single writer for one socket; control frames always jump ahead of queued bulk stream data.
-
-    Stream data is queued as (stream id, bytes) and framed only when the socket is free: from protocol 3
-    on, the chunks of consecutive data queued meanwhile (any streams, in order, up to
-    `STREAM_BATCH_MAX_BYTES`) go out as one `StreamBatch` message. Nothing waits for a batch to fill: a
-    lone chunk goes out at once as `StreamData`, and chunks coalesce only while the socket was busy or
-    when several streams' bytes arrived in the same event-loop turn. A protocol-2 peer gets one
-    `StreamData` per chunk. From protocol 5 on, streams' window increments and aborts queued together
-    go out as one `StreamFrames` message, and so do streams' normal ends with the data queued around
-    them; an older peer gets each of those frames on its own.
-    """
-
-    def __init__(self, ws: Any, version: int = p.PROTOCOL_VERSION) -> None:
-        self._ws = ws
-        self.version = version  # the session's protocol version: every frame goes out at it
-        self.batching = version >= p.STREAM_BATCH_SINCE
-        self.stream_frames = version >= p.STREAM_FRAMES_SINCE
-        # encoded frames, or (protocol 5 on) stream windows and aborts still to be framed together
-        self._control: collections.deque[str | bytes | p.StreamWindow | p.StreamEnd] = collections.deque()
-        # (stream id, bytes) of stream data, and streams' normal ends, still to be framed
-        self._bulk: collections.deque[tuple[int, bytes] | p.StreamEnd] = collections.deque()
-        self._wakeup = asyncio.Event()
-        self.closed = False
-
-    def send(self, frame: p.Frame) -> None:
-        """Queue `frame`; never blocks."""
-        if self.closed:
-            return
-        if type(frame) is p.StreamData:
-            self._bulk.append((frame.stream_id, frame.data))
-        elif isinstance(frame, p.StreamEnd) and not frame.error:
-            # A stream's normal end queues behind its data (it must not overtake the last chunks); an
-            # abort (StreamEnd with an error) and every other control frame go first.
-            self._bulk.append(frame)
-        elif self.stream_frames and isinstance(frame, p.StreamWindow | p.StreamEnd):
-            self._control.append(frame)
-        else:
-            self._control.append(p.encode(p.at_version(frame, self.version)))
-        self._wakeup.set()
-
-    async def flush(self, timeout: float) -> None:
-        """Wait (at most `timeout` seconds) until everything queued has been handed to the socket."""
-        deadline = time.monotonic() + timeout
-        while (self._control or self._bulk) and not self.closed and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-
-    def next_message(self) -> str | bytes | None:
-        """The next message to put on the socket: a control frame if any is queued, else bulk (None: empty)."""
-        if self._control:
-            return self._next_control()
-        if not self._bulk:
-            return None
-        return self._next_bulk()
-
-    def _next_control(self) -> str | bytes:
-        control = self._control
-        item = control.popleft()
-        if isinstance(item, str | bytes):
-            return item
-        frames: list[p.StreamFrame] = [item]  # stream windows and aborts queued together: one message
-        size = p.entry_size(item)
-        while control and not isinstance(control[0], str | bytes):
-            following = p.entry_size(control[0])
-            if size + following > p.STREAM_BATCH_MAX_BYTES:
-                break
-            frames.append(control.popleft())  # type: ignore[arg-type]  # (a stream frame: checked above)
-            size += following
-        return self._stream_message(frames)
-
-    def _next_bulk(self) -> str | bytes:
-        bulk = self._bulk
-        first = bulk.popleft()
-        run = [first]
-        size = _bulk_size(first)
-        while bulk and self._joins(run[0], bulk[0]):
-            following = _bulk_size(bulk[0])
-            if size + following > p.STREAM_BATCH_MAX_BYTES:
-                break
-            run.append(bulk.popleft())
-            size += following
-        if len(run) == 1:
-            return self._stream_message([_as_frame(first)])
-        if all(isinstance(item, tuple) for item in run):
-            return p.encode_batch(run, self.version)  # type: ignore[arg-type]  # (all data: checked above)
-        return p.encode_stream_frames([_as_frame(item) for item in run], self.version)
-
-    def _joins(self, first: tuple[int, bytes] | p.StreamEnd, following: tuple[int, bytes] | p.StreamEnd) -> bool:
-        """Whether `following` may go in the same message as the run that starts with `first`."""
-        if self.stream_frames:
-            return True
-        return self.batching and isinstance(first, tuple) and isinstance(following, tuple)
-
-    def _stream_message(self, frames: list[p.StreamFrame]) -> str | bytes:
-        """One stream frame as its own message, or several as one `StreamFrames` (protocol 5 on)."""
-        if len(frames) == 1:
-            return p.encode(p.at_version(frames[0], self.version))
-        return p.encode_stream_frames(frames, self.version)
-
-    async def run(self) -> None:
-        """Drain the queues onto the socket until it closes."""
-        try:
-            while True:
-                message = self.next_message()
-                if message is None:
-                    self._wakeup.clear()
-                    await self._wakeup.wait()
-                    continue
-                await self._ws.send(message)
-        finally:
-            self.closed = True
-
-
-def _bulk_size(item: tuple[int, bytes] | p.StreamEnd) -> int:
-    """The bytes a bulk item takes in a batch message."""
-    return len(item[1]) + p.ENTRY_OVERHEAD if isinstance(item, tuple) else p.entry_size(item)
-
-
-def _as_frame(item: tuple[int, bytes] | p.StreamEnd) -> p.StreamFrame:
-    """A bulk item as the stream frame it stands for."""
-    return p.StreamData(stream_id=item[0], data=item[1]) if isinstance(item, tuple) else item
-
-
-class TunnelClient:
-    """Keeps this node connected to the control plane and executes what it is told."""
+class TunnelClient(CommandHandling, SelfUpdate):
+    """Keeps this node connected to the control plane and executes what it is told (commands:
+    `agent.transport.commands`; its own updates: `agent.transport.self_update`; the send queue of a
+    session: `agent.transport.sender`)."""
 
     def __init__(
         self,
@@ -256,6 +127,11 @@ class TunnelClient:
         self._stop: asyncio.Event | None = None
         self._updating = False  # an update is switching over: new commands wait for the next version
         self._trial: Any = None  # this version's update marker while it is on trial (not yet connected)
+        # Set by a `Move` on the live session (its replica drains): the spread to start the next one within.
+        self._move: asyncio.Future[float] | None = None
+        # Sessions that were asked to move: still serving their streams until the control plane closes them.
+        self._retiring: set[asyncio.Future[None]] = set()
+        self.moves = 0  # sessions that ended by a move (make-before-break)
 
     # ---- lifecycle
 
@@ -272,14 +148,38 @@ class TunnelClient:
         if not gpus:
             log.info("no GPU detected")
         attempt = 0
+        try:
+            await self._sessions(stop, attempt)
+        finally:
+            for retiring in list(self._retiring):
+                await cancel_and_wait(retiring)
+        return self.exit_code
+
+    async def _sessions(self, stop: asyncio.Event, attempt: int) -> None:
+        """One session after another until `stop` (or a revocation: `exit_code`); a session asked to move
+        is kept (retiring) beside the next one until the control plane closes it."""
         while not stop.is_set():
+            move: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+            self._move = move
+            welcomed_before = self.sessions
             session = asyncio.ensure_future(self._session())
             stopper = asyncio.ensure_future(stop.wait())
-            done, _ = await asyncio.wait({session, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({session, stopper, move}, return_when=asyncio.FIRST_COMPLETED)
             if stopper in done:
                 await cancel_and_wait(session)  # a cancel of `run` itself still propagates
                 break
             stopper.cancel()
+            if move in done and not session.done():
+                # Make-before-break: the old session keeps its streams (and this agent's results go over
+                # it) until the next one is welcomed; the control plane closes it once its streams ended.
+                self._retire(session)
+                delay = self.policy.rng.uniform(0, max(0.0, move.result()))
+                log.info("the control plane's replica is draining: opening a new tunnel in %.2fs", delay)
+                attempt = 0
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                continue
+            move.cancel()
             try:
                 session.result()
                 delay = self.policy.delay(0)
@@ -291,12 +191,13 @@ class TunnelClient:
                         "remove the agent with: systemctl disable --now cleverthis-agent",
                         ended.reason,
                     )
-                    return EXIT_REVOKED
+                    self.exit_code = EXIT_REVOKED
+                    return
                 if ended.retry_after_s is not None:
-                    delay = ended.retry_after_s * (1 + 0.2 * self.policy.rng.random())
+                    delay = self.policy.after_backoff(ended.retry_after_s)
                     log.warning("control plane asked to back off %.1fs: %s", ended.retry_after_s, ended.reason)
                 else:
-                    if self._sender is None:  # never got as far as a live session
+                    if self.sessions == welcomed_before:  # never got as far as a live session
                         attempt += 1
                     else:
                         attempt = 0
@@ -316,23 +217,22 @@ class TunnelClient:
                 attempt += 1
                 delay = self.policy.delay(attempt - 1)
                 log.exception("tunnel session failed unexpectedly; reconnecting in %.2fs", delay)
-            self._sender = None
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
-        return self.exit_code
 
-    def _restart(self) -> None:
-        """End `run` with EXIT_RESTART: the process restarts into the version `current` names."""
-        self.exit_code = EXIT_RESTART
-        if self._stop is not None:
-            self._stop.set()
+    def _retire(self, session: asyncio.Future[None]) -> None:
+        """Keep `session` running beside the next one until it ends (the control plane closes it)."""
+        self.moves += 1
+        self._retiring.add(session)
 
-    async def _trial_deadline(self, marker: Any) -> None:
-        """This version is on trial: unless it connects by the marker's deadline, roll back and restart."""
-        await asyncio.sleep(max(0.0, marker.deadline - time.time()))
-        if self._trial is marker:
-            await asyncio.to_thread(updater.rollback, self.config, marker, "did not connect in time")
-            self._restart()
+        def ended(task: asyncio.Future[None]) -> None:
+            self._retiring.discard(task)
+            if task.cancelled():
+                return
+            error = task.exception()
+            log.info("the tunnel that moved closed: %s", error if error is not None else "ended")
+
+        session.add_done_callback(ended)
 
     async def _session(self) -> None:
         agent_nonce = secrets.token_hex(16)
@@ -380,7 +280,8 @@ class TunnelClient:
                 )
             self.sessions += 1
             sender = FrameSender(ws, version)
-            self._sender = sender
+            self._sender = sender  # from now on results and reports go over this session
+            move = self._move
             interval = self.heartbeat_override or welcome.heartbeat_interval_s
             supervisor = Supervisor(restart_delay_s=min(1.0, interval), max_restart_delay_s=interval)
             self._supervisor = supervisor
@@ -395,11 +296,13 @@ class TunnelClient:
                 # problems to the control plane: the first report of the session always follows it.
                 self._reported_inventory = None if hello.inventory.blank else hello.inventory
                 await self._report_inventory()
-                await supervisor.watch(self._receive_loop(ws, streams))
+                await supervisor.watch(self._receive_loop(ws, streams, move))
             finally:
                 streams.close_all()
                 if self._supervisor is supervisor:
                     self._supervisor = None
+                if self._sender is sender:  # (a session that moved no longer is the current one)
+                    self._sender = None
                 await supervisor.stop()
 
     @staticmethod
@@ -466,7 +369,7 @@ class TunnelClient:
         """An in-cluster host:port is reachable only as the Service of a KubeRay head this agent manages."""
         return (host, port) in self._proxy_targets
 
-    async def _receive_loop(self, ws: Any, streams: StreamManager) -> None:
+    async def _receive_loop(self, ws: Any, streams: StreamManager, move: asyncio.Future[float] | None = None) -> None:
         while True:
             try:
                 raw = await ws.recv()
@@ -495,6 +398,10 @@ class TunnelClient:
                 sent = self._heartbeats_in_flight.pop(frame.heartbeat_id, None)
                 if sent is not None:
                     self.heartbeat_rtts.append(time.monotonic() - sent)
+            elif isinstance(frame, p.Move):
+                if move is not None and not move.done():  # the run loop starts the next session
+                    log.info("control plane asked this tunnel to move (%s)", frame.reason or "no reason given")
+                    move.set_result(frame.within_s)
             else:
                 log.debug("unhandled frame %s", frame.TYPE)
 
@@ -502,6 +409,9 @@ class TunnelClient:
 
     async def _heartbeats(self, sender: FrameSender, interval: float) -> None:
         while not sender.closed:
+            if self._sender is not sender and self._sender is not None:  # moved: the new session beats
+                await asyncio.sleep(interval)
+                continue
             containers = 0
             if self.runner is not None:
                 inv = await asyncio.to_thread(self.runner.inventory, [])
@@ -551,119 +461,6 @@ class TunnelClient:
         if self.runner is None or self._runner_mode != key:
             self.runner = self.runner_factory(mode, mode_settings)
             self._runner_mode = key
-
-    # ---- commands
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _send(self, frame: p.Frame) -> None:
-        """Send on the current session, if any (results of a lost session stay in the runner's journal)."""
-        if self._sender is not None:
-            self._sender.send(frame)
-
-    async def _on_command(self, command: p.Command) -> None:
-        """Run `command`; a failure of the agent's own handling is answered with an `internal` Error."""
-        try:
-            await self._handle_command(command)
-        except Exception as exc:
-            log.error("handling command %s (%s) failed", command.command_id, command.command_type, exc_info=exc)
-            message = f"the agent failed handling the command: {type(exc).__name__}: {exc}"
-            self._send(p.Error(command_id=command.command_id, code="internal", message=message[:2000]))
-
-    async def _handle_command(self, command: p.Command) -> None:
-        log.info("command received: %s", command.command_type)
-        assert self.runner is not None
-        runner = self.runner
-        key = command.idempotency_key
-        if key in self._running_keys:
-            self._send(p.Ack(command_id=command.command_id, duplicate=True))
-            return
-        previous = await asyncio.to_thread(runner.completed, key)
-        if previous is not None:
-            self._send(p.Ack(command_id=command.command_id, duplicate=True))
-            self._send(replace(previous, command_id=command.command_id, id=p.new_id()))
-            return
-        self._running_keys.add(key)
-        self._send(p.Ack(command_id=command.command_id))
-        if command.command_type == "agent.update":
-            try:
-                await self._update(command, runner)
-            finally:
-                self._running_keys.discard(key)
-            return
-        loop = asyncio.get_running_loop()
-
-        def progress(message: str, percent: float | None = None, data: dict[str, Any] | None = None) -> None:
-            frame = p.Progress(command_id=command.command_id, message=message, percent=percent, data=data or {})
-            loop.call_soon_threadsafe(self._send, frame)
-
-        started = time.monotonic()
-        try:
-            outcome = await asyncio.to_thread(runner.run, command, progress)
-        finally:
-            self._running_keys.discard(key)
-        log.info(
-            "command %s %s in %.2fs",
-            command.command_type,
-            "succeeded" if isinstance(outcome, p.Result) else "failed",
-            time.monotonic() - started,
-        )
-        self._send(outcome)
-        await self._report_inventory()
-
-    async def _update(self, command: p.Command, runner: RunnerLike) -> None:
-        """agent.update: install the version beside this one, switch over once running commands are done,
-        and restart. Failures before the switch are this command's error; after it the new version (or
-        the rollback) journals the outcome, which answers the command when the control plane re-sends it."""
-        outcome: p.Result | p.Error | None = None
-        try:
-            payload = p.parse_payload(command.command_type, command.payload)
-            if payload.version == inventory.agent_version():
-                result = p.AgentUpdateResult(version=payload.version, unchanged=True)
-                outcome = p.Result(command_id=command.command_id, data=p.result_to_dict(result))
-            else:
-                self._send(p.Progress(command_id=command.command_id, message=f"downloading agent {payload.version}"))
-                self._updating = True
-                await asyncio.to_thread(updater.prepare, self.config, command, payload)
-        except p.ProtocolError as exc:
-            outcome = p.Error(command_id=command.command_id, code="invalid_payload", message=str(exc))
-        except CommandFailed as exc:
-            outcome = p.Error(command_id=command.command_id, code=exc.code, message=exc.message)
-        if outcome is not None:
-            self._updating = False
-            if isinstance(outcome, p.Error):
-                log.error("agent update failed, staying on %s: %s", inventory.agent_version(), outcome.message)
-            await asyncio.to_thread(runner.record, command.idempotency_key, command.command_type, outcome)
-            self._send(outcome)
-            return
-        while self._running_keys - {command.idempotency_key}:  # never cut a command short
-            await asyncio.sleep(0.2)
-        message = f"agent {payload.version} installed; restarting into it"
-        self._send(p.Progress(command_id=command.command_id, message=message))
-        if self._sender is not None:
-            await self._sender.flush(5.0)
-        log.info("%s", message)
-        self._restart()
-
-    async def _report_inventory(self) -> None:
-        """Send the inventory if it changed since the last one this session reported (Hello included).
-
-        A command that changed nothing on the node (or a fan-out to a thousand of them) then costs the
-        control plane no reconcile; a reconnect always starts with the full inventory in the Hello.
-        An unexpected failure ends the session: the reconnect's Hello carries a fresh inventory.
-        """
-        try:
-            inv = await self._inventory(self._gpus)
-            await self._refresh_proxy_ports()
-        except Exception as exc:
-            self._fail_session("inventory report", exc)
-            return
-        if inv != self._reported_inventory:
-            self._reported_inventory = inv
-            self._send(p.InventoryReport(inventory=inv))
 
 
 def _problem_kinds(inv: p.Inventory) -> set[tuple[str, str]]:

@@ -6,8 +6,11 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from django.core.exceptions import ImproperlyConfigured
+
 from cleverthis.settings.database import database_url
 from cleverthis.settings.env import (
+    DEV_SECRET_KEY,
     database_from_url,
     env_bool,
     env_float,
@@ -17,12 +20,19 @@ from cleverthis.settings.env import (
     env_str,
     env_workspace_map,
     oidc_config_errors,
+    refuse_weak_secret_key,
 )
+from kernel.client_address import check_trusted_proxies
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
-SECRET_KEY = env_str("SECRET_KEY", "dev-insecure-secret-key-change-me-in-production-0123456789")
-DEBUG = env_bool("DEBUG", True)
+# DEBUG is off unless asked for (DEBUG=1: development; `.ci/up` sets it). With DEBUG off the process refuses
+# to start on a SECRET_KEY that is public (the development default below, an example's `change-me`) or weak.
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY", DEV_SECRET_KEY)
+refuse_weak_secret_key(SECRET_KEY, debug=DEBUG)
+# A stale or forged form: the product's page with the reason and a link back (not a bare "403 Forbidden").
+CSRF_FAILURE_VIEW = "cleverthis.errors.csrf_failure"
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"])
 
 # Public URL of this control plane, used in join commands and install scripts.
@@ -77,6 +87,12 @@ HTTPS_COOKIES = env_bool("HTTPS_COOKIES", False)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS_COOKIES
 SESSION_COOKIE_NAME = "__Host-sessionid" if HTTPS_COOKIES else "sessionid"
 CSRF_COOKIE_NAME = "__Host-csrftoken" if HTTPS_COOKIES else "csrftoken"
+# HSTS: behind HTTPS (HTTPS_COOKIES=1 says the deployment is served over TLS), every answer that came over
+# https tells browsers to use nothing but https for this host for HSTS_SECONDS (a year; 0: no header).
+# HSTS_INCLUDE_SUBDOMAINS=1 extends it to the host's subdomains (only when every one of them serves https).
+SECURE_HSTS_SECONDS = env_int("HSTS_SECONDS", 365 * 24 * 3600 if HTTPS_COOKIES else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = False
 # Key used to encrypt secrets at rest (CA key, ArgoCD tokens); defaults to one derived from SECRET_KEY.
 FIELD_ENCRYPTION_KEY = env_str("FIELD_ENCRYPTION_KEY", "")
 # A node whose last heartbeat is older than this many seconds is marked offline by the beat task.
@@ -97,8 +113,17 @@ COMMAND_RESEND_AFTER_S = env_int("COMMAND_RESEND_AFTER_S", 30)
 # this many sends, instead of sending it again forever.
 COMMAND_MAX_ATTEMPTS = env_int("COMMAND_MAX_ATTEMPTS", 5)
 
-# Request limits (count/period: s, min, hour, day), counted per client IP (REMOTE_ADDR: behind a
-# reverse proxy run uvicorn with --proxy-headers) in the cache. Over the limit: 429 with Retry-After.
+# The reverse proxies in front of web whose X-Forwarded-For / X-Forwarded-Proto are believed
+# (kernel.client_address): addresses, networks (10.0.0.0/8) or host names (resolved again every
+# TRUSTED_PROXIES_RESOLVE_S), comma-separated; empty (the default): none, the socket's peer is the client.
+# The proxy must replace a client-sent X-Forwarded-For, never append to it (deploy/compose/haproxy.cfg).
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", [])
+TRUSTED_PROXIES_RESOLVE_S = env_float("TRUSTED_PROXIES_RESOLVE_S", 30.0)
+if _trusted_proxy_errors := check_trusted_proxies(TRUSTED_PROXIES):
+    raise ImproperlyConfigured("TRUSTED_PROXIES: " + "; ".join(_trusted_proxy_errors))
+
+# Request limits (count/period: s, min, hour, day), counted per client IP (kernel.client_address: the
+# socket's peer, or what a TRUSTED_PROXIES proxy forwarded) in the cache. Over the limit: 429 with Retry-After.
 AGENT_REGISTER_RATE = env_rate("AGENT_REGISTER_RATE", "30/min")  # POST /api/v1/agent/register
 SIGN_IN_RATE = env_rate("SIGN_IN_RATE", "10/min")  # sign-in POSTs, per client IP and per username
 
@@ -106,16 +131,23 @@ SIGN_IN_RATE = env_rate("SIGN_IN_RATE", "10/min")  # sign-in POSTs, per client I
 AGENT_HEARTBEAT_INTERVAL_S = env_float("AGENT_HEARTBEAT_INTERVAL_S", 30.0)
 AGENT_HELLO_TIMEOUT_S = env_float("AGENT_HELLO_TIMEOUT_S", 15.0)
 # At most this many tunnels per process between their connect and their welcome (signatures, several
-# queries each). Beyond it a new tunnel is answered at once with a Backoff of AGENT_HANDSHAKE_BACKOFF_S
-# (spread from half to one and a half times): a reconnect storm of thousands of agents queues in the
-# agents, instead of piling handshakes up in the process until they time out and are retried at once.
+# queries each). Beyond it a new tunnel is answered at once with a Backoff: a reconnect storm of thousands
+# of agents queues in the agents, instead of piling handshakes up in the process until they time out and
+# are retried at once. The Backoff is derived from NODE_OFFLINE_GRACE_S (`fleet.tunnel.handshakes`): an
+# agent told to wait is back, its jitter included, before its node would read offline.
 AGENT_MAX_HANDSHAKES = env_int("AGENT_MAX_HANDSHAKES", 50)
-AGENT_HANDSHAKE_BACKOFF_S = env_float("AGENT_HANDSHAKE_BACKOFF_S", 10.0)
 AGENT_REVOCATION_RECHECK_S = env_float("AGENT_REVOCATION_RECHECK_S", 30.0)
 # A tunnel renews its channel-layer group memberships (its node's group, the agents' group) on a heartbeat
 # at least this long after the last renewal: Redis forgets a membership after channels_redis's
 # group_expiry (a day) or when its keys are lost, and a command sent to the node would reach no one.
 TUNNEL_GROUP_REFRESH_S = env_float("TUNNEL_GROUP_REFRESH_S", 60.0)
+# A web process asked to stop (SIGTERM) drains first (`cleverthis.graceful`): /healthz answers 503 and new
+# tunnels are refused at once; after WEB_DRAIN_LB_S (the load balancer's checks have seen it by then) each
+# agent whose tunnel it holds is told to open a new one through the load balancer, the old tunnel closes
+# once the new one is up and its streams ended; at WEB_DRAIN_DEADLINE_S whatever is left is closed and the
+# server stops (its --timeout-graceful-shutdown is the same value: the web command; whole seconds).
+WEB_DRAIN_DEADLINE_S = env_float("WEB_DRAIN_DEADLINE_S", 30.0)
+WEB_DRAIN_LB_S = env_float("WEB_DRAIN_LB_S", 3.0)
 # The peer listener of each web process (fleet.tunnel.peer_listener): a request that lands in another
 # process than the one holding the node's tunnel opens its stream there, directly. It binds
 # TUNNEL_PEER_BIND, port TUNNEL_PEER_PORT (0: any free one; otherwise the first free one of the
@@ -126,6 +158,11 @@ TUNNEL_PEER_BIND = env_str("TUNNEL_PEER_BIND", "127.0.0.1")
 TUNNEL_PEER_PORT = env_int("TUNNEL_PEER_PORT", 0)
 TUNNEL_PEER_PORT_COUNT = env_int("TUNNEL_PEER_PORT_COUNT", 16)
 TUNNEL_PEER_ADVERTISE = env_str("TUNNEL_PEER_ADVERTISE", "")
+# An accepted peer connection must prove the peer key within this many seconds (the handshake is one round
+# trip between replicas), and at most TUNNEL_PEER_MAX_PENDING connections of a process may be waiting to:
+# more are closed at once. Before its proof a connection may send only handshake-sized frames.
+TUNNEL_PEER_HANDSHAKE_TIMEOUT_S = env_float("TUNNEL_PEER_HANDSHAKE_TIMEOUT_S", 3.0)
+TUNNEL_PEER_MAX_PENDING = env_int("TUNNEL_PEER_MAX_PENDING", 64)
 # The oldest agent wire protocol accepted (default: one version behind this release, for rolling deploys).
 # Older agents are refused with close code 4426 and a node event saying to re-run the install script.
 AGENT_PROTOCOL_MIN = env_int("AGENT_PROTOCOL_MIN", 0)
@@ -147,6 +184,11 @@ ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
 REPLICA_LOAD_PUBLISH_S = env_float("REPLICA_LOAD_PUBLISH_S", 1.0)
 REPLICA_LOAD_TTL_S = env_float("REPLICA_LOAD_TTL_S", 5.0)
 REPLICA_LOAD_WINDOW_S = env_float("REPLICA_LOAD_WINDOW_S", 10.0)
+# Routing policies (fleet.balancer, fleet.proxy.affinity): `session` and `prefix` send a key to a replica
+# allowed up to (1 + ROUTING_EPSILON) x the mean load before it passes on; `prefix` hashes at most
+# ROUTING_PREFIX_CHARS characters of the leading prompt text.
+ROUTING_EPSILON = env_float("ROUTING_EPSILON", 0.25)
+ROUTING_PREFIX_CHARS = env_int("ROUTING_PREFIX_CHARS", 8192)
 # Usage metering of endpoint requests (fleet.usage): requests, errors, tokens and latency per workspace,
 # endpoint and API key, noted in process memory and written as minute and hour rollups with one upsert at
 # most every USAGE_FLUSH_S. USAGE_METERING=0 turns the proxy's part off (the benchmark compares both).
@@ -318,6 +360,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     # usage: node-, GPU- and container-seconds of the minute that ended, per cluster (idempotent per minute)
     "fleet-usage-sample": {"task": "fleet.usage.tasks.sample_usage", "schedule": 60.0},
 }
+# Beat publishes through a broker restart (retries for ~15 s) and logs a failure in one line (`cleverthis.beat`).
+CELERY_BEAT_SCHEDULER = "cleverthis.beat:BrokerTolerantScheduler"
 # Where beat keeps its schedule state: in this checkout, never a path shared with other checkouts.
 CELERY_BEAT_SCHEDULE_FILENAME = env_str("CELERY_BEAT_SCHEDULE_FILENAME", str(BASE_DIR / "var" / "celerybeat-schedule"))
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)

@@ -150,3 +150,44 @@ def oidc_config_errors(
     if sign_algo not in {"RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "HS256"}:
         errors.append(f"OIDC_SIGN_ALGO {sign_algo!r} is not a supported JWS algorithm")
     return errors
+
+
+# The development default of SECRET_KEY (settings.base): public, so refused whenever DEBUG is off.
+DEV_SECRET_KEY = "dev-insecure-secret-key-change-me-in-production-0123456789"
+# Values published as examples (secret.example.yaml, docs) or used in builds.
+_PUBLIC_SECRET_KEYS = frozenset({DEV_SECRET_KEY, "change-me", "changeme", "build", "secret"})
+SECRET_KEY_MIN_LENGTH = 50
+SECRET_KEY_MIN_UNIQUE_CHARACTERS = 5
+
+
+def secret_key_problem(key: str) -> str | None:
+    """Why `key` must not sign production's sessions, cookies and peer links, or None when it may.
+
+    Refused: a published value (the development default, `change-me` and other example placeholders),
+    Django's own insecure prefix, and anything Django's deployment check calls weak (shorter than 50
+    characters or fewer than 5 distinct ones).
+    """
+    lowered = key.strip().lower()
+    if key in _PUBLIC_SECRET_KEYS or "change-me" in lowered or "changeme" in lowered:
+        return "is a published example or default value"
+    if key.startswith("django-insecure-"):
+        return "is one of Django's insecure development keys"
+    if len(key) < SECRET_KEY_MIN_LENGTH:
+        return f"is {len(key)} characters long (at least {SECRET_KEY_MIN_LENGTH} are needed)"
+    if len(set(key)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS:
+        return f"has {len(set(key))} distinct characters (at least {SECRET_KEY_MIN_UNIQUE_CHARACTERS} are needed)"
+    return None
+
+
+def refuse_weak_secret_key(key: str, *, debug: bool) -> None:
+    """Stop the process (ImproperlyConfigured) when DEBUG is off and `key` is weak or public."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    problem = None if debug else secret_key_problem(key)
+    if problem:
+        raise ImproperlyConfigured(
+            f"Refusing to start with DEBUG off: SECRET_KEY {problem}, and anyone who knows or guesses it can "
+            "forge sessions, node-origin cookies and peer-link handshakes. Set SECRET_KEY to a random value "
+            "of at least 50 characters (python -c 'import secrets; print(secrets.token_urlsafe(50))'), or "
+            "DEBUG=1 on a development machine."
+        )

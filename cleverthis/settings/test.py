@@ -22,8 +22,13 @@ TEST_RUN_DIR = os.environ["CLEVERTHIS_TEST_RUN_DIR"]
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", os.path.join(TEST_RUN_DIR, "metrics"))
 os.environ.setdefault("CELERY_BEAT_SCHEDULE_FILENAME", os.path.join(TEST_RUN_DIR, "celerybeat-schedule"))
 
+# DEBUG is off in tests, as in production, so the key must be one production would accept: one for tests
+# alone (the processes the tests start use it too, whether they inherit it or read it here).
+os.environ.setdefault("SECRET_KEY", "test-settings-only-4f1c2b9e7d3a6085e2c1b4a79f0d3e6c8b5a2f1e")
+
 from cleverthis.settings.base import *  # noqa: E402, F403
 from cleverthis.settings.base import CACHES, CHANNEL_LAYERS  # noqa: E402
+from cleverthis.settings.env import env_float  # noqa: E402
 
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
@@ -34,3 +39,6 @@ CACHES["default"]["KEY_PREFIX"] = "cleverthis-test"
 # The throttling tests lower them for themselves.
 AGENT_REGISTER_RATE = "100000/s"
 SIGN_IN_RATE = "100000/s"
+# Web servers the tests stop: no load balancer to wait for, a short drain (tests that drain set their own).
+WEB_DRAIN_DEADLINE_S = env_float("WEB_DRAIN_DEADLINE_S", 5.0)
+WEB_DRAIN_LB_S = env_float("WEB_DRAIN_LB_S", 0.0)

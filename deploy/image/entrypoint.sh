@@ -2,7 +2,11 @@
 # The control-plane image's entry point: one process per container, chosen by the first argument.
 # web, worker and beat first wait (SCHEMA_WAIT_S, 600) until the database is migrated.
 #   web        uvicorn (pages, API, admin, the agent tunnel, node origins) on $PORT (8000), behind a proxy:
-#              WEB_CONCURRENCY processes (default: the CPUs this container may use) on one socket
+#              WEB_CONCURRENCY processes (default: the CPUs this container may use) on one socket; the
+#              client's address comes from X-Forwarded-For only when the proxy is one of TRUSTED_PROXIES
+#              (the application reads it, kernel.client_address: uvicorn trusts no proxy header); SIGTERM
+#              drains first (WEB_DRAIN_DEADLINE_S at most: cleverthis/graceful.py), then uvicorn waits as
+#              long again for the requests still running
 #   worker     the Celery worker (dispatch, drain, GitOps)
 #   beat       Celery beat: run exactly one
 #   migrate    apply migrations and exit (the release step; safe to run while an older release serves)
@@ -54,7 +58,7 @@ case "${1:-web}" in
       --ws cleverthis.uvicorn_fixes:ClosingHandshakeProtocol --ws-per-message-deflate false --ws-max-size 4194304 \
       --ws-ping-interval "${TUNNEL_PING_INTERVAL_S:-10}" --ws-ping-timeout "${TUNNEL_PING_TIMEOUT_S:-20}" \
       --lifespan off --no-access-log --no-server-header --no-date-header \
-      --proxy-headers --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-*}" --timeout-graceful-shutdown 5 \
+      --no-proxy-headers --timeout-graceful-shutdown "${WEB_DRAIN_DEADLINE_S:-30}" \
       "$@"
     ;;
   worker)

@@ -11,9 +11,11 @@ or changing an endpoint is done on the control plane (Owners and Admins). A brow
 made with the origin cookie must come from this very origin (`fleet.proxy.origin_guard`).
 
 An endpoint's requests are balanced over its running replicas on nodes that are not offline (a replica
-whose replacement runs already is left out: it finishes what it serves and stops): each goes
-to the one with the fewest requests in flight from this process, and a connect failure is tried once on
-another replica (`fleet.balancer`, `relay.proxy_http`).
+whose replacement runs already, or that was retired by a scale-down, is left out: it finishes what it
+serves and stops) by the endpoint's routing policy: `least_load` (the fewest requests in flight over all
+web processes), `session` or `prefix` (affinity by a session key or the leading prompt text, with bounded
+load: `fleet.balancer`, `fleet.proxy.affinity`), and a connect failure is tried once on another replica
+(`relay.proxy_http`).
 
 Where an endpoint leads (its replicas' nodes and ports, its status and whether it is public) is kept in
 process memory for `PROXY_ROUTE_CACHE_S` (default 2 s), so a stream of requests to one endpoint costs no database query
@@ -23,9 +25,10 @@ checked on every request.
 
 An API key (`Authorization: Bearer ctk_…`) must hold the invoke scope, belong to the endpoint's workspace
 and, if it is limited to chosen endpoints, name this one (`fleet.proxy.key_access`); its requests are
-admitted by its rate limits first (`fleet.proxy.rate_limits`: 429 with Retry-After), and its id goes in
-the request's scope (`kernel.asgi_scope.API_KEY_ID_SCOPE_KEY`) for metering. With the route and the key
-cached, a key's request is answered without a thread hop, as a public one is.
+admitted by its rate limits first (`fleet.proxy.rate_limits`: 429 with Retry-After; a member calling with
+the origin cookie or an older DRF token is held to the endpoint's per-key limits the same way, counted per
+user), and its id goes in the request's scope (`kernel.asgi_scope.API_KEY_ID_SCOPE_KEY`) for metering.
+With the route and the key cached, a key's request is answered without a thread hop, as a public one is.
 
 An endpoint that scales to zero (`min_replicas` 0) and sleeps (idle: "Scaled to zero") is woken by a
 request that is let in (authorised, and admitted by its key's rate limits first): the first such request in
@@ -62,7 +65,7 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from fleet import origin_names
-from fleet.balancer import Upstream
+from fleet.balancer import LEAST_LOAD, Upstream
 from fleet.models import Node, NodeStatus
 from fleet.proxy import key_access, origins, rate_limits
 from fleet.proxy.resolvers import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
@@ -70,6 +73,7 @@ from fleet.usage import meter as usage_meter
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services import PlacementError, endpoint_wake
 from kernel import timeseries
+from kernel.asgi_scope import RATE_CALLER_SCOPE_KEY
 from kernel.exceptions import QuotaExceeded
 from tenancy import api_keys
 from tenancy.api_keys import MISSING, KeyGrant
@@ -86,7 +90,7 @@ UNAUTHENTICATED = (
 BAD_KEY = "Invalid, expired or revoked API key."
 NO_INVOKE = "This API key lacks the invoke scope."
 NOT_THIS_ENDPOINT = "This API key is limited to other endpoints."
-_KEY_USE = "cleverthis.api_key_use"  # scope key: (key id, endpoint id, Limits) of a key-authenticated request
+_KEY_USE = "cleverthis.api_key_use"  # scope key: (caller, endpoint id, Limits) of a rate-limited request
 
 
 # Tokens the usage meter reads from each answer count against the key's tokens per minute.
@@ -113,6 +117,7 @@ class _Route:
     replicas: tuple[Upstream, ...]  # the running ones on nodes that are not offline
     offline: tuple[Upstream, ...]  # the running ones whose node is offline
     loaded_at: float
+    routing: str = LEAST_LOAD  # the endpoint's routing policy
 
 
 _ROUTE_CACHE_MAX = 10_000
@@ -161,6 +166,7 @@ def _load_route(slug: str) -> _Route | None:
             replicas=tuple(u for u, node_status in upstreams if node_status != NodeStatus.OFFLINE),
             offline=tuple(u for u, node_status in upstreams if node_status == NodeStatus.OFFLINE),
             loaded_at=time.monotonic(),
+            routing=endpoint.routing_policy,
         )
     if route is not None and settings.PROXY_ROUTE_CACHE_S > 0:
         if len(_routes) >= _ROUTE_CACHE_MAX:
@@ -204,6 +210,7 @@ def _target(
         meter=timeseries.workspace_series(route.workspace.pk),
         usage=usage_meter.Subject(route.workspace.pk, route.endpoint_id),
         replicas=route.replicas,
+        routing=route.routing,
     )
 
 
@@ -232,6 +239,21 @@ def _key_answer(
         key_access.mark_scope(scope, grant)
         limits = key_access.limits_of(grant, route.key_requests_per_min, route.key_tokens_per_min)
         scope[_KEY_USE] = (grant.key_id, route.endpoint_id, limits)
+        scope[RATE_CALLER_SCOPE_KEY] = grant.key_id
+    return answer
+
+
+def _member_answer(
+    route: _Route, scope: dict[str, Any], path: str, user: Any
+) -> ProxyTarget | ProxyRefusal | _ColdStart:
+    """The answer for a member calling a private endpoint with the origin cookie or an older DRF token: the
+    endpoint's per-key limits apply to them as to each key (counted per user)."""
+    answer = _target(route, scope, path, caller_may_view=can_view(user, route.workspace))
+    if isinstance(answer, (ProxyTarget, _ColdStart)):
+        limits = rate_limits.Limits(None, None, route.key_requests_per_min, route.key_tokens_per_min)
+        caller = f"u{user.pk}"
+        scope[_KEY_USE] = (caller, route.endpoint_id, limits)
+        scope[RATE_CALLER_SCOPE_KEY] = caller
     return answer
 
 
@@ -258,7 +280,7 @@ def _decide(scope: dict[str, Any], slug: str, path: str) -> ProxyTarget | ProxyR
     user = origins.caller_on_origin(scope)
     if not user.is_authenticated:
         return ProxyRefusal(401, UNAUTHENTICATED)
-    return _target(route, scope, path, caller_may_view=can_view(user, route.workspace))
+    return _member_answer(route, scope, path, user)
 
 
 _unwritten: dict[str, int] = {}  # slug → requests forwarded and not yet written
@@ -308,9 +330,9 @@ async def resolve_endpoint(scope: dict[str, Any]) -> Answer | None:
         if refusal is not None:
             usage = answer.usage if isinstance(answer, ProxyTarget) else _usage_of(answer.route)
             if usage is not None:
-                usage_meter.observe_rate_limited(usage, use[0])
+                usage_meter.observe_rate_limited(usage, use[0] if isinstance(use[0], int) else None)
             return _too_many(refusal)
-        if api_keys.last_use_due(use[0]):
+        if isinstance(use[0], int) and api_keys.last_use_due(use[0]):
             await database_sync_to_async(api_keys.record_last_use)(use[0], key_access.client_ip(scope))
     if isinstance(answer, _ColdStart):
         answer = await _cold_start(found[0], answer.route, scope, found[1])
@@ -406,7 +428,9 @@ def _too_many(refusal: rate_limits.Refusal) -> ProxyRefusal:
         "error": {
             "type": "rate_limited",
             "limit": f"{refusal.limit}_per_minute",
-            "message": f"This API key's {refusal.limit}-per-minute limit is reached; retry in {refusal.retry_after} s.",
+            "message": (
+                f"The {refusal.limit}-per-minute limit of this caller is reached; retry in {refusal.retry_after} s."
+            ),
             "retry_after": refusal.retry_after,
         }
     }

@@ -14,6 +14,7 @@ from uuid import UUID
 from fleet.proxy.rate_limits import Limits
 from fleet.workloads.models import ApiKeyEndpoint
 from kernel.asgi_scope import API_KEY_ID_SCOPE_KEY, header
+from kernel.client_address import scope_client_ip
 from tenancy import api_keys
 from tenancy.api_keys import MISSING, KeyGrant
 from tenancy.models import ApiKeyScope
@@ -78,6 +79,5 @@ def mark_scope(scope: dict[str, Any], grant: KeyGrant) -> None:
 
 
 def client_ip(scope: dict[str, Any]) -> str | None:
-    """The address the request came from (the ASGI server's peer)."""
-    client = scope.get("client")
-    return client[0] if client else None
+    """The address the request came from (`kernel.client_address`: the peer, or what a trusted proxy forwarded)."""
+    return scope_client_ip(scope)

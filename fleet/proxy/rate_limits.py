@@ -5,7 +5,11 @@ a minute, for the key across all endpoints (the key's own limits) and for the ke
 endpoint's defaults for every key). `admit` checks and counts a request in one Lua script (atomic, one
 round trip, refused requests are not counted); it refuses while any request count is at its limit or
 any token count has reached it. Tokens are known only after the response: `charge_tokens` adds them.
-A Redis that cannot be reached lets requests through (logged), as the other request limits do.
+The caller is an API key (its id) or, for a signed-in member's origin cookie or an older DRF token,
+the user ("u<id>"): the endpoint's per-key limits apply to each of them alike.
+
+A Redis that cannot be reached lets requests through (fail open: an outage of the limiter's store never
+stops inference), logged and counted in `cleverthis_rate_limit_unavailable_total`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from kernel.metrics import API_KEY_RATE_LIMITED
+from kernel.metrics import API_KEY_RATE_LIMITED, RATE_LIMIT_UNAVAILABLE
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +80,16 @@ def _window(now: float) -> tuple[int, int]:
     return window, max(1, math.ceil((window + 1) * WINDOW_S - now))
 
 
-def _counter(kind: str, key_id: int, endpoint_id: Any, window: int) -> str:
+Caller = int | str  # an API key's id, or "u<user id>"
+
+
+def _counter(kind: str, key_id: Caller, endpoint_id: Any, window: int) -> str:
     where = f"e{endpoint_id}" if endpoint_id is not None else "all"
-    return f"{PREFIX}:{kind}:k{key_id}:{where}:{window}"
+    who = f"k{key_id}" if isinstance(key_id, int) else key_id
+    return f"{PREFIX}:{kind}:{who}:{where}:{window}"
 
 
-def _plan(key_id: int, endpoint_id: Any, limits: Limits, window: int) -> tuple[list[str], list[int], int]:
+def _plan(key_id: Caller, endpoint_id: Any, limits: Limits, window: int) -> tuple[list[str], list[int], int]:
     requests = [(None, limits.key_requests), (endpoint_id, limits.endpoint_requests)]
     tokens = [(None, limits.key_tokens), (endpoint_id, limits.endpoint_tokens)]
     keys: list[str] = []
@@ -125,11 +133,12 @@ def _client() -> redis.Redis:
 _TOKENS_LIMITED_MAX = 10_000
 # (key id, endpoint id) pairs this process admitted under a tokens-per-minute limit: the answers of only
 # these are charged (`charge_metered`); a limit set later is seen with that pair's next request.
-_tokens_limited: set[tuple[int, Any]] = set()
+_tokens_limited: set[tuple[Caller, Any]] = set()
 
 
-async def admit(key_id: int, endpoint_id: Any, limits: Limits, *, now: float | None = None) -> Refusal | None:
-    """Count one request of key `key_id` to `endpoint_id`, or refuse it (None: admitted)."""
+async def admit(key_id: Caller, endpoint_id: Any, limits: Limits, *, now: float | None = None) -> Refusal | None:
+    """Count one request of the caller `key_id` (a key's id or "u<user id>") to `endpoint_id`, or refuse it
+    (None: admitted)."""
     if limits.count_tokens():
         if len(_tokens_limited) >= _TOKENS_LIMITED_MAX:
             _tokens_limited.clear()
@@ -142,6 +151,7 @@ async def admit(key_id: int, endpoint_id: Any, limits: Limits, *, now: float | N
         over = int(await _admit_script()(keys=keys, args=[n_requests, WINDOW_S + 5, *values]))
     except (redis.RedisError, OSError):
         logger.warning("rate limits: Redis unreachable, request let through", exc_info=True)
+        RATE_LIMIT_UNAVAILABLE.labels("admit").inc()
         return None
     if over == 0:
         return None
@@ -150,7 +160,7 @@ async def admit(key_id: int, endpoint_id: Any, limits: Limits, *, now: float | N
     return Refusal(kind, left)
 
 
-def charge_tokens(api_key_id: int, endpoint_id: Any, n: int, *, now: float | None = None) -> None:
+def charge_tokens(api_key_id: Caller, endpoint_id: Any, n: int, *, now: float | None = None) -> None:
     """Add `n` tokens a response of `endpoint_id` used to key `api_key_id`'s counts of this minute (sync).
 
     Both counters (the key's and the key's on that endpoint) are charged; admission only reads those with
@@ -168,9 +178,10 @@ def charge_tokens(api_key_id: int, endpoint_id: Any, n: int, *, now: float | Non
         pipe.execute()
     except (redis.RedisError, OSError):
         logger.warning("rate limits: Redis unreachable, %d tokens not charged", n, exc_info=True)
+        RATE_LIMIT_UNAVAILABLE.labels("charge").inc()
 
 
-async def charge_tokens_async(api_key_id: int, endpoint_id: Any, n: int) -> None:
+async def charge_tokens_async(api_key_id: Caller, endpoint_id: Any, n: int) -> None:
     """`charge_tokens` from the event loop: one pipelined round trip on this loop's client."""
     if n <= 0:
         return
@@ -184,6 +195,7 @@ async def charge_tokens_async(api_key_id: int, endpoint_id: Any, n: int) -> None
         await pipe.execute()
     except (redis.RedisError, OSError):
         logger.warning("rate limits: Redis unreachable, %d tokens not charged", n, exc_info=True)
+        RATE_LIMIT_UNAVAILABLE.labels("charge").inc()
 
 
 _charging: set[asyncio.Task[None]] = set()  # charges under way (a reference each until it ends)
@@ -195,12 +207,21 @@ def _charged(task: asyncio.Task[None]) -> None:
         logger.error("rate limits: charging tokens failed", exc_info=task.exception())
 
 
-def charge_metered(workspace_id: Any, endpoint_id: Any, api_key_id: int | None, prompt: int, completion: int) -> None:
-    """Usage metering's callback (on the event loop, after each metered request): a key-authenticated
-    request's prompt and completion tokens are charged to the key's tokens-per-minute counts, when a
-    tokens-per-minute limit applied to its admission (else nothing reads them: no Redis round trip)."""
-    if api_key_id is None or prompt + completion <= 0 or (api_key_id, endpoint_id) not in _tokens_limited:
+def charge_metered(
+    workspace_id: Any,
+    endpoint_id: Any,
+    api_key_id: int | None,
+    prompt: int,
+    completion: int,
+    caller: Caller | None = None,
+) -> None:
+    """Usage metering's callback (on the event loop, after each metered request): the prompt and completion
+    tokens of a request whose caller was rate-limited (a key, or a member by cookie or token) are charged
+    to that caller's tokens-per-minute counts, when a tokens-per-minute limit applied to its admission
+    (else nothing reads them: no Redis round trip)."""
+    who = caller if caller is not None else api_key_id
+    if who is None or prompt + completion <= 0 or (who, endpoint_id) not in _tokens_limited:
         return
-    task = asyncio.get_running_loop().create_task(charge_tokens_async(api_key_id, endpoint_id, prompt + completion))
+    task = asyncio.get_running_loop().create_task(charge_tokens_async(who, endpoint_id, prompt + completion))
     _charging.add(task)
     task.add_done_callback(_charged)

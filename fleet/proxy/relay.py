@@ -28,7 +28,7 @@ import h11
 from django.conf import settings
 
 from fleet import balancer, replica_load
-from fleet.proxy import origin_guard, origins, request_meter
+from fleet.proxy import affinity, origin_guard, origins, request_meter
 from fleet.proxy.answers import plain_response
 from fleet.proxy.headers import downstream_headers, upstream_headers
 from fleet.proxy.resolvers import ProxyRedirect, ProxyRefusal, ProxyTarget, request_target, resolve
@@ -85,6 +85,8 @@ class TunnelProxyApp:
                 usage.finish(complete=True)
         else:
             usage = usage_meter.start(answer.usage, scope)
+            if usage is not None:
+                scope, receive = await _asking_for_usage(scope, receive, usage)
             complete = False
             try:
                 await request_meter.metered(
@@ -103,6 +105,44 @@ async def refuse_unknown_host(scope: dict[str, Any], receive: Any, send: Any) ->
             await send({"type": "websocket.close", "code": 4404})
         return
     await plain_response(send, 404, NO_SUCH_ORIGIN)
+
+
+async def _asking_for_usage(
+    scope: dict[str, Any], receive: Any, usage: usage_meter.RequestUsage
+) -> tuple[dict[str, Any], Any]:
+    """A metered streamed completions request that does not ask for its usage is made to
+    (`usage_meter.ask_for_usage`): its body is read whole (at most REQUEST_REWRITE_MAX bytes), changed, and
+    replayed with its new length; the usage chunk the server adds is then dropped on its way back
+    (`usage.strip_usage`). Any other request goes on as sent: (scope, receive) to use from here on."""
+    if scope["method"] != "POST" or not scope["path"].endswith("/completions"):
+        return scope, receive
+    if not header(scope, b"content-type").lower().startswith("application/json"):
+        return scope, receive
+    messages: list[dict[str, Any]] = []
+    size = 0
+    whole = False
+    while size <= usage_meter.REQUEST_REWRITE_MAX:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            whole = True
+            break
+    changed = None
+    if whole and size <= usage_meter.REQUEST_REWRITE_MAX:
+        changed = usage_meter.ask_for_usage(b"".join(m.get("body", b"") for m in messages))
+    if changed is not None:
+        usage.strip_usage = True
+        messages = [{"type": "http.request", "body": changed, "more_body": False}]
+        headers = [(k, v) for k, v in scope["headers"] if k not in (b"content-length", b"transfer-encoding")]
+        scope = {**scope, "headers": [*headers, (b"content-length", str(len(changed)).encode())]}
+
+    async def replay() -> dict[str, Any]:
+        return messages.pop(0) if messages else await receive()
+
+    return scope, replay
 
 
 def _upstream_request(scope: dict[str, Any], target: ProxyTarget, port: int) -> h11.Request:
@@ -131,7 +171,8 @@ async def proxy_http(
 
     A request whose body arrived whole in the first message (most API calls) travels with the
     stream's opening message; larger ones stream up under the agent's credit. A target with replicas
-    sends it to the least busy one, counted in flight until the response ended however it ended; when
+    sends it to the one its routing policy picks (`balancer`; the affinity key read from the body's first
+    message, `affinity`), counted in flight until the response ended however it ended; when
     that connect fails (no tunnel, or the agent could not reach the server, before any response byte)
     the request goes once to another replica. `usage` (metered endpoints) sees the response's head and
     body go by, and is marked `cut` when the response did not reach the client whole.
@@ -147,7 +188,8 @@ async def proxy_http(
         only = balancer.Upstream(key="", node_id=target.node_id, port=target.port)
         await _proxy_to(scope, receive, send, target, first, only, last=True, usage=usage)
         return
-    lease = balancer.Lease(target.replicas)
+    affinity_key = affinity.affinity_key(target.routing, scope, first.get("body", b""))
+    lease = balancer.Lease(target.replicas, target.routing, affinity_key, settings.ROUTING_EPSILON)
     replica_load.PUBLISHER.ensure_running()  # (shares this process's counts with the others)
     try:
         for attempt in range(2):
@@ -314,6 +356,8 @@ async def _forward_response(
             headers = downstream_headers(event.headers)
             if usage is not None:
                 usage.head(event.status_code, headers)
+                if usage.strip_usage and usage.kind == "sse":  # (its length changes: sent chunked)
+                    headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
             await send({"type": "http.response.start", "status": event.status_code, "headers": headers})
             started = state.started = True
             pressure.start()
@@ -322,12 +366,15 @@ async def _forward_response(
         elif isinstance(event, h11.Data):
             data = bytes(event.data)
             if usage is not None:
-                usage.feed(data)
+                data = usage.feed(data)
+                if not data:
+                    continue
             await send({"type": "http.response.body", "body": data, "more_body": True})
             if not pressure.writable:
                 await pressure.wait()
         elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
             pressure.stop()
+            held = usage.held_back() if usage is not None else b""
             with contextlib.suppress(Exception):
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await send({"type": "http.response.body", "body": held, "more_body": False})
             return started

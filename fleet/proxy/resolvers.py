@@ -32,6 +32,7 @@ class ProxyTarget:
     # An endpoint's running replicas: an HTTP request goes to the least busy (`balancer`), and one whose
     # connect fails goes once to another; `node_id`/`port` above name the first (a WebSocket goes there).
     replicas: tuple[balancer.Upstream, ...] = ()
+    routing: str = balancer.LEAST_LOAD  # the endpoint's routing policy over `replicas` (`balancer.POLICIES`)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.services import (
@@ -139,6 +139,7 @@ def command_record_reports(*, reports: list[CommandReport]) -> list[Command | Ex
         return outcomes
     with transaction.atomic():
         ids = set(wanted.values())
+        _lock_in_order(ids)
         rows = {c.pk: c for c in Command.objects.select_for_update().filter(pk__in=ids).order_by("pk")}
         now = timezone.now()
         changed: dict[str, dict[uuid.UUID, Command]] = {to: {} for to in _REPORT_COLUMNS}
@@ -189,6 +190,26 @@ def command_record_reports(*, reports: list[CommandReport]) -> list[Command | Ex
             latency = (command.acked_at - command.dispatched_at).total_seconds()
             metrics.COMMAND_ACK_SECONDS.labels(type=command.command_type).observe(max(0.0, latency))
     return outcomes
+
+
+_NODES_KEY_SHARE = (
+    "SELECT 1 FROM {nodes} WHERE id IN (SELECT node_id FROM {commands} WHERE id = ANY(%s::uuid[])) "
+    "ORDER BY id FOR KEY SHARE"
+)
+
+
+def _lock_in_order(ids: set[uuid.UUID]) -> None:
+    """Before the commands themselves: what the follow-ups lock (endpoints, through
+    `signals.command_reports_locking`), then the commands' nodes (key share, as the events inserted
+    below take it), in the fleet's one lock order (docs/architecture.md: endpoints, nodes, commands).
+
+    Without it, the batch held its commands and their nodes and then waited for an endpoint that
+    `endpoint_stop` held while it waited for the node: a deadlock that killed the tunnel's ack batch.
+    """
+    signals.command_reports_locking.send(sender=Command, command_ids=sorted(ids))
+    with connection.cursor() as cursor:
+        sql = _NODES_KEY_SHARE.format(nodes=Node._meta.db_table, commands=Command._meta.db_table)
+        cursor.execute(sql, [sorted(ids)])
 
 
 def _audit_follow(moves: list[tuple[CommandReport, Command]]) -> None:

@@ -17,7 +17,7 @@ from fleet import enqueue, signals
 from fleet.models import Command, CommandStatus, CommandType, ComputeCluster, Node, NodeEvent, NodeStatus
 from fleet.payloads import OWNED_COMMANDS, split_secrets, validate_payload
 from kernel.exceptions import IllegalTransition
-from tenancy.mixins import require_operator
+from tenancy.mixins import require_editor, require_operator
 from tenancy.quotas import locked_quota
 
 # Commands that put new work on a node; refused for cordoned and draining nodes.
@@ -91,6 +91,21 @@ def _dispatch_detail(kwargs: dict[str, Any], commands: list[Command] | None) -> 
     return detail
 
 
+# The commands a workload's own service queues as part of an action a Member may take (start and stop an
+# endpoint's replicas; submit, stop and poll a Ray job, poll Serve): `command_queue(as_workload=True)`. Sent
+# by hand (command_dispatch: the Commands tab and API) every command stays Owner/Admin only.
+WORKLOAD_COMMANDS = frozenset(
+    {
+        "endpoint.start",
+        "endpoint.stop",
+        "ray.job.submit",
+        "ray.job.status",
+        "ray.job.stop",
+        "ray.serve.status",
+    }
+)
+
+
 def _dispatch_target(kwargs: dict[str, Any]) -> Target:
     """The node, or the cluster for a fan-out; in the cluster's workspace either way."""
     cluster, node = kwargs["cluster"], kwargs.get("node")
@@ -126,6 +141,7 @@ def command_queue(
     command_type: str,
     payload: dict[str, Any] | Any,
     node: Node | None = None,
+    as_workload: bool = False,
 ) -> list[Command]:
     """Queue `command_type` for one node or for every online node of `cluster`; returns at once. `payload`:
     a JSON object, or the command type's protocol dataclass (`fleet.payloads.validate_payload` checks both).
@@ -134,12 +150,18 @@ def command_queue(
     so do services that send commands as part of a larger operator action (the commands then point at
     that action's entry). Commands queued outside any operator action are the control plane's own:
     marked `system`, credited to no user (`actor` is only whose rights they run with).
-    Owner/Admin only. One Command row per target node (shared `batch_id`, own idempotency key); on
-    commit one Celery task is enqueued: `dispatch_command` for a single target, `dispatch_batch` for
-    several. A single offline node still gets its command: it stays
-    queued and is delivered when the node reconnects. Cordoned and draining nodes refuse new work.
+    Owner/Admin only; with `as_workload` (a workload service queuing a workload's own command,
+    `WORKLOAD_COMMANDS`, for an action a Member may take) Owner, Admin or Member. One Command row per
+    target node (shared `batch_id`, own idempotency key); on commit one Celery task is enqueued:
+    `dispatch_command` for a single target, `dispatch_batch` for several. A single offline node still gets
+    its command: it stays queued and is delivered when the node reconnects. Cordoned and draining nodes refuse new work.
     """
-    require_operator(actor, cluster.workspace)
+    if as_workload:
+        if command_type not in WORKLOAD_COMMANDS:
+            raise ValueError(f"{command_type} is not a workload command")
+        require_editor(actor, cluster.workspace, what="run workloads")
+    else:
+        require_operator(actor, cluster.workspace)
     clean = validate_payload(command_type, payload)
     public, secret = split_secrets(clean)
     with transaction.atomic():

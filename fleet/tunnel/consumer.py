@@ -35,24 +35,26 @@ from urllib.parse import parse_qs
 from uuid import UUID
 
 from channels.consumer import get_handler_name
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DataError
 
 from agent import protocol as p
 from fleet import agent_packages, agent_updates, ca, services
-from fleet.groups import AGENTS_GROUP, command_frame, node_group
+from fleet.groups import AGENTS_GROUP, NODE_SUPERSEDED, command_frame, node_group
 from fleet.models import Command
 from fleet.tunnel import auth as tunnel_auth
-from fleet.tunnel import local_tunnels, peer_listener, records
+from fleet.tunnel import drain, local_tunnels, peer_listener, records
 from fleet.tunnel.handshakes import BUSY_REASON, HANDSHAKES, accepted_protocol_range, handshake_backoff_s
-from fleet.tunnel.outbox import StreamOutbox
 from fleet.tunnel.records import database_sync_to_async
 from fleet.tunnel.revocations import REVOCATIONS
 from fleet.tunnel.server_io import HeartbeatFirst, SendUntilClosed
-from fleet.tunnel.streams_seam import LocalStream, StreamSink
-from kernel import metrics
+from fleet.tunnel.stream_relay import StreamRelay
+from kernel import draining, metrics
 from kernel.exceptions import IllegalTransition
 
 log = logging.getLogger("fleet.tunnel")
@@ -66,8 +68,9 @@ CLOSE_STALE = p.CLOSE_STALE
 CLOSE_AGENT_TOO_OLD = p.CLOSE_AGENT_TOO_OLD
 
 
-class AgentTunnelConsumer(AsyncWebsocketConsumer):
-    """One agent's tunnel: authenticate, then relay commands down and records frames up."""
+class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
+    """One agent's tunnel: authenticate, then relay commands down and records frames up (and the proxied
+    streams of the node both ways: `StreamRelay`, `fleet.tunnel.stream_relay`)."""
 
     node_id: UUID | None = None
     protocol = p.PROTOCOL_VERSION  # this tunnel's version: the highest both sides speak
@@ -78,19 +81,40 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     session: uuid.UUID | None = None  # this tunnel's id as recorded on the node (`Node.tunnel_session`)
     _relay_task: asyncio.Future[Any] | None = None
     _handshaking = False  # holds a place in HANDSHAKES (from connect until the welcome or the close)
+    _registered = False  # in this process's registry (`local_tunnels`) and counted in TUNNELS_CONNECTED
+    _ended = False  # `disconnect()` ran
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
-    # stream id → its sink: the stream itself (a request in this process) or a peer link back to another one
-    streams: dict[int, StreamSink]
     _beats: collections.deque[p.Heartbeat]
     _beat_task: asyncio.Future[None] | None = None
-    _closing: asyncio.Future[None] | None = None
-    _outbox: StreamOutbox | None = None  # stream frames towards the agent, written by `_outbox_task`
-    _outbox_task: asyncio.Task[None] | None = None
+    # Set when this tunnel is to close once its streams ended: (code, reason). A newer tunnel of the node
+    # was welcomed (superseded: this one left the node's groups), or this process drains and the agent
+    # cannot move (`fleet.tunnel.drain`).
+    _retiring: tuple[int, str] | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """As Channels does, with heartbeats taken ahead of queued stream data (`HeartbeatFirst`) and
-        nothing sent after the socket closed (`SendUntilClosed`)."""
-        await super().__call__(scope, HeartbeatFirst.over(receive) or receive, SendUntilClosed(send))
+        """As Channels' `AsyncConsumer.__call__`, with heartbeats taken ahead of queued stream data
+        (`HeartbeatFirst`), nothing sent after the socket closed (`SendUntilClosed`), the channel layer's
+        failures waited out underneath the open tunnel (`_channel_receive`), and a consumer that fails
+        closed with 1011 after running its `disconnect()`: its streams end with an error at once, its
+        node is disconnected and this process forgets it (nothing dead stays registered)."""
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        self.channel_name = await self.channel_layer.new_channel()
+        self.base_send = SendUntilClosed(send)
+        try:
+            await await_many_dispatch([HeartbeatFirst.over(receive) or receive, self._channel_receive], self.dispatch)
+        except StopConsumer:
+            pass
+        except Exception:
+            log.exception("tunnel of node %s failed; closing it", self.node_id)
+            await self.disconnect(1011)
+            with contextlib.suppress(Exception):
+                await self.close(code=1011, reason="server error")
+
+    async def _channel_receive(self) -> dict[str, Any]:
+        """The next channel-layer message for this tunnel; the layer failing (Redis restarting) is waited
+        out underneath the open socket (`local_tunnels.receive_through_failures`)."""
+        return await local_tunnels.receive_through_failures(self.channel_layer, self.channel_name, self.node_id)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Route a message to its handler, without Channels' `close_old_connections` hop per message.
@@ -109,6 +133,10 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         self._beats = collections.deque()
         self.nonce = secrets.token_hex(32)  # set first: a hello racing a refusal below cannot verify
         await self.accept()
+        if draining.is_draining():  # this replica stops: the agent's next try goes to another one
+            await self._send_frame(p.Backoff(retry_after_s=1.0, reason="replica draining"))
+            await self.close(code=CLOSE_BACKOFF, reason="draining")
+            return
         if not HANDSHAKES.enter(settings.AGENT_MAX_HANDSHAKES):
             retry_after = handshake_backoff_s()
             await self._send_frame(p.Backoff(retry_after_s=retry_after, reason=BUSY_REASON))
@@ -162,7 +190,12 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             HANDSHAKES.leave()
 
     async def disconnect(self, code: int) -> None:
+        """The socket closed (or the consumer failed): free what it held, once."""
+        if self._ended:
+            return
+        self._ended = True
         self._handshake_done()
+        drain.closed(self)
         REVOCATIONS.discard(self)
         for task in (getattr(self, "_hello_timer", None), self._relay_task, self._beat_task, self._outbox_task):
             if task is not None:
@@ -172,8 +205,11 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if self.node_id is not None:
             # The database first: when many sockets drop at once (a partition, a deploy) Redis may
             # refuse some of the clean-up below, and the node must not stay "connected" because of it.
+            # (A superseded tunnel's close changes nothing: the node's row names the newer one.)
             local_tunnels.discard(self.node_id, self)
-            metrics.TUNNELS_CONNECTED.dec()
+            if self._registered:
+                self._registered = False
+                metrics.TUNNELS_CONNECTED.dec()
             await database_sync_to_async(services.node_disconnected)(node=self.node, session=self.session)
         try:
             for stream_id in list(self.streams):
@@ -219,6 +255,12 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         except (ValidationError, DataError, ValueError) as exc:  # well-formed JSON, values we cannot take
             log.warning("closing tunnel of node %s: bad %s frame: %s", self.node_id, frame.TYPE, exc)
             await self.close(code=CLOSE_PROTOCOL_ERROR, reason=f"bad {frame.TYPE} frame"[:120])
+        except Exception:  # recording it failed (the database: a deadlock, a lost connection)
+            # Closed, so that the agent says hello again and every unfinished command is sent again (its
+            # journal answers those it finished): nothing it reported is lost, nothing dead stays here.
+            log.exception("closing tunnel of node %s: recording its %s frame failed", self.node_id, frame.TYPE)
+            await self.disconnect(1011)  # at once: nothing is routed to this tunnel any more
+            await self.close(code=1011, reason=f"recording a {frame.TYPE} frame failed; reconnect"[:120])
 
     async def _on_hello(self, hello: p.Hello) -> None:
         try:
@@ -268,21 +310,32 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         self.certificate_serial = serial
         self._last_beat = time.monotonic()
         self._hello_timer.cancel()
-        await self._join_groups()
-        local_tunnels.add(node.id, self)
-        metrics.TUNNELS_CONNECTED.inc()
         current = agent_packages.served_version()
+        mode_settings = await database_sync_to_async(node.cluster.mode_settings)()
+        # The Welcome first: until the agent has it, it takes no other frame ("expected welcome, got
+        # command" drops the tunnel). Nothing can reach this socket before: it joins the node's groups
+        # (commands, fan-outs) and the process's registry (streams) only after the Welcome went out.
         await self._send_frame(
             p.Welcome(
                 node_id=str(node.id),
                 heartbeat_interval_s=settings.AGENT_HEARTBEAT_INTERVAL_S,
                 mode=node.cluster.mode,
-                mode_settings=await database_sync_to_async(node.cluster.mode_settings)(),
+                mode_settings=mode_settings,
                 agent_version_current=current,
                 update_required=self.protocol < p.PROTOCOL_VERSION or node.agent_version != current,
             )
         )
+        local_tunnels.add(node.id, self)
+        self._registered = True
+        metrics.TUNNELS_CONNECTED.inc()
         REVOCATIONS.add(self)
+        try:
+            await self.join_groups()
+        except Exception as exc:  # Redis away: joined once it answers (the pending commands follow anyway)
+            log.warning("tunnel of node %s: joining its channel-layer groups failed: %s", self.node_id, exc)
+            local_tunnels.layer_failed()
+        drain.opened(self)
+        await self._supersede_older_tunnels()
         for command in await database_sync_to_async(services.command_pending_for_node)(node=node):
             await self._send_command(command)
             if command.status == "queued":
@@ -291,7 +344,53 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             # After the welcome: building the package the first time must not hold up the handshake.
             await database_sync_to_async(agent_updates.node_auto_update)(node=node)
 
-    async def _join_groups(self) -> None:
+    async def _supersede_older_tunnels(self) -> None:
+        """Tell the node's older tunnels (wherever they are) that this one now carries its work."""
+        assert self.node_id is not None
+        message = {"type": NODE_SUPERSEDED, "session": str(self.session)}
+        try:
+            await self.channel_layer.group_send(node_group(self.node_id), message)
+        except Exception as exc:  # an old tunnel left behind closes at its next heartbeat check or drain
+            log.warning("tunnel of node %s: telling older tunnels failed: %s", self.node_id, exc)
+
+    async def node_superseded(self, message: dict[str, Any]) -> None:
+        """`{"type": "node.superseded", "session": ...}`: a newer tunnel of this node was welcomed. Leave the
+        node's groups (new commands and fan-outs go to the new one; the node row already names it) and
+        close once the streams this tunnel carries ended."""
+        if self.node_id is None or message.get("session") == str(self.session) or self._retiring == _SUPERSEDED:
+            return
+        self._retiring = _SUPERSEDED
+        local_tunnels.discard(self.node_id, self)
+        try:
+            await self.channel_layer.group_discard(node_group(self.node_id), self.channel_name)
+            await self.channel_layer.group_discard(AGENTS_GROUP, self.channel_name)
+        except Exception as exc:
+            log.warning("tunnel of node %s: leaving its groups failed: %s", self.node_id, exc)
+        self._close_if_retired()
+
+    async def drain_move(self, within_s: float) -> None:
+        """This process drains (`fleet.tunnel.drain`): ask the agent to move within `within_s`; an agent
+        too old for `Move` reconnects as before once this tunnel's streams ended."""
+        if self._retiring is not None:
+            return
+        if self.protocol >= p.MOVE_SINCE:
+            await self._send_frame(p.Move(within_s=within_s, reason="replica draining"))
+            return
+        self._retiring = (drain.CLOSE_SERVICE_RESTART, "replica draining; reconnect")
+        self._close_if_retired()
+
+    def _close_if_retired(self) -> None:
+        """Close a retiring tunnel once no stream is left on it."""
+        if self._retiring is not None and not self.streams and self._closing is None:
+            code, reason = self._retiring
+            self._closing = asyncio.ensure_future(self.close(code=code, reason=reason))
+
+    def _stream_gone(self) -> None:
+        """A stream of this tunnel ended: a retiring tunnel may close now."""
+        if self._retiring is not None:
+            self._close_if_retired()
+
+    async def join_groups(self) -> None:
         """Join (again: it renews the membership) this node's group and the agents' group."""
         assert self.node_id is not None
         await self.channel_layer.group_add(node_group(self.node_id), self.channel_name)
@@ -308,7 +407,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         if time.monotonic() - self._groups_joined < settings.TUNNEL_GROUP_REFRESH_S:
             return
         try:
-            await self._join_groups()
+            await self.join_groups()
         except Exception as exc:
             log.warning("tunnel of node %s: renewing its channel-layer groups failed: %s", self.node_id, exc)
 
@@ -340,6 +439,9 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
 
     async def _record_heartbeat(self, frame: p.Heartbeat) -> None:
         assert self.node_id is not None
+        if self._retiring == _SUPERSEDED:  # the node's newer tunnel records its presence
+            await self._send_frame(p.HeartbeatAck(heartbeat_id=frame.id))
+            return
         held_disconnected = await records.HEARTBEATS.submit((self.node_id, frame))
         metrics.observe_heartbeat_lag(frame.sent_at)
         if held_disconnected:
@@ -378,46 +480,6 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
     async def _on_inventory(self, frame: p.InventoryReport) -> None:
         await database_sync_to_async(records.record_inventory)(self.node_id, frame.inventory)
 
-    async def _on_stream_data(self, frame: p.StreamData) -> None:
-        await self._to_stream(frame.stream_id, {"type": "stream.data", "data": frame.payload()})
-
-    async def _on_stream_batch(self, frame: p.StreamBatch) -> None:
-        """Several streams' data in one message: each chunk to its stream, in the order sent."""
-        streams = self.streams
-        for stream_id, data in frame.chunks:
-            target = streams.get(stream_id)
-            if target is not None:
-                target.deliver({"type": "stream.data", "data": data})
-
-    async def _on_stream_frames(self, frame: p.StreamFrames) -> None:
-        """Several streams' data, window increments and ends in one message: each to its stream, in order."""
-        streams = self.streams
-        for entry in frame.frames:
-            target = streams.get(entry.stream_id)
-            if target is None:
-                continue
-            if type(entry) is p.StreamData:
-                target.deliver({"type": "stream.data", "data": entry.data})
-            elif type(entry) is p.StreamWindow:
-                target.deliver({"type": "stream.window", "increment": entry.increment})
-            elif type(entry) is p.StreamEnd:
-                target.deliver({"type": "stream.end", "error": entry.error})
-                streams.pop(entry.stream_id, None)
-            # (an open from the agent means nothing: only the control plane opens streams)
-
-    async def _on_stream_window(self, frame: p.StreamWindow) -> None:
-        await self._to_stream(frame.stream_id, {"type": "stream.window", "increment": frame.increment})
-
-    async def _on_stream_end(self, frame: p.StreamEnd) -> None:
-        await self._to_stream(frame.stream_id, {"type": "stream.end", "error": frame.error})
-        self.streams.pop(frame.stream_id, None)
-
-    async def _to_stream(self, stream_id: int, message: dict[str, Any]) -> None:
-        """Hand a message to the process proxying stream `stream_id`: in memory if it is this one."""
-        target = self.streams.get(stream_id)
-        if target is not None:
-            target.deliver(message)
-
     _handlers: dict[type, Any] = {
         p.Heartbeat: _on_heartbeat,
         p.Ack: _on_ack,
@@ -425,11 +487,7 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         p.Result: _on_result,
         p.Error: _on_error,
         p.InventoryReport: _on_inventory,
-        p.StreamData: _on_stream_data,
-        p.StreamBatch: _on_stream_batch,
-        p.StreamFrames: _on_stream_frames,
-        p.StreamWindow: _on_stream_window,
-        p.StreamEnd: _on_stream_end,
+        **StreamRelay.STREAM_HANDLERS,
     }
 
     # ---- messages from the channel layer (any replica, any Celery worker)
@@ -469,74 +527,6 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
         )
         await self.close(code=CLOSE_BACKOFF, reason="backoff")
 
-    async def stream_open(self, message: dict[str, Any]) -> None:
-        """`stream.open` (group) from a replica of an older version (rolling deploy): streams now come over
-        peer links (`fleet.tunnel.peer_serving`); ignored, so that replica answers 502 until it is replaced."""
-        log.warning("ignoring a channel-layer stream.open for node %s (a replica of an older version)", self.node_id)
-
-    async def open_local_stream(self, stream: LocalStream, opening: dict[str, Any]) -> None:
-        """A stream opened in this process (`fleet.tunnel.local_tunnels`): by a request here, or by
-        another process over a peer link (`fleet.tunnel.peer_serving`)."""
-        self.streams[stream.stream_id] = stream
-        await self._open_stream(stream.stream_id, opening)
-
-    async def _open_stream(self, stream_id: int, opening: dict[str, Any]) -> None:
-        """Tell the agent: open, then the first request bytes and the request's end if they came along.
-
-        From protocol 5 on these, and whatever else is queued for the agent's streams in this event-loop
-        turn, go out as one message (`StreamOutbox`).
-        """
-        frames: list[p.StreamFrame] = [
-            p.StreamOpen(
-                stream_id=stream_id,
-                port=int(opening["port"]),
-                window=int(opening["window"]),
-                host=str(opening.get("host", "")),
-            )
-        ]
-        if opening.get("data"):
-            frames.append(p.StreamData.of(stream_id, opening["data"]))
-        if opening.get("end"):
-            frames.append(p.StreamEnd(stream_id=stream_id))
-        outbox = self._stream_outbox()
-        for frame in frames:
-            outbox.put(frame)
-
-    async def stream_message(self, message: dict[str, Any]) -> None:
-        """A message from a stream opened in this process: request bytes (`stream.data`), response credit
-        returned (`stream.window`), or the request's end (`stream.end`; aborted when `error` is set)."""
-        stream_id = message["stream_id"]
-        if stream_id not in self.streams:
-            return
-        kind = message["type"]
-        if kind == "stream.data":
-            self._stream_outbox().put(p.StreamData.of(stream_id, message["data"]))
-        elif kind == "stream.window":
-            self._stream_outbox().put(p.StreamWindow(stream_id=stream_id, increment=int(message["increment"])))
-        elif kind == "stream.end":
-            if message.get("error"):
-                self.streams.pop(stream_id, None)
-            self._stream_outbox().put(p.StreamEnd(stream_id=stream_id, error=message.get("error", "")))
-        else:
-            raise ValueError(f"not a stream message: {kind}")
-
-    def _stream_outbox(self) -> StreamOutbox:
-        """This tunnel's outbox of stream frames, its writer started (and supervised) on first use."""
-        if self._outbox is None:
-            self._outbox = StreamOutbox(self._send_message, self.protocol)
-            self._outbox_task = asyncio.ensure_future(self._outbox.run())
-            self._outbox_task.add_done_callback(self._outbox_done)
-        return self._outbox
-
-    def _outbox_done(self, task: asyncio.Future[None]) -> None:
-        """The stream writer failed (the socket refused a message): log why and close the tunnel."""
-        if task.cancelled() or task.exception() is None:
-            return
-        log.error("tunnel of node %s: sending stream frames failed; closing", self.node_id, exc_info=task.exception())
-        if self._outbox is not None:
-            self._outbox.close()
-        self._closing = asyncio.ensure_future(self.close(code=1011, reason="stream sender failed"))
-
     # ---- helpers
 
     async def _send_command(self, command: Command) -> None:
@@ -550,6 +540,9 @@ class AgentTunnelConsumer(AsyncWebsocketConsumer):
             await self.send(bytes_data=encoded)
         else:
             await self.send(text_data=encoded)
+
+
+_SUPERSEDED = (drain.CLOSE_MOVED, "tunnel moved")
 
 
 async def _peer_address() -> str:

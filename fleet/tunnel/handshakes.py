@@ -39,9 +39,29 @@ class HandshakeGate:
 HANDSHAKES = HandshakeGate()
 
 
+# Allowed, within the offline grace, for an agent's first reconnect delay (under a second) and the handshake
+# that follows its Backoff (connect, challenge, hello recorded).
+HANDSHAKE_ALLOWANCE_S = 2.0
+SHORTEST_BACKOFF_S = 0.5
+
+
+def handshake_backoff_range() -> tuple[float, float]:
+    """The shortest and the longest Backoff a full `HANDSHAKES` sends, derived from NODE_OFFLINE_GRACE_S.
+
+    The longest, stretched by the agent's jitter (`protocol.BACKOFF_JITTER`) and followed by a handshake
+    (`HANDSHAKE_ALLOWANCE_S`), ends within the grace: an agent refused right after its tunnel closed (a
+    deploy, a restart) is back before its node would read offline. The shortest is a third of it, so the
+    refused crowd comes back spread over the window (grace 10 s: 2.2-6.7 s, 8 s with the agent's jitter).
+    """
+    room = settings.NODE_OFFLINE_GRACE_S - HANDSHAKE_ALLOWANCE_S
+    longest = max(SHORTEST_BACKOFF_S, room / (1 + p.BACKOFF_JITTER))
+    return max(SHORTEST_BACKOFF_S, longest / 3), longest
+
+
 def handshake_backoff_s() -> float:
-    """How long an agent refused by a full `HANDSHAKES` waits: AGENT_HANDSHAKE_BACKOFF_S, spread ±50 %."""
-    return settings.AGENT_HANDSHAKE_BACKOFF_S * (0.5 + secrets.randbelow(1001) / 1000)
+    """How long an agent refused by a full `HANDSHAKES` waits: anywhere in `handshake_backoff_range()`."""
+    shortest, longest = handshake_backoff_range()
+    return shortest + (longest - shortest) * secrets.randbelow(1001) / 1000
 
 
 BUSY_REASON = "control plane busy: too many agents connecting"

@@ -44,6 +44,15 @@ class PeerLink(asyncio.Protocol):
         self._flush_due = False
         self._reason = ""
 
+    @property
+    def dropped_here(self) -> bool:
+        """Whether this end dropped the link (`close`), rather than the other end or the network."""
+        return bool(self._reason)
+
+    def limit_payload(self, size: int) -> None:
+        """Refuse frames announcing a payload over `size` bytes from now on (the link is dropped)."""
+        self._reader.max_payload = size
+
     # ---- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -54,7 +63,7 @@ class PeerLink(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            for kind, stream_id, payload in self._reader.feed(data):
+            for kind, stream_id, payload in self._reader.frames(data):
                 if self.closed:
                     return
                 self.handler.frame_received(self, kind, stream_id, payload)

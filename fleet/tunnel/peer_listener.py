@@ -7,6 +7,11 @@ TUNNEL_PEER_PORT_COUNT ports from there, so several web processes of one machine
 advertised as TUNNEL_PEER_ADVERTISE (default: the bind address, or this host's address when binding every
 interface). A link is served only once the dialer proved it holds the peer key (`peer_wire`); streams
 it opens are served by `fleet.tunnel.peer_serving`.
+
+What an unauthenticated connection can make this process hold is bounded: frames of the handshake's size
+(`peer_wire.PRE_AUTH_MAX_PAYLOAD`), for TUNNEL_PEER_HANDSHAKE_TIMEOUT_S, and at most
+TUNNEL_PEER_MAX_PENDING such connections at once: one more is closed as soon as it is accepted (the links
+already proven are never counted, so a flood of connections cannot drop the tunnels' streams).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import contextlib
 import ipaddress
 import logging
 import socket
+import time
 import weakref
 from typing import Any
 
@@ -31,6 +37,9 @@ _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
 _state: dict[str, Any] = {"loop": None, "server": None, "address": "", "starting": None}
 _accepted: weakref.WeakSet[PeerLink] = weakref.WeakSet()  # links accepted and not yet gone
+_pending: set[PeerLink] = set()  # accepted links that have not proven the key yet
+_refused = {"count": 0, "logged_at": -1e9}
+_REFUSAL_LOG_EVERY_S = 10.0
 
 
 def advertised_host(bind: str) -> str:
@@ -106,18 +115,49 @@ async def _bind() -> tuple[asyncio.Server, int]:
     raise OSError(f"no free peer port on {bind} from {first} ({len(ports)} tried): {error}")
 
 
+class _AcceptedLink(PeerLink):
+    """A link this listener accepted: admitted while fewer than TUNNEL_PEER_MAX_PENDING wait for their
+    handshake, else closed at once."""
+
+    handler: ServedLink
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if len(_pending) >= settings.TUNNEL_PEER_MAX_PENDING:
+            _refused["count"] += 1
+            now = time.monotonic()
+            if now - _refused["logged_at"] >= _REFUSAL_LOG_EVERY_S:
+                _refused["logged_at"] = now
+                log.warning(
+                    "peer listener: %d handshakes pending (TUNNEL_PEER_MAX_PENDING); closing new connections "
+                    "(%d so far, the latest from %s)",
+                    len(_pending),
+                    _refused["count"],
+                    self.name,
+                )
+            self.handler.refused("pending_cap")
+            self.close("too many pending handshakes")
+            return
+        _pending.add(self)
+        self.handler.start_handshake_timer(self)
+
+
 def _accept() -> PeerLink:
-    served = ServedLink(peer_wire.link_key())
-    link = PeerLink(served)
-    served.start_handshake_timer(link)
+    link = _AcceptedLink(ServedLink(peer_wire.link_key(), on_settled=_pending.discard))
     _accepted.add(link)
     return link
+
+
+def pending() -> int:
+    """How many accepted connections are waiting for their handshake now."""
+    return len(_pending)
 
 
 def stop() -> None:
     """Stop listening and drop every accepted link (their streams end at their agents). Tests, shutdown."""
     for link in list(_accepted):
         link.close("the listener stopped")
+    _pending.clear()
     _stop_old()
     _state.update(loop=None, server=None, address="", starting=None)
 

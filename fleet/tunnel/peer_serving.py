@@ -1,7 +1,8 @@
 """The holding side of a peer link: streams other processes open to the tunnels this process holds.
 
-An accepted link first proves it holds the peer key (`peer_wire`'s handshake; a wrong proof, or none
-within PEER_HANDSHAKE_TIMEOUT_S, drops it). Then each OPEN names a node: if its tunnel is here
+An accepted link first proves it holds the peer key (`peer_wire`'s handshake; a wrong proof, a frame
+larger than the handshake's (`PRE_AUTH_MAX_PAYLOAD`), or no proof within TUNNEL_PEER_HANDSHAKE_TIMEOUT_S
+drops it). Then each OPEN names a node: if its tunnel is here
 (`local_tunnels`) the stream is answered OPENED and handed to the tunnel consumer as a stream of this
 process (`open_local_stream`) whose sink writes the agent's messages back on the link (`PeerSink`: DATA,
 WINDOW, END frames, written with everything else of that loop turn); if not, NOT_HERE, and the opener
@@ -19,12 +20,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from django.conf import settings
+
 from fleet.tunnel import local_tunnels, peer_wire
 from fleet.tunnel.peer_link import PeerLink
+from kernel.metrics import PEER_CONNECTIONS_REFUSED
 
 log = logging.getLogger("fleet.tunnel.peers")
-
-PEER_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class PeerSink:
@@ -102,8 +104,10 @@ async def _open_at(tunnel: local_tunnels.LocalTunnel, opening: peer_wire.Opening
 class ServedLink:
     """The `LinkHandler` of an accepted link: the handshake, then the streams it opens here."""
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, on_settled: Callable[[PeerLink], None] | None = None) -> None:
         self._key = key
+        self._on_settled = on_settled  # told once: the link authenticated, or went before it did
+        self._refused = False
         self._dialer_nonce = b""
         self._listener_nonce = b""
         self.authenticated = False
@@ -112,12 +116,27 @@ class ServedLink:
         self._lanes: dict[str, Lane] = {}
 
     def start_handshake_timer(self, link: PeerLink) -> None:
-        self._timer = asyncio.get_running_loop().call_later(PEER_HANDSHAKE_TIMEOUT_S, self._handshake_timed_out, link)
+        """Hold the link to the pre-handshake frame limit, and drop it unless it proves the key in time."""
+        link.limit_payload(peer_wire.PRE_AUTH_MAX_PAYLOAD)
+        timeout = settings.TUNNEL_PEER_HANDSHAKE_TIMEOUT_S
+        self._timer = asyncio.get_running_loop().call_later(timeout, self._handshake_timed_out, link, timeout)
 
-    def _handshake_timed_out(self, link: PeerLink) -> None:
+    def _handshake_timed_out(self, link: PeerLink, timeout: float) -> None:
         if not self.authenticated:
-            log.warning("peer link from %s: no handshake within %ss; dropping it", link.name, PEER_HANDSHAKE_TIMEOUT_S)
+            log.warning("peer link from %s: no handshake within %ss; dropping it", link.name, timeout)
+            self.refused("handshake_timeout")
             link.close("no handshake in time")
+
+    def refused(self, reason: str) -> None:
+        """Count this link as refused before its proof (once, whatever else happens to it)."""
+        if not self._refused:
+            self._refused = True
+            PEER_CONNECTIONS_REFUSED.labels(reason).inc()
+
+    def _settled(self, link: PeerLink) -> None:
+        on_settled, self._on_settled = self._on_settled, None
+        if on_settled is not None:
+            on_settled(link)
 
     def forget(self, stream_id: int) -> None:
         self._streams.pop(stream_id, None)
@@ -149,8 +168,10 @@ class ServedLink:
         elif kind == peer_wire.PROOF and self._dialer_nonce:
             peer_wire.check_proof(self._key, self._dialer_nonce, self._listener_nonce, payload)
             self.authenticated = True
+            link.limit_payload(peer_wire.MAX_PAYLOAD)
             if self._timer is not None:
                 self._timer.cancel()
+            self._settled(link)
         else:
             raise peer_wire.PeerProtocolError("handshake expected")
 
@@ -182,6 +203,9 @@ class ServedLink:
     def link_lost(self, link: PeerLink, reason: str) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        if not self.authenticated and link.dropped_here:  # a wrong proof, junk, an oversized frame
+            self.refused("handshake_failed")
+        self._settled(link)
         streams, self._streams = self._streams, {}
         if streams:
             log.warning("peer link from %s lost (%s): ending its %d stream(s)", link.name, reason, len(streams))

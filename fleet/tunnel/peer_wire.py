@@ -22,6 +22,7 @@ import hmac
 import secrets
 import struct
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -40,6 +41,9 @@ PROOF_BYTES = 32
 # most 64 KiB of first bytes.
 MAX_PAYLOAD = 1024 * 1024
 DATA_MAX = 256 * 1024
+# Until the dialer proved it holds the key, the listener takes no payload larger than the handshake's own
+# (HELLO 17 bytes, PROOF 32): an unauthenticated connection holds a few dozen bytes, never a megabyte.
+PRE_AUTH_MAX_PAYLOAD = 64
 
 
 class PeerProtocolError(Exception):
@@ -159,32 +163,40 @@ def check_proof(key: bytes, dialer_nonce: bytes, listener_nonce: bytes, payload:
 
 
 class FrameReader:
-    """Cuts the bytes of a link into frames, whatever pieces they arrive in."""
+    """Cuts the bytes of a link into frames, whatever pieces they arrive in; a frame announcing a payload over
+    `max_payload` is refused at its header (before any of it is buffered)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_payload: int = MAX_PAYLOAD) -> None:
         self._buffer = bytearray()
+        self.max_payload = max_payload
 
     def feed(self, data: bytes) -> list[tuple[int, int, bytes]]:
         """The frames completed by `data`: (kind, stream id, payload) each; `PeerProtocolError` on junk."""
+        return list(self.frames(data))
+
+    def frames(self, data: bytes) -> Iterator[tuple[int, int, bytes]]:
+        """`feed`, one frame at a time: each header is checked against `max_payload` as it is then, so a
+        handler that raises the limit (the handshake done) applies to the frames after it in the same bytes."""
         buffer = self._buffer
         buffer += data
-        frames = []
-        offset, size = 0, len(buffer)
+        offset = 0
         unpack = HEADER.unpack_from
-        while size - offset >= HEADER.size:
-            kind, stream_id, length = unpack(buffer, offset)
-            if kind not in KINDS:
-                raise PeerProtocolError(f"unknown frame kind {kind}")
-            if length > MAX_PAYLOAD:
-                raise PeerProtocolError(f"frame of {length} bytes (at most {MAX_PAYLOAD})")
-            end = offset + HEADER.size + length
-            if end > size:
-                break
-            frames.append((kind, stream_id, bytes(buffer[offset + HEADER.size : end])))
-            offset = end
-        if offset:
-            del buffer[:offset]
-        return frames
+        try:
+            while len(buffer) - offset >= HEADER.size:
+                kind, stream_id, length = unpack(buffer, offset)
+                if kind not in KINDS:
+                    raise PeerProtocolError(f"unknown frame kind {kind}")
+                if length > self.max_payload:
+                    raise PeerProtocolError(f"frame of {length} bytes (at most {self.max_payload})")
+                end = offset + HEADER.size + length
+                if end > len(buffer):
+                    break
+                payload = bytes(buffer[offset + HEADER.size : end])
+                offset = end
+                yield kind, stream_id, payload
+        finally:
+            if offset:
+                del buffer[:offset]
 
 
 def format_address(host: str, port: int) -> str:

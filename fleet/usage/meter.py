@@ -5,11 +5,15 @@ The proxy starts a `RequestUsage` for each request to an endpoint (`start`), han
 the response itself:
 
 - a JSON answer (`application/json`): its `usage` object (`prompt_tokens`, `completion_tokens`), read
-  once at the end from the buffered body (at most JSON_BODY_MAX bytes are kept);
+  once at the end from the buffered body (at most JSON_BODY_MAX bytes are kept; past that, the few
+  kilobytes from the last `"usage"` key on, so a long answer is charged too);
 - a stream of server-sent events: the `usage` of its last events, which OpenAI-compatible servers send
-  in a final chunk when asked (`stream_options.include_usage`); without one, each `data:` event that is
-  not `[DONE]` counts as one completion token and the prompt as none. Per chunk the meter only counts
-  `data:` markers and keeps a reference to the last few chunks: nothing is parsed until the end.
+  in a final chunk when asked (`stream_options.include_usage`). The relay asks for it on every streamed
+  completions request that does not (`ask_for_usage`) and then drops that chunk on its way to the client
+  (`feed` passes events on whole while it does), so the server's own count is charged, prompt included.
+  A stream that still has none counts each `data:` event that is not `[DONE]` as one completion token.
+  Per chunk the meter only counts `data:` markers and keeps a reference to the last few chunks: nothing
+  is parsed until the end (except the events of a stream whose usage the proxy asked for).
 
 A request counts as an error when its answer is a 5xx, never came (status 0), or was cut short (the
 stream broke or the client left mid-response).
@@ -18,16 +22,17 @@ Finished requests are added up per (minute, workspace, endpoint, API key) in thi
 after a flush schedules the next flush USAGE_FLUSH_S later, on a thread (`flush`): one upsert for every
 bucket noted (minute and hour rows, `services.usage_add`), so the proxy's path never writes a row per
 request and never blocks the event loop on the database. A failed write keeps the counts for the next
-flush, counts itself (`cleverthis_usage_flush_failures`) and is noted in Redis for the Usage page's banner
-(`flush_failures`); at process exit whatever is left is written (`atexit`, and a multiprocessing finalizer for
-uvicorn's worker processes, which exit without running `atexit`).
+flush (tried again USAGE_FLUSH_S later, requests or not), counts itself (`cleverthis_usage_flush_failures`)
+and is noted in Redis for the Usage page's banner (`flush_failures`); at process exit whatever is left is
+written (`atexit`, and a multiprocessing finalizer for uvicorn's worker processes, which exit without
+running `atexit`).
 
 The completion tokens of a request are also counted for the replica that answered it (`replica`, set by
 the relay), which the web processes share as tokens per second (`fleet.replica_load`).
 
 Other code may follow finished requests (the API-key rate limiter charges tokens): `on_request_metered`
 registers a callback, called on the event loop with (workspace_id, endpoint_id, api_key_id,
-prompt_tokens, completion_tokens); it must be quick and must not raise.
+prompt_tokens, completion_tokens, rate_caller); it must be quick and must not raise.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import json
 import logging
 import multiprocessing.util
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -53,11 +59,14 @@ from django.db import DatabaseError, close_old_connections
 
 from fleet import replica_load
 from kernel import metrics
-from kernel.asgi_scope import api_key_id
+from kernel.asgi_scope import api_key_id, rate_caller
 
 log = logging.getLogger(__name__)
 
-JSON_BODY_MAX = 4 * 1024 * 1024  # a JSON answer longer than this is relayed without reading its usage
+JSON_BODY_MAX = 4 * 1024 * 1024  # a JSON answer longer than this keeps only the part around its last "usage"
+USAGE_REGION = 4096  # bytes kept from a "usage" key on, in a JSON answer longer than JSON_BODY_MAX
+HELD_MAX = 64 * 1024  # a stream's bytes held back waiting for an event's end (to drop an added usage chunk)
+REQUEST_REWRITE_MAX = 1024 * 1024  # a completions request longer than this goes as sent (no usage asked)
 SSE_TAIL_CHUNKS = 3  # the last chunks kept of a stream (the usage chunk, `[DONE]` and what they were cut from)
 _USAGE_KEY = b'"usage"'
 _DECODER = json.JSONDecoder()
@@ -71,7 +80,7 @@ class Subject:
     endpoint_id: UUID
 
 
-MeteredCallback = Callable[[UUID, UUID, int | None, int, int], None]
+MeteredCallback = Callable[[UUID, UUID, int | None, int, int, int | str | None], None]
 _callbacks: list[MeteredCallback] = []
 
 # (minute start, workspace, endpoint, API key) → [requests, errors, prompt, completion, ms sum, ms max,
@@ -90,8 +99,9 @@ _redis_client: redis.Redis | None = None
 
 
 def on_request_metered(callback: MeteredCallback) -> MeteredCallback:
-    """Call `callback(workspace_id, endpoint_id, api_key_id, prompt_tokens, completion_tokens)` after each
-    metered request (usable as a decorator; registering one twice keeps one)."""
+    """Call `callback(workspace_id, endpoint_id, api_key_id, prompt_tokens, completion_tokens, rate_caller)`
+    after each metered request (`rate_caller`: `kernel.asgi_scope.rate_caller` of its scope; usable as a
+    decorator; registering one twice keeps one)."""
     if callback not in _callbacks:
         _callbacks.append(callback)
     return callback
@@ -120,14 +130,70 @@ def usage_of(body: bytes) -> tuple[int, int] | None:
     return None
 
 
+def ask_for_usage(body: bytes) -> bytes | None:
+    """The body of a completions request made to report its usage: a streamed request (`"stream": true`)
+    that does not ask for the final usage chunk gets `"stream_options": {"include_usage": true}`, so the
+    server counts its tokens (prompt included) instead of the meter guessing them. None when nothing is to
+    change (not JSON, not streamed, usage asked for already)."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(request, dict) or request.get("stream") is not True:
+        return None
+    options = request.get("stream_options")
+    if options is None:
+        options = {}
+    if not isinstance(options, dict) or options.get("include_usage") is True:
+        return None
+    request["stream_options"] = {**options, "include_usage": True}
+    return json.dumps(request, separators=(",", ":")).encode()
+
+
+_USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')  # a usage that is not null (content chunks carry null)
+
+
+def _is_usage_chunk(event: bytes) -> bool:
+    """Whether an SSE event is the usage-only chunk a server sends when asked (`"choices": []`, a usage)."""
+    text = event.strip()
+    if not text.startswith(b"data:") or not _USAGE_OBJECT.search(text):
+        return False
+    try:
+        chunk = json.loads(text[5:])
+    except ValueError:
+        return False
+    return isinstance(chunk, dict) and chunk.get("choices") == [] and isinstance(chunk.get("usage"), dict)
+
+
 class RequestUsage:
     """What one proxied request used, as its response goes by."""
 
-    __slots__ = ("api_key_id", "cut", "events", "kind", "parts", "replica", "size", "started", "status", "subject")
+    __slots__ = (
+        "api_key_id",
+        "caller",
+        "carry",
+        "cut",
+        "events",
+        "held",
+        "kind",
+        "parts",
+        "region",
+        "replica",
+        "size",
+        "started",
+        "status",
+        "strip_usage",
+        "subject",
+    )
 
-    def __init__(self, subject: Subject, key_id: int | None) -> None:
+    def __init__(self, subject: Subject, key_id: int | None, caller: int | str | None = None) -> None:
         self.subject = subject
         self.api_key_id = key_id
+        self.caller = caller  # who the rate limits charge (`kernel.asgi_scope.rate_caller`)
+        self.strip_usage = False  # the usage chunk was asked for by the proxy, not the client: drop it
+        self.held = b""  # a stream's bytes since its last complete event (while `strip_usage`)
+        self.region = b""  # a long JSON answer: from its last "usage" key on (at most USAGE_REGION bytes)
+        self.carry = b""  # a long JSON answer: the end of the previous chunk (a key cut across chunks)
         self.started = time.monotonic()
         self.status = 0
         self.kind = ""  # "sse", "json" or "" (usage not read)
@@ -150,19 +216,62 @@ class RequestUsage:
                     self.kind = "json"
                 break
 
-    def feed(self, data: bytes) -> None:
-        """A chunk of the response body as it goes to the client."""
+    def feed(self, data: bytes) -> bytes:
+        """A chunk of the response body on its way to the client; returns what goes on to the client (all of
+        it, except the usage chunk of a stream whose usage the proxy asked for: events are then passed on
+        whole, a partial one held until its end)."""
         if self.kind == "sse":
             self.events += data.count(b"data:")
             self.parts.append(data)
+            if self.strip_usage:
+                return self._without_usage_chunk(data)
         elif self.kind == "json":
             self.size += len(data)
             if self.size <= JSON_BODY_MAX:
                 self.parts.append(data)
+            else:
+                self._track_usage_region(data)
+        return data
+
+    def held_back(self) -> bytes:
+        """What `feed` still holds when the response ends (a last event without its blank line)."""
+        held, self.held = self.held, b""
+        return held
+
+    def _without_usage_chunk(self, data: bytes) -> bytes:
+        buffer = self.held + data
+        out: list[bytes] = []
+        start = 0
+        while (end := buffer.find(b"\n\n", start)) >= 0:
+            event = buffer[start : end + 2]
+            if not _is_usage_chunk(event):
+                out.append(event)
+            start = end + 2
+        rest = buffer[start:]
+        if len(rest) > HELD_MAX:  # no event ends in sight: pass it on rather than hold it all
+            out.append(rest)
+            rest = b""
+        self.held = rest
+        return b"".join(out)
+
+    def _track_usage_region(self, data: bytes) -> None:
+        window = self.carry + data
+        at = window.rfind(_USAGE_KEY)
+        if at >= 0:
+            self.region = window[at : at + USAGE_REGION]
+        elif self.region and len(self.region) < USAGE_REGION:
+            self.region += data[: USAGE_REGION - len(self.region)]
+        self.carry = window[-len(_USAGE_KEY) :]
 
     def tokens(self) -> tuple[int, int]:
         """(prompt_tokens, completion_tokens) the response reported, or (0, events) counted from a stream."""
-        if not self.kind or not self.parts or (self.kind == "json" and self.size > JSON_BODY_MAX):
+        if self.kind == "json" and self.size > JSON_BODY_MAX:
+            found = usage_of(self.region) if self.region else None
+            return found if found is not None else self._tokens_of_parts()
+        return self._tokens_of_parts()
+
+    def _tokens_of_parts(self) -> tuple[int, int]:
+        if not self.kind or not self.parts:
             return 0, 0
         tail = b"".join(self.parts)
         found = usage_of(tail)
@@ -184,6 +293,7 @@ class RequestUsage:
             prompt_tokens=prompt,
             completion_tokens=completion,
             seconds=time.monotonic() - self.started,
+            caller=self.caller,
         )
 
 
@@ -191,7 +301,7 @@ def start(subject: Subject | None, scope: dict[str, Any]) -> RequestUsage | None
     """A `RequestUsage` for a request to `subject`, or None when not metered (no subject, metering off)."""
     if subject is None or not settings.USAGE_METERING:
         return None
-    return RequestUsage(subject, api_key_id(scope))
+    return RequestUsage(subject, api_key_id(scope), rate_caller(scope))
 
 
 def _bucket(subject: Subject, key_id: int | None, now: float | None) -> list[float]:
@@ -213,6 +323,7 @@ def observe(
     completion_tokens: int,
     seconds: float,
     now: float | None = None,
+    caller: int | str | None = None,
 ) -> None:
     """Note one finished request in this process and schedule the flush if none is."""
     counts = _bucket(subject, key_id, now)
@@ -226,13 +337,13 @@ def observe(
         counts[5] = ms
     for callback in _callbacks:
         try:
-            callback(subject.workspace_id, subject.endpoint_id, key_id, prompt_tokens, completion_tokens)
+            callback(subject.workspace_id, subject.endpoint_id, key_id, prompt_tokens, completion_tokens, caller)
         except Exception:
             log.exception("usage callback %r failed", callback)
     _schedule_flush()
 
 
-def observe_rate_limited(subject: Subject, key_id: int, *, now: float | None = None) -> None:
+def observe_rate_limited(subject: Subject, key_id: int | None, *, now: float | None = None) -> None:
     """Note one request an API key's rate limit refused (429): counted apart from the requests served."""
     if not settings.USAGE_METERING:
         return
@@ -257,16 +368,19 @@ def _schedule_flush() -> None:
 def _flush_in_thread(loop: asyncio.AbstractEventLoop) -> None:
     global _flush_handle
     _flush_handle = None
-    loop.run_in_executor(None, _flush_and_release)
+    loop.run_in_executor(None, _flush_and_release, loop)
 
 
-def _flush_and_release() -> None:
+def _flush_and_release(loop: asyncio.AbstractEventLoop | None = None) -> None:
     try:
         flush()
     except Exception:  # (on a thread nobody waits for: say so rather than lose it silently)
         log.exception("usage flush failed")
     finally:
         close_old_connections()  # this thread's connection, as channels' database_sync_to_async does
+    if _failing and _pending and loop is not None and not loop.is_closed():
+        # the counts went back to memory: try again in USAGE_FLUSH_S, whether or not requests come
+        loop.call_soon_threadsafe(_schedule_flush)
 
 
 def flush() -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -13,6 +12,7 @@ from django.shortcuts import render
 
 from fleet.usage import meter, selectors
 from fleet.usage.api import UsageQuerySerializer, usage_report
+from kernel.csv_export import SafeWriter
 from tenancy.selectors import workspace_list
 
 CSV_COLUMNS = (
@@ -121,14 +121,12 @@ def usage_csv(request: HttpRequest) -> HttpResponse:
         return HttpResponse("\n".join(lines) + "\n", status=400, content_type="text/plain; charset=utf-8")
     query = params.query()
     rows = selectors.usage_export_rows(rows=selectors.usage_rollups(user=request.user, query=query))
-    writer = csv.writer(_Echo())
+    writer = SafeWriter(_Echo())
 
     def lines():
         yield writer.writerow(CSV_COLUMNS)
         for values in rows.values_list(*CSV_COLUMNS).iterator(chunk_size=2000):
-            yield writer.writerow(
-                ["" if v is None else (v.isoformat() if hasattr(v, "isoformat") else v) for v in values]
-            )
+            yield writer.writerow([v.isoformat() if hasattr(v, "isoformat") else v for v in values])
 
     response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="usage-{query.period}.csv"'

@@ -7,10 +7,14 @@ Registered at app start (`FleetConfig.ready` imports this module): the admin's a
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from fleet.admin import ReadOnlyAdmin
 from fleet.workloads.models import ApiKeyEndpoint, Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel
+from fleet.workloads.services.endpoints.limits import LIMIT_FIELDS, endpoint_set_key_limits
 
 
 @admin.register(Container)
@@ -31,12 +35,37 @@ class NodeModelAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Endpoint)
-class EndpointAdmin(ReadOnlyAdmin):
-    """Inference endpoints (started and stopped through the API or pages, which check roles)."""
+class EndpointAdmin(admin.ModelAdmin):
+    """Inference endpoints (started and stopped through the API or pages, which check roles); operators set
+    an endpoint's per-key limits here, everything else is read only."""
 
-    list_display = ["slug", "model_id", "node", "status", "port", "public", "min_replicas", "created_at"]
+    list_display = [
+        "slug",
+        "model_id",
+        "node",
+        "status",
+        "port",
+        "public",
+        "min_replicas",
+        "key_requests_per_min",
+        "key_tokens_per_min",
+        "created_at",
+    ]
     list_filter = ["status", "public"]
     search_fields = ["slug", "model_id"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in Endpoint._meta.fields if f.name not in LIMIT_FIELDS]
+
+    def save_model(self, request: HttpRequest, obj: Endpoint, form: Any, change: bool) -> None:
+        limits = {name: form.cleaned_data.get(name) for name in LIMIT_FIELDS}
+        endpoint_set_key_limits(actor=request.user, endpoint=obj, staff=True, **limits)
 
 
 @admin.register(ApiKeyEndpoint)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
 from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import exceptions, mixins, serializers, status, viewsets
@@ -29,11 +30,11 @@ from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
 from fleet.workloads.filters import CONTAINER_FILTERS, ENDPOINT_FILTERS, MODEL_LOCATION_FILTERS
 from fleet.workloads.key_api import ApiKeyViewSet
-from fleet.workloads.models import Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel
+from fleet.workloads.models import Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel, RoutingPolicy
 from fleet.workloads.services import PlacementError
 from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
 from kernel.schema import PAGING, page_of
-from tenancy.mixins import WorkspaceScopedMixin, require_operator
+from tenancy.mixins import WorkspaceScopedMixin, require_editor, require_operator
 from tenancy.selectors import workspace_ids
 
 # --------------------------------------------------------------------------------------------------
@@ -101,17 +102,22 @@ class ModelLocationSerializer(serializers.ModelSerializer):
 class EndpointReplicaSerializer(serializers.ModelSerializer):
     """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second
     summed over every web process (`fleet.replica_load`, a few seconds old at most; null when they cannot be
-    read); `replacement_of` names the lost replica it took over from (every replica is listed, retired ones
-    too)."""
+    read); the requests the router sent it and, of those, its affinity hits (a request whose session or
+    prefix key went to this same replica the time before: an estimate of prefix-cache reuse), counted by the
+    web processes alive now; `replacement_of` names the lost replica it took over from (every replica is
+    listed, retired ones too)."""
 
     node_name = serializers.CharField(source="node.name", read_only=True, default=None)
     in_flight = serializers.SerializerMethodField()
     tokens_per_s = serializers.SerializerMethodField()
+    requests_routed = serializers.SerializerMethodField()
+    affinity_hits = serializers.SerializerMethodField()
 
     class Meta:
         model = EndpointReplica
         fields = ["id", "server_id", "node", "node_name", "status", "port", "failure_code", "failure_message"]
-        fields += ["in_flight", "tokens_per_s", "replacement_of", "created_at", "updated_at"]
+        fields += ["in_flight", "tokens_per_s", "requests_routed", "affinity_hits"]
+        fields += ["replacement_of", "created_at", "updated_at"]
         read_only_fields = fields
 
     def _load(self, obj: EndpointReplica) -> ReplicaLoad | None:
@@ -128,6 +134,14 @@ class EndpointReplicaSerializer(serializers.ModelSerializer):
     def get_tokens_per_s(self, obj: EndpointReplica) -> float | None:
         load = self._load(obj)
         return None if load is None else round(load.tokens_per_s, 1)
+
+    def get_requests_routed(self, obj: EndpointReplica) -> int | None:
+        load = self._load(obj)
+        return None if load is None else load.routed
+
+    def get_affinity_hits(self, obj: EndpointReplica) -> int | None:
+        load = self._load(obj)
+        return None if load is None else load.affinity_hits
 
 
 class EndpointEventSerializer(serializers.ModelSerializer):
@@ -178,6 +192,9 @@ class EndpointSerializer(serializers.ModelSerializer):
             "scaled_at",
             "idle_timeout_s",
             "idle_since",
+            "key_requests_per_min",
+            "key_tokens_per_min",
+            "routing_policy",
             "replicas",
             "failure_code",
             "failure_message",
@@ -213,6 +230,12 @@ def _revision(value: str) -> str:
     except DjangoValidationError as exc:
         raise serializers.ValidationError(exc.message_dict["revision"]) from None
 
+
+ROUTING_HELP = (
+    "How requests are spread over the replicas: least_load (the fewest in flight), session (the same "
+    "X-Session-Id, OpenAI user or API key to the same replica) or prefix (the same leading prompt text to the "
+    "same replica); the affinity policies pass a request on when its replica is busier than the rest."
+)
 
 # The fields an endpoint hands to every replica's endpoint.start, bounded as the protocol bounds them.
 _START = protocol.EndpointStartPayload
@@ -274,6 +297,25 @@ class EndpointCreateSerializer(serializers.Serializer):
         help_text="Seconds without requests after which an endpoint with min_replicas 0 scales to zero.",
     )
     server_args = ServerArgsField(required=False, default=list)
+    key_requests_per_min = serializers.IntegerField(
+        min_value=1,
+        max_value=workload_services.MAX_PER_MINUTE,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Requests a minute each API key (and each member without a key) may make here; null: no limit.",
+    )
+    key_tokens_per_min = serializers.IntegerField(
+        min_value=1,
+        max_value=workload_services.MAX_PER_MINUTE,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Tokens (prompt and completion) a minute each API key (and each member) may use; null: no limit.",
+    )
+    routing_policy = serializers.ChoiceField(
+        choices=RoutingPolicy.choices, required=False, default=RoutingPolicy.LEAST_LOAD, help_text=ROUTING_HELP
+    )
 
     def validate_model_id(self, value: str) -> str:
         try:
@@ -288,6 +330,17 @@ class EndpointCreateSerializer(serializers.Serializer):
         return attrs
 
 
+class EndpointLimitsSerializer(_NoUnknownFields):
+    """Input of POST /endpoints/<id>/limits/: the per-key limits (null: no limit; left out: kept)."""
+
+    key_requests_per_min = serializers.IntegerField(
+        min_value=1, max_value=workload_services.MAX_PER_MINUTE, required=False, allow_null=True
+    )
+    key_tokens_per_min = serializers.IntegerField(
+        min_value=1, max_value=workload_services.MAX_PER_MINUTE, required=False, allow_null=True
+    )
+
+
 class EndpointRevisionSerializer(serializers.Serializer):
     """Input of POST /endpoints/<id>/update_revision/ (the revision alone; `update/` takes more)."""
 
@@ -295,15 +348,19 @@ class EndpointRevisionSerializer(serializers.Serializer):
 
 
 class EndpointUpdateSerializer(_NoUnknownFields):
-    """Input of POST /endpoints/<id>/update/: the new revision and/or server arguments (left out: kept)."""
+    """Input of POST /endpoints/<id>/update/: the new revision and/or server arguments (a rolling update),
+    and/or the routing policy (at once, no restart); what is left out is kept."""
 
     revision = payload_field(_START, "revision", required=False, default=serializers.empty, validators=[_revision])
     server_args = ServerArgsField(required=False)
+    routing_policy = serializers.ChoiceField(choices=RoutingPolicy.choices, required=False, help_text=ROUTING_HELP)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)
-        if "revision" not in attrs and "server_args" not in attrs:
-            raise serializers.ValidationError({"revision": "Give a revision and/or server_args to update to."})
+        if not {"revision", "server_args", "routing_policy"} & set(attrs):
+            raise serializers.ValidationError(
+                {"revision": "Give a revision and/or server_args to update to (and/or a routing_policy)."}
+            )
         return attrs
 
 
@@ -357,7 +414,7 @@ class EndpointViewSet(
     mixins.RetrieveModelMixin,
     viewsets.GenericViewSet,
 ):
-    """Inference endpoints: list, retrieve, create (Owner/Admin), POST .../stop/ (Owner/Admin), GET .../events/."""
+    """Inference endpoints: list, retrieve, create and POST .../stop/ (Owner, Admin, Member), GET .../events/."""
 
     serializer_class = EndpointSerializer
     queryset = Endpoint.objects.all()
@@ -407,7 +464,16 @@ class EndpointViewSet(
             node = Node.objects.filter(pk=values["node"], cluster=cluster).first()
             if node is None:
                 raise exceptions.ValidationError({"node": "No such node in this cluster."})
-        endpoint = workload_services.endpoint_create(
+        limits = {name: values[name] for name in ("key_requests_per_min", "key_tokens_per_min")}
+        with transaction.atomic():
+            endpoint = self._create(request, cluster, node, values)
+            if any(v is not None for v in limits.values()):
+                workload_services.endpoint_set_key_limits(actor=request.user, endpoint=endpoint, **limits)
+        endpoint = self.get_base_queryset().get(pk=endpoint.pk)
+        return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)
+
+    def _create(self, request: Request, cluster: ComputeCluster, node: Node | None, values: dict[str, Any]) -> Endpoint:
+        return workload_services.endpoint_create(
             actor=request.user,
             cluster=cluster,
             model_id=values["model_id"],
@@ -424,9 +490,22 @@ class EndpointViewSet(
             scale_cooldown_s=values["scale_cooldown_s"],
             idle_timeout_s=values["idle_timeout_s"],
             server_args=values["server_args"],
+            routing_policy=values["routing_policy"],
         )
-        endpoint = self.get_base_queryset().get(pk=endpoint.pk)
-        return Response(EndpointSerializer(endpoint).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=EndpointLimitsSerializer, responses={200: EndpointSerializer})
+    @action(detail=True, methods=["post"])
+    def limits(self, request: Request, pk: str | None = None) -> Response:
+        """Set the requests and tokens a minute each API key (and each member calling without a key) may use
+        on this endpoint (Owner/Admin; null: no limit; a field left out is kept)."""
+        endpoint = self.get_object()
+        require_operator(request.user, endpoint.cluster.workspace, what="change an endpoint's limits")
+        data = EndpointLimitsSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = {name: getattr(endpoint, name) for name in ("key_requests_per_min", "key_tokens_per_min")}
+        values |= data.validated_data
+        endpoint = workload_services.endpoint_set_key_limits(actor=request.user, endpoint=endpoint, **values)
+        return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
 
     @extend_schema(parameters=PAGING, responses={200: page_of(EndpointEventSerializer)})
     @action(detail=True, methods=["get"], serializer_class=EndpointEventSerializer)
@@ -447,12 +526,20 @@ class EndpointViewSet(
     @action(detail=True, methods=["post"], url_path="update")
     def rolling_update(self, request: Request, pk: str | None = None) -> Response:
         """Roll the endpoint over to another model revision and/or other server arguments (what is left out
-        stays): new replicas first, each old one leaves rotation once its replacement answers."""
+        stays): new replicas first, each old one leaves rotation once its replacement answers. A
+        `routing_policy` takes effect at once, without a rolling update."""
         endpoint = self.get_object()
-        require_operator(request.user, endpoint.cluster.workspace, what="update endpoints")  # 403 before 400
+        require_editor(request.user, endpoint.cluster.workspace, what="update endpoints")  # 403 before 400
         data = EndpointUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        endpoint = workload_services.endpoint_update(actor=request.user, endpoint=endpoint, **data.validated_data)
+        values = dict(data.validated_data)
+        routing_policy = values.pop("routing_policy", None)
+        if values:
+            endpoint = workload_services.endpoint_update(actor=request.user, endpoint=endpoint, **values)
+        if routing_policy is not None:
+            endpoint = workload_services.endpoint_set_routing(
+                actor=request.user, endpoint=endpoint, routing_policy=routing_policy
+            )
         return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
 
     @extend_schema(request=EndpointRevisionSerializer, responses={200: EndpointSerializer})
@@ -460,7 +547,7 @@ class EndpointViewSet(
     def update_revision(self, request: Request, pk: str | None = None) -> Response:
         """Roll the endpoint over to another model revision (as `update/` with a revision alone)."""
         endpoint = self.get_object()
-        require_operator(request.user, endpoint.cluster.workspace, what="update endpoints")
+        require_editor(request.user, endpoint.cluster.workspace, what="update endpoints")
         data = EndpointRevisionSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         endpoint = workload_services.endpoint_update(

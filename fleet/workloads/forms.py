@@ -1,5 +1,6 @@
 """Page forms of workloads: a new endpoint on a cluster's Endpoints tab, and an endpoint's rolling update
-(revision and server arguments, one shell-style line) — Owners and Admins."""
+(revision and server arguments, one shell-style line) — Owners, Admins and Members; an endpoint's per-key limits —
+Owners and Admins."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from fleet.workloads.models import RoutingPolicy
 from fleet.workloads.services import (
     MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
+    MAX_PER_MINUTE,
     MAX_REPLICAS,
     MAX_REVISION,
     MAX_SCALE_COOLDOWN_S,
@@ -44,6 +47,35 @@ def _server_args_field() -> forms.CharField:
         help_text=(
             "vLLM arguments, shell-style, e.g. --max-model-len 2048 --gpu-memory-utilization 0.8; only the "
             "flags on the allow-list (see the README's security section)"
+        ),
+    )
+
+
+def _per_minute_field(label: str, help_text: str) -> forms.IntegerField:
+    return forms.IntegerField(min_value=1, max_value=MAX_PER_MINUTE, required=False, label=label, help_text=help_text)
+
+
+class EndpointLimitsForm(forms.Form):
+    """An endpoint's per-key limits (empty: no limit), as `endpoint_set_key_limits` takes them."""
+
+    key_requests_per_min = _per_minute_field(
+        "Requests/min per key", "Each API key, and each member calling without a key (empty: no limit)."
+    )
+    key_tokens_per_min = _per_minute_field(
+        "Tokens/min per key", "Prompt and completion tokens, each API key or member (empty: no limit)."
+    )
+
+
+def _routing_field() -> forms.ChoiceField:
+    return forms.ChoiceField(
+        choices=RoutingPolicy.choices,
+        initial=RoutingPolicy.LEAST_LOAD,
+        label="Routing policy",
+        help_text=(
+            "Least load: the replica with the fewest requests in flight. Session: the same X-Session-Id, "
+            "OpenAI user or API key to the same replica. Prefix: the same leading prompt text to the same "
+            "replica (its prefix cache). Both affinity policies pass a request on when its replica is busier "
+            "than the others."
         ),
     )
 
@@ -106,6 +138,9 @@ class EndpointCreateForm(forms.Form):
         help_text="Between two scaling changes (default 120).",
     )
     server_args = _server_args_field()
+    key_requests_per_min = EndpointLimitsForm.base_fields["key_requests_per_min"]
+    key_tokens_per_min = EndpointLimitsForm.base_fields["key_tokens_per_min"]
+    routing_policy = _routing_field()
 
     def __init__(self, *args: Any, cached: dict[str, list[str]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -129,3 +164,9 @@ class EndpointUpdateForm(forms.Form):
     def changes(self) -> dict[str, Any]:
         """The service's keyword arguments."""
         return {"revision": self.cleaned_data["revision"], "server_args": self.cleaned_data["server_args"]}
+
+
+class EndpointRoutingForm(forms.Form):
+    """The endpoint page's routing policy (changed at once, without a rolling update)."""
+
+    routing_policy = _routing_field()

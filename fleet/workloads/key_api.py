@@ -70,8 +70,12 @@ class ApiKeyCreateSerializer(serializers.Serializer):
     scopes = serializers.ListField(child=serializers.ChoiceField(choices=ApiKeyScope.choices), min_length=1)
     endpoints = serializers.ListField(child=serializers.UUIDField(), required=False, default=list)
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
-    requests_per_min = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
-    tokens_per_min = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
+    requests_per_min = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=workload_services.MAX_PER_MINUTE
+    )
+    tokens_per_min = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=workload_services.MAX_PER_MINUTE
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(self.initial_data) - set(self.fields))
@@ -124,7 +128,9 @@ class ApiKeyViewSet(
         )
         key = self.get_base_queryset().get(pk=key.pk)
         key.key = raw
-        return Response(ApiKeyCreatedSerializer(key).data, status=status.HTTP_201_CREATED)
+        # the secret must not stay in a browser's or a proxy's cache
+        headers = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+        return Response(ApiKeyCreatedSerializer(key).data, status=status.HTTP_201_CREATED, headers=headers)
 
     @extend_schema(responses={204: None})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -145,6 +145,14 @@ class EndpointStatus(models.TextChoices):
         return cls.live() | {cls.IDLE}
 
 
+class RoutingPolicy(models.TextChoices):
+    """How the proxy picks one of an endpoint's replicas for a request (`fleet.balancer`)."""
+
+    LEAST_LOAD = "least_load", "Least load"
+    SESSION = "session", "Session affinity"
+    PREFIX = "prefix", "Prompt prefix affinity"
+
+
 def _new_slug() -> str:
     return uuid.uuid4().hex[:12]
 
@@ -198,6 +206,8 @@ class Endpoint(models.Model):
     # default limits for each API key invoking this endpoint (None: no limit of the endpoint's own)
     key_requests_per_min = models.PositiveIntegerField(null=True, blank=True)
     key_tokens_per_min = models.PositiveIntegerField(null=True, blank=True)
+    # How the proxy spreads requests over the running replicas (`fleet.balancer`; changed without a restart)
+    routing_policy = models.CharField(max_length=16, choices=RoutingPolicy.choices, default=RoutingPolicy.LEAST_LOAD)
     start_command = models.ForeignKey(
         "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

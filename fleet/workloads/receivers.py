@@ -28,6 +28,7 @@ from fleet.workloads.services import (
     endpoint_record_command_outcome,
     endpoint_record_start_commands,
     endpoints_end_with_node,
+    endpoints_lock_for_commands,
     endpoints_reconcile,
     node_model_record_download_failed,
     node_model_record_downloaded,
@@ -42,6 +43,7 @@ def connect() -> None:
     containers and endpoints count against workspace quotas."""
     quotas.register()
     signals.inventory_received.connect(_on_inventory, dispatch_uid="fleet.workloads.inventory")
+    signals.command_reports_locking.connect(_on_command_reports_locking, dispatch_uid="fleet.workloads.reports_locking")
     signals.command_acked.connect(_on_command_acked, dispatch_uid="fleet.workloads.command_acked")
     signals.command_finished.connect(_on_command_finished, dispatch_uid="fleet.workloads.command_finished")
     signals.commands_queued.connect(_on_commands_queued, dispatch_uid="fleet.workloads.commands_queued")
@@ -74,6 +76,11 @@ def _on_commands_queued(sender: object, commands: list[Command], **kwargs: objec
 def _on_inventory(sender: object, node: Node, inventory: protocol.Inventory, **kwargs: object) -> None:
     """Inside the inventory's transaction: a failure here fails the inventory write too, as it must."""
     workloads_on_inventory(node=node, inventory=inventory)
+
+
+def _on_command_reports_locking(sender: object, command_ids: list[object], **kwargs: object) -> None:
+    """Before a batch of reports locks its nodes and commands: the endpoints its hooks will lock, first."""
+    endpoints_lock_for_commands(command_ids=command_ids)
 
 
 def _on_command_acked(sender: object, command: Command, **kwargs: object) -> None:

@@ -1,6 +1,6 @@
 """Endpoint pages: every inference endpoint of the user's workspaces, overall and per cluster, with its
 replicas (node, state, requests in flight over all web processes), start/stop and a rolling update
-(revision, server arguments) for Owners and Admins (htmx: the table alone, polled while an endpoint or one
+(revision, server arguments) for Owners, Admins and Members (htmx: the table alone, polled while an endpoint or one
 of its replicas is on its way); one endpoint's page with its settings, its replicas' load (requests in
 flight, tokens/s; polled) and its event log."""
 
@@ -11,6 +11,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -21,11 +22,17 @@ from fleet.replica_load import ReplicaLoad
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
-from fleet.workloads.forms import EndpointCreateForm, EndpointUpdateForm, server_args_line
-from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel
+from fleet.workloads.forms import (
+    EndpointCreateForm,
+    EndpointLimitsForm,
+    EndpointRoutingForm,
+    EndpointUpdateForm,
+    server_args_line,
+)
+from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel, RoutingPolicy
 from fleet.workloads.services import PlacementError
 from kernel.exceptions import IllegalTransition
-from tenancy.permissions import can_operate
+from tenancy.permissions import can_edit, can_operate
 from tenancy.selectors import workspace_ids
 
 IN_FLIGHT = frozenset({EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.STOPPING})
@@ -46,12 +53,12 @@ def _rows(request: HttpRequest, endpoints: list[Endpoint]) -> list[dict[str, Any
     for endpoint in endpoints:
         workspace = endpoint.cluster.workspace
         if workspace.pk not in operable:
-            operable[workspace.pk] = can_operate(request.user, workspace)
+            operable[workspace.pk] = can_edit(request.user, workspace)
         start = endpoint.start_command
         rows.append(
             {
                 "endpoint": endpoint,
-                "can_operate": operable[workspace.pk],
+                "can_manage": operable[workspace.pk],
                 "log_tail": endpoint.failure_message or ((start.result or {}).get("log_tail", "") if start else ""),
                 "error_help": error_help(endpoint.failure_code),
                 "replicas": _replica_rows(list(endpoint.replicas.all()), loads),
@@ -86,7 +93,7 @@ def _render(
         "polling": any(r.status in IN_FLIGHT for e in endpoints for r in [e, *e.replicas.all()]),
         "tab": "endpoints",
     }
-    if cluster is not None and create_form is None and can_operate(request.user, cluster.workspace):
+    if cluster is not None and create_form is None and can_edit(request.user, cluster.workspace):
         create_form = EndpointCreateForm(cached=_cached_models(cluster))
     context["create_form"] = create_form
     template = "workloads/_endpoints.html" if request.htmx else "workloads/endpoint_list.html"
@@ -117,7 +124,15 @@ def endpoint_detail(request: HttpRequest, pk: Any) -> HttpResponse:
     context = {
         "endpoint": endpoint,
         "replicas": _replica_rows(list(endpoint.replicas.all()), selectors.replica_loads_shown()),
+        "can_manage": can_edit(request.user, endpoint.cluster.workspace),
         "can_operate": can_operate(request.user, endpoint.cluster.workspace),
+        "limits_form": EndpointLimitsForm(
+            initial={
+                "key_requests_per_min": endpoint.key_requests_per_min,
+                "key_tokens_per_min": endpoint.key_tokens_per_min,
+            }
+        ),
+        "routing_choices": RoutingPolicy.choices,
     }
     if request.htmx:
         return render(request, "workloads/_endpoint_replicas.html", context)
@@ -129,33 +144,21 @@ def endpoint_detail(request: HttpRequest, pk: Any) -> HttpResponse:
 @login_required
 @require_POST
 def cluster_endpoint_create(request: HttpRequest, pk: Any) -> HttpResponse:
-    """A new endpoint from the cluster's Endpoints tab (Owner/Admin): 400 with field errors, 409 with the
+    """A new endpoint from the cluster's Endpoints tab (Owner, Admin, Member): 400 with field errors, 409 with the
     reason (no node fits, a quota); else back to the tab."""
     cluster = get_object_or_404(ComputeCluster, pk=pk, workspace__in=workspace_ids(user=request.user))
-    if not can_operate(request.user, cluster.workspace):
-        raise PermissionDenied("Only workspace Owners and Admins can start endpoints.")
+    if not can_edit(request.user, cluster.workspace):
+        raise PermissionDenied("Only workspace Owners, Admins and Members can start endpoints.")
     form = EndpointCreateForm(request.POST, cached=_cached_models(cluster))
     if not form.is_valid():
         return _render(request, cluster, form, status=400)
     values = form.cleaned_data
+    limits = {name: values[name] for name in ("key_requests_per_min", "key_tokens_per_min")}
     try:
-        endpoint = workload_services.endpoint_create(
-            actor=request.user,
-            cluster=cluster,
-            model_id=values["model_id"],
-            revision=values["revision"],
-            gpus=values["gpus"],
-            min_vram_mb=values["min_vram_mb"],
-            public=values["public"],
-            min_replicas=values["min_replicas"],
-            max_replicas=values["max_replicas"],
-            idle_timeout_s=values["idle_timeout_s"],
-            target_in_flight=values["target_in_flight"] or 0,
-            target_tokens_per_s=values["target_tokens_per_s"] or 0,
-            target_requests_per_min=values["target_requests_per_min"] or 0,
-            scale_cooldown_s=120 if values["scale_cooldown_s"] is None else values["scale_cooldown_s"],
-            server_args=values["server_args"],
-        )
+        with transaction.atomic():
+            endpoint = _create(request, cluster, values)
+            if any(v is not None for v in limits.values()):
+                workload_services.endpoint_set_key_limits(actor=request.user, endpoint=endpoint, **limits)
     except ValidationError as exc:
         apply_service_errors(form, exc)
         return _render(request, cluster, form, status=400)
@@ -166,6 +169,27 @@ def cluster_endpoint_create(request: HttpRequest, pk: Any) -> HttpResponse:
     return redirect("workloads:cluster_endpoints", pk=cluster.pk)
 
 
+def _create(request: HttpRequest, cluster: ComputeCluster, values: dict[str, Any]) -> Endpoint:
+    return workload_services.endpoint_create(
+        actor=request.user,
+        cluster=cluster,
+        model_id=values["model_id"],
+        revision=values["revision"],
+        gpus=values["gpus"],
+        min_vram_mb=values["min_vram_mb"],
+        public=values["public"],
+        min_replicas=values["min_replicas"],
+        max_replicas=values["max_replicas"],
+        idle_timeout_s=values["idle_timeout_s"],
+        target_in_flight=values["target_in_flight"] or 0,
+        target_tokens_per_s=values["target_tokens_per_s"] or 0,
+        target_requests_per_min=values["target_requests_per_min"] or 0,
+        scale_cooldown_s=120 if values["scale_cooldown_s"] is None else values["scale_cooldown_s"],
+        server_args=values["server_args"],
+        routing_policy=values["routing_policy"],
+    )
+
+
 @login_required
 @require_POST
 def endpoint_action(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
@@ -173,8 +197,8 @@ def endpoint_action(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
     endpoint = get_object_or_404(selectors.endpoint_list(user=request.user), pk=pk)
     if action not in ("stop", "start"):
         raise Http404
-    if not can_operate(request.user, endpoint.cluster.workspace):
-        raise PermissionDenied("Only workspace Owners and Admins can start or stop endpoints.")
+    if not can_edit(request.user, endpoint.cluster.workspace):
+        raise PermissionDenied("Only workspace Owners, Admins and Members can start or stop endpoints.")
     try:
         if action == "stop":
             workload_services.endpoint_stop(actor=request.user, endpoint=endpoint)
@@ -197,12 +221,30 @@ def _back(request: HttpRequest, endpoint: Endpoint) -> HttpResponse:
 
 @login_required
 @require_POST
-def endpoint_update(request: HttpRequest, pk: Any) -> HttpResponse:
-    """Roll a running endpoint over to the posted revision and server arguments (Owner/Admin); what went
-    wrong (a field's message, nothing to change, no room) comes back as a message on the page."""
+def endpoint_limits(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Set an endpoint's per-key limits from its page (Owner/Admin); a bad number comes back as a message."""
     endpoint = get_object_or_404(selectors.endpoint_list(user=request.user), pk=pk)
     if not can_operate(request.user, endpoint.cluster.workspace):
-        raise PermissionDenied("Only workspace Owners and Admins can update endpoints.")
+        raise PermissionDenied("Only workspace Owners and Admins can change an endpoint's limits.")
+    form = EndpointLimitsForm(request.POST)
+    if not form.is_valid():
+        labels = {name: field.label or name for name, field in form.fields.items()}
+        problems = [f"{labels.get(name, name)}: {m}" for name, ms in form.errors.items() for m in ms]
+        messages.error(request, f"The limits of {endpoint.hostname} were not changed: " + "; ".join(problems))
+        return _back(request, endpoint)
+    workload_services.endpoint_set_key_limits(actor=request.user, endpoint=endpoint, **form.cleaned_data)
+    messages.success(request, f"Endpoint {endpoint.hostname}: per-key limits saved.")
+    return _back(request, endpoint)
+
+
+@login_required
+@require_POST
+def endpoint_update(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Roll a running endpoint over to the posted revision and server arguments (Owner, Admin, Member); what went
+    wrong (a field's message, nothing to change, no room) comes back as a message on the page."""
+    endpoint = get_object_or_404(selectors.endpoint_list(user=request.user), pk=pk)
+    if not can_edit(request.user, endpoint.cluster.workspace):
+        raise PermissionDenied("Only workspace Owners, Admins and Members can update endpoints.")
     form = EndpointUpdateForm(request.POST)
     if not form.is_valid():
         labels = {name: field.label or name for name, field in form.fields.items()}
@@ -223,3 +265,22 @@ def endpoint_update(request: HttpRequest, pk: Any) -> HttpResponse:
             "replacement answers.",
         )
     return _back(request, endpoint)
+
+
+@login_required
+@require_POST
+def endpoint_routing(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Set the endpoint's routing policy (Owner, Admin, Member; at once, no restart); 400 with the field's
+    message for an unknown policy, else back to the endpoint's page."""
+    endpoint = get_object_or_404(selectors.endpoint_list(user=request.user), pk=pk)
+    if not can_edit(request.user, endpoint.cluster.workspace):
+        raise PermissionDenied("Only workspace Owners, Admins and Members can change how endpoints route.")
+    form = EndpointRoutingForm(request.POST)
+    if not form.is_valid():
+        problems = "; ".join(m for ms in form.errors.values() for m in ms)
+        return HttpResponse(f"Routing policy: {problems}", status=400, content_type="text/plain; charset=utf-8")
+    workload_services.endpoint_set_routing(
+        actor=request.user, endpoint=endpoint, routing_policy=form.cleaned_data["routing_policy"]
+    )
+    messages.success(request, f"Endpoint {endpoint.hostname} now routes by {form.cleaned_data['routing_policy']}.")
+    return redirect("workloads:endpoint_detail", pk=endpoint.pk)

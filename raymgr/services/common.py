@@ -56,10 +56,18 @@ def operator_for(cluster: RayCluster) -> AbstractBaseUser | None:
     return membership.user if membership else None
 
 
-def dispatch(actor: Any, node: Node, command_type: str, payload: dict[str, Any]) -> Command:
-    """Queue one command for `node` as `actor` through fleet's `command_queue`; it leaves on commit."""
+def dispatch(
+    actor: Any, node: Node, command_type: str, payload: dict[str, Any], *, as_workload: bool = False
+) -> Command:
+    """Queue one command for `node` as `actor` through fleet's `command_queue`; it leaves on commit
+    (`as_workload`: a Ray workload's own command, which a Member's action may send)."""
     (command,) = fleet_services.command_queue(
-        actor=actor, cluster=node.cluster, command_type=command_type, payload=payload, node=node
+        actor=actor,
+        cluster=node.cluster,
+        command_type=command_type,
+        payload=payload,
+        node=node,
+        as_workload=as_workload,
     )
     return command
 

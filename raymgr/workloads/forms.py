@@ -64,7 +64,7 @@ class _OnCluster(forms.Form):
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        operated = workspace_ids(user=user, roles=Role.operators())
+        operated = workspace_ids(user=user, roles=Role.editors())  # Owners, Admins, Members
         rank = Case(
             *(When(status=s, then=Value(i)) for i, s in enumerate(CLUSTER_ORDER)), default=Value(len(CLUSTER_ORDER))
         )
@@ -149,7 +149,7 @@ class ServeDeploymentForm(_OnCluster):
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, user=user, **kwargs)
-        operated = workspace_ids(user=user, roles=Role.operators())
+        operated = workspace_ids(user=user, roles=Role.editors())  # Owners, Admins, Members
         self.fields["checkpoint_job"].queryset = TrainingJob.objects.filter(workspace_id__in=operated).exclude(
             checkpoints=[]
         )

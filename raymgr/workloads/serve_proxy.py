@@ -9,7 +9,7 @@ control plane's host redirects to that origin and is never proxied.
 Who may do what there: every member of the deployment's workspace, Viewers included, may call it with any
 method (a `POST` of a prediction is its normal use), as the API lets any member's token call it. Calling a
 deployment is using it, not running a workload: deploying, changing or stopping it is done on the control
-plane (Owners and Admins), and Ray Serve's HTTP port serves only the deployment's own routes. A browser's
+plane (Owners, Admins and Members), and Ray Serve's HTTP port serves only the deployment's own routes. A browser's
 state-changing call made with the origin cookie must come from this very origin (`fleet.proxy.origin_guard`).
 """
 

@@ -26,7 +26,9 @@ from raymgr.models import RayNodeStatus
 from raymgr.workloads import forms as wforms
 from raymgr.workloads import health, selectors, services
 from raymgr.workloads.models import JobStatus, ServeStatus
-from tenancy.permissions import can_operate
+from tenancy.models import Role
+from tenancy.permissions import can_edit
+from tenancy.selectors import workspace_ids
 
 SERVE_CHANGING = selectors.SERVE_CHANGING  # a deployment whose status changes by the second
 
@@ -52,8 +54,8 @@ def _create(
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> HttpResponse:
     form = form_class(request.POST or None, user=request.user, initial=request.GET.dict())
-    if request.method == "POST" and not form.fields["ray_cluster"].queryset.exists():
-        raise PermissionDenied("Only workspace Owners and Admins can run Ray workloads.")
+    if not workspace_ids(user=request.user, roles=Role.editors()).exists():
+        raise PermissionDenied("Only workspace Owners, Admins and Members can run Ray workloads.")
     if request.method == "POST" and form.is_valid():
         data = {k: v for k, v in form.cleaned_data.items() if v is not None and v != ""}
         cluster = data.pop("ray_cluster")
@@ -136,7 +138,8 @@ def _list(kind: WorkloadPages) -> Callable[[HttpRequest], HttpResponse]:
         context = {kind.list_key: rows, "live_every": every}
         if request.htmx:
             return live.respond(request, kind.rows_template, context, element_id="workload-rows", every=every)
-        return render(request, kind.list_template, context)
+        can_create = workspace_ids(user=request.user, roles=Role.editors()).exists()
+        return render(request, kind.list_template, context | {"can_create": can_create})
 
     view.__doc__ = f"Ray → {kind.name}: the list (its rows update themselves while one is in progress)."
     return view
@@ -155,7 +158,7 @@ def _detail(kind: WorkloadPages) -> Callable[..., HttpResponse]:
     @login_required
     def view(request: HttpRequest, pk: Any) -> HttpResponse:
         row = get_object_or_404(kind.select(user=request.user), pk=pk)
-        context = {kind.detail_key: row, "can_operate": can_operate(request.user, row.workspace)}
+        context = {kind.detail_key: row, "can_manage": can_edit(request.user, row.workspace)}
         context |= kind.detail_extra(row)
         every = kind.live_every(row)
         if request.htmx:

@@ -11,6 +11,20 @@
     });
   }
 
+  // A search box that narrows a list of checkboxes to the labels containing its text (ticked ones stay).
+  document.addEventListener("input", function (e) {
+    var box = e.target;
+    if (!box.matches || !box.matches("input[data-filter-choices]")) return;
+    var list = document.querySelector(box.getAttribute("data-filter-choices"));
+    if (!list) return;
+    var words = box.value.trim().toLowerCase();
+    list.querySelectorAll("label.choice").forEach(function (label) {
+      var input = label.querySelector("input");
+      var match = !words || label.textContent.toLowerCase().indexOf(words) !== -1 || (input && input.checked);
+      label.hidden = !match;
+    });
+  });
+
   document.addEventListener("DOMContentLoaded", function () { openDialogs(document); });
   document.addEventListener("htmx:load", function (e) { openDialogs(e.target && e.target.querySelectorAll ? e.target.parentNode || document : document); });
 })();

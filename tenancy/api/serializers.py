@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from kernel.api import NoUnknownFields
 from tenancy.models import Membership, Workspace
 from tenancy.quotas import LIMIT_MAX, QUOTAS, Quota
 
@@ -62,9 +63,9 @@ def _limit_field(quota: Quota) -> serializers.Field:
 # page's form and the admin derive theirs.
 QuotaLimitsSerializer: type[serializers.Serializer] = type(
     "QuotaLimitsSerializer",
-    (serializers.Serializer,),
+    (NoUnknownFields,),
     {
-        "__doc__": "New limits (only those given change; null makes a quota unlimited).",
+        "__doc__": "New limits (only those given change; null makes a quota unlimited; an unknown name: 400).",
         "__module__": __name__,
         **{quota.name: _limit_field(quota) for quota in QUOTAS},
     },

@@ -8,6 +8,7 @@ import pytest
 
 from agent import protocol
 from agent.protocol import check_server_args, endpoint_gpus_held, endpoint_vram_held_mb
+from tests.support.environment import missing
 
 # The flags the tests and benches use, and the ones the issue names as safe to keep.
 SAFE = [
@@ -202,11 +203,10 @@ def test_every_allowed_flag_and_value_is_one_the_real_vllm_parser_takes():
     import subprocess
 
     from tests.e2e.test_vllm_endpoint import vllm_python
-    from tests.support.environment import missing
 
     python = vllm_python()
     if not python:
-        missing("vLLM's CPU engine is not built here", "bash .ci/vllm-venv builds it")
+        missing("vLLM's CPU engine", "not built here (bash .ci/vllm-venv builds it)")
     samples = [
         args
         for flag, spec in protocol.ENDPOINT_SERVER_FLAGS.items()

@@ -127,3 +127,17 @@ def test_list_and_export_queries_do_not_grow_with_entries(api, workspace, django
     with django_assert_num_queries(2):  # count, rows
         response = api.get("/api/v1/audit/?format=json")
         assert json.loads(b"".join(response.streaming_content))["count"] >= 31
+
+
+def test_the_csv_export_writes_formula_like_names_as_text(api, workspace):
+    """A key named `=HYPERLINK(…)` must not run in the Owner's spreadsheet: such cells start with a quote."""
+    AuditEntry.objects.all().delete()
+    hostile = ['=HYPERLINK("http://evil.example","x")', "+1+1", "-2+3", "@SUM(A1)", "\tTAB", "\rCR"]
+    for name in hostile:
+        _entry(workspace, "api_key.create", target_name=name, actor=name)
+    _entry(workspace, "api_key.create", target_name="plain-name")
+    exported = api.get("/api/v1/audit/?format=csv")
+    table = list(csv.DictReader(io.StringIO(b"".join(exported.streaming_content).decode(), newline="")))
+    names = sorted(r["target_name"] for r in table)
+    assert names == sorted(["'" + n for n in hostile] + ["plain-name"])
+    assert sorted(r["actor"] for r in table if r["target_name"] != "plain-name") == sorted("'" + n for n in hostile)

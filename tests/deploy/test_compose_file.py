@@ -92,3 +92,76 @@ def test_web_replicas_listen_for_peer_links_on_the_compose_network():
     assert SERVICES["web"]["environment"]["TUNNEL_PEER_BIND"] == "0.0.0.0"
     for single in ("worker", "beat"):
         assert "TUNNEL_PEER_BIND" not in SERVICES[single]["environment"]
+
+
+def test_the_proxy_replaces_a_client_sent_forwarded_for_and_web_believes_the_proxy_alone():
+    """A forged X-Forwarded-For must not survive HAProxy (option forwardfor would append to it), and web
+    takes the client from the header only when HAProxy sent it (TRUSTED_PROXIES names the proxy service)."""
+    config = (DEPLOY / "compose" / "haproxy.cfg").read_text()
+    directives = [line.split("#")[0].strip() for line in config.splitlines()]
+    assert "http-request set-header X-Forwarded-For %[src]" in directives
+    assert not any(d.startswith("option forwardfor") for d in directives)
+    assert SERVICES["web"]["environment"]["TRUSTED_PROXIES"] == "proxy"
+    assert "proxy" in SERVICES
+    entrypoint = (DEPLOY / "image" / "entrypoint.sh").read_text()
+    assert "--no-proxy-headers" in entrypoint
+    assert "--forwarded-allow-ips" not in entrypoint
+
+
+def _haproxy_backend(name: str) -> list[str]:
+    """The directives of HAProxy's backend `name` (comments left out), one a line."""
+    lines, inside = [], False
+    for raw in (DEPLOY / "compose" / "haproxy.cfg").read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if raw and not raw[0].isspace():
+            inside = line == f"backend {name}"
+            continue
+        if inside and line:
+            lines.append(line)
+    return lines
+
+
+def _seconds(value: str) -> float:
+    return float(value[:-2]) / 1000 if value.endswith("ms") else float(value.rstrip("s"))
+
+
+def test_a_draining_replica_leaves_haproxy_fast_and_requests_that_could_not_start_are_retried_elsewhere():
+    """docs/deploy.md (Upgrades): a replica asked to stop fails /healthz at once; HAProxy's checks take it
+    out within its WEB_DRAIN_LB_S, never prefer it, and send a request that found no answer elsewhere."""
+    backend = _haproxy_backend("web")
+    config = (DEPLOY / "compose" / "haproxy.cfg").read_text()
+    assert "option redispatch" in config
+    (retry_on,) = [line for line in backend if line.startswith("retry-on ")]
+    assert {"conn-failure", "empty-response", "503"} <= set(retry_on.split()[1:])
+    # only requests that are safe to send twice are retried after they were sent
+    assert "http-request disable-l7-retry unless { method GET HEAD OPTIONS }" in backend
+    assert "http-check expect status 200" in backend
+    (server,) = [line for line in backend if line.startswith("default-server ")]
+    words = server.split()
+    inter = _seconds(words[words.index("inter") + 1])
+    fall = int(words[words.index("fall") + 1])
+    drain_lb_s = float(SERVICES["web"]["environment"]["WEB_DRAIN_LB_S"].split(":-")[1].rstrip("}"))
+    assert inter * fall < drain_lb_s  # out of HAProxy before the replica moves its tunnels
+    assert "on-marked-down" not in server  # open tunnels and streams are never cut by the checks
+
+
+def test_web_replicas_get_the_time_to_drain_before_a_hard_stop():
+    web = SERVICES["web"]
+    deadline = float(web["environment"]["WEB_DRAIN_DEADLINE_S"].split(":-")[1].rstrip("}"))
+    grace = _seconds(web["stop_grace_period"])
+    assert grace > 2 * deadline  # the drain, then uvicorn's graceful shutdown of what still runs
+    entrypoint = (DEPLOY / "image" / "entrypoint.sh").read_text()
+    assert '--timeout-graceful-shutdown "${WEB_DRAIN_DEADLINE_S:-30}"' in entrypoint
+
+
+def test_roll_drains_replicas_before_it_stops_them_and_rolls_the_worker_before_beat():
+    roll = (DEPLOY / "compose" / "roll").read_text()
+    steps = [line.strip() for line in roll.splitlines() if line.strip() and not line.strip().startswith("#")]
+    drain_calls = [i for i, line in enumerate(steps) if line.startswith('drain "${')]
+    assert len(drain_calls) == 2
+    assert not any(line.startswith("podman stop -t 30") for line in steps)  # no stop without a drain first
+    body = roll[roll.index("drain() {") : roll.index("\n}", roll.index("drain() {"))]
+    assert body.index("podman kill --signal TERM") < body.index("podman wait")
+    worker = next(i for i, line in enumerate(steps) if "--no-deps worker" in line)
+    beat = next(i for i, line in enumerate(steps) if "--no-deps beat" in line)
+    assert max(drain_calls) < worker < beat

@@ -123,3 +123,61 @@ def test_every_process_runs_the_image_non_root_with_the_shared_config():
             assert refs == {("configMapRef", "cleverthis-config"), ("secretRef", "cleverthis-secrets")}
             assert ("ConfigMap", "cleverthis-config") in found
             assert ("Secret", "cleverthis-secrets") in found
+
+
+def test_web_believes_forwarded_headers_from_the_ingress_pods_only():
+    from kernel.client_address import check_trusted_proxies
+
+    trusted = objects()[("ConfigMap", "cleverthis-config")]["data"]["TRUSTED_PROXIES"]
+    entries = [entry.strip() for entry in trusted.split(",")]
+    assert entries
+    assert check_trusted_proxies(entries) == []
+
+
+def test_peer_ports_admit_only_web_pods_while_http_stays_open():
+    """The NetworkPolicy selects the web pods, lets HTTP in from anywhere, and the peer-link ports (each web
+    process of a pod takes the next one from TUNNEL_PEER_PORT) only from web pods; nothing else gets in."""
+    found = objects()
+    web = found[("Deployment", "cleverthis-web")]
+    web_labels = web["spec"]["template"]["metadata"]["labels"]
+    (container,) = web["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    first_peer = int(env["TUNNEL_PEER_PORT"]["value"])
+    processes = int(found[("ConfigMap", "cleverthis-config")]["data"]["WEB_CONCURRENCY"])
+    policy = found[("NetworkPolicy", "cleverthis-web")]["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= web_labels.items()
+    assert policy["policyTypes"] == ["Ingress"]  # ingress not listed below is refused
+    by_port: dict[Any, list[dict[str, Any]]] = {}
+    for rule in policy["ingress"]:
+        for port in rule["ports"]:
+            by_port[port["port"]] = rule.get("from", [])
+            if port["port"] == first_peer:
+                assert port["endPort"] >= first_peer + processes - 1
+    assert by_port["http"] == []  # from anywhere: the ingress controller
+    assert set(by_port) == {"http", first_peer}
+    (source,) = by_port[first_peer]
+    assert set(source) == {"podSelector"}  # this namespace's pods, and only those labelled web
+    assert source["podSelector"]["matchLabels"].items() <= web_labels.items()
+    assert source["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "web"
+
+
+def test_web_pods_leave_the_service_and_drain_before_they_stop():
+    """docs/deploy.md (Upgrades): one pod more before one less, at most one evicted at a time, readiness
+    on /healthz (503 while draining), a preStop pause for the endpoints to drop the pod, and a grace
+    period longer than that pause plus the drain and uvicorn's graceful shutdown."""
+    found = objects()
+    web = found[("Deployment", "cleverthis-web")]
+    assert web["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    pod = web["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    readiness = container["readinessProbe"]
+    drain_lb_s = float(found[("ConfigMap", "cleverthis-config")]["data"]["WEB_DRAIN_LB_S"])
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] <= drain_lb_s + 1
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[0] == "sleep"
+    deadline = float(found[("ConfigMap", "cleverthis-config")]["data"]["WEB_DRAIN_DEADLINE_S"])
+    assert pod["terminationGracePeriodSeconds"] > float(pre_stop[1]) + 2 * deadline
+    budget = found[("PodDisruptionBudget", "cleverthis-web")]
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= web["spec"]["template"]["metadata"]["labels"].items()

@@ -2,6 +2,9 @@
 brought up once for the module with the README's commands (docs/deploy.md):
 
 - it serves TLS from a local CA; an agent joins through https:// verifying that CA and goes online;
+- the client's address is HAProxy's word alone (a forged or malformed X-Forwarded-For changes nothing, a
+  request straight to web is its own peer), answers over https carry HSTS, a public SECRET_KEY is refused,
+  and the peer listener closes unauthenticated connections that announce big frames or exceed the cap;
 - an endpoint answers on its own `https://endpoint-….endpoints.localhost` origin through HAProxy, and a
   streamed (SSE) answer arrives unbuffered through every hop;
 - a browser signs in over https and gets `__Host-` cookies (HTTPS_COOKIES=1);
@@ -43,7 +46,15 @@ from tests.support.hub_standin import HubStandin
 from tests.support.live import agent_join, agent_run, stop_endpoint_servers
 from tests.support.processes import VENV_BIN, ManagedProcess, wait_until
 
-MODELS = ("acme/tiny", "acme/again", "acme/chat", "acme/after-web-1", "acme/after-web-2", "acme/after-roll")
+MODELS = (
+    "acme/tiny",
+    "acme/again",
+    "acme/chat",
+    "acme/after-web-1",
+    "acme/after-web-2",
+    "acme/after-roll",
+    "acme/after-peer-probe",
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -156,6 +167,119 @@ def test_stack_serves_tls_and_an_agent_joins_over_https(stack: Stack, node: Join
 
     assert node_status(stack, node) == "online"
     assert dispatch_and_wait(stack, node.node_id, "acme/tiny") == "succeeded", node.agent.log()[-2000:]
+
+
+# Run inside the worker container against the web process holding the tunnel's peer listener: (1) a
+# connection announcing a 1 MiB frame before any proof is closed while a silent one accepted before it is
+# still open (at its header, not at the handshake deadline); (2) with `cap` silent connections waiting,
+# one more is closed while they are all still open; (3) those are dropped at the handshake deadline.
+PEER_PROBE = r"""
+import json, socket, struct, sys
+host, port, cap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def closed(s, wait):
+    s.settimeout(wait)
+    try:
+        while s.recv(65536):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+def open_now(s):
+    try:
+        return s.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    except ConnectionResetError:
+        return False
+silent = socket.create_connection((host, port))
+big = socket.create_connection((host, port))
+big.sendall(struct.pack("!BQI", 1, 0, 1 << 20) + b"x" * 4096)
+result = {"oversized_closed": closed(big, 30), "silent_open_meanwhile": open_now(silent)}
+closed(silent, 30)
+waiting = [socket.create_connection((host, port)) for _ in range(cap)]
+extra = socket.create_connection((host, port))
+result["extra_closed"] = closed(extra, 30)
+result["waiting_open_meanwhile"] = sum(open_now(s) for s in waiting)
+result["waiting_dropped_later"] = sum(closed(s, 30) for s in waiting)
+print(json.dumps(result))
+"""
+
+# Run inside the worker container: a request straight to a web replica (not through the proxy) that
+# claims another client and https; prints the status and whether HSTS came back.
+DIRECT_REQUEST = r"""
+import sys, urllib.request
+headers = {"Host": "localhost", "Authorization": "Bearer " + sys.argv[1], "X-Forwarded-For": "203.0.113.77",
+           "X-Forwarded-Proto": "https"}
+answer = urllib.request.urlopen(urllib.request.Request("http://web:8000/api/v1/clusters/", headers=headers), timeout=30)
+print(answer.status, "strict-transport-security" in {k.lower() for k in answer.headers})
+"""
+
+
+def container_ip(stack: Stack, container: str) -> str:
+    found = stack.podman("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", container)
+    return found.stdout.strip()
+
+
+def test_the_stack_believes_the_proxy_alone_refuses_weak_keys_and_bounds_peer_connections(
+    stack: Stack, node: JoinedNode
+):
+    # -- the client's address (issue 41, item 4): HAProxy replaces X-Forwarded-For, web believes only HAProxy
+    made = f"""
+from fleet.models import Node
+from fleet.workloads import services
+node = Node.objects.get(pk="{node.node_id}")
+owner = node.cluster.workspace.memberships.get(role="owner").user
+print(" ".join(services.api_key_create(actor=owner, workspace=node.cluster.workspace, name=f"address-probe-{{n}}",
+                                       scopes=["read"])[1] for n in range(3)))
+"""
+    spoofed, malformed, direct = stack.shell(made).split()
+
+    def api(key: str, forwarded: str) -> requests.Response:
+        headers = {"Authorization": f"Bearer {key}", "X-Forwarded-For": forwarded}
+        return requests.get(f"{stack.url}/api/v1/clusters/", headers=headers, verify=str(stack.ca), timeout=30)
+
+    through_proxy = api(spoofed, "203.0.113.66")
+    assert through_proxy.status_code == 200, through_proxy.text
+    assert through_proxy.headers["Strict-Transport-Security"] == "max-age=31536000"  # behind TLS: HSTS
+    assert api(malformed, "not-an-ip").status_code == 200  # never a 500
+    worker = stack.container("worker")
+    answered = stack.podman("exec", worker, "python", "-c", DIRECT_REQUEST, direct)
+    assert answered.stdout.split() == ["200", "False"], answered.stdout + answered.stderr  # no https claimed
+    seen = json.loads(
+        stack.shell(
+            "import json; from tenancy.models import ApiKey; print(json.dumps({k.name[-1]: k.last_used_ip "
+            "for k in ApiKey.objects.filter(name__startswith='address-probe-')}))"
+        )
+    )
+    proxy_ip = container_ip(stack, stack.container("proxy"))
+    assert seen["0"] not in ("203.0.113.66", proxy_ip, None), seen  # the real client, as HAProxy saw it
+    assert seen["1"] == seen["0"], seen  # the malformed header: the same real client
+    assert seen["2"] == container_ip(stack, worker), seen  # not through the proxy: the peer itself
+
+    # -- production refuses a public SECRET_KEY (item 5), with the sentence that says why
+    web = stack.container("web")
+    refused = stack.podman("exec", "-e", "SECRET_KEY=change-me", web, "cleverthis", "manage", "check")
+    assert refused.returncode != 0
+    assert "Refusing to start with DEBUG off: SECRET_KEY is a published example" in refused.stderr
+
+    # -- the peer listener holding the tunnel bounds unauthenticated connections (item 6)
+    peer = stack.shell(f'from fleet.models import Node; print(Node.objects.get(pk="{node.node_id}").tunnel_peer)')
+    host, port = peer.rsplit(":", 1)
+    cap = stack.shell("from django.conf import settings; print(settings.TUNNEL_PEER_MAX_PENDING)")
+    probed = stack.podman("exec", worker, "python", "-c", PEER_PROBE, host, port, cap, timeout=300)
+    assert probed.returncode == 0, probed.stderr
+    assert json.loads(probed.stdout) == {
+        "oversized_closed": True,
+        "silent_open_meanwhile": True,
+        "extra_closed": True,
+        "waiting_open_meanwhile": int(cap),
+        "waiting_dropped_later": int(cap),
+    }
+    # the tunnel and its process are untouched
+    assert node_status(stack, node) == "online"
+    assert dispatch_and_wait(stack, node.node_id, "acme/after-peer-probe") == "succeeded", node.agent.log()[-2000:]
 
 
 def test_a_killed_worker_comes_back_and_dispatches_again(stack: Stack, node: JoinedNode):

@@ -111,11 +111,15 @@ def test_usage_rollups_match_the_tokens_the_server_reported(control_plane, runni
     reported.append(json.loads(whole)["usage"])
     streamed = _chat(base, auth, "four five", stream=True, stream_options={"include_usage": True})
     reported.append(json.loads(streamed[-2][6:])["usage"])  # the final chunk, before [DONE]
-    counted = _chat(base, auth, "six seven eight nine", stream=True)  # no usage chunk: its events count
-    events = len(counted) - 1
-    prompt = sum(u["prompt_tokens"] for u in reported)
-    completion = sum(u["completion_tokens"] for u in reported) + events
-    assert (prompt, completion) == (5, 4 + 3 + 5)  # (the stand-in counts words: "echo: one two three" is 4)
+    # a stream that does not ask for usage: the proxy asks the server for it and drops the usage chunk,
+    # so the client sees the stream it asked for and the meter the server's own count (prompt included)
+    plain = _chat(base, auth, "six seven eight nine", stream=True)
+    assert plain[-1] == b"data: [DONE]"
+    assert all(json.loads(line[6:])["choices"] for line in plain[:-1])  # content chunks only
+    assert len(plain) - 1 == 5  # "echo: six seven eight nine", one chunk a word
+    prompt = sum(u["prompt_tokens"] for u in reported) + 4
+    completion = sum(u["completion_tokens"] for u in reported) + 5
+    assert (prompt, completion) == (5 + 4, 4 + 3 + 5)  # (the stand-in counts words: "echo: one two three" is 4)
 
     def minute_rows() -> list[UsageRollup]:
         return list(UsageRollup.objects.filter(granularity="minute", subject_id=endpoint.pk))

@@ -144,10 +144,30 @@ def test_real_vllm_endpoint_through_the_tunnel(
     streamed_usage = chunks[-1]["usage"]
     assert streamed_usage["completion_tokens"] == 16
 
-    # usage metering: the endpoint's rollups hold exactly the tokens vLLM reported for both requests
+    # the same stream without asking for usage: the client gets no usage chunk, and the meter still has
+    # vLLM's own count (the proxy asked for it), prompt tokens included, not one token per event
+    with requests.post(
+        f"{base}/v1/chat/completions",
+        headers=auth,
+        json={
+            "model": MODEL,
+            "stream": True,
+            "max_tokens": 16,
+            "ignore_eos": True,
+            "messages": [{"role": "user", "content": "hello tunnel world"}],
+        },
+        stream=True,
+        timeout=120,
+    ) as response:
+        assert response.status_code == 200, response.text
+        plain = [line for line in response.iter_lines() if line]
+    assert plain[-1] == b"data: [DONE]"
+    assert all(json.loads(line[6:])["choices"] for line in plain[:-1])  # no usage chunk reached the client
+
+    # usage metering: the endpoint's rollups hold exactly the tokens vLLM reported for the requests
     # (/v1/models too is a request, with no tokens)
-    prompt = body["usage"]["prompt_tokens"] + streamed_usage["prompt_tokens"]
-    completion = body["usage"]["completion_tokens"] + streamed_usage["completion_tokens"]
+    prompt = body["usage"]["prompt_tokens"] + 2 * streamed_usage["prompt_tokens"]
+    completion = body["usage"]["completion_tokens"] + 2 * streamed_usage["completion_tokens"]
 
     def metered() -> tuple[int, int, int, int]:
         rows = UsageRollup.objects.filter(granularity="minute", subject_id=endpoint.pk)
@@ -158,8 +178,8 @@ def test_real_vllm_endpoint_through_the_tunnel(
             sum(r.completion_tokens for r in rows),
         )
 
-    wait_until(lambda: metered()[0] == 3, timeout=30, what="usage written")
-    assert metered() == (3, 0, prompt, completion)
+    wait_until(lambda: metered()[0] == 4, timeout=30, what="usage written")
+    assert metered() == (4, 0, prompt, completion)
     print(f"usage metered: {prompt} prompt and {completion} completion tokens, as vLLM reported")
 
     if os.environ.get("VLLM_E2E_MEASURE"):  # figures for the notes (-s shows them); never asserted

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -170,21 +172,60 @@ def test_the_settings_page_creates_shows_once_and_revokes(client, workspace, own
     assert b"No API keys yet" in page.content
     body = {"workspace": str(workspace.pk), "name": "ci", "scopes": ["read", "invoke"], "requests_per_min": "60"}
     created = client.post("/compute/api-keys/", body)
+    # POST-redirect-GET: the POST answers with a redirect, so reloading the page that shows the secret never
+    # posts the form again (it used to render the secret in the POST's answer: a reload made a second key)
+    assert (created.status_code, created["Location"]) == (302, "/compute/api-keys/")
     key = ApiKey.objects.get()
-    raw = created.context["created"][1]
-    assert raw.encode() in created.content
+    shown = client.get("/compute/api-keys/")
+    assert "no-store" in shown["Cache-Control"]
+    raw = shown.context["created"][1]
+    assert raw.encode() in shown.content
+    assert b"Copy it now" in shown.content
     assert key.secret_hash == api_keys.hash_key(raw)
     assert key.requests_per_min == 60
-    again = client.get("/compute/api-keys/")
+    again = client.get("/compute/api-keys/")  # the reload: the secret was shown once, no second key
     assert raw.encode() not in again.content
     assert key.display.encode() in again.content
     assert b"Copy it now" not in again.content
-    assert client.post("/compute/api-keys/", {"workspace": str(workspace.pk), "name": ""}).status_code == 200
+    assert ApiKey.objects.count() == 1
+    refused = client.post("/compute/api-keys/", {"workspace": str(workspace.pk), "name": ""})
+    assert refused.status_code == 400
+    assert b"This field is required." in refused.content
     assert ApiKey.objects.count() == 1
     client.post(f"/compute/api-keys/{key.pk}/revoke/")
     key.refresh_from_db()
     assert key.revoked_at is not None
     assert key_client(raw).get("/api/v1/clusters/").status_code in (401, 403)
+
+
+def test_the_settings_page_binds_each_label_to_its_checkbox_and_lists_endpoints_as_checkboxes(client, workspace, owner):
+    """Each scope and endpoint is a checkbox inside its own label (no Ctrl-click multi-select)."""
+    from fleet import services as fleet_services
+    from fleet.workloads.models import EndpointStatus
+    from tests.support.endpoints import endpoint_row
+
+    cluster = fleet_services.cluster_create(actor=owner, workspace=workspace, name="prod")
+    endpoint = endpoint_row(cluster=cluster, node=None, model_id="acme/tiny", status=EndpointStatus.RUNNING)
+    client.force_login(owner)
+    page = client.get("/compute/api-keys/").content.decode()
+    assert '<select name="endpoints"' not in page
+    assert " multiple" not in page
+    for i, label in enumerate(("Read the API", "Change things", "Invoke endpoints")):
+        found = re.search(
+            rf'<label class="choice" for="id_scopes_{i}"><input type="checkbox" name="scopes" value="\w+" '
+            rf'[^>]*id="id_scopes_{i}"[^>]*> <span>{label}[^<]*</span></label>',
+            page,
+        )
+        assert found, label
+    assert re.search(
+        r'<label class="choice" for="id_endpoints_0"><input type="checkbox" name="endpoints" '
+        rf'value="{endpoint.pk}"[^>]*> <span>endpoint-{endpoint.slug} \(acme/tiny\) · Acme</span></label>',
+        page,
+    )
+    assert 'data-filter-choices="#id_endpoints-list"' in page
+    body = {"workspace": str(workspace.pk), "name": "one", "scopes": ["invoke"], "endpoints": [str(endpoint.pk)]}
+    assert client.post("/compute/api-keys/", body).status_code == 302
+    assert list(ApiKey.objects.get(name="one").endpoint_grants.values_list("endpoint_id", flat=True)) == [endpoint.pk]
 
 
 def test_a_key_limited_to_chosen_endpoints_is_limited_on_the_management_api_too(workspace, owner, cluster, node):
@@ -232,3 +273,40 @@ def test_a_key_limited_to_chosen_endpoints_is_limited_on_the_management_api_too(
     assert limited.get("/api/v1/usage/?period=24h").json()["totals"]["requests"] == 5
     assert limited.get(f"/api/v1/usage/?period=24h&endpoint={other.pk}").status_code == 400
     assert unlimited.get("/api/v1/usage/?period=24h").json()["totals"]["requests"] == 10
+
+
+def test_the_answers_holding_a_new_keys_secret_are_never_cached(workspace, owner, api_client_for, client):
+    body = {"workspace": str(workspace.pk), "name": "ci", "scopes": ["read"]}
+    created = api_client_for(owner).post("/api/v1/api-keys/", body, format="json")
+    assert created.status_code == 201
+    assert "no-store" in created["Cache-Control"]
+    listed = api_client_for(owner).get("/api/v1/api-keys/")
+    assert "key" not in listed.json()["results"][0]
+    client.force_login(owner)
+    assert client.post("/compute/api-keys/", body).status_code == 302  # then the page shows the secret once
+    page = client.get("/compute/api-keys/")
+    assert page.context["created"][1].encode() in page.content
+    assert "no-store" in page["Cache-Control"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("requests_per_min", 10**12), ("tokens_per_min", 2**31), ("requests_per_min", 0), ("tokens_per_min", -1)],
+)
+def test_limits_out_of_bounds_are_a_400_naming_the_bound(workspace, owner, api_client_for, client, field, value):
+    body = {"workspace": str(workspace.pk), "name": "x", "scopes": ["invoke"], field: value}
+    answer = api_client_for(owner).post("/api/v1/api-keys/", body, format="json")
+    assert answer.status_code == 400
+    assert list(answer.json()) == [field]
+    bound = "2147483647" if value > 0 else "1"
+    assert bound in " ".join(answer.json()[field])
+    client.force_login(owner)
+    page = client.post("/compute/api-keys/", {**body, field: str(value)})
+    assert page.status_code == 400
+    assert field in page.context["form"].errors
+    with pytest.raises(ValidationError) as refused:  # the service holds the same bounds
+        workload_services.api_key_create(
+            actor=owner, workspace=workspace, name="x", scopes=["invoke"], **{field: value}
+        )
+    assert field in refused.value.message_dict
+    assert not ApiKey.objects.exists()

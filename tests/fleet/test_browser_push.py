@@ -126,3 +126,34 @@ async def test_the_browser_socket_is_apart_from_the_agent_tunnel():
     assert any(p.pattern.regex.pattern == r"^ws/live/$" for p in user_websocket_urlpatterns)
     message = browser_push.nodes_message(workspace_id="w", node_ids=["n2", "n1", "n1"], cluster_ids=["c"])
     assert message == {"type": "browser.nodes", "workspace": "w", "nodes": ["n1", "n2"], "clusters": ["c"]}
+
+
+async def test_a_removed_member_stops_hearing_the_workspace_at_once(owner, member_of, cluster, register_node):
+    """No renew needed: the removal makes the member's open tabs leave the workspace's group."""
+    node = await database_sync_to_async(register_node)(cluster, "box")
+    member = await database_sync_to_async(member_of)(cluster.workspace, "viewer")
+    tab, owners = await _tab(member), await _tab(owner)
+    try:
+        await database_sync_to_async(services.node_cordon)(node=node, actor=owner)
+        assert (await tab.receive_json_from(timeout=5))["nodes"] == [str(node.pk)]
+        await owners.receive_json_from(timeout=5)
+        await database_sync_to_async(tenancy.membership_remove)(workspace=cluster.workspace, user=member)
+        await tab.receive_nothing(timeout=0.3)  # (the leave is handled)
+        await database_sync_to_async(services.node_drain)(node=node, actor=owner)
+        assert (await owners.receive_json_from(timeout=5))["nodes"] == [str(node.pk)]  # it was sent
+        assert await tab.receive_nothing(timeout=0.5)  # and the removed member's tab did not get it
+    finally:
+        await tab.disconnect()
+        await owners.disconnect()
+
+
+@pytest.mark.parametrize(
+    "origin", ["http://endpoint-0123456789ab.endpoints.localhost:8000", "http://ray-7.ray.localhost"]
+)
+async def test_a_signed_in_tab_on_a_node_origin_cannot_open_the_live_socket(owner, origin, settings):
+    settings.ENDPOINT_DOMAIN, settings.RAY_DASHBOARD_DOMAIN = "endpoints.localhost", "ray.localhost"
+    cookie = await database_sync_to_async(_session_cookie)(owner)
+    tab = WebsocketCommunicator(application, "/ws/live/", headers=[(b"origin", origin.encode()), (b"cookie", cookie)])
+    connected, _ = await tab.connect()
+    assert not connected
+    await tab.disconnect()

@@ -66,3 +66,24 @@ async def test_unknown_websocket_route_is_rejected():
     )
     with pytest.raises(ValueError, match="No route found"):
         await communicator.connect()
+
+
+@pytest.mark.parametrize("path", ["/ws/ping/", "/ws/live/"])
+async def test_browser_websockets_refuse_node_origins_though_allowed_hosts_list_their_domains(settings, path):
+    """A page served on an endpoint's or a Ray Dashboard's origin (same site: the session cookie goes along)
+    cannot open the control plane's browser sockets; the control plane's own origin still can."""
+    assert f".{settings.ENDPOINT_DOMAIN}" in settings.ALLOWED_HOSTS  # what made them pass before
+    router = WebSocketAudienceRouter()
+    for origin in (
+        f"http://endpoint-0123456789ab.{settings.ENDPOINT_DOMAIN}:8000",
+        f"https://serve-0123456789ab.{settings.ENDPOINT_DOMAIN}",
+        f"http://ray-1.{settings.RAY_DASHBOARD_DOMAIN}:8000",
+    ):
+        communicator = WebsocketCommunicator(router, path, headers=[(b"origin", origin.encode())])
+        connected, _ = await communicator.connect()
+        assert not connected, origin
+        await communicator.disconnect()
+    communicator = WebsocketCommunicator(router, "/ws/ping/", headers=[(b"origin", b"http://127.0.0.1:8000")])
+    connected, _ = await communicator.connect()
+    assert connected
+    await communicator.disconnect()

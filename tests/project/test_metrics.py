@@ -6,6 +6,7 @@ tests/e2e/test_metrics.py.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -91,6 +92,7 @@ def test_live_gauges_of_a_dead_process_are_dropped_and_its_counters_kept(tmp_pat
 def _load_apps(env_dir: str) -> subprocess.CompletedProcess:
     code = "import django; django.setup(); import cleverthis.metrics_scrape"
     env = {"DJANGO_SETTINGS_MODULE": "cleverthis.settings.base", "PATH": "/usr/bin:/bin"}
+    env["SECRET_KEY"] = os.environ["SECRET_KEY"]  # DEBUG off: a key production would accept (the tests')
     env["PROMETHEUS_MULTIPROC_DIR"] = env_dir
     from tests.support.processes import REPO_ROOT
 
@@ -149,7 +151,43 @@ def test_the_readme_lists_exactly_the_exported_metrics_with_types_and_labels():
             if getattr(instrument, "_multiprocess_mode", "") in ("all", "liveall"):
                 labels.append("pid")  # one series per process
             exported[name] = (instrument._type, tuple(sorted(labels)))
-    for family in metrics_scrape.DatabaseCollector().collect():
+    for family in [*metrics_scrape.DatabaseCollector().collect(), *metrics_scrape.ReplicaLoadCollector().collect()]:
         exported[family.name] = (family.type, tuple(sorted(family._labelnames)))
     assert len(exported) >= 18
     assert _readme_metrics() == exported
+
+
+def test_each_endpoint_replica_shows_its_shared_load_and_what_the_router_did(owner, workspace):
+    import uuid
+
+    from fleet import balancer, replica_load
+    from fleet.replica_load import LoadPublisher
+    from fleet.workloads.models import Endpoint, EndpointReplica
+
+    cluster = services.cluster_create(actor=owner, workspace=workspace, name="routing")
+    endpoint = Endpoint.objects.create(cluster=cluster, model_id="acme/tiny", routing_policy="session")
+    replica = EndpointReplica.objects.create(endpoint=endpoint)
+    upstream = balancer.Upstream(key=replica.server_id, node_id=uuid.uuid4(), port=8001)
+    for key in (b"s1", b"s1", b"s2", b"s1"):
+        lease = balancer.Lease((upstream,), balancer.SESSION, key)
+        lease.take()
+        lease.release()
+    held = balancer.Lease((upstream,))
+    held.take()
+    publisher = LoadPublisher(name="test-metrics")
+    try:
+        publisher.publish(publisher.sample())
+        found = samples(metrics_scrape.render().decode())
+    finally:
+        held.release()
+        publisher.publish({})
+        replica_load.discard()
+    labels = (
+        ("endpoint_id", str(endpoint.pk)),
+        ("replica", replica.server_id),
+        ("routing_policy", "session"),
+        ("workspace", workspace.slug),
+    )
+    assert found[("cleverthis_endpoint_replica_requests_routed", labels)] == 5
+    assert found[("cleverthis_endpoint_replica_affinity_hits", labels)] == 2  # the 2nd and 3rd "s1"
+    assert found[("cleverthis_endpoint_replica_in_flight", labels)] == 1

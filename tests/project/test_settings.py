@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
 import uuid
@@ -12,6 +13,7 @@ from django.conf import settings
 from django.db import connection
 
 from cleverthis.settings.env import database_from_url, env_bool, env_int, env_list
+from tests.support.processes import REPO_ROOT
 
 
 def test_database_is_postgresql_never_sqlite():
@@ -66,6 +68,7 @@ def test_settings_module_loads_in_a_fresh_interpreter_from_env(tmp_path):
         "DATABASE_URL": "postgres://u@h:5433/otherdb",
         "REDIS_URL": "redis://r:6380/2",
         "DEBUG": "0",
+        "SECRET_KEY": settings.SECRET_KEY,  # DEBUG off: a key production would accept
         "PATH": "/usr/bin:/bin",
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),  # never the checkout's var/
     }
@@ -91,6 +94,7 @@ def test_https_cookies_take_the_host_prefix_a_subdomain_cannot_set(tmp_path):
     )
     env = {
         "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
+        "SECRET_KEY": settings.SECRET_KEY,  # DEBUG off: a key production would accept
         "HTTPS_COOKIES": "1",
         "PATH": "/usr/bin:/bin",
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),  # never the checkout's var/
@@ -104,6 +108,7 @@ def _settings_in_a_fresh_interpreter(tmp_path, code: str, **env: str) -> subproc
         [sys.executable, "-c", "import django; django.setup(); from django.conf import settings; " + code],
         env={
             "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
+            "SECRET_KEY": settings.SECRET_KEY,  # DEBUG off: a key production would accept
             "PATH": "/usr/bin:/bin",
             "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),  # never the checkout's var/
             **env,
@@ -196,7 +201,11 @@ def _server_url(name: str) -> str:
 
 
 def _run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "m")}
+    base = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "m"),
+        "DEBUG": "1",  # the development key is accepted: these runs are about the database
+    }
     return subprocess.run(args, cwd=REPO, env={**base, **env}, capture_output=True, text=True, timeout=120)
 
 
@@ -238,3 +247,73 @@ def test_a_missing_database_is_created_by_the_scripts_or_refused_in_a_sentence(t
             assert cursor.fetchone() == (1,)
     finally:
         _run(["psql", _server_url("postgres"), "-qc", f'DROP DATABASE IF EXISTS "{name}"'], tmp_path)
+
+
+def _start_settings(tmp_path, **env: str) -> subprocess.CompletedProcess:
+    """Load the production settings in a fresh interpreter with only `env` (and no key unless given)."""
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings as s; print(s.DEBUG)"],
+        env={
+            "DJANGO_SETTINGS_MODULE": "cleverthis.settings.base",
+            "PATH": "/usr/bin:/bin",
+            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
+            **env,
+        },
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        (None, "published example or default"),  # the development default
+        ("change-me", "published example or default"),  # secret.example.yaml
+        ("build", "published example or default"),
+        ("a-short-but-random-looking-key-9f8e7d", "37 characters long"),
+        ("ab" * 40, "2 distinct characters"),
+        ("django-insecure-" + "x1y2z3w4v5" * 5, "Django's insecure"),
+        ("please-change-me-" + "0123456789abcdef" * 3, "published example or default"),
+    ],
+)
+def test_production_refuses_to_start_on_a_public_or_weak_secret_key(tmp_path, key, why):
+    env = {} if key is None else {"SECRET_KEY": key}
+    started = _start_settings(tmp_path, **env)  # DEBUG unset: off
+    assert started.returncode != 0
+    assert "Refusing to start with DEBUG off: SECRET_KEY" in started.stderr
+    assert why in started.stderr
+    assert "token_urlsafe(50)" in started.stderr  # how to make a good one
+
+
+def test_debug_is_off_unless_asked_for_and_a_strong_key_starts(tmp_path):
+    strong = _start_settings(tmp_path, SECRET_KEY="Zq4" + "k7Hw-p2Xe_9rTb" * 4)
+    assert strong.returncode == 0, strong.stderr
+    assert strong.stdout.split() == ["False"]
+    # development asks for DEBUG and may keep the public default
+    development = _start_settings(tmp_path, DEBUG="1")
+    assert development.returncode == 0, development.stderr
+    assert development.stdout.split() == ["True"]
+
+
+def test_the_deployments_make_keys_production_accepts():
+    """deploy/compose/init writes `openssl rand -hex 32` (64 characters); the Kubernetes template's placeholder
+    is refused, so a copy applied unchanged never starts."""
+    from cleverthis.settings.env import secret_key_problem
+
+    assert secret_key_problem("0123456789abcdef" * 4) is None
+    assert secret_key_problem(secrets.token_hex(32)) is None
+    assert secret_key_problem(secrets.token_urlsafe(50)) is None
+    template = (REPO_ROOT / "deploy" / "kubernetes" / "secret.example.yaml").read_text()
+    placeholder = next(line.split(":", 1)[1].strip() for line in template.splitlines() if "SECRET_KEY:" in line)
+    assert secret_key_problem(placeholder) is not None
+    assert "SECRET_KEY=$(secret 32)" in (REPO_ROOT / "deploy" / "compose" / "init").read_text()
+
+
+def test_hsts_is_on_for_a_year_when_the_deployment_says_it_is_behind_https(tmp_path):
+    code = "print(settings.SECURE_HSTS_SECONDS, settings.SECURE_HSTS_INCLUDE_SUBDOMAINS, settings.SECURE_HSTS_PRELOAD)"
+    behind_tls = _settings_in_a_fresh_interpreter(tmp_path, code, HTTPS_COOKIES="1")
+    assert behind_tls.stdout.split() == ["31536000", "False", "False"]
+    plain = _settings_in_a_fresh_interpreter(tmp_path, code)
+    assert plain.stdout.split()[0] == "0"
+    chosen = _settings_in_a_fresh_interpreter(tmp_path, code, HTTPS_COOKIES="1", HSTS_SECONDS="600")
+    assert chosen.stdout.split()[0] == "600"

@@ -23,8 +23,6 @@ WRITTEN = {
     ".ci/up": REPO_ROOT / ".ci" / "up",
     "entrypoint": REPO_ROOT / "deploy" / "image" / "entrypoint.sh",
 }
-# Where production differs on purpose: behind its proxy the image trusts the forwarded client and scheme.
-BEHIND_A_PROXY = {"--proxy-headers": None, "--forwarded-allow-ips": "${FORWARDED_ALLOW_IPS:-*}"}
 
 
 def _command(path: Path) -> list[str]:
@@ -70,11 +68,14 @@ def test_the_web_command_is_the_tests_uvicorn_command(where):
     for name in ("--host", "--port", "--workers"):
         tests.pop(name)
         written.pop(name, None)
-    if where == "entrypoint":
-        assert tests.pop("--no-proxy-headers", "absent") is None
-        for name, value in BEHIND_A_PROXY.items():
-            assert written.pop(name) == value
+    # uvicorn believes no proxy header anywhere, the image behind its proxy included: the application does
+    # (kernel.client_address, from TRUSTED_PROXIES alone)
+    assert written["--no-proxy-headers"] is None
+    assert "--forwarded-allow-ips" not in written
     assert tests["--ws-max-size"] == str(MAX_WEBSOCKET_MESSAGE_BYTES)
     assert _default(written.pop("--ws-ping-interval")) == str(TUNNEL_PING_INTERVAL_S) == tests.pop("--ws-ping-interval")
     assert _default(written.pop("--ws-ping-timeout")) == str(TUNNEL_PING_TIMEOUT_S) == tests.pop("--ws-ping-timeout")
+    # as long as the drain (WEB_DRAIN_DEADLINE_S, whole seconds): 30 s, the tests' web servers 5 s
+    assert _default(written.pop("--timeout-graceful-shutdown")) == "30"
+    assert tests.pop("--timeout-graceful-shutdown") == "5"
     assert written == tests

@@ -133,7 +133,8 @@ def running_stack(workdir: Path) -> Iterator[Stack]:
     images = build_images()
     port = free_port()
     env_file = workdir / "stack.env"
-    env = podman_env()
+    # the settings file's own secrets, never this test process's key (compose prefers the shell's variables)
+    env = {name: value for name, value in podman_env().items() if name != "SECRET_KEY"}
     made = subprocess.run(
         ["bash", str(COMPOSE_DIR / "init"), "--host", "localhost", "--https-port", str(port),
          "--env-file", str(env_file), "--certs", str(workdir / "certs")],

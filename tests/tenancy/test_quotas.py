@@ -141,3 +141,16 @@ def test_admit_counts_the_same_whether_the_workspace_id_is_a_uuid_or_its_text(ow
         assert quotas.usage([given], ["ray_clusters"]) == {given: {"ray_clusters": 1}}
         with transaction.atomic(), pytest.raises(quotas.QuotaExceeded):
             quotas.admit(workspace_id=given, ask={"ray_clusters": 1})
+
+
+def test_an_unknown_quota_name_is_a_400_naming_it_and_changes_nothing(api_client_for, owner, workspace):
+    api = api_client_for(owner)
+    response = api.patch(url(workspace), {"gpu": 4}, format="json")  # a typo of "gpus"
+    assert response.status_code == 400
+    assert response.json() == {"gpu": ["Unknown field."]}
+    response = api.patch(url(workspace), {"gpus": 4, "ram_gib": 8}, format="json")
+    assert response.status_code == 400
+    assert list(response.json()) == ["ram_gib"]
+    assert WorkspaceQuota.objects.get(workspace=workspace).gpus is None  # nothing of either request applied
+    assert not AuditEntry.objects.filter(action="workspace.set_quotas").exists()
+    assert api.patch(url(workspace), {"gpus": 4}, format="json").status_code == 200

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from audit.services import created, new, on, operator_action
 from fleet.workloads.models import ApiKeyEndpoint, Endpoint
+from fleet.workloads.services.endpoints.limits import validate_per_minute
 from kernel.exceptions import IllegalTransition
 from tenancy import api_keys
 from tenancy.models import ApiKey, ApiKeyScope, Workspace
@@ -54,6 +55,11 @@ def api_key_create(
     endpoints = list(endpoints)
     if any(e.cluster.workspace_id != workspace.pk for e in endpoints):
         errors["endpoints"] = "Every endpoint must belong to the key's workspace."
+    for field, value in (("requests_per_min", requests_per_min), ("tokens_per_min", tokens_per_min)):
+        try:
+            validate_per_minute(field, value)
+        except ValidationError as exc:
+            errors |= {name: messages[0] for name, messages in exc.message_dict.items()}
     if ApiKey.objects.filter(user=actor, revoked_at__isnull=True).count() >= MAX_KEYS_PER_MEMBER:
         errors["name"] = f"You have {MAX_KEYS_PER_MEMBER} keys; revoke one first."
     if errors:

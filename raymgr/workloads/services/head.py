@@ -39,7 +39,7 @@ def send_to_head(actor: Any, cluster: RayCluster, command_type: str, **extra: An
     if head is None or actor is None:
         return None
     try:
-        return dispatch(actor, head.node, command_type, _payload(cluster, head, **extra))
+        return dispatch(actor, head.node, command_type, _payload(cluster, head, **extra), as_workload=True)
     except IllegalTransition:
         return None
 

@@ -16,7 +16,7 @@ from raymgr.workloads import render
 from raymgr.workloads.models import ServeDeployment, ServeEngine, ServeStatus, TrainingJob
 from raymgr.workloads.services.head import submit_job
 from raymgr.workloads.services.jobs import check_cluster, full_clean, save_new
-from tenancy.mixins import require_operator
+from tenancy.mixins import require_editor
 from tenancy.models import Workspace
 
 
@@ -46,8 +46,8 @@ def serve_deployment_create(
     cpus_per_replica: float = 1.0,
     gpus_per_replica: float = 0.0,
 ) -> ServeDeployment:
-    """Deploy a model or a training job's checkpoint on Ray Serve (Owner/Admin)."""
-    require_operator(actor, workspace, what="run Ray workloads")
+    """Deploy a model or a training job's checkpoint on Ray Serve (Owner, Admin, Member)."""
+    require_editor(actor, workspace, what="run Ray workloads")
     errors: dict[str, Any] = {}
     check_cluster(workspace, ray_cluster, errors)
     if checkpoint_job is not None:
@@ -121,7 +121,7 @@ def serve_deployment_deploy(deployment: ServeDeployment, actor: Any) -> None:
 @operator_action("serve_deployment.stop", target=on("deployment", "serve_deployment"))
 def serve_deployment_stop(*, actor: AbstractBaseUser, deployment: ServeDeployment) -> ServeDeployment:
     """Delete the Serve application from the cluster (a short Ray job); → stopping, then stopped."""
-    require_operator(actor, deployment.workspace, what="run Ray workloads")
+    require_editor(actor, deployment.workspace, what="run Ray workloads")
     deployment = ServeDeployment.objects.select_for_update().select_related("ray_cluster").get(pk=deployment.pk)
     if deployment.status in (ServeStatus.STOPPED, ServeStatus.STOPPING):
         raise IllegalTransition(f"A {deployment.status} deployment cannot be stopped.")

@@ -13,7 +13,7 @@ from raymgr.workloads import render
 from raymgr.workloads.models import Framework, TrainingJob, TrainingKind, TuneExperiment
 from raymgr.workloads.services.head import submit_job
 from raymgr.workloads.services.jobs import check_cluster, full_clean, job_cancel, queue_reason, save_new
-from tenancy.mixins import require_operator
+from tenancy.mixins import require_editor
 from tenancy.models import Workspace
 
 
@@ -41,8 +41,8 @@ def training_job_create(
     storage_path: str = "",
     source_experiment: TuneExperiment | None = None,
 ) -> TrainingJob:
-    """Create a training job (Owner/Admin) and submit it, or leave it queued with the reason why."""
-    require_operator(actor, workspace, what="run Ray workloads")
+    """Create a training job (Owner, Admin, Member) and submit it, or leave it queued with the reason why."""
+    require_editor(actor, workspace, what="run Ray workloads")
     errors: dict[str, Any] = {}
     check_cluster(workspace, ray_cluster, errors)
     config = config if config is not None else {}
@@ -115,7 +115,7 @@ def training_job_try_submit(job: TrainingJob, actor: Any) -> bool:
 @operator_action("training_job.cancel", target=on("job", "training_job"))
 def training_job_cancel(*, actor: AbstractBaseUser, job: TrainingJob) -> TrainingJob:
     """Cancel: a job not yet on Ray is cancelled at once; a submitted one is stopped through the Job API."""
-    require_operator(actor, job.workspace, what="run Ray workloads")
+    require_editor(actor, job.workspace, what="run Ray workloads")
     job = TrainingJob.objects.select_for_update().select_related("ray_cluster").get(pk=job.pk)
     job_cancel(job, actor)
     return job

@@ -16,7 +16,7 @@ from raymgr.workloads.models import TrainingJob, TuneExperiment, TuneMode, TuneS
 from raymgr.workloads.services.head import submit_job
 from raymgr.workloads.services.jobs import check_cluster, full_clean, job_cancel, queue_reason, save_new
 from raymgr.workloads.services.training import training_job_create
-from tenancy.mixins import require_operator
+from tenancy.mixins import require_editor
 from tenancy.models import Workspace
 
 
@@ -44,8 +44,8 @@ def tune_experiment_create(
     gpus_per_trial: float = 0.0,
     training_script: str = "",
 ) -> TuneExperiment:
-    """Create a Tune experiment (Owner/Admin) and submit it as a Ray job (or queue it)."""
-    require_operator(actor, workspace, what="run Ray workloads")
+    """Create a Tune experiment (Owner, Admin, Member) and submit it as a Ray job (or queue it)."""
+    require_editor(actor, workspace, what="run Ray workloads")
     errors: dict[str, Any] = {}
     check_cluster(workspace, ray_cluster, errors)
     space_errors = render.search_space_errors(search_space)
@@ -107,7 +107,7 @@ def tune_experiment_try_submit(experiment: TuneExperiment, actor: Any) -> bool:
 @operator_action("tune_experiment.cancel", target=on("experiment", "tune_experiment"))
 def tune_experiment_cancel(*, actor: AbstractBaseUser, experiment: TuneExperiment) -> TuneExperiment:
     """Cancel a queued or running experiment (its Ray job is stopped)."""
-    require_operator(actor, experiment.workspace, what="run Ray workloads")
+    require_editor(actor, experiment.workspace, what="run Ray workloads")
     experiment = TuneExperiment.objects.select_for_update().select_related("ray_cluster").get(pk=experiment.pk)
     job_cancel(experiment, actor)
     return experiment
@@ -122,7 +122,7 @@ def tune_train_with_best(
     *, actor: AbstractBaseUser, experiment: TuneExperiment, name: str, storage_path: str = ""
 ) -> TrainingJob:
     """ "Train with best config": a training job running the experiment's training script with its best config."""
-    require_operator(actor, experiment.workspace, what="run Ray workloads")
+    require_editor(actor, experiment.workspace, what="run Ray workloads")
     if not experiment.best_config:
         raise IllegalTransition("The experiment has no best config yet.")
     if not experiment.training_script.strip():

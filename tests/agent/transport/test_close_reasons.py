@@ -1,8 +1,9 @@
 """The agent learns why its tunnel closed: it logs the close code and reason, reconnects, and stops on 4403.
 
 A stand-in control plane (a real websockets server) closes each connection in turn: by sending a message
-over the agent's frame limit (so the agent itself closes with 1009), with 4400 and a reason, then with
-4403 and no `Revoked` frame. The agent runs its real reconnect loop against it.
+over the agent's frame limit (so the agent itself closes with 1009), with 4400 and a reason, with 1012
+(a server restarting: once logged as "unknown code"), then with 4403 and no `Revoked` frame. The agent runs
+its real reconnect loop against it.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ async def test_agent_logs_each_close_code_and_reason_reconnects_and_stops_on_440
             await ws.wait_closed()
         elif len(connections) == 2:
             await ws.close(p.CLOSE_PROTOCOL_ERROR, "frame is not valid JSON")
+        elif len(connections) == 3:
+            await ws.close(1012, "server restarting")  # what a web process going down sends
         else:
             await ws.close(p.CLOSE_REVOKED, "certificate revoked")
 
@@ -55,10 +58,13 @@ async def test_agent_logs_each_close_code_and_reason_reconnects_and_stops_on_440
         code = await asyncio.wait_for(_client(tmp_path, port).run(), timeout=30)
 
     assert code == EXIT_REVOKED
-    assert len(connections) == 3  # reconnected after 1009 and 4400, not after 4403
+    assert len(connections) == 4  # reconnected after 1009, 4400 and 1012, not after 4403
     messages: list[Any] = [r.getMessage() for r in caplog.records if r.name == "agent.tunnel"]
     assert any("this agent closed the tunnel: 1009 message too big" in m for m in messages), messages
     assert any("control plane closed the tunnel: 4400 bad frame: frame is not valid JSON" in m for m in messages), (
+        messages
+    )
+    assert any("control plane closed the tunnel: 1012 service restart: server restarting" in m for m in messages), (
         messages
     )
     revoked = "node revoked by the control plane (certificate revoked): not reconnecting"

@@ -9,7 +9,8 @@ import asyncio
 import pytest
 
 from agent import protocol as p
-from agent.transport.tunnel import FrameSender, SessionEnded
+from agent.transport.sender import FrameSender
+from agent.transport.tunnel import SessionEnded
 
 
 class Socket:

@@ -221,3 +221,72 @@ def test_other_node_origins_take_invoke_keys_within_their_workspace(endpoint, ow
     assert not origins.caller_on_origin(scope(endpoint, key(owner, workspace, ("read",)))).is_authenticated
     limited = key(owner, workspace, endpoints=[endpoint])
     assert not origins.caller_on_origin(scope(endpoint, limited)).is_authenticated
+
+
+def test_the_endpoint_default_limits_members_by_origin_cookie_and_older_tokens_too(
+    fresh_window, endpoint, owner, workspace, member_of
+):
+    """The per-key limits are not evaded by calling without a key: a member with the origin cookie and a
+    member with an older DRF token are each limited like a key (per user), requests and tokens."""
+    from http.cookies import SimpleCookie
+
+    from rest_framework.authtoken.models import Token
+
+    from fleet.proxy import origins
+
+    Endpoint.objects.filter(pk=endpoint.pk).update(key_requests_per_min=1)
+    endpoint_routes.forget_routes()
+    host = origin_names.ENDPOINT.host(endpoint.slug)
+    cookie = SimpleCookie(origins.origin_cookie_header(user_id=str(owner.pk), host=host, secure=False).decode())
+    by_cookie = scope(endpoint)
+    by_cookie["headers"].append((b"cookie", f"{origins.ORIGIN_COOKIE}={cookie[origins.ORIGIN_COOKIE].value}".encode()))
+    assert isinstance(resolve(dict(by_cookie, headers=list(by_cookie["headers"]))), ProxyTarget)
+    refused = resolve(dict(by_cookie, headers=list(by_cookie["headers"])))
+    assert refused.status == 429
+    assert json.loads(refused.message)["error"]["limit"] == "requests_per_minute"
+
+    viewer = member_of(workspace, "viewer")
+    token = Token.objects.create(user=viewer).key
+    assert isinstance(resolve(scope(endpoint, token, "Token")), ProxyTarget)  # another caller: its own count
+    assert resolve(scope(endpoint, token, "Token")).status == 429
+
+    # tokens: a member's answers are charged to that member on this endpoint
+    Endpoint.objects.filter(pk=endpoint.pk).update(key_requests_per_min=None, key_tokens_per_min=10)
+    endpoint_routes.forget_routes()
+    other = member_of(workspace, "member")
+    other_token = Token.objects.create(user=other).key
+    request = scope(endpoint, other_token, "Token")
+    assert isinstance(resolve(request), ProxyTarget)
+
+    async def answered() -> None:
+        usage = usage_meter.start(usage_meter.Subject(workspace.pk, endpoint.pk), request)
+        usage.head(200, [(b"content-type", b"application/json")])
+        usage.feed(json.dumps({"usage": {"prompt_tokens": 4, "completion_tokens": 6}}).encode())
+        usage.finish(complete=True)
+        await asyncio.gather(*rate_limits._charging)
+
+    asyncio.run(answered())
+    refused = resolve(scope(endpoint, other_token, "Token"))
+    assert refused.status == 429
+    assert json.loads(refused.message)["error"]["limit"] == "tokens_per_minute"
+
+
+def test_a_redis_outage_lets_requests_through_and_is_counted(endpoint, owner, workspace, settings):
+    """The limiter fails open (stated in the README) and says so in /metrics."""
+    from kernel.metrics import RATE_LIMIT_UNAVAILABLE
+
+    limits = rate_limits.Limits(key_requests=1)
+    before = RATE_LIMIT_UNAVAILABLE.labels("admit")._value.get()
+    charged = RATE_LIMIT_UNAVAILABLE.labels("charge")._value.get()
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    rate_limits._async_clients.clear()
+    rate_limits._sync_client = None
+    try:
+        assert asyncio.run(rate_limits.admit(8, endpoint.pk, limits)) is None
+        assert asyncio.run(rate_limits.admit(8, endpoint.pk, limits)) is None
+        rate_limits.charge_tokens(8, endpoint.pk, 5)
+    finally:
+        rate_limits._async_clients.clear()
+        rate_limits._sync_client = None
+    assert RATE_LIMIT_UNAVAILABLE.labels("admit")._value.get() == before + 2
+    assert RATE_LIMIT_UNAVAILABLE.labels("charge")._value.get() == charged + 1

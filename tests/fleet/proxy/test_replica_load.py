@@ -47,7 +47,9 @@ def test_a_snapshot_holds_this_process_figures_and_expires_with_its_ttl(publishe
     try:
         replica_load.count_tokens(upstream.key, 40)
         here.publish(here.sample(now=100.0))
-        assert replica_load.read()[upstream.key] == ReplicaLoad(in_flight=3, tokens_per_s=0.0, tokens_total=40)
+        assert replica_load.read()[upstream.key] == ReplicaLoad(
+            in_flight=3, tokens_per_s=0.0, tokens_total=40, routed=3
+        )  # (and the 3 requests routed there)
         assert 0 < redis_client().pttl(here.key) <= 500  # the hash dies with its TTL unless written again
     finally:
         for lease in leases:
@@ -74,11 +76,11 @@ def test_tokens_per_second_over_the_window_and_idle_replicas_forgotten(publisher
     here = publishers("a")
     assert here.sample(now=0.0) == {}
     replica_load.count_tokens("r1", 100)
-    assert here.sample(now=5.0) == {"r1": (0, 100, 20.0)}  # 100 tokens in 5 s
+    assert here.sample(now=5.0) == {"r1": (0, 100, 20.0, 0, 0)}  # 100 tokens in 5 s
     replica_load.count_tokens("r1", 60)
-    assert here.sample(now=10.0) == {"r1": (0, 160, 16.0)}  # 160 since the sample 10 s ago
-    assert here.sample(now=15.0) == {"r1": (0, 160, 6.0)}  # base: the sample at 5 s (100): 60 in 10 s
-    assert here.sample(now=19.0) == {"r1": (0, 160, 60 / 14)}  # still based at 5 s (the one at 10 s: 9 s old)
+    assert here.sample(now=10.0) == {"r1": (0, 160, 16.0, 0, 0)}  # 160 since the sample 10 s ago
+    assert here.sample(now=15.0) == {"r1": (0, 160, 6.0, 0, 0)}  # base: the sample at 5 s (100): 60 in 10 s
+    assert here.sample(now=19.0) == {"r1": (0, 160, 60 / 14, 0, 0)}  # still based at 5 s (the one at 10 s: 9 s old)
     # a whole window (since 10 s) with no token and nothing in flight: dropped (no growth per replica)
     assert here.sample(now=20.0) == {}
     assert "r1" not in replica_load._tokens

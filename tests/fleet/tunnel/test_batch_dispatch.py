@@ -19,9 +19,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agent import protocol
-from fleet import enqueue, groups, local_tunnels, services
+from fleet import enqueue, groups, services
 from fleet.models import Command, CommandStatus, Node, NodeEvent
 from fleet.tasks import dispatch_batch
+from fleet.tunnel import local_tunnels
 
 pytestmark = pytest.mark.django_db
 
@@ -163,9 +164,10 @@ def test_batched_reports_use_one_select_one_update_per_kind_one_insert_and_isola
         outcomes = services.command_record_reports(reports=reports)
     statements = [q["sql"].split()[0].upper() for q in ctx.captured_queries]
     data_statements = [s for s in statements if s in ("SELECT", "UPDATE", "INSERT")]
-    # one locking SELECT, one UPDATE each for running / succeeded / failed, one INSERT of all events,
-    # and the container hooks' own reads for the two finished commands
-    assert data_statements[:5] == ["SELECT", "UPDATE", "UPDATE", "UPDATE", "INSERT"]
+    # in the lock order (docs/architecture.md): the endpoints the hooks follow up, the nodes (key share),
+    # the commands; one UPDATE each for running / succeeded / failed, one INSERT of all events, and the
+    # container hooks' own reads for the two finished commands
+    assert data_statements[:7] == ["SELECT", "SELECT", "SELECT", "UPDATE", "UPDATE", "UPDATE", "INSERT"]
     assert [o.status for o in outcomes[:3]] == [CommandStatus.RUNNING, CommandStatus.SUCCEEDED, CommandStatus.RUNNING]
     assert outcomes[3] is None
     assert outcomes[6] is None

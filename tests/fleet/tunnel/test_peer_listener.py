@@ -8,6 +8,7 @@ import socket
 import pytest
 
 from fleet.tunnel import peer_listener, peer_wire
+from kernel.metrics import PEER_CONNECTIONS_REFUSED
 from tests.support.processes import free_port
 
 
@@ -106,3 +107,126 @@ def test_the_advertised_address(settings, monkeypatch, advertise, bind, resolved
     settings.TUNNEL_PEER_ADVERTISE = advertise
     monkeypatch.setattr(peer_listener.socket, "gethostbyname", lambda name: resolved)
     assert peer_listener.advertised_host(bind) == expected
+
+
+# ---- what an unauthenticated connection can make the process hold
+
+
+async def _connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = peer_wire.parse_address(await peer_listener.address())
+    return await asyncio.open_connection(host, port)
+
+
+async def _closed(reader: asyncio.StreamReader) -> bool:
+    """Wait until the listener closes the connection: True, or TimeoutError when it is still open after 5 s
+    (a bound, not a measurement: the tests that need a close "at once" set the handshake deadline to 600 s,
+    and the listener closed such connections only at its 10 s deadline before it had limits)."""
+    try:
+        await asyncio.wait_for(reader.read(), 5)  # whatever was sent before, then the end
+    except ConnectionResetError:  # (closed with unread bytes: a reset)
+        return True
+    return reader.at_eof()
+
+
+async def _prove_the_key(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    nonce = peer_wire.new_nonce()
+    writer.write(peer_wire.hello_frame(nonce))
+    kind, _, size = peer_wire.HEADER.unpack(await reader.readexactly(peer_wire.HEADER.size))
+    assert kind == peer_wire.CHALLENGE
+    listener_nonce = peer_wire.check_challenge(peer_wire.link_key(), nonce, await reader.readexactly(size))
+    writer.write(peer_wire.proof_frame(peer_wire.link_key(), nonce, listener_nonce))
+    await writer.drain()
+
+
+def _refused(reason: str) -> float:
+    return PEER_CONNECTIONS_REFUSED.labels(reason)._value.get()
+
+
+async def _until_pending(count: int) -> None:
+    while peer_listener.pending() != count:
+        await asyncio.sleep(0.01)
+
+
+def test_a_frame_larger_than_the_handshakes_is_refused_before_the_key_is_proven(settings):
+    """Announcing a megabyte (the post-handshake limit) before the proof drops the connection at its header,
+    long before the handshake's deadline: nothing of it is buffered."""
+    settings.TUNNEL_PEER_HANDSHAKE_TIMEOUT_S = 600
+
+    async def scenario() -> tuple[bool, bool]:
+        try:
+            reader, writer = await _connect()
+            writer.write(peer_wire.header(peer_wire.HELLO, 0, peer_wire.MAX_PAYLOAD) + b"x" * 1000)
+            oversized = await _closed(reader)
+            writer.close()
+            # a proven link takes frames up to the full limit in the same bytes as its proof
+            reader, writer = await _connect()
+            await _prove_the_key(reader, writer)
+            writer.write(peer_wire.frame(peer_wire.WINDOW, 7, b"\0" * 8) + peer_wire.header(peer_wire.DATA, 7, 70_000))
+            writer.write(b"d" * 70_000)
+            await writer.drain()
+            await _until_pending(0)
+            proven_open = not reader.at_eof()
+            writer.close()
+            return oversized, proven_open
+        finally:
+            peer_listener.stop()
+
+    before = _refused("handshake_failed")
+    assert asyncio.run(scenario()) == (True, True)
+    assert _refused("handshake_failed") == before + 1  # the oversized one; the proven link not
+    assert peer_wire.PRE_AUTH_MAX_PAYLOAD < 1024
+
+
+def test_a_connection_that_does_not_prove_the_key_in_time_is_dropped(settings):
+    settings.TUNNEL_PEER_HANDSHAKE_TIMEOUT_S = 0.2
+
+    async def scenario() -> tuple[bool, int]:
+        try:
+            reader, writer = await _connect()
+            writer.write(peer_wire.hello_frame(peer_wire.new_nonce()))  # and never a proof
+            dropped = await _closed(reader)
+            writer.close()
+            return dropped, peer_listener.pending()
+        finally:
+            peer_listener.stop()
+
+    before = _refused("handshake_timeout")
+    assert asyncio.run(scenario()) == (True, 0)
+    assert _refused("handshake_timeout") == before + 1
+
+
+def test_the_default_handshake_deadline_is_short():
+    from django.conf import settings
+
+    assert settings.TUNNEL_PEER_HANDSHAKE_TIMEOUT_S <= 5
+    assert 0 < settings.TUNNEL_PEER_MAX_PENDING <= 256
+
+
+def test_connections_beyond_the_pending_cap_are_closed_at_once_and_proven_links_do_not_count(settings):
+    settings.TUNNEL_PEER_HANDSHAKE_TIMEOUT_S = 600
+    settings.TUNNEL_PEER_MAX_PENDING = 3
+
+    async def scenario() -> None:
+        try:
+            waiting = [await _connect() for _ in range(3)]
+            await _until_pending(3)
+            reader, writer = await _connect()
+            assert await _closed(reader)  # the fourth: closed without waiting for any deadline
+            writer.close()
+            assert peer_listener.pending() == 3
+            assert not any(r.at_eof() for r, _ in waiting)
+            # one of them proves the key: it leaves the pending ones, and a new connection is admitted again
+            await _prove_the_key(*waiting[0])
+            await _until_pending(2)
+            again = await _connect()
+            await _until_pending(3)
+            assert not waiting[0][0].at_eof()
+            for _, w in [*waiting, again]:
+                w.close()
+            await _until_pending(0)  # gone connections leave the count
+        finally:
+            peer_listener.stop()
+
+    before = _refused("pending_cap")
+    asyncio.run(scenario())
+    assert _refused("pending_cap") == before + 1

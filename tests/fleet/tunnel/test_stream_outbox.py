@@ -55,7 +55,7 @@ def _opening(stream_id: int) -> list[p.StreamFrame]:
 
 @pytest.mark.asyncio
 async def test_the_outbox_puts_what_was_queued_together_in_one_message_in_order():
-    outbox = StreamOutbox(_nothing, 5)
+    outbox = StreamOutbox(_nothing, p.PROTOCOL_VERSION)
     queued = [frame for stream_id in range(1, 101) for frame in _opening(stream_id)]
     for frame in queued:
         outbox.put(frame)
@@ -67,7 +67,7 @@ async def test_the_outbox_puts_what_was_queued_together_in_one_message_in_order(
 
 @pytest.mark.asyncio
 async def test_the_outbox_sends_a_lone_frame_as_itself_and_bounds_its_messages():
-    outbox = StreamOutbox(_nothing, 5)
+    outbox = StreamOutbox(_nothing, p.PROTOCOL_VERSION)
     outbox.put(p.StreamWindow(stream_id=1, increment=5))
     (lone,) = [p.decode(m) for m in _messages(outbox)]
     assert isinstance(lone, p.StreamWindow)
@@ -85,7 +85,7 @@ async def test_the_outbox_sends_a_lone_frame_as_itself_and_bounds_its_messages()
 
 @pytest.mark.asyncio
 async def test_a_value_the_binary_layout_cannot_hold_goes_out_as_the_old_frame_the_rest_batched():
-    outbox = StreamOutbox(_nothing, 5)
+    outbox = StreamOutbox(_nothing, p.PROTOCOL_VERSION)
     odd = p.StreamOpen(stream_id=2, port=70000, id="")  # no such TCP port: the agent will refuse it
     queued = [*_opening(1), odd, *_opening(3)]
     for frame in queued:

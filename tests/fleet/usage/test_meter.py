@@ -160,7 +160,7 @@ def test_callbacks_learn_each_requests_tokens(workspace, settings):
         asyncio.run(main())
     finally:
         meter._callbacks.remove(callback)
-    assert seen == [(workspace.pk, subject.endpoint_id, 5, 4, 6)]
+    assert seen == [(workspace.pk, subject.endpoint_id, 5, 4, 6, None)]
 
 
 def test_metering_off_meters_nothing(settings):
@@ -252,3 +252,35 @@ def test_a_failed_flush_is_counted_and_shown_on_the_usage_page_until_one_succeed
     assert meter.flush_failures() == []
     assert b"data-usage-flush-failed" not in client.get("/usage/").content
     assert [(r.requests, r.completion_tokens) for r in _rows()] == [(1, 9), (1, 9)]
+
+
+@pytest.mark.django_db(transaction=True)  # the flush writes on a thread of its own
+def test_a_failed_timed_flush_tries_again_without_new_requests(workspace, settings, monkeypatch):
+    settings.USAGE_FLUSH_S = 0.05
+    subject = meter.Subject(workspace.pk, uuid.uuid4())
+    from django.db import OperationalError
+
+    from fleet.usage import services
+
+    real = services.usage_add
+    calls = []
+
+    def down_once(**kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("the database is restarting")
+        return real(**kwargs)
+
+    monkeypatch.setattr(services, "usage_add", down_once)
+
+    async def main():
+        meter.observe(subject, None, error=False, prompt_tokens=3, completion_tokens=4, seconds=0.1)
+        for _ in range(100):  # no other request comes: the retry is the meter's own
+            await asyncio.sleep(0.05)
+            if len(calls) >= 2 and not meter._pending:
+                break
+
+    asyncio.run(main())
+    assert len(calls) >= 2
+    assert [(r.requests, r.prompt_tokens, r.completion_tokens) for r in _rows()] == [(1, 3, 4), (1, 3, 4)]
+    assert meter.flush_failures() == []  # the banner went with the successful write

@@ -29,11 +29,14 @@ class CannedTunnel:
 
     def __init__(self, chunks: list[bytes], error: str = "") -> None:
         self.chunks, self.error = chunks, error
+        self.request = b""  # the request bytes the node got (head and body, when they came whole)
 
     async def node_command(self, message):  # pragma: no cover - not used
         pass
 
     async def open_local_stream(self, stream, opening) -> None:
+        self.request = opening["data"]
+
         async def answer():
             for chunk in self.chunks:
                 await asyncio.sleep(0)
@@ -55,13 +58,17 @@ def endpoint(cluster, node):
     endpoint_routes.forget_routes()
 
 
-def _request(endpoint, tunnel, key_id=None) -> list[dict]:
+def _request(endpoint, tunnel, key_id=None, body: bytes = b"{}", chunked: bool = False) -> list[dict]:
     scope = {
         "type": "http",
         "method": "POST",
         "path": "/v1/chat/completions",
         "query_string": b"",
-        "headers": [(b"host", f"{origin_names.ENDPOINT.host(endpoint.slug)}:8000".encode())],
+        "headers": [
+            (b"host", f"{origin_names.ENDPOINT.host(endpoint.slug)}:8000".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
     }
     if key_id is not None:
         scope[API_KEY_ID_SCOPE_KEY] = key_id
@@ -73,7 +80,19 @@ def _request(endpoint, tunnel, key_id=None) -> list[dict]:
         if received:  # the client stays until the answer is over (the relay then stops waiting)
             await asyncio.sleep(3600)
         received.append(1)
-        return {"type": "http.request", "body": b"{}"}
+        if chunked:  # the body in two messages
+            received.append(1)
+            return {"type": "http.request", "body": body[:5], "more_body": True}
+        return {"type": "http.request", "body": body}
+
+    if chunked:
+        first = receive
+
+        async def receive():
+            if len(received) == 2:
+                received.append(1)
+                return {"type": "http.request", "body": body[5:]}
+            return await first()
 
     async def send(message):
         sent.append(message)
@@ -143,3 +162,65 @@ def test_metering_off_writes_nothing(endpoint, settings):
     assert sent[0]["status"] == 200
     assert meter.flush() == 0
     assert not UsageRollup.objects.exists()
+
+
+def _upstream_body(tunnel: CannedTunnel) -> dict:
+    return json.loads(tunnel.request.split(b"\r\n\r\n", 1)[1])
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_stream_that_did_not_ask_for_usage_is_charged_the_servers_count_and_the_client_sees_no_usage_chunk(
+    endpoint, settings, chunked
+):
+    """The proxy asks the server for the usage chunk (prompt tokens included) and drops it on the way back:
+    the client gets the stream it asked for; the meter the server's real count, not one per event."""
+    settings.USAGE_FLUSH_S = 3600
+    words = [_event({"choices": [{"delta": {"content": w}}], "usage": None}) for w in ("ab", "cd", "ef")]
+    final = _event({"choices": [], "usage": {"prompt_tokens": 17, "completion_tokens": 9}})
+    done = b"data: [DONE]\n\n"
+    # the usage chunk cut across two reads, with [DONE] in the second
+    tunnel = CannedTunnel([*_sse(*words, final[:25], final[25:] + done), b"0\r\n\r\n"])
+    asked = json.dumps({"model": "m", "stream": True, "stream_options": {"foo": 1}, "messages": []}).encode()
+    sent = _request(endpoint, tunnel, body=asked, chunked=chunked)
+    upstream = _upstream_body(tunnel)
+    assert upstream["stream_options"] == {"foo": 1, "include_usage": True}
+    assert upstream["messages"] == []
+    head = tunnel.request.split(b"\r\n\r\n", 1)[0].lower()
+    assert b"content-length: %d" % len(json.dumps(upstream, separators=(",", ":"))) in head
+    relayed = b"".join(m.get("body", b"") for m in sent)
+    assert relayed == b"".join(words) + done  # the client's stream, without the added usage chunk
+    assert all(b"content-length" != k.lower() for k, _ in sent[0]["headers"])
+    row = _minute_row(endpoint)
+    assert (row.requests, row.errors, row.prompt_tokens, row.completion_tokens) == (1, 0, 17, 9)
+
+
+def test_a_stream_that_asked_for_usage_keeps_its_usage_chunk_and_other_requests_go_as_sent(endpoint, settings):
+    settings.USAGE_FLUSH_S = 3600
+    words = [_event({"choices": [{"delta": {"content": w}}], "usage": None}) for w in ("a", "b")]
+    final = _event({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}})
+    done = b"data: [DONE]\n\n"
+    body = json.dumps({"stream": True, "stream_options": {"include_usage": True}}).encode()
+    tunnel = CannedTunnel([*_sse(*words, final, done), b"0\r\n\r\n"])
+    sent = _request(endpoint, tunnel, body=body)
+    assert tunnel.request.endswith(body)  # unchanged
+    assert b"".join(m.get("body", b"") for m in sent) == b"".join(words) + final + done
+    answer = json.dumps({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(answer)
+    tunnel = CannedTunnel([head, answer])
+    _request(endpoint, tunnel, body=b'{"stream": false}')
+    assert tunnel.request.endswith(b'{"stream": false}')
+
+
+def test_a_json_answer_over_four_mib_is_still_charged(endpoint, settings):
+    settings.USAGE_FLUSH_S = 3600
+    text = "x" * (meter.JSON_BODY_MAX + 100_000)
+    body = json.dumps(
+        {"choices": [{"message": {"content": text}}], "usage": {"prompt_tokens": 5, "completion_tokens": 70_000}}
+    ).encode()
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+    cut = len(body) - 30  # the usage object cut across two reads
+    chunks = [body[i : min(i + 65536, cut)] for i in range(0, cut, 65536)] + [body[cut:]]
+    sent = _request(endpoint, CannedTunnel([head, *chunks]))
+    assert b"".join(m.get("body", b"") for m in sent) == body
+    row = _minute_row(endpoint)
+    assert (row.prompt_tokens, row.completion_tokens) == (5, 70_000)

@@ -293,8 +293,8 @@ def test_the_cluster_tab_creates_a_scale_to_zero_endpoint_and_shows_it_scaled_to
     assert "starting: requests wait for it" in client.get(tab).content.decode()
 
 
-def test_members_cannot_create_endpoints_from_the_page(client, model_node, cluster, workspace, member_of):
-    client.force_login(member_of(workspace, "member"))
+def test_viewers_cannot_create_endpoints_from_the_page(client, model_node, cluster, workspace, member_of):
+    client.force_login(member_of(workspace, "viewer"))
     tab = f"/compute/clusters/{cluster.pk}/endpoints/"
     assert "New endpoint" not in client.get(tab).content.decode()
     form = {"model_id": LLAMA.model_id, "revision": "main", "gpus": 0, "min_vram_mb": 0, "min_replicas": 0}

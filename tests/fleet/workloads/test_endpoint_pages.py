@@ -69,8 +69,8 @@ def test_stop_then_start_again_from_the_page(browser, running):
     assert Command.objects.filter(command_type="endpoint.start").count() == 2
 
 
-def test_members_see_endpoints_but_cannot_stop_them(client, running, workspace, member_of):
-    client.force_login(member_of(workspace, "member"))
+def test_viewers_see_endpoints_but_cannot_stop_them(client, running, workspace, member_of):
+    client.force_login(member_of(workspace, "viewer"))
     assert "acme/tiny-llama" in client.get("/compute/endpoints/").content.decode()
     assert client.post(f"/compute/endpoints/{running.pk}/stop/").status_code == 403
     assert Endpoint.objects.get(pk=running.pk).status == EndpointStatus.RUNNING

@@ -118,16 +118,19 @@ def test_bad_input_is_a_field_error(cluster, node, owner, fields, field):
     assert field in exc.value.message_dict
 
 
-def test_only_operators_start_or_stop(cluster, node, workspace, member_of, owner):
+def test_members_start_and_stop_endpoints_and_viewers_cannot(cluster, node, workspace, member_of, owner):
     cache(node, LLAMA)
     users = {role: member_of(workspace, role) for role in ("member", "viewer")}
-    for user in users.values():
-        with pytest.raises(PermissionDenied):
-            workloads.endpoint_create(actor=user, cluster=cluster, model_id=LLAMA.model_id)
+    with pytest.raises(PermissionDenied, match="Owners, Admins and Members"):
+        workloads.endpoint_create(actor=users["viewer"], cluster=cluster, model_id=LLAMA.model_id)
     assert not Endpoint.objects.exists()
-    endpoint = workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id)
+    endpoint = workloads.endpoint_create(actor=users["member"], cluster=cluster, model_id=LLAMA.model_id)
+    assert endpoint.start_command.command_type == "endpoint.start"  # the Member's own start, queued
     with pytest.raises(PermissionDenied):
         workloads.endpoint_stop(actor=users["viewer"], endpoint=endpoint)
+    agent_side.result(endpoint.start_command, port=8123)
+    endpoint = workloads.endpoint_stop(actor=users["member"], endpoint=endpoint)
+    assert endpoint.status == EndpointStatus.STOPPING
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,13 @@ then its replicas'; `locking`):
 - `validation`: what an endpoint may ask for, and the API's bounds;
 - `placement`: which node takes a replica (`PlacementError` when none can);
 - `locking`: the lock order of passes that may start replicas;
-- `lifecycle`: create, stop, restart (Owner/Admin);
+- `lifecycle`: create, stop, restart (Owner, Admin, Member);
 - `starts`: endpoint.start commands as they are queued (replica rows, quota admissions);
 - `outcomes`: the rows following a replica's commands' outcomes;
 - `reconcile`: the node's inventory and its deletion;
 - `replicas`: one replica's start and stop commands, and the endpoint's summary of its replicas;
 - `events`: the endpoint's event log;
+- `limits`: the per-key rate limits callers of the endpoint are held to;
 - the passes of the beat: `heal` (replace lost replicas), `autoscale` (on load), `idle` (scale to zero,
   and waking), and `updates` (rolling updates to another revision or other server arguments).
 
@@ -27,11 +28,13 @@ from fleet.workloads.services.endpoints.autoscale import (
 from fleet.workloads.services.endpoints.heal import endpoint_heal, endpoints_to_heal
 from fleet.workloads.services.endpoints.idle import endpoint_idle, endpoint_wake, endpoints_to_idle
 from fleet.workloads.services.endpoints.lifecycle import endpoint_create, endpoint_restart, endpoint_stop
+from fleet.workloads.services.endpoints.limits import MAX_PER_MINUTE, endpoint_set_key_limits, validate_per_minute
+from fleet.workloads.services.endpoints.locking import endpoints_lock_for_commands
 from fleet.workloads.services.endpoints.outcomes import endpoint_record_acked, endpoint_record_command_outcome
 from fleet.workloads.services.endpoints.placement import PlacementError, node_free_vram_mb
 from fleet.workloads.services.endpoints.reconcile import endpoints_end_with_node, endpoints_reconcile
 from fleet.workloads.services.endpoints.starts import endpoint_record_start_commands
-from fleet.workloads.services.endpoints.updates import endpoint_update
+from fleet.workloads.services.endpoints.updates import endpoint_set_routing, endpoint_update
 from fleet.workloads.services.endpoints.validation import (
     MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
@@ -52,6 +55,7 @@ from fleet.workloads.services.endpoints.validation import (
 __all__ = [
     "MAX_GPUS",
     "MAX_IDLE_TIMEOUT_S",
+    "MAX_PER_MINUTE",
     "MAX_REPLICAS",
     "MAX_SCALE_COOLDOWN_S",
     "MAX_SERVER_ARGS",
@@ -72,16 +76,20 @@ __all__ = [
     "endpoint_record_command_outcome",
     "endpoint_record_start_commands",
     "endpoint_restart",
+    "endpoint_set_key_limits",
+    "endpoint_set_routing",
     "endpoint_stop",
     "endpoint_update",
     "endpoint_wake",
     "endpoints_end_with_node",
+    "endpoints_lock_for_commands",
     "endpoints_reconcile",
     "endpoints_to_autoscale",
     "endpoints_to_heal",
     "endpoints_to_idle",
     "node_free_vram_mb",
     "validate_model_id",
+    "validate_per_minute",
     "validate_revision",
     "validate_server_args",
 ]

@@ -1,4 +1,4 @@
-"""An endpoint's life as its operators drive it (Owner/Admin): create (placed and started), stop, restart.
+"""An endpoint's life as its workspace drives it (Owner, Admin, Member): create (placed and started), stop, restart.
 
 An endpoint keeps `min_replicas` replicas (`EndpointReplica`), each one server on a node; its own status
 summarises theirs (`replicas.endpoint_summarise`). Lock order: the endpoint's row, then its replicas'.
@@ -12,7 +12,7 @@ from django.db import transaction
 
 from audit.services import created, new, on, operator_action
 from fleet.models import ComputeCluster, Node
-from fleet.workloads.models import Endpoint, EndpointStatus
+from fleet.workloads.models import Endpoint, EndpointStatus, RoutingPolicy
 from fleet.workloads.services.endpoints.events import endpoint_event_record
 from fleet.workloads.services.endpoints.placement import place_replicas
 from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_stop
@@ -28,10 +28,11 @@ from fleet.workloads.services.endpoints.validation import (
     validate_count,
     validate_model_id,
     validate_revision,
+    validate_routing_policy,
     validate_server_args,
 )
 from kernel.exceptions import IllegalTransition
-from tenancy.mixins import require_operator
+from tenancy.mixins import require_editor
 from tenancy.quotas import admit, locked_quota
 
 
@@ -63,8 +64,9 @@ def endpoint_create(
     scale_cooldown_s: int = 120,
     idle_timeout_s: int = 300,
     server_args: list[str] | None = None,
+    routing_policy: str = RoutingPolicy.LEAST_LOAD,
 ) -> Endpoint:
-    """Start an inference endpoint for a cached model with `min_replicas` replicas; Owner/Admin only.
+    """Start an inference endpoint for a cached model with `min_replicas` replicas; Owner, Admin or Member.
 
     Places each replica on `node` or on an online node of the cluster that has the model cached and
     enough GPUs/VRAM (distinct nodes where they fit, the least busy first), creates the Endpoint and
@@ -75,9 +77,9 @@ def endpoint_create(
     replica; 0 = off) the autoscaler keeps between min and max replicas on that load. With `min_replicas` 0
     it starts one replica and scales to zero after `idle_timeout_s` seconds without requests
     (`endpoint_idle`); the next request starts one again. Every replica's server starts with `server_args`
-    (`validate_server_args`).
+    (`validate_server_args`). The proxy spreads requests over the replicas by `routing_policy`.
     """
-    require_operator(actor, cluster.workspace)
+    require_editor(actor, cluster.workspace, what="create endpoints")
     validate_model_id(model_id)
     validate_revision(revision)
     server_args = validate_server_args([] if server_args is None else server_args)
@@ -101,6 +103,7 @@ def endpoint_create(
     validate_count(target_in_flight, "target_in_flight", MAX_TARGET_IN_FLIGHT)
     validate_count(target_tokens_per_s, "target_tokens_per_s", MAX_TARGET_TOKENS_PER_S)
     validate_count(scale_cooldown_s, "scale_cooldown_s", MAX_SCALE_COOLDOWN_S)
+    validate_routing_policy(routing_policy)
     if node is not None and min_replicas > 1:
         raise ValidationError({"node": "A chosen node takes one replica: leave it out to place several."})
     with transaction.atomic():
@@ -120,6 +123,7 @@ def endpoint_create(
             scale_cooldown_s=scale_cooldown_s,
             idle_timeout_s=idle_timeout_s,
             server_args=server_args,
+            routing_policy=routing_policy,
             created_by=actor,
         )
         commands = place_replicas(actor=actor, endpoint=endpoint, node=node)
@@ -140,8 +144,8 @@ def endpoint_create(
 @operator_action("endpoint.stop", target=on("endpoint", "endpoint"))
 def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
     """Stop an endpoint (→ stopping; → stopped when the agent confirms), or one scaled to zero (→ stopped: no
-    request wakes it any more). Owner/Admin only; 409 if not live or idle."""
-    require_operator(actor, endpoint.cluster.workspace)
+    request wakes it any more). Owner, Admin or Member; 409 if not live or idle."""
+    require_editor(actor, endpoint.cluster.workspace, what="stop endpoints")
     with transaction.atomic():
         endpoint = (
             Endpoint.objects.select_for_update(of=("self",)).select_related("node", "cluster").get(pk=endpoint.pk)
@@ -165,9 +169,9 @@ def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
 
 @operator_action("endpoint.restart", target=on("endpoint", "endpoint"))
 def endpoint_restart(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
-    """Start a stopped or failed endpoint again under the same id and URL (Owner/Admin only): its replicas
+    """Start a stopped or failed endpoint again under the same id and URL (Owner, Admin or Member): its replicas
     placed like a new endpoint's (on nodes holding the weights), pending again; 409 while it is live."""
-    require_operator(actor, endpoint.cluster.workspace)
+    require_editor(actor, endpoint.cluster.workspace, what="start endpoints")
     with transaction.atomic():
         locked_quota(endpoint.cluster.workspace_id)  # before the row: the lock order of admissions
         endpoint = Endpoint.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=endpoint.pk)

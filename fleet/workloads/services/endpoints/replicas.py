@@ -45,6 +45,7 @@ def replica_queue_start(
             extra_args=list(endpoint.server_args),
         ),
         node=node,
+        as_workload=True,
     )
     replica.node, replica.status, replica.port, replica.start_command = node, EndpointStatus.PENDING, 0, command
     replica.failure_code = replica.failure_message = ""
@@ -91,6 +92,7 @@ def replica_queue_stop(
         command_type=CommandType.ENDPOINT_STOP,
         payload=protocol.EndpointStopPayload(endpoint_id=replica.server_id),
         node=replica.node,
+        as_workload=True,
     )
     replica.status, replica.stop_command = EndpointStatus.STOPPING, command
     replica.save(update_fields=["status", "stop_command", "updated_at"])

@@ -23,9 +23,13 @@ from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.endpoints.events import endpoint_event_record
 from fleet.workloads.services.endpoints.placement import pick_replica_node
 from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_start
-from fleet.workloads.services.endpoints.validation import validate_revision, validate_server_args
+from fleet.workloads.services.endpoints.validation import (
+    validate_revision,
+    validate_routing_policy,
+    validate_server_args,
+)
 from kernel.exceptions import IllegalTransition
-from tenancy.mixins import require_operator
+from tenancy.mixins import require_editor
 from tenancy.quotas import locked_quota
 
 _SERVING = (EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING)
@@ -64,12 +68,12 @@ def endpoint_update(
     revision: str | None = None,
     server_args: list[str] | None = None,
 ) -> Endpoint:
-    """Roll a running endpoint over to `revision` and/or `server_args` (None: keep the current one; Owner/Admin
-    only; see the module). 400 (ValidationError) for a malformed value or neither given; 409 when it is not
+    """Roll a running endpoint over to `revision` and/or `server_args` (None: keep the current one; Owner, Admin,
+    Member; see the module). 400 (ValidationError) for a malformed value or neither given; 409 when it is not
     running or already serves that revision with those arguments, or (`PlacementError`, `QuotaExceeded`;
     nothing written) when a new replica fits on no node or the workspace's GPU/VRAM quota cannot hold old
     and new side by side. The returned endpoint's `rolled_from` is its (revision, server_args) before."""
-    require_operator(actor, endpoint.cluster.workspace)
+    require_editor(actor, endpoint.cluster.workspace, what="update endpoints")
     if revision is None and server_args is None:
         raise ValidationError({"revision": "Give a revision and/or server_args to update the endpoint to."})
     if revision is not None:
@@ -122,4 +126,29 @@ def endpoint_update(
         endpoint_summarise(endpoint)
     endpoint.refresh_from_db()
     endpoint.rolled_from = (old_revision, old_args)
+    return endpoint
+
+
+@operator_action(
+    "endpoint.routing",
+    target=on("endpoint", "endpoint"),
+    detail=lambda kw, value: {"routing_policy": _asked(kw.get("routing_policy"))},
+)
+def endpoint_set_routing(*, actor: AbstractBaseUser, endpoint: Endpoint, routing_policy: str) -> Endpoint:
+    """Set how the proxy spreads the endpoint's requests over its replicas (Owner, Admin, Member; any state, no
+    replica restarts: every web process routes by it within PROXY_ROUTE_CACHE_S). 400 for an unknown policy."""
+    require_editor(actor, endpoint.cluster.workspace, what="change how endpoints route")
+    validate_routing_policy(routing_policy)
+    with transaction.atomic():
+        endpoint = Endpoint.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=endpoint.pk)
+        if endpoint.routing_policy == routing_policy:
+            return endpoint
+        old, endpoint.routing_policy = endpoint.routing_policy, routing_policy
+        endpoint.save(update_fields=["routing_policy", "updated_at"])
+        endpoint_event_record(
+            endpoint=endpoint,
+            kind="endpoint.routing",
+            message=f"Endpoint {endpoint.hostname}: routing policy {old} → {routing_policy} by {actor.get_username()}",
+            data={"routing_policy": {"old": old, "new": routing_policy}},
+        )
     return endpoint

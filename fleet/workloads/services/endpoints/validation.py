@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from agent import protocol
 from agent.protocol import MODEL_ID_RE
 from agent.protocol.rules import field_rules
+from fleet.workloads.models import RoutingPolicy
 from fleet.workloads.services.common import MAX_MODEL_ID, MAX_REVISION
 
 REVISION_RE = re.compile(protocol.REVISION_RE)
@@ -72,3 +73,11 @@ def validate_count(value: Any, field: str, maximum: int) -> int:
 
 def valid_port(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535 else 0
+
+
+def validate_routing_policy(value: object) -> str:
+    """`value` if it names a routing policy (`RoutingPolicy`), else a ValidationError on `routing_policy`."""
+    if not isinstance(value, str) or value not in RoutingPolicy.values:
+        choices = ", ".join(RoutingPolicy.values)
+        raise ValidationError({"routing_policy": f"Must be one of: {choices}."})
+    return value
