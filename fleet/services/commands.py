@@ -96,12 +96,12 @@ def _dispatch_detail(kwargs: dict[str, Any], commands: list[Command] | None) -> 
 # by hand (command_dispatch: the Commands tab and API) every command stays Owner/Admin only.
 WORKLOAD_COMMANDS = frozenset(
     {
-        "endpoint.start",
-        "endpoint.stop",
-        "ray.job.submit",
-        "ray.job.status",
-        "ray.job.stop",
-        "ray.serve.status",
+        CommandType.ENDPOINT_START,
+        CommandType.ENDPOINT_STOP,
+        CommandType.RAY_JOB_SUBMIT,
+        CommandType.RAY_JOB_STATUS,
+        CommandType.RAY_JOB_STOP,
+        CommandType.RAY_SERVE_STATUS,
     }
 )
 

@@ -438,7 +438,7 @@ def test_job_and_serve_calls_go_to_the_host_the_payload_names(head_api):
 
     status = jobs.run("ray.serve.status", {**base, "host": "127.0.0.1"}, quiet)
 
-    assert status["applications"]["chat"]["status"] == "RUNNING"
+    assert status.applications["chat"]["status"] == "RUNNING"
     assert "/api/serve/applications/" in head_api.paths
     with pytest.raises(CommandFailed):
         jobs.run("ray.serve.status", base, quiet)
