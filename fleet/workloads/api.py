@@ -10,359 +10,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.db.models import Prefetch, QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from agent import protocol
 from fleet.api.views import FilteredMixin
 from fleet.models import ComputeCluster, Node
-from fleet.payload_schema import payload_field
-from fleet.replica_load import ReplicaLoad
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
 from fleet.workloads.filters import CONTAINER_FILTERS, ENDPOINT_FILTERS, MODEL_LOCATION_FILTERS
 from fleet.workloads.key_api import ApiKeyViewSet
-from fleet.workloads.models import Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel, RoutingPolicy
+from fleet.workloads.models import Container, Endpoint, EndpointReplica, NodeModel
+from fleet.workloads.serializers import (
+    ContainerSerializer,
+    EndpointCreateSerializer,
+    EndpointEventSerializer,
+    EndpointLimitsSerializer,
+    EndpointRevisionSerializer,
+    EndpointSerializer,
+    EndpointUpdateSerializer,
+    ModelLocationSerializer,
+)
 from fleet.workloads.services import PlacementError
 from kernel.api import ServiceErrorsMixin as BaseServiceErrorsMixin
 from kernel.schema import PAGING, page_of
 from tenancy.mixins import WorkspaceScopedMixin, require_editor, require_operator
 from tenancy.selectors import workspace_ids
-
-# --------------------------------------------------------------------------------------------------
-# Serializers
-
-
-class ContainerSerializer(serializers.ModelSerializer):
-    """A workload container on a node; `error_help` explains `error_code`."""
-
-    node_name = serializers.CharField(source="node.name", read_only=True)
-    error_help = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Container
-        fields = [
-            "id",
-            "node",
-            "node_name",
-            "cluster",
-            "container_id",
-            "name",
-            "image",
-            "status",
-            "spec",
-            "replacement_of",
-            "created_by_command",
-            "error_code",
-            "error_message",
-            "error_help",
-            "created_at",
-            "updated_at",
-        ]
-        read_only_fields = fields
-
-    def get_error_help(self, obj: Container) -> dict[str, str] | None:
-        return error_help(obj.error_code)
-
-
-class ModelLocationSerializer(serializers.ModelSerializer):
-    """One model snapshot cached on one node."""
-
-    node_name = serializers.CharField(source="node.name", read_only=True)
-    node_status = serializers.CharField(source="node.status", read_only=True)
-    cluster = serializers.UUIDField(source="node.cluster_id", read_only=True)
-    cluster_name = serializers.CharField(source="node.cluster.name", read_only=True)
-
-    class Meta:
-        model = NodeModel
-        fields = [
-            "id",
-            "model_id",
-            "revision",
-            "node",
-            "node_name",
-            "node_status",
-            "cluster",
-            "cluster_name",
-            "path",
-            "size_bytes",
-            "updated_at",
-        ]
-        read_only_fields = fields
-
-
-class EndpointReplicaSerializer(serializers.ModelSerializer):
-    """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second
-    summed over every web process (`fleet.replica_load`, a few seconds old at most; null when they cannot be
-    read); the requests the router sent it and, of those, its affinity hits (a request whose session or
-    prefix key went to this same replica the time before: an estimate of prefix-cache reuse), counted by the
-    web processes alive now; `replacement_of` names the lost replica it took over from (every replica is
-    listed, retired ones too)."""
-
-    node_name = serializers.CharField(source="node.name", read_only=True, default=None)
-    in_flight = serializers.SerializerMethodField()
-    tokens_per_s = serializers.SerializerMethodField()
-    requests_routed = serializers.SerializerMethodField()
-    affinity_hits = serializers.SerializerMethodField()
-
-    class Meta:
-        model = EndpointReplica
-        fields = ["id", "server_id", "node", "node_name", "status", "port", "failure_code", "failure_message"]
-        fields += ["in_flight", "tokens_per_s", "requests_routed", "affinity_hits"]
-        fields += ["replacement_of", "created_at", "updated_at"]
-        read_only_fields = fields
-
-    def _load(self, obj: EndpointReplica) -> ReplicaLoad | None:
-        """The replica's shared figures (read once per response, kept in the serializer context)."""
-        if "replica_loads" not in self.context:
-            self.context["replica_loads"] = selectors.replica_loads_shown()
-        loads = self.context["replica_loads"]
-        return None if loads is None else loads.get(obj.server_id, ReplicaLoad())
-
-    def get_in_flight(self, obj: EndpointReplica) -> int | None:
-        load = self._load(obj)
-        return None if load is None else load.in_flight
-
-    def get_tokens_per_s(self, obj: EndpointReplica) -> float | None:
-        load = self._load(obj)
-        return None if load is None else round(load.tokens_per_s, 1)
-
-    def get_requests_routed(self, obj: EndpointReplica) -> int | None:
-        load = self._load(obj)
-        return None if load is None else load.routed
-
-    def get_affinity_hits(self, obj: EndpointReplica) -> int | None:
-        load = self._load(obj)
-        return None if load is None else load.affinity_hits
-
-
-class EndpointEventSerializer(serializers.ModelSerializer):
-    """One line of an endpoint's event log (replicas starting, failing, replaced; the autoscaler's decisions)."""
-
-    node_name = serializers.CharField(source="node.name", read_only=True, default=None)
-
-    class Meta:
-        model = EndpointEvent
-        fields = ["id", "kind", "message", "data", "node", "node_name", "command", "created_at"]
-        read_only_fields = fields
-
-
-class EndpointSerializer(serializers.ModelSerializer):
-    """An inference endpoint, its public URL, its replicas, and on failure the agent's code with `error_help`.
-
-    `status`, `node` and `port` summarise the replicas (the first running one's node and port)."""
-
-    url = serializers.CharField(read_only=True)
-    replicas = EndpointReplicaSerializer(many=True, read_only=True)
-    node_name = serializers.CharField(source="node.name", read_only=True, default=None)
-    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
-    error_help = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Endpoint
-        fields = [
-            "id",
-            "slug",
-            "url",
-            "cluster",
-            "node",
-            "node_name",
-            "model_id",
-            "revision",
-            "gpus",
-            "min_vram_mb",
-            "server_args",
-            "status",
-            "port",
-            "public",
-            "min_replicas",
-            "max_replicas",
-            "target_requests_per_min",
-            "target_in_flight",
-            "target_tokens_per_s",
-            "scale_cooldown_s",
-            "scaled_at",
-            "idle_timeout_s",
-            "idle_since",
-            "key_requests_per_min",
-            "key_tokens_per_min",
-            "routing_policy",
-            "replicas",
-            "failure_code",
-            "failure_message",
-            "error_help",
-            "start_command",
-            "stop_command",
-            "created_by",
-            "created_at",
-            "updated_at",
-        ]
-        read_only_fields = fields
-
-    def get_error_help(self, obj: Endpoint) -> dict[str, str] | None:
-        return error_help(obj.failure_code)
-
-
-@extend_schema_field({"type": "array", "items": {"type": "string"}, "maxItems": workload_services.MAX_SERVER_ARGS})
-class ServerArgsField(serializers.JSONField):
-    """An endpoint's server arguments: a JSON list of strings, checked by `validate_server_args` (the
-    protocol's allow-list of vLLM flags, each value by type and range; bounds), `"--max-model-len 2048"` split
-    into option and value."""
-
-    def to_internal_value(self, data: Any) -> list[str]:
-        try:
-            return workload_services.validate_server_args(super().to_internal_value(data))
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict["server_args"]) from None
-
-
-def _revision(value: str) -> str:
-    try:
-        return workload_services.validate_revision(value)
-    except DjangoValidationError as exc:
-        raise serializers.ValidationError(exc.message_dict["revision"]) from None
-
-
-ROUTING_HELP = (
-    "How requests are spread over the replicas: least_load (the fewest in flight), session (the same "
-    "X-Session-Id, OpenAI user or API key to the same replica) or prefix (the same leading prompt text to the "
-    "same replica); the affinity policies pass a request on when its replica is busier than the rest."
-)
-
-# The fields an endpoint hands to every replica's endpoint.start, bounded as the protocol bounds them.
-_START = protocol.EndpointStartPayload
-
-
-class _NoUnknownFields(serializers.Serializer):
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: "Unknown field." for name in unknown})
-        return attrs
-
-
-class EndpointCreateSerializer(serializers.Serializer):
-    """Input of POST /endpoints/."""
-
-    cluster = serializers.UUIDField()
-    node = serializers.UUIDField(required=False, allow_null=True)
-    model_id = payload_field(_START, "model_id")
-    revision = payload_field(_START, "revision", validators=[_revision])
-    gpus = payload_field(
-        _START,
-        "gpus",
-        help_text="GPUs per replica; 0 still holds one GPU on a node with GPUs (and counts against the quota).",
-    )
-    min_vram_mb = payload_field(
-        _START,
-        "min_vram_mb",
-        help_text="VRAM (MB) a replica needs at least; the quota counts vLLM's share of its GPUs, never less.",
-    )
-    public = serializers.BooleanField(required=False, default=False)
-    min_replicas = serializers.IntegerField(
-        min_value=0,
-        max_value=workload_services.MAX_REPLICAS,
-        required=False,
-        default=1,
-        help_text="0: scale to zero after idle_timeout_s without requests; the next request starts it again.",
-    )
-    max_replicas = serializers.IntegerField(
-        min_value=1, max_value=workload_services.MAX_REPLICAS, required=False, allow_null=True, default=None
-    )
-    target_requests_per_min = serializers.IntegerField(
-        min_value=0, max_value=workload_services.MAX_TARGET_REQUESTS_PER_MIN, required=False, default=0
-    )
-    target_in_flight = serializers.IntegerField(
-        min_value=0, max_value=workload_services.MAX_TARGET_IN_FLIGHT, required=False, default=0
-    )
-    target_tokens_per_s = serializers.IntegerField(
-        min_value=0, max_value=workload_services.MAX_TARGET_TOKENS_PER_S, required=False, default=0
-    )
-    scale_cooldown_s = serializers.IntegerField(
-        min_value=0, max_value=workload_services.MAX_SCALE_COOLDOWN_S, required=False, default=120
-    )
-    idle_timeout_s = serializers.IntegerField(
-        min_value=1,
-        max_value=workload_services.MAX_IDLE_TIMEOUT_S,
-        required=False,
-        default=300,
-        help_text="Seconds without requests after which an endpoint with min_replicas 0 scales to zero.",
-    )
-    server_args = ServerArgsField(required=False, default=list)
-    key_requests_per_min = serializers.IntegerField(
-        min_value=1,
-        max_value=workload_services.MAX_PER_MINUTE,
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="Requests a minute each API key (and each member without a key) may make here; null: no limit.",
-    )
-    key_tokens_per_min = serializers.IntegerField(
-        min_value=1,
-        max_value=workload_services.MAX_PER_MINUTE,
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="Tokens (prompt and completion) a minute each API key (and each member) may use; null: no limit.",
-    )
-    routing_policy = serializers.ChoiceField(
-        choices=RoutingPolicy.choices, required=False, default=RoutingPolicy.LEAST_LOAD, help_text=ROUTING_HELP
-    )
-
-    def validate_model_id(self, value: str) -> str:
-        try:
-            return workload_services.validate_model_id(value)
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict["model_id"]) from None
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: "Unknown field." for name in unknown})
-        return attrs
-
-
-class EndpointLimitsSerializer(_NoUnknownFields):
-    """Input of POST /endpoints/<id>/limits/: the per-key limits (null: no limit; left out: kept)."""
-
-    key_requests_per_min = serializers.IntegerField(
-        min_value=1, max_value=workload_services.MAX_PER_MINUTE, required=False, allow_null=True
-    )
-    key_tokens_per_min = serializers.IntegerField(
-        min_value=1, max_value=workload_services.MAX_PER_MINUTE, required=False, allow_null=True
-    )
-
-
-class EndpointRevisionSerializer(serializers.Serializer):
-    """Input of POST /endpoints/<id>/update_revision/ (the revision alone; `update/` takes more)."""
-
-    revision = payload_field(_START, "revision", required=True, validators=[_revision])
-
-
-class EndpointUpdateSerializer(_NoUnknownFields):
-    """Input of POST /endpoints/<id>/update/: the new revision and/or server arguments (a rolling update),
-    and/or the routing policy (at once, no restart); what is left out is kept."""
-
-    revision = payload_field(_START, "revision", required=False, default=serializers.empty, validators=[_revision])
-    server_args = ServerArgsField(required=False)
-    routing_policy = serializers.ChoiceField(choices=RoutingPolicy.choices, required=False, help_text=ROUTING_HELP)
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        attrs = super().validate(attrs)
-        if not {"revision", "server_args", "routing_policy"} & set(attrs):
-            raise serializers.ValidationError(
-                {"revision": "Give a revision and/or server_args to update to (and/or a routing_policy)."}
-            )
-        return attrs
-
 
 # --------------------------------------------------------------------------------------------------
 # Views

@@ -66,10 +66,11 @@ class EndpointLimitsForm(forms.Form):
     )
 
 
-def _routing_field() -> forms.ChoiceField:
+def _routing_field(*, required: bool) -> forms.ChoiceField:
     return forms.ChoiceField(
         choices=RoutingPolicy.choices,
         initial=RoutingPolicy.LEAST_LOAD,
+        required=required,
         label="Routing policy",
         help_text=(
             "Least load: the replica with the fewest requests in flight. Session: the same X-Session-Id, "
@@ -140,7 +141,7 @@ class EndpointCreateForm(forms.Form):
     server_args = _server_args_field()
     key_requests_per_min = EndpointLimitsForm.base_fields["key_requests_per_min"]
     key_tokens_per_min = EndpointLimitsForm.base_fields["key_tokens_per_min"]
-    routing_policy = _routing_field()
+    routing_policy = _routing_field(required=False)  # left out: least load, the default
 
     def __init__(self, *args: Any, cached: dict[str, list[str]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -169,4 +170,4 @@ class EndpointUpdateForm(forms.Form):
 class EndpointRoutingForm(forms.Form):
     """The endpoint page's routing policy (changed at once, without a rolling update)."""
 
-    routing_policy = _routing_field()
+    routing_policy = _routing_field(required=True)

@@ -186,7 +186,7 @@ def _create(request: HttpRequest, cluster: ComputeCluster, values: dict[str, Any
         target_requests_per_min=values["target_requests_per_min"] or 0,
         scale_cooldown_s=120 if values["scale_cooldown_s"] is None else values["scale_cooldown_s"],
         server_args=values["server_args"],
-        routing_policy=values["routing_policy"],
+        routing_policy=values["routing_policy"] or RoutingPolicy.LEAST_LOAD,
     )
 
 

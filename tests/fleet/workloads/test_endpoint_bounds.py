@@ -15,8 +15,8 @@ from agent import protocol
 from agent.protocol.rules import field_rules
 from agent.workloads import models as agent_models
 from fleet.workloads import services as workload_services
-from fleet.workloads.api import EndpointCreateSerializer, EndpointRevisionSerializer
 from fleet.workloads.forms import EndpointCreateForm
+from fleet.workloads.serializers import EndpointCreateSerializer, EndpointRevisionSerializer
 from tenancy.api.serializers import QuotaLimitsSerializer
 from tenancy.quotas import LIMIT_MAX, QUOTAS
 
