@@ -23,7 +23,7 @@ after a flush schedules the next flush USAGE_FLUSH_S later, on a thread (`flush`
 bucket noted (minute and hour rows, `services.usage_add`), so the proxy's path never writes a row per
 request and never blocks the event loop on the database. A failed write keeps the counts for the next
 flush (tried again USAGE_FLUSH_S later, requests or not), counts itself (`cleverthis_usage_flush_failures`)
-and is noted in Redis for the Usage page's banner (`flush_failures`); at process exit whatever is left is
+and is noted in Redis for the Usage page's banner (`flush_notes`); at process exit whatever is left is
 written (`atexit`, and a multiprocessing finalizer for uvicorn's worker processes, which exit without
 running `atexit`).
 
@@ -43,9 +43,7 @@ import collections
 import json
 import logging
 import multiprocessing.util
-import os
 import re
-import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -53,11 +51,11 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-import redis
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
 from fleet import replica_load
+from fleet.usage import flush_notes
 from kernel import metrics
 from kernel.asgi_scope import api_key_id, rate_caller
 
@@ -92,10 +90,6 @@ _flush_loop: asyncio.AbstractEventLoop | None = None
 
 # A failed flush is noted in Redis, one field per process, so the Usage page of any web process can say
 # that usage is not being written; a later flush that succeeds clears its process's field.
-FLUSH_FAILURES_KEY = "cleverthis:usage:flush_failures"
-FLUSH_FAILURE_SHOWN_S = 3600  # a note older than this is dropped (its process has gone or stopped failing)
-_failing = False
-_redis_client: redis.Redis | None = None
 
 
 def on_request_metered(callback: MeteredCallback) -> MeteredCallback:
@@ -378,7 +372,7 @@ def _flush_and_release(loop: asyncio.AbstractEventLoop | None = None) -> None:
         log.exception("usage flush failed")
     finally:
         close_old_connections()  # this thread's connection, as channels' database_sync_to_async does
-    if _failing and _pending and loop is not None and not loop.is_closed():
+    if flush_notes.failing() and _pending and loop is not None and not loop.is_closed():
         # the counts went back to memory: try again in USAGE_FLUSH_S, whether or not requests come
         loop.call_soon_threadsafe(_schedule_flush)
 
@@ -426,75 +420,21 @@ def flush() -> int:
         for key, counts in taken:
             _merge(key, counts)
         metrics.USAGE_FLUSH_FAILURES.inc()
-        _note_flush_failure(exc, len(taken))
+        flush_notes.note_failure(exc, len(taken))
         return 0
-    if _failing:
-        _note_flush_recovered()
+    if flush_notes.failing():
+        flush_notes.note_recovered()
     for (_, workspace_id, endpoint_id, _), (requests, errors, prompt, completion, *_) in taken:
         metrics.count_endpoint_usage(str(workspace_id), str(endpoint_id), requests, errors, prompt, completion)
     return len(taken)
-
-
-def _flush_state() -> redis.Redis:
-    global _redis_client
-    if _redis_client is None:
-        _redis_client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    return _redis_client
-
-
-def _process_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _note_flush_failure(exc: BaseException, buckets: int) -> None:
-    """Tell every web process that this one's usage is not being written (the Usage page's banner)."""
-    global _failing
-    _failing = True
-    text = str(exc).strip()
-    note = {"at": time.time(), "error": text.splitlines()[0][:300] if text else type(exc).__name__, "buckets": buckets}
-    try:
-        client = _flush_state()
-        client.hset(FLUSH_FAILURES_KEY, _process_name(), json.dumps(note))
-        client.expire(FLUSH_FAILURES_KEY, FLUSH_FAILURE_SHOWN_S)
-    except redis.RedisError:
-        log.warning("could not record the failed usage flush in Redis")
-
-
-def _note_flush_recovered() -> None:
-    global _failing
-    try:
-        _flush_state().hdel(FLUSH_FAILURES_KEY, _process_name())
-    except redis.RedisError:
-        log.warning("could not clear the failed usage flush in Redis")
-        return
-    _failing = False
-
-
-def flush_failures() -> list[dict[str, Any]]:
-    """The processes whose last usage flush failed within FLUSH_FAILURE_SHOWN_S, oldest failure first:
-    `{"process", "at" (epoch seconds), "error", "buckets"}` each ([] when Redis cannot be read)."""
-    try:
-        notes = _flush_state().hgetall(FLUSH_FAILURES_KEY)
-    except redis.RedisError:
-        return []
-    since = time.time() - FLUSH_FAILURE_SHOWN_S
-    found = []
-    for process, raw in notes.items():
-        try:
-            note = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(note, dict) and float(note.get("at", 0)) >= since:
-            found.append({"process": process.decode(), **note})
-    return sorted(found, key=lambda n: n["at"])
 
 
 def discard() -> None:
     """Forget what was noted and not written (tests: nothing of one leaks into the next)."""
     global _flush_handle
     _pending.clear()
-    if _failing:
-        _note_flush_recovered()
+    if flush_notes.failing():
+        flush_notes.note_recovered()
     if _flush_handle is not None:
         _flush_handle.cancel()
         _flush_handle = None

@@ -10,7 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 
-from fleet.usage import meter, selectors
+from fleet.usage import flush_notes, selectors
 from fleet.usage.api import UsageQuerySerializer, usage_report
 from kernel.csv_export import SafeWriter
 from tenancy.selectors import workspace_list
@@ -97,7 +97,9 @@ def usage_page(request: HttpRequest) -> HttpResponse:
         "filters": {k: v for k, v in request.GET.items() if v != ""},
         "errors": params.errors,
         "query_string": request.GET.urlencode(),
-        "flush_failures": [{**note, "at": datetime.fromtimestamp(note["at"], UTC)} for note in meter.flush_failures()],
+        "flush_failures": [
+            {**note, "at": datetime.fromtimestamp(note["at"], UTC)} for note in flush_notes.flush_failures()
+        ],
     }
     status = 400 if params.errors else 200
     if not params.errors:

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from fleet.usage import meter
+from fleet.usage import flush_notes, meter
 from fleet.usage.models import UsageRollup
 from kernel.asgi_scope import API_KEY_ID_SCOPE_KEY
 
@@ -246,10 +246,10 @@ def test_a_failed_flush_is_counted_and_shown_on_the_usage_page_until_one_succeed
     page = client.get("/usage/").content.decode()
     assert "data-usage-flush-failed" in page
     assert "cannot affect row a second time" in page
-    assert [n["buckets"] for n in meter.flush_failures()] == [1]
+    assert [n["buckets"] for n in flush_notes.flush_failures()] == [1]
     monkeypatch.undo()
     assert meter.flush() == 1  # the kept counts are written: the banner goes
-    assert meter.flush_failures() == []
+    assert flush_notes.flush_failures() == []
     assert b"data-usage-flush-failed" not in client.get("/usage/").content
     assert [(r.requests, r.completion_tokens) for r in _rows()] == [(1, 9), (1, 9)]
 
@@ -283,4 +283,4 @@ def test_a_failed_timed_flush_tries_again_without_new_requests(workspace, settin
     asyncio.run(main())
     assert len(calls) >= 2
     assert [(r.requests, r.prompt_tokens, r.completion_tokens) for r in _rows()] == [(1, 3, 4), (1, 3, 4)]
-    assert meter.flush_failures() == []  # the banner went with the successful write
+    assert flush_notes.flush_failures() == []  # the banner went with the successful write
