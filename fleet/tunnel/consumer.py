@@ -45,11 +45,12 @@ from django.db import DataError
 
 from agent import protocol as p
 from fleet import agent_packages, agent_updates, ca, services
-from fleet.groups import AGENTS_GROUP, NODE_SUPERSEDED, command_frame, node_group
+from fleet.groups import AGENTS_GROUP, command_frame, node_group
 from fleet.models import Command
 from fleet.tunnel import auth as tunnel_auth
 from fleet.tunnel import drain, local_tunnels, peer_listener, records
 from fleet.tunnel.handshakes import BUSY_REASON, HANDSHAKES, accepted_protocol_range, handshake_backoff_s
+from fleet.tunnel.moves import SUPERSEDED, TunnelMoves
 from fleet.tunnel.records import database_sync_to_async
 from fleet.tunnel.revocations import REVOCATIONS
 from fleet.tunnel.server_io import HeartbeatFirst, SendUntilClosed
@@ -68,7 +69,7 @@ CLOSE_STALE = p.CLOSE_STALE
 CLOSE_AGENT_TOO_OLD = p.CLOSE_AGENT_TOO_OLD
 
 
-class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
+class AgentTunnelConsumer(TunnelMoves, StreamRelay, AsyncWebsocketConsumer):
     """One agent's tunnel: authenticate, then relay commands down and records frames up (and the proxied
     streams of the node both ways: `StreamRelay`, `fleet.tunnel.stream_relay`)."""
 
@@ -89,7 +90,6 @@ class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
     # Set when this tunnel is to close once its streams ended: (code, reason). A newer tunnel of the node
     # was welcomed (superseded: this one left the node's groups), or this process drains and the agent
     # cannot move (`fleet.tunnel.drain`).
-    _retiring: tuple[int, str] | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """As Channels' `AsyncConsumer.__call__`, with heartbeats taken ahead of queued stream data
@@ -344,52 +344,6 @@ class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
             # After the welcome: building the package the first time must not hold up the handshake.
             await database_sync_to_async(agent_updates.node_auto_update)(node=node)
 
-    async def _supersede_older_tunnels(self) -> None:
-        """Tell the node's older tunnels (wherever they are) that this one now carries its work."""
-        assert self.node_id is not None
-        message = {"type": NODE_SUPERSEDED, "session": str(self.session)}
-        try:
-            await self.channel_layer.group_send(node_group(self.node_id), message)
-        except Exception as exc:  # an old tunnel left behind closes at its next heartbeat check or drain
-            log.warning("tunnel of node %s: telling older tunnels failed: %s", self.node_id, exc)
-
-    async def node_superseded(self, message: dict[str, Any]) -> None:
-        """`{"type": "node.superseded", "session": ...}`: a newer tunnel of this node was welcomed. Leave the
-        node's groups (new commands and fan-outs go to the new one; the node row already names it) and
-        close once the streams this tunnel carries ended."""
-        if self.node_id is None or message.get("session") == str(self.session) or self._retiring == _SUPERSEDED:
-            return
-        self._retiring = _SUPERSEDED
-        local_tunnels.discard(self.node_id, self)
-        try:
-            await self.channel_layer.group_discard(node_group(self.node_id), self.channel_name)
-            await self.channel_layer.group_discard(AGENTS_GROUP, self.channel_name)
-        except Exception as exc:
-            log.warning("tunnel of node %s: leaving its groups failed: %s", self.node_id, exc)
-        self._close_if_retired()
-
-    async def drain_move(self, within_s: float) -> None:
-        """This process drains (`fleet.tunnel.drain`): ask the agent to move within `within_s`; an agent
-        too old for `Move` reconnects as before once this tunnel's streams ended."""
-        if self._retiring is not None:
-            return
-        if self.protocol >= p.MOVE_SINCE:
-            await self._send_frame(p.Move(within_s=within_s, reason="replica draining"))
-            return
-        self._retiring = (drain.CLOSE_SERVICE_RESTART, "replica draining; reconnect")
-        self._close_if_retired()
-
-    def _close_if_retired(self) -> None:
-        """Close a retiring tunnel once no stream is left on it."""
-        if self._retiring is not None and not self.streams and self._closing is None:
-            code, reason = self._retiring
-            self._closing = asyncio.ensure_future(self.close(code=code, reason=reason))
-
-    def _stream_gone(self) -> None:
-        """A stream of this tunnel ended: a retiring tunnel may close now."""
-        if self._retiring is not None:
-            self._close_if_retired()
-
     async def join_groups(self) -> None:
         """Join (again: it renews the membership) this node's group and the agents' group."""
         assert self.node_id is not None
@@ -439,7 +393,7 @@ class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
 
     async def _record_heartbeat(self, frame: p.Heartbeat) -> None:
         assert self.node_id is not None
-        if self._retiring == _SUPERSEDED:  # the node's newer tunnel records its presence
+        if self._retiring == SUPERSEDED:  # the node's newer tunnel records its presence
             await self._send_frame(p.HeartbeatAck(heartbeat_id=frame.id))
             return
         held_disconnected = await records.HEARTBEATS.submit((self.node_id, frame))
@@ -540,9 +494,6 @@ class AgentTunnelConsumer(StreamRelay, AsyncWebsocketConsumer):
             await self.send(bytes_data=encoded)
         else:
             await self.send(text_data=encoded)
-
-
-_SUPERSEDED = (drain.CLOSE_MOVED, "tunnel moved")
 
 
 async def _peer_address() -> str:
