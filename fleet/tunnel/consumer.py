@@ -50,7 +50,8 @@ from fleet.models import Command
 from fleet.tunnel import auth as tunnel_auth
 from fleet.tunnel import drain, local_tunnels, peer_listener, records
 from fleet.tunnel.handshakes import BUSY_REASON, HANDSHAKES, accepted_protocol_range, handshake_backoff_s
-from fleet.tunnel.moves import SUPERSEDED, TunnelMoves
+from fleet.tunnel.heartbeats import TunnelHeartbeats
+from fleet.tunnel.moves import TunnelMoves
 from fleet.tunnel.records import database_sync_to_async
 from fleet.tunnel.revocations import REVOCATIONS
 from fleet.tunnel.server_io import HeartbeatFirst, SendUntilClosed
@@ -69,7 +70,7 @@ CLOSE_STALE = p.CLOSE_STALE
 CLOSE_AGENT_TOO_OLD = p.CLOSE_AGENT_TOO_OLD
 
 
-class AgentTunnelConsumer(TunnelMoves, StreamRelay, AsyncWebsocketConsumer):
+class AgentTunnelConsumer(TunnelHeartbeats, TunnelMoves, StreamRelay, AsyncWebsocketConsumer):
     """One agent's tunnel: authenticate, then relay commands down and records frames up (and the proxied
     streams of the node both ways: `StreamRelay`, `fleet.tunnel.stream_relay`)."""
 
@@ -85,8 +86,6 @@ class AgentTunnelConsumer(TunnelMoves, StreamRelay, AsyncWebsocketConsumer):
     _registered = False  # in this process's registry (`local_tunnels`) and counted in TUNNELS_CONNECTED
     _ended = False  # `disconnect()` ran
     _relay_queue: asyncio.Queue[tuple[str, dict[str, Any]]]
-    _beats: collections.deque[p.Heartbeat]
-    _beat_task: asyncio.Future[None] | None = None
     # Set when this tunnel is to close once its streams ended: (code, reason). A newer tunnel of the node
     # was welcomed (superseded: this one left the node's groups), or this process drains and the agent
     # cannot move (`fleet.tunnel.drain`).
@@ -365,46 +364,6 @@ class AgentTunnelConsumer(TunnelMoves, StreamRelay, AsyncWebsocketConsumer):
         except Exception as exc:
             log.warning("tunnel of node %s: renewing its channel-layer groups failed: %s", self.node_id, exc)
 
-    async def _on_heartbeat(self, frame: p.Heartbeat) -> None:
-        """Record and answer the heartbeat beside the data path: stream frames behind it do not wait for
-        its database write (the heartbeats of one tunnel are still recorded one after another)."""
-        self._last_beat = time.monotonic()
-        self._beats.append(frame)
-        if self._beat_task is None or self._beat_task.done():
-            self._beat_task = asyncio.ensure_future(self._answer_heartbeats())
-            self._beat_task.add_done_callback(self._heartbeats_done)
-
-    async def _answer_heartbeats(self) -> None:
-        while self._beats:
-            try:
-                await self._record_heartbeat(self._beats.popleft())
-            except (ValidationError, DataError, ValueError) as exc:  # as `receive` does for other frames
-                log.warning("closing tunnel of node %s: bad heartbeat frame: %s", self.node_id, exc)
-                self._beats.clear()
-                await self.close(code=CLOSE_PROTOCOL_ERROR, reason="bad heartbeat frame")
-                return
-
-    def _heartbeats_done(self, task: asyncio.Future[None]) -> None:
-        """An unexpected failure answering heartbeats closes the tunnel (the agent reconnects), logged."""
-        if task.cancelled() or task.exception() is None:
-            return
-        log.error("tunnel of node %s: answering a heartbeat failed; closing", self.node_id, exc_info=task.exception())
-        self._closing = asyncio.ensure_future(self.close(code=1011, reason="heartbeat failed"))
-
-    async def _record_heartbeat(self, frame: p.Heartbeat) -> None:
-        assert self.node_id is not None
-        if self._retiring == SUPERSEDED:  # the node's newer tunnel records its presence
-            await self._send_frame(p.HeartbeatAck(heartbeat_id=frame.id))
-            return
-        held_disconnected = await records.HEARTBEATS.submit((self.node_id, frame))
-        metrics.observe_heartbeat_lag(frame.sent_at)
-        if held_disconnected:
-            log.warning("closing tunnel of node %s: the node is held as disconnected", self.node_id)
-            await self.close(code=CLOSE_STALE, reason="node held as disconnected; reconnect")
-            return
-        await self._send_frame(p.HeartbeatAck(heartbeat_id=frame.id))
-        await self._renew_groups()
-
     async def _on_ack(self, frame: p.Ack) -> None:
         assert self.node_id is not None
         await records.REPORTS.submit(
@@ -435,7 +394,7 @@ class AgentTunnelConsumer(TunnelMoves, StreamRelay, AsyncWebsocketConsumer):
         await database_sync_to_async(records.record_inventory)(self.node_id, frame.inventory)
 
     _handlers: dict[type, Any] = {
-        p.Heartbeat: _on_heartbeat,
+        p.Heartbeat: TunnelHeartbeats._on_heartbeat,
         p.Ack: _on_ack,
         p.Progress: _on_progress,
         p.Result: _on_result,
