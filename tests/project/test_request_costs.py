@@ -53,7 +53,8 @@ def test_the_asgi_application_loads_every_view_and_compiles_the_pages_at_start_u
         "cached = engines['django'].engine.template_loaders[0].get_template_cache\n"
         "print('raymgr/workloads/form.html' in cached, 'workloads/api_keys.html' in cached)"
     )
-    env = {"PATH": "/usr/bin:/bin", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "m"), "SERVE_STATIC": "0"}
+    # DEBUG=1: the development key is accepted (this run is about start-up work, not the key's strength)
+    env = {"PATH": "/usr/bin:/bin", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "m"), "SERVE_STATIC": "0", "DEBUG": "1"}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     assert out.stdout.split() == ["True", "True", "True"], out.stderr[-2000:]  # views loaded, pages compiled
 
