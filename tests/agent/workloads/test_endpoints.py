@@ -157,7 +157,7 @@ def test_on_a_gpu_node_the_agent_pins_what_the_quota_counts(cached_models, tmp_p
     manager = EndpointManager(cached_models, tmp_path, server_command=STANDIN, gpus_fn=lambda: gpus)
     try:
         result = manager.start(EndpointStartPayload(endpoint_id="ep-g0", model_id=MODEL), quiet)
-        environ = Path(f"/proc/{result['pid']}/environ").read_bytes().split(b"\0")
+        environ = Path(f"/proc/{result.pid}/environ").read_bytes().split(b"\0")
         [visible] = [e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"CUDA_VISIBLE_DEVICES=")]
         pinned = [int(i) for i in visible.split(",")]
         assert len(pinned) == protocol.endpoint_gpus_held(gpus=0, min_vram_mb=0, node_gpus=len(gpus)) == 1
