@@ -335,13 +335,20 @@ class AgentTunnelConsumer(TunnelHeartbeats, TunnelMoves, StreamRelay, AsyncWebso
             local_tunnels.layer_failed()
         drain.opened(self)
         await self._supersede_older_tunnels()
+        await self.send_pending_commands()
+        if self.protocol >= agent_updates.UPDATABLE_FROM_PROTOCOL and node.cluster.auto_update_agents:
+            # After the welcome: building the package the first time must not hold up the handshake.
+            await database_sync_to_async(agent_updates.node_auto_update)(node=node)
+
+    async def send_pending_commands(self) -> None:
+        """Send the node's unfinished commands: at hello, and again once the channel layer is back after it
+        lost the groups (a command sent to the node's group meanwhile reached no socket). The agent runs
+        each key once: one already running is only acknowledged again, one done sends its outcome again."""
+        node = self.node
         for command in await database_sync_to_async(services.command_pending_for_node)(node=node):
             await self._send_command(command)
             if command.status == "queued":
                 await database_sync_to_async(services.command_record_delivered)(node=node, command_id=command.id)
-        if self.protocol >= agent_updates.UPDATABLE_FROM_PROTOCOL and node.cluster.auto_update_agents:
-            # After the welcome: building the package the first time must not hold up the handshake.
-            await database_sync_to_async(agent_updates.node_auto_update)(node=node)
 
     async def join_groups(self) -> None:
         """Join (again: it renews the membership) this node's group and the agents' group."""

@@ -46,6 +46,8 @@ class LocalTunnel(Protocol):
 
     async def join_groups(self) -> None: ...
 
+    async def send_pending_commands(self) -> None: ...
+
 
 _tunnels: dict[str, LocalTunnel] = {}
 _inbox: dict[str, Any] = {"loop": None, "name": "", "task": None, "watch": None}
@@ -121,6 +123,11 @@ class GroupRecovery:
                 continue
             self.rounds += 1
             log.info("channel layer back: %d tunnels of this process joined their groups again", len(_tunnels))
+            for tunnel in list(_tunnels.values()):  # what was sent to their groups meanwhile reached no one
+                try:
+                    await tunnel.send_pending_commands()
+                except Exception as exc:  # the tunnel closed meanwhile, or the database is away: its hello resends
+                    log.warning("sending a tunnel's pending commands after the channel layer came back failed: %s", exc)
             return
 
 
