@@ -156,6 +156,7 @@ GPUS = rule(min=0, max=64)
 IMAGE = rule(max_length=500)
 RAY_VERSION = rule(max_length=32, pattern=RAY_VERSION_RE)
 HOST = rule(max_length=253, pattern=HOST_RE)  # kuberay: the head Service's host (else 127.0.0.1 on the node)
+RAY_GCS_PORT = 6379  # Ray's default GCS port: a KubeRay head's (its pod's own network), drain/status's default
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,7 @@ class RayNodeDrainPayload:
     ray_node_id: str = field(metadata=rule(max_length=128, pattern=RAY_NODE_ID_RE))
     runtime: RUNTIME = "docker"
     head_member_id: str = field(default="", metadata=ID)
-    gcs_port: int = field(default=6379, metadata=PORT)
+    gcs_port: int = field(default=RAY_GCS_PORT, metadata=PORT)
     reason: str = field(default="idle", metadata=rule(max_length=200, blank=True))
     deadline_s: int = field(default=60, metadata=rule(min=0, max=3600))
 
@@ -230,7 +231,7 @@ class RayStatusPayload:
     cluster_id: str = field(metadata=ID)
     member_id: str = field(metadata=ID)  # the head
     runtime: RUNTIME = "docker"
-    gcs_port: int = field(default=6379, metadata=PORT)
+    gcs_port: int = field(default=RAY_GCS_PORT, metadata=PORT)
     include_logs: bool = False
     log_lines: int = field(default=200, metadata=rule(min=0, max=2000))
 

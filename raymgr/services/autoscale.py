@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from agent import protocol
 from fleet.models import Command, CommandStatus
 from kernel import metrics
 from kernel.exceptions import IllegalTransition
@@ -21,7 +22,7 @@ from raymgr.services.common import (
     STOP_GRACE,
     S,
     dispatch,
-    gcs_port_payload,
+    head_gcs_port,
     operator_for,
     record_event,
     resource_amounts,
@@ -152,14 +153,14 @@ def _request_status(cluster: RayCluster, head: RayNode, actor: Any) -> Command |
     ).exists()
     if in_flight:
         return None
-    payload = {
-        "cluster_id": str(cluster.pk),
-        "member_id": str(head.pk),
-        "runtime": cluster.runtime,
-        **gcs_port_payload(cluster),
-        "include_logs": True,
-        "log_lines": STATUS_LOG_LINES,
-    }
+    payload = protocol.RayStatusPayload(
+        cluster_id=str(cluster.pk),
+        member_id=str(head.pk),
+        runtime=cluster.runtime,
+        gcs_port=head_gcs_port(cluster),
+        include_logs=True,
+        log_lines=STATUS_LOG_LINES,
+    )
     try:
         return dispatch(actor, head.node, "ray.status", payload)
     except IllegalTransition:

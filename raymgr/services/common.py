@@ -10,6 +10,7 @@ from typing import Any
 import django.dispatch
 from django.contrib.auth.base_user import AbstractBaseUser
 
+from agent import protocol
 from fleet import services as fleet_services
 from fleet.models import Command, Mode, Node
 from raymgr.models import RayCluster, RayClusterEvent, RayClusterStatus, RayNode, RayNodeRole, RayNodeStatus
@@ -24,7 +25,7 @@ DELETE_GRACE = dt.timedelta(minutes=10)
 # A stopping cluster whose stop commands never finish is marked stopped after this (its nodes: no answer).
 STOP_GRACE = dt.timedelta(minutes=10)
 # The GCS port of a KubeRay head (its pod has a network of its own: Ray's default is free there).
-KUBERAY_GCS_PORT = 6379
+KUBERAY_GCS_PORT = protocol.RAY_GCS_PORT
 # The autoscaler decides on a stored status only if it is at most this old.
 STATUS_MAX_AGE = dt.timedelta(minutes=2)
 STATUS_LOG_LINES = 100
@@ -56,11 +57,11 @@ def operator_for(cluster: RayCluster) -> AbstractBaseUser | None:
     return membership.user if membership else None
 
 
-def dispatch(
-    actor: Any, node: Node, command_type: str, payload: dict[str, Any], *, as_workload: bool = False
-) -> Command:
-    """Queue one command for `node` as `actor` through fleet's `command_queue`; it leaves on commit
-    (`as_workload`: a Ray workload's own command, which a Member's action may send)."""
+def dispatch(actor: Any, node: Node, command_type: str, payload: Any, *, as_workload: bool = False) -> Command:
+    """Queue one command for `node` as `actor` through fleet's `command_queue`; it leaves on commit.
+
+    `payload` is the command type's protocol dataclass (`agent.protocol.payloads`); `as_workload`: a Ray
+    workload's own command, which a Member's action may send."""
     (command,) = fleet_services.command_queue(
         actor=actor,
         cluster=node.cluster,
@@ -77,9 +78,9 @@ def stop_in_flight(ray_node: RayNode) -> bool:
     return ray_node.status == RayNodeStatus.STOPPING and ray_node.pending_command_id is not None
 
 
-def gcs_port_payload(cluster: RayCluster) -> dict[str, int]:
-    """``{"gcs_port": <the current head's GCS port>}``, or nothing when it is not known (yet)."""
-    return {"gcs_port": cluster.head_gcs_port} if cluster.head_gcs_port else {}
+def head_gcs_port(cluster: RayCluster) -> int:
+    """The current head's GCS port, for the commands sent to it; Ray's default when not known (yet)."""
+    return cluster.head_gcs_port or protocol.RAY_GCS_PORT
 
 
 def running_head(cluster: RayCluster) -> RayNode | None:

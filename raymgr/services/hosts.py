@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from agent import protocol
 from fleet.models import Node
 from kernel.exceptions import IllegalTransition, QuotaExceeded
 from raymgr.models import RayCluster, RayNode, RayNodeRole, RayNodeStatus, RayRuntime
@@ -54,16 +55,16 @@ def launch_host_head(cluster: RayCluster, actor: Any) -> None:
     # QuotaExceeded propagates: the create or start that placed the head is refused (409), nothing written
     requested = admit_ray_node(cluster, node, RayNodeRole.HEAD, num_gpus)
     head = RayNode.objects.create(ray_cluster=cluster, node=node, role=RayNodeRole.HEAD, **requested)
-    payload = {
-        "cluster_id": str(cluster.pk),
-        "member_id": str(head.pk),
-        "ray_version": cluster.ray_version,
-        "image": cluster.image_for(node),
-        "runtime": cluster.runtime,
-        "gcs_port": cluster.gcs_port or 0,
-        "dashboard_port": cluster.dashboard_port,
-        "num_gpus": num_gpus,
-    }
+    payload = protocol.RayHeadStartPayload(
+        cluster_id=str(cluster.pk),
+        member_id=str(head.pk),
+        ray_version=cluster.ray_version,
+        image=cluster.image_for(node),
+        runtime=cluster.runtime,
+        gcs_port=cluster.gcs_port or 0,
+        dashboard_port=cluster.dashboard_port,
+        num_gpus=num_gpus,
+    )
     try:
         command = dispatch(actor, node, "ray.head.start", payload)
     except IllegalTransition as exc:
@@ -127,15 +128,15 @@ def start_workers(cluster: RayCluster, actor: Any, count: int, *, why: str) -> l
             quota_block_set(cluster, str(exc), detail=f"{len(started)} of {count} worker(s) started ({why})")
             return started
         worker = RayNode.objects.create(ray_cluster=cluster, node=node, role=RayNodeRole.WORKER, **requested)
-        payload = {
-            "cluster_id": str(cluster.pk),
-            "member_id": str(worker.pk),
-            "ray_version": cluster.ray_version,
-            "image": cluster.image_for(node),
-            "runtime": cluster.runtime,
-            "head_address": cluster.gcs_address,
-            "num_gpus": num_gpus,
-        }
+        payload = protocol.RayWorkerStartPayload(
+            cluster_id=str(cluster.pk),
+            member_id=str(worker.pk),
+            ray_version=cluster.ray_version,
+            image=cluster.image_for(node),
+            runtime=cluster.runtime,
+            head_address=cluster.gcs_address,
+            num_gpus=num_gpus,
+        )
         try:
             command = dispatch(actor, node, "ray.worker.start", payload)
         except IllegalTransition as exc:

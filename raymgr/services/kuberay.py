@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent import protocol
 from fleet.models import Mode, Node
 from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster, RayNode, RayNodeRole, RayNodeStatus, RayRuntime
@@ -27,23 +28,23 @@ def launch_kuberay_head(cluster: RayCluster, actor: Any) -> None:
     node = nodes[0]
     requested = admit_ray_node(cluster, node, RayNodeRole.HEAD)  # its worker group, up to max_workers
     head = RayNode.objects.create(ray_cluster=cluster, node=node, role=RayNodeRole.HEAD, **requested)
-    payload = {
-        "cluster_id": str(cluster.pk),
-        "member_id": str(head.pk),
-        "ray_version": cluster.ray_version,
-        "image": cluster.image(),
-        "runtime": RayRuntime.KUBERAY,
-        "gcs_port": cluster.gcs_port or KUBERAY_GCS_PORT,
-        "dashboard_port": cluster.dashboard_port,
-        "name": cluster.kuberay_name,
-        "min_workers": cluster.min_workers,
-        "max_workers": cluster.max_workers,
-        "idle_timeout_s": cluster.idle_timeout_s,
-        "worker_cpus": cluster.worker_cpus,
-        "worker_memory_mb": cluster.worker_memory_mb,
-        "worker_gpus": cluster.worker_gpus,
-        "worker_image": cluster.image(gpu=cluster.worker_gpus > 0),
-    }
+    payload = protocol.RayHeadStartPayload(
+        cluster_id=str(cluster.pk),
+        member_id=str(head.pk),
+        ray_version=cluster.ray_version,
+        image=cluster.image(),
+        runtime=RayRuntime.KUBERAY,
+        gcs_port=cluster.gcs_port or KUBERAY_GCS_PORT,
+        dashboard_port=cluster.dashboard_port,
+        name=cluster.kuberay_name,
+        min_workers=cluster.min_workers,
+        max_workers=cluster.max_workers,
+        idle_timeout_s=cluster.idle_timeout_s,
+        worker_cpus=cluster.worker_cpus,
+        worker_memory_mb=cluster.worker_memory_mb,
+        worker_gpus=cluster.worker_gpus,
+        worker_image=cluster.image(gpu=cluster.worker_gpus > 0),
+    )
     try:
         command = dispatch(actor, node, "ray.head.start", payload)
     except IllegalTransition as exc:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent import protocol
 from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster, RayNode, RayNodeStatus
-from raymgr.services.common import S, dispatch, gcs_port_payload, record_event, stop_in_flight
+from raymgr.services.common import S, dispatch, head_gcs_port, record_event, stop_in_flight
 from raymgr.services.hosts import launch_host_head
 from raymgr.services.kuberay import launch_kuberay_head
 from raymgr.services.transitions import ray_node_set_status
@@ -28,14 +29,13 @@ def stop_ray_node(cluster: RayCluster, ray_node: RayNode, actor: Any) -> None:
     """
     if stop_in_flight(ray_node):
         return
-    payload = {
-        "cluster_id": str(cluster.pk),
-        "member_id": str(ray_node.pk),
-        "runtime": cluster.runtime,
-        "container": ray_node.container_id,
-    }
-    if cluster.is_kuberay and cluster.status == S.DELETING:
-        payload["delete"] = True  # otherwise the RayCluster is suspended
+    payload = protocol.RayNodeStopPayload(
+        cluster_id=str(cluster.pk),
+        member_id=str(ray_node.pk),
+        runtime=cluster.runtime,
+        container=ray_node.container_id,
+        delete=cluster.is_kuberay and cluster.status == S.DELETING,  # otherwise the RayCluster is suspended
+    )
     try:
         command = dispatch(actor, ray_node.node, "ray.node.stop", payload)
     except IllegalTransition as exc:
@@ -60,15 +60,15 @@ def drain_worker(cluster: RayCluster, worker: RayNode, head: RayNode | None, act
     if head is None or not worker.ray_node_id:
         stop_ray_node(cluster, worker, actor)
         return
-    payload = {
-        "cluster_id": str(cluster.pk),
-        "member_id": str(worker.pk),
-        "ray_node_id": worker.ray_node_id,
-        "runtime": cluster.runtime,
-        "head_member_id": str(head.pk),
-        **gcs_port_payload(cluster),
-        "reason": why[:200],
-    }
+    payload = protocol.RayNodeDrainPayload(
+        cluster_id=str(cluster.pk),
+        member_id=str(worker.pk),
+        ray_node_id=worker.ray_node_id,
+        runtime=cluster.runtime,
+        head_member_id=str(head.pk),
+        gcs_port=head_gcs_port(cluster),
+        reason=why[:200],
+    )
     try:
         command = dispatch(actor, head.node, "ray.node.drain", payload)
     except IllegalTransition:

@@ -28,10 +28,11 @@ def ray_on_command_finished(*, command: Command, **_: Any) -> None:
     """
     if not command.command_type.startswith("ray.") or command.status not in CommandStatus.terminal():
         return
-    cluster_id = command.payload.get("cluster_id")
-    member_id = command.payload.get("member_id")
+    payload = command.parsed_payload  # the command type's protocol dataclass
+    if payload is None:
+        return
     try:
-        cluster_uuid, member_uuid = uuid.UUID(str(cluster_id)), uuid.UUID(str(member_id))
+        cluster_uuid, member_uuid = uuid.UUID(payload.cluster_id), uuid.UUID(payload.member_id)
     except ValueError:
         return
     with transaction.atomic():
@@ -188,7 +189,7 @@ def _started_during(ray_node: RayNode, stop: Command) -> bool:
 def _on_stop(cluster: RayCluster, ray_node: RayNode, command: Command, ok: bool) -> None:
     if ray_node.pending_command_id != command.pk:
         return
-    if ok and cluster.is_kuberay and cluster.status == S.DELETING and not command.payload.get("delete"):
+    if ok and cluster.is_kuberay and cluster.status == S.DELETING and not command.parsed_payload.delete:
         # Deleted while its suspend was in flight: the suspend is over, now the RayCluster itself goes.
         ray_node_set_status(ray_node, RayNodeStatus.STOPPING, pending_command=None)
         actor = operator_for(cluster)

@@ -22,15 +22,17 @@ def cluster_head(cluster: RayCluster) -> RayNode | None:
     return running_head(cluster)
 
 
-def _payload(cluster: RayCluster, head: RayNode, **extra: Any) -> dict[str, Any]:
-    return {
-        "cluster_id": str(cluster.pk),
-        "member_id": str(head.pk),
-        "runtime": cluster.runtime,
-        "dashboard_port": cluster.dashboard_port,
-        "host": cluster.head_service_host,  # kuberay: the head's Service (else the head's own node)
+def _payload(cluster: RayCluster, head: RayNode, command_type: str, **extra: Any) -> Any:
+    """The `command_type` payload (its protocol dataclass) for the head's node, with `extra` fields."""
+    cls = protocol.PAYLOAD_TYPES[command_type]
+    return cls(
+        cluster_id=str(cluster.pk),
+        member_id=str(head.pk),
+        runtime=cluster.runtime,
+        dashboard_port=cluster.dashboard_port,
+        host=cluster.head_service_host,  # kuberay: the head's Service (else the head's own node)
         **extra,
-    }
+    )
 
 
 def send_to_head(actor: Any, cluster: RayCluster, command_type: str, **extra: Any) -> Command | None:
@@ -39,7 +41,9 @@ def send_to_head(actor: Any, cluster: RayCluster, command_type: str, **extra: An
     if head is None or actor is None:
         return None
     try:
-        return dispatch(actor, head.node, command_type, _payload(cluster, head, **extra), as_workload=True)
+        return dispatch(
+            actor, head.node, command_type, _payload(cluster, head, command_type, **extra), as_workload=True
+        )
     except IllegalTransition:
         return None
 

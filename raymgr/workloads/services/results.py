@@ -22,20 +22,22 @@ def workload_on_command_finished(*, command: Command) -> None:
     if command.command_type not in WORKLOAD_COMMANDS or command.status not in CommandStatus.terminal():
         return
     ok = command.status == CommandStatus.SUCCEEDED
-    payload = command.payload or {}
+    payload = command.parsed_payload  # the command type's protocol dataclass
+    if payload is None:
+        return
     result = command.parsed_result  # the command type's typed result when it succeeded, else None
-    submission_id = str(payload.get("submission_id", ""))
     with transaction.atomic():
         if command.command_type == "ray.serve.status":
             deployment = (
                 ServeDeployment.objects.select_for_update()
                 .select_related("ray_cluster")
-                .filter(ray_cluster_id=payload.get("cluster_id"), name=str(payload.get("app_name", ""))[4:])
+                .filter(ray_cluster_id=payload.cluster_id, name=payload.app_name[4:])
                 .first()
             )
             if deployment is not None and ok:
                 _record_serve_status(deployment, result)
             return
+        submission_id = payload.submission_id
         row = _row_for(submission_id)
         if row is None:
             return
