@@ -22,6 +22,7 @@ from agent.errors import CommandFailed
 from agent.executors.base import Executor, ProgressFn
 from agent.journal import CommandJournal
 from agent.protocol import (
+    RESULT_TYPES,
     Command,
     ContainerInfo,
     Error,
@@ -30,7 +31,6 @@ from agent.protocol import (
     InventoryProblem,
     ProtocolError,
     Result,
-    build_result,
     parse_payload,
     result_to_dict,
 )
@@ -115,17 +115,16 @@ class CommandRunner:
             code = "unknown_command" if "unknown command type" in str(exc) else "invalid_payload"
             return Error(command_id=command_id, code=code, message=str(exc))
         try:
-            data = self._route(command, payload, progress)
+            data = result_data(command.command_type, self._route(command, payload, progress))
         except CommandFailed as exc:
             return Error(command_id=command_id, code=exc.code, message=exc.message, data=_jsonable(exc.data))
         except Exception as exc:
             log.exception("command %s (%s) failed unexpectedly", command_id, command.command_type)
             return Error(command_id=command_id, code="internal", message=f"{type(exc).__name__}: {exc}")
-        return Result(command_id=command_id, data=result_data(command.command_type, data))
+        return Result(command_id=command_id, data=data)
 
     def _route(self, command: Command, payload: Any, progress: ProgressFn) -> Any:
-        """The handler's outcome: its command type's result type (`agent.protocol.results`), or (handlers not
-        yet typed: the container executors, Ray) a dict built into it by `result_data`."""
+        """The handler's outcome: its command type's result type (`agent.protocol.results`)."""
         kind = command.command_type
         if kind.startswith("container."):
             return self.executor.execute(kind, payload, command_key=command.idempotency_key, progress=progress)
@@ -209,18 +208,16 @@ class CommandRunner:
         return value
 
 
-def result_data(command_type: str, data: Any) -> dict[str, Any]:
-    """The `Result` data of a handler's outcome: a typed result (`agent.protocol.results`) as its dict, or
-    a handler's dict built into its typed result first. A dict that does not fit its result type (a handler
-    reporting a field the protocol lacks) is logged and sent as it is: the command did succeed."""
-    if dataclasses.is_dataclass(data) and not isinstance(data, type):
-        return result_to_dict(data)
-    data = _jsonable(data)
-    try:
-        return result_to_dict(build_result(command_type, data))
-    except ProtocolError as exc:
-        log.error("the %s result does not fit its protocol type, sent as it is: %s", command_type, exc)
-        return data
+def result_data(command_type: str, result: Any) -> dict[str, Any]:
+    """The `Result` data of a handler's outcome, which must be its command type's result type
+    (`agent.protocol.RESULT_TYPES`): anything else (a dict above all) is a handler's bug, a `TypeError`
+    that fails the command as ``internal``."""
+    expected = RESULT_TYPES.get(command_type)
+    if expected is None or not isinstance(result, expected):
+        wanted = expected.__name__ if expected is not None else "no result type"
+        raise TypeError(f"the {command_type} handler returned {type(result).__name__}, not its {wanted}")
+    data: dict[str, Any] = _jsonable(result_to_dict(result))
+    return data
 
 
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from git.exc import GitCommandError
 from agent.errors import CommandFailed
 from agent.executors import manifests as mf
 from agent.executors.base import ProgressFn
-from agent.protocol import ContainerCreatePayload, ContainerInfo, ContainerRefPayload
+from agent.protocol import ContainerCreatePayload, ContainerInfo, ContainerRefPayload, ContainerResult
 
 MANIFEST_DIR = "manifests"
 AUTHOR_NAME = "CleverThis Agent"
@@ -73,7 +73,7 @@ class ArgoCDExecutor:
 
     # ---- Executor interface
 
-    def execute(self, command_type: str, payload: Any, *, command_key: str, progress: ProgressFn) -> dict[str, Any]:
+    def execute(self, command_type: str, payload: Any, *, command_key: str, progress: ProgressFn) -> ContainerResult:
         """Run one container.* command; see `agent.executors.base.Executor`."""
         if command_type == "container.create":
             return self.create(payload, command_key=command_key, progress=progress)
@@ -92,7 +92,7 @@ class ArgoCDExecutor:
 
     # ---- commands
 
-    def create(self, payload: ContainerCreatePayload, *, command_key: str, progress: ProgressFn) -> dict[str, Any]:
+    def create(self, payload: ContainerCreatePayload, *, command_key: str, progress: ProgressFn) -> ContainerResult:
         """Commit the workload's manifests (unless this key's workload is already there) and sync."""
         wid = mf.workload_id(command_key)
         if payload.registry_username or payload.registry_password:
@@ -122,9 +122,9 @@ class ArgoCDExecutor:
         commit = self._commit(change, f"cleverthis: deploy container {name} ({wid})", progress)
         self._sync(progress)
         status = "running" if payload.start else "stopped"
-        return {"container_id": wid, "name": name, "status": status, "commit": commit, "existed": existed}
+        return ContainerResult(container_id=wid, name=name, status=status, commit=commit, existed=existed)
 
-    def _scale(self, payload: ContainerRefPayload, replicas: int, verb: str, progress: ProgressFn) -> dict[str, Any]:
+    def _scale(self, payload: ContainerRefPayload, replicas: int, verb: str, progress: ProgressFn) -> ContainerResult:
         found: dict[str, Any] = {}
 
         def change(repo: git.Repo) -> bool:
@@ -140,9 +140,9 @@ class ArgoCDExecutor:
         )
         self._sync(progress)
         status = "running" if replicas else "stopped"
-        return {"container_id": found["wid"], "name": found["name"], "status": status, "commit": commit}
+        return ContainerResult(container_id=found["wid"], name=found["name"], status=status, commit=commit)
 
-    def destroy(self, payload: ContainerRefPayload, progress: ProgressFn) -> dict[str, Any]:
+    def destroy(self, payload: ContainerRefPayload, progress: ProgressFn) -> ContainerResult:
         """Remove the workload's manifest file, commit and sync (prune deletes it from the cluster)."""
         found: dict[str, Any] = {}
 
@@ -159,12 +159,12 @@ class ArgoCDExecutor:
             change, lambda: f"cleverthis: destroy container {found['name']} ({found['wid']})", progress
         )
         self._sync(progress)
-        return {
-            "container_id": found.get("wid", payload.container),
-            "name": found.get("name", ""),
-            "status": "missing",
-            "commit": commit,
-        }
+        return ContainerResult(
+            container_id=found.get("wid", payload.container),
+            name=found.get("name", ""),
+            status="missing",
+            commit=commit,
+        )
 
     # ---- git
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from agent.protocol import ContainerInfo
+from agent.protocol import ContainerInfo, ContainerResult
 
 # progress(message, percent=None, data=None) — safe to call from any thread.
 ProgressFn = Callable[..., None]
@@ -20,10 +20,10 @@ class Executor(Protocol):
 
     mode: str
 
-    def execute(self, command_type: str, payload: Any, *, command_key: str, progress: ProgressFn) -> dict[str, Any]:
+    def execute(self, command_type: str, payload: Any, *, command_key: str, progress: ProgressFn) -> ContainerResult:
         """Run one `container.*` command (payload already parsed by `agent.protocol.parse_payload`).
 
-        Returns the result data (at least ``container_id`` for container commands). Must be
+        Returns its typed result (`agent.protocol.ContainerResult`, with at least ``container_id``). Must be
         idempotent on `command_key`: running the same create twice returns the first container.
         Raises `CommandFailed` for documented failures.
         """

@@ -19,7 +19,7 @@ from docker.types import DeviceRequest
 
 from agent.errors import CommandFailed
 from agent.executors.base import ProgressFn
-from agent.protocol import ContainerCreatePayload, ContainerInfo, ContainerRefPayload
+from agent.protocol import ContainerCreatePayload, ContainerInfo, ContainerRefPayload, ContainerResult
 
 MANAGED_LABEL = "io.cleverthis.managed"
 COMMAND_KEY_LABEL = "io.cleverthis.command-key"
@@ -79,7 +79,7 @@ class DockerExecutor:
 
     # ---- Executor interface
 
-    def execute(self, command_type: str, payload: Any, *, command_key: str, progress: ProgressFn) -> dict[str, Any]:
+    def execute(self, command_type: str, payload: Any, *, command_key: str, progress: ProgressFn) -> ContainerResult:
         """Run one container.* command; see `agent.executors.base.Executor`."""
         try:
             if command_type == "container.create":
@@ -113,7 +113,7 @@ class DockerExecutor:
 
     # ---- commands
 
-    def create(self, payload: ContainerCreatePayload, *, command_key: str, progress: ProgressFn) -> dict[str, Any]:
+    def create(self, payload: ContainerCreatePayload, *, command_key: str, progress: ProgressFn) -> ContainerResult:
         """Create (and by default start) the container; returns the existing one for a repeated key."""
         client = self._docker()
         existing = self._by_command_key(command_key)
@@ -162,7 +162,7 @@ class DockerExecutor:
             container.reload()
             return self._result(container, existed=False)
 
-    def start(self, payload: ContainerRefPayload) -> dict[str, Any]:
+    def start(self, payload: ContainerRefPayload) -> ContainerResult:
         """Start a stopped container of ours (no-op if it already runs)."""
         container = self._ours(payload.container)
         if container.status != "running":
@@ -170,7 +170,7 @@ class DockerExecutor:
             container.reload()
         return self._result(container)
 
-    def stop(self, payload: ContainerRefPayload) -> dict[str, Any]:
+    def stop(self, payload: ContainerRefPayload) -> ContainerResult:
         """Stop gracefully: SIGTERM, then SIGKILL after `timeout_s`."""
         container = self._ours(payload.container)
         if container.status == "running":
@@ -178,13 +178,13 @@ class DockerExecutor:
             container.reload()
         return self._result(container)
 
-    def destroy(self, payload: ContainerRefPayload) -> dict[str, Any]:
+    def destroy(self, payload: ContainerRefPayload) -> ContainerResult:
         """Remove the container (stopping it first) and its anonymous volumes; already gone is fine."""
         try:
             container = self._ours(payload.container)
         except CommandFailed as exc:
             if exc.code == "not_found" and not exc.data.get("foreign"):
-                return {"container_id": payload.container, "status": "missing"}
+                return ContainerResult(container_id=payload.container, status="missing")
             raise
         if container.status == "running":
             container.stop(timeout=payload.timeout_s)
@@ -192,7 +192,7 @@ class DockerExecutor:
             container.remove(v=True, force=True)
         except NotFound:
             pass
-        return {"container_id": container.id, "name": container.name, "status": "missing"}
+        return ContainerResult(container_id=container.id, name=container.name, status="missing")
 
     # ---- helpers
 
@@ -275,17 +275,15 @@ class DockerExecutor:
             labels=labels,
         )
 
-    def _result(self, container: Any, *, existed: bool | None = None) -> dict[str, Any]:
+    def _result(self, container: Any, *, existed: bool | None = None) -> ContainerResult:
         ports: dict[str, int] = {}
         for key, bindings in (container.attrs.get("NetworkSettings", {}).get("Ports") or {}).items():
             if bindings:
                 ports[key.split("/")[0]] = int(bindings[0]["HostPort"])
-        data: dict[str, Any] = {
-            "container_id": container.id,
-            "name": container.name,
-            "status": _status(container.status),
-            "ports": ports,
-        }
-        if existed is not None:
-            data["existed"] = existed
-        return data
+        return ContainerResult(
+            container_id=container.id,
+            name=container.name,
+            status=_status(container.status),
+            ports=ports,
+            existed=existed,
+        )

@@ -25,7 +25,7 @@ from kubernetes.client.rest import ApiException
 from agent.errors import CommandFailed
 from agent.executors import manifests as mf
 from agent.executors.base import ProgressFn
-from agent.protocol import ContainerCreatePayload, ContainerInfo, ContainerRefPayload
+from agent.protocol import ContainerCreatePayload, ContainerInfo, ContainerRefPayload, ContainerResult
 
 
 def resolve_kubeconfig(env: Mapping[str, str] | None = None, home: Path | None = None) -> Path | None:
@@ -124,7 +124,7 @@ class KubernetesExecutor:
 
     # ---- Executor interface
 
-    def execute(self, command_type: str, payload: Any, *, command_key: str, progress: ProgressFn) -> dict[str, Any]:
+    def execute(self, command_type: str, payload: Any, *, command_key: str, progress: ProgressFn) -> ContainerResult:
         """Run one container.* command; see `agent.executors.base.Executor`."""
         with _api_errors(command_type):
             if command_type == "container.create":
@@ -152,7 +152,7 @@ class KubernetesExecutor:
 
     # ---- commands
 
-    def create(self, payload: ContainerCreatePayload, *, command_key: str, progress: ProgressFn) -> dict[str, Any]:
+    def create(self, payload: ContainerCreatePayload, *, command_key: str, progress: ProgressFn) -> ContainerResult:
         """Apply Deployment, Service and Ingress; returns the existing workload for a repeated key."""
         wid = mf.workload_id(command_key)
         secret_ref = mf.pull_secret_name(payload.name) if payload.registry_username else ""
@@ -202,20 +202,20 @@ class KubernetesExecutor:
                 progress(f"created {obj['kind'].lower()} {self.namespace}/{name}")
             return self._result(deployment, existed=False)
 
-    def _scale(self, payload: ContainerRefPayload, replicas: int) -> dict[str, Any]:
+    def _scale(self, payload: ContainerRefPayload, replicas: int) -> ContainerResult:
         deployment = self._ours(payload.container)
         patched = self._apps().patch_namespaced_deployment(
             deployment.metadata.name, self.namespace, {"spec": {"replicas": replicas}}
         )
         return self._result(patched)
 
-    def destroy(self, payload: ContainerRefPayload) -> dict[str, Any]:
+    def destroy(self, payload: ContainerRefPayload) -> ContainerResult:
         """Delete the Deployment, Service and Ingress; already gone is fine."""
         try:
             deployment = self._ours(payload.container)
         except CommandFailed as exc:
             if exc.code == "not_found" and not exc.data.get("foreign"):
-                return {"container_id": payload.container, "status": "missing"}
+                return ContainerResult(container_id=payload.container, status="missing")
             raise
         name = deployment.metadata.name
         deletions = (
@@ -233,7 +233,7 @@ class KubernetesExecutor:
                 if exc.status != 404:
                     raise
         labels = deployment.metadata.labels or {}
-        return {"container_id": labels.get(mf.WORKLOAD_LABEL, ""), "name": name, "status": "missing"}
+        return ContainerResult(container_id=labels.get(mf.WORKLOAD_LABEL, ""), name=name, status="missing")
 
     # ---- helpers
 
@@ -285,14 +285,12 @@ class KubernetesExecutor:
             labels=dict(meta.labels or {}),
         )
 
-    def _result(self, deployment: Any, *, existed: bool | None = None) -> dict[str, Any]:
+    def _result(self, deployment: Any, *, existed: bool | None = None) -> ContainerResult:
         info = self._info(deployment)
-        data: dict[str, Any] = {
-            "container_id": info.container_id,
-            "name": info.name,
-            "namespace": self.namespace,
-            "status": info.status,
-        }
-        if existed is not None:
-            data["existed"] = existed
-        return data
+        return ContainerResult(
+            container_id=info.container_id,
+            name=info.name,
+            namespace=self.namespace,
+            status=info.status,
+            existed=existed,
+        )

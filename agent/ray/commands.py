@@ -10,7 +10,7 @@ and node commands to the backend of the payload's ``runtime`` (`agent.ray.backen
 
 Every Ray node is named ``ray-<member_id>`` (the control plane's RayNode id): container name and Ray node
 label, so status reports map back to control-plane rows. Commands are idempotent per member: starting a
-running member answers its existing facts; stopping an unknown one succeeds with ``stopped: false``.
+running member answers its existing facts; stopping an unknown one succeeds with ``stopped=False``.
 """
 
 from __future__ import annotations
@@ -111,8 +111,7 @@ class RayCommandHandler:
         return command_type in protocol.RAY_NODE_COMMAND_TYPES or self.jobs.handles(command_type)
 
     def run(self, command_type: str, payload: Any, progress: ProgressFn) -> Any:
-        """Run one `ray.*` command; returns the result data (the job handler's: its result type) or raises
-        `CommandFailed`."""
+        """Run one `ray.*` command; returns its result type (`agent.protocol.results`) or raises `CommandFailed`."""
         if not self.handles(command_type):
             raise CommandFailed("unknown_command", f"{command_type} is not a Ray command")
         if self.jobs.handles(command_type):

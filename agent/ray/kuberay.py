@@ -99,7 +99,7 @@ class KubeRayKube:
         items = found.get("items") or []
         return items[0] if items else None
 
-    def apply(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> dict[str, Any]:
+    def apply(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> protocol.RayNodeStartResult:
         """Create the RayCluster, or resume this cluster's suspended one (same name, same Service)."""
         from kubernetes.client.rest import ApiException
 
@@ -136,21 +136,21 @@ class KubeRayKube:
             )
             return facts(obj, self.namespace, existed=False, resumed=False)
 
-    def suspend(self, cluster_id: str, progress: ProgressFn) -> dict[str, Any]:
+    def suspend(self, cluster_id: str, progress: ProgressFn) -> protocol.RayNodeStopResult:
         """``spec.suspend: true``: KubeRay deletes the pods, the resource stays for a later start."""
         with self._errors("ray.node.stop"):
             self._require_crd()
             existing = self._find(cluster_id)
             if existing is None:
-                return {"stopped": False, "reason": "no RayCluster for this Ray cluster"}
+                return protocol.RayNodeStopResult(stopped=False, reason="no RayCluster for this Ray cluster")
             name = existing["metadata"]["name"]
             self._custom().patch_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, name, {"spec": {"suspend": True}}
             )
             progress(f"suspended RayCluster {self.namespace}/{name}")
-            return {"stopped": True, "suspended": True, "container_id": name}
+            return protocol.RayNodeStopResult(stopped=True, suspended=True, container_id=name)
 
-    def delete(self, cluster_id: str, progress: ProgressFn) -> dict[str, Any]:
+    def delete(self, cluster_id: str, progress: ProgressFn) -> protocol.RayNodeStopResult:
         """Delete the RayCluster (KubeRay removes its pods and Services); already gone is fine."""
         from kubernetes.client.rest import ApiException
 
@@ -158,7 +158,7 @@ class KubeRayKube:
             self._require_crd()
             existing = self._find(cluster_id)
             if existing is None:
-                return {"stopped": False, "reason": "no RayCluster for this Ray cluster"}
+                return protocol.RayNodeStopResult(stopped=False, reason="no RayCluster for this Ray cluster")
             name = existing["metadata"]["name"]
             try:
                 self._custom().delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
@@ -166,9 +166,9 @@ class KubeRayKube:
                 if exc.status != 404:
                     raise
             progress(f"deleted RayCluster {self.namespace}/{name}")
-            return {"stopped": True, "deleted": True, "container_id": name}
+            return protocol.RayNodeStopResult(stopped=True, deleted=True, container_id=name)
 
-    def status(self, p: protocol.RayStatusPayload) -> dict[str, Any]:
+    def status(self, p: protocol.RayStatusPayload) -> protocol.RayStatusResult:
         """The resource's status plus the Ray nodes the head reports (its API error, if it does not answer)."""
         with self._errors("ray.status"):
             self._require_crd()
@@ -232,7 +232,7 @@ class KubeRayGitOps:
         path.parent.mkdir(exist_ok=True)
         path.write_text(mf.to_yaml([obj]))
 
-    def apply(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> dict[str, Any]:
+    def apply(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> protocol.RayNodeStartResult:
         """Commit ``manifests/raycluster-<name>.yaml`` (or un-suspend it), then sync."""
         manifest = raycluster_manifest(p, namespace=self.namespace)
         name = manifest["metadata"]["name"]
@@ -265,7 +265,7 @@ class KubeRayGitOps:
             outcome["obj"], self.namespace, existed=outcome["existed"], resumed=outcome["resumed"], commit=commit
         )
 
-    def _edit(self, cluster_id: str, verb: str, progress: ProgressFn, *, remove: bool) -> dict[str, Any]:
+    def _edit(self, cluster_id: str, verb: str, progress: ProgressFn, *, remove: bool) -> protocol.RayNodeStopResult:
         found_name: dict[str, str] = {}
 
         def change(repo: Any) -> bool:
@@ -287,20 +287,25 @@ class KubeRayGitOps:
             change, lambda: f"cleverthis: {verb} ray cluster {found_name['name']} ({cluster_id})", progress
         )
         if "name" not in found_name:
-            return {"stopped": False, "reason": "no RayCluster manifest for this Ray cluster"}
+            return protocol.RayNodeStopResult(stopped=False, reason="no RayCluster manifest for this Ray cluster")
         self.executor._sync(progress)
-        done = {"deleted": True} if remove else {"suspended": True}
-        return {"stopped": True, "container_id": found_name["name"], "commit": commit, **done}
+        return protocol.RayNodeStopResult(
+            stopped=True,
+            container_id=found_name["name"],
+            commit=commit,
+            deleted=True if remove else None,
+            suspended=None if remove else True,
+        )
 
-    def suspend(self, cluster_id: str, progress: ProgressFn) -> dict[str, Any]:
+    def suspend(self, cluster_id: str, progress: ProgressFn) -> protocol.RayNodeStopResult:
         """Commit ``suspend: true`` and sync."""
         return self._edit(cluster_id, "stop", progress, remove=False)
 
-    def delete(self, cluster_id: str, progress: ProgressFn) -> dict[str, Any]:
+    def delete(self, cluster_id: str, progress: ProgressFn) -> protocol.RayNodeStopResult:
         """Commit the manifest's removal and sync (ArgoCD prunes the RayCluster)."""
         return self._edit(cluster_id, "destroy", progress, remove=True)
 
-    def status(self, p: protocol.RayStatusPayload) -> dict[str, Any]:
+    def status(self, p: protocol.RayStatusPayload) -> protocol.RayStatusResult:
         """The committed (desired) state plus the Ray nodes the head's Service reports."""
         with self.executor._locked() as repo:
             found = self._find(repo, p.cluster_id)

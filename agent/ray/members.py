@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agent import protocol
+
 NAME_PREFIX = "ray-"
 # Where Ray keeps logs: <temp dir>/session_latest/logs (process: our --temp-dir; docker: /tmp/ray).
 CONTAINER_RAY_DIR = "/tmp/ray"
@@ -25,30 +27,31 @@ def member_of(label: str | None) -> str:
     return label[len(NAME_PREFIX) :] if label and label.startswith(NAME_PREFIX) else ""
 
 
-def normalize_status(status: dict[str, Any]) -> dict[str, Any]:
-    """`RayClusterStatus.as_dict()` in the shape the control plane stores (`ray_cluster_record_status`)."""
+def normalize_status(status: dict[str, Any]) -> protocol.RayStatusResult:
+    """`RayClusterStatus.as_dict()` as the `ray.status` result the control plane stores
+    (`ray_cluster_record_status`)."""
     nodes = [
-        {
-            "ray_node_id": node.get("node_id", ""),
-            "member_id": member_of(node.get("name")),
-            "is_head": bool(node.get("is_head")),
-            "alive": True,
-            "status": node.get("status", ""),
-            "idle_s": float(node.get("idle_s", 0.0)),
-            "resources": node.get("resources", {}),
-            "available": node.get("available", {}),
-            "ip": node.get("ip_address", ""),
-        }
+        protocol.RayStatusNode(
+            ray_node_id=node.get("node_id", ""),
+            member_id=member_of(node.get("name")),
+            is_head=bool(node.get("is_head")),
+            alive=True,
+            status=node.get("status", ""),
+            idle_s=float(node.get("idle_s", 0.0)),
+            resources=node.get("resources", {}),
+            available=node.get("available", {}),
+            ip=node.get("ip_address", ""),
+        )
         for node in status.get("nodes", [])
     ]
     demand = status.get("demand", {})
-    return {
-        "nodes": nodes,
-        "pending": demand.get("bundles", []),
-        "head_free": status.get("head_free", {}),
-        "placement_groups": demand.get("placement_groups", []),
-        "truncated": bool(demand.get("truncated", False)),
-    }
+    return protocol.RayStatusResult(
+        nodes=nodes,
+        pending=demand.get("bundles", []),
+        head_free=status.get("head_free", {}),
+        placement_groups=demand.get("placement_groups", []),
+        truncated=bool(demand.get("truncated", False)),
+    )
 
 
 def tail_lines(text: str, lines: int) -> str:

@@ -142,20 +142,18 @@ def head_host(obj: dict[str, Any], namespace: str = mf.NAMESPACE) -> str:
     return str(head.get("serviceIP") or head_service_host(obj["metadata"]["name"], namespace))
 
 
-def facts(obj: dict[str, Any], namespace: str = mf.NAMESPACE, **extra: Any) -> dict[str, Any]:
-    """The start/stop result for a RayCluster (the shape `ray.head.start` answers in other runtimes)."""
-    return {
-        "container_id": obj["metadata"]["name"],
-        "ray_node_id": "",
-        "ip": "",
-        "hostname": head_host(obj, namespace),
-        "dashboard_port": dashboard_port(obj),
+def facts(obj: dict[str, Any], namespace: str = mf.NAMESPACE, **extra: Any) -> protocol.RayNodeStartResult:
+    """The `ray.head.start` result for a RayCluster (`extra`: its other result fields)."""
+    return protocol.RayNodeStartResult(
+        container_id=obj["metadata"]["name"],
+        hostname=head_host(obj, namespace),
+        dashboard_port=dashboard_port(obj),
         **extra,
-    }
+    )
 
 
-def ray_nodes(host: str, port: int, head_member: str, *, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-    """The live Ray nodes from the head's state API, as `agent.ray.members.normalize_status` nodes."""
+def ray_nodes(host: str, port: int, head_member: str, *, timeout_s: float = 10.0) -> list[protocol.RayStatusNode]:
+    """The live Ray nodes from the head's state API, as `ray.status` result nodes."""
     url = f"http://{host}:{port}/api/v0/nodes?limit=1000&detail=true"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
@@ -169,46 +167,35 @@ def ray_nodes(host: str, port: int, head_member: str, *, timeout_s: float = 10.0
             continue
         head = bool(row.get("is_head_node"))
         nodes.append(
-            {
-                "ray_node_id": str(row.get("node_id", "")),
-                "member_id": head_member if head else "",
-                "is_head": head,
-                "alive": True,
-                "status": "RUNNING",
-                "idle_s": 0.0,
-                "resources": row.get("resources_total") or {},
-                "available": {},
-                "ip": str(row.get("node_ip", "")),
-                "name": str(row.get("node_name", "")),
-            }
+            protocol.RayStatusNode(
+                ray_node_id=str(row.get("node_id", "")),
+                member_id=head_member if head else "",
+                is_head=head,
+                status="RUNNING",
+                resources=row.get("resources_total") or {},
+                ip=str(row.get("node_ip", "")),
+                name=str(row.get("node_name", "")),
+            )
         )
     return nodes
 
 
 def status_result(
-    obj: dict[str, Any], nodes: list[dict[str, Any]], namespace: str, *, error: str = ""
-) -> dict[str, Any]:
+    obj: dict[str, Any], nodes: list[protocol.RayStatusNode], namespace: str, *, error: str = ""
+) -> protocol.RayStatusResult:
     """A `ray.status` result: the Ray nodes plus the RayCluster's own status (KubeRay's view)."""
     status = obj.get("status") or {}
     spec = obj.get("spec") or {}
     groups = spec.get("workerGroupSpecs") or [{}]
-    kuberay = {
-        "name": obj["metadata"]["name"],
-        "state": str(status.get("state") or ("suspended" if spec.get("suspend") else "pending")),
-        "suspended": bool(spec.get("suspend")),
-        "ready_workers": int(status.get("readyWorkerReplicas") or status.get("availableWorkerReplicas") or 0),
-        "desired_workers": int(status.get("desiredWorkerReplicas") or 0),
-        "min_workers": int(groups[0].get("minReplicas") or 0),
-        "max_workers": int(groups[0].get("maxReplicas") or 0),
-        "head_host": head_host(obj, namespace),
-    }
-    if error:
-        kuberay["ray_api_error"] = error
-    return {
-        "nodes": nodes,
-        "pending": [],
-        "head_free": {},
-        "placement_groups": [],
-        "truncated": False,
-        "kuberay": kuberay,
-    }
+    kuberay = protocol.RayKubeStatus(
+        name=obj["metadata"]["name"],
+        state=str(status.get("state") or ("suspended" if spec.get("suspend") else "pending")),
+        suspended=bool(spec.get("suspend")),
+        ready_workers=int(status.get("readyWorkerReplicas") or status.get("availableWorkerReplicas") or 0),
+        desired_workers=int(status.get("desiredWorkerReplicas") or 0),
+        min_workers=int(groups[0].get("minReplicas") or 0),
+        max_workers=int(groups[0].get("maxReplicas") or 0),
+        head_host=head_host(obj, namespace),
+        ray_api_error=error or None,
+    )
+    return protocol.RayStatusResult(nodes=nodes, kuberay=kuberay)

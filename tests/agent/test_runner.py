@@ -8,12 +8,14 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agent import protocol
 from agent.executors.base import Executor
 from agent.protocol import Command, Error, GpuInfo, Result
-from agent.runner import CommandRunner, build_executor
+from agent.runner import CommandRunner, build_executor, result_data
 from agent.workloads.endpoints import EndpointManager
 from agent.workloads.models import ModelCache
 from tests.agent.executors.podman import TEST_IMAGE, podman_url
@@ -167,6 +169,40 @@ def test_unexpected_exceptions_are_internal_errors(executor, parts, tmp_path):
     assert isinstance(outcome, Error)
     assert outcome.code == "internal"
     assert "FileExistsError" in outcome.message
+
+
+class DictReturning:
+    """The real executor, except that it hands back its result as a plain dict (the bug the runner refuses)."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.inner = executor
+        self.mode = executor.mode
+
+    def execute(self, command_type: str, payload: Any, *, command_key: str, progress: Any) -> Any:
+        return protocol.result_to_dict(
+            self.inner.execute(command_type, payload, command_key=command_key, progress=progress)
+        )
+
+    def list_containers(self) -> list:
+        return self.inner.list_containers()
+
+
+def test_a_handler_returning_a_dict_instead_of_its_result_type_fails_the_command(executor, parts, tmp_path, run_id):
+    models, endpoints = parts
+    runner = CommandRunner(
+        executor=DictReturning(executor), models=models, endpoints=endpoints, journal_path=tmp_path / "j.jsonl"
+    )
+    outcome = runner.run(create_command(run_id, f"dict-{run_id}"), Recorder())
+    assert isinstance(outcome, Error)
+    assert outcome.code == "internal"
+    assert "container.create handler returned dict, not its ContainerResult" in outcome.message
+    # the runner sends a result only as its command type's result type, and refuses another type's
+    assert result_data("endpoint.stop", protocol.EndpointStopResult(endpoint_id="e1")) == {
+        "endpoint_id": "e1",
+        "status": "stopped",
+    }
+    with pytest.raises(TypeError, match="not its EndpointStopResult"):
+        result_data("endpoint.stop", protocol.ContainerResult(container_id="x"))
 
 
 def test_download_then_serve_then_inventory(runner, executor, run_id):

@@ -1,12 +1,13 @@
 """The interface every Ray runtime implements (one backend class per runtime), and a members state file.
 
 The command handler picks a backend by the payload's ``runtime`` and calls `RayBackend.execute`, which
-runs one of the five ``ray.*`` node commands. Backends are synchronous; a documented failure raises
-`agent.errors.CommandFailed`.
+runs one of the five ``ray.*`` node commands and returns its result type (`agent.protocol.results`). Backends
+are synchronous; a documented failure raises `agent.errors.CommandFailed`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from abc import ABC, abstractmethod
@@ -17,15 +18,13 @@ from agent import protocol
 from agent.errors import CommandFailed
 from agent.executors.base import ProgressFn
 
-Result = dict[str, Any]
-
 
 class _StopInFlight:
     """One stop of a member being carried out: those who join it wait for its outcome."""
 
     def __init__(self) -> None:
         self.done = threading.Event()
-        self.result: Result | None = None
+        self.result: protocol.RayNodeStopResult | None = None
         self.error: BaseException | None = None
 
 
@@ -36,26 +35,26 @@ class RayBackend(ABC):
     _stops_lock = threading.Lock()
 
     @abstractmethod
-    def head_start(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> Result:
+    def head_start(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> protocol.RayNodeStartResult:
         """Start (or answer the running) head of member `p.member_id`: its node id, address, dashboard."""
 
     @abstractmethod
-    def worker_start(self, p: protocol.RayWorkerStartPayload, progress: ProgressFn) -> Result:
+    def worker_start(self, p: protocol.RayWorkerStartPayload, progress: ProgressFn) -> protocol.RayNodeStartResult:
         """Start (or answer the running) worker of member `p.member_id`, joining `p.head_address`."""
 
     @abstractmethod
-    def node_drain(self, p: protocol.RayNodeDrainPayload, progress: ProgressFn) -> Result:
-        """Ask the cluster to drain Ray node `p.ray_node_id`: ``{"accepted": True}`` or `CommandFailed`."""
+    def node_drain(self, p: protocol.RayNodeDrainPayload, progress: ProgressFn) -> protocol.RayNodeDrainResult:
+        """Ask the cluster to drain Ray node `p.ray_node_id`: accepted, or `CommandFailed`."""
 
     @abstractmethod
-    def node_stop(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> Result:
-        """Stop member `p.member_id`; ``{"stopped": False}`` when it is not running here."""
+    def node_stop(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> protocol.RayNodeStopResult:
+        """Stop member `p.member_id`; ``stopped=False`` when it is not running here."""
 
     @abstractmethod
-    def status(self, p: protocol.RayStatusPayload, progress: ProgressFn) -> Result:
+    def status(self, p: protocol.RayStatusPayload, progress: ProgressFn) -> protocol.RayStatusResult:
         """The cluster as `agent.ray.members.normalize_status` shapes it (plus log tails when asked)."""
 
-    def stop_once(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> Result:
+    def stop_once(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> protocol.RayNodeStopResult:
         """`node_stop`, except that a stop of a member already stopping joins that stop: it waits for it and
         answers its outcome (with ``joined: True``) rather than stopping the member again (a second
         ``docker stop`` of a stopping container kills it instead of letting Ray shut down)."""
@@ -72,7 +71,7 @@ class RayBackend(ABC):
             current.done.wait()
             if current.error is not None:
                 raise current.error
-            return {**(current.result or {}), "joined": True}
+            return dataclasses.replace(current.result or protocol.RayNodeStopResult(), joined=True)
         try:
             current.result = self.node_stop(p, progress)
             return current.result
@@ -92,8 +91,8 @@ class RayBackend(ABC):
         """(host, port) off this node that the proxy may reach for this backend's clusters."""
         return set()
 
-    def execute(self, command_type: str, payload: Any, progress: ProgressFn) -> Result:
-        """Run one ``ray.*`` node command (payload already parsed)."""
+    def execute(self, command_type: str, payload: Any, progress: ProgressFn) -> Any:
+        """Run one ``ray.*`` node command (payload already parsed); its result type."""
         match command_type:
             case "ray.head.start":
                 return self.head_start(payload, progress)

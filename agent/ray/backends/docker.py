@@ -9,6 +9,7 @@ agent runs are remembered in a JSON file, so the tunnel may reach their dashboar
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from agent import protocol
 from agent.errors import CommandFailed
 from agent.executors.base import ProgressFn
 from agent.ray import incontainer
-from agent.ray.backends.base import MemberFile, RayBackend, Result
+from agent.ray.backends.base import MemberFile, RayBackend
 from agent.ray.containers import RayContainers, available_memory_bytes, memory_bytes, short_reason
 from agent.ray.docker_spec import docker_run_spec
 from agent.ray.members import CONTAINER_RAY_DIR, LOG_FILES, member_name, normalize_status
@@ -100,7 +101,7 @@ class DockerBackend(RayBackend):
 
     # ---- commands ------------------------------------------------------------------------------
 
-    def head_start(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> Result:
+    def head_start(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> protocol.RayNodeStartResult:
         name = member_name(p.member_id)
         state = self._engine().state(name)
         running = bool(state is not None and state.get("Running"))
@@ -118,32 +119,32 @@ class DockerBackend(RayBackend):
         )
         dashboard_url = f"http://127.0.0.1:{p.dashboard_port}"
         self.members.put(p.member_id, {"role": "head", "dashboard_url": dashboard_url, "gcs_port": gcs_port})
-        return {
-            "container_id": container_id,
-            "ray_node_id": joined["ray_node_id"],
-            "ip": joined["ip"],
-            "hostname": self.hostname,
-            "gcs_port": gcs_port,
-            "gcs_address": f"{joined['ip']}:{gcs_port}",
-            "dashboard_url": dashboard_url,
-        }
+        return protocol.RayNodeStartResult(
+            container_id=container_id,
+            ray_node_id=joined.ray_node_id,
+            ip=joined.ip,
+            hostname=self.hostname,
+            gcs_port=gcs_port,
+            gcs_address=f"{joined.ip}:{gcs_port}",
+            dashboard_url=dashboard_url,
+        )
 
-    def worker_start(self, p: protocol.RayWorkerStartPayload, progress: ProgressFn) -> Result:
+    def worker_start(self, p: protocol.RayWorkerStartPayload, progress: ProgressFn) -> protocol.RayNodeStartResult:
         spec = self.spec(p)
         progress(f"starting Ray worker container {spec['name']} ({spec['image']}) joining {p.head_address}")
         container_id, _ = self._start_container(spec, "worker", lambda: self._wait_started(spec["name"]))
         self.members.put(p.member_id, {"role": "worker", "dashboard_url": ""})
         # The worker's node id is learnt from the head's status (the next ray.status matches it by label).
-        return {"container_id": container_id, "ray_node_id": "", "ip": "", "hostname": self.hostname}
+        return protocol.RayNodeStartResult(container_id=container_id, hostname=self.hostname)
 
-    def node_stop(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> Result:
+    def node_stop(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> protocol.RayNodeStopResult:
         name = member_name(p.member_id)
         progress(f"stopping Ray container {name}")
         stopped = self._engine().stop(name, timeout_s=p.timeout_s)
         self.members.put(p.member_id, None)
-        return {"stopped": stopped}
+        return protocol.RayNodeStopResult(stopped=stopped)
 
-    def node_drain(self, p: protocol.RayNodeDrainPayload, progress: ProgressFn) -> Result:
+    def node_drain(self, p: protocol.RayNodeDrainPayload, progress: ProgressFn) -> protocol.RayNodeDrainResult:
         head_name = member_name(p.head_member_id)
         progress(f"draining Ray node {p.ray_node_id[:12]} through {head_name}")
         answer = self._in_container(
@@ -151,19 +152,19 @@ class DockerBackend(RayBackend):
         )
         if not answer.get("accepted"):
             raise CommandFailed("conflict", f"Ray refused the drain: {answer.get('message', '')}")
-        return {"accepted": True}
+        return protocol.RayNodeDrainResult(accepted=True)
 
-    def status(self, p: protocol.RayStatusPayload, progress: ProgressFn) -> Result:
+    def status(self, p: protocol.RayStatusPayload, progress: ProgressFn) -> protocol.RayStatusResult:
         head_name = member_name(p.member_id)
         result = normalize_status(self._in_container(head_name, ["status", str(p.gcs_port)], "ray status"))
-        if p.include_logs:
-            logs: dict[str, str] = {}
-            for key, filename in LOG_FILES.items():
-                path = f"{CONTAINER_RAY_DIR}/session_latest/logs/{filename}"
-                _, output = self._engine().exec(head_name, ["tail", "-n", str(p.log_lines), path], timeout_s=15)
-                logs[key] = output
-            result["logs"] = logs
-        return result
+        if not p.include_logs:
+            return result
+        logs: dict[str, str] = {}
+        for key, filename in LOG_FILES.items():
+            path = f"{CONTAINER_RAY_DIR}/session_latest/logs/{filename}"
+            _, output = self._engine().exec(head_name, ["tail", "-n", str(p.log_lines), path], timeout_s=15)
+            logs[key] = output
+        return dataclasses.replace(result, logs=logs)
 
     # ---- helpers -------------------------------------------------------------------------------
 
@@ -218,7 +219,7 @@ class DockerBackend(RayBackend):
                 self._engine().stop(spec["name"], timeout_s=5)
             raise
 
-    def _wait_joined(self, head_name: str, member_id: str, gcs_port: int) -> dict[str, Any]:
+    def _wait_joined(self, head_name: str, member_id: str, gcs_port: int) -> protocol.RayStatusNode:
         deadline = time.monotonic() + self.register_timeout_s
         last = ""
         while time.monotonic() < deadline:
@@ -228,7 +229,7 @@ class DockerBackend(RayBackend):
             except CommandFailed as exc:
                 last = exc.message
             else:
-                found = next((n for n in status["nodes"] if n["member_id"] == member_id), None)
+                found = next((n for n in status.nodes if n.member_id == member_id), None)
                 if found is not None:
                     return found
             time.sleep(1.0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from agent import protocol
 from agent.errors import CommandFailed
 from agent.executors.base import ProgressFn
-from agent.ray.backends.base import RayBackend, Result
+from agent.ray.backends.base import RayBackend
 from agent.ray.kuberay import KubeRayGitOps, KubeRayKube
 
 
@@ -25,22 +25,22 @@ class KubeRayBackend(RayBackend):
     def proxy_targets(self) -> set[tuple[str, int]]:
         return self.kuberay.proxy_targets() if self.kuberay is not None else set()
 
-    def head_start(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> Result:
+    def head_start(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> protocol.RayNodeStartResult:
         return self._applier().apply(p, progress)
 
-    def worker_start(self, p: protocol.RayWorkerStartPayload, progress: ProgressFn) -> Result:
+    def worker_start(self, p: protocol.RayWorkerStartPayload, progress: ProgressFn) -> protocol.RayNodeStartResult:
         raise CommandFailed("unsupported", "KubeRay's autoscaler starts the workers of a RayCluster")
 
-    def node_drain(self, p: protocol.RayNodeDrainPayload, progress: ProgressFn) -> Result:
+    def node_drain(self, p: protocol.RayNodeDrainPayload, progress: ProgressFn) -> protocol.RayNodeDrainResult:
         raise CommandFailed("unsupported", "KubeRay's autoscaler drains the workers of a RayCluster")
 
-    def node_stop(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> Result:
+    def node_stop(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> protocol.RayNodeStopResult:
         applier = self._applier()
         if p.delete:
             return applier.delete(p.cluster_id, progress)
         return applier.suspend(p.cluster_id, progress)
 
-    def status(self, p: protocol.RayStatusPayload, progress: ProgressFn) -> Result:
+    def status(self, p: protocol.RayStatusPayload, progress: ProgressFn) -> protocol.RayStatusResult:
         return self._applier().status(p)
 
     def _applier(self) -> KubeRayKube | KubeRayGitOps:

@@ -6,15 +6,15 @@ are remembered in a JSON state file, so a restarted agent can still stop them.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from agent import protocol
 from agent.errors import CommandFailed
 from agent.executors.base import ProgressFn
-from agent.ray.backends.base import MemberFile, RayBackend, Result
+from agent.ray.backends.base import MemberFile, RayBackend
 from agent.ray.members import LOG_FILES, member_name, normalize_status, read_text, tail_lines
 from agent.ray.ports import free_port, port_in_use
 from agent.ray.process_runtime import RayNodeProcess, RayProcessRuntime
@@ -51,11 +51,11 @@ class ProcessBackend(RayBackend):
 
     # ---- commands ------------------------------------------------------------------------------
 
-    def head_start(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> Result:
+    def head_start(self, p: protocol.RayHeadStartPayload, progress: ProgressFn) -> protocol.RayNodeStartResult:
         self._check_version(p.ray_version)
         existing = self._running(p.member_id)
         if existing is not None:
-            return {**self._facts(existing), "already_running": True}
+            return self._facts(existing, already_running=True)
         for port in (p.gcs_port, p.dashboard_port):
             if port and port_in_use(port):
                 raise CommandFailed("conflict", f"port {port} is already in use on {self.hostname}")
@@ -72,11 +72,11 @@ class ProcessBackend(RayBackend):
         self.members.put(p.member_id, asdict(node))
         return self._facts(node)
 
-    def worker_start(self, p: protocol.RayWorkerStartPayload, progress: ProgressFn) -> Result:
+    def worker_start(self, p: protocol.RayWorkerStartPayload, progress: ProgressFn) -> protocol.RayNodeStartResult:
         self._check_version(p.ray_version)
         existing = self._running(p.member_id)
         if existing is not None:
-            return {**self._facts(existing), "already_running": True}
+            return self._facts(existing, already_running=True)
         progress(f"starting Ray {p.ray_version} worker (process) joining {p.head_address}")
         node = self._runtime().start_worker(
             head_address=p.head_address,
@@ -89,16 +89,16 @@ class ProcessBackend(RayBackend):
         self.members.put(p.member_id, asdict(node))
         return self._facts(node)
 
-    def node_stop(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> Result:
+    def node_stop(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> protocol.RayNodeStopResult:
         node = self.member(p.member_id)
         if node is None:
-            return {"stopped": False, "reason": "no such Ray node on this machine"}
+            return protocol.RayNodeStopResult(stopped=False, reason="no such Ray node on this machine")
         progress(f"stopping Ray {node.role} {node.name}")
         self._runtime().stop(node, grace_s=float(p.timeout_s))
         self.members.put(p.member_id, None)
-        return {"stopped": True}
+        return protocol.RayNodeStopResult(stopped=True)
 
-    def node_drain(self, p: protocol.RayNodeDrainPayload, progress: ProgressFn) -> Result:
+    def node_drain(self, p: protocol.RayNodeDrainPayload, progress: ProgressFn) -> protocol.RayNodeDrainResult:
         head = self.member(p.head_member_id) if p.head_member_id else None
         address = head.gcs_address if head is not None else f"127.0.0.1:{p.gcs_port}"
         progress(f"draining Ray node {p.ray_node_id[:12]} through {address}")
@@ -107,9 +107,9 @@ class ProcessBackend(RayBackend):
         )
         if not accepted:
             raise CommandFailed("conflict", f"Ray refused the drain: {message}")
-        return {"accepted": True}
+        return protocol.RayNodeDrainResult(accepted=True)
 
-    def status(self, p: protocol.RayStatusPayload, progress: ProgressFn) -> Result:
+    def status(self, p: protocol.RayStatusPayload, progress: ProgressFn) -> protocol.RayStatusResult:
         head = self.member(p.member_id)
         if head is None or not self._runtime().alive(head):
             raise CommandFailed("not_found", f"the Ray head {member_name(p.member_id)} is not running here")
@@ -118,12 +118,11 @@ class ProcessBackend(RayBackend):
         except Exception as exc:
             raise CommandFailed("internal", f"cannot read the cluster status: {exc}") from None
         result = normalize_status(status.as_dict())
-        if p.include_logs:
-            logs_dir = Path(head.temp_dir) / "session_latest" / "logs"
-            result["logs"] = {
-                key: tail_lines(read_text(logs_dir / filename), p.log_lines) for key, filename in LOG_FILES.items()
-            }
-        return result
+        if not p.include_logs:
+            return result
+        logs_dir = Path(head.temp_dir) / "session_latest" / "logs"
+        logs = {key: tail_lines(read_text(logs_dir / filename), p.log_lines) for key, filename in LOG_FILES.items()}
+        return dataclasses.replace(result, logs=logs)
 
     # ---- helpers -------------------------------------------------------------------------------
 
@@ -132,17 +131,18 @@ class ProcessBackend(RayBackend):
             raise CommandFailed("unsupported", "this agent has no Ray process runtime (Ray not installed?)")
         return self.process_runtime
 
-    def _facts(self, node: RayNodeProcess) -> dict[str, Any]:
-        return {
-            "ray_node_id": node.node_id or "",
-            "ip": node.gcs_address.rsplit(":", 1)[0] if node.role == "head" else "",
-            "hostname": self.hostname,
-            "container_id": "",
-            "pid": node.pid,
-            "gcs_address": node.gcs_address,
-            "dashboard_url": node.dashboard_url or "",
-            **({"gcs_port": node.ports["gcs"]} if node.role == "head" and node.ports.get("gcs") else {}),
-        }
+    def _facts(self, node: RayNodeProcess, *, already_running: bool | None = None) -> protocol.RayNodeStartResult:
+        head = node.role == "head"
+        return protocol.RayNodeStartResult(
+            ray_node_id=node.node_id or "",
+            ip=node.gcs_address.rsplit(":", 1)[0] if head else "",
+            hostname=self.hostname,
+            pid=node.pid,
+            gcs_address=node.gcs_address,
+            dashboard_url=node.dashboard_url or "",
+            gcs_port=(node.ports.get("gcs") or None) if head else None,
+            already_running=already_running,
+        )
 
     def _running(self, member_id: str) -> RayNodeProcess | None:
         node = self.member(member_id)

@@ -77,13 +77,13 @@ def test_deploy_commits_the_kubernetes_manifests_pushes_and_syncs(executor, bare
     result = executor.execute("container.create", web(endpoint_host="web.test"), command_key="k1", progress=quiet)
 
     wid = mf.workload_id("k1")
-    assert result["container_id"] == wid
+    assert result.container_id == wid
     assert tree(bare) == ["manifests/web.yaml"]
     objects = manifest(bare, "web")
     assert objects == mf.build_manifests(web(endpoint_host="web.test"), command_key="k1")
     assert [o["kind"] for o in objects] == ["Deployment", "Service", "Ingress"]
     assert git(bare, "log", "-1", "--format=%s", BRANCH).strip() == f"cleverthis: deploy container web ({wid})"
-    assert git(bare, "rev-parse", BRANCH).strip() == result["commit"]
+    assert git(bare, "rev-parse", BRANCH).strip() == result.commit
     [call] = argocd.calls
     assert call.app == "workloads"
     assert call.authorization == f"Bearer {argocd.token}"
@@ -93,13 +93,13 @@ def test_deploy_commits_the_kubernetes_manifests_pushes_and_syncs(executor, bare
 def test_repeated_key_does_not_commit_again(executor, bare):
     executor.execute("container.create", web(), command_key="k1", progress=quiet)
     again = executor.execute("container.create", web("renamed"), command_key="k1", progress=quiet)
-    assert again["existed"] is True
+    assert again.existed is True
     assert git(bare, "rev-list", "--count", BRANCH).strip() == "1"
 
 
 def test_stop_start_destroy_commit_scaled_and_removed_manifests(executor, bare, argocd):
     created = executor.execute("container.create", web(), command_key="k1", progress=quiet)
-    ref = ContainerRefPayload(container=created["container_id"])
+    ref = ContainerRefPayload(container=created.container_id)
 
     executor.execute("container.stop", ref, command_key="s", progress=quiet)
     assert manifest(bare, "web")[0]["spec"]["replicas"] == 0
@@ -109,7 +109,7 @@ def test_stop_start_destroy_commit_scaled_and_removed_manifests(executor, bare, 
     executor.execute("container.destroy", ref, command_key="d", progress=quiet)
     assert tree(bare) == []
     subjects = git(bare, "log", "--format=%s", BRANCH).splitlines()
-    wid = created["container_id"]
+    wid = created.container_id
     assert subjects == [
         f"cleverthis: destroy container web ({wid})",
         f"cleverthis: start container web ({wid})",
@@ -174,7 +174,7 @@ def test_sync_failures_are_argocd_sync_failed_and_a_redelivery_syncs_again(execu
     assert tree(bare) == ["manifests/web.yaml"]  # the commit is in; only the sync failed
 
     argocd.fail_with(None)
-    assert executor.execute("container.create", web(), command_key="k1", progress=quiet)["existed"] is True
+    assert executor.execute("container.create", web(), command_key="k1", progress=quiet).existed is True
     assert len(argocd.calls) == 2
 
 

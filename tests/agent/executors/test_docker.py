@@ -73,9 +73,9 @@ def test_create_runs_the_container_with_requests_and_our_labels(executor, engine
     )
     result = executor.execute("container.create", spec, command_key=f"key-{run_id}", progress=Recorder())
 
-    assert result["status"] == "running"
-    assert result["ports"]["8080"] > 0
-    raw = engine.containers.get(result["container_id"])
+    assert result.status == "running"
+    assert result.ports["8080"] > 0
+    raw = engine.containers.get(result.container_id)
     assert raw.name == spec.name
     assert raw.labels[MANAGED_LABEL] == "true"
     assert raw.labels[COMMAND_KEY_LABEL] == f"key-{run_id}"
@@ -90,9 +90,9 @@ def test_create_is_idempotent_on_the_command_key(executor, engine, run_id):
     again = executor.execute(
         "container.create", payload(run_id), command_key=f"k-{run_id}", progress=Recorder()
     )  # a different name: the key alone decides
-    assert again["container_id"] == first["container_id"]
-    assert again["existed"] is True
-    assert first["existed"] is False
+    assert again.container_id == first.container_id
+    assert again.existed is True
+    assert first.existed is False
     assert len(engine.containers.list(all=True, filters={"label": f"{COMMAND_KEY_LABEL}=k-{run_id}"})) == 1
 
 
@@ -100,23 +100,23 @@ def test_create_without_start_leaves_it_created(executor, run_id):
     result = executor.execute(
         "container.create", payload(run_id, start=False), command_key=f"ns-{run_id}", progress=Recorder()
     )
-    assert result["status"] == "created"
+    assert result.status == "created"
 
 
 def test_stop_start_destroy_lifecycle(executor, engine, run_id):
     created = executor.execute("container.create", payload(run_id), command_key=f"l-{run_id}", progress=Recorder())
-    ref = ContainerRefPayload(container=created["container_id"], timeout_s=1)  # busybox PID 1 ignores SIGTERM
+    ref = ContainerRefPayload(container=created.container_id, timeout_s=1)  # busybox PID 1 ignores SIGTERM
 
-    assert executor.execute("container.stop", ref, command_key="s", progress=Recorder())["status"] == "exited"
-    assert engine.containers.get(created["container_id"]).status == "exited"
-    by_name = ContainerRefPayload(container=created["name"], timeout_s=1)
-    assert executor.execute("container.start", by_name, command_key="st", progress=Recorder())["status"] == "running"
+    assert executor.execute("container.stop", ref, command_key="s", progress=Recorder()).status == "exited"
+    assert engine.containers.get(created.container_id).status == "exited"
+    by_name = ContainerRefPayload(container=created.name, timeout_s=1)
+    assert executor.execute("container.start", by_name, command_key="st", progress=Recorder()).status == "running"
 
-    assert executor.execute("container.destroy", ref, command_key="d", progress=Recorder())["status"] == "missing"
+    assert executor.execute("container.destroy", ref, command_key="d", progress=Recorder()).status == "missing"
     with pytest.raises(docker.errors.NotFound):
-        engine.containers.get(created["container_id"])
+        engine.containers.get(created.container_id)
     # Destroying again is harmless; stopping a missing container is a documented failure.
-    assert executor.execute("container.destroy", ref, command_key="d2", progress=Recorder())["status"] == "missing"
+    assert executor.execute("container.destroy", ref, command_key="d2", progress=Recorder()).status == "missing"
     with pytest.raises(CommandFailed) as err:
         executor.execute("container.stop", ref, command_key="s2", progress=Recorder())
     assert err.value.code == "not_found"
@@ -127,9 +127,9 @@ def test_list_containers_reports_only_ours(executor, engine, run_id):
     foreign = engine.containers.create(TEST_IMAGE, ["sleep", "300"], labels={RUN_LABEL: run_id})
 
     listed = {c.container_id: c for c in executor.list_containers()}
-    assert ours["container_id"] in listed
+    assert ours.container_id in listed
     assert foreign.id not in listed
-    info = listed[ours["container_id"]]
+    info = listed[ours.container_id]
     assert info.command_key == f"o-{run_id}"
     assert info.status == "running"
     assert info.image.endswith("busybox:test")
@@ -168,13 +168,13 @@ def test_destroy_removes_the_anonymous_volumes(executor, engine, run_id):
     created = executor.execute(
         "container.create", payload(run_id, image=VOLUME_IMAGE), command_key=f"v-{run_id}", progress=Recorder()
     )
-    [mount] = engine.containers.get(created["container_id"]).attrs["Mounts"]
+    [mount] = engine.containers.get(created.container_id).attrs["Mounts"]
     assert mount["Destination"] == "/data"
     assert engine.volumes.get(mount["Name"])
 
     executor.execute(
         "container.destroy",
-        ContainerRefPayload(container=created["container_id"], timeout_s=1),
+        ContainerRefPayload(container=created.container_id, timeout_s=1),
         command_key="d",
         progress=Recorder(),
     )
@@ -206,7 +206,7 @@ def test_missing_image_is_pulled_with_progress(executor, registry, run_id):
     result = executor.execute(
         "container.create", payload(run_id, image=image), command_key=f"pull-{run_id}", progress=progress
     )
-    assert result["status"] == "running"
+    assert result.status == "running"
     messages = [m for m, _, _ in progress.calls]
     assert messages[0] == f"pulling image {image}"
     assert f"pulled image {image}" in messages
@@ -216,7 +216,7 @@ def test_missing_image_is_pulled_with_progress(executor, registry, run_id):
     again = executor.execute(  # present now: no second pull
         "container.create", payload(run_id, image=image), command_key=f"pull2-{run_id}", progress=Recorder()
     )
-    assert again["status"] == "running"
+    assert again.status == "running"
     assert len(standin.requests) == served
 
 
@@ -232,7 +232,7 @@ def test_private_registry_needs_credentials(executor, registry, run_id):
 
     with_creds = payload(run_id, image=image, registry_username="robot", registry_password="s3cret")
     assert (
-        executor.execute("container.create", with_creds, command_key=f"b-{run_id}", progress=Recorder())["status"]
+        executor.execute("container.create", with_creds, command_key=f"b-{run_id}", progress=Recorder()).status
         == "running"
     )
 
@@ -260,7 +260,7 @@ def test_a_container_removed_between_listing_and_inspecting_fails_no_inventory(e
     ]
     client = executor._docker()
     real_list = client.api.containers
-    to_remove = [created[1]["container_id"], created[0]["container_id"]]
+    to_remove = [created[1].container_id, created[0].container_id]
 
     def list_then_remove_one(*args, **kwargs):
         rows = real_list(*args, **kwargs)
@@ -270,13 +270,13 @@ def test_a_container_removed_between_listing_and_inspecting_fails_no_inventory(e
 
     client.api.containers = list_then_remove_one
     listed = {c.container_id for c in executor.list_containers()}
-    assert {c["container_id"] for c in created} <= listed  # as listed: the next listing drops it
+    assert {c.container_id for c in created} <= listed  # as listed: the next listing drops it
 
     runner = _runner(executor, tmp_path)
     inventory = runner.inventory([])  # never raises
-    assert {created[0]["container_id"], created[2]["container_id"]} <= {c.container_id for c in inventory.containers}
+    assert {created[0].container_id, created[2].container_id} <= {c.container_id for c in inventory.containers}
     current = {c.container_id for c in runner.inventory([]).containers}
-    assert current & {c["container_id"] for c in created} == {created[2]["container_id"]}
+    assert current & {c.container_id for c in created} == {created[2].container_id}
 
 
 def test_inventory_through_an_engine_restart_keeps_the_last_listed_containers(engine, run_id, tmp_path, caplog):
@@ -291,7 +291,7 @@ def test_inventory_through_an_engine_restart_keeps_the_last_listed_containers(en
         made = executor.execute("container.create", payload(run_id), command_key=f"e-{run_id}", progress=Recorder())
         runner = _runner(executor, tmp_path)
         before = runner.inventory([]).containers
-        assert made["container_id"] in {c.container_id for c in before}
+        assert made.container_id in {c.container_id for c in before}
 
         relay.down()
         with caplog.at_level(logging.WARNING, logger="agent.runner"):
@@ -299,10 +299,10 @@ def test_inventory_through_an_engine_restart_keeps_the_last_listed_containers(en
         assert all(inv.containers == before for inv in during)
         assert len([r for r in caplog.records if "cannot read the containers" in r.getMessage()]) == 1
 
-        engine.containers.get(made["container_id"]).remove(force=True, v=True)
+        engine.containers.get(made.container_id).remove(force=True, v=True)
         relay.up()
         after = runner.inventory([]).containers
-        assert made["container_id"] not in {c.container_id for c in after}
+        assert made.container_id not in {c.container_id for c in after}
     finally:
         relay.down()
 

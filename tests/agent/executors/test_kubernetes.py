@@ -54,9 +54,9 @@ def test_create_applies_deployment_service_and_ingress_in_our_namespace(executor
         "container.create", web(endpoint_host="web.example.test"), command_key="key-1", progress=quiet
     )
 
-    assert result["container_id"] == mf.workload_id("key-1")
-    assert result["name"] == "web-app"
-    assert result["status"] == "running"
+    assert result.container_id == mf.workload_id("key-1")
+    assert result.name == "web-app"
+    assert result.status == "running"
     assert api.namespaces[NS]["metadata"]["labels"][mf.MANAGED_BY_LABEL] == "cleverthis"
     deployment = api.get("deployments", NS, "web-app")
     assert deployment["metadata"]["labels"][mf.MANAGED_BY_LABEL] == "cleverthis"
@@ -71,7 +71,7 @@ def test_create_applies_deployment_service_and_ingress_in_our_namespace(executor
     service = api.get("services", NS, "web-app")
     assert service["spec"]["type"] == "ClusterIP"
     assert [p["port"] for p in service["spec"]["ports"]] == [8080]
-    assert service["spec"]["selector"] == {mf.WORKLOAD_LABEL: result["container_id"]}
+    assert service["spec"]["selector"] == {mf.WORKLOAD_LABEL: result.container_id}
     ingress = api.get("ingresses", NS, "web-app")
     rule = ingress["spec"]["rules"][0]
     assert rule["host"] == "web.example.test"
@@ -89,8 +89,8 @@ def test_no_ingress_without_endpoint_host_and_no_service_without_ports(executor,
 def test_create_is_idempotent_on_the_command_key(executor, api):
     first = executor.execute("container.create", web(), command_key="same", progress=quiet)
     again = executor.execute("container.create", web(name="other-name"), command_key="same", progress=quiet)
-    assert again["container_id"] == first["container_id"]
-    assert again["existed"] is True
+    assert again.container_id == first.container_id
+    assert again.existed is True
     assert api.names("deployments", NS) == ["web-app"]
     creates = [c for c in api.calls if c.method == "POST" and c.path.endswith("/deployments")]
     assert len(creates) == 1
@@ -105,20 +105,20 @@ def test_same_name_from_another_key_is_a_conflict(executor):
 
 def test_stop_scales_to_zero_start_to_one_destroy_deletes_everything(executor, api):
     created = executor.execute("container.create", web(endpoint_host="h.test"), command_key="life", progress=quiet)
-    by_id = ContainerRefPayload(container=created["container_id"])
+    by_id = ContainerRefPayload(container=created.container_id)
 
-    assert executor.execute("container.stop", by_id, command_key="s", progress=quiet)["status"] == "stopped"
+    assert executor.execute("container.stop", by_id, command_key="s", progress=quiet).status == "stopped"
     assert api.get("deployments", NS, "web-app")["spec"]["replicas"] == 0
     assert [c.status for c in executor.list_containers()] == ["stopped"]
     by_name = ContainerRefPayload(container="web-app")
-    assert executor.execute("container.start", by_name, command_key="t", progress=quiet)["status"] == "running"
+    assert executor.execute("container.start", by_name, command_key="t", progress=quiet).status == "running"
     assert api.get("deployments", NS, "web-app")["spec"]["replicas"] == 1
 
-    assert executor.execute("container.destroy", by_id, command_key="d", progress=quiet)["status"] == "missing"
+    assert executor.execute("container.destroy", by_id, command_key="d", progress=quiet).status == "missing"
     assert api.names("deployments", NS) == []
     assert api.names("services", NS) == []
     assert api.names("ingresses", NS) == []
-    assert executor.execute("container.destroy", by_id, command_key="d2", progress=quiet)["status"] == "missing"
+    assert executor.execute("container.destroy", by_id, command_key="d2", progress=quiet).status == "missing"
     with pytest.raises(CommandFailed) as err:
         executor.execute("container.start", by_id, command_key="t2", progress=quiet)
     assert err.value.code == "not_found"
@@ -203,7 +203,7 @@ def test_registry_credentials_become_an_image_pull_secret(executor, api):
     assert pod["imagePullSecrets"] == [{"name": "web-app-registry"}]
 
     executor.execute(
-        "container.destroy", ContainerRefPayload(container=created["container_id"]), command_key="d", progress=quiet
+        "container.destroy", ContainerRefPayload(container=created.container_id), command_key="d", progress=quiet
     )
     assert api.names("secrets", NS) == []
 

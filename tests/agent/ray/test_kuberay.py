@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agent import protocol
 from agent.errors import CommandFailed
 from agent.executors import manifests as mf
 from agent.executors.argocd import ArgoCDExecutor
@@ -153,9 +154,9 @@ def test_head_start_applies_the_raycluster_in_the_workload_namespace(handler, ap
     assert stored is not None
     assert stored["spec"]["workerGroupSpecs"][0]["maxReplicas"] == 4
     assert stored["metadata"]["annotations"][kuberay.MEMBER_ANNOTATION] == "head-1"
-    assert result["container_id"] == "train-6f1c2d3e"
-    assert result["hostname"] == "127.0.0.1"  # the head Service's IP, as KubeRay reports it
-    assert result["existed"] is False
+    assert result.container_id == "train-6f1c2d3e"
+    assert result.hostname == "127.0.0.1"  # the head Service's IP, as KubeRay reports it
+    assert result.existed is False
     assert api.namespaces[NS]["metadata"]["labels"][mf.MANAGED_BY_LABEL] == "cleverthis"
     assert any(c.method == "POST" and c.path.endswith("/rayclusters") and c.status == 201 for c in api.calls)
 
@@ -164,8 +165,8 @@ def test_head_start_again_finds_the_same_raycluster(handler, api):
     handler.run("ray.head.start", head_payload(), quiet)
     again = handler.run("ray.head.start", head_payload(member_id="head-2"), quiet)
 
-    assert again["existed"] is True
-    assert again["resumed"] is False
+    assert again.existed is True
+    assert again.resumed is False
     assert api.names("rayclusters", NS) == ["train-6f1c2d3e"]
     assert (
         api.get("rayclusters", NS, "train-6f1c2d3e")["metadata"]["annotations"][kuberay.MEMBER_ANNOTATION] == "head-2"
@@ -179,17 +180,17 @@ def test_stop_suspends_and_start_resumes_the_same_resource(handler, api):
     stopped = handler.run("ray.node.stop", {"cluster_id": CLUSTER, "member_id": "head-1", "runtime": "kuberay"}, quiet)
 
     suspended = api.get("rayclusters", NS, "train-6f1c2d3e")
-    assert stopped == {"stopped": True, "suspended": True, "container_id": "train-6f1c2d3e"}
+    assert stopped == protocol.RayNodeStopResult(stopped=True, suspended=True, container_id="train-6f1c2d3e")
     assert suspended["spec"]["suspend"] is True
     assert suspended["status"]["state"] == "suspended"
     status = handler.run("ray.status", {"cluster_id": CLUSTER, "member_id": "head-1", "runtime": "kuberay"}, quiet)
-    assert status["kuberay"]["state"] == "suspended"
-    assert status["nodes"] == []
+    assert status.kuberay.state == "suspended"
+    assert status.nodes == []
 
     resumed = handler.run("ray.head.start", head_payload(member_id="head-2"), quiet)
 
     again = api.get("rayclusters", NS, "train-6f1c2d3e")
-    assert resumed["resumed"] is True
+    assert resumed.resumed is True
     assert again["spec"]["suspend"] is False
     assert again["metadata"]["uid"] == uid
 
@@ -201,10 +202,10 @@ def test_delete_removes_the_raycluster_and_a_second_delete_is_fine(handler, api)
     first = handler.run("ray.node.stop", stop, quiet)
     second = handler.run("ray.node.stop", stop, quiet)
 
-    assert first["deleted"] is True
-    assert first["stopped"] is True
+    assert first.deleted is True
+    assert first.stopped is True
     assert api.names("rayclusters", NS) == []
-    assert second["stopped"] is False
+    assert second.stopped is False
 
 
 def test_status_combines_the_resource_status_and_the_heads_ray_api(handler, api, head_api):
@@ -212,16 +213,16 @@ def test_status_combines_the_resource_status_and_the_heads_ray_api(handler, api,
 
     status = handler.run("ray.status", {"cluster_id": CLUSTER, "member_id": "head-1", "runtime": "kuberay"}, quiet)
 
-    assert status["kuberay"]["state"] == "ready"
-    assert status["kuberay"]["ready_workers"] == 1
-    assert (status["kuberay"]["min_workers"], status["kuberay"]["max_workers"]) == (1, 4)
-    assert status["kuberay"]["head_host"] == "127.0.0.1"
-    head = next(n for n in status["nodes"] if n["is_head"])
-    worker = next(n for n in status["nodes"] if not n["is_head"])
-    assert head["member_id"] == "head-1"
-    assert head["ray_node_id"] == "aa" * 28
-    assert worker["resources"]["CPU"] == 2.0
-    assert worker["member_id"] == ""
+    assert status.kuberay.state == "ready"
+    assert status.kuberay.ready_workers == 1
+    assert (status.kuberay.min_workers, status.kuberay.max_workers) == (1, 4)
+    assert status.kuberay.head_host == "127.0.0.1"
+    head = next(n for n in status.nodes if n.is_head)
+    worker = next(n for n in status.nodes if not n.is_head)
+    assert head.member_id == "head-1"
+    assert head.ray_node_id == "aa" * 28
+    assert worker.resources["CPU"] == 2.0
+    assert worker.member_id == ""
     assert any(path.startswith("/api/v0/nodes") for path in head_api.paths)
 
 
@@ -230,9 +231,9 @@ def test_status_reports_a_silent_head_without_failing(handler, api):
 
     status = handler.run("ray.status", {"cluster_id": CLUSTER, "member_id": "head-1", "runtime": "kuberay"}, quiet)
 
-    assert status["kuberay"]["state"] == "ready"
-    assert "does not answer" in status["kuberay"]["ray_api_error"]
-    assert status["nodes"] == []
+    assert status.kuberay.state == "ready"
+    assert "does not answer" in status.kuberay.ray_api_error
+    assert status.nodes == []
 
 
 def test_proxy_targets_are_the_heads_service_hosts(handler, api):
@@ -351,9 +352,9 @@ def test_argocd_commits_the_same_manifest_then_syncs(gitops, bare, argocd):
     assert git(bare, "log", "-1", "--format=%an", BRANCH).strip() == "CleverThis Agent"
     assert [c.app for c in argocd.calls] == ["workloads"]
     assert argocd.calls[0].body == {"revision": BRANCH, "prune": True}
-    assert result["container_id"] == "train-6f1c2d3e"
-    assert result["hostname"] == kuberay.head_service_host("train-6f1c2d3e")
-    assert result["commit"] == git(bare, "rev-parse", BRANCH).strip()
+    assert result.container_id == "train-6f1c2d3e"
+    assert result.hostname == kuberay.head_service_host("train-6f1c2d3e")
+    assert result.commit == git(bare, "rev-parse", BRANCH).strip()
 
 
 def test_argocd_stop_commits_suspend_start_unsuspends_and_delete_commits_the_removal(gitops, bare, argocd):
@@ -370,7 +371,7 @@ def test_argocd_stop_commits_suspend_start_unsuspends_and_delete_commits_the_rem
 
     resumed = gitops.run("ray.head.start", head_payload(member_id="head-2"), quiet)
     [running] = mf.from_yaml(git(bare, "show", f"{BRANCH}:{FILE}"))
-    assert resumed["resumed"] is True
+    assert resumed.resumed is True
     assert running["spec"]["suspend"] is False
     assert (
         git(bare, "log", "-1", "--format=%s", BRANCH).strip()
@@ -378,7 +379,7 @@ def test_argocd_stop_commits_suspend_start_unsuspends_and_delete_commits_the_rem
     )
 
     deleted = gitops.run("ray.node.stop", {**ref, "delete": True}, quiet)
-    assert deleted["deleted"] is True
+    assert deleted.deleted is True
     assert FILE not in git(bare, "ls-tree", "-r", "--name-only", BRANCH).split()
     subject = git(bare, "log", "-1", "--format=%s", BRANCH).strip()
     assert subject == f"cleverthis: destroy ray cluster train-6f1c2d3e ({CLUSTER})"
@@ -417,12 +418,12 @@ def test_status_reads_the_node_list_of_a_real_ray_head(tmp_path):
 
         status = handler.run("ray.status", {"cluster_id": CLUSTER, "member_id": "head-1", "runtime": "kuberay"}, quiet)
 
-        assert "ray_api_error" not in status["kuberay"]
-        [node] = status["nodes"]
-        assert node["is_head"] is True
-        assert node["ray_node_id"] == head.node_id
-        assert node["member_id"] == "head-1"
-        assert node["resources"]["CPU"] == 1.0
+        assert status.kuberay.ray_api_error is None
+        [node] = status.nodes
+        assert node.is_head is True
+        assert node.ray_node_id == head.node_id
+        assert node.member_id == "head-1"
+        assert node.resources["CPU"] == 1.0
     finally:
         runtime.stop_all()
         api.stop()

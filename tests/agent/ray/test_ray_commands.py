@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from agent import protocol
 from agent.errors import CommandFailed
 from agent.ray.commands import RayCommandHandler
 from agent.ray.gcs import NODE_LABEL
@@ -183,10 +184,10 @@ def test_docker_gpu_worker_spec_and_start_result():
     assert spec["device_requests"][0]["driver"] == "nvidia"
     assert "--address=10.0.0.1:6390" in spec["command"]
     assert "--num-gpus=2" in spec["command"]
-    assert result == {"container_id": f"cid-ray-{WORKER}", "ray_node_id": "", "ip": "", "hostname": "gpu-box"}
+    assert result == protocol.RayNodeStartResult(container_id=f"cid-ray-{WORKER}", hostname="gpu-box")
     assert "joining 10.0.0.1:6390" in seen[0]
     stop = {"cluster_id": CLUSTER, "member_id": WORKER, "runtime": "docker", "container": "x"}
-    assert handler.run("ray.node.stop", stop, progress) == {"stopped": True}
+    assert handler.run("ray.node.stop", stop, progress) == protocol.RayNodeStopResult(stopped=True)
     assert engine.stops == [f"ray-{WORKER}"]
 
 
@@ -235,8 +236,8 @@ def test_normalize_status_maps_labels_back_to_members():
         ],
     }
     status = normalize_status(raw)
-    assert status["pending"] == [{"CPU": 1.0}]
-    assert [(n["member_id"], n["ray_node_id"], n["ip"]) for n in status["nodes"]] == [
+    assert status.pending == [{"CPU": 1.0}]
+    assert [(n.member_id, n.ray_node_id, n.ip) for n in status.nodes] == [
         (HEAD, "ab", "10.0.0.1"),
         ("", "cd", "10.0.0.2"),
     ]
@@ -260,14 +261,14 @@ def test_process_runtime_head_worker_status_drain_stop(handler: RayCommandHandle
     gcs, dash = free_port(), free_port()
     head_start = {**head_payload(runtime="process"), "gcs_port": gcs, "dashboard_port": dash}
     head = handler.run("ray.head.start", head_start, progress)
-    assert head["ray_node_id"]
-    assert head["gcs_address"].endswith(f":{gcs}")
-    assert head["hostname"] == "test-host"
-    assert head["ip"] == head["gcs_address"].rsplit(":", 1)[0]
+    assert head.ray_node_id
+    assert head.gcs_address.endswith(f":{gcs}")
+    assert head.hostname == "test-host"
+    assert head.ip == head.gcs_address.rsplit(":", 1)[0]
     # Idempotent: the same start answers the running head.
     again = handler.run("ray.head.start", head_start, progress)
-    assert again["already_running"] is True
-    assert again["ray_node_id"] == head["ray_node_id"]
+    assert again.already_running is True
+    assert again.ray_node_id == head.ray_node_id
 
     worker_start = {
         "cluster_id": CLUSTER,
@@ -275,11 +276,11 @@ def test_process_runtime_head_worker_status_drain_stop(handler: RayCommandHandle
         "ray_version": "2.60.0",
         "image": "rayproject/ray:2.60.0",
         "runtime": "process",
-        "head_address": head["gcs_address"],
+        "head_address": head.gcs_address,
         "num_cpus": 1,
     }
     worker = handler.run("ray.worker.start", worker_start, progress)
-    assert worker["ray_node_id"] not in ("", head["ray_node_id"])
+    assert worker.ray_node_id not in ("", head.ray_node_id)
 
     status_payload = {
         "cluster_id": CLUSTER,
@@ -290,28 +291,28 @@ def test_process_runtime_head_worker_status_drain_stop(handler: RayCommandHandle
         "log_lines": 20,
     }
     status = handler.run("ray.status", status_payload, progress)
-    members = {n["member_id"]: n for n in status["nodes"]}
+    members = {n.member_id: n for n in status.nodes}
     assert set(members) == {HEAD, WORKER}
-    assert members[HEAD]["is_head"] is True
-    assert members[WORKER]["ray_node_id"] == worker["ray_node_id"]
-    assert members[WORKER]["resources"]["CPU"] == 1.0
-    assert status["pending"] == []
-    assert "gcs" in status["logs"]
-    assert status["logs"]["gcs"]  # the head's GCS log has lines
+    assert members[HEAD].is_head is True
+    assert members[WORKER].ray_node_id == worker.ray_node_id
+    assert members[WORKER].resources["CPU"] == 1.0
+    assert status.pending == []
+    assert "gcs" in status.logs
+    assert status.logs["gcs"]  # the head's GCS log has lines
 
     # The docker runtime's in-container program, run here against the same real head.
-    engine = HostEngine(ray_address=head["gcs_address"])
+    engine = HostEngine(ray_address=head.gcs_address)
     docker_handler = RayCommandHandler(containers=engine)
     docker_status = docker_handler.run(
         "ray.status", {**status_payload, "runtime": "docker", "include_logs": False}, progress
     )
-    assert {n["member_id"] for n in docker_status["nodes"]} == {HEAD, WORKER}
+    assert {n.member_id for n in docker_status.nodes} == {HEAD, WORKER}
 
     # A drain of the worker once it idles is accepted (through the docker program: same GCS RPC).
     wait_until(
         lambda: any(
-            n["member_id"] == WORKER and n["idle_s"] > 0
-            for n in handler.run("ray.status", {**status_payload, "include_logs": False}, progress)["nodes"]
+            n.member_id == WORKER and n.idle_s > 0
+            for n in handler.run("ray.status", {**status_payload, "include_logs": False}, progress).nodes
         ),
         timeout=60,
         interval=0.5,
@@ -320,23 +321,23 @@ def test_process_runtime_head_worker_status_drain_stop(handler: RayCommandHandle
     drain = {
         "cluster_id": CLUSTER,
         "member_id": WORKER,
-        "ray_node_id": worker["ray_node_id"],
+        "ray_node_id": worker.ray_node_id,
         "runtime": "process",
         "head_member_id": HEAD,
         "gcs_port": gcs,
         "reason": "autoscaler: idle",
     }
-    assert handler.run("ray.node.drain", drain, progress) == {"accepted": True}
+    assert handler.run("ray.node.drain", drain, progress) == protocol.RayNodeDrainResult(accepted=True)
     stop = {"cluster_id": CLUSTER, "member_id": WORKER, "runtime": "process"}
-    assert handler.run("ray.node.stop", stop, progress) == {"stopped": True}
-    assert handler.run("ray.node.stop", stop, progress)["stopped"] is False  # idempotent
+    assert handler.run("ray.node.stop", stop, progress) == protocol.RayNodeStopResult(stopped=True)
+    assert handler.run("ray.node.stop", stop, progress).stopped is False  # idempotent
 
     # A fresh handler (agent restart) still finds and stops the head from its state file.
     restarted = RayCommandHandler(process_runtime=RayProcessRuntime(RAY_BIN, tmp_path / "ray"))
     head_pid = restarted.process.member(HEAD).pid
     assert restarted.run(
         "ray.node.stop", {"cluster_id": CLUSTER, "member_id": HEAD, "runtime": "process"}, progress
-    ) == {"stopped": True}
+    ) == protocol.RayNodeStopResult(stopped=True)
     assert session_pids(head_pid) == []
     with pytest.raises(CommandFailed) as err:
         restarted.run("ray.status", status_payload, progress)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from agent import protocol
 from agent.errors import CommandFailed
 from agent.ray.commands import RayCommandHandler
 from agent.ray.containers import DockerRayContainers
@@ -91,9 +92,9 @@ def test_head_and_worker_containers_join_report_drain_and_leave_nothing(handlers
     started = time.monotonic()
     head = first.run("ray.head.start", payload, quiet)
     head_s = time.monotonic() - started
-    assert head["ray_node_id"]
-    assert head["ip"]
-    assert not head["ip"].startswith("127.")
+    assert head.ray_node_id
+    assert head.ip
+    assert not head.ip.startswith("127.")
     assert payload["dashboard_port"] in first.dashboard_ports()  # the tunnel may reach this dashboard
 
     worker_payload = {
@@ -102,7 +103,7 @@ def test_head_and_worker_containers_join_report_drain_and_leave_nothing(handlers
         "ray_version": VERSION,
         "image": IMAGE,
         "runtime": "docker",
-        "head_address": head["gcs_address"],
+        "head_address": head.gcs_address,
         "num_cpus": 1,
     }
     started = time.monotonic()
@@ -112,31 +113,31 @@ def test_head_and_worker_containers_join_report_drain_and_leave_nothing(handlers
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         status = first.run("ray.status", {**status_payload, "include_logs": True, "log_lines": 5}, quiet)
-        if {n["member_id"] for n in status["nodes"]} == {HEAD, WORKER}:
+        if {n.member_id for n in status.nodes} == {HEAD, WORKER}:
             break
         time.sleep(2)
     join_s = time.monotonic() - started
-    members = {n["member_id"]: n for n in status["nodes"]}
+    members = {n.member_id: n for n in status.nodes}
     assert set(members) == {HEAD, WORKER}, status
-    assert members[WORKER]["resources"]["CPU"] == 1.0
-    assert status["logs"]["gcs"]
+    assert members[WORKER].resources["CPU"] == 1.0
+    assert status.logs["gcs"]
     print(f"\nhead container up in {head_s:.1f} s; worker joined in {join_s:.1f} s")
 
     # The idle worker is drained through the head container (its own Ray 2.9.0), then removed.
     drain = {
         "cluster_id": CLUSTER,
         "member_id": WORKER,
-        "ray_node_id": members[WORKER]["ray_node_id"],
+        "ray_node_id": members[WORKER].ray_node_id,
         "runtime": "docker",
         "head_member_id": HEAD,
         "gcs_port": payload["gcs_port"],
         "reason": "autoscaler: idle",
     }
-    assert first.run("ray.node.drain", drain, quiet) == {"accepted": True}
+    assert first.run("ray.node.drain", drain, quiet) == protocol.RayNodeDrainResult(accepted=True)
     stop = {"cluster_id": CLUSTER, "runtime": "docker", "timeout_s": 10}
-    assert second.run("ray.node.stop", {**stop, "member_id": WORKER}, quiet) == {"stopped": True}
-    assert first.run("ray.node.stop", {**stop, "member_id": HEAD}, quiet) == {"stopped": True}
-    assert first.run("ray.node.stop", {**stop, "member_id": HEAD}, quiet) == {"stopped": False}
+    assert second.run("ray.node.stop", {**stop, "member_id": WORKER}, quiet) == protocol.RayNodeStopResult(stopped=True)
+    assert first.run("ray.node.stop", {**stop, "member_id": HEAD}, quiet) == protocol.RayNodeStopResult(stopped=True)
+    assert first.run("ray.node.stop", {**stop, "member_id": HEAD}, quiet) == protocol.RayNodeStopResult(stopped=False)
     assert containers_left() == []
     assert payload["dashboard_port"] not in first.dashboard_ports()
 

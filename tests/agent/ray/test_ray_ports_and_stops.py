@@ -207,10 +207,10 @@ def test_a_head_without_a_gcs_port_gets_a_free_one_not_redis(tmp_path: Path):
         if holder is not None:
             holder.close()
     (spec,) = engine.runs
-    port = result["gcs_port"]
+    port = result.gcs_port
     assert port != 6379
     assert f"--port={port}" in spec["command"]
-    assert result["gcs_address"] == f"10.0.0.7:{port}"
+    assert result.gcs_address == f"10.0.0.7:{port}"
     low, high = window_of(spec["command"])
     assert not low <= port <= high
 
@@ -232,7 +232,7 @@ def test_a_second_stop_of_a_member_already_stopping_joins_the_first():
     engine = HeadEngine(stop_gate=gate)
     handler = RayCommandHandler(containers=engine)
     stop = {"cluster_id": CLUSTER, "member_id": HEAD, "runtime": "docker", "container": "c"}
-    results: list[dict[str, Any]] = []
+    results: list[protocol.RayNodeStopResult] = []
     first = threading.Thread(target=lambda: results.append(handler.run("ray.node.stop", stop, quiet)))
     first.start()
     try:
@@ -250,7 +250,7 @@ def test_a_second_stop_of_a_member_already_stopping_joins_the_first():
     second.join(5)
     assert engine.stops == [member_name(HEAD)]  # …and never stops the container a second time
     assert len(results) == 2
-    assert all(r["stopped"] for r in results)
+    assert all(r.stopped for r in results)
     # Once that stop is over, a new stop is a stop again.
     handler.run("ray.node.stop", stop, quiet)
     assert engine.stops == [member_name(HEAD)] * 2
