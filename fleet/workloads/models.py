@@ -10,6 +10,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from agent import protocol
 from fleet import origin_names
 from kernel.eventlog import EventLogEntry
 
@@ -97,6 +98,12 @@ class Container(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} on {self.node_id} ({self.status})"
+
+    @property
+    def parsed_spec(self) -> protocol.ContainerCreatePayload | None:
+        """The create payload it was made with, as its protocol dataclass (secrets masked as stored); None
+        for a container adopted from an inventory (no spec)."""
+        return protocol.read_payload("container.create", self.spec)
 
 
 class NodeModel(models.Model):

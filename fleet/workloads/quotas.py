@@ -16,7 +16,7 @@ before they write the rows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import Count, FloatField, QuerySet, Sum, Value
@@ -68,16 +68,14 @@ def workload_usage(workspace_ids: Sequence[Any], names: frozenset[str]) -> list[
     return parts
 
 
-def container_requests(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """The `Container.req_*` fields of a container.create payload."""
-    return {
-        "req_cpus": float(payload.get("cpu") or 0),
-        "req_memory_mb": int(payload.get("memory_mb") or 0),
-        "req_gpus": int(payload.get("gpus") or 0),
-    }
+def container_requests(payload: protocol.ContainerCreatePayload | None) -> dict[str, Any]:
+    """The `Container.req_*` fields of a container.create payload (None, an unreadable one: nothing)."""
+    if payload is None:
+        return {"req_cpus": 0.0, "req_memory_mb": 0, "req_gpus": 0}
+    return {"req_cpus": float(payload.cpu), "req_memory_mb": payload.memory_mb, "req_gpus": payload.gpus}
 
 
-def container_ask(payload: Mapping[str, Any], copies: int = 1) -> dict[str, float]:
+def container_ask(payload: protocol.ContainerCreatePayload | None, copies: int = 1) -> dict[str, float]:
     """What `copies` containers of a container.create payload ask of the quotas."""
     req = container_requests(payload)
     return {
@@ -98,17 +96,17 @@ def replica_ask(*, gpus: int, min_vram_mb: int, replicas: int = 1) -> dict[str, 
     return {"gpus": gpus * replicas, "vram_gib": min_vram_mb * replicas / MB_PER_GIB}
 
 
-def replica_hold(payload: Mapping[str, Any], node: Node | None) -> tuple[int, int]:
+def replica_hold(payload: protocol.EndpointStartPayload, node: Node | None) -> tuple[int, int]:
     """(GPUs, VRAM MB) one server started with endpoint.start `payload` holds on `node`, by the agent's rule
     (`agent.protocol.endpoint_gpus_held`, `endpoint_vram_held_mb`): on a node with GPUs at least one GPU and
     vLLM's share of its memory, even when the endpoint asked for none; never less than it asked."""
-    gpus, min_vram_mb = int(payload.get("gpus") or 0), int(payload.get("min_vram_mb") or 0)
+    gpus, min_vram_mb = payload.gpus, payload.min_vram_mb
     node_gpus = list(node.gpus or []) if node is not None else []
     if node is not None and not node_gpus and node.gpu_count:  # GPUs counted, not described: their VRAM evenly
         each = node.vram_total_mb // node.gpu_count
         node_gpus = [{"index": i, "memory_total_mb": each} for i in range(node.gpu_count)]
     held = protocol.endpoint_gpus_held(gpus=gpus, min_vram_mb=min_vram_mb, node_gpus=len(node_gpus))
-    args, problems = protocol.check_server_args(list(payload.get("extra_args") or []))
+    args, problems = protocol.check_server_args(list(payload.extra_args))
     vram = protocol.endpoint_vram_held_mb(
         gpus=gpus, min_vram_mb=min_vram_mb, node_gpus=node_gpus, server_args=[] if problems else args
     )

@@ -126,22 +126,24 @@ def containers_record_queued(*, commands: list[Command]) -> list[Container]:
     admitted against the workspace's quotas (`QuotaExceeded`, a 409, rolls the queueing back), then each
     command gets its `pending` Container row, so the next admission counts it."""
     first = commands[0]
-    admit(workspace_id=first.cluster.workspace_id, ask=container_ask(first.payload or {}, len(commands)))
-    rows = [
-        Container(
-            node_id=c.node_id,
-            cluster_id=c.cluster_id,
-            name=str((c.payload or {}).get("name", ""))[:128],
-            image=str((c.payload or {}).get("image", ""))[:500],
-            status=ContainerStatus.PENDING,
-            spec=c.payload or {},
-            command_key=c.idempotency_key,
-            created_by_command=c,
-            **container_requests(c.payload or {}),
-        )
-        for c in commands
-    ]
-    return Container.objects.bulk_create(rows)
+    admit(workspace_id=first.cluster.workspace_id, ask=container_ask(first.parsed_payload, len(commands)))
+    return Container.objects.bulk_create([_queued_row(c) for c in commands])
+
+
+def _queued_row(command: Command) -> Container:
+    """The `pending` row of a queued container.create."""
+    payload: protocol.ContainerCreatePayload | None = command.parsed_payload
+    return Container(
+        node_id=command.node_id,
+        cluster_id=command.cluster_id,
+        name=payload.name[:128] if payload else "",
+        image=payload.image[:500] if payload else "",
+        status=ContainerStatus.PENDING,
+        spec=command.payload or {},
+        command_key=command.idempotency_key,
+        created_by_command=command,
+        **container_requests(payload),
+    )
 
 
 def containers_record_start_queued(*, commands: list[Command]) -> list[Container]:
@@ -158,7 +160,7 @@ def containers_record_start_queued(*, commands: list[Command]) -> list[Container
         return []
     ask: dict[str, float] = {}
     for row in rows:
-        for name, amount in container_ask(row.spec or {}).items():
+        for name, amount in container_ask(row.parsed_spec).items():
             ask[name] = ask.get(name, 0) + amount
     admit(workspace_id=commands[0].cluster.workspace_id, ask=ask)
     for row in rows:
@@ -175,12 +177,12 @@ def container_record_created(*, command: Command) -> Container | None:
         return None
     result: protocol.ContainerResult = command.parsed_result
     container_id = result.container_id[:128]
-    spec = command.payload or {}
+    payload: protocol.ContainerCreatePayload | None = command.parsed_payload
     reported = result.status
     if reported in ContainerStatus.reported():
         status = reported
     else:
-        status = ContainerStatus.RUNNING if spec.get("start", True) else ContainerStatus.CREATED
+        status = ContainerStatus.RUNNING if payload is None or payload.start else ContainerStatus.CREATED
     with transaction.atomic():
         row = (
             Container.objects.select_for_update()
@@ -194,11 +196,11 @@ def container_record_created(*, command: Command) -> Container | None:
         if row is None:
             row = Container(node_id=command.node_id, cluster_id=command.cluster_id)
         row.container_id = container_id or row.container_id
-        row.name = str(spec.get("name", row.name))[:128]
-        row.image = str(spec.get("image", row.image))[:500]
-        row.spec = spec
-        for name, value in container_requests(spec).items():
-            setattr(row, name, value)
+        if payload is not None:
+            row.name, row.image = payload.name[:128], payload.image[:500]
+            for name, value in container_requests(payload).items():
+                setattr(row, name, value)
+        row.spec = command.payload or {}
         row.command_key = command.idempotency_key
         row.created_by_command = command
         row.status = status

@@ -50,7 +50,7 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
             raise ValidationError({"payload": "Not an endpoint.start payload."})
         server_args = validate_server_args(payload.extra_args, "payload.extra_args")
         # What the server will really hold on its node (at least one GPU on a GPU node), counted as admitted.
-        held = replica_hold(command.payload, command.node)
+        held = replica_hold(payload, command.node)
         server_id = payload.endpoint_id
         found = EndpointReplica.objects.filter(server_id=server_id).values_list("endpoint_id", flat=True).first()
         endpoint = (
