@@ -7,8 +7,9 @@ JSON shape its handler always had; fields every handler reports have plain defau
 Version skew: what an agent reports is read leniently by the control plane (`parse_result`): unknown fields
 (from a newer agent) are ignored, missing ones (from an older agent) read as their defaults, and a field
 whose value does not fit its type reads as absent, so a result never fails the command it answers. The
-raw `data` is stored as it came (`Command.result`); receivers read the typed result. The agent checks
-its own results strictly (`build_result`).
+raw `data` is stored as it came (`Command.result`); receivers read the typed result. The agent's handlers
+return these types (its runner fails a command whose handler returned anything else, `agent.runner.result_data`);
+`build_result` checks a dict strictly against its type.
 """
 
 from __future__ import annotations

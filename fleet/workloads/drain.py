@@ -87,12 +87,12 @@ class _Target:
         )
 
 
-def _needs(spec: dict[str, Any]) -> dict[str, Any]:
-    def num(key: str) -> float:
-        value = spec.get(key, 0)
-        return value if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else 0
-
-    return {"memory_mb": int(num("memory_mb")), "cpu": num("cpu"), "gpus": int(num("gpus"))}
+def _needs(spec: Any) -> dict[str, Any]:
+    """What a container's create payload (`Container.spec`) asks of a node; nothing for an adopted one."""
+    payload: protocol.ContainerCreatePayload | None = protocol.read_payload("container.create", spec)
+    if payload is None:
+        return {"memory_mb": 0, "cpu": 0, "gpus": 0}
+    return {"memory_mb": payload.memory_mb, "cpu": payload.cpu, "gpus": payload.gpus}
 
 
 def _needs_text(need: dict[str, Any]) -> str:
