@@ -61,7 +61,9 @@ def dispatch(actor: Any, node: Node, command_type: str, payload: Any, *, as_work
     """Queue one command for `node` as `actor` through fleet's `command_queue`; it leaves on commit.
 
     `payload` is the command type's protocol dataclass (`agent.protocol.payloads`); `as_workload`: a Ray
-    workload's own command, which a Member's action may send."""
+    workload's own command, which a Member's action may send. Anything else (a dict) is a `TypeError`."""
+    if not isinstance(payload, protocol.PAYLOAD_TYPES[command_type]):
+        raise TypeError(f"a {command_type} payload is built as its protocol dataclass, not {type(payload).__name__}")
     (command,) = fleet_services.command_queue(
         actor=actor,
         cluster=node.cluster,

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
+from agent import protocol
 from fleet.models import Command
 from kernel.exceptions import IllegalTransition
 from raymgr import services
 from raymgr.models import RayCluster, RayClusterEvent, RayClusterStatus, RayNode, RayNodeStatus
+from raymgr.services.common import dispatch
 from tests.raymgr.conftest import finish, last_command, start_head
 
 pytestmark = pytest.mark.django_db
@@ -30,6 +32,21 @@ def test_create_places_head_on_cpu_node_and_dispatches_head_start(compute, add_n
     assert head.start_command_id == command.pk
     assert command.payload["member_id"] == str(head.pk)
     assert cluster.events.filter(kind="placement").exists()
+
+
+def test_ray_commands_are_sent_only_as_their_protocol_payloads(compute, add_node, make_ray, owner):
+    add_node(compute, "cpu-1", memory_mb=32000)
+    cluster = make_ray()
+    head = RayNode.objects.get(ray_cluster=cluster, role="head")
+    sent = last_command("ray.head.start", cluster_id=str(cluster.pk))
+    assert isinstance(sent.parsed_payload, protocol.RayHeadStartPayload)
+    before = Command.objects.count()
+    as_dict = {"cluster_id": str(cluster.pk), "member_id": str(head.pk)}
+    with pytest.raises(TypeError, match=r"ray\.status payload is built as its protocol dataclass, not dict"):
+        dispatch(owner, head.node, "ray.status", as_dict)
+    with pytest.raises(TypeError, match="not RayNodeStopPayload"):
+        dispatch(owner, head.node, "ray.status", protocol.RayNodeStopPayload(**as_dict))
+    assert Command.objects.count() == before
 
 
 def test_head_result_makes_it_running_and_starts_min_workers_on_other_nodes(compute, add_node, make_ray):
