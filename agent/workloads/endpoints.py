@@ -361,10 +361,14 @@ class EndpointManager:
             return True
 
     def stop_all(self) -> None:
-        """Stop every endpoint this manager knows (agent shutdown with workloads to be drained)."""
+        """Stop every endpoint this manager knows, and the servers it started but lost (agent shutdown with
+        workloads to be drained)."""
         for endpoint_id, record in list(self._load().items()):
             if record.get("status") != "stopped":
                 self.stop(EndpointStopPayload(endpoint_id=endpoint_id))
+        with self._lock:
+            for stray in self._strays(self._load()):
+                self._terminate(stray.pid)
 
     # ---- helpers
 
