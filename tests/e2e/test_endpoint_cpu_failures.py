@@ -2,16 +2,22 @@
 placement admits no more servers than the node's reported cores (the next is refused with the reason), each
 server bound to a core of its own; and a server the agent lost (its record gone, the endpoint stopped
 meanwhile) is reported stray on the agent's return and ended by the endpoint's stop instead of answering
-`not_found` and leaking."""
+`not_found` and leaking. A rolling update of the server arguments on this one-node cluster whose replacement
+fails (the server refuses the arguments, as vLLM refuses ones it cannot honour) keeps every request answered
+by the old server, and the endpoint's page says why and what to do."""
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import psutil
 import pytest
+import requests
+from django.urls import reverse
+from rest_framework.authtoken.models import Token
 
 from fleet import services
 from fleet.models import Command
@@ -24,7 +30,12 @@ from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-STANDIN = f"{sys.executable} -m tests.support.openai_standin"
+# The OpenAI stand-in (in vLLM's place), refusing `--max-model-len 16` at start-up (as vLLM refuses a length
+# it cannot serve).
+REFUSING = (
+    'sh -c \'case "$*" in *--max-model-len?16*) echo "ValueError: max_model_len 16 is refused"; exit 1;; '
+    f'esac; exec {sys.executable} -m tests.support.openai_standin "$@"\' standin'
+)
 
 
 def environ_of(pid: int) -> dict[str, str]:
@@ -46,14 +57,15 @@ def server_pids(state: Path) -> list[int]:
 
 @pytest.fixture
 def cpu_node(control_plane, cluster, operator, agents):
-    """One real agent (no GPU) serving the stand-in, with acme/tiny in its cache: (process, state, env, node)."""
+    """One real agent (no GPU) serving the stand-in (`REFUSING`), with acme/tiny in its cache: (process, state,
+    env, node)."""
     user, _ = operator
     proc, state, env = agents(
         control_plane,
         cluster,
         user,
         "cpu",
-        extra_env={"CLEVERTHIS_ENDPOINT_SERVER": STANDIN, "CLEVERTHIS_VLLM_DEVICE": "cpu"},
+        extra_env={"CLEVERTHIS_ENDPOINT_SERVER": REFUSING, "CLEVERTHIS_VLLM_DEVICE": "cpu"},
     )
     node = node_of(state)
     wait_status(node, "online")
@@ -115,3 +127,56 @@ def test_a_server_the_agent_lost_is_ended_by_the_endpoint_s_stop(cluster, operat
         assert server_pids(state) == []
     finally:
         back.stop()
+
+
+def test_a_failed_rolling_update_keeps_serving_and_the_page_says_why(
+    control_plane, cluster, operator, cpu_node, client
+):
+    user, _ = operator
+    _, _, _, node = cpu_node
+    assert node.cpu_count >= 2, "the replacement needs a core beside its old replica"
+    endpoint = workload_services.endpoint_create(actor=user, cluster=cluster, model_id="acme/tiny")
+    old = running(endpoint)
+    token = Token.objects.create(user=user)
+    auth = {"Authorization": f"Token {token.key}", "Host": endpoint.hostname}
+    answered, failed, stop = [], [], threading.Event()
+
+    def keep_asking() -> None:
+        while not stop.is_set():
+            try:
+                reply = requests.post(
+                    f"{control_plane.url}/v1/chat/completions",
+                    headers=auth,
+                    json={"model": "acme/tiny", "messages": [{"role": "user", "content": "still there"}]},
+                    timeout=60,
+                )
+                assert reply.status_code == 200, reply.text
+                answered.append(reply.headers["x-served-by"])
+            except Exception as exc:  # any failure is what this test is about
+                failed.append(repr(exc))
+
+    caller = threading.Thread(target=keep_asking)
+    caller.start()
+    try:
+        workload_services.endpoint_update(actor=user, endpoint=endpoint, server_args=["--max-model-len", "16"])
+        new = EndpointReplica.objects.get(replacement_of=old)
+        ended = (EndpointStatus.FAILED, EndpointStatus.RUNNING)
+        wait_until(lambda: EndpointReplica.objects.get(pk=new.pk).status in ended, timeout=60, what="replacement")
+        new = EndpointReplica.objects.get(pk=new.pk)
+        assert new.status == EndpointStatus.FAILED
+        mark = len(answered)
+        wait_until(lambda: len(answered) >= mark + 4, timeout=30, what="answers after the failed update")
+    finally:
+        stop.set()
+        caller.join(60)
+    assert failed == []
+    assert set(answered) == {f"127.0.0.1:{old.port}"}  # the old server answered throughout
+    endpoint.refresh_from_db()
+    assert (endpoint.status, endpoint.server_args) == (EndpointStatus.RUNNING, [])  # back on what it serves
+
+    client.force_login(user)
+    page = client.get(reverse("workloads:endpoint_detail", args=[endpoint.pk])).content.decode()
+    assert "The last update failed." in page
+    assert "max_model_len 16 is refused" in page  # why: the server's own words
+    assert f"Replica {old.server_id} keeps serving acme/tiny@main with no extra server arguments" in page
+    assert "correct the server arguments or revision, then update again" in page
