@@ -152,7 +152,7 @@ class CommandRunner:
 
     def proxy_ports(self) -> set[int]:
         """Local ports the control plane may open streams to: running endpoints and Ray dashboards."""
-        ports = {e.port for e in self.endpoints.inventory() if e.port}
+        ports = {e.port for e in self.endpoints.inventory(strays=False) if e.port}
         if self.ray is not None:
             ports |= self.ray.dashboard_ports()
         return ports

@@ -40,10 +40,10 @@ from agent.protocol import (
     EndpointStopResult,
     GpuInfo,
     check_server_args,
-    endpoint_gpus_held,
-    select_gpus,
 )
-from agent.workloads.engine import VLLM_MODULE, Engine, choose_engine, cpu_bytes_needed, weights_bytes
+from agent.protocol.cpu_engine import CPU_ENDPOINT_CORES
+from agent.workloads.cpu_cores import allocate_cores, bind_env, node_cores, pin_process
+from agent.workloads.engine import VLLM_MODULE, Engine, check_gpus, check_memory, choose_engine
 from agent.workloads.models import ModelCache
 from agent.workloads.server_process import (
     free_port,
@@ -54,6 +54,7 @@ from agent.workloads.server_process import (
     server_alive,
     signal_tree,
 )
+from agent.workloads.stray_servers import ServerProcess, mark_env, marked_servers
 
 VLLM_COMMAND = [sys.executable, "-m", VLLM_MODULE]
 
@@ -79,11 +80,12 @@ def server_argv(engine: Engine, model_path: Path, port: int, payload: EndpointSt
 
 
 STATE_FILE = "endpoints.json"
+# The inventory status of a server this agent started but does not own (`stray_servers`).
+STRAY = "stray"
 LOG_TAIL_BYTES = 4000
 START_LOG_TAIL_BYTES = 2000
 # Records of stopped endpoints kept, so a repeated stop of one of them answers "stopped" again.
 STOPPED_KEPT = 200
-MIB = 1024 * 1024
 
 
 class EndpointManager:
@@ -98,6 +100,7 @@ class EndpointManager:
         *,
         ready_timeout_s: float = 600.0,
         stop_timeout_s: float = 15.0,
+        cpu_cores: int = CPU_ENDPOINT_CORES,
     ) -> None:
         self.models = models
         self.state_dir = Path(state_dir)
@@ -105,8 +108,11 @@ class EndpointManager:
         self.gpus_fn = gpus_fn or (lambda: [])
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
+        self.cpu_cores = cpu_cores
         self._lock = threading.RLock()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        # endpoint id → the cancel flags of its starts in flight (set by a stop of that id)
+        self._starting: dict[str, set[threading.Event]] = {}
 
     # ---- state file
 
@@ -141,8 +147,27 @@ class EndpointManager:
         raise CommandFailed("unknown_command", f"the endpoint manager does not run {command_type!r}")
 
     def start(self, payload: EndpointStartPayload, progress: ProgressFn) -> EndpointStartResult:
-        """Start serving a cached model; returns endpoint_id, port and pid (the running one if already up)."""
+        """Start serving a cached model; returns endpoint_id, port and pid (the running one if already up).
+
+        The start is in flight from its first line: a stop of its id meanwhile cancels it (`conflict`, no
+        server left running), even before its record exists."""
+        cancel = threading.Event()
         with self._lock:
+            self._starting.setdefault(payload.endpoint_id, set()).add(cancel)
+        try:
+            return self._start(payload, progress, cancel)
+        finally:
+            with self._lock:
+                waiting = self._starting.get(payload.endpoint_id, set())
+                waiting.discard(cancel)
+                if not waiting:
+                    self._starting.pop(payload.endpoint_id, None)
+
+    def _start(
+        self, payload: EndpointStartPayload, progress: ProgressFn, cancel: threading.Event
+    ) -> EndpointStartResult:
+        with self._lock:
+            _raise_if_cancelled(payload, cancel)
             state = self._load()
             current = state.get(payload.endpoint_id)
             if current and current.get("status") == "unresponsive" and server_alive(current):
@@ -174,14 +199,17 @@ class EndpointManager:
                     model_id=payload.model_id,
                 )
             engine = self._engine()
-            chosen = self._check_gpus(payload, engine, model_path)
+            chosen = check_gpus(payload, engine, model_path, self.gpus_fn)
             if engine.device == "cpu":
-                self._check_memory(model_path)
+                check_memory(model_path)
             port = payload.port or free_port()
             if payload.port and port_in_use(port):
                 raise CommandFailed("conflict", f"port {port} is already in use on this node")
             argv = server_argv(engine, model_path, port, payload)
-            env = engine.env(dict(os.environ))
+            env = mark_env(engine.env(dict(os.environ)), endpoint_id=payload.endpoint_id, state_dir=self.state_dir)
+            cores = self._cpu_cores(state, payload.endpoint_id) if engine.device == "cpu" else []
+            if cores:
+                env = bind_env(env, cores)
             if chosen:
                 # The indices are NVML's, which count GPUs in PCI bus order; CUDA counts fastest first unless
                 # told otherwise, so on a node with unlike GPUs the same index could name another card.
@@ -200,6 +228,8 @@ class EndpointManager:
                     start_new_session=True,
                 )
             self._children[child.pid] = child
+            if cores:
+                pin_process(child.pid, cores)
             state[payload.endpoint_id] = {
                 "model_id": payload.model_id,
                 "revision": payload.revision,
@@ -207,24 +237,30 @@ class EndpointManager:
                 "pid": child.pid,
                 "log": str(log_path),
                 "gpus": [g.index for g in chosen],
+                "cores": cores,
                 "device": engine.device,
                 "status": "starting",
                 "started_at": time.time(),
             }
             self._save(state)
         try:
-            self._wait_ready(payload, child, port, log_path, progress)
+            self._wait_ready(payload, child, port, log_path, progress, cancel)
         except CommandFailed:
             with self._lock:
-                self._terminate(child.pid)
+                self._terminate(child.pid)  # a start that failed or timed out leaves no server behind
                 state = self._load()
-                state.pop(payload.endpoint_id, None)
-                self._save(state)
+                record = state.get(payload.endpoint_id)
+                if record is not None and record.get("pid") == child.pid and record.get("status") != "stopped":
+                    state.pop(payload.endpoint_id)  # a stop's tombstone stays
+                    self._save(state)
+            _raise_if_cancelled(payload, cancel)
             raise
         with self._lock:
+            _raise_if_cancelled(payload, cancel)  # stopped as it became ready: the stop ended the server
             state = self._load()
-            if payload.endpoint_id in state:
-                state[payload.endpoint_id]["status"] = "running"
+            record = state.get(payload.endpoint_id)
+            if record is not None and record.get("pid") == child.pid and record.get("status") == "starting":
+                record["status"] = "running"
                 self._save(state)
         progress(f"endpoint {payload.endpoint_id} answers on port {port}", percent=100.0)
         return EndpointStartResult(
@@ -246,6 +282,19 @@ class EndpointManager:
         with self._lock:
             state = self._load()
             record = state.get(payload.endpoint_id)
+            in_flight = self._starting.get(payload.endpoint_id, set())
+            for cancel in in_flight:
+                cancel.set()
+            if record is None and in_flight:  # its start has not spawned the server yet: it never will
+                state[payload.endpoint_id] = {"status": "stopped", "pid": 0, "stopped_at": time.time()}
+                _forget_old_tombstones(state)
+                self._save(state)
+                return EndpointStopResult(endpoint_id=payload.endpoint_id, status="stopped", pid=0)
+            strays = [p.pid for p in self._strays(state) if p.endpoint_id == payload.endpoint_id]
+            for pid in strays:
+                self._terminate(pid)
+            if record is None and strays:
+                return EndpointStopResult(endpoint_id=payload.endpoint_id, status="stopped", pid=strays[0])
             if record is None:
                 raise CommandFailed(
                     "not_found",
@@ -261,12 +310,14 @@ class EndpointManager:
             self._save(state)
         return EndpointStopResult(endpoint_id=payload.endpoint_id, status="stopped", pid=record["pid"])
 
-    def inventory(self) -> list[EndpointInfo]:
+    def inventory(self, *, strays: bool = True) -> list[EndpointInfo]:
         """The endpoints whose server process is alive (status starting until it answered, then running;
-        unresponsive while its health probes fail: `agent.workloads.endpoint_health`)."""
+        unresponsive while its health probes fail: `agent.workloads.endpoint_health`), then the servers this
+        agent started but does not own (`stray`: no live record holds them; `agent.workloads.stray_servers`)."""
         with self._lock:
             state = self._load()
-        return [
+            found = self._strays(state) if strays else []
+        owned = [
             EndpointInfo(
                 endpoint_id=endpoint_id,
                 model_id=rec["model_id"],
@@ -276,6 +327,10 @@ class EndpointManager:
             )
             for endpoint_id, rec in sorted(state.items())
             if rec.get("status") != "stopped" and server_alive(rec)
+        ]
+        return owned + [
+            EndpointInfo(endpoint_id=p.endpoint_id, model_id=p.model_id, port=p.port, status=STRAY, pid=p.pid)
+            for p in found
         ]
 
     def health_targets(self) -> list[tuple[str, int]]:
@@ -306,10 +361,14 @@ class EndpointManager:
             return True
 
     def stop_all(self) -> None:
-        """Stop every endpoint this manager knows (agent shutdown with workloads to be drained)."""
+        """Stop every endpoint this manager knows, and the servers it started but lost (agent shutdown with
+        workloads to be drained)."""
         for endpoint_id, record in list(self._load().items()):
             if record.get("status") != "stopped":
                 self.stop(EndpointStopPayload(endpoint_id=endpoint_id))
+        with self._lock:
+            for stray in self._strays(self._load()):
+                self._terminate(stray.pid)
 
     # ---- helpers
 
@@ -317,48 +376,19 @@ class EndpointManager:
         engine = choose_engine(self.gpus_fn())
         return Engine(self.server_command, engine.device) if self.server_command else engine
 
-    def _check_gpus(self, payload: EndpointStartPayload, engine: Engine, model_path: Path) -> list[GpuInfo]:
-        """The GPUs to use; CommandFailed(insufficient_vram) when they are missing or the model cannot fit."""
-        gpus = self.gpus_fn() if engine.device == "gpu" or payload.gpus > 0 or payload.min_vram_mb > 0 else []
-        # The rule the control plane's quota admission counts by (`agent.protocol.endpoint_gpus_held`): on a
-        # GPU node at least one GPU is pinned, whatever the endpoint asked.
-        held = endpoint_gpus_held(
-            gpus=payload.gpus, min_vram_mb=payload.min_vram_mb, node_gpus=len(gpus) if engine.device == "gpu" else 0
-        )
-        if held == 0:
-            return []
-        if held > len(gpus):
-            raise CommandFailed(
-                "insufficient_vram",
-                f"insufficient GPU VRAM: the endpoint needs {held} GPU(s), this node has {len(gpus)}",
-                gpus_requested=payload.gpus,
-                gpus_available=len(gpus),
-            )
-        chosen = select_gpus(gpus, held)
-        free_mb = sum(g.memory_total_mb - g.memory_used_mb for g in chosen)
-        needed_mb = max(payload.min_vram_mb, -(-weights_bytes(model_path) // MIB))
-        if needed_mb > free_mb:
-            raise CommandFailed(
-                "insufficient_vram",
-                f"insufficient GPU VRAM: the endpoint needs {needed_mb} MB (at least the model's weights), "
-                f"the selected GPU(s) have {free_mb} MB free",
-                min_vram_mb=needed_mb,
-                free_vram_mb=free_mb,
-            )
-        return chosen
+    def _strays(self, state: dict[str, dict[str, Any]]) -> list[ServerProcess]:
+        """Marked server processes (`stray_servers`) that are no live record's server."""
+        owned = {rec["pid"] for rec in state.values() if rec.get("status") != "stopped" and server_alive(rec)}
+        return [p for p in marked_servers(self.state_dir) if p.pid not in owned]
 
-    def _check_memory(self, model_path: Path) -> None:
-        """CommandFailed(insufficient_memory) when a CPU endpoint cannot fit the node's available memory."""
-        needed = cpu_bytes_needed(model_path)
-        available = psutil.virtual_memory().available
-        if needed > available:
-            raise CommandFailed(
-                "insufficient_memory",
-                f"insufficient memory: a CPU endpoint for this model needs about {needed // MIB} MB (weights, "
-                f"KV cache and vLLM itself), the node has {available // MIB} MB available",
-                needed_mb=needed // MIB,
-                available_mb=available // MIB,
-            )
+    def _cpu_cores(self, state: dict[str, dict[str, Any]], endpoint_id: str) -> list[int]:
+        """Cores for a new CPU server: ones no other live server of this agent is bound to (`cpu_cores`)."""
+        held = [
+            rec.get("cores", [])
+            for other, rec in state.items()
+            if other != endpoint_id and rec.get("status") != "stopped" and server_alive(rec)
+        ]
+        return allocate_cores(held, cores=node_cores(), count=self.cpu_cores)
 
     def _wait_ready(
         self,
@@ -367,11 +397,13 @@ class EndpointManager:
         port: int,
         log_path: Path,
         progress: ProgressFn,
+        cancel: threading.Event,
     ) -> None:
         deadline = time.monotonic() + self.ready_timeout_s
         url = f"http://127.0.0.1:{port}/v1/models"
         last_note = 0.0
         while True:
+            _raise_if_cancelled(payload, cancel)
             code = child.poll()
             if code is not None:
                 tail = log_tail(log_path, LOG_TAIL_BYTES)
@@ -427,6 +459,16 @@ class EndpointManager:
         if child is not None:
             child.wait()
         psutil.wait_procs([p for p in tree if p.pid != pid], timeout=5)
+
+
+def _raise_if_cancelled(payload: EndpointStartPayload, cancel: threading.Event) -> None:
+    """CommandFailed(conflict) when a stop of the endpoint came while its start was in flight."""
+    if cancel.is_set():
+        raise CommandFailed(
+            "conflict",
+            f"endpoint {payload.endpoint_id} was stopped while it was starting; its server is not running",
+            endpoint_id=payload.endpoint_id,
+        )
 
 
 def _forget_old_tombstones(state: dict[str, dict[str, Any]]) -> None:

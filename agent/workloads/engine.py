@@ -12,16 +12,19 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.protocol import GpuInfo
+import psutil
+
+from agent.errors import CommandFailed
+from agent.protocol import EndpointStartPayload, GpuInfo, endpoint_gpus_held, select_gpus
+from agent.protocol.cpu_engine import CPU_KVCACHE_GIB, cpu_endpoint_memory_mb
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
-# What vLLM's own processes take besides the weights (measured with the CPU build: ~3.2 GB resident
-# for a tiny model, of which 1 GiB is the KV cache below).
-CPU_RUNTIME_BYTES = 2_500 * 1024 * 1024
-DEFAULT_CPU_KVCACHE_GIB = "1"
+DEFAULT_CPU_KVCACHE_GIB = str(CPU_KVCACHE_GIB)
+MIB = 1024 * 1024
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
@@ -84,4 +87,51 @@ def cpu_bytes_needed(model_path: Path, environ: dict[str, str] | None = None) ->
         kv_gib = float(environ.get("VLLM_CPU_KVCACHE_SPACE") or DEFAULT_CPU_KVCACHE_GIB)
     except ValueError:
         kv_gib = float(DEFAULT_CPU_KVCACHE_GIB)
-    return weights_bytes(model_path) + int(kv_gib * 1024**3) + CPU_RUNTIME_BYTES
+    return cpu_endpoint_memory_mb(weights_bytes=weights_bytes(model_path), kvcache_gib=kv_gib) * 1024 * 1024
+
+
+def check_gpus(
+    payload: EndpointStartPayload, engine: Engine, model_path: Path, gpus_fn: Callable[[], list[GpuInfo]]
+) -> list[GpuInfo]:
+    """The GPUs to use; CommandFailed(insufficient_vram) when they are missing or the model cannot fit."""
+    gpus = gpus_fn() if engine.device == "gpu" or payload.gpus > 0 or payload.min_vram_mb > 0 else []
+    # The rule the control plane's quota admission counts by (`agent.protocol.endpoint_gpus_held`): on a
+    # GPU node at least one GPU is pinned, whatever the endpoint asked.
+    held = endpoint_gpus_held(
+        gpus=payload.gpus, min_vram_mb=payload.min_vram_mb, node_gpus=len(gpus) if engine.device == "gpu" else 0
+    )
+    if held == 0:
+        return []
+    if held > len(gpus):
+        raise CommandFailed(
+            "insufficient_vram",
+            f"insufficient GPU VRAM: the endpoint needs {held} GPU(s), this node has {len(gpus)}",
+            gpus_requested=payload.gpus,
+            gpus_available=len(gpus),
+        )
+    chosen = select_gpus(gpus, held)
+    free_mb = sum(g.memory_total_mb - g.memory_used_mb for g in chosen)
+    needed_mb = max(payload.min_vram_mb, -(-weights_bytes(model_path) // MIB))
+    if needed_mb > free_mb:
+        raise CommandFailed(
+            "insufficient_vram",
+            f"insufficient GPU VRAM: the endpoint needs {needed_mb} MB (at least the model's weights), "
+            f"the selected GPU(s) have {free_mb} MB free",
+            min_vram_mb=needed_mb,
+            free_vram_mb=free_mb,
+        )
+    return chosen
+
+
+def check_memory(model_path: Path) -> None:
+    """CommandFailed(insufficient_memory) when a CPU endpoint cannot fit the node's available memory."""
+    needed = cpu_bytes_needed(model_path)
+    available = psutil.virtual_memory().available
+    if needed > available:
+        raise CommandFailed(
+            "insufficient_memory",
+            f"insufficient memory: a CPU endpoint for this model needs about {needed // MIB} MB (weights, "
+            f"KV cache and vLLM itself), the node has {available // MIB} MB available",
+            needed_mb=needed // MIB,
+            available_mb=available // MIB,
+        )

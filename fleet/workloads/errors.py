@@ -87,6 +87,12 @@ _HELP: dict[str, tuple[str, str, str]] = {
         "The node's GPUs do not have enough free memory (VRAM) for this model.",
         "Stop other GPU workloads on the node, pick a node with more free VRAM, or a smaller model.",
     ),
+    "insufficient_cpu": (
+        "Insufficient CPU cores",
+        "The node has no GPU (vLLM's CPU build) and every one of its cores is held by another endpoint server: "
+        "each vLLM CPU server needs a core of its own, or the servers starve each other.",
+        "Stop another endpoint on the node, add a node (or a GPU), or pick a node with more cores.",
+    ),
     "insufficient_memory": (
         "Insufficient memory",
         "The node (no GPU: vLLM's CPU build) has not enough available memory for this model's weights, "

@@ -56,6 +56,17 @@ def endpoint_event_list(*, endpoint: Endpoint) -> QuerySet[EndpointEvent]:
     return EndpointEvent.objects.filter(endpoint=endpoint).select_related("node").order_by("-created_at", "-pk")
 
 
+def endpoint_update_failure(*, endpoint: Endpoint) -> EndpointEvent | None:
+    """The event saying why the endpoint's last rolling update failed and what to do, while no update came
+    after it (`endpoint_update_failed`); None otherwise."""
+    last = (
+        EndpointEvent.objects.filter(endpoint=endpoint, kind__in=["endpoint.updating", "endpoint.update_failed"])
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+    return last if last is not None and last.kind == "endpoint.update_failed" else None
+
+
 def replica_loads() -> dict[str, ReplicaLoad]:
     """Every replica's requests in flight and tokens/s over all live web processes, by server id
     (`fleet.replica_load`); raises redis.RedisError when Redis cannot be read."""

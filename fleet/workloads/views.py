@@ -133,6 +133,7 @@ def endpoint_detail(request: HttpRequest, pk: Any) -> HttpResponse:
             }
         ),
         "routing_choices": RoutingPolicy.choices,
+        "update_failure": selectors.endpoint_update_failure(endpoint=endpoint),
     }
     if request.htmx:
         return render(request, "workloads/_endpoint_replicas.html", context)

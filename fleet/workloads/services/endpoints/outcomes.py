@@ -12,7 +12,11 @@ from fleet.workloads.errors import error_help, error_sentence
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.endpoints.events import endpoint_event_record
 from fleet.workloads.services.endpoints.replicas import endpoint_summarise
+from fleet.workloads.services.endpoints.strays import server_stop_unowned
+from fleet.workloads.services.endpoints.updates import endpoint_update_failed
 from fleet.workloads.services.endpoints.validation import valid_port
+
+_ENDED = (EndpointStatus.STOPPED, EndpointStatus.FAILED)
 
 
 def endpoint_record_acked(*, command: Command) -> Endpoint | None:
@@ -55,6 +59,15 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
         ok = command.status == CommandStatus.SUCCEEDED
         if command.command_type == CommandType.ENDPOINT_START:
             if replica.status not in (EndpointStatus.PENDING, EndpointStatus.STARTING):
+                if ok and replica.start_command_id == command.pk and replica.status in _ENDED:
+                    # stopped or failed while starting (its stop reached the agent first: `not_found`): the
+                    # server this start left running has no replica any more
+                    server_stop_unowned(
+                        node=command.node,
+                        server_id=replica.server_id,
+                        why=f"started after replica {replica.server_id} was {replica.status}",
+                        endpoint=endpoint,
+                    )
                 return endpoint  # stopped meanwhile, or a duplicate outcome
             result: protocol.EndpointStartResult | None = command.parsed_result
             port = valid_port(result.port if result is not None else None)
@@ -82,6 +95,8 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
                     data={"error_help": error_help(code)},
                     command=command,
                 )
+                replica.save()  # failed, before the update is called off (`endpoint_update_failed`)
+                endpoint_update_failed(endpoint=endpoint, replica=replica, command=command)
         elif replica.status == EndpointStatus.FAILED:  # the stop of a failed replica's server (a hung one)
             if ok or command.error_code == "not_found":
                 endpoint_event_record(
@@ -111,6 +126,13 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
                 message=f"Endpoint {endpoint.hostname}: replica {replica.server_id} stopped",
                 command=command,
             )
+            if not ok and _started_after(replica, command):  # the start ran after this stop found nothing
+                server_stop_unowned(
+                    node=command.node,
+                    server_id=replica.server_id,
+                    why=f"started after replica {replica.server_id}'s stop found nothing to stop",
+                    endpoint=endpoint,
+                )
         else:
             replica.status = EndpointStatus.RUNNING if replica.port else EndpointStatus.FAILED
             replica.failure_code, replica.failure_message = command.error_code, command.error_message
@@ -125,3 +147,14 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
             )
         replica.save()
         return endpoint_summarise(endpoint)
+
+
+def _started_after(replica: EndpointReplica, stop: Command) -> bool:
+    """The replica's start succeeded after `stop` was sent (the stop reached the agent before the start)."""
+    start = replica.start_command
+    return (
+        start is not None
+        and start.status == CommandStatus.SUCCEEDED
+        and start.finished_at is not None
+        and start.finished_at >= stop.created_at
+    )

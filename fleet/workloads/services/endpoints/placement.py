@@ -1,6 +1,7 @@
 """Where an endpoint's replicas go: a node of the cluster holding the model's weights with enough GPUs and
-free VRAM (counting what replicas still starting were promised), distinct nodes first, the least busy first;
-`PlacementError` (409) saying why when none fits."""
+free VRAM (counting what replicas still starting were promised) — on a node without GPUs, a core of its own
+and the memory of a vLLM CPU server (`agent.protocol.cpu_engine`) — distinct nodes first, the least busy
+first; `PlacementError` (409) saying why when none fits."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Count, Q, Sum
 
 from agent import protocol
+from agent.protocol.cpu_engine import CPU_ENDPOINT_CORES, cpu_endpoint_memory_mb
 from fleet.models import Command, ComputeCluster, Node, NodeStatus
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel
 from fleet.workloads.services.endpoints.replicas import replica_queue_start
@@ -51,6 +53,39 @@ def _endpoint_load(node_ids: list[Any]) -> dict[Any, tuple[int, int]]:
         )
     )
     return {r["node_id"]: (r["n"], r["reserved"]) for r in rows}
+
+
+def _cpu_shortfalls(nodes: list[Node], *, model_id: str, revision: str) -> dict[Any, tuple[str, str]]:
+    """Per node without GPUs that cannot take one more vLLM CPU server: (why, error code). Each live replica
+    there holds `CPU_ENDPOINT_CORES` cores of the node's reported cores and its model's weights, KV cache and
+    vLLM's own memory (`cpu_endpoint_memory_mb`) of its reported memory, as VRAM is counted on GPU nodes."""
+    if not nodes:
+        return {}
+    sizes = {(m.node_id, m.model_id, m.revision): m.size_bytes for m in NodeModel.objects.filter(node__in=nodes)}
+    held: dict[Any, list[int]] = {n.pk: [] for n in nodes}
+    for node_id, replica_model, replica_revision in EndpointReplica.objects.filter(
+        node__in=nodes, status__in=EndpointStatus.live()
+    ).values_list("node_id", "endpoint__model_id", "endpoint__revision"):
+        size = sizes.get((node_id, replica_model, replica_revision), 0)
+        held[node_id].append(cpu_endpoint_memory_mb(weights_bytes=size))
+    short = {}
+    for n in nodes:
+        servers, memory = len(held[n.pk]), sum(held[n.pk])
+        needed = cpu_endpoint_memory_mb(weights_bytes=sizes.get((n.pk, model_id, revision), 0))
+        if n.cpu_count and (servers + 1) * CPU_ENDPOINT_CORES > n.cpu_count:
+            short[n.pk] = (
+                f"insufficient CPU cores: a vLLM CPU server needs {CPU_ENDPOINT_CORES} core(s) of its own; node "
+                f"{n.name} has {n.cpu_count}, held by the {servers} endpoint server(s) it runs",
+                "insufficient_cpu",
+            )
+        elif n.memory_total_mb and memory + needed > n.memory_total_mb:
+            short[n.pk] = (
+                f"insufficient memory: a vLLM CPU server of {model_id} needs about {needed} MB (weights, KV cache "
+                f"and vLLM itself); node {n.name} has {n.memory_total_mb} MB, {memory} MB held by the {servers} "
+                "endpoint server(s) it runs",
+                "insufficient_memory",
+            )
+    return short
 
 
 def pick_endpoint_node(
@@ -103,7 +138,13 @@ def pick_endpoint_node(
         pinned = protocol.endpoint_gpus_held(gpus=gpus, min_vram_mb=min_vram_mb, node_gpus=n.gpu_count)
         return node_free_vram_mb(n, pinned) - load.get(n.pk, (0, 0))[1]
 
-    fitting = [n for n in candidates if n.gpu_count >= gpus and free(n) >= min_vram_mb]
+    cpu_short = _cpu_shortfalls([n for n in candidates if n.gpu_count == 0], model_id=model_id, revision=revision)
+    fitting = [n for n in candidates if n.gpu_count >= gpus and free(n) >= min_vram_mb and n.pk not in cpu_short]
+    if not fitting and gpus == 0 and cpu_short:
+        best = next(n for n in candidates if n.pk in cpu_short)
+        reason, code = cpu_short[best.pk]
+        where = f"node {best.name}" if node is not None else f"every node that holds {label}; node {best.name}"
+        raise PlacementError(f"{reason} ({where})", code)
     if not fitting:
         best = max(candidates, key=lambda n: (n.gpu_count >= gpus, free(n)))
         where = f"node {best.name}" if node is not None else f"best node {best.name}"

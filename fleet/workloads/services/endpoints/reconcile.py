@@ -16,6 +16,7 @@ from fleet.workloads.services.common import system_actor
 from fleet.workloads.services.endpoints.events import endpoint_event_record
 from fleet.workloads.services.endpoints.locking import lock_endpoints_on
 from fleet.workloads.services.endpoints.replicas import endpoint_summarise
+from fleet.workloads.services.endpoints.strays import servers_end_unowned
 from fleet.workloads.services.endpoints.validation import valid_port
 
 # The failure code of a replica whose server stopped answering the agent's health probes (also the
@@ -85,7 +86,8 @@ def _fail_unresponsive(node: Node, endpoint: Endpoint, replica: EndpointReplica)
 def endpoints_reconcile(*, node: Node, inventory: protocol.Inventory) -> int:
     """Running replicas the agent reports update their rows (port, status); running rows it no longer
     reports become failed (the process is gone), and so do those it reports `unresponsive` (the server
-    hangs: failure code "unresponsive", its server told to stop). Returns how many replica rows changed."""
+    hangs: failure code "unresponsive", its server told to stop). A server it reports that no live replica owns
+    is told to stop (`strays.servers_end_unowned`). Returns how many replica rows changed."""
     reported = {e.endpoint_id: e for e in inventory.endpoints}
     changed = 0
     live = [EndpointStatus.STARTING, EndpointStatus.RUNNING, EndpointStatus.PENDING]
@@ -122,4 +124,5 @@ def endpoints_reconcile(*, node: Node, inventory: protocol.Inventory) -> int:
             changed += 1
         for endpoint_id in touched:
             endpoint_summarise(endpoints[endpoint_id])
+        servers_end_unowned(node=node, inventory=inventory)
     return changed

@@ -6,7 +6,9 @@ like new replicas: on nodes holding that revision where it fits) and leaves the 
 replica leaves rotation once its replacement runs, and is stopped `ENDPOINT_DRAIN_S` later by the healing
 pass (`endpoint_heal`), so requests keep being answered throughout: by the old replicas until the new ones
 pass their readiness check (the agent reports `endpoint.start` done only once the server answers), then
-by the new ones. A replacement that fails to start leaves its old replica serving.
+by the new ones. A replacement that fails to start leaves its old replica serving (`endpoint_update_failed`):
+the update is called off (the other replacements still starting are stopped), the endpoint's revision and
+server arguments go back to what its replicas serve, and its page says why and what to do.
 """
 
 from __future__ import annotations
@@ -15,14 +17,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from audit.services import on, operator_action
+from fleet.models import Command
+from fleet.workloads.errors import error_help, error_sentence
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.services.common import system_actor
 from fleet.workloads.services.endpoints.events import endpoint_event_record
 from fleet.workloads.services.endpoints.placement import pick_replica_node
-from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_start
+from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_start, replica_retire
 from fleet.workloads.services.endpoints.validation import (
     validate_revision,
     validate_routing_policy,
@@ -152,3 +158,68 @@ def endpoint_set_routing(*, actor: AbstractBaseUser, endpoint: Endpoint, routing
             data={"routing_policy": {"old": old, "new": routing_policy}},
         )
     return endpoint
+
+
+UPDATE_FAILED_FIX = (
+    "Read why the replacement failed (its server's log tail is in the event before this one, and on the "
+    "Commands tab), correct the server arguments or revision, then update again. An endpoint on a node without "
+    "GPUs needs a free core and memory for the replacement beside its old replica while it loads."
+)
+
+
+def endpoint_update_failed(*, endpoint: Endpoint, replica: EndpointReplica, command: Command) -> None:
+    """A rolling update's replacement `replica` failed to start (the caller holds the endpoint's lock and has
+    marked it failed). While its old replica still serves, the update is called off: the other replacements
+    still starting are stopped, the endpoint's revision and server arguments go back to what the old replicas
+    run (unless a replacement already took over), and an `endpoint.update_failed` event says why and what to
+    do (the endpoint's page shows it until the next update)."""
+    old = replica.replacement_of
+    if old is None or old.status not in _SERVING or old.retired_at is not None:
+        return
+    started = old.start_command.parsed_payload if old.start_command is not None else None
+    old_revision = started.revision if started is not None else endpoint.revision
+    old_args = list(started.extra_args) if started is not None else list(endpoint.server_args)
+    new_revision, new_args = endpoint.revision, list(endpoint.server_args)
+    siblings = EndpointReplica.objects.filter(endpoint=endpoint, replacement_of__isnull=False).exclude(pk=replica.pk)
+    took_over = siblings.filter(status=EndpointStatus.RUNNING, replacement_of__retired_at__isnull=False).exists()
+    in_flight = list(siblings.filter(status__in=_SERVING, replacement_of__retired_at__isnull=True))
+    if in_flight:
+        try:
+            actor = system_actor(endpoint.cluster.workspace)
+        except PermissionDenied:  # no Owner/Admin to stop them as: they stay until someone stops them
+            in_flight = []
+        for sibling in in_flight:
+            replica_retire(actor=actor, endpoint=endpoint, replica=sibling)
+    # the old replicas are the current ones again (healed, updated by the next update): the called-off
+    # replacements leave rotation and replace nothing
+    now = timezone.now()
+    EndpointReplica.objects.filter(pk__in=[r.pk for r in in_flight]).update(replacement_of=None, retired_at=now)
+    replica.replacement_of, replica.retired_at = None, now
+    replica.save(update_fields=["replacement_of", "retired_at", "updated_at"])
+    if not took_over and (old_revision, old_args) != (new_revision, new_args):
+        endpoint.revision, endpoint.server_args = old_revision, old_args
+        endpoint.save(update_fields=["revision", "server_args", "updated_at"])
+    serving_now = f"{endpoint.model_id}@{old_revision} with {_args_text(old_args)}"
+    settings_note = (
+        "some replicas already run the new settings, which the endpoint keeps"
+        if took_over
+        else "the endpoint's settings are back to those"
+    )
+    endpoint_event_record(
+        endpoint=endpoint,
+        node_id=command.node_id,
+        kind="endpoint.update_failed",
+        message=f"Endpoint {endpoint.hostname}: the update to {endpoint.model_id}@{new_revision} with "
+        f"{_args_text(new_args)} failed: replacement {replica.server_id} could not start "
+        f"({error_sentence(command.error_code or replica.failure_code, replica.failure_message)}). Replica "
+        f"{old.server_id} keeps serving {serving_now}; {settings_note}.",
+        data={
+            "replica": replica.server_id,
+            "replaces": old.server_id,
+            "revision": {"old": old_revision, "new": new_revision},
+            "server_args": {"old": old_args, "new": new_args},
+            "error_help": error_help(replica.failure_code),
+            "fix": UPDATE_FAILED_FIX,
+        },
+        command=command,
+    )
