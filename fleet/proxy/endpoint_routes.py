@@ -64,7 +64,7 @@ from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
-from fleet import admission, origin_names
+from fleet import admission, origin_names, replica_load
 from fleet.balancer import LEAST_LOAD, Upstream
 from fleet.models import Node, NodeStatus
 from fleet.proxy import key_access, origins, rate_limits
@@ -374,6 +374,7 @@ async def _cold_start(slug: str, route: _Route, scope: dict[str, Any], path: str
         deadline = time.monotonic() + gate.policy.wait_s
         scope[admission.DEADLINE_SCOPE_KEY] = deadline
         gate.cold += 1
+        replica_load.PUBLISHER.ensure_running()  # (its queue figures go to the other processes and the pages)
         if admission.on_queued is not None:
             admission.on_queued()
         try:
