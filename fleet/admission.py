@@ -159,6 +159,7 @@ class Gate:
             if waiter.future.done():  # (left: timed out or the client went away)
                 self._drop_head(caller, queue)
                 continue
+            waiter.lease.upstreams = self.upstreams  # (the endpoint's replicas now: a scale-up's new ones too)
             if waiter.lease.take() is None:
                 return  # (the free slots are on replicas this waiter's choice cannot use: none, as choices go)
             self._drop_head(caller, queue)  # (a caller with more waiting goes behind the others: their turn next)
