@@ -153,3 +153,59 @@ async def test_the_relay_answers_429_with_retry_after_and_a_json_reason_when_the
     assert error["retry_after"] == 1
     assert len(agent.openings) == 1  # the refused request never reached the server
     holder.cancel()
+
+
+@pytest.mark.asyncio
+async def test_a_waiter_takes_a_replica_added_while_it_waited():
+    queue, (old,) = policy(limit=1), replicas(1)
+    holder = admission.lease_for(queue, (old,))
+    assert await admission.gate(queue).admit(holder, "a") == old
+    waiting = asyncio.ensure_future(admission.gate(queue).admit(admission.lease_for(queue, (old,)), "b"))
+    await asyncio.sleep(0)
+    (new,) = replicas(1)  # a scale-up: the route now lists both; the next request brings it to the gate
+    later = asyncio.ensure_future(admission.gate(queue).admit(admission.lease_for(queue, (old, new)), "c"))
+    assert await asyncio.wait_for(waiting, timeout=5) == new  # the one waiting first gets the new replica
+    assert not later.done()  # (the later one waits its turn, though it came knowing both)
+    holder.release()
+    assert await asyncio.wait_for(later, timeout=5) == old
+    assert [balancer.outstanding(u.key) for u in (old, new)] == [1, 1]
+    balancer._outstanding.clear()
+
+
+@pytest.mark.asyncio
+async def test_a_client_that_leaves_while_waiting_leaves_the_queue(agents):  # noqa: F811
+    (busy, _) = agents("stream")
+    queue = policy(limit=1)
+    target = resolvers.ProxyTarget(node_id=busy.node_id, port=busy.port, path="/", replicas=(busy,), queue=queue)
+    holder = asyncio.ensure_future(call(target))
+    for _ in range(100):
+        if balancer.outstanding(busy.key):
+            break
+        await asyncio.sleep(0.01)
+    left = asyncio.Event()
+    messages = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+    async def receive() -> dict:
+        if messages:
+            return messages.pop(0)
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/", "query_string": b"", "headers": []}
+    leaving = asyncio.ensure_future(relay.proxy_http(scope, receive, send, target))
+    for _ in range(100):
+        if admission.gate(queue).waiting:
+            break
+        await asyncio.sleep(0.01)
+    assert admission.gate(queue).waiting == 1
+    left.set()
+    await asyncio.wait_for(leaving, timeout=5)
+    assert admission.gate(queue).waiting == 0  # gone from the queue: no slot will be handed to it
+    assert sent == []  # (nobody to answer)
+    assert balancer.outstanding(busy.key) == 1  # only the holder
+    holder.cancel()
