@@ -70,6 +70,7 @@ class QueuePolicy:
     limit: int  # requests in flight per replica
     depth: int  # requests waiting, over every web process (0: none wait: refused when full)
     wait_s: float  # how long one may wait
+    cold_wait_s: float | None = None  # how long one may wait through a cold start (None: `wait_s`)
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,8 @@ class Gate:
         median = histograms.quantile(self.waits.counts(_window_s()), histograms.WAIT_BOUNDS_S, 0.5) or 0.0
         return max(1, min(math.ceil(self.policy.wait_s) or 1, math.ceil(median)))
 
-    def refuse(self, reason: str) -> Refusal:
+    def refuse(self, reason: str, waited_s: float | None = None) -> Refusal:
+        """A refusal for `reason` (`waited_s`: the bound the request waited, default the queue's), counted."""
         self.refusals.observe(0)
         after = self.retry_after()
         if reason == "queue_full":
@@ -134,7 +136,8 @@ class Gate:
             )
         else:
             message = (
-                f"No replica of this endpoint had a free slot within {self.policy.wait_s:g} s; retry in {after} s."
+                f"No replica of this endpoint had a free slot within {waited_s or self.policy.wait_s:g} s; "
+                f"retry in {after} s."
             )
         return Refusal(reason, after, message)
 
@@ -212,7 +215,7 @@ class Gate:
             elif waiter.future.cancelled():
                 self._leave(waiter)
         if waiter.future.cancelled():
-            return self.refuse("queue_timeout")
+            return self.refuse("queue_timeout", deadline - waiter.since)
         return waiter.future.result()
 
 

@@ -169,7 +169,11 @@ def _load_route(slug: str) -> _Route | None:
             loaded_at=time.monotonic(),
             routing=endpoint.routing_policy,
             queue=admission.QueuePolicy(
-                str(endpoint.pk), endpoint.concurrency_limit, endpoint.queue_depth, endpoint.queue_wait_s
+                str(endpoint.pk),
+                endpoint.concurrency_limit,
+                endpoint.queue_depth,
+                endpoint.queue_wait_s,
+                endpoint.cold_start_wait_s,
             ),
         )
     if route is not None and settings.PROXY_ROUTE_CACHE_S > 0:
@@ -356,10 +360,10 @@ _pollers: dict[str, asyncio.Task] = {}
 
 async def _cold_start(slug: str, route: _Route, scope: dict[str, Any], path: str) -> ProxyTarget | ProxyRefusal:
     """Wait for a running replica of a sleeping or waking endpoint, in its queue (`admission`: counted in its
-    depth, at most its wait bound, then 429; the poller gives up after ENDPOINT_COLD_START_S: 503), with every
-    other request waiting for it in this process; then the answer as for a running endpoint, which waits on in
-    the queue for a free slot until the same deadline (`admission.DEADLINE_SCOPE_KEY`). A waiter that goes
-    away (its client left) leaves the poller to the others."""
+    depth, at most its cold-start wait bound, then 429; the poller gives up after ENDPOINT_COLD_START_S: 503),
+    with every other request waiting for it in this process; then the answer as for a running endpoint, which
+    waits on in the queue for a free slot until the same deadline (`admission.DEADLINE_SCOPE_KEY`). A waiter
+    that goes away (its client left) leaves the poller to the others."""
     gate = admission.gate(route.queue) if route.queue is not None else None
     if gate is not None and not gate.has_room():
         return _queue_refusal(gate.refuse("queue_full"))
@@ -371,16 +375,16 @@ async def _cold_start(slug: str, route: _Route, scope: dict[str, Any], path: str
     if gate is None:
         found = await asyncio.shield(poller)
     else:
-        deadline = time.monotonic() + gate.policy.wait_s
-        scope[admission.DEADLINE_SCOPE_KEY] = deadline
+        bound = gate.policy.wait_s if gate.policy.cold_wait_s is None else gate.policy.cold_wait_s
+        scope[admission.DEADLINE_SCOPE_KEY] = time.monotonic() + bound
         gate.cold += 1
         replica_load.PUBLISHER.ensure_running()  # (its queue figures go to the other processes and the pages)
         if admission.on_queued is not None:
             admission.on_queued()
         try:
-            found = await asyncio.wait_for(asyncio.shield(poller), timeout=gate.policy.wait_s)
+            found = await asyncio.wait_for(asyncio.shield(poller), timeout=bound)
         except TimeoutError:
-            return _queue_refusal(gate.refuse("queue_timeout"))
+            return _queue_refusal(gate.refuse("queue_timeout", bound))
         finally:
             gate.cold -= 1
     if isinstance(found, ProxyRefusal):

@@ -259,6 +259,14 @@ class Endpoint(models.Model):
         return settings.ENDPOINT_QUEUE_WAIT_S if self.queue_max_wait_s is None else float(self.queue_max_wait_s)
 
     @property
+    def cold_start_wait_s(self) -> float:
+        """Seconds a request may wait through a cold start: the endpoint's own bound, else the longer of
+        ENDPOINT_QUEUE_WAIT_S and ENDPOINT_COLD_START_S (a model load may take minutes)."""
+        if self.queue_max_wait_s is not None:
+            return float(self.queue_max_wait_s)
+        return max(settings.ENDPOINT_QUEUE_WAIT_S, settings.ENDPOINT_COLD_START_S)
+
+    @property
     def hostname(self) -> str:
         """`endpoint-<slug>.<ENDPOINT_DOMAIN>`: the endpoint's own origin."""
         return origin_names.ENDPOINT.host(self.slug)

@@ -53,7 +53,7 @@ def test_the_api_creates_with_a_limit_and_queue_and_refuses_bad_numbers(node, cl
     assert made.json()["concurrency_limit"] == 4
     assert made.json()["target_queued"] == 3
     route = endpoint_routes._load_route(Endpoint.objects.get(pk=made.json()["id"]).slug)
-    assert route.queue == admission.QueuePolicy(made.json()["id"], limit=4, depth=0, wait_s=5.0)
+    assert route.queue == admission.QueuePolicy(made.json()["id"], limit=4, depth=0, wait_s=5.0, cold_wait_s=5.0)
 
 
 def test_owners_change_it_members_may_not_and_the_api_shows_the_live_queue(
