@@ -16,10 +16,14 @@ Policies (`POLICIES`):
   `epsilon`; a busier one passes it to the next on the ring (consistent hashing with bounded loads), so one
   hot key cannot pile onto one replica. A request without a key is routed as `least_load`.
 
+An endpoint with a concurrency limit (`fleet.admission`) gives its leases a `limit`: a replica with that many
+in flight over all web processes is left out of the choice (a retry after a failed connect may pass it: the
+request was admitted already), and each lease tells the endpoint's queue when it gives its replica back.
+
 Per replica this process also counts the requests routed there and the affinity hits among them (a request
 whose key went to this same replica the last time it was seen here, of the last `AFFINITY_MEMORY` keys):
-an estimate of how often a replica's prefix cache could serve the request. `fleet.replica_load` publishes
-them with the load.
+an estimate of how often a replica's prefix cache could serve the request, and how long each choice took
+(a histogram over the last window). `fleet.replica_load` publishes them with the load.
 """
 
 from __future__ import annotations
