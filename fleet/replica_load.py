@@ -12,6 +12,14 @@ TTL: nothing can stay counted in flight for a process that is gone (the leak Sky
 A set of process names (`replica-load:procs`, a sorted set scored by the publish time) lets readers find the
 hashes without scanning the keyspace; a reader prunes names not refreshed for a minute (their hashes expired long ago).
 
+The same hash holds each endpoint's wait queue in this process (`fleet.admission`), one field per endpoint
+(`q:<endpoint id>` = "waiting refused w0 w1 ...": requests waiting now, and of the last window the requests
+refused and the bucket counts of the admitted requests' waits, `fleet.histograms`), and each replica's field
+carries the bucket counts of its routing decision times after its five figures. Readers add the buckets
+(`read_all`: replicas and queues in one round trip). While a request waits anywhere the loop runs every
+ENDPOINT_QUEUE_REFRESH_S instead, and at once when one starts waiting here, so slots freed in one process are
+seen by the queues of the others within that time (`admission.set_shared` then hands them out).
+
 Tokens per second: each process computes its own rate over a sliding window (REPLICA_LOAD_WINDOW_S) from
 its cumulative count, sampled at each publish on its monotonic clock: (count now - count at the oldest
 sample kept) ÷ (time between them). Readers sum the rates of the live snapshots; no cross-machine clock is
