@@ -231,9 +231,18 @@ class LoadPublisher:
             log.warning("replica load publisher not running; starting it again")
         self._loop = loop
         self._hurry = asyncio.Event()
-        admission.on_queued = self._hurry.set
+        admission.on_queued = self._wake
         self._task = loop.create_task(self.run(), name="replica-load-publisher")
         self._task.add_done_callback(_say_if_ended)
+
+    def _wake(self) -> None:
+        """Run the next pass now (a request started waiting), if the loop runs on this event loop."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self._hurry is not None and running is self._loop:
+            self._hurry.set()
 
     async def run(self) -> None:
         """Publish forever, one pass every REPLICA_LOAD_PUBLISH_S (every ENDPOINT_QUEUE_REFRESH_S while a
