@@ -15,6 +15,7 @@ import glob
 import hmac
 import logging
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from prometheus_client.registry import Collector
 from cleverthis.dispatch_health import DispatchCollector
 from fleet import replica_load
 from fleet.models import Command, Node, NodeStatus
-from fleet.workloads.models import EndpointReplica
+from fleet.workloads.models import Endpoint, EndpointReplica
 from kernel import metrics  # noqa: F401  (names the multiprocess directory, creates it)
 from raymgr.models import RayCluster, RayClusterStatus
 
@@ -164,7 +165,7 @@ class ReplicaLoadCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         try:
-            loads = replica_load.read()
+            loads, queues = replica_load.read_all()
         except Exception:  # (Redis away: the other families still come)
             log.warning("replica load unreadable for /metrics", exc_info=True)
             return
@@ -192,6 +193,12 @@ class ReplicaLoadCollector(Collector):
                 labels=labels,
             ),
         }
+        decision = GaugeMetricFamily(
+            "cleverthis_endpoint_replica_decision_seconds",
+            "How long the router took to choose this replica, over the last window, by quantile (the upper bound "
+            "of its bucket).",
+            labels=[*labels, "quantile"],
+        )
         if loads:
             rows = (
                 EndpointReplica.objects.filter(server_id__in=list(loads))
@@ -204,7 +211,51 @@ class ReplicaLoadCollector(Collector):
                 load, values = loads[server_id], [workspace, str(endpoint_id), server_id, policy]
                 for name, family in families.items():
                     family.add_metric(values, getattr(load, name))
+                for quantile, figure in (("0.5", load.decision_p50_us), ("0.99", load.decision_p99_us)):
+                    if figure is not None:
+                        decision.add_metric([*values, quantile], figure / 1e6)
         yield from families.values()
+        yield decision
+        yield from _queue_families(queues)
+
+
+def _queue_families(queues: dict[str, replica_load.QueueLoad]) -> Iterator[Metric]:
+    """Each endpoint's wait queue: requests waiting now; of the last window the waits p50/p99 and the 429s."""
+    labels = ["workspace", "endpoint_id"]
+    waiting = GaugeMetricFamily(
+        "cleverthis_endpoint_queue_depth",
+        "Requests waiting in an endpoint's queue for a free replica slot, over every web process.",
+        labels=labels,
+    )
+    wait = GaugeMetricFamily(
+        "cleverthis_endpoint_queue_wait_seconds",
+        "Queue wait of the requests admitted in the last window (0 for those admitted at once), by quantile "
+        "(the upper bound of its bucket).",
+        labels=[*labels, "quantile"],
+    )
+    refused = GaugeMetricFamily(
+        "cleverthis_endpoint_queue_refused",
+        "Requests refused with 429 (queue full or wait bound passed) in the last window.",
+        labels=labels,
+    )
+    if queues:
+        rows = Endpoint.objects.filter(pk__in=[k for k in queues if _is_uuid(k)]).order_by("pk")
+        for endpoint_id, workspace in rows.values_list("pk", "cluster__workspace__slug"):
+            queue, values = queues[str(endpoint_id)], [workspace, str(endpoint_id)]
+            waiting.add_metric(values, queue.waiting)
+            refused.add_metric(values, queue.refused)
+            for quantile, figure in (("0.5", queue.wait_p50_s), ("0.99", queue.wait_p99_s)):
+                if figure is not None:
+                    wait.add_metric([*values, quantile], figure)
+    yield from (waiting, wait, refused)
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def render() -> bytes:

@@ -16,10 +16,14 @@ Policies (`POLICIES`):
   `epsilon`; a busier one passes it to the next on the ring (consistent hashing with bounded loads), so one
   hot key cannot pile onto one replica. A request without a key is routed as `least_load`.
 
+An endpoint with a concurrency limit (`fleet.admission`) gives its leases a `limit`: a replica with that many
+in flight over all web processes is left out of the choice (a retry after a failed connect may pass it: the
+request was admitted already), and each lease tells the endpoint's queue when it gives its replica back.
+
 Per replica this process also counts the requests routed there and the affinity hits among them (a request
 whose key went to this same replica the last time it was seen here, of the last `AFFINITY_MEMORY` keys):
-an estimate of how often a replica's prefix cache could serve the request. `fleet.replica_load` publishes
-them with the load.
+an estimate of how often a replica's prefix cache could serve the request, and how long each choice took
+(a histogram over the last window). `fleet.replica_load` publishes them with the load.
 """
 
 from __future__ import annotations
@@ -29,9 +33,12 @@ import collections
 import hashlib
 import itertools
 import math
-from collections.abc import Collection, Iterator, Mapping
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from uuid import UUID
+
+from fleet import histograms
 
 LEAST_LOAD, SESSION, PREFIX = "least_load", "session", "prefix"
 POLICIES = (LEAST_LOAD, SESSION, PREFIX)
@@ -54,6 +61,7 @@ _outstanding: dict[str, int] = {}  # replica key → requests in flight in this 
 _others: dict[str, int] = {}  # replica key → requests in flight in the other web processes (background copy)
 _routed: dict[str, list[int]] = {}  # replica key → [requests routed, affinity hits] by this process
 _last_replica: collections.OrderedDict[int, str] = collections.OrderedDict()  # key hash → replica it last went to
+_decisions: dict[str, histograms.Windowed] = {}  # replica key → how long the choices that picked it took (µs)
 _turns = itertools.count()
 
 
@@ -80,6 +88,19 @@ def routed() -> dict[str, tuple[int, int]]:
 def forget_routed(key: str) -> None:
     """Drop replica `key`'s routing counts (it has been idle: no growth per replica that ever existed)."""
     _routed.pop(key, None)
+    _decisions.pop(key, None)
+
+
+def decisions(key: str, window_s: float) -> list[int]:
+    """Bucket counts (`histograms.DECISION_BOUNDS_US`) of the decision times of the requests routed to replica
+    `key` by this process in the last `window_s` seconds."""
+    found = _decisions.get(key)
+    return found.counts(window_s) if found is not None else []
+
+
+def others(key: str) -> int:
+    """Requests in flight to replica `key` in the other web processes (their last published figure)."""
+    return _others.get(key, 0)
 
 
 def set_shared(shared: Mapping[str, int], own_published: Mapping[str, int]) -> None:
@@ -181,9 +202,16 @@ def _note_routed(key: str, h: int | None) -> None:
         _last_replica.popitem(last=False)
 
 
+def full(upstreams: Collection[Upstream], limit: int | None) -> list[str]:
+    """The keys of the upstreams whose load reached `limit` requests in flight (none when no limit)."""
+    return [] if limit is None else [u.key for u in upstreams if load(u.key) >= limit]
+
+
 class Lease:
     """The replica one request holds (counted in flight) while it is proxied; `take` again after a failed
-    connect moves it to another. `policy` and `affinity` (the request's key; None: none) pick the replica."""
+    connect moves it to another. `policy` and `affinity` (the request's key; None: none) pick the replica;
+    `limit` (requests in flight per replica over all web processes; None: none) leaves out the full ones, and
+    `on_release` is called each time the request gives its replica back (a slot is free: `fleet.admission`)."""
 
     def __init__(
         self,
@@ -191,25 +219,36 @@ class Lease:
         policy: str = LEAST_LOAD,
         affinity: bytes | None = None,
         epsilon: float = DEFAULT_EPSILON,
+        limit: int | None = None,
+        on_release: Callable[[], None] | None = None,
     ) -> None:
         self.upstreams = tuple(upstreams)
         self.tried: list[str] = []
         self.current: Upstream | None = None
         self.hash = affinity_hash(affinity) if affinity is not None and policy != LEAST_LOAD else None
         self.epsilon = epsilon
+        self.limit = limit
+        self.on_release = on_release
 
-    def take(self) -> Upstream | None:
-        """Count the request on the replica its policy picks among those not tried yet; None when none is left."""
+    def take(self, *, over_limit: bool = False) -> Upstream | None:
+        """Count the request on the replica its policy picks among those not tried yet and not full (unless
+        `over_limit`: a retry after a failed connect, already admitted); None when none is left."""
         self.release()
+        started = time.perf_counter_ns()
+        exclude = self.tried if over_limit else [*self.tried, *full(self.upstreams, self.limit)]
         if self.hash is None:
-            chosen = choose(self.upstreams, exclude=self.tried)
+            chosen = choose(self.upstreams, exclude=exclude)
         else:
-            chosen = choose_affine(self.upstreams, self.hash, exclude=self.tried, epsilon=self.epsilon)
+            chosen = choose_affine(self.upstreams, self.hash, exclude=exclude, epsilon=self.epsilon)
         if chosen is not None:
             self.tried.append(chosen.key)
             _outstanding[chosen.key] = outstanding(chosen.key) + 1
             self.current = chosen
             _note_routed(chosen.key, self.hash)
+            window = _decisions.get(chosen.key)
+            if window is None:
+                window = _decisions[chosen.key] = histograms.Windowed(histograms.DECISION_BOUNDS_US)
+            window.observe((time.perf_counter_ns() - started) / 1000)
         return chosen
 
     def release(self) -> None:
@@ -222,6 +261,8 @@ class Lease:
             _outstanding[key] = left
         else:
             _outstanding.pop(key, None)
+        if self.on_release is not None:
+            self.on_release()
 
 
 def discard() -> None:
@@ -229,3 +270,4 @@ def discard() -> None:
     _others.clear()
     _routed.clear()
     _last_replica.clear()
+    _decisions.clear()

@@ -184,6 +184,12 @@ ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
 REPLICA_LOAD_PUBLISH_S = env_float("REPLICA_LOAD_PUBLISH_S", 1.0)
 REPLICA_LOAD_TTL_S = env_float("REPLICA_LOAD_TTL_S", 5.0)
 REPLICA_LOAD_WINDOW_S = env_float("REPLICA_LOAD_WINDOW_S", 10.0)
+# Admission (fleet.admission): per replica at most the endpoint's concurrency limit in flight; the rest wait in
+# the endpoint's queue, at most ENDPOINT_QUEUE_DEPTH requests for at most ENDPOINT_QUEUE_WAIT_S each unless
+# the endpoint sets its own; while any request waits, the shared figures refresh every ENDPOINT_QUEUE_REFRESH_S.
+ENDPOINT_QUEUE_DEPTH = env_int("ENDPOINT_QUEUE_DEPTH", 1024)
+ENDPOINT_QUEUE_WAIT_S = env_float("ENDPOINT_QUEUE_WAIT_S", 60.0)
+ENDPOINT_QUEUE_REFRESH_S = env_float("ENDPOINT_QUEUE_REFRESH_S", 0.1)
 # Routing policies (fleet.balancer, fleet.proxy.affinity): `session` and `prefix` send a key to a replica
 # allowed up to (1 + ROUTING_EPSILON) x the mean load before it passes on; `prefix` hashes at most
 # ROUTING_PREFIX_CHARS characters of the leading prompt text.

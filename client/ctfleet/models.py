@@ -1163,7 +1163,7 @@ class ContainerStopCommand(_Model):
 class Endpoint(_Model):
     """An inference endpoint, its public URL, its replicas, and on failure the agent's code with `error_help`."""
 
-    __slots__ = ('id', 'slug', 'url', 'cluster', 'node', 'node_name', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'server_args', 'status', 'port', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'scaled_at', 'idle_timeout_s', 'idle_since', 'key_requests_per_min', 'key_tokens_per_min', 'routing_policy', 'replicas', 'failure_code', 'failure_message', 'error_help', 'start_command', 'stop_command', 'created_by', 'created_at', 'updated_at',)
+    __slots__ = ('id', 'slug', 'url', 'cluster', 'node', 'node_name', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'server_args', 'status', 'port', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'scaled_at', 'idle_timeout_s', 'idle_since', 'key_requests_per_min', 'key_tokens_per_min', 'routing_policy', 'target_queued', 'max_concurrency', 'queue_max_depth', 'queue_max_wait_s', 'concurrency_limit', 'queue', 'replicas', 'failure_code', 'failure_message', 'error_help', 'start_command', 'stop_command', 'created_by', 'created_at', 'updated_at',)
 
     def __init__(
         self,
@@ -1194,6 +1194,12 @@ class Endpoint(_Model):
         key_requests_per_min: int | None,
         key_tokens_per_min: int | None,
         routing_policy: RoutingPolicyEnum,
+        target_queued: int,
+        max_concurrency: int | None,
+        queue_max_depth: int | None,
+        queue_max_wait_s: int | None,
+        concurrency_limit: int,
+        queue: QueueFigures | None,
         replicas: list[EndpointReplica],
         failure_code: str,
         failure_message: str,
@@ -1230,6 +1236,12 @@ class Endpoint(_Model):
         self.key_requests_per_min = key_requests_per_min
         self.key_tokens_per_min = key_tokens_per_min
         self.routing_policy = routing_policy
+        self.target_queued = target_queued
+        self.max_concurrency = max_concurrency
+        self.queue_max_depth = queue_max_depth
+        self.queue_max_wait_s = queue_max_wait_s
+        self.concurrency_limit = concurrency_limit
+        self.queue = queue
         self.replicas = replicas
         self.failure_code = failure_code
         self.failure_message = failure_message
@@ -1269,6 +1281,12 @@ class Endpoint(_Model):
             key_requests_per_min=data['key_requests_per_min'],
             key_tokens_per_min=data['key_tokens_per_min'],
             routing_policy=data['routing_policy'],
+            target_queued=data['target_queued'],
+            max_concurrency=data['max_concurrency'],
+            queue_max_depth=data['queue_max_depth'],
+            queue_max_wait_s=data['queue_max_wait_s'],
+            concurrency_limit=data['concurrency_limit'],
+            queue=_opt(QueueFigures.from_dict, data['queue']),
             replicas=_list(EndpointReplica.from_dict, data['replicas']),
             failure_code=data['failure_code'],
             failure_message=data['failure_message'],
@@ -1308,6 +1326,12 @@ class Endpoint(_Model):
         out['key_requests_per_min'] = self.key_requests_per_min
         out['key_tokens_per_min'] = self.key_tokens_per_min
         out['routing_policy'] = self.routing_policy
+        out['target_queued'] = self.target_queued
+        out['max_concurrency'] = self.max_concurrency
+        out['queue_max_depth'] = self.queue_max_depth
+        out['queue_max_wait_s'] = self.queue_max_wait_s
+        out['concurrency_limit'] = self.concurrency_limit
+        out['queue'] = _opt(_dump, self.queue)
         out['replicas'] = _list(_dump, self.replicas)
         out['failure_code'] = self.failure_code
         out['failure_message'] = self.failure_message
@@ -1320,10 +1344,45 @@ class Endpoint(_Model):
         return out
 
 
+class EndpointAdmission(_Model):
+    """Input of POST /endpoints/<id>/admission/: the concurrency limit per replica and the queue's bounds (null: the default; left out: kept)."""
+
+    __slots__ = ('max_concurrency', 'queue_max_depth', 'queue_max_wait_s',)
+
+    def __init__(
+        self,
+        *,
+        max_concurrency: int | None = None,
+        queue_max_depth: int | None = None,
+        queue_max_wait_s: int | None = None,
+    ) -> None:
+        self.max_concurrency = max_concurrency
+        self.queue_max_depth = queue_max_depth
+        self.queue_max_wait_s = queue_max_wait_s
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EndpointAdmission:
+        return cls(
+            max_concurrency=data.get('max_concurrency'),
+            queue_max_depth=data.get('queue_max_depth'),
+            queue_max_wait_s=data.get('queue_max_wait_s'),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.max_concurrency is not None:
+            out['max_concurrency'] = self.max_concurrency
+        if self.queue_max_depth is not None:
+            out['queue_max_depth'] = self.queue_max_depth
+        if self.queue_max_wait_s is not None:
+            out['queue_max_wait_s'] = self.queue_max_wait_s
+        return out
+
+
 class EndpointCreate(_Model):
     """Input of POST /endpoints/."""
 
-    __slots__ = ('cluster', 'node', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'idle_timeout_s', 'server_args', 'key_requests_per_min', 'key_tokens_per_min', 'routing_policy',)
+    __slots__ = ('cluster', 'node', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'idle_timeout_s', 'server_args', 'key_requests_per_min', 'key_tokens_per_min', 'routing_policy', 'target_queued', 'max_concurrency', 'queue_max_depth', 'queue_max_wait_s',)
 
     def __init__(
         self,
@@ -1346,6 +1405,10 @@ class EndpointCreate(_Model):
         key_requests_per_min: int | None = None,
         key_tokens_per_min: int | None = None,
         routing_policy: RoutingPolicyEnum | None = None,
+        target_queued: int | None = None,
+        max_concurrency: int | None = None,
+        queue_max_depth: int | None = None,
+        queue_max_wait_s: int | None = None,
     ) -> None:
         self.cluster = cluster
         self.node = node
@@ -1365,6 +1428,10 @@ class EndpointCreate(_Model):
         self.key_requests_per_min = key_requests_per_min
         self.key_tokens_per_min = key_tokens_per_min
         self.routing_policy = routing_policy
+        self.target_queued = target_queued
+        self.max_concurrency = max_concurrency
+        self.queue_max_depth = queue_max_depth
+        self.queue_max_wait_s = queue_max_wait_s
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointCreate:
@@ -1387,6 +1454,10 @@ class EndpointCreate(_Model):
             key_requests_per_min=data.get('key_requests_per_min'),
             key_tokens_per_min=data.get('key_tokens_per_min'),
             routing_policy=data.get('routing_policy'),
+            target_queued=data.get('target_queued'),
+            max_concurrency=data.get('max_concurrency'),
+            queue_max_depth=data.get('queue_max_depth'),
+            queue_max_wait_s=data.get('queue_max_wait_s'),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -1425,6 +1496,14 @@ class EndpointCreate(_Model):
             out['key_tokens_per_min'] = self.key_tokens_per_min
         if self.routing_policy is not None:
             out['routing_policy'] = self.routing_policy
+        if self.target_queued is not None:
+            out['target_queued'] = self.target_queued
+        if self.max_concurrency is not None:
+            out['max_concurrency'] = self.max_concurrency
+        if self.queue_max_depth is not None:
+            out['queue_max_depth'] = self.queue_max_depth
+        if self.queue_max_wait_s is not None:
+            out['queue_max_wait_s'] = self.queue_max_wait_s
         return out
 
 
@@ -1549,7 +1628,7 @@ class EndpointLimits(_Model):
 class EndpointReplica(_Model):
     """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second summed over every web process (`fleet.replica_load`, a few seconds old at most; null when they cannot be read); the requests the router sent it and, of those, its affinity hits (a request whose session or prefix key went to this same replica the time before: an estimate of prefix-cache reuse), counted by the web processes alive now; `replacement_of` names the lost replica it took over from (every replica is listed, retired ones too)."""
 
-    __slots__ = ('id', 'server_id', 'node', 'node_name', 'status', 'port', 'failure_code', 'failure_message', 'in_flight', 'tokens_per_s', 'requests_routed', 'affinity_hits', 'replacement_of', 'created_at', 'updated_at',)
+    __slots__ = ('id', 'server_id', 'node', 'node_name', 'status', 'port', 'failure_code', 'failure_message', 'in_flight', 'tokens_per_s', 'requests_routed', 'affinity_hits', 'decision_p50_us', 'decision_p99_us', 'replacement_of', 'created_at', 'updated_at',)
 
     def __init__(
         self,
@@ -1566,6 +1645,8 @@ class EndpointReplica(_Model):
         tokens_per_s: float | None,
         requests_routed: int | None,
         affinity_hits: int | None,
+        decision_p50_us: float | None,
+        decision_p99_us: float | None,
         replacement_of: str | None,
         created_at: str,
         updated_at: str,
@@ -1582,6 +1663,8 @@ class EndpointReplica(_Model):
         self.tokens_per_s = tokens_per_s
         self.requests_routed = requests_routed
         self.affinity_hits = affinity_hits
+        self.decision_p50_us = decision_p50_us
+        self.decision_p99_us = decision_p99_us
         self.replacement_of = replacement_of
         self.created_at = created_at
         self.updated_at = updated_at
@@ -1601,6 +1684,8 @@ class EndpointReplica(_Model):
             tokens_per_s=data['tokens_per_s'],
             requests_routed=data['requests_routed'],
             affinity_hits=data['affinity_hits'],
+            decision_p50_us=data['decision_p50_us'],
+            decision_p99_us=data['decision_p99_us'],
             replacement_of=data['replacement_of'],
             created_at=data['created_at'],
             updated_at=data['updated_at'],
@@ -1620,6 +1705,8 @@ class EndpointReplica(_Model):
         out['tokens_per_s'] = self.tokens_per_s
         out['requests_routed'] = self.requests_routed
         out['affinity_hits'] = self.affinity_hits
+        out['decision_p50_us'] = self.decision_p50_us
+        out['decision_p99_us'] = self.decision_p99_us
         out['replacement_of'] = self.replacement_of
         out['created_at'] = self.created_at
         out['updated_at'] = self.updated_at
@@ -3158,6 +3245,54 @@ class PortMapping(_Model):
             out['host_port'] = self.host_port
         if self.protocol is not None:
             out['protocol'] = self.protocol
+        return out
+
+
+class QueueFigures(_Model):
+    """An endpoint's wait queue over every web process: requests waiting now and its bounds; of the last window (REPLICA_LOAD_WINDOW_S, 10 s by default) the requests admitted, their wait p50/p99 (seconds, the upper bound of the bucket it falls in; 0 when admitted at once) and the requests refused with 429."""
+
+    __slots__ = ('waiting', 'max_depth', 'max_wait_s', 'admitted', 'refused', 'wait_p50_s', 'wait_p99_s',)
+
+    def __init__(
+        self,
+        *,
+        waiting: int,
+        max_depth: int,
+        max_wait_s: float,
+        admitted: int,
+        refused: int,
+        wait_p50_s: float | None,
+        wait_p99_s: float | None,
+    ) -> None:
+        self.waiting = waiting
+        self.max_depth = max_depth
+        self.max_wait_s = max_wait_s
+        self.admitted = admitted
+        self.refused = refused
+        self.wait_p50_s = wait_p50_s
+        self.wait_p99_s = wait_p99_s
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QueueFigures:
+        return cls(
+            waiting=data['waiting'],
+            max_depth=data['max_depth'],
+            max_wait_s=data['max_wait_s'],
+            admitted=data['admitted'],
+            refused=data['refused'],
+            wait_p50_s=data['wait_p50_s'],
+            wait_p99_s=data['wait_p99_s'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['waiting'] = self.waiting
+        out['max_depth'] = self.max_depth
+        out['max_wait_s'] = self.max_wait_s
+        out['admitted'] = self.admitted
+        out['refused'] = self.refused
+        out['wait_p50_s'] = self.wait_p50_s
+        out['wait_p99_s'] = self.wait_p99_s
         return out
 
 
@@ -4737,6 +4872,7 @@ MODELS: dict[str, type] = {
     'ContainerStartCommand': ContainerStartCommand,
     'ContainerStopCommand': ContainerStopCommand,
     'Endpoint': Endpoint,
+    'EndpointAdmission': EndpointAdmission,
     'EndpointCreate': EndpointCreate,
     'EndpointEvent': EndpointEvent,
     'EndpointEventPage': EndpointEventPage,
@@ -4780,6 +4916,7 @@ MODELS: dict[str, type] = {
     'PatchedQuotaLimits': PatchedQuotaLimits,
     'PatchedRayClusterUpdate': PatchedRayClusterUpdate,
     'PortMapping': PortMapping,
+    'QueueFigures': QueueFigures,
     'QuotaLine': QuotaLine,
     'Quotas': Quotas,
     'RayCluster': RayCluster,
@@ -4829,6 +4966,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'v1_endpoints_list': ('GET', '/api/v1/endpoints/'),
     'v1_endpoints_create': ('POST', '/api/v1/endpoints/'),
     'v1_endpoints_retrieve': ('GET', '/api/v1/endpoints/{id}/'),
+    'v1_endpoints_admission_create': ('POST', '/api/v1/endpoints/{id}/admission/'),
     'v1_endpoints_events_retrieve': ('GET', '/api/v1/endpoints/{id}/events/'),
     'v1_endpoints_limits_create': ('POST', '/api/v1/endpoints/{id}/limits/'),
     'v1_endpoints_stop_create': ('POST', '/api/v1/endpoints/{id}/stop/'),

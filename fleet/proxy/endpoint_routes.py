@@ -64,7 +64,7 @@ from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
-from fleet import origin_names
+from fleet import admission, origin_names, replica_load
 from fleet.balancer import LEAST_LOAD, Upstream
 from fleet.models import Node, NodeStatus
 from fleet.proxy import key_access, origins, rate_limits
@@ -118,6 +118,7 @@ class _Route:
     offline: tuple[Upstream, ...]  # the running ones whose node is offline
     loaded_at: float
     routing: str = LEAST_LOAD  # the endpoint's routing policy
+    queue: admission.QueuePolicy | None = None  # its concurrency limit per replica and its wait queue
 
 
 _ROUTE_CACHE_MAX = 10_000
@@ -167,6 +168,13 @@ def _load_route(slug: str) -> _Route | None:
             offline=tuple(u for u, node_status in upstreams if node_status == NodeStatus.OFFLINE),
             loaded_at=time.monotonic(),
             routing=endpoint.routing_policy,
+            queue=admission.QueuePolicy(
+                str(endpoint.pk),
+                endpoint.concurrency_limit,
+                endpoint.queue_depth,
+                endpoint.queue_wait_s,
+                endpoint.cold_start_wait_s,
+            ),
         )
     if route is not None and settings.PROXY_ROUTE_CACHE_S > 0:
         if len(_routes) >= _ROUTE_CACHE_MAX:
@@ -211,6 +219,7 @@ def _target(
         usage=usage_meter.Subject(route.workspace.pk, route.endpoint_id),
         replicas=route.replicas,
         routing=route.routing,
+        queue=route.queue,
     )
 
 
@@ -350,15 +359,34 @@ _pollers: dict[str, asyncio.Task] = {}
 
 
 async def _cold_start(slug: str, route: _Route, scope: dict[str, Any], path: str) -> ProxyTarget | ProxyRefusal:
-    """Wait (at most ENDPOINT_COLD_START_S) for a running replica of a sleeping or waking endpoint, with every
-    other request waiting for it in this process; then the answer as for a running endpoint. A waiter that
-    goes away (its client left) leaves the poller to the others."""
+    """Wait for a running replica of a sleeping or waking endpoint, in its queue (`admission`: counted in its
+    depth, at most its cold-start wait bound, then 429; the poller gives up after ENDPOINT_COLD_START_S: 503),
+    with every other request waiting for it in this process; then the answer as for a running endpoint, which
+    waits on in the queue for a free slot until the same deadline (`admission.DEADLINE_SCOPE_KEY`). A waiter
+    that goes away (its client left) leaves the poller to the others."""
+    gate = admission.gate(route.queue) if route.queue is not None else None
+    if gate is not None and not gate.has_room():
+        return _queue_refusal(gate.refuse("queue_full"))
     poller = _pollers.get(slug)
     if poller is None or poller.done() or poller.get_loop() is not asyncio.get_running_loop():
         poller = asyncio.ensure_future(_wake_and_wait(slug, route.endpoint_id))
         _pollers[slug] = poller
         poller.add_done_callback(lambda done: _pollers.pop(slug, None) if _pollers.get(slug) is done else None)
-    found = await asyncio.shield(poller)
+    if gate is None:
+        found = await asyncio.shield(poller)
+    else:
+        bound = gate.policy.wait_s if gate.policy.cold_wait_s is None else gate.policy.cold_wait_s
+        scope[admission.DEADLINE_SCOPE_KEY] = time.monotonic() + bound
+        gate.cold += 1
+        replica_load.PUBLISHER.ensure_running()  # (its queue figures go to the other processes and the pages)
+        if admission.on_queued is not None:
+            admission.on_queued()
+        try:
+            found = await asyncio.wait_for(asyncio.shield(poller), timeout=bound)
+        except TimeoutError:
+            return _queue_refusal(gate.refuse("queue_timeout", bound))
+        finally:
+            gate.cold -= 1
     if isinstance(found, ProxyRefusal):
         return found
     if found is None:
@@ -420,6 +448,11 @@ def _cold_start_refused(status: int, kind: str, why: str) -> ProxyRefusal:
     """The endpoint is scaled to zero and could not start a replica (quotas: 409; no node: 503)."""
     message = f"This endpoint was scaled to zero and could not start again: {why}"
     return _json_refusal(status, kind, message, retry_after=60 if status == 503 else None)
+
+
+def _queue_refusal(refusal: admission.Refusal) -> ProxyRefusal:
+    """429 with Retry-After: the endpoint's queue is full or its wait bound passed."""
+    return ProxyRefusal(429, refusal.body(), headers=refusal.headers(), content_type=b"application/json")
 
 
 def _too_many(refusal: rate_limits.Refusal) -> ProxyRefusal:

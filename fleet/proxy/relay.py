@@ -27,7 +27,7 @@ from typing import Any
 import h11
 from django.conf import settings
 
-from fleet import balancer, replica_load
+from fleet import admission, balancer, replica_load
 from fleet.proxy import affinity, origin_guard, origins, request_meter
 from fleet.proxy.answers import plain_response
 from fleet.proxy.headers import downstream_headers, upstream_headers
@@ -37,7 +37,8 @@ from fleet.proxy.tickets import exchange_ticket
 from fleet.proxy.websocket_relay import proxy_websocket
 from fleet.proxy.write_pressure import WritePressure
 from fleet.usage import meter as usage_meter
-from kernel.asgi_scope import header
+from kernel.asgi_scope import RATE_CALLER_SCOPE_KEY, header
+from kernel.client_address import scope_client_ip
 
 log = logging.getLogger("fleet.proxy")
 
@@ -189,11 +190,23 @@ async def proxy_http(
         await _proxy_to(scope, receive, send, target, first, only, last=True, usage=usage)
         return
     affinity_key = affinity.affinity_key(target.routing, scope, first.get("body", b""))
-    lease = balancer.Lease(target.replicas, target.routing, affinity_key, settings.ROUTING_EPSILON)
+    if target.queue is not None:
+        epsilon = settings.ROUTING_EPSILON
+        lease = admission.lease_for(target.queue, target.replicas, target.routing, affinity_key, epsilon)
+    else:
+        lease = balancer.Lease(target.replicas, target.routing, affinity_key, settings.ROUTING_EPSILON)
     replica_load.PUBLISHER.ensure_running()  # (shares this process's counts with the others)
     try:
+        admitted = None
+        if target.queue is not None:
+            admitted = await _admit(scope, receive, first, target.queue, lease)
+            if admitted is None:  # the client left while waiting
+                return
+            if isinstance(admitted, admission.Refusal):
+                await plain_response(send, 429, admitted.body(), list(admitted.headers()), b"application/json")
+                return
         for attempt in range(2):
-            upstream = lease.take()
+            upstream = admitted if attempt == 0 and admitted is not None else lease.take(over_limit=attempt > 0)
             if upstream is None:
                 break
             if usage is not None:
@@ -206,6 +219,31 @@ async def proxy_http(
             )
     finally:
         lease.release()
+
+
+async def _admit(
+    scope: dict[str, Any], receive: Any, first: dict[str, Any], queue: admission.QueuePolicy, lease: balancer.Lease
+) -> balancer.Upstream | admission.Refusal | None:
+    """The replica the request may go to now or after its turn in the endpoint's queue (`admission`), a
+    refusal, or None when the client left while it waited (watched only when its body arrived whole)."""
+    caller = scope.get(RATE_CALLER_SCOPE_KEY) or f"ip:{scope_client_ip(scope)}"
+    waiting = asyncio.ensure_future(
+        admission.gate(queue).admit(lease, str(caller), scope.get(admission.DEADLINE_SCOPE_KEY))
+    )
+    if first.get("more_body", False):
+        return await waiting
+    if waiting.done():
+        return waiting.result()
+    client_gone = asyncio.ensure_future(_wait_for_disconnect(receive))
+    try:
+        await asyncio.wait({waiting, client_gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        client_gone.cancel()
+        if not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+    return waiting.result() if not waiting.cancelled() else None
 
 
 async def _proxy_to(

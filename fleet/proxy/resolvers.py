@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import quote
 from uuid import UUID
 
-from fleet import balancer
+from fleet import admission, balancer
 from fleet.proxy import origin_guard, origins
 from fleet.proxy.answers import URL_SAFE
 from fleet.usage import meter as usage_meter
@@ -33,6 +33,7 @@ class ProxyTarget:
     # connect fails goes once to another; `node_id`/`port` above name the first (a WebSocket goes there).
     replicas: tuple[balancer.Upstream, ...] = ()
     routing: str = balancer.LEAST_LOAD  # the endpoint's routing policy over `replicas` (`balancer.POLICIES`)
+    queue: admission.QueuePolicy | None = None  # the endpoint's concurrency limit and wait queue; None: none
 
 
 @dataclass(frozen=True)

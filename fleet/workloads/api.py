@@ -29,6 +29,7 @@ from fleet.workloads.key_api import ApiKeyViewSet
 from fleet.workloads.models import Container, Endpoint, EndpointReplica, NodeModel
 from fleet.workloads.serializers import (
     ContainerSerializer,
+    EndpointAdmissionSerializer,
     EndpointCreateSerializer,
     EndpointEventSerializer,
     EndpointLimitsSerializer,
@@ -170,7 +171,25 @@ class EndpointViewSet(
             idle_timeout_s=values["idle_timeout_s"],
             server_args=values["server_args"],
             routing_policy=values["routing_policy"],
+            target_queued=values["target_queued"],
+            max_concurrency=values["max_concurrency"],
+            queue_max_depth=values["queue_max_depth"],
+            queue_max_wait_s=values["queue_max_wait_s"],
         )
+
+    @extend_schema(request=EndpointAdmissionSerializer, responses={200: EndpointSerializer})
+    @action(detail=True, methods=["post"])
+    def admission(self, request: Request, pk: str | None = None) -> Response:
+        """Set the requests in flight each replica takes and the bounds of the endpoint's wait queue (Owner/Admin;
+        null: the default; a field left out is kept). Past the queue's depth or wait bound a request gets 429."""
+        endpoint = self.get_object()
+        require_operator(request.user, endpoint.cluster.workspace, what="change an endpoint's queue")
+        data = EndpointAdmissionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = {name: getattr(endpoint, name) for name in ("max_concurrency", "queue_max_depth", "queue_max_wait_s")}
+        values |= data.validated_data
+        endpoint = workload_services.endpoint_set_admission(actor=request.user, endpoint=endpoint, **values)
+        return Response(EndpointSerializer(self.get_base_queryset().get(pk=endpoint.pk)).data)
 
     @extend_schema(request=EndpointLimitsSerializer, responses={200: EndpointSerializer})
     @action(detail=True, methods=["post"])

@@ -12,9 +12,12 @@ from django.core.exceptions import ValidationError
 
 from fleet.workloads.models import RoutingPolicy
 from fleet.workloads.services import (
+    MAX_CONCURRENCY,
     MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
     MAX_PER_MINUTE,
+    MAX_QUEUE_DEPTH,
+    MAX_QUEUE_WAIT_S,
     MAX_REPLICAS,
     MAX_REVISION,
     MAX_SCALE_COOLDOWN_S,
@@ -81,6 +84,33 @@ def _routing_field(*, required: bool) -> forms.ChoiceField:
     )
 
 
+class EndpointAdmissionForm(forms.Form):
+    """An endpoint's concurrency limit per replica and queue bounds (empty: the default), as
+    `endpoint_set_admission` takes them."""
+
+    max_concurrency = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_CONCURRENCY,
+        required=False,
+        label="Requests in flight per replica",
+        help_text="Empty: the server's --max-num-seqs, else 256. More wait in the queue.",
+    )
+    queue_max_depth = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_QUEUE_DEPTH,
+        required=False,
+        label="Queue depth",
+        help_text="Requests that may wait (empty: the default; 0: none, refused with 429 when full).",
+    )
+    queue_max_wait_s = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_QUEUE_WAIT_S,
+        required=False,
+        label="Max wait (s)",
+        help_text="Then 429 with Retry-After (empty: the default). Counts a cold start too.",
+    )
+
+
 class EndpointCreateForm(forms.Form):
     """`endpoint_create`'s inputs: a model cached on the cluster's nodes, its replicas, scale to zero."""
 
@@ -129,6 +159,13 @@ class EndpointCreateForm(forms.Form):
         required=False,
         label="Target requests/min",
         help_text="Per replica.",
+    )
+    target_queued = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_TARGET_IN_FLIGHT,
+        required=False,
+        label="Target requests queued",
+        help_text="Per replica: requests waiting for a free slot (0 or empty: off).",
     )
     scale_cooldown_s = forms.IntegerField(
         min_value=0,

@@ -12,6 +12,7 @@ from django.db import models
 
 from agent import protocol
 from fleet import origin_names
+from fleet.admission import concurrency_limit
 from kernel.eventlog import EventLogEntry
 
 __all__ = [
@@ -197,6 +198,7 @@ class Endpoint(models.Model):
     target_requests_per_min = models.PositiveIntegerField(default=0)
     target_in_flight = models.PositiveIntegerField(default=0)
     target_tokens_per_s = models.PositiveIntegerField(default=0)
+    target_queued = models.PositiveIntegerField(default=0)  # requests waiting in its queue, per replica
     scale_cooldown_s = models.PositiveIntegerField(default=120)
     scaled_at = models.DateTimeField(null=True, blank=True)
     idle_timeout_s = models.PositiveIntegerField(default=300)
@@ -215,6 +217,12 @@ class Endpoint(models.Model):
     key_tokens_per_min = models.PositiveIntegerField(null=True, blank=True)
     # How the proxy spreads requests over the running replicas (`fleet.balancer`; changed without a restart)
     routing_policy = models.CharField(max_length=16, choices=RoutingPolicy.choices, default=RoutingPolicy.LEAST_LOAD)
+    # Admission (`fleet.admission`): requests in flight per replica (None: the server's --max-num-seqs, else
+    # 256), then a wait queue of at most `queue_max_depth` requests waiting at most `queue_max_wait_s` seconds
+    # (None: ENDPOINT_QUEUE_DEPTH / ENDPOINT_QUEUE_WAIT_S); changed without a restart.
+    max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    queue_max_depth = models.PositiveIntegerField(null=True, blank=True)
+    queue_max_wait_s = models.PositiveIntegerField(null=True, blank=True)
     start_command = models.ForeignKey(
         "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -241,6 +249,29 @@ class Endpoint(models.Model):
 
     def __str__(self) -> str:
         return f"endpoint-{self.slug} ({self.model_id}, {self.status})"
+
+    @property
+    def concurrency_limit(self) -> int:
+        """Requests in flight per replica the proxy allows (`max_concurrency`, else --max-num-seqs, else 256)."""
+        return concurrency_limit(self.server_args, self.max_concurrency)
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests that may wait for a slot (the endpoint's own bound, else ENDPOINT_QUEUE_DEPTH)."""
+        return settings.ENDPOINT_QUEUE_DEPTH if self.queue_max_depth is None else self.queue_max_depth
+
+    @property
+    def queue_wait_s(self) -> float:
+        """Seconds a request may wait (the endpoint's own bound, else ENDPOINT_QUEUE_WAIT_S)."""
+        return settings.ENDPOINT_QUEUE_WAIT_S if self.queue_max_wait_s is None else float(self.queue_max_wait_s)
+
+    @property
+    def cold_start_wait_s(self) -> float:
+        """Seconds a request may wait through a cold start: the endpoint's own bound, else the longer of
+        ENDPOINT_QUEUE_WAIT_S and ENDPOINT_COLD_START_S (a model load may take minutes)."""
+        if self.queue_max_wait_s is not None:
+            return float(self.queue_max_wait_s)
+        return max(settings.ENDPOINT_QUEUE_WAIT_S, settings.ENDPOINT_COLD_START_S)
 
     @property
     def hostname(self) -> str:

@@ -10,7 +10,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db.models import Exists, Prefetch, Q, QuerySet
 
 from fleet import replica_load
-from fleet.replica_load import ReplicaLoad
+from fleet.replica_load import QueueLoad, ReplicaLoad
 from fleet.workloads.models import ApiKeyEndpoint, Endpoint, EndpointEvent, EndpointReplica, EndpointStatus
 from tenancy.selectors import workspace_ids
 
@@ -71,6 +71,20 @@ def replica_loads() -> dict[str, ReplicaLoad]:
     """Every replica's requests in flight and tokens/s over all live web processes, by server id
     (`fleet.replica_load`); raises redis.RedisError when Redis cannot be read."""
     return replica_load.read()
+
+
+def queue_loads() -> dict[str, QueueLoad]:
+    """Every endpoint's wait queue (by endpoint id) over the web processes (raises redis.RedisError)."""
+    return replica_load.read_queues()
+
+
+def queue_loads_shown() -> dict[str, QueueLoad] | None:
+    """Every endpoint's wait queue (by endpoint id) over the web processes; None when Redis cannot be read."""
+    try:
+        return replica_load.read_queues()
+    except redis.RedisError:
+        log.warning("queue figures unreadable", exc_info=True)
+        return None
 
 
 def replica_loads_shown() -> dict[str, ReplicaLoad] | None:

@@ -12,7 +12,7 @@ from rest_framework import serializers
 
 from agent import protocol
 from fleet.payload_schema import payload_field
-from fleet.replica_load import ReplicaLoad
+from fleet.replica_load import QueueLoad, ReplicaLoad
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
@@ -90,11 +90,14 @@ class EndpointReplicaSerializer(serializers.ModelSerializer):
     tokens_per_s = serializers.SerializerMethodField()
     requests_routed = serializers.SerializerMethodField()
     affinity_hits = serializers.SerializerMethodField()
+    decision_p50_us = serializers.SerializerMethodField()
+    decision_p99_us = serializers.SerializerMethodField()
 
     class Meta:
         model = EndpointReplica
         fields = ["id", "server_id", "node", "node_name", "status", "port", "failure_code", "failure_message"]
-        fields += ["in_flight", "tokens_per_s", "requests_routed", "affinity_hits"]
+        fields += ["in_flight", "tokens_per_s", "requests_routed", "affinity_hits", "decision_p50_us"]
+        fields += ["decision_p99_us"]
         fields += ["replacement_of", "created_at", "updated_at"]
         read_only_fields = fields
 
@@ -121,6 +124,44 @@ class EndpointReplicaSerializer(serializers.ModelSerializer):
         load = self._load(obj)
         return None if load is None else load.affinity_hits
 
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_decision_p50_us(self, obj: EndpointReplica) -> float | None:
+        """The median time (µs) the router took to choose this replica, over the last window."""
+        load = self._load(obj)
+        return None if load is None else load.decision_p50_us
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_decision_p99_us(self, obj: EndpointReplica) -> float | None:
+        load = self._load(obj)
+        return None if load is None else load.decision_p99_us
+
+
+class QueueFiguresSerializer(serializers.Serializer):
+    """An endpoint's wait queue over every web process: requests waiting now and its bounds; of the last
+    window (REPLICA_LOAD_WINDOW_S, 10 s by default) the requests admitted, their wait p50/p99 (seconds, the
+    upper bound of the bucket it falls in; 0 when admitted at once) and the requests refused with 429."""
+
+    waiting = serializers.IntegerField()
+    max_depth = serializers.IntegerField()
+    max_wait_s = serializers.FloatField()
+    admitted = serializers.IntegerField()
+    refused = serializers.IntegerField()
+    wait_p50_s = serializers.FloatField(allow_null=True)
+    wait_p99_s = serializers.FloatField(allow_null=True)
+
+
+def queue_figures(endpoint: Endpoint, load: QueueLoad) -> dict[str, Any]:
+    """`QueueFiguresSerializer`'s fields for `endpoint` from its shared figures."""
+    return {
+        "waiting": load.waiting,
+        "max_depth": endpoint.queue_depth,
+        "max_wait_s": endpoint.queue_wait_s,
+        "admitted": load.admitted,
+        "refused": load.refused,
+        "wait_p50_s": load.wait_p50_s,
+        "wait_p99_s": load.wait_p99_s,
+    }
+
 
 class EndpointEventSerializer(serializers.ModelSerializer):
     """One line of an endpoint's event log (replicas starting, failing, replaced; the autoscaler's decisions)."""
@@ -143,6 +184,12 @@ class EndpointSerializer(serializers.ModelSerializer):
     node_name = serializers.CharField(source="node.name", read_only=True, default=None)
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
     error_help = serializers.SerializerMethodField()
+    concurrency_limit = serializers.IntegerField(
+        read_only=True,
+        help_text="Requests in flight per replica the proxy allows (max_concurrency, else the server's "
+        "--max-num-seqs, else 256).",
+    )
+    queue = serializers.SerializerMethodField()
 
     class Meta:
         model = Endpoint
@@ -173,6 +220,12 @@ class EndpointSerializer(serializers.ModelSerializer):
             "key_requests_per_min",
             "key_tokens_per_min",
             "routing_policy",
+            "target_queued",
+            "max_concurrency",
+            "queue_max_depth",
+            "queue_max_wait_s",
+            "concurrency_limit",
+            "queue",
             "replicas",
             "failure_code",
             "failure_message",
@@ -187,6 +240,16 @@ class EndpointSerializer(serializers.ModelSerializer):
 
     def get_error_help(self, obj: Endpoint) -> dict[str, str] | None:
         return error_help(obj.failure_code)
+
+    @extend_schema_field(QueueFiguresSerializer(allow_null=True))
+    def get_queue(self, obj: Endpoint) -> dict[str, Any] | None:
+        """The endpoint's wait queue now, over every web process (null when the figures cannot be read)."""
+        if "queue_loads" not in self.context:
+            self.context["queue_loads"] = selectors.queue_loads_shown()
+        loads = self.context["queue_loads"]
+        if loads is None:
+            return None
+        return queue_figures(obj, loads.get(str(obj.pk), QueueLoad()))
 
 
 @extend_schema_field({"type": "array", "items": {"type": "string"}, "maxItems": workload_services.MAX_SERVER_ARGS})
@@ -225,6 +288,26 @@ class _NoUnknownFields(serializers.Serializer):
         if unknown:
             raise serializers.ValidationError({name: "Unknown field." for name in unknown})
         return attrs
+
+
+ADMISSION_HELP = {
+    "max_concurrency": "Requests in flight per replica (null: the server's --max-num-seqs, else 256); more wait.",
+    "queue_max_depth": "Requests that may wait for a free slot, over every web process (null: the default; "
+    "0: none wait, a request finding every replica full gets 429).",
+    "queue_max_wait_s": "Seconds a request may wait (through a cold start too) before it gets 429 (null: the default).",
+}
+_ADMISSION_BOUNDS = {
+    "max_concurrency": (1, workload_services.MAX_CONCURRENCY),
+    "queue_max_depth": (0, workload_services.MAX_QUEUE_DEPTH),
+    "queue_max_wait_s": (1, workload_services.MAX_QUEUE_WAIT_S),
+}
+
+
+def admission_field(name: str, **kwargs: Any) -> serializers.IntegerField:
+    low, high = _ADMISSION_BOUNDS[name]
+    return serializers.IntegerField(
+        min_value=low, max_value=high, required=False, allow_null=True, help_text=ADMISSION_HELP[name], **kwargs
+    )
 
 
 class EndpointCreateSerializer(serializers.Serializer):
@@ -294,6 +377,16 @@ class EndpointCreateSerializer(serializers.Serializer):
     routing_policy = serializers.ChoiceField(
         choices=RoutingPolicy.choices, required=False, default=RoutingPolicy.LEAST_LOAD, help_text=ROUTING_HELP
     )
+    target_queued = serializers.IntegerField(
+        min_value=0,
+        max_value=workload_services.MAX_TARGET_IN_FLIGHT,
+        required=False,
+        default=0,
+        help_text="Autoscaling target: requests waiting in the endpoint's queue per replica (0: off).",
+    )
+    max_concurrency = admission_field("max_concurrency", default=None)
+    queue_max_depth = admission_field("queue_max_depth", default=None)
+    queue_max_wait_s = admission_field("queue_max_wait_s", default=None)
 
     def validate_model_id(self, value: str) -> str:
         try:
@@ -317,6 +410,15 @@ class EndpointLimitsSerializer(_NoUnknownFields):
     key_tokens_per_min = serializers.IntegerField(
         min_value=1, max_value=workload_services.MAX_PER_MINUTE, required=False, allow_null=True
     )
+
+
+class EndpointAdmissionSerializer(_NoUnknownFields):
+    """Input of POST /endpoints/<id>/admission/: the concurrency limit per replica and the queue's bounds
+    (null: the default; left out: kept)."""
+
+    max_concurrency = admission_field("max_concurrency")
+    queue_max_depth = admission_field("queue_max_depth")
+    queue_max_wait_s = admission_field("queue_max_wait_s")
 
 
 class EndpointRevisionSerializer(serializers.Serializer):

@@ -72,9 +72,10 @@ def endpoints_autoscale_tick() -> dict[str, int]:
     out: dict[str, int] = {}
     endpoint_ids = workload_services.endpoints_to_autoscale()
     loads = selectors.replica_loads_shown() if endpoint_ids else None  # one read for all (None: each pass tries)
+    queues = selectors.queue_loads_shown() if endpoint_ids else None
     for endpoint_id in endpoint_ids:
         try:
-            decision = workload_services.endpoint_autoscale(endpoint_id=endpoint_id, loads=loads)
+            decision = workload_services.endpoint_autoscale(endpoint_id=endpoint_id, loads=loads, queues=queues)
         except Exception:  # one broken endpoint must not stop the others' scaling
             logger.exception("autoscaling pass for endpoint %s failed", endpoint_id)
             continue

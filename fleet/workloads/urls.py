@@ -13,6 +13,7 @@ urlpatterns = [
     path("clusters/<uuid:pk>/endpoints/new/", views.cluster_endpoint_create, name="cluster_endpoint_create"),
     path("endpoints/<uuid:pk>/update/", views.endpoint_update, name="endpoint_update"),
     path("endpoints/<uuid:pk>/limits/", views.endpoint_limits, name="endpoint_limits"),
+    path("endpoints/<uuid:pk>/admission/", views.endpoint_admission, name="endpoint_admission"),
     path("endpoints/<uuid:pk>/routing/", views.endpoint_routing, name="endpoint_routing"),
     path("endpoints/<uuid:pk>/<slug:action>/", views.endpoint_action, name="endpoint_action"),
     path("api-keys/", key_views.api_key_list, name="api_key_list"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -18,11 +19,12 @@ from django.views.decorators.http import require_POST
 
 from fleet.forms import apply_service_errors
 from fleet.models import ComputeCluster
-from fleet.replica_load import ReplicaLoad
+from fleet.replica_load import QueueLoad, ReplicaLoad
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
 from fleet.workloads.forms import (
+    EndpointAdmissionForm,
     EndpointCreateForm,
     EndpointLimitsForm,
     EndpointRoutingForm,
@@ -30,7 +32,8 @@ from fleet.workloads.forms import (
     server_args_line,
 )
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel, RoutingPolicy
-from fleet.workloads.services import PlacementError
+from fleet.workloads.serializers import queue_figures
+from fleet.workloads.services import ADMISSION_FIELDS, PlacementError
 from kernel.exceptions import IllegalTransition
 from tenancy.permissions import can_edit, can_operate
 from tenancy.selectors import workspace_ids
@@ -134,6 +137,9 @@ def endpoint_detail(request: HttpRequest, pk: Any) -> HttpResponse:
         ),
         "routing_choices": RoutingPolicy.choices,
         "update_failure": selectors.endpoint_update_failure(endpoint=endpoint),
+        "admission_form": EndpointAdmissionForm(initial={name: getattr(endpoint, name) for name in ADMISSION_FIELDS}),
+        "window_s": int(settings.REPLICA_LOAD_WINDOW_S),
+        "queue": queue_figures(endpoint, (selectors.queue_loads_shown() or {}).get(str(endpoint.pk), QueueLoad())),
     }
     if request.htmx:
         return render(request, "workloads/_endpoint_replicas.html", context)
@@ -188,6 +194,7 @@ def _create(request: HttpRequest, cluster: ComputeCluster, values: dict[str, Any
         scale_cooldown_s=120 if values["scale_cooldown_s"] is None else values["scale_cooldown_s"],
         server_args=values["server_args"],
         routing_policy=values["routing_policy"] or RoutingPolicy.LEAST_LOAD,
+        target_queued=values["target_queued"] or 0,
     )
 
 
@@ -235,6 +242,25 @@ def endpoint_limits(request: HttpRequest, pk: Any) -> HttpResponse:
         return _back(request, endpoint)
     workload_services.endpoint_set_key_limits(actor=request.user, endpoint=endpoint, **form.cleaned_data)
     messages.success(request, f"Endpoint {endpoint.hostname}: per-key limits saved.")
+    return _back(request, endpoint)
+
+
+@login_required
+@require_POST
+def endpoint_admission(request: HttpRequest, pk: Any) -> HttpResponse:
+    """Set an endpoint's concurrency limit and queue bounds from its page (Owner/Admin); a bad number comes back
+    as a message."""
+    endpoint = get_object_or_404(selectors.endpoint_list(user=request.user), pk=pk)
+    if not can_operate(request.user, endpoint.cluster.workspace):
+        raise PermissionDenied("Only workspace Owners and Admins can change an endpoint's queue.")
+    form = EndpointAdmissionForm(request.POST)
+    if not form.is_valid():
+        labels = {name: field.label or name for name, field in form.fields.items()}
+        problems = [f"{labels.get(name, name)}: {m}" for name, ms in form.errors.items() for m in ms]
+        messages.error(request, f"The queue of {endpoint.hostname} was not changed: " + "; ".join(problems))
+        return _back(request, endpoint)
+    workload_services.endpoint_set_admission(actor=request.user, endpoint=endpoint, **form.cleaned_data)
+    messages.success(request, f"Endpoint {endpoint.hostname}: concurrency limit and queue saved.")
     return _back(request, endpoint)
 
 

@@ -191,3 +191,36 @@ def test_each_endpoint_replica_shows_its_shared_load_and_what_the_router_did(own
     assert found[("cleverthis_endpoint_replica_requests_routed", labels)] == 5
     assert found[("cleverthis_endpoint_replica_affinity_hits", labels)] == 2  # the 2nd and 3rd "s1"
     assert found[("cleverthis_endpoint_replica_in_flight", labels)] == 1
+    assert (
+        0
+        < found[("cleverthis_endpoint_replica_decision_seconds", tuple(sorted((*labels, ("quantile", "0.99")))))]
+        <= 0.005
+    )
+
+
+def test_each_endpoint_queue_shows_its_depth_wait_and_refusals(owner, workspace):
+    from fleet import admission, replica_load
+    from fleet.replica_load import LoadPublisher
+    from fleet.workloads.models import Endpoint
+
+    cluster = services.cluster_create(actor=owner, workspace=workspace, name="queued")
+    endpoint = Endpoint.objects.create(cluster=cluster, model_id="acme/tiny")
+    gate = admission.gate(admission.QueuePolicy(str(endpoint.pk), limit=1, depth=10, wait_s=5.0))
+    for wait in (0.0, 0.0, 0.3, 2.0):
+        gate.waits.observe(wait)
+    gate.refuse("queue_full")
+    gate.cold = 2  # two requests waiting for a cold start
+    here, other = LoadPublisher(name="test-q-here"), LoadPublisher(name="test-q-other")
+    try:
+        here.publish({}, queues=here.sample_queues())
+        other.publish({}, queues={str(endpoint.pk): (3, (), 1)})
+        found = samples(metrics_scrape.render().decode())
+    finally:
+        here.publish({})
+        other.publish({})
+        replica_load.discard()
+    labels = (("endpoint_id", str(endpoint.pk)), ("workspace", workspace.slug))
+    assert found[("cleverthis_endpoint_queue_depth", labels)] == 5  # 2 here, 3 in the other process
+    assert found[("cleverthis_endpoint_queue_refused", labels)] == 2
+    assert found[("cleverthis_endpoint_queue_wait_seconds", tuple(sorted((*labels, ("quantile", "0.5")))))] == 0.0
+    assert found[("cleverthis_endpoint_queue_wait_seconds", tuple(sorted((*labels, ("quantile", "0.99")))))] == 2.5

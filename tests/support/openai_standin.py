@@ -10,12 +10,19 @@ Like vLLM it reports ``usage`` (prompt tokens: the words of the messages; comple
 of the answer): in a JSON answer always, in a stream as a final chunk with no choices when the request
 asks for it (``"stream_options": {"include_usage": true}``).
 
+``--start-delay-s S`` (not a vLLM flag) waits S seconds before listening, as loading a model takes time.
+
 ``--stream-gate PATH`` (not a vLLM flag) holds a streamed answer's last word until PATH exists (at most
 ``GATE_WAIT_S``): a client that needs its first event to create PATH proves that every hop in between
 passes events on as they are produced, with no wall-clock measure.
 
 Every answer carries ``X-Served-By: <host>:<port>`` (not vLLM's): tests of an endpoint's replicas see which
 server answered.
+
+A chat request may carry ``"standin_delay_s": <seconds>`` (not OpenAI's, at most 30): the server holds its
+answer that long, a controllable service time for saturation tests. Each chat answer says how many chat
+requests the server was serving when it arrived, this one included (``X-Concurrent``), and the most it has
+served at once since it started (``X-Peak-Concurrency``): tests see whether a concurrency limit held.
 
 ``--max-model-len N`` is honoured as vLLM does: ``GET /v1/models`` lists ``max_model_len`` for the model
 (default: ``max_position_embeddings`` of its ``config.json``, else 2048), and a chat request whose prompt
@@ -28,6 +35,7 @@ import argparse
 import json
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,6 +55,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--engine-child", action="store_true")
     parser.add_argument("--stream-gate", type=Path, default=None)
     parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--start-delay-s", type=float, default=0.0)  # (not vLLM's) as a model load takes time
     args, _ignored = parser.parse_known_args(argv)
     return args
 
@@ -81,8 +90,12 @@ def make_handler(
     """The request handler serving `model_name` with a context of `max_model_len` (streamed answers held
     before their last word by `stream_gate`)."""
 
+    serving = {"now": 0, "peak": 0}
+    counting = threading.Lock()
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        concurrent: int | None = None
 
         def log_message(self, fmt: str, *args: object) -> None:
             sys.stderr.write("openai-standin: " + (fmt % args) + "\n")
@@ -90,6 +103,9 @@ def make_handler(
         def end_headers(self) -> None:
             host, port = self.server.server_address[:2]
             self.send_header("X-Served-By", f"{host}:{port}")
+            if self.concurrent is not None:
+                self.send_header("X-Concurrent", str(self.concurrent))
+                self.send_header("X-Peak-Concurrency", str(serving["peak"]))
             super().end_headers()
 
         def _json(self, status: int, body: object) -> None:
@@ -110,6 +126,17 @@ def make_handler(
                 self._json(404, {"error": {"message": "not found", "type": "NotFoundError"}})
 
         def do_POST(self) -> None:
+            with counting:
+                serving["now"] += 1
+                serving["peak"] = max(serving["peak"], serving["now"])
+                self.concurrent = serving["now"]
+            try:
+                self._post()
+            finally:
+                with counting:
+                    serving["now"] -= 1
+
+        def _post(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             try:
                 request = json.loads(self.rfile.read(length) or b"{}")
@@ -122,6 +149,9 @@ def make_handler(
             if request.get("model") != model_name:
                 self._json(404, {"error": {"message": f"model {request.get('model')!r} does not exist"}})
                 return
+            delay = request.get("standin_delay_s")
+            if isinstance(delay, (int, float)) and delay > 0:
+                time.sleep(min(float(delay), 30.0))
             messages = request.get("messages") or [{}]
             answer = "echo: " + str(messages[-1].get("content", ""))
             completion_id = "chatcmpl-" + uuid.uuid4().hex
@@ -205,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"engine child pid {child.pid}", flush=True)
     handler = make_handler(name, args.stream_gate, model_max_len(model_dir, args.max_model_len))
+    time.sleep(max(0.0, args.start_delay_s))
     server = ThreadingHTTPServer((args.host, args.port), handler)
     server.daemon_threads = True
     print(f"openai-standin serving {name} on {args.host}:{args.port}", flush=True)

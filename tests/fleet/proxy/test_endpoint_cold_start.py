@@ -14,7 +14,7 @@ from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from agent import protocol
-from fleet import origin_names
+from fleet import admission, origin_names
 from fleet.balancer import Upstream
 from fleet.models import Command, CommandType
 from fleet.proxy import endpoint_routes, rate_limits
@@ -51,6 +51,7 @@ class FakeEndpoint:
 
     def __init__(self, polls: int = 3, wake_error: Exception | None = None) -> None:
         self.status, self.polls, self.wake_error = EndpointStatus.IDLE, polls, wake_error
+        self.queue: admission.QueuePolicy | None = None  # its wait queue (None: none)
         self.reads = self.wakes = 0
         self.endpoint_id, self.workspace = uuid.uuid4(), Workspace(pk=uuid.uuid4(), name="w")
 
@@ -72,6 +73,7 @@ class FakeEndpoint:
             replicas=(Upstream("r1", uuid.uuid4(), 8100),) if running else (),
             offline=(),
             loaded_at=0.0,
+            queue=self.queue,
         )
 
     def wake(self, *, endpoint_id, reason: str):
@@ -204,3 +206,32 @@ def test_a_key_over_its_rate_limit_is_refused_before_it_wakes_anything(fake, mon
     answer = asyncio.run(endpoint_routes.resolve_endpoint(scope()))
     assert answer.status == 429
     assert fake.wakes == 0
+
+
+def test_requests_wait_for_the_start_in_the_endpoint_s_queue_within_its_depth_and_wait_bound(fake):
+    fake.queue = admission.QueuePolicy(str(fake.endpoint_id), limit=4, depth=3, wait_s=30.0, cold_wait_s=30.0)
+    fake.polls = 40  # (a start of some 0.4 s)
+
+    async def main() -> tuple[list, int]:
+        route = fake.load(SLUG)
+        held = [asyncio.ensure_future(endpoint_routes._cold_start(SLUG, route, scope(), "/")) for _ in range(5)]
+        await asyncio.sleep(0.05)
+        waiting = admission.gate(fake.queue).queued  # counted in the queue while the replica starts
+        return [await h for h in held], waiting
+
+    try:
+        answers, waiting = asyncio.run(main())
+        assert waiting == 3
+        assert sum(isinstance(a, ProxyTarget) for a in answers) == 3  # held through the start, then answered
+        refused = [a for a in answers if isinstance(a, ProxyRefusal)]
+        assert [(a.status, json.loads(a.message)["error"]["type"]) for a in refused] == [(429, "queue_full")] * 2
+        assert all(dict(a.headers)[b"retry-after"] for a in refused)
+        assert admission.gate(fake.queue).queued == 0
+
+        fake.status, fake.polls = EndpointStatus.IDLE, 10**9  # a start that takes longer than the wait bound
+        fake.queue = admission.QueuePolicy(str(fake.endpoint_id), limit=4, depth=3, wait_s=30.0, cold_wait_s=0.05)
+        (late,) = asyncio.run(waiters(fake, 1))
+        assert (late.status, json.loads(late.message)["error"]["type"]) == (429, "queue_timeout")
+        assert "within 0.05 s" in json.loads(late.message)["error"]["message"]
+    finally:
+        admission.discard()

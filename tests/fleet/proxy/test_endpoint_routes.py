@@ -8,6 +8,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from fleet import origin_names
+from fleet.admission import QueuePolicy
 from fleet.balancer import Upstream
 from fleet.models import NodeStatus
 from fleet.proxy import endpoint_routes
@@ -57,6 +58,8 @@ def test_a_cached_public_route_costs_no_query(endpoint, node, django_assert_num_
         meter=timeseries.workspace_series(endpoint.cluster.workspace_id),  # its requests count there
         usage=Subject(endpoint.cluster.workspace_id, endpoint.pk),  # and its usage (fleet.usage)
         replicas=(Upstream(endpoint.slug, node.pk, 8123),),  # balanced over its running replica(s)
+        # vLLM's default limit, the queue's defaults (through a cold start: ENDPOINT_COLD_START_S, the longer)
+        queue=QueuePolicy(str(endpoint.pk), limit=256, depth=1024, wait_s=60.0, cold_wait_s=300.0),
     )
     with django_assert_num_queries(0):
         assert decide(scope(endpoint.slug)) == first

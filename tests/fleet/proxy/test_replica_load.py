@@ -47,9 +47,12 @@ def test_a_snapshot_holds_this_process_figures_and_expires_with_its_ttl(publishe
     try:
         replica_load.count_tokens(upstream.key, 40)
         here.publish(here.sample(now=100.0))
-        assert replica_load.read()[upstream.key] == ReplicaLoad(
-            in_flight=3, tokens_per_s=0.0, tokens_total=40, routed=3
+        found = replica_load.read()[upstream.key]
+        assert sum(found.decisions) == 3  # (each routing decision's time, by bucket)
+        assert found == ReplicaLoad(
+            in_flight=3, tokens_per_s=0.0, tokens_total=40, routed=3, decisions=found.decisions
         )  # (and the 3 requests routed there)
+        assert 0 < found.decision_p99_us <= 5_000
         assert 0 < redis_client().pttl(here.key) <= 500  # the hash dies with its TTL unless written again
     finally:
         for lease in leases:
@@ -130,7 +133,7 @@ async def test_a_failed_publish_is_logged_and_the_next_pass_runs_and_an_ended_lo
     written: list[dict] = []
     calls = iter([redis.ConnectionError("Redis away")])
 
-    def publish(snapshot: dict) -> None:
+    def publish(snapshot: dict, queues: dict | None = None) -> None:
         failure = next(calls, None)
         if failure is not None:
             raise failure

@@ -244,3 +244,24 @@ def test_bad_targets_are_refused_naming_the_field(cluster, node, owner, targets,
         workloads.endpoint_create(actor=owner, cluster=cluster, model_id=LLAMA.model_id, **targets)
     assert field in refused.value.message_dict
     assert not Endpoint.objects.exists()
+
+
+def test_a_queue_that_builds_adds_replicas_and_an_empty_one_lets_them_go(cluster, register_node, owner):
+    endpoint, first = load_endpoint(cluster, register_node, owner, nodes=3, target_queued=5, max_concurrency=4)
+    assert workloads.endpoints_to_autoscale() == [endpoint.pk]
+    a, b = LoadPublisher(name="test-qa"), LoadPublisher(name="test-qb")
+    try:  # two web processes: 4 in flight (the limit) and 3 + 4 waiting
+        a.publish({first.server_id: (4, 0, 0.0)}, queues={str(endpoint.pk): (3, (), 0)})
+        b.publish({}, queues={str(endpoint.pk): (4, (), 2)})
+        assert endpoints_autoscale_tick() == {str(endpoint.pk): 2}  # ceil(4 / 4) + ceil(7 / 5) = 3
+    finally:
+        a.publish({})
+        b.publish({})
+    (event, _) = EndpointEvent.objects.filter(endpoint=endpoint, kind="endpoint.scaled")
+    assert "scaled 1 → 3: 7 requests queued (and 4 in flight at 4 each) over 1 replica(s), target 5" in event.message
+    assert event.data["queued"] == 7
+    Endpoint.objects.filter(pk=endpoint.pk).update(scaled_at=None)
+    calm = workloads.endpoint_autoscale(
+        endpoint_id=endpoint.pk, loads={first.server_id: ReplicaLoad(in_flight=3)}, queues={}
+    )
+    assert (calm.wanted, calm.changed, calm.queued) == (1, -2, 0)  # nothing waits: one replica serves the 3

@@ -11,6 +11,7 @@ then its replicas'; `locking`):
 - `replicas`: one replica's start and stop commands, and the endpoint's summary of its replicas;
 - `events`: the endpoint's event log;
 - `limits`: the per-key rate limits callers of the endpoint are held to;
+- `admission`: the concurrency limit per replica and the wait queue's bounds;
 - the passes of the beat: `heal` (replace lost replicas), `autoscale` (on load), `idle` (scale to zero,
   and waking), and `updates` (rolling updates to another revision or other server arguments).
 
@@ -19,6 +20,14 @@ Callers import from `fleet.workloads.services`; every public name is re-exported
 
 from __future__ import annotations
 
+from fleet.workloads.services.endpoints.admission import (
+    ADMISSION_FIELDS,
+    MAX_CONCURRENCY,
+    MAX_QUEUE_DEPTH,
+    MAX_QUEUE_WAIT_S,
+    endpoint_set_admission,
+    validate_admission,
+)
 from fleet.workloads.services.endpoints.autoscale import (
     ScaleDecision,
     desired_replicas,
@@ -53,9 +62,13 @@ from fleet.workloads.services.endpoints.validation import (
 )
 
 __all__ = [
+    "ADMISSION_FIELDS",
+    "MAX_CONCURRENCY",
     "MAX_GPUS",
     "MAX_IDLE_TIMEOUT_S",
     "MAX_PER_MINUTE",
+    "MAX_QUEUE_DEPTH",
+    "MAX_QUEUE_WAIT_S",
     "MAX_REPLICAS",
     "MAX_SCALE_COOLDOWN_S",
     "MAX_SERVER_ARGS",
@@ -76,6 +89,7 @@ __all__ = [
     "endpoint_record_command_outcome",
     "endpoint_record_start_commands",
     "endpoint_restart",
+    "endpoint_set_admission",
     "endpoint_set_key_limits",
     "endpoint_set_routing",
     "endpoint_stop",
@@ -88,6 +102,7 @@ __all__ = [
     "endpoints_to_heal",
     "endpoints_to_idle",
     "node_free_vram_mb",
+    "validate_admission",
     "validate_model_id",
     "validate_per_minute",
     "validate_revision",

@@ -10,7 +10,12 @@ with a target per replica (0 = off):
   endpoint's replicas' figures summed over every live web process (`fleet.replica_load`, published about
   every second, so they are at most a few seconds old and a dead process's count is gone within its TTL).
 
-Each enabled metric asks for `ceil(total / target)` replicas; the largest ask wins, held between min and
+- requests waiting in the endpoint's queue (`target_queued`, `fleet.admission`, summed over the web processes
+  like the in-flight figures): it asks for the replicas the requests in flight need at the endpoint's
+  concurrency limit, plus one per `target_queued` requests waiting: `ceil(in_flight / limit) +
+  ceil(queued / target)`, so a queue that builds adds replicas and an empty one lets the others decide.
+
+Each other enabled metric asks for `ceil(total / target)` replicas; the largest ask wins, held between min and
 max (and at least 1: an endpoint goes to zero only through the idle pass, `endpoint_idle`). A change waits
 for `scale_cooldown_s` after the previous one. Up: new replicas placed like the first ones; down: the newest
 replicas are retired (`replica_retire`: out of rotation at once, stopped ENDPOINT_DRAIN_S later by the
@@ -35,9 +40,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from fleet.replica_load import ReplicaLoad
+from fleet.replica_load import QueueLoad, ReplicaLoad
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
-from fleet.workloads.selectors import replica_loads
+from fleet.workloads.selectors import queue_loads, replica_loads
 from fleet.workloads.services.common import system_actor
 from fleet.workloads.services.endpoints.events import endpoint_event_record
 from fleet.workloads.services.endpoints.locking import lock_endpoint
@@ -60,6 +65,7 @@ class ScaleDecision:
     reason: str
     in_flight: int = 0  # requests in flight over the endpoint's replicas, all web processes
     tokens_per_s: float = 0.0  # completion tokens per second over them
+    queued: int = 0  # requests waiting in the endpoint's queue, all web processes
 
 
 @dataclass(frozen=True)
@@ -77,9 +83,19 @@ def desired_replicas(*, rate_per_min: float, target: int, minimum: int, maximum:
     return max(minimum, min(maximum, math.ceil(rate_per_min / target) if target > 0 else minimum))
 
 
-def _metrics(endpoint: Endpoint, *, replicas: int, rate: float, in_flight: int, tokens: float) -> list[LoadMetric]:
+def _metrics(
+    endpoint: Endpoint, *, replicas: int, rate: float, in_flight: int, tokens: float, queued: int = 0
+) -> list[LoadMetric]:
     """The enabled metrics of `endpoint` with their figures, the largest ask first (ties: in the order below)."""
     found = []
+    if endpoint.target_queued > 0:
+        limit = endpoint.concurrency_limit
+        asks = math.ceil(in_flight / limit) + math.ceil(queued / endpoint.target_queued)
+        text = (
+            f"{queued} requests queued (and {in_flight} in flight at {limit} each) over {replicas} replica(s), "
+            f"target {endpoint.target_queued} queued each"
+        )
+        found.append(LoadMetric(queued, endpoint.target_queued, asks, text))
     for total, target, words, unit in (
         (in_flight, endpoint.target_in_flight, f"{in_flight} requests in flight", ""),
         (tokens, endpoint.target_tokens_per_s, f"{tokens:.0f} tokens/s", "/s"),
@@ -92,11 +108,16 @@ def _metrics(endpoint: Endpoint, *, replicas: int, rate: float, in_flight: int, 
 
 
 def endpoint_autoscale(
-    *, endpoint_id: object, now: datetime | None = None, loads: Mapping[str, ReplicaLoad] | None = None
+    *,
+    endpoint_id: object,
+    now: datetime | None = None,
+    loads: Mapping[str, ReplicaLoad] | None = None,
+    queues: Mapping[str, QueueLoad] | None = None,
 ) -> ScaleDecision | None:
     """One autoscaling pass for the endpoint (see the module); None when it is not autoscaled or running, or
-    on its first pass with a requests/min target (which only takes the first sample). `loads`: the
-    replicas' shared figures (`selectors.replica_loads`, read here when needed and not given)."""
+    on its first pass with a requests/min target (which only takes the first sample). `loads` and `queues`:
+    the replicas' and the queues' shared figures (`selectors.replica_loads`, `selectors.queue_loads`, read
+    here when needed and not given)."""
     now = now or timezone.now()
     with transaction.atomic():
         endpoint = lock_endpoint(endpoint_id)
@@ -117,8 +138,11 @@ def endpoint_autoscale(
             .filter(endpoint=endpoint, replacements__isnull=True, retired_at__isnull=True, status__in=_SERVING)
             .order_by("created_at", "server_id")
         )
-        in_flight, tokens = 0, 0.0
-        if endpoint.target_in_flight > 0 or endpoint.target_tokens_per_s > 0:
+        in_flight, tokens, queued = 0, 0.0, 0
+        if endpoint.target_queued > 0:
+            queues = queue_loads() if queues is None else queues
+            queued = queues.get(str(endpoint.pk), QueueLoad()).waiting
+        if endpoint.target_in_flight > 0 or endpoint.target_tokens_per_s > 0 or endpoint.target_queued > 0:
             loads = replica_loads() if loads is None else loads
             # every replica still serving counts (a retired one may finish its requests), not only the current
             keys = EndpointReplica.objects.filter(endpoint=endpoint, status__in=EndpointStatus.live())
@@ -127,12 +151,14 @@ def endpoint_autoscale(
                 if load is not None:
                     in_flight += load.in_flight
                     tokens += load.tokens_per_s
-        metrics = _metrics(endpoint, replicas=len(serving), rate=rate, in_flight=in_flight, tokens=tokens)
+        metrics = _metrics(
+            endpoint, replicas=len(serving), rate=rate, in_flight=in_flight, tokens=tokens, queued=queued
+        )
         # to zero only by the idle pass (`endpoint_idle`), never on load
         wanted = max(endpoint.min_replicas, 1, min(endpoint.max_replicas, metrics[0].asks))
         figures = "; ".join(m.text for m in metrics)
         held = {"endpoint_id": endpoint.pk, "replicas": len(serving), "wanted": wanted, "rate_per_min": rate}
-        held |= {"in_flight": in_flight, "tokens_per_s": tokens, "changed": 0}
+        held |= {"in_flight": in_flight, "tokens_per_s": tokens, "queued": queued, "changed": 0}
         decision = ScaleDecision(**held, reason=f"{figures}: {wanted} wanted")
         if wanted == len(serving):
             return decision
@@ -143,6 +169,7 @@ def endpoint_autoscale(
         why = f"Endpoint {endpoint.hostname} scaled {len(serving)} → {wanted}: {figures}"
         data = {"from": len(serving), "to": wanted, "rate_per_min": round(rate, 1), "in_flight": in_flight}
         data["tokens_per_s"] = round(tokens, 1)
+        data["queued"] = queued
         if wanted > len(serving):
             used = {r.node_id for r in serving}
             for _ in range(wanted - len(serving)):
@@ -183,11 +210,13 @@ def endpoint_autoscale(
 
 
 def _autoscaled(endpoint: Endpoint) -> bool:
-    return endpoint.target_requests_per_min > 0 or endpoint.target_in_flight > 0 or endpoint.target_tokens_per_s > 0
+    targets = (endpoint.target_requests_per_min, endpoint.target_in_flight, endpoint.target_tokens_per_s)
+    return any(t > 0 for t in (*targets, endpoint.target_queued))
 
 
 def endpoints_to_autoscale() -> list[object]:
     """Ids of the running endpoints with autoscaling on (what the beat passes over)."""
     targets = Q(target_requests_per_min__gt=0) | Q(target_in_flight__gt=0) | Q(target_tokens_per_s__gt=0)
+    targets |= Q(target_queued__gt=0)
     rows = Endpoint.objects.filter(targets, status=EndpointStatus.RUNNING)
     return list(rows.order_by("pk").values_list("pk", flat=True))

@@ -13,6 +13,7 @@ from django.db import transaction
 from audit.services import created, new, on, operator_action
 from fleet.models import ComputeCluster, Node
 from fleet.workloads.models import Endpoint, EndpointStatus, RoutingPolicy
+from fleet.workloads.services.endpoints.admission import validate_admission
 from fleet.workloads.services.endpoints.events import endpoint_event_record
 from fleet.workloads.services.endpoints.placement import place_replicas
 from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_stop
@@ -65,6 +66,10 @@ def endpoint_create(
     idle_timeout_s: int = 300,
     server_args: list[str] | None = None,
     routing_policy: str = RoutingPolicy.LEAST_LOAD,
+    target_queued: int = 0,
+    max_concurrency: int | None = None,
+    queue_max_depth: int | None = None,
+    queue_max_wait_s: int | None = None,
 ) -> Endpoint:
     """Start an inference endpoint for a cached model with `min_replicas` replicas; Owner, Admin or Member.
 
@@ -77,7 +82,9 @@ def endpoint_create(
     replica; 0 = off) the autoscaler keeps between min and max replicas on that load. With `min_replicas` 0
     it starts one replica and scales to zero after `idle_timeout_s` seconds without requests
     (`endpoint_idle`); the next request starts one again. Every replica's server starts with `server_args`
-    (`validate_server_args`). The proxy spreads requests over the replicas by `routing_policy`.
+    (`validate_server_args`). The proxy spreads requests over the replicas by `routing_policy`, at most
+    `max_concurrency` in flight per replica, the rest waiting in a queue (`queue_max_depth`, `queue_max_wait_s`;
+    None: the defaults, `fleet.admission`); `target_queued` (per replica; 0 = off) scales on that queue.
     """
     require_editor(actor, cluster.workspace, what="create endpoints")
     validate_model_id(model_id)
@@ -104,6 +111,15 @@ def endpoint_create(
     validate_count(target_tokens_per_s, "target_tokens_per_s", MAX_TARGET_TOKENS_PER_S)
     validate_count(scale_cooldown_s, "scale_cooldown_s", MAX_SCALE_COOLDOWN_S)
     validate_routing_policy(routing_policy)
+    validate_count(target_queued, "target_queued", MAX_TARGET_IN_FLIGHT)
+    admission = {
+        name: validate_admission(name, value)
+        for name, value in (
+            ("max_concurrency", max_concurrency),
+            ("queue_max_depth", queue_max_depth),
+            ("queue_max_wait_s", queue_max_wait_s),
+        )
+    }
     if node is not None and min_replicas > 1:
         raise ValidationError({"node": "A chosen node takes one replica: leave it out to place several."})
     with transaction.atomic():
@@ -124,6 +140,8 @@ def endpoint_create(
             idle_timeout_s=idle_timeout_s,
             server_args=server_args,
             routing_policy=routing_policy,
+            target_queued=target_queued,
+            **admission,
             created_by=actor,
         )
         commands = place_replicas(actor=actor, endpoint=endpoint, node=node)
