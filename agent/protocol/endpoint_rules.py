@@ -162,6 +162,7 @@ ENDPOINT_SERVER_FLAGS: dict[str, ServerFlag] = {
     ),
     "--kv-cache-dtype": ServerFlag("choice", choices=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")),
     "--gpu-memory-utilization": ServerFlag("float", 0.05, 1.0),
+    "--kv-cache-memory-bytes": _int(1, 2**50),  # the KV cache's size outright (on CPU too; set, it wins)
     "--swap-space": ServerFlag("float", 0, 1024),
     "--cpu-offload-gb": ServerFlag("float", 0, 1024),
     "--block-size": ServerFlag("choice", choices=("1", "8", "16", "32", "64", "128")),
