@@ -5,9 +5,10 @@ both run it. `concurrency` clients each send streamed `/v1/chat/completions` bac
 has passed (a request under way then is finished and counted) or, with `conversations` set, until that many
 conversations are done. A prompt is `prompt_tokens` random words (one word is about one token); with `turns` > 1
 a client holds a conversation: each turn resends the history (its earlier prompts and answers) plus a new
-prompt, as chat and agent traffic does; `system_tokens` puts one system prompt of that many words, shared by
-every conversation, in front. Each request asks for `output_tokens` tokens (`ignore_eos`, as vLLM honours) and
-for its usage (`stream_options.include_usage`): tokens counted are what the server reported.
+prompt, as chat and agent traffic does, after a pause of up to 2 x `think_s`; `system_tokens` puts one system
+prompt of that many words, shared by every conversation, in front. Each request asks for `output_tokens` tokens
+(`ignore_eos`, as vLLM honours) and for its usage (`stream_options.include_usage`): tokens counted are what the
+server reported.
 
 Per request: TTFT (until the first content), the gaps between content chunks (inter-token latency: vLLM sends
 one token a chunk), tokens, the status and, for a 429, its `Retry-After`. `summarise` turns them into the report
@@ -51,6 +52,7 @@ class LoadSpec:
     system_tokens: int = 0
     conversations: int | None = None  # stop after this many conversations (else at duration_s)
     session_header: bool = False  # send X-Session-Id: the conversation's id
+    think_s: float = 0.0  # between a conversation's turns, a pause of 0 to 2 x think_s (a user reading, typing)
     seed: int = 0
 
 
@@ -171,6 +173,8 @@ async def run(
                 if outcome.error:
                     break
                 history.append({"role": "assistant", "content": answer})
+                if spec.think_s and turn + 1 < spec.turns:
+                    await asyncio.sleep(local.uniform(0, 2 * spec.think_s))
 
     async def report_progress() -> None:
         while True:
