@@ -91,6 +91,7 @@ def benchmark_create(
         }
     )
     endpoint = Endpoint.objects.select_for_update().get(pk=endpoint.pk)
+    _fail_lost(endpoint)
     if endpoint.status not in BENCHMARKABLE:
         raise IllegalTransition(
             f"Only a running endpoint (or one scaled to zero) can be benchmarked; this one is {endpoint.status}."
@@ -109,6 +110,21 @@ def benchmark_create(
     )
     enqueue.on_commit(BENCHMARK_TASK, str(benchmark.pk))
     return benchmark
+
+
+def _fail_lost(endpoint: Endpoint) -> None:
+    """Fail this endpoint's runs that cannot be under way any more: queued or running for longer than their
+    duration and KEY_MARGIN (the worker that held one was lost, or no worker took it), so they block no new run."""
+    now = timezone.now()
+    for run in EndpointBenchmark.objects.filter(
+        endpoint=endpoint, status__in=[BenchmarkStatus.QUEUED, BenchmarkStatus.RUNNING]
+    ):
+        if (run.started_at or run.created_at) + timedelta(seconds=run.duration_s) + KEY_MARGIN < now:
+            EndpointBenchmark.objects.filter(pk=run.pk, status=run.status).update(
+                status=BenchmarkStatus.FAILED,
+                finished_at=now,
+                failure_message="No report came: the worker running it was lost (or none took it).",
+            )
 
 
 def _key_for(benchmark: EndpointBenchmark) -> tuple[ApiKey, str]:

@@ -239,3 +239,24 @@ def test_exports_and_the_compare_page(running, owner, workspace, member_of, api_
     detail = client.get(f"/compute/endpoints/{running.pk}/benchmarks/{first.pk}/")
     assert detail.status_code == 200
     assert "Compare with" in detail.content.decode()
+
+
+def test_a_run_whose_worker_was_lost_blocks_no_new_one(running, owner, sent):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    lost = EndpointBenchmark.objects.create(
+        endpoint=running,
+        status=BenchmarkStatus.RUNNING,
+        created_by=owner,
+        revision="main",
+        routing_policy="least_load",
+        started_at=timezone.now() - timedelta(minutes=30),
+        **GOOD,
+    )
+    fresh = benchmarks.benchmark_create(actor=owner, endpoint=running, **GOOD)
+    lost.refresh_from_db()
+    assert lost.status == BenchmarkStatus.FAILED
+    assert "lost" in lost.failure_message
+    assert fresh.status == BenchmarkStatus.QUEUED
