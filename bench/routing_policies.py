@@ -3,6 +3,7 @@
     .venv/bin/python bench/routing_policies.py                        # every phase (about 20 minutes here)
     .venv/bin/python bench/routing_policies.py --phases multiturn      # some phases only
     .venv/bin/python bench/routing_policies.py --policies least_load prefix
+    .venv/bin/python bench/routing_policies.py --phases multiturn --policies least_load session prefix least_load
 
 The set-up is `bench/endpoint_scaling.py`'s (PostgreSQL, a private Redis, one uvicorn web replica, a Celery
 worker and beat, the Hub stand-in, two real agents each pinned to a CPU core of its own, so each vLLM server
@@ -170,13 +171,14 @@ def multiturn(
         queried = after[1] - before[1]
         report["cache_hit_rate"] = (after[0] - before[0]) / queried if queried else None
         report["uncached_prompt_tokens"] = (queried - (after[0] - before[0])) / max(1, report["requests"])
-        results[policy] = report
+        label = policy if policy not in results else f"{policy}#{n}"  # a policy run again: the noise control
+        results[label] = report
         hit = f"  cache hits {report['cache_hit_rate']:.2f}  uncached {report['uncached_prompt_tokens']:.0f} tok/req"
-        lines.append(line(policy, report, hit))
+        lines.append(line(label, report, hit))
         print(lines[-1], flush=True)
     base = results.get("least_load")
-    for policy in ("session", "prefix"):
-        if base is None or policy not in results:
+    for policy in [p for p in results if p != "least_load"]:
+        if base is None:
             continue
         ttft = results[policy]["ttft_ms_p50"] / base["ttft_ms_p50"]
         tput = results[policy]["output_tokens_per_s"] / base["output_tokens_per_s"]
@@ -193,12 +195,13 @@ def uniform(bench: Bench, endpoint: Any, args: argparse.Namespace) -> list[str]:
         spec = loadgen.LoadSpec(
             model=MODEL, concurrency=8, prompt_tokens=400, output_tokens=32, duration_s=args.uniform_s, seed=900 + n
         )
-        results[policy] = run_load(bench.plane.url, bench.headers_for(endpoint), spec)
-        lines.append(line(policy, results[policy]))
+        label = policy if policy not in results else f"{policy}#{n}"
+        results[label] = run_load(bench.plane.url, bench.headers_for(endpoint), spec)
+        lines.append(line(label, results[label]))
         print(lines[-1], flush=True)
     base = results.get("least_load")
-    for policy in ("session", "prefix"):
-        if base is None or policy not in results:
+    for policy in [p for p in results if p != "least_load"]:
+        if base is None:
             continue
         tput = results[policy]["output_tokens_per_s"] / base["output_tokens_per_s"]
         ttft = results[policy]["ttft_ms_p50"] / base["ttft_ms_p50"]
@@ -255,7 +258,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     phases = ("multiturn", "uniform", "overload", "overhead", "ample")
     parser.add_argument("--phases", nargs="+", choices=phases, default=list(phases))
-    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
+    parser.add_argument(
+        "--policies",
+        nargs="+",
+        choices=POLICIES,
+        default=list(POLICIES),
+        help="in this order; one named again runs again (least_load twice: how far two runs of one policy differ)",
+    )
     parser.add_argument("--kv-blocks", type=int, default=72, help="KV cache blocks (of 128 tokens) per replica, small")
     parser.add_argument("--think-s", type=float, default=1.0, help="mean pause between a conversation's turns")
     parser.add_argument("--uniform-s", type=int, default=40)
