@@ -11,7 +11,7 @@ from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from fleet.workloads import selectors
@@ -113,6 +113,8 @@ def endpoint_benchmark_start(request: HttpRequest, pk: Any) -> HttpResponse:
     except IllegalTransition as exc:
         form.add_error(None, str(exc))
         return _panel(request, endpoint, form, status=409)
+    if not request.htmx:  # a plain form post (no JavaScript): back to the endpoint's page
+        return redirect("workloads:endpoint_detail", pk=endpoint.pk)
     return _panel(request, endpoint)
 
 

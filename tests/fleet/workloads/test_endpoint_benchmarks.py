@@ -142,6 +142,7 @@ def test_the_page_form_starts_one_and_shows_bad_settings(
     client.force_login(owner)
     page = client.get(f"/compute/endpoints/{running.pk}/").content.decode()
     assert 'id="benchmark-form"' in page
+    assert '<section class="card" id="benchmarks">' in page  # nothing under way: not polled
     bad = client.post(
         f"/compute/endpoints/{running.pk}/benchmarks/new/", {**GOOD, "duration_s": 0}, HTTP_HX_REQUEST="true"
     )
@@ -260,3 +261,11 @@ def test_a_run_whose_worker_was_lost_blocks_no_new_one(running, owner, sent):
     assert lost.status == BenchmarkStatus.FAILED
     assert "lost" in lost.failure_message
     assert fresh.status == BenchmarkStatus.QUEUED
+
+
+def test_a_plain_form_post_returns_to_the_endpoint_page(running, owner, client, sent):
+    client.force_login(owner)
+    done = client.post(f"/compute/endpoints/{running.pk}/benchmarks/new/", GOOD)
+    assert done.status_code == 302
+    assert done["Location"] == f"/compute/endpoints/{running.pk}/"
+    assert EndpointBenchmark.objects.filter(endpoint=running, status=BenchmarkStatus.QUEUED).count() == 1
