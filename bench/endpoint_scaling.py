@@ -180,7 +180,10 @@ def pin(pid: int, core: int) -> None:
 
 
 @contextlib.contextmanager
-def setup(engine: str, log_dir: Path, *, pin_nodes: bool = False) -> Iterator[Bench]:
+def setup(
+    engine: str, log_dir: Path, *, pin_nodes: bool = False, model: Callable[[Path, str], dict[str, bytes]] | None = None
+) -> Iterator[Bench]:
+    """Everything above, running; `model(folder, vllm python)` makes the model's files (default: the tiny Llama)."""
     from fleet import services
     from fleet.models import Command, Node
     from fleet.workloads.services import api_key_create
@@ -198,7 +201,7 @@ def setup(engine: str, log_dir: Path, *, pin_nodes: bool = False) -> Iterator[Be
             python = vllm_python()
             if python is None:
                 raise SystemExit("vLLM's CPU engine is not built here: bash .ci/vllm-venv (or --engine standin)")
-            hub.add_repo(MODEL, build(log_dir / "tiny-llama", python))
+            hub.add_repo(MODEL, (model or build)(log_dir / "model", python))
             server_env = {"CLEVERTHIS_VLLM_CPU_PYTHON": python, "PYTHONPATH": str(REPO)}
         else:
             hub.add_repo(MODEL, {"config.json": b'{"layers": 1}', "weights.bin": b"w" * 4096})

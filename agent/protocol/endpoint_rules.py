@@ -162,6 +162,7 @@ ENDPOINT_SERVER_FLAGS: dict[str, ServerFlag] = {
     ),
     "--kv-cache-dtype": ServerFlag("choice", choices=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")),
     "--gpu-memory-utilization": ServerFlag("float", 0.05, 1.0),
+    "--num-gpu-blocks-override": _int(1, 100_000_000),  # KV cache blocks (CPU too, over VLLM_CPU_KVCACHE_SPACE)
     "--swap-space": ServerFlag("float", 0, 1024),
     "--cpu-offload-gb": ServerFlag("float", 0, 1024),
     "--block-size": ServerFlag("choice", choices=("1", "8", "16", "32", "64", "128")),

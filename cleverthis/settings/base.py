@@ -175,6 +175,9 @@ PROXY_MAX_BODY_BYTES = env_int("PROXY_MAX_BODY_BYTES", 256 * 1024 * 1024)
 PROXY_RESPONSE_TIMEOUT_S = env_float("PROXY_RESPONSE_TIMEOUT_S", 60.0)  # until the response head
 PROXY_IDLE_TIMEOUT_S = env_float("PROXY_IDLE_TIMEOUT_S", 300.0)  # between response chunks
 API_KEY_CACHE_S = env_float("API_KEY_CACHE_S", 0.5)  # how long a key's rights are cached per process
+# Where the Celery workers reach the web processes to benchmark an endpoint (its requests carry the endpoint's
+# origin as Host, so they take the path any client's do): CONTROL_PLANE_URL unless set.
+BENCHMARK_TARGET_URL = env_str("BENCHMARK_TARGET_URL", "") or CONTROL_PLANE_URL
 PROXY_ROUTE_CACHE_S = env_float("PROXY_ROUTE_CACHE_S", 2.0)  # how long an endpoint route is cached per process
 # at most how often a process writes an endpoint's forwarded-request count and last-request time
 ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)

@@ -56,6 +56,8 @@ ContainerStatusEnum = Literal['pending', 'created', 'running', 'stopping', 'exit
 
 ContainerStopCommandCommandTypeEnum = Literal['container.stop']
 
+EndpointBenchmarkStatusEnum = Literal['queued', 'running', 'succeeded', 'failed']
+
 EndpointStartCommandCommandTypeEnum = Literal['endpoint.start']
 
 EndpointStartPayloadSecretFieldsEnum = Literal['extra_args']
@@ -1379,6 +1381,143 @@ class EndpointAdmission(_Model):
         return out
 
 
+class EndpointBenchmark(_Model):
+    """A benchmark: its settings, the endpoint's revision, server arguments and routing policy at the time, its progress (`requests_done`) and, once it succeeded, its report (figures, errors by kind, per-second series)."""
+
+    __slots__ = ('id', 'endpoint', 'status', 'concurrency', 'prompt_tokens', 'output_tokens', 'duration_s', 'turns', 'revision', 'server_args', 'routing_policy', 'requests_done', 'report', 'failure_message', 'created_by', 'created_at', 'started_at', 'finished_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        endpoint: str,
+        status: EndpointBenchmarkStatusEnum,
+        concurrency: int,
+        prompt_tokens: int,
+        output_tokens: int,
+        duration_s: int,
+        turns: int,
+        revision: str,
+        server_args: Any,
+        routing_policy: RoutingPolicyEnum,
+        requests_done: int,
+        report: Any,
+        failure_message: str,
+        created_by: int | None,
+        created_at: str,
+        started_at: str | None,
+        finished_at: str | None,
+    ) -> None:
+        self.id = id
+        self.endpoint = endpoint
+        self.status = status
+        self.concurrency = concurrency
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.duration_s = duration_s
+        self.turns = turns
+        self.revision = revision
+        self.server_args = server_args
+        self.routing_policy = routing_policy
+        self.requests_done = requests_done
+        self.report = report
+        self.failure_message = failure_message
+        self.created_by = created_by
+        self.created_at = created_at
+        self.started_at = started_at
+        self.finished_at = finished_at
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EndpointBenchmark:
+        return cls(
+            id=data['id'],
+            endpoint=data['endpoint'],
+            status=data['status'],
+            concurrency=data['concurrency'],
+            prompt_tokens=data['prompt_tokens'],
+            output_tokens=data['output_tokens'],
+            duration_s=data['duration_s'],
+            turns=data['turns'],
+            revision=data['revision'],
+            server_args=data['server_args'],
+            routing_policy=data['routing_policy'],
+            requests_done=data['requests_done'],
+            report=data['report'],
+            failure_message=data['failure_message'],
+            created_by=data['created_by'],
+            created_at=data['created_at'],
+            started_at=data['started_at'],
+            finished_at=data['finished_at'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['id'] = self.id
+        out['endpoint'] = self.endpoint
+        out['status'] = self.status
+        out['concurrency'] = self.concurrency
+        out['prompt_tokens'] = self.prompt_tokens
+        out['output_tokens'] = self.output_tokens
+        out['duration_s'] = self.duration_s
+        out['turns'] = self.turns
+        out['revision'] = self.revision
+        out['server_args'] = self.server_args
+        out['routing_policy'] = self.routing_policy
+        out['requests_done'] = self.requests_done
+        out['report'] = self.report
+        out['failure_message'] = self.failure_message
+        out['created_by'] = self.created_by
+        out['created_at'] = self.created_at
+        out['started_at'] = self.started_at
+        out['finished_at'] = self.finished_at
+        return out
+
+
+class EndpointBenchmarkCreate(_Model):
+    """What to run: `concurrency` clients sending streamed chat completions back to back for `duration_s`, each prompt about `prompt_tokens` words, asking `output_tokens` tokens; `turns` > 1: conversations of that many turns, each resending its history."""
+
+    __slots__ = ('endpoint', 'concurrency', 'prompt_tokens', 'output_tokens', 'duration_s', 'turns',)
+
+    def __init__(
+        self,
+        *,
+        endpoint: str,
+        concurrency: int,
+        prompt_tokens: int,
+        output_tokens: int,
+        duration_s: int,
+        turns: int | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.concurrency = concurrency
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.duration_s = duration_s
+        self.turns = turns
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EndpointBenchmarkCreate:
+        return cls(
+            endpoint=data['endpoint'],
+            concurrency=data['concurrency'],
+            prompt_tokens=data['prompt_tokens'],
+            output_tokens=data['output_tokens'],
+            duration_s=data['duration_s'],
+            turns=data.get('turns'),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['endpoint'] = self.endpoint
+        out['concurrency'] = self.concurrency
+        out['prompt_tokens'] = self.prompt_tokens
+        out['output_tokens'] = self.output_tokens
+        out['duration_s'] = self.duration_s
+        if self.turns is not None:
+            out['turns'] = self.turns
+        return out
+
+
 class EndpointCreate(_Model):
     """Input of POST /endpoints/."""
 
@@ -2644,6 +2783,44 @@ class PaginatedContainerList(_Model):
             next=data.get('next'),
             previous=data.get('previous'),
             results=_list(Container.from_dict, data['results']),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['count'] = self.count
+        if self.next is not None:
+            out['next'] = self.next
+        if self.previous is not None:
+            out['previous'] = self.previous
+        out['results'] = _list(_dump, self.results)
+        return out
+
+
+class PaginatedEndpointBenchmarkList(_Model):
+    """PaginatedEndpointBenchmarkList"""
+
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[EndpointBenchmark],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PaginatedEndpointBenchmarkList:
+        return cls(
+            count=data['count'],
+            next=data.get('next'),
+            previous=data.get('previous'),
+            results=_list(EndpointBenchmark.from_dict, data['results']),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -4873,6 +5050,8 @@ MODELS: dict[str, type] = {
     'ContainerStopCommand': ContainerStopCommand,
     'Endpoint': Endpoint,
     'EndpointAdmission': EndpointAdmission,
+    'EndpointBenchmark': EndpointBenchmark,
+    'EndpointBenchmarkCreate': EndpointBenchmarkCreate,
     'EndpointCreate': EndpointCreate,
     'EndpointEvent': EndpointEvent,
     'EndpointEventPage': EndpointEventPage,
@@ -4901,6 +5080,7 @@ MODELS: dict[str, type] = {
     'PaginatedClusterList': PaginatedClusterList,
     'PaginatedCommandList': PaginatedCommandList,
     'PaginatedContainerList': PaginatedContainerList,
+    'PaginatedEndpointBenchmarkList': PaginatedEndpointBenchmarkList,
     'PaginatedEndpointList': PaginatedEndpointList,
     'PaginatedModelLocationList': PaginatedModelLocationList,
     'PaginatedNamespaceList': PaginatedNamespaceList,
@@ -4963,6 +5143,10 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'v1_commands_retrieve': ('GET', '/api/v1/commands/{id}/'),
     'v1_containers_list': ('GET', '/api/v1/containers/'),
     'v1_containers_retrieve': ('GET', '/api/v1/containers/{id}/'),
+    'v1_endpoint_benchmarks_list': ('GET', '/api/v1/endpoint-benchmarks/'),
+    'v1_endpoint_benchmarks_create': ('POST', '/api/v1/endpoint-benchmarks/'),
+    'v1_endpoint_benchmarks_retrieve': ('GET', '/api/v1/endpoint-benchmarks/{id}/'),
+    'v1_endpoint_benchmarks_export_retrieve': ('GET', '/api/v1/endpoint-benchmarks/{id}/export/'),
     'v1_endpoints_list': ('GET', '/api/v1/endpoints/'),
     'v1_endpoints_create': ('POST', '/api/v1/endpoints/'),
     'v1_endpoints_retrieve': ('GET', '/api/v1/endpoints/{id}/'),

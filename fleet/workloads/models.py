@@ -19,6 +19,7 @@ __all__ = [
     "Container",
     "ContainerStatus",
     "Endpoint",
+    "EndpointBenchmark",
     "EndpointEvent",
     "EndpointReplica",
     "EndpointStatus",
@@ -362,3 +363,53 @@ class EndpointEvent(EventLogEntry):
 
     class Meta(EventLogEntry.Meta):
         indexes = [models.Index(fields=["endpoint", "-created_at"], name="endpointevent_endpoint_created")]
+
+
+class BenchmarkStatus(models.TextChoices):
+    """A benchmark's life: queued (its task enqueued), running, then succeeded or failed."""
+
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+
+class EndpointBenchmark(models.Model):
+    """One load run through an endpoint's own URL and its stored report (`services.benchmarks`).
+
+    The settings are kept as asked (`concurrency` clients, prompts of about `prompt_tokens` words, `output_tokens`
+    tokens asked for, for `duration_s`; `turns` > 1: each client holds conversations of that many turns, each
+    resending its history), with the endpoint's revision, server arguments and routing policy at the time, so
+    reports of two revisions compare side by side. `report` holds the figures (`fleet.workloads.loadgen.summarise`).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="benchmarks")
+    status = models.CharField(max_length=16, choices=BenchmarkStatus.choices, default=BenchmarkStatus.QUEUED)
+    concurrency = models.PositiveIntegerField()
+    prompt_tokens = models.PositiveIntegerField()
+    output_tokens = models.PositiveIntegerField()
+    duration_s = models.PositiveIntegerField()
+    turns = models.PositiveIntegerField(default=1)
+    revision = models.CharField(max_length=200)
+    server_args = models.JSONField(default=list, blank=True)
+    routing_policy = models.CharField(max_length=16, choices=RoutingPolicy.choices)
+    # requests finished so far (written about once a second while it runs: the page's progress)
+    requests_done = models.PositiveIntegerField(default=0)
+    report = models.JSONField(default=dict, blank=True)
+    failure_message = models.TextField(blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["endpoint", "-created_at"], name="benchmark_endpoint_created")]
+
+    def __str__(self) -> str:
+        return f"benchmark {self.pk} of endpoint {self.endpoint_id} ({self.status})"
+
+    @property
+    def in_progress(self) -> bool:
+        return self.status in (BenchmarkStatus.QUEUED, BenchmarkStatus.RUNNING)

@@ -15,6 +15,7 @@ from fleet.models import Node, NodeStatus
 from fleet.tasks import RETRYABLE
 from fleet.workloads import drain, selectors
 from fleet.workloads import services as workload_services
+from fleet.workloads.services import benchmarks
 
 logger = logging.getLogger(__name__)
 
@@ -95,3 +96,10 @@ def endpoints_idle_tick() -> list[str]:
         except Exception:  # one broken endpoint must not stop the others' passes
             logger.exception("idle pass for endpoint %s failed", endpoint_id)
     return out
+
+
+@shared_task(name=benchmarks.BENCHMARK_TASK, acks_late=False, max_retries=0)
+def endpoint_benchmark_run(benchmark_id: str) -> str | None:
+    """Run one queued benchmark through its endpoint's URL; its status afterwards (None if gone or claimed)."""
+    benchmark = benchmarks.benchmark_run(benchmark_id=benchmark_id)
+    return None if benchmark is None else benchmark.status

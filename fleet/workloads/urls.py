@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from fleet.workloads import key_views, views
+from fleet.workloads import benchmark_views, key_views, views
 
 app_name = "workloads"
 
@@ -15,6 +15,17 @@ urlpatterns = [
     path("endpoints/<uuid:pk>/limits/", views.endpoint_limits, name="endpoint_limits"),
     path("endpoints/<uuid:pk>/admission/", views.endpoint_admission, name="endpoint_admission"),
     path("endpoints/<uuid:pk>/routing/", views.endpoint_routing, name="endpoint_routing"),
+    path("endpoints/<uuid:pk>/benchmarks/", benchmark_views.endpoint_benchmarks, name="endpoint_benchmarks"),
+    path(
+        "endpoints/<uuid:pk>/benchmarks/new/", benchmark_views.endpoint_benchmark_start, name="endpoint_benchmark_start"
+    ),
+    path("endpoints/<uuid:pk>/benchmarks/compare/", benchmark_views.benchmark_compare, name="benchmark_compare"),
+    path("endpoints/<uuid:pk>/benchmarks/<uuid:benchmark>/", benchmark_views.benchmark_detail, name="benchmark_detail"),
+    path(
+        "endpoints/<uuid:pk>/benchmarks/<uuid:benchmark>/export.<slug:kind>",
+        benchmark_views.benchmark_export,
+        name="benchmark_export",
+    ),
     path("endpoints/<uuid:pk>/<slug:action>/", views.endpoint_action, name="endpoint_action"),
     path("api-keys/", key_views.api_key_list, name="api_key_list"),
     path("api-keys/<int:pk>/revoke/", key_views.api_key_revoke, name="api_key_revoke"),

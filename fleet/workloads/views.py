@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from fleet.forms import apply_service_errors
 from fleet.models import ComputeCluster
 from fleet.replica_load import QueueLoad, ReplicaLoad
-from fleet.workloads import selectors
+from fleet.workloads import benchmark_views, selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
 from fleet.workloads.forms import (
@@ -143,6 +143,7 @@ def endpoint_detail(request: HttpRequest, pk: Any) -> HttpResponse:
     }
     if request.htmx:
         return render(request, "workloads/_endpoint_replicas.html", context)
+    context |= benchmark_views.panel_context(endpoint)
     context["events"] = list(selectors.endpoint_event_list(endpoint=endpoint)[:EVENTS_SHOWN])
     context["events_shown"] = EVENTS_SHOWN
     return render(request, "workloads/endpoint_detail.html", context)

@@ -60,4 +60,4 @@ def test_no_export_writes_csv_around_the_helper():
         for path in (ROOT / top).rglob("*.py")
         if "SafeWriter(" in path.read_text() and path != ROOT / "kernel" / "csv_export.py"
     ]
-    assert sorted(users) == ["audit/api.py", "fleet/usage/views.py"]
+    assert sorted(users) == ["audit/api.py", "fleet/usage/views.py", "fleet/workloads/benchmark_api.py"]
