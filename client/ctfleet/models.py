@@ -3902,14 +3902,18 @@ class TrainWithBest(_Model):
 class TrainingJob(_Model):
     """A training job as read."""
 
-    __slots__ = ('id', 'hints', 'status_sentence', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'kind', 'script', 'entrypoint', 'framework', 'config', 'num_workers', 'cpus_per_worker', 'gpus_per_worker', 'checkpoint_every', 'checkpoints_to_keep', 'storage_path', 'status', 'queue_reason', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'checkpoints', 'workspace', 'created_by', 'ray_cluster', 'source_experiment',)
+    __slots__ = ('id', 'queue_position', 'hints', 'status_sentence', 'priority', 'queue_timeout_s', 'queue_reason', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'kind', 'script', 'entrypoint', 'framework', 'config', 'num_workers', 'cpus_per_worker', 'gpus_per_worker', 'checkpoint_every', 'checkpoints_to_keep', 'storage_path', 'status', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'checkpoints', 'workspace', 'created_by', 'ray_cluster', 'source_experiment',)
 
     def __init__(
         self,
         *,
         id: str,
+        queue_position: int | None,
         hints: list[dict[str, str]],
         status_sentence: str,
+        priority: int,
+        queue_timeout_s: int | None,
+        queue_reason: str,
         name: str,
         created_at: str,
         status_changed_at: str,
@@ -3927,7 +3931,6 @@ class TrainingJob(_Model):
         checkpoints_to_keep: int,
         storage_path: str,
         status: JobStatusEnum,
-        queue_reason: str,
         submission_id: str,
         submitted_at: str | None,
         finished_at: str | None,
@@ -3941,8 +3944,12 @@ class TrainingJob(_Model):
         source_experiment: str | None,
     ) -> None:
         self.id = id
+        self.queue_position = queue_position
         self.hints = hints
         self.status_sentence = status_sentence
+        self.priority = priority
+        self.queue_timeout_s = queue_timeout_s
+        self.queue_reason = queue_reason
         self.name = name
         self.created_at = created_at
         self.status_changed_at = status_changed_at
@@ -3960,7 +3967,6 @@ class TrainingJob(_Model):
         self.checkpoints_to_keep = checkpoints_to_keep
         self.storage_path = storage_path
         self.status = status
-        self.queue_reason = queue_reason
         self.submission_id = submission_id
         self.submitted_at = submitted_at
         self.finished_at = finished_at
@@ -3977,8 +3983,12 @@ class TrainingJob(_Model):
     def from_dict(cls, data: dict[str, Any]) -> TrainingJob:
         return cls(
             id=data['id'],
+            queue_position=data['queue_position'],
             hints=data['hints'],
             status_sentence=data['status_sentence'],
+            priority=data['priority'],
+            queue_timeout_s=data['queue_timeout_s'],
+            queue_reason=data['queue_reason'],
             name=data['name'],
             created_at=data['created_at'],
             status_changed_at=data['status_changed_at'],
@@ -3996,7 +4006,6 @@ class TrainingJob(_Model):
             checkpoints_to_keep=data['checkpoints_to_keep'],
             storage_path=data['storage_path'],
             status=data['status'],
-            queue_reason=data['queue_reason'],
             submission_id=data['submission_id'],
             submitted_at=data['submitted_at'],
             finished_at=data['finished_at'],
@@ -4013,8 +4022,12 @@ class TrainingJob(_Model):
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         out['id'] = self.id
+        out['queue_position'] = self.queue_position
         out['hints'] = self.hints
         out['status_sentence'] = self.status_sentence
+        out['priority'] = self.priority
+        out['queue_timeout_s'] = self.queue_timeout_s
+        out['queue_reason'] = self.queue_reason
         out['name'] = self.name
         out['created_at'] = self.created_at
         out['status_changed_at'] = self.status_changed_at
@@ -4032,7 +4045,6 @@ class TrainingJob(_Model):
         out['checkpoints_to_keep'] = self.checkpoints_to_keep
         out['storage_path'] = self.storage_path
         out['status'] = self.status
-        out['queue_reason'] = self.queue_reason
         out['submission_id'] = self.submission_id
         out['submitted_at'] = self.submitted_at
         out['finished_at'] = self.finished_at
@@ -4050,7 +4062,7 @@ class TrainingJob(_Model):
 class TrainingJobCreate(_Model):
     """POST training-jobs/."""
 
-    __slots__ = ('workspace', 'ray_cluster', 'name', 'kind', 'script', 'entrypoint', 'framework', 'config', 'num_workers', 'cpus_per_worker', 'gpus_per_worker', 'checkpoint_every', 'checkpoints_to_keep', 'storage_path',)
+    __slots__ = ('workspace', 'ray_cluster', 'name', 'priority', 'queue_timeout_s', 'kind', 'script', 'entrypoint', 'framework', 'config', 'num_workers', 'cpus_per_worker', 'gpus_per_worker', 'checkpoint_every', 'checkpoints_to_keep', 'storage_path',)
 
     def __init__(
         self,
@@ -4058,6 +4070,8 @@ class TrainingJobCreate(_Model):
         workspace: str,
         ray_cluster: str,
         name: str,
+        priority: int | None = None,
+        queue_timeout_s: int | None = None,
         kind: str | None = None,
         script: str | None = None,
         entrypoint: str | None = None,
@@ -4073,6 +4087,8 @@ class TrainingJobCreate(_Model):
         self.workspace = workspace
         self.ray_cluster = ray_cluster
         self.name = name
+        self.priority = priority
+        self.queue_timeout_s = queue_timeout_s
         self.kind = kind
         self.script = script
         self.entrypoint = entrypoint
@@ -4091,6 +4107,8 @@ class TrainingJobCreate(_Model):
             workspace=data['workspace'],
             ray_cluster=data['ray_cluster'],
             name=data['name'],
+            priority=data.get('priority'),
+            queue_timeout_s=data.get('queue_timeout_s'),
             kind=data.get('kind'),
             script=data.get('script'),
             entrypoint=data.get('entrypoint'),
@@ -4109,6 +4127,10 @@ class TrainingJobCreate(_Model):
         out['workspace'] = self.workspace
         out['ray_cluster'] = self.ray_cluster
         out['name'] = self.name
+        if self.priority is not None:
+            out['priority'] = self.priority
+        if self.queue_timeout_s is not None:
+            out['queue_timeout_s'] = self.queue_timeout_s
         if self.kind is not None:
             out['kind'] = self.kind
         if self.script is not None:
@@ -4137,15 +4159,19 @@ class TrainingJobCreate(_Model):
 class TuneExperiment(_Model):
     """A Tune experiment with its trial table."""
 
-    __slots__ = ('id', 'trials', 'hints', 'status_sentence', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'search_space', 'metric', 'mode', 'num_samples', 'max_concurrent_trials', 'max_iterations', 'scheduler', 'scheduler_config', 'objective_code', 'cpus_per_trial', 'gpus_per_trial', 'training_script', 'status', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'best_config', 'best_result', 'workspace', 'created_by', 'ray_cluster',)
+    __slots__ = ('id', 'queue_position', 'trials', 'hints', 'status_sentence', 'priority', 'queue_timeout_s', 'queue_reason', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'search_space', 'metric', 'mode', 'num_samples', 'max_concurrent_trials', 'max_iterations', 'scheduler', 'scheduler_config', 'objective_code', 'cpus_per_trial', 'gpus_per_trial', 'training_script', 'status', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'best_config', 'best_result', 'workspace', 'created_by', 'ray_cluster',)
 
     def __init__(
         self,
         *,
         id: str,
+        queue_position: int | None,
         trials: list[TuneTrial],
         hints: list[dict[str, str]],
         status_sentence: str,
+        priority: int,
+        queue_timeout_s: int | None,
+        queue_reason: str,
         name: str,
         created_at: str,
         status_changed_at: str,
@@ -4177,9 +4203,13 @@ class TuneExperiment(_Model):
         ray_cluster: str,
     ) -> None:
         self.id = id
+        self.queue_position = queue_position
         self.trials = trials
         self.hints = hints
         self.status_sentence = status_sentence
+        self.priority = priority
+        self.queue_timeout_s = queue_timeout_s
+        self.queue_reason = queue_reason
         self.name = name
         self.created_at = created_at
         self.status_changed_at = status_changed_at
@@ -4214,9 +4244,13 @@ class TuneExperiment(_Model):
     def from_dict(cls, data: dict[str, Any]) -> TuneExperiment:
         return cls(
             id=data['id'],
+            queue_position=data['queue_position'],
             trials=_list(TuneTrial.from_dict, data['trials']),
             hints=data['hints'],
             status_sentence=data['status_sentence'],
+            priority=data['priority'],
+            queue_timeout_s=data['queue_timeout_s'],
+            queue_reason=data['queue_reason'],
             name=data['name'],
             created_at=data['created_at'],
             status_changed_at=data['status_changed_at'],
@@ -4251,9 +4285,13 @@ class TuneExperiment(_Model):
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         out['id'] = self.id
+        out['queue_position'] = self.queue_position
         out['trials'] = _list(_dump, self.trials)
         out['hints'] = self.hints
         out['status_sentence'] = self.status_sentence
+        out['priority'] = self.priority
+        out['queue_timeout_s'] = self.queue_timeout_s
+        out['queue_reason'] = self.queue_reason
         out['name'] = self.name
         out['created_at'] = self.created_at
         out['status_changed_at'] = self.status_changed_at
@@ -4289,7 +4327,7 @@ class TuneExperiment(_Model):
 class TuneExperimentCreate(_Model):
     """POST tune-experiments/."""
 
-    __slots__ = ('workspace', 'ray_cluster', 'name', 'search_space', 'metric', 'mode', 'num_samples', 'max_concurrent_trials', 'max_iterations', 'scheduler', 'scheduler_config', 'objective_code', 'cpus_per_trial', 'gpus_per_trial', 'training_script',)
+    __slots__ = ('workspace', 'ray_cluster', 'name', 'priority', 'queue_timeout_s', 'search_space', 'metric', 'mode', 'num_samples', 'max_concurrent_trials', 'max_iterations', 'scheduler', 'scheduler_config', 'objective_code', 'cpus_per_trial', 'gpus_per_trial', 'training_script',)
 
     def __init__(
         self,
@@ -4297,6 +4335,8 @@ class TuneExperimentCreate(_Model):
         workspace: str,
         ray_cluster: str,
         name: str,
+        priority: int | None = None,
+        queue_timeout_s: int | None = None,
         search_space: Any,
         metric: str | None = None,
         mode: str | None = None,
@@ -4313,6 +4353,8 @@ class TuneExperimentCreate(_Model):
         self.workspace = workspace
         self.ray_cluster = ray_cluster
         self.name = name
+        self.priority = priority
+        self.queue_timeout_s = queue_timeout_s
         self.search_space = search_space
         self.metric = metric
         self.mode = mode
@@ -4332,6 +4374,8 @@ class TuneExperimentCreate(_Model):
             workspace=data['workspace'],
             ray_cluster=data['ray_cluster'],
             name=data['name'],
+            priority=data.get('priority'),
+            queue_timeout_s=data.get('queue_timeout_s'),
             search_space=data['search_space'],
             metric=data.get('metric'),
             mode=data.get('mode'),
@@ -4351,6 +4395,10 @@ class TuneExperimentCreate(_Model):
         out['workspace'] = self.workspace
         out['ray_cluster'] = self.ray_cluster
         out['name'] = self.name
+        if self.priority is not None:
+            out['priority'] = self.priority
+        if self.queue_timeout_s is not None:
+            out['queue_timeout_s'] = self.queue_timeout_s
         out['search_space'] = self.search_space
         if self.metric is not None:
             out['metric'] = self.metric
