@@ -3161,6 +3161,93 @@ class PortMapping(_Model):
         return out
 
 
+class PriceVersion(_Model):
+    """One version of the price table (read; and the body of a new one)."""
+
+    __slots__ = ('id', 'effective_from', 'currency', 'node_hour', 'cluster_node_hour', 'gpu_hour', 'gpu_model_hour', 'cpu_core_hour', 'memory_gib_hour', 'prompt_per_million', 'completion_per_million', 'endpoint_tokens', 'note', 'created_at',)
+
+    def __init__(
+        self,
+        *,
+        id: int,
+        effective_from: str,
+        currency: str | None = None,
+        node_hour: str | None = None,
+        cluster_node_hour: Any = None,
+        gpu_hour: str | None = None,
+        gpu_model_hour: Any = None,
+        cpu_core_hour: str | None = None,
+        memory_gib_hour: str | None = None,
+        prompt_per_million: str | None = None,
+        completion_per_million: str | None = None,
+        endpoint_tokens: Any = None,
+        note: str | None = None,
+        created_at: str,
+    ) -> None:
+        self.id = id
+        self.effective_from = effective_from
+        self.currency = currency
+        self.node_hour = node_hour
+        self.cluster_node_hour = cluster_node_hour
+        self.gpu_hour = gpu_hour
+        self.gpu_model_hour = gpu_model_hour
+        self.cpu_core_hour = cpu_core_hour
+        self.memory_gib_hour = memory_gib_hour
+        self.prompt_per_million = prompt_per_million
+        self.completion_per_million = completion_per_million
+        self.endpoint_tokens = endpoint_tokens
+        self.note = note
+        self.created_at = created_at
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PriceVersion:
+        return cls(
+            id=data['id'],
+            effective_from=data['effective_from'],
+            currency=data.get('currency'),
+            node_hour=data.get('node_hour'),
+            cluster_node_hour=data.get('cluster_node_hour'),
+            gpu_hour=data.get('gpu_hour'),
+            gpu_model_hour=data.get('gpu_model_hour'),
+            cpu_core_hour=data.get('cpu_core_hour'),
+            memory_gib_hour=data.get('memory_gib_hour'),
+            prompt_per_million=data.get('prompt_per_million'),
+            completion_per_million=data.get('completion_per_million'),
+            endpoint_tokens=data.get('endpoint_tokens'),
+            note=data.get('note'),
+            created_at=data['created_at'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['id'] = self.id
+        out['effective_from'] = self.effective_from
+        if self.currency is not None:
+            out['currency'] = self.currency
+        if self.node_hour is not None:
+            out['node_hour'] = self.node_hour
+        if self.cluster_node_hour is not None:
+            out['cluster_node_hour'] = self.cluster_node_hour
+        if self.gpu_hour is not None:
+            out['gpu_hour'] = self.gpu_hour
+        if self.gpu_model_hour is not None:
+            out['gpu_model_hour'] = self.gpu_model_hour
+        if self.cpu_core_hour is not None:
+            out['cpu_core_hour'] = self.cpu_core_hour
+        if self.memory_gib_hour is not None:
+            out['memory_gib_hour'] = self.memory_gib_hour
+        if self.prompt_per_million is not None:
+            out['prompt_per_million'] = self.prompt_per_million
+        if self.completion_per_million is not None:
+            out['completion_per_million'] = self.completion_per_million
+        if self.endpoint_tokens is not None:
+            out['endpoint_tokens'] = self.endpoint_tokens
+        if self.note is not None:
+            out['note'] = self.note
+        out['created_at'] = self.created_at
+        return out
+
+
 class QuotaLine(_Model):
     """One quota: its limit (null: unlimited) and what the workspace has in use against it."""
 
@@ -4481,7 +4568,7 @@ class TuneTrial(_Model):
 class Usage(_Model):
     """Usage"""
 
-    __slots__ = ('period', 'granularity', 'start', 'end', 'totals', 'series', 'subjects',)
+    __slots__ = ('period', 'granularity', 'start', 'end', 'currency', 'unpriced', 'totals', 'series', 'subjects',)
 
     def __init__(
         self,
@@ -4490,6 +4577,8 @@ class Usage(_Model):
         granularity: str,
         start: str,
         end: str,
+        currency: str,
+        unpriced: bool,
         totals: _Counters,
         series: list[UsageBucket],
         subjects: list[UsageSubject],
@@ -4498,6 +4587,8 @@ class Usage(_Model):
         self.granularity = granularity
         self.start = start
         self.end = end
+        self.currency = currency
+        self.unpriced = unpriced
         self.totals = totals
         self.series = series
         self.subjects = subjects
@@ -4509,6 +4600,8 @@ class Usage(_Model):
             granularity=data['granularity'],
             start=data['start'],
             end=data['end'],
+            currency=data['currency'],
+            unpriced=data['unpriced'],
             totals=_opt(_Counters.from_dict, data['totals']),
             series=_list(UsageBucket.from_dict, data['series']),
             subjects=_list(UsageSubject.from_dict, data['subjects']),
@@ -4520,6 +4613,8 @@ class Usage(_Model):
         out['granularity'] = self.granularity
         out['start'] = self.start
         out['end'] = self.end
+        out['currency'] = self.currency
+        out['unpriced'] = self.unpriced
         out['totals'] = _opt(_dump, self.totals)
         out['series'] = _list(_dump, self.series)
         out['subjects'] = _list(_dump, self.subjects)
@@ -4529,7 +4624,7 @@ class Usage(_Model):
 class UsageBucket(_Model):
     """UsageBucket"""
 
-    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours', 'bucket_start',)
+    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours', 'cpu_core_hours', 'memory_gib_hours', 'cost', 'bucket_start',)
 
     def __init__(
         self,
@@ -4543,6 +4638,9 @@ class UsageBucket(_Model):
         node_hours: float,
         gpu_hours: float,
         container_hours: float,
+        cpu_core_hours: float,
+        memory_gib_hours: float,
+        cost: str,
         bucket_start: str,
     ) -> None:
         self.requests = requests
@@ -4554,6 +4652,9 @@ class UsageBucket(_Model):
         self.node_hours = node_hours
         self.gpu_hours = gpu_hours
         self.container_hours = container_hours
+        self.cpu_core_hours = cpu_core_hours
+        self.memory_gib_hours = memory_gib_hours
+        self.cost = cost
         self.bucket_start = bucket_start
 
     @classmethod
@@ -4568,6 +4669,9 @@ class UsageBucket(_Model):
             node_hours=data['node_hours'],
             gpu_hours=data['gpu_hours'],
             container_hours=data['container_hours'],
+            cpu_core_hours=data['cpu_core_hours'],
+            memory_gib_hours=data['memory_gib_hours'],
+            cost=data['cost'],
             bucket_start=data['bucket_start'],
         )
 
@@ -4582,6 +4686,9 @@ class UsageBucket(_Model):
         out['node_hours'] = self.node_hours
         out['gpu_hours'] = self.gpu_hours
         out['container_hours'] = self.container_hours
+        out['cpu_core_hours'] = self.cpu_core_hours
+        out['memory_gib_hours'] = self.memory_gib_hours
+        out['cost'] = self.cost
         out['bucket_start'] = self.bucket_start
         return out
 
@@ -4589,7 +4696,7 @@ class UsageBucket(_Model):
 class UsageSubject(_Model):
     """UsageSubject"""
 
-    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours', 'workspace_id', 'subject_kind', 'subject_id', 'name', 'api_key_id', 'api_key_name',)
+    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours', 'cpu_core_hours', 'memory_gib_hours', 'cost', 'workspace_id', 'subject_kind', 'subject_id', 'name', 'api_key_id', 'api_key_name',)
 
     def __init__(
         self,
@@ -4603,6 +4710,9 @@ class UsageSubject(_Model):
         node_hours: float,
         gpu_hours: float,
         container_hours: float,
+        cpu_core_hours: float,
+        memory_gib_hours: float,
+        cost: str,
         workspace_id: str,
         subject_kind: SubjectKindEnum,
         subject_id: str,
@@ -4619,6 +4729,9 @@ class UsageSubject(_Model):
         self.node_hours = node_hours
         self.gpu_hours = gpu_hours
         self.container_hours = container_hours
+        self.cpu_core_hours = cpu_core_hours
+        self.memory_gib_hours = memory_gib_hours
+        self.cost = cost
         self.workspace_id = workspace_id
         self.subject_kind = subject_kind
         self.subject_id = subject_id
@@ -4638,6 +4751,9 @@ class UsageSubject(_Model):
             node_hours=data['node_hours'],
             gpu_hours=data['gpu_hours'],
             container_hours=data['container_hours'],
+            cpu_core_hours=data['cpu_core_hours'],
+            memory_gib_hours=data['memory_gib_hours'],
+            cost=data['cost'],
             workspace_id=data['workspace_id'],
             subject_kind=data['subject_kind'],
             subject_id=data['subject_id'],
@@ -4657,6 +4773,9 @@ class UsageSubject(_Model):
         out['node_hours'] = self.node_hours
         out['gpu_hours'] = self.gpu_hours
         out['container_hours'] = self.container_hours
+        out['cpu_core_hours'] = self.cpu_core_hours
+        out['memory_gib_hours'] = self.memory_gib_hours
+        out['cost'] = self.cost
         out['workspace_id'] = self.workspace_id
         out['subject_kind'] = self.subject_kind
         out['subject_id'] = self.subject_id
@@ -4709,7 +4828,7 @@ class Workspace(_Model):
 class _Counters(_Model):
     """_Counters"""
 
-    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours',)
+    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours', 'cpu_core_hours', 'memory_gib_hours', 'cost',)
 
     def __init__(
         self,
@@ -4723,6 +4842,9 @@ class _Counters(_Model):
         node_hours: float,
         gpu_hours: float,
         container_hours: float,
+        cpu_core_hours: float,
+        memory_gib_hours: float,
+        cost: str,
     ) -> None:
         self.requests = requests
         self.errors = errors
@@ -4733,6 +4855,9 @@ class _Counters(_Model):
         self.node_hours = node_hours
         self.gpu_hours = gpu_hours
         self.container_hours = container_hours
+        self.cpu_core_hours = cpu_core_hours
+        self.memory_gib_hours = memory_gib_hours
+        self.cost = cost
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> _Counters:
@@ -4746,6 +4871,9 @@ class _Counters(_Model):
             node_hours=data['node_hours'],
             gpu_hours=data['gpu_hours'],
             container_hours=data['container_hours'],
+            cpu_core_hours=data['cpu_core_hours'],
+            memory_gib_hours=data['memory_gib_hours'],
+            cost=data['cost'],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -4759,6 +4887,9 @@ class _Counters(_Model):
         out['node_hours'] = self.node_hours
         out['gpu_hours'] = self.gpu_hours
         out['container_hours'] = self.container_hours
+        out['cpu_core_hours'] = self.cpu_core_hours
+        out['memory_gib_hours'] = self.memory_gib_hours
+        out['cost'] = self.cost
         return out
 
 
@@ -4828,6 +4959,7 @@ MODELS: dict[str, type] = {
     'PatchedQuotaLimits': PatchedQuotaLimits,
     'PatchedRayClusterUpdate': PatchedRayClusterUpdate,
     'PortMapping': PortMapping,
+    'PriceVersion': PriceVersion,
     'QuotaLine': QuotaLine,
     'Quotas': Quotas,
     'RayCluster': RayCluster,
@@ -4898,6 +5030,8 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'v1_nodes_events_retrieve': ('GET', '/api/v1/nodes/{id}/events/'),
     'v1_nodes_uncordon_create': ('POST', '/api/v1/nodes/{id}/uncordon/'),
     'v1_nodes_update_agent_create': ('POST', '/api/v1/nodes/{id}/update-agent/'),
+    'v1_prices_list': ('GET', '/api/v1/prices/'),
+    'v1_prices_create': ('POST', '/api/v1/prices/'),
     'v1_ray_clusters_list': ('GET', '/api/v1/ray/clusters/'),
     'v1_ray_clusters_create': ('POST', '/api/v1/ray/clusters/'),
     'v1_ray_clusters_destroy': ('DELETE', '/api/v1/ray/clusters/{id}/'),

@@ -6,7 +6,8 @@ from typing import Any
 
 from django.contrib import admin
 
-from fleet.usage.models import UsageRollup
+from fleet.usage import services
+from fleet.usage.models import PriceVersion, UsageRollup
 
 
 @admin.register(UsageRollup)
@@ -37,3 +38,22 @@ class UsageRollupAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(PriceVersion)
+class PriceVersionAdmin(admin.ModelAdmin):
+    """The price table's versions: operators add one (through `services.price_version_create`), never edit."""
+
+    list_display = ("effective_from", "currency", "node_hour", "gpu_hour", "cpu_core_hour", "memory_gib_hour")
+    exclude = ("created_by",)
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return obj is None and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: Any, obj: PriceVersion, form: Any, change: bool) -> None:
+        fields = {name: getattr(obj, name) for name in services.PRICE_FIELDS}
+        saved = services.price_version_create(actor=request.user, effective_from=obj.effective_from, **fields)
+        obj.pk = saved.pk
