@@ -104,3 +104,62 @@ class PriceVersion(models.Model):
 
     def __str__(self) -> str:
         return f"Prices from {self.effective_from:%Y-%m-%d %H:%M} ({self.currency})"
+
+
+class BudgetLevel(models.TextChoices):
+    """Where a budget's month stands: under 80 %, at 80 % or more, at its limit (100 %) or beyond."""
+
+    OK = "ok", "Under 80 %"
+    WARNING = "warning", "80 % reached"
+    EXCEEDED = "exceeded", "100 % reached"
+
+
+class Budget(models.Model):
+    """A calendar month's budget (UTC) of a workspace, or of one of its API keys, in tokens and/or money.
+
+    Evaluated at the end of each minute from the usage rollups every web process flushes
+    (`services.budgets_evaluate`): at 80 % and 100 % an alert goes to the Usage page's banner, the audit log
+    and the Owner's webhook, once a month each; with `hard_stop`, endpoint requests of the workspace (or key)
+    are refused 429 from 100 % until the month ends or the limit is raised (`budget_stops`).
+    """
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    api_key = models.ForeignKey("tenancy.ApiKey", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    token_limit = models.PositiveBigIntegerField(null=True, blank=True, help_text="Prompt + completion tokens.")
+    money_limit = models.DecimalField(
+        max_digits=14, decimal_places=2, null=True, blank=True, validators=[MinValueValidator(Decimal(0))]
+    )
+    hard_stop = models.BooleanField(default=False, help_text="Refuse endpoint requests (429) at 100 %.")
+    webhook_url = models.URLField(blank=True, default="", help_text="POSTed a JSON alert at 80 % and 100 %.")
+    # the current month's figures, as of the latest evaluation
+    month = models.CharField(max_length=7, blank=True, default="")  # "2026-12"
+    spent_tokens = models.BigIntegerField(default=0)
+    spent_money = models.DecimalField(max_digits=20, decimal_places=6, default=Decimal(0))
+    level = models.CharField(max_length=8, choices=BudgetLevel.choices, default=BudgetLevel.OK)
+    evaluated_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "api_key"], nulls_distinct=False, name="budget_unique_scope")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def name(self) -> str:
+        """How alerts and refusals name it."""
+        return (
+            f"the monthly budget of API key {self.api_key_id}" if self.api_key_id else "the workspace's monthly budget"
+        )
+
+    def shares(self) -> dict[str, float]:
+        """The share of each limit used ({"tokens": 0.85, "money": 0.4}), limits set only."""
+        out: dict[str, float] = {}
+        if self.token_limit is not None:
+            out["tokens"] = self.spent_tokens / self.token_limit if self.token_limit else float("inf")
+        if self.money_limit is not None:
+            out["money"] = float(self.spent_money / self.money_limit) if self.money_limit else float("inf")
+        return out

@@ -14,7 +14,7 @@ from django.db.models import Max, Q, QuerySet, Sum
 
 from fleet.models import ComputeCluster
 from fleet.usage import costing
-from fleet.usage.models import Granularity, PriceVersion, SubjectKind, UsageRollup
+from fleet.usage.models import Budget, BudgetLevel, Granularity, PriceVersion, SubjectKind, UsageRollup
 from fleet.workloads.models import Endpoint
 from fleet.workloads.selectors import key_endpoint_limit
 from tenancy.models import ApiKey
@@ -208,3 +208,15 @@ def usage_costs(*, rows: QuerySet[UsageRollup], versions: list[costing.Prices] |
         costs.by_subject[key] = costs.by_subject.get(key, Decimal(0)) + cost
         costs.by_bucket[row["bucket_start"]] = costs.by_bucket.get(row["bucket_start"], Decimal(0)) + cost
     return costs
+
+
+def budget_list(*, user: AnyUser) -> QuerySet[Budget]:
+    """The budgets of `user`'s workspaces."""
+    return Budget.objects.filter(workspace_id__in=workspace_ids(user=user)).select_related("workspace", "api_key")
+
+
+def budget_alerts(*, user: AnyUser, now: datetime | None = None) -> list[Budget]:
+    """This month's budgets of `user`'s workspaces at 80 % or more (the Usage page's banner), fullest first."""
+    month = (now or datetime.now(UTC)).strftime("%Y-%m")
+    rows = list(budget_list(user=user).filter(month=month).exclude(level=BudgetLevel.OK))
+    return sorted(rows, key=lambda b: -max(b.shares().values(), default=0))

@@ -101,6 +101,7 @@ def usage_page(request: HttpRequest) -> HttpResponse:
         "filters": {k: v for k, v in request.GET.items() if v != ""},
         "errors": params.errors,
         "query_string": request.GET.urlencode(),
+        "budget_alerts": selectors.budget_alerts(user=request.user),
         "flush_failures": [
             {**note, "at": datetime.fromtimestamp(note["at"], UTC)} for note in flush_notes.flush_failures()
         ],
