@@ -70,6 +70,8 @@ JobStatusEnum = Literal['queued', 'running', 'succeeded', 'failed', 'cancelled']
 
 KindEnum = Literal['script', 'finetune']
 
+LevelEnum = Literal['ok', 'warning', 'exceeded']
+
 MembershipRoleEnum = Literal['owner', 'admin', 'member', 'viewer']
 
 ModelDownloadCommandCommandTypeEnum = Literal['model.download']
@@ -475,6 +477,127 @@ class AuditEntry(_Model):
         out['detail'] = self.detail
         out['git_commit'] = self.git_commit
         out['finished_at'] = self.finished_at
+        return out
+
+
+class Budget(_Model):
+    """A budget and its month so far (as of the latest minute's evaluation)."""
+
+    __slots__ = ('id', 'workspace', 'api_key', 'token_limit', 'money_limit', 'hard_stop', 'webhook', 'month', 'spent_tokens', 'spent_money', 'level', 'shares', 'evaluated_at',)
+
+    def __init__(
+        self,
+        *,
+        id: int,
+        workspace: str,
+        api_key: int | None,
+        token_limit: int | None,
+        money_limit: str | None,
+        hard_stop: bool,
+        webhook: str,
+        month: str,
+        spent_tokens: int,
+        spent_money: str,
+        level: LevelEnum,
+        shares: dict[str, float],
+        evaluated_at: str | None,
+    ) -> None:
+        self.id = id
+        self.workspace = workspace
+        self.api_key = api_key
+        self.token_limit = token_limit
+        self.money_limit = money_limit
+        self.hard_stop = hard_stop
+        self.webhook = webhook
+        self.month = month
+        self.spent_tokens = spent_tokens
+        self.spent_money = spent_money
+        self.level = level
+        self.shares = shares
+        self.evaluated_at = evaluated_at
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Budget:
+        return cls(
+            id=data['id'],
+            workspace=data['workspace'],
+            api_key=data['api_key'],
+            token_limit=data['token_limit'],
+            money_limit=data['money_limit'],
+            hard_stop=data['hard_stop'],
+            webhook=data['webhook'],
+            month=data['month'],
+            spent_tokens=data['spent_tokens'],
+            spent_money=data['spent_money'],
+            level=data['level'],
+            shares=data['shares'],
+            evaluated_at=data['evaluated_at'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['id'] = self.id
+        out['workspace'] = self.workspace
+        out['api_key'] = self.api_key
+        out['token_limit'] = self.token_limit
+        out['money_limit'] = self.money_limit
+        out['hard_stop'] = self.hard_stop
+        out['webhook'] = self.webhook
+        out['month'] = self.month
+        out['spent_tokens'] = self.spent_tokens
+        out['spent_money'] = self.spent_money
+        out['level'] = self.level
+        out['shares'] = self.shares
+        out['evaluated_at'] = self.evaluated_at
+        return out
+
+
+class BudgetSet(_Model):
+    """PUT budgets/: set (create or replace) the budget of a workspace, or of one of its API keys."""
+
+    __slots__ = ('workspace', 'api_key', 'token_limit', 'money_limit', 'hard_stop', 'webhook_url',)
+
+    def __init__(
+        self,
+        *,
+        workspace: str,
+        api_key: int | None = None,
+        token_limit: int | None = None,
+        money_limit: str | None = None,
+        hard_stop: bool | None = None,
+        webhook_url: Any = None,
+    ) -> None:
+        self.workspace = workspace
+        self.api_key = api_key
+        self.token_limit = token_limit
+        self.money_limit = money_limit
+        self.hard_stop = hard_stop
+        self.webhook_url = webhook_url
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BudgetSet:
+        return cls(
+            workspace=data['workspace'],
+            api_key=data.get('api_key'),
+            token_limit=data.get('token_limit'),
+            money_limit=data.get('money_limit'),
+            hard_stop=data.get('hard_stop'),
+            webhook_url=data.get('webhook_url'),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['workspace'] = self.workspace
+        if self.api_key is not None:
+            out['api_key'] = self.api_key
+        if self.token_limit is not None:
+            out['token_limit'] = self.token_limit
+        if self.money_limit is not None:
+            out['money_limit'] = self.money_limit
+        if self.hard_stop is not None:
+            out['hard_stop'] = self.hard_stop
+        if self.webhook_url is not None:
+            out['webhook_url'] = self.webhook_url
         return out
 
 
@@ -4902,6 +5025,8 @@ MODELS: dict[str, type] = {
     'ApiKeyCreate': ApiKeyCreate,
     'ApiKeyCreated': ApiKeyCreated,
     'AuditEntry': AuditEntry,
+    'Budget': Budget,
+    'BudgetSet': BudgetSet,
     'Cluster': Cluster,
     'ClusterCreate': ClusterCreate,
     'ClusterUpdate': ClusterUpdate,
@@ -4991,6 +5116,8 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'v1_api_keys_retrieve': ('GET', '/api/v1/api-keys/{id}/'),
     'v1_audit_list': ('GET', '/api/v1/audit/'),
     'v1_audit_retrieve': ('GET', '/api/v1/audit/{id}/'),
+    'v1_budgets_list': ('GET', '/api/v1/budgets/'),
+    'v1_budgets_update': ('PUT', '/api/v1/budgets/'),
     'v1_clusters_list': ('GET', '/api/v1/clusters/'),
     'v1_clusters_create': ('POST', '/api/v1/clusters/'),
     'v1_clusters_destroy': ('DELETE', '/api/v1/clusters/{id}/'),

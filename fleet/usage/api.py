@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers
@@ -14,10 +15,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet.usage import selectors, services
-from fleet.usage.models import PriceVersion, SubjectKind
+from fleet.usage import budgets, selectors, services
+from fleet.usage.models import Budget, PriceVersion, SubjectKind
 from kernel.api import ServiceErrorsMixin, validated
-from tenancy.selectors import workspace_ids
+from tenancy.models import ApiKey
+from tenancy.selectors import workspace_ids, workspace_list
 
 
 class UsageQuerySerializer(serializers.Serializer):
@@ -174,3 +176,70 @@ class PriceVersionsView(ServiceErrorsMixin, APIView):
         data = validated(PriceVersionSerializer, request.data)
         version = services.price_version_create(actor=request.user, **data)
         return Response(PriceVersionSerializer(version).data, status=201)
+
+
+class BudgetSerializer(serializers.ModelSerializer):
+    """A budget and its month so far (as of the latest minute's evaluation)."""
+
+    webhook = serializers.SerializerMethodField(help_text="The webhook's scheme and host (its path may hold a secret).")
+    shares = serializers.SerializerMethodField(help_text='The share of each limit used: {"tokens": 0.85}.')
+
+    class Meta:
+        model = Budget
+        fields = [
+            "id",
+            "workspace",
+            "api_key",
+            "token_limit",
+            "money_limit",
+            "hard_stop",
+            "webhook",
+            "month",
+            "spent_tokens",
+            "spent_money",
+            "level",
+            "shares",
+            "evaluated_at",
+        ]
+        read_only_fields = fields
+
+    def get_webhook(self, obj: Budget) -> str:
+        parts = urlsplit(obj.webhook_url)
+        return f"{parts.scheme}://{parts.netloc}/…" if obj.webhook_url else ""
+
+    def get_shares(self, obj: Budget) -> dict[str, float]:
+        return obj.shares()
+
+
+class BudgetSetSerializer(serializers.Serializer):
+    """PUT budgets/: set (create or replace) the budget of a workspace, or of one of its API keys."""
+
+    workspace = serializers.UUIDField()
+    api_key = serializers.IntegerField(required=False, allow_null=True, help_text="Empty: the whole workspace.")
+    token_limit = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+    money_limit = serializers.DecimalField(
+        max_digits=14, decimal_places=2, required=False, allow_null=True, min_value=Decimal(0)
+    )
+    hard_stop = serializers.BooleanField(required=False, default=False)
+    webhook_url = serializers.URLField(required=False, allow_blank=True, default="")
+
+
+class BudgetsView(ServiceErrorsMixin, APIView):
+    """Monthly budgets (tokens and/or money) of the caller's workspaces and their keys; Owners set them."""
+
+    @extend_schema(responses={200: BudgetSerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        return Response(BudgetSerializer(selectors.budget_list(user=request.user).order_by("pk"), many=True).data)
+
+    @extend_schema(request=BudgetSetSerializer, responses={200: BudgetSerializer})
+    def put(self, request: Request) -> Response:
+        data = validated(BudgetSetSerializer, request.data)
+        workspace = workspace_list(user=request.user).filter(pk=data.pop("workspace")).first()
+        if workspace is None:
+            raise exceptions.ValidationError({"workspace": ["No such workspace."]})
+        key_id = data.pop("api_key", None)
+        key = ApiKey.objects.filter(pk=key_id, workspace=workspace).first() if key_id is not None else None
+        if key_id is not None and key is None:
+            raise exceptions.ValidationError({"api_key": ["No such API key in this workspace."]})
+        budget = budgets.budget_set(actor=request.user, workspace=workspace, api_key=key, **data)
+        return Response(BudgetSerializer(budget).data)

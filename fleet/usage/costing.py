@@ -81,7 +81,7 @@ def in_force(versions: Sequence[Prices], at: datetime) -> Prices | None:
 
 
 def _line(item: str, quantity: Decimal, unit: str, price: Decimal) -> Line:
-    return Line(item, quantity, unit, price, (quantity * price).quantize(PLACES))
+    return Line(item, quantity, unit, price.quantize(PLACES), (quantity * price).quantize(PLACES))
 
 
 def row_lines(row: Mapping[str, Any], prices: Prices) -> list[Line]:

@@ -160,3 +160,34 @@ def test_the_webhook_task_posts_the_alert():
     finally:
         server.server_close()
     assert got == [{"threshold_percent": 80}]
+
+
+def test_the_budgets_api(api_client_for, owner, workspace, other_workspace, member_of):
+    key, _ = workload_services.api_key_create(actor=owner, workspace=workspace, name="k", scopes=["invoke"])
+    client = api_client_for(owner)
+    body = {
+        "workspace": str(workspace.pk),
+        "api_key": key.pk,
+        "token_limit": 1000,
+        "hard_stop": True,
+        "webhook_url": "https://hooks.example/secret-path",
+    }
+    response = client.put("/api/v1/budgets/", body, format="json")
+    assert response.status_code == 200, response.content
+    assert (response.json()["webhook"], response.json()["level"]) == ("https://hooks.example/…", "ok")
+    again = client.put("/api/v1/budgets/", {**body, "token_limit": 2000}, format="json").json()
+    assert again["id"] == response.json()["id"]  # set again: replaced, not added
+    assert [b["token_limit"] for b in client.get("/api/v1/budgets/").json()] == [2000]
+    for bad, field in (
+        ({**body, "token_limit": -1}, "token_limit"),
+        ({**body, "webhook_url": "not a url"}, "webhook_url"),
+        ({**body, "workspace": str(other_workspace.pk)}, "workspace"),
+        ({**body, "api_key": 999999}, "api_key"),
+        ({"workspace": str(workspace.pk)}, "token_limit"),
+    ):
+        refused = client.put("/api/v1/budgets/", bad, format="json")
+        assert refused.status_code == 400, (bad, refused.content)
+        assert field in refused.json()
+    viewer = member_of(workspace, "viewer")
+    assert api_client_for(viewer).put("/api/v1/budgets/", body, format="json").status_code == 403
+    assert len(api_client_for(viewer).get("/api/v1/budgets/").json()) == 1
