@@ -210,15 +210,27 @@ def price_version_create(
     unknown = set(prices) - set(PRICE_FIELDS)
     if unknown:
         raise ValidationError({name: "Not a price field." for name in sorted(unknown)})
-    now = now or datetime.now(UTC)
+    version = PriceVersion(effective_from=effective_from, created_by=actor, **prices)
+    errors = price_version_errors(version, now=now or datetime.now(UTC))
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        if PriceVersion.objects.select_for_update().filter(effective_from__gte=effective_from).exists():
+            raise ValidationError({"effective_from": "A version from this time or later exists already."})
+        version.save()
+    return version
+
+
+def price_version_errors(version: PriceVersion, *, now: datetime) -> dict[str, str]:
+    """What is wrong with a new price version (empty: nothing), by field: the rules of `price_version_create`."""
     errors: dict[str, str] = {}
-    if effective_from.tzinfo is None:
-        errors["effective_from"] = "Give a time zone (UTC)."
+    effective_from = version.effective_from
+    if effective_from is None or effective_from.tzinfo is None:
+        errors["effective_from"] = "Give a time with its time zone (UTC)."
     elif effective_from.minute or effective_from.second or effective_from.microsecond:
         errors["effective_from"] = "Prices change on a whole hour (hour rollups are costed whole)."
     elif effective_from < now.replace(minute=0, second=0, microsecond=0):
         errors["effective_from"] = "A past period keeps its prices: start the new version this hour or later."
-    version = PriceVersion(effective_from=effective_from, created_by=actor, **prices)
     for name in ("cluster_node_hour", "gpu_model_hour"):
         if not _all_prices(getattr(version, name)):
             errors[name] = "An object of non-negative prices."
@@ -232,13 +244,7 @@ def price_version_create(
     except ValidationError as exc:
         for name, messages in exc.message_dict.items():
             errors.setdefault(name, " ".join(messages))
-    if errors:
-        raise ValidationError(errors)
-    with transaction.atomic():
-        if PriceVersion.objects.select_for_update().filter(effective_from__gte=effective_from).exists():
-            raise ValidationError({"effective_from": "A version from this time or later exists already."})
-        version.save()
-    return version
+    return errors
 
 
 def _all_prices(mapping: Any) -> bool:

@@ -220,3 +220,33 @@ def test_sampling_keeps_cpu_core_memory_and_per_model_gpu_seconds(cluster):
     assert hour.gpu_seconds_by_model == {H100: 2 * 60 * 3, "NVIDIA L4": 2 * 60}
     assert (hour.cpu_core_seconds, hour.memory_mib_seconds) == (2 * 60 * 24, 2 * 60 * 3 * 32768)
     assert hour.gpu_seconds == sum(hour.gpu_seconds_by_model.values())
+
+
+def test_the_admin_adds_a_version_and_refuses_a_past_one_with_a_field_error(operator):
+    operator.is_superuser = True
+    operator.save()
+    admin = Client()
+    admin.force_login(operator)
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    form = {
+        "effective_from_0": (hour + timedelta(hours=1)).strftime("%Y-%m-%d"),
+        "effective_from_1": (hour + timedelta(hours=1)).strftime("%H:%M:%S"),
+        "currency": "EUR",
+        "node_hour": "1.5",
+        "cluster_node_hour": "{}",
+        "gpu_hour": "0",
+        "gpu_model_hour": '{"NVIDIA H100": "3"}',
+        "cpu_core_hour": "0",
+        "memory_gib_hour": "0",
+        "prompt_per_million": "0",
+        "completion_per_million": "0",
+        "endpoint_tokens": "{}",
+        "note": "",
+    }
+    past = {**form, "effective_from_0": (hour - timedelta(days=1)).strftime("%Y-%m-%d")}
+    refused = admin.post("/admin/fleet/priceversion/add/", past)
+    assert refused.status_code == 200
+    assert "A past period keeps its prices" in refused.content.decode()
+    assert admin.post("/admin/fleet/priceversion/add/", form).status_code == 302
+    version = PriceVersion.objects.get()
+    assert (version.currency, version.node_hour, version.created_by) == ("EUR", Decimal("1.5"), operator)
