@@ -184,6 +184,7 @@ def chargeback_page(request: HttpRequest) -> HttpResponse:
     }
     if workspace is not None and month is not None and not errors:
         context["statement"] = chargeback.chargeback_statement(workspace=workspace, month=month)
+        context["budgets"] = selectors.budget_list(user=request.user).filter(workspace=workspace).order_by("pk")
     return render(request, "usage/chargeback.html", context, status=400 if errors else 200)
 
 

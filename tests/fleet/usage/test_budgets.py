@@ -134,6 +134,8 @@ def test_a_money_budget_of_the_workspace_costs_usage_at_the_prices(owner, worksp
     page = browser.get("/usage/").content.decode()
     assert "data-budget-alert" in page
     assert "90%" in page
+    statement = browser.get("/usage/chargeback/", {"workspace": str(workspace.pk), "month": "2026-12"})
+    assert "80 % reached</span>" in statement.content.decode()
     use(workspace, None, 60_000, at=NOW - timedelta(hours=3))  # 5.10
     budgets.budgets_evaluate(now=NOW)
     assert stopped(workspace.pk, 12345)["budget"] == "the workspace's monthly budget"
