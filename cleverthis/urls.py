@@ -17,7 +17,7 @@ from cleverthis import health
 from cleverthis.metrics_scrape import metrics_view
 from cleverthis.overview import dashboard
 from fleet import agent_views
-from fleet.usage.api import UsageView
+from fleet.usage.api import BudgetsView, PriceVersionsView, UsageView
 from fleet.workloads.api import router as workload_router
 from kernel.api import api_not_found
 from kernel.schema_view import CachedSchemaView
@@ -40,6 +40,8 @@ API_ROOT = {
     "audit": "audit-entry-list",
     "api-keys": "api-key-list",
     "usage": "usage-report",
+    "prices": "price-versions",
+    "budgets": "budgets",
 }
 
 
@@ -62,6 +64,8 @@ api_v1 = [
     path("ray/", include("raymgr.api.urls")),
     path("", include(audit_router.urls)),
     re_path(r"^usage/?$", UsageView.as_view(), name="usage-report"),
+    re_path(r"^prices/?$", PriceVersionsView.as_view(), name="price-versions"),
+    re_path(r"^budgets/?$", BudgetsView.as_view(), name="budgets"),
 ]
 
 urlpatterns = [

@@ -181,6 +181,8 @@ BENCHMARK_TARGET_URL = env_str("BENCHMARK_TARGET_URL", "") or CONTROL_PLANE_URL
 PROXY_ROUTE_CACHE_S = env_float("PROXY_ROUTE_CACHE_S", 2.0)  # how long an endpoint route is cached per process
 # at most how often a process writes an endpoint's forwarded-request count and last-request time
 ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
+# budgets' hard stops: how long each web process keeps its copy of the stopped workspaces and keys
+BUDGET_STOPS_CACHE_S = env_float("BUDGET_STOPS_CACHE_S", 5.0)
 # Per-replica load shared by the web processes (fleet.replica_load): each publishes its requests in flight
 # and tokens served per replica every REPLICA_LOAD_PUBLISH_S to a Redis hash expiring REPLICA_LOAD_TTL_S
 # later (a dead process's figures vanish then); tokens/s is each process's rate over REPLICA_LOAD_WINDOW_S.
@@ -368,6 +370,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     "fleet-history-sample": {"task": "cleverthis.tasks.sample_fleet_history", "schedule": 60.0},
     # usage: node-, GPU- and container-seconds of the minute that ended, per cluster (idempotent per minute)
     "fleet-usage-sample": {"task": "fleet.usage.tasks.sample_usage", "schedule": 60.0},
+    # budgets: the month's spend per budget at the end of each minute; alerts at 80 % / 100 %; hard stops
+    "fleet-usage-budgets": {"task": "fleet.usage.tasks.evaluate_budgets", "schedule": 60.0},
 }
 # Beat publishes through a broker restart (retries for ~15 s) and logs a failure in one line (`cleverthis.beat`).
 CELERY_BEAT_SCHEDULER = "cleverthis.beat:BrokerTolerantScheduler"

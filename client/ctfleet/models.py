@@ -72,6 +72,8 @@ JobStatusEnum = Literal['queued', 'running', 'succeeded', 'failed', 'cancelled']
 
 KindEnum = Literal['script', 'finetune']
 
+LevelEnum = Literal['ok', 'warning', 'exceeded']
+
 MembershipRoleEnum = Literal['owner', 'admin', 'member', 'viewer']
 
 ModelDownloadCommandCommandTypeEnum = Literal['model.download']
@@ -477,6 +479,127 @@ class AuditEntry(_Model):
         out['detail'] = self.detail
         out['git_commit'] = self.git_commit
         out['finished_at'] = self.finished_at
+        return out
+
+
+class Budget(_Model):
+    """A budget and its month so far (as of the latest minute's evaluation)."""
+
+    __slots__ = ('id', 'workspace', 'api_key', 'token_limit', 'money_limit', 'hard_stop', 'webhook', 'month', 'spent_tokens', 'spent_money', 'level', 'shares', 'evaluated_at',)
+
+    def __init__(
+        self,
+        *,
+        id: int,
+        workspace: str,
+        api_key: int | None,
+        token_limit: int | None,
+        money_limit: str | None,
+        hard_stop: bool,
+        webhook: str,
+        month: str,
+        spent_tokens: int,
+        spent_money: str,
+        level: LevelEnum,
+        shares: dict[str, float],
+        evaluated_at: str | None,
+    ) -> None:
+        self.id = id
+        self.workspace = workspace
+        self.api_key = api_key
+        self.token_limit = token_limit
+        self.money_limit = money_limit
+        self.hard_stop = hard_stop
+        self.webhook = webhook
+        self.month = month
+        self.spent_tokens = spent_tokens
+        self.spent_money = spent_money
+        self.level = level
+        self.shares = shares
+        self.evaluated_at = evaluated_at
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Budget:
+        return cls(
+            id=data['id'],
+            workspace=data['workspace'],
+            api_key=data['api_key'],
+            token_limit=data['token_limit'],
+            money_limit=data['money_limit'],
+            hard_stop=data['hard_stop'],
+            webhook=data['webhook'],
+            month=data['month'],
+            spent_tokens=data['spent_tokens'],
+            spent_money=data['spent_money'],
+            level=data['level'],
+            shares=data['shares'],
+            evaluated_at=data['evaluated_at'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['id'] = self.id
+        out['workspace'] = self.workspace
+        out['api_key'] = self.api_key
+        out['token_limit'] = self.token_limit
+        out['money_limit'] = self.money_limit
+        out['hard_stop'] = self.hard_stop
+        out['webhook'] = self.webhook
+        out['month'] = self.month
+        out['spent_tokens'] = self.spent_tokens
+        out['spent_money'] = self.spent_money
+        out['level'] = self.level
+        out['shares'] = self.shares
+        out['evaluated_at'] = self.evaluated_at
+        return out
+
+
+class BudgetSet(_Model):
+    """PUT budgets/: set (create or replace) the budget of a workspace, or of one of its API keys."""
+
+    __slots__ = ('workspace', 'api_key', 'token_limit', 'money_limit', 'hard_stop', 'webhook_url',)
+
+    def __init__(
+        self,
+        *,
+        workspace: str,
+        api_key: int | None = None,
+        token_limit: int | None = None,
+        money_limit: str | None = None,
+        hard_stop: bool | None = None,
+        webhook_url: Any = None,
+    ) -> None:
+        self.workspace = workspace
+        self.api_key = api_key
+        self.token_limit = token_limit
+        self.money_limit = money_limit
+        self.hard_stop = hard_stop
+        self.webhook_url = webhook_url
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BudgetSet:
+        return cls(
+            workspace=data['workspace'],
+            api_key=data.get('api_key'),
+            token_limit=data.get('token_limit'),
+            money_limit=data.get('money_limit'),
+            hard_stop=data.get('hard_stop'),
+            webhook_url=data.get('webhook_url'),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['workspace'] = self.workspace
+        if self.api_key is not None:
+            out['api_key'] = self.api_key
+        if self.token_limit is not None:
+            out['token_limit'] = self.token_limit
+        if self.money_limit is not None:
+            out['money_limit'] = self.money_limit
+        if self.hard_stop is not None:
+            out['hard_stop'] = self.hard_stop
+        if self.webhook_url is not None:
+            out['webhook_url'] = self.webhook_url
         return out
 
 
@@ -3425,6 +3548,93 @@ class PortMapping(_Model):
         return out
 
 
+class PriceVersion(_Model):
+    """One version of the price table (read; and the body of a new one)."""
+
+    __slots__ = ('id', 'effective_from', 'currency', 'node_hour', 'cluster_node_hour', 'gpu_hour', 'gpu_model_hour', 'cpu_core_hour', 'memory_gib_hour', 'prompt_per_million', 'completion_per_million', 'endpoint_tokens', 'note', 'created_at',)
+
+    def __init__(
+        self,
+        *,
+        id: int,
+        effective_from: str,
+        currency: str | None = None,
+        node_hour: str | None = None,
+        cluster_node_hour: Any = None,
+        gpu_hour: str | None = None,
+        gpu_model_hour: Any = None,
+        cpu_core_hour: str | None = None,
+        memory_gib_hour: str | None = None,
+        prompt_per_million: str | None = None,
+        completion_per_million: str | None = None,
+        endpoint_tokens: Any = None,
+        note: str | None = None,
+        created_at: str,
+    ) -> None:
+        self.id = id
+        self.effective_from = effective_from
+        self.currency = currency
+        self.node_hour = node_hour
+        self.cluster_node_hour = cluster_node_hour
+        self.gpu_hour = gpu_hour
+        self.gpu_model_hour = gpu_model_hour
+        self.cpu_core_hour = cpu_core_hour
+        self.memory_gib_hour = memory_gib_hour
+        self.prompt_per_million = prompt_per_million
+        self.completion_per_million = completion_per_million
+        self.endpoint_tokens = endpoint_tokens
+        self.note = note
+        self.created_at = created_at
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PriceVersion:
+        return cls(
+            id=data['id'],
+            effective_from=data['effective_from'],
+            currency=data.get('currency'),
+            node_hour=data.get('node_hour'),
+            cluster_node_hour=data.get('cluster_node_hour'),
+            gpu_hour=data.get('gpu_hour'),
+            gpu_model_hour=data.get('gpu_model_hour'),
+            cpu_core_hour=data.get('cpu_core_hour'),
+            memory_gib_hour=data.get('memory_gib_hour'),
+            prompt_per_million=data.get('prompt_per_million'),
+            completion_per_million=data.get('completion_per_million'),
+            endpoint_tokens=data.get('endpoint_tokens'),
+            note=data.get('note'),
+            created_at=data['created_at'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['id'] = self.id
+        out['effective_from'] = self.effective_from
+        if self.currency is not None:
+            out['currency'] = self.currency
+        if self.node_hour is not None:
+            out['node_hour'] = self.node_hour
+        if self.cluster_node_hour is not None:
+            out['cluster_node_hour'] = self.cluster_node_hour
+        if self.gpu_hour is not None:
+            out['gpu_hour'] = self.gpu_hour
+        if self.gpu_model_hour is not None:
+            out['gpu_model_hour'] = self.gpu_model_hour
+        if self.cpu_core_hour is not None:
+            out['cpu_core_hour'] = self.cpu_core_hour
+        if self.memory_gib_hour is not None:
+            out['memory_gib_hour'] = self.memory_gib_hour
+        if self.prompt_per_million is not None:
+            out['prompt_per_million'] = self.prompt_per_million
+        if self.completion_per_million is not None:
+            out['completion_per_million'] = self.completion_per_million
+        if self.endpoint_tokens is not None:
+            out['endpoint_tokens'] = self.endpoint_tokens
+        if self.note is not None:
+            out['note'] = self.note
+        out['created_at'] = self.created_at
+        return out
+
+
 class QueueFigures(_Model):
     """An endpoint's wait queue over every web process: requests waiting now and its bounds; of the last window (REPLICA_LOAD_WINDOW_S, 10 s by default) the requests admitted, their wait p50/p99 (seconds, the upper bound of the bucket it falls in; 0 when admitted at once) and the requests refused with 429."""
 
@@ -4214,14 +4424,18 @@ class TrainWithBest(_Model):
 class TrainingJob(_Model):
     """A training job as read."""
 
-    __slots__ = ('id', 'hints', 'status_sentence', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'kind', 'script', 'entrypoint', 'framework', 'config', 'num_workers', 'cpus_per_worker', 'gpus_per_worker', 'checkpoint_every', 'checkpoints_to_keep', 'storage_path', 'status', 'queue_reason', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'checkpoints', 'workspace', 'created_by', 'ray_cluster', 'source_experiment',)
+    __slots__ = ('id', 'queue_position', 'hints', 'status_sentence', 'priority', 'queue_timeout_s', 'queue_reason', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'kind', 'script', 'entrypoint', 'framework', 'config', 'num_workers', 'cpus_per_worker', 'gpus_per_worker', 'checkpoint_every', 'checkpoints_to_keep', 'storage_path', 'status', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'checkpoints', 'workspace', 'created_by', 'ray_cluster', 'source_experiment',)
 
     def __init__(
         self,
         *,
         id: str,
+        queue_position: int | None,
         hints: list[dict[str, str]],
         status_sentence: str,
+        priority: int,
+        queue_timeout_s: int | None,
+        queue_reason: str,
         name: str,
         created_at: str,
         status_changed_at: str,
@@ -4239,7 +4453,6 @@ class TrainingJob(_Model):
         checkpoints_to_keep: int,
         storage_path: str,
         status: JobStatusEnum,
-        queue_reason: str,
         submission_id: str,
         submitted_at: str | None,
         finished_at: str | None,
@@ -4253,8 +4466,12 @@ class TrainingJob(_Model):
         source_experiment: str | None,
     ) -> None:
         self.id = id
+        self.queue_position = queue_position
         self.hints = hints
         self.status_sentence = status_sentence
+        self.priority = priority
+        self.queue_timeout_s = queue_timeout_s
+        self.queue_reason = queue_reason
         self.name = name
         self.created_at = created_at
         self.status_changed_at = status_changed_at
@@ -4272,7 +4489,6 @@ class TrainingJob(_Model):
         self.checkpoints_to_keep = checkpoints_to_keep
         self.storage_path = storage_path
         self.status = status
-        self.queue_reason = queue_reason
         self.submission_id = submission_id
         self.submitted_at = submitted_at
         self.finished_at = finished_at
@@ -4289,8 +4505,12 @@ class TrainingJob(_Model):
     def from_dict(cls, data: dict[str, Any]) -> TrainingJob:
         return cls(
             id=data['id'],
+            queue_position=data['queue_position'],
             hints=data['hints'],
             status_sentence=data['status_sentence'],
+            priority=data['priority'],
+            queue_timeout_s=data['queue_timeout_s'],
+            queue_reason=data['queue_reason'],
             name=data['name'],
             created_at=data['created_at'],
             status_changed_at=data['status_changed_at'],
@@ -4308,7 +4528,6 @@ class TrainingJob(_Model):
             checkpoints_to_keep=data['checkpoints_to_keep'],
             storage_path=data['storage_path'],
             status=data['status'],
-            queue_reason=data['queue_reason'],
             submission_id=data['submission_id'],
             submitted_at=data['submitted_at'],
             finished_at=data['finished_at'],
@@ -4325,8 +4544,12 @@ class TrainingJob(_Model):
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         out['id'] = self.id
+        out['queue_position'] = self.queue_position
         out['hints'] = self.hints
         out['status_sentence'] = self.status_sentence
+        out['priority'] = self.priority
+        out['queue_timeout_s'] = self.queue_timeout_s
+        out['queue_reason'] = self.queue_reason
         out['name'] = self.name
         out['created_at'] = self.created_at
         out['status_changed_at'] = self.status_changed_at
@@ -4344,7 +4567,6 @@ class TrainingJob(_Model):
         out['checkpoints_to_keep'] = self.checkpoints_to_keep
         out['storage_path'] = self.storage_path
         out['status'] = self.status
-        out['queue_reason'] = self.queue_reason
         out['submission_id'] = self.submission_id
         out['submitted_at'] = self.submitted_at
         out['finished_at'] = self.finished_at
@@ -4362,7 +4584,7 @@ class TrainingJob(_Model):
 class TrainingJobCreate(_Model):
     """POST training-jobs/."""
 
-    __slots__ = ('workspace', 'ray_cluster', 'name', 'kind', 'script', 'entrypoint', 'framework', 'config', 'num_workers', 'cpus_per_worker', 'gpus_per_worker', 'checkpoint_every', 'checkpoints_to_keep', 'storage_path',)
+    __slots__ = ('workspace', 'ray_cluster', 'name', 'priority', 'queue_timeout_s', 'kind', 'script', 'entrypoint', 'framework', 'config', 'num_workers', 'cpus_per_worker', 'gpus_per_worker', 'checkpoint_every', 'checkpoints_to_keep', 'storage_path',)
 
     def __init__(
         self,
@@ -4370,6 +4592,8 @@ class TrainingJobCreate(_Model):
         workspace: str,
         ray_cluster: str,
         name: str,
+        priority: int | None = None,
+        queue_timeout_s: int | None = None,
         kind: str | None = None,
         script: str | None = None,
         entrypoint: str | None = None,
@@ -4385,6 +4609,8 @@ class TrainingJobCreate(_Model):
         self.workspace = workspace
         self.ray_cluster = ray_cluster
         self.name = name
+        self.priority = priority
+        self.queue_timeout_s = queue_timeout_s
         self.kind = kind
         self.script = script
         self.entrypoint = entrypoint
@@ -4403,6 +4629,8 @@ class TrainingJobCreate(_Model):
             workspace=data['workspace'],
             ray_cluster=data['ray_cluster'],
             name=data['name'],
+            priority=data.get('priority'),
+            queue_timeout_s=data.get('queue_timeout_s'),
             kind=data.get('kind'),
             script=data.get('script'),
             entrypoint=data.get('entrypoint'),
@@ -4421,6 +4649,10 @@ class TrainingJobCreate(_Model):
         out['workspace'] = self.workspace
         out['ray_cluster'] = self.ray_cluster
         out['name'] = self.name
+        if self.priority is not None:
+            out['priority'] = self.priority
+        if self.queue_timeout_s is not None:
+            out['queue_timeout_s'] = self.queue_timeout_s
         if self.kind is not None:
             out['kind'] = self.kind
         if self.script is not None:
@@ -4449,15 +4681,19 @@ class TrainingJobCreate(_Model):
 class TuneExperiment(_Model):
     """A Tune experiment with its trial table."""
 
-    __slots__ = ('id', 'trials', 'hints', 'status_sentence', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'search_space', 'metric', 'mode', 'num_samples', 'max_concurrent_trials', 'max_iterations', 'scheduler', 'scheduler_config', 'objective_code', 'cpus_per_trial', 'gpus_per_trial', 'training_script', 'status', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'best_config', 'best_result', 'workspace', 'created_by', 'ray_cluster',)
+    __slots__ = ('id', 'queue_position', 'trials', 'hints', 'status_sentence', 'priority', 'queue_timeout_s', 'queue_reason', 'name', 'created_at', 'status_changed_at', 'failure_reason', 'last_status_at', 'search_space', 'metric', 'mode', 'num_samples', 'max_concurrent_trials', 'max_iterations', 'scheduler', 'scheduler_config', 'objective_code', 'cpus_per_trial', 'gpus_per_trial', 'training_script', 'status', 'submission_id', 'submitted_at', 'finished_at', 'cancel_requested', 'logs', 'traceback', 'best_config', 'best_result', 'workspace', 'created_by', 'ray_cluster',)
 
     def __init__(
         self,
         *,
         id: str,
+        queue_position: int | None,
         trials: list[TuneTrial],
         hints: list[dict[str, str]],
         status_sentence: str,
+        priority: int,
+        queue_timeout_s: int | None,
+        queue_reason: str,
         name: str,
         created_at: str,
         status_changed_at: str,
@@ -4489,9 +4725,13 @@ class TuneExperiment(_Model):
         ray_cluster: str,
     ) -> None:
         self.id = id
+        self.queue_position = queue_position
         self.trials = trials
         self.hints = hints
         self.status_sentence = status_sentence
+        self.priority = priority
+        self.queue_timeout_s = queue_timeout_s
+        self.queue_reason = queue_reason
         self.name = name
         self.created_at = created_at
         self.status_changed_at = status_changed_at
@@ -4526,9 +4766,13 @@ class TuneExperiment(_Model):
     def from_dict(cls, data: dict[str, Any]) -> TuneExperiment:
         return cls(
             id=data['id'],
+            queue_position=data['queue_position'],
             trials=_list(TuneTrial.from_dict, data['trials']),
             hints=data['hints'],
             status_sentence=data['status_sentence'],
+            priority=data['priority'],
+            queue_timeout_s=data['queue_timeout_s'],
+            queue_reason=data['queue_reason'],
             name=data['name'],
             created_at=data['created_at'],
             status_changed_at=data['status_changed_at'],
@@ -4563,9 +4807,13 @@ class TuneExperiment(_Model):
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         out['id'] = self.id
+        out['queue_position'] = self.queue_position
         out['trials'] = _list(_dump, self.trials)
         out['hints'] = self.hints
         out['status_sentence'] = self.status_sentence
+        out['priority'] = self.priority
+        out['queue_timeout_s'] = self.queue_timeout_s
+        out['queue_reason'] = self.queue_reason
         out['name'] = self.name
         out['created_at'] = self.created_at
         out['status_changed_at'] = self.status_changed_at
@@ -4601,7 +4849,7 @@ class TuneExperiment(_Model):
 class TuneExperimentCreate(_Model):
     """POST tune-experiments/."""
 
-    __slots__ = ('workspace', 'ray_cluster', 'name', 'search_space', 'metric', 'mode', 'num_samples', 'max_concurrent_trials', 'max_iterations', 'scheduler', 'scheduler_config', 'objective_code', 'cpus_per_trial', 'gpus_per_trial', 'training_script',)
+    __slots__ = ('workspace', 'ray_cluster', 'name', 'priority', 'queue_timeout_s', 'search_space', 'metric', 'mode', 'num_samples', 'max_concurrent_trials', 'max_iterations', 'scheduler', 'scheduler_config', 'objective_code', 'cpus_per_trial', 'gpus_per_trial', 'training_script',)
 
     def __init__(
         self,
@@ -4609,6 +4857,8 @@ class TuneExperimentCreate(_Model):
         workspace: str,
         ray_cluster: str,
         name: str,
+        priority: int | None = None,
+        queue_timeout_s: int | None = None,
         search_space: Any,
         metric: str | None = None,
         mode: str | None = None,
@@ -4625,6 +4875,8 @@ class TuneExperimentCreate(_Model):
         self.workspace = workspace
         self.ray_cluster = ray_cluster
         self.name = name
+        self.priority = priority
+        self.queue_timeout_s = queue_timeout_s
         self.search_space = search_space
         self.metric = metric
         self.mode = mode
@@ -4644,6 +4896,8 @@ class TuneExperimentCreate(_Model):
             workspace=data['workspace'],
             ray_cluster=data['ray_cluster'],
             name=data['name'],
+            priority=data.get('priority'),
+            queue_timeout_s=data.get('queue_timeout_s'),
             search_space=data['search_space'],
             metric=data.get('metric'),
             mode=data.get('mode'),
@@ -4663,6 +4917,10 @@ class TuneExperimentCreate(_Model):
         out['workspace'] = self.workspace
         out['ray_cluster'] = self.ray_cluster
         out['name'] = self.name
+        if self.priority is not None:
+            out['priority'] = self.priority
+        if self.queue_timeout_s is not None:
+            out['queue_timeout_s'] = self.queue_timeout_s
         out['search_space'] = self.search_space
         if self.metric is not None:
             out['metric'] = self.metric
@@ -4745,7 +5003,7 @@ class TuneTrial(_Model):
 class Usage(_Model):
     """Usage"""
 
-    __slots__ = ('period', 'granularity', 'start', 'end', 'totals', 'series', 'subjects',)
+    __slots__ = ('period', 'granularity', 'start', 'end', 'currency', 'unpriced', 'totals', 'series', 'subjects',)
 
     def __init__(
         self,
@@ -4754,6 +5012,8 @@ class Usage(_Model):
         granularity: str,
         start: str,
         end: str,
+        currency: str,
+        unpriced: bool,
         totals: _Counters,
         series: list[UsageBucket],
         subjects: list[UsageSubject],
@@ -4762,6 +5022,8 @@ class Usage(_Model):
         self.granularity = granularity
         self.start = start
         self.end = end
+        self.currency = currency
+        self.unpriced = unpriced
         self.totals = totals
         self.series = series
         self.subjects = subjects
@@ -4773,6 +5035,8 @@ class Usage(_Model):
             granularity=data['granularity'],
             start=data['start'],
             end=data['end'],
+            currency=data['currency'],
+            unpriced=data['unpriced'],
             totals=_opt(_Counters.from_dict, data['totals']),
             series=_list(UsageBucket.from_dict, data['series']),
             subjects=_list(UsageSubject.from_dict, data['subjects']),
@@ -4784,6 +5048,8 @@ class Usage(_Model):
         out['granularity'] = self.granularity
         out['start'] = self.start
         out['end'] = self.end
+        out['currency'] = self.currency
+        out['unpriced'] = self.unpriced
         out['totals'] = _opt(_dump, self.totals)
         out['series'] = _list(_dump, self.series)
         out['subjects'] = _list(_dump, self.subjects)
@@ -4793,7 +5059,7 @@ class Usage(_Model):
 class UsageBucket(_Model):
     """UsageBucket"""
 
-    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours', 'bucket_start',)
+    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours', 'cpu_core_hours', 'memory_gib_hours', 'cost', 'bucket_start',)
 
     def __init__(
         self,
@@ -4807,6 +5073,9 @@ class UsageBucket(_Model):
         node_hours: float,
         gpu_hours: float,
         container_hours: float,
+        cpu_core_hours: float,
+        memory_gib_hours: float,
+        cost: str,
         bucket_start: str,
     ) -> None:
         self.requests = requests
@@ -4818,6 +5087,9 @@ class UsageBucket(_Model):
         self.node_hours = node_hours
         self.gpu_hours = gpu_hours
         self.container_hours = container_hours
+        self.cpu_core_hours = cpu_core_hours
+        self.memory_gib_hours = memory_gib_hours
+        self.cost = cost
         self.bucket_start = bucket_start
 
     @classmethod
@@ -4832,6 +5104,9 @@ class UsageBucket(_Model):
             node_hours=data['node_hours'],
             gpu_hours=data['gpu_hours'],
             container_hours=data['container_hours'],
+            cpu_core_hours=data['cpu_core_hours'],
+            memory_gib_hours=data['memory_gib_hours'],
+            cost=data['cost'],
             bucket_start=data['bucket_start'],
         )
 
@@ -4846,6 +5121,9 @@ class UsageBucket(_Model):
         out['node_hours'] = self.node_hours
         out['gpu_hours'] = self.gpu_hours
         out['container_hours'] = self.container_hours
+        out['cpu_core_hours'] = self.cpu_core_hours
+        out['memory_gib_hours'] = self.memory_gib_hours
+        out['cost'] = self.cost
         out['bucket_start'] = self.bucket_start
         return out
 
@@ -4853,7 +5131,7 @@ class UsageBucket(_Model):
 class UsageSubject(_Model):
     """UsageSubject"""
 
-    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours', 'workspace_id', 'subject_kind', 'subject_id', 'name', 'api_key_id', 'api_key_name',)
+    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours', 'cpu_core_hours', 'memory_gib_hours', 'cost', 'workspace_id', 'subject_kind', 'subject_id', 'name', 'api_key_id', 'api_key_name',)
 
     def __init__(
         self,
@@ -4867,6 +5145,9 @@ class UsageSubject(_Model):
         node_hours: float,
         gpu_hours: float,
         container_hours: float,
+        cpu_core_hours: float,
+        memory_gib_hours: float,
+        cost: str,
         workspace_id: str,
         subject_kind: SubjectKindEnum,
         subject_id: str,
@@ -4883,6 +5164,9 @@ class UsageSubject(_Model):
         self.node_hours = node_hours
         self.gpu_hours = gpu_hours
         self.container_hours = container_hours
+        self.cpu_core_hours = cpu_core_hours
+        self.memory_gib_hours = memory_gib_hours
+        self.cost = cost
         self.workspace_id = workspace_id
         self.subject_kind = subject_kind
         self.subject_id = subject_id
@@ -4902,6 +5186,9 @@ class UsageSubject(_Model):
             node_hours=data['node_hours'],
             gpu_hours=data['gpu_hours'],
             container_hours=data['container_hours'],
+            cpu_core_hours=data['cpu_core_hours'],
+            memory_gib_hours=data['memory_gib_hours'],
+            cost=data['cost'],
             workspace_id=data['workspace_id'],
             subject_kind=data['subject_kind'],
             subject_id=data['subject_id'],
@@ -4921,6 +5208,9 @@ class UsageSubject(_Model):
         out['node_hours'] = self.node_hours
         out['gpu_hours'] = self.gpu_hours
         out['container_hours'] = self.container_hours
+        out['cpu_core_hours'] = self.cpu_core_hours
+        out['memory_gib_hours'] = self.memory_gib_hours
+        out['cost'] = self.cost
         out['workspace_id'] = self.workspace_id
         out['subject_kind'] = self.subject_kind
         out['subject_id'] = self.subject_id
@@ -4973,7 +5263,7 @@ class Workspace(_Model):
 class _Counters(_Model):
     """_Counters"""
 
-    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours',)
+    __slots__ = ('requests', 'errors', 'rate_limited', 'prompt_tokens', 'completion_tokens', 'latency_ms_mean', 'node_hours', 'gpu_hours', 'container_hours', 'cpu_core_hours', 'memory_gib_hours', 'cost',)
 
     def __init__(
         self,
@@ -4987,6 +5277,9 @@ class _Counters(_Model):
         node_hours: float,
         gpu_hours: float,
         container_hours: float,
+        cpu_core_hours: float,
+        memory_gib_hours: float,
+        cost: str,
     ) -> None:
         self.requests = requests
         self.errors = errors
@@ -4997,6 +5290,9 @@ class _Counters(_Model):
         self.node_hours = node_hours
         self.gpu_hours = gpu_hours
         self.container_hours = container_hours
+        self.cpu_core_hours = cpu_core_hours
+        self.memory_gib_hours = memory_gib_hours
+        self.cost = cost
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> _Counters:
@@ -5010,6 +5306,9 @@ class _Counters(_Model):
             node_hours=data['node_hours'],
             gpu_hours=data['gpu_hours'],
             container_hours=data['container_hours'],
+            cpu_core_hours=data['cpu_core_hours'],
+            memory_gib_hours=data['memory_gib_hours'],
+            cost=data['cost'],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -5023,6 +5322,9 @@ class _Counters(_Model):
         out['node_hours'] = self.node_hours
         out['gpu_hours'] = self.gpu_hours
         out['container_hours'] = self.container_hours
+        out['cpu_core_hours'] = self.cpu_core_hours
+        out['memory_gib_hours'] = self.memory_gib_hours
+        out['cost'] = self.cost
         return out
 
 
@@ -5035,6 +5337,8 @@ MODELS: dict[str, type] = {
     'ApiKeyCreate': ApiKeyCreate,
     'ApiKeyCreated': ApiKeyCreated,
     'AuditEntry': AuditEntry,
+    'Budget': Budget,
+    'BudgetSet': BudgetSet,
     'Cluster': Cluster,
     'ClusterCreate': ClusterCreate,
     'ClusterUpdate': ClusterUpdate,
@@ -5096,6 +5400,7 @@ MODELS: dict[str, type] = {
     'PatchedQuotaLimits': PatchedQuotaLimits,
     'PatchedRayClusterUpdate': PatchedRayClusterUpdate,
     'PortMapping': PortMapping,
+    'PriceVersion': PriceVersion,
     'QueueFigures': QueueFigures,
     'QuotaLine': QuotaLine,
     'Quotas': Quotas,
@@ -5128,6 +5433,8 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'v1_api_keys_retrieve': ('GET', '/api/v1/api-keys/{id}/'),
     'v1_audit_list': ('GET', '/api/v1/audit/'),
     'v1_audit_retrieve': ('GET', '/api/v1/audit/{id}/'),
+    'v1_budgets_list': ('GET', '/api/v1/budgets/'),
+    'v1_budgets_update': ('PUT', '/api/v1/budgets/'),
     'v1_clusters_list': ('GET', '/api/v1/clusters/'),
     'v1_clusters_create': ('POST', '/api/v1/clusters/'),
     'v1_clusters_destroy': ('DELETE', '/api/v1/clusters/{id}/'),
@@ -5172,6 +5479,8 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'v1_nodes_events_retrieve': ('GET', '/api/v1/nodes/{id}/events/'),
     'v1_nodes_uncordon_create': ('POST', '/api/v1/nodes/{id}/uncordon/'),
     'v1_nodes_update_agent_create': ('POST', '/api/v1/nodes/{id}/update-agent/'),
+    'v1_prices_list': ('GET', '/api/v1/prices/'),
+    'v1_prices_create': ('POST', '/api/v1/prices/'),
     'v1_ray_clusters_list': ('GET', '/api/v1/ray/clusters/'),
     'v1_ray_clusters_create': ('POST', '/api/v1/ray/clusters/'),
     'v1_ray_clusters_destroy': ('DELETE', '/api/v1/ray/clusters/{id}/'),

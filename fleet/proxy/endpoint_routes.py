@@ -27,7 +27,9 @@ An API key (`Authorization: Bearer ctk_…`) must hold the invoke scope, belong 
 and, if it is limited to chosen endpoints, name this one (`fleet.proxy.key_access`); its requests are
 admitted by its rate limits first (`fleet.proxy.rate_limits`: 429 with Retry-After; a member calling with
 the origin cookie or an older DRF token is held to the endpoint's per-key limits the same way, counted per
-user), and its id goes in the request's scope (`kernel.asgi_scope.API_KEY_ID_SCOPE_KEY`) for metering.
+user), then by the budgets' hard stops of its workspace and key (`fleet.usage.budget_stops`: 429 with a JSON
+reason naming the budget, from a per-process copy: no round trip per request), and its id goes in the
+request's scope (`kernel.asgi_scope.API_KEY_ID_SCOPE_KEY`) for metering.
 With the route and the key cached, a key's request is answered without a thread hop, as a public one is.
 
 An endpoint that scales to zero (`min_replicas` 0) and sleeps (idle: "Scaled to zero") is woken by a
@@ -69,6 +71,7 @@ from fleet.balancer import LEAST_LOAD, Upstream
 from fleet.models import Node, NodeStatus
 from fleet.proxy import key_access, origins, rate_limits
 from fleet.proxy.resolvers import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
+from fleet.usage import budget_stops
 from fleet.usage import meter as usage_meter
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services import PlacementError, endpoint_wake
@@ -343,6 +346,12 @@ async def resolve_endpoint(scope: dict[str, Any]) -> Answer | None:
             return _too_many(refusal)
         if isinstance(use[0], int) and api_keys.last_use_due(use[0]):
             await database_sync_to_async(api_keys.record_last_use)(use[0], key_access.client_ip(scope))
+    if isinstance(answer, (ProxyTarget, _ColdStart)):
+        subject = answer.usage if isinstance(answer, ProxyTarget) else _usage_of(answer.route)
+        key_id = use[0] if use is not None and isinstance(use[0], int) else None
+        stop = await budget_stops.stopped(subject.workspace_id, key_id) if subject is not None else None
+        if stop is not None:  # a budget's hard stop (the workspace's, or this key's): no round trip per request
+            return _json_refusal(429, "budget_exceeded", stop["message"], None, extra=stop)
     if isinstance(answer, _ColdStart):
         answer = await _cold_start(found[0], answer.route, scope, found[1])
     if isinstance(answer, ProxyTarget) and _count_request(found[0]):
@@ -424,8 +433,10 @@ async def _wake_and_wait(slug: str, endpoint_id: UUID) -> _Route | ProxyRefusal 
         await asyncio.sleep(max(0.0, min(settings.ENDPOINT_COLD_START_POLL_S, deadline - loop.time())))
 
 
-def _json_refusal(status: int, kind: str, message: str, retry_after: int | None) -> ProxyRefusal:
-    body: dict[str, Any] = {"type": kind, "message": message}
+def _json_refusal(
+    status: int, kind: str, message: str, retry_after: int | None, *, extra: dict[str, Any] | None = None
+) -> ProxyRefusal:
+    body: dict[str, Any] = {**(extra or {}), "type": kind, "message": message}
     headers: tuple[tuple[bytes, bytes], ...] = ()
     if retry_after is not None:
         body["retry_after"] = retry_after

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -12,7 +13,8 @@ from django.contrib.auth.models import AnonymousUser
 from django.db.models import Max, Q, QuerySet, Sum
 
 from fleet.models import ComputeCluster
-from fleet.usage.models import Granularity, SubjectKind, UsageRollup
+from fleet.usage import costing
+from fleet.usage.models import Budget, BudgetLevel, Granularity, PriceVersion, SubjectKind, UsageRollup
 from fleet.workloads.models import Endpoint
 from fleet.workloads.selectors import key_endpoint_limit
 from tenancy.models import ApiKey
@@ -37,7 +39,11 @@ COUNTERS = (
     "node_seconds",
     "gpu_seconds",
     "container_seconds",
+    "cpu_core_seconds",
+    "memory_mib_seconds",
 )
+KEY = ("workspace_id", "subject_kind", "subject_id", "api_key_id")
+COSTED = ("bucket_start", *KEY, *COUNTERS, "gpu_seconds", "gpu_seconds_by_model")
 
 
 @dataclass(frozen=True)
@@ -103,8 +109,9 @@ def usage_totals(*, rows: QuerySet[UsageRollup]) -> dict[str, float]:
 def _derived(values: dict[str, Any]) -> dict[str, Any]:
     requests = values.get("requests") or 0
     values["latency_ms_mean"] = (values.get("latency_ms_sum") or 0) / requests if requests else None
-    for name in ("node", "gpu", "container"):
+    for name in ("node", "gpu", "container", "cpu_core"):
         values[f"{name}_hours"] = (values.get(f"{name}_seconds") or 0) / 3600
+    values["memory_gib_hours"] = (values.get("memory_mib_seconds") or 0) / 1024 / 3600
     return values
 
 
@@ -127,18 +134,25 @@ def usage_by_subject(*, rows: QuerySet[UsageRollup]) -> list[dict[str, Any]]:
     grouped = list(
         rows.values("workspace_id", "subject_kind", "subject_id", "api_key_id").annotate(**_sums()).order_by()
     )
-    ids = {r["subject_id"] for r in grouped}
-    names: dict[UUID, str] = {e.pk: f"endpoint-{e.slug} ({e.model_id})" for e in Endpoint.objects.filter(pk__in=ids)}
-    names |= {c.pk: c.name for c in ComputeCluster.objects.filter(pk__in=ids)}
-    key_ids = {r["api_key_id"] for r in grouped if r["api_key_id"] is not None}
-    keys = {k.pk: f"{k.name} ({k.display})" for k in ApiKey.objects.filter(pk__in=key_ids)}
+    name_subjects(grouped)
     for row in grouped:
-        row["name"] = names.get(row["subject_id"], f"deleted {row['subject_kind']} {str(row['subject_id'])[:8]}")
-        key_id = row["api_key_id"]
-        row["api_key_name"] = "" if key_id is None else keys.get(key_id, f"deleted key {key_id}")
         _derived(row)
     grouped.sort(key=lambda r: (r["subject_kind"] != SubjectKind.ENDPOINT, -(r["requests"] or 0), r["name"]))
     return grouped
+
+
+def name_subjects(rows: list[dict[str, Any]]) -> None:
+    """Set `name` and `api_key_name` on each dict of `rows` (with subject_kind, subject_id, api_key_id):
+    endpoints, clusters and keys that are gone are named by their id (3 queries)."""
+    ids = {r["subject_id"] for r in rows}
+    names: dict[UUID, str] = {e.pk: f"endpoint-{e.slug} ({e.model_id})" for e in Endpoint.objects.filter(pk__in=ids)}
+    names |= {c.pk: c.name for c in ComputeCluster.objects.filter(pk__in=ids)}
+    key_ids = {r["api_key_id"] for r in rows if r["api_key_id"] is not None}
+    keys = {k.pk: f"{k.name} ({k.display})" for k in ApiKey.objects.filter(pk__in=key_ids)}
+    for row in rows:
+        row["name"] = names.get(row["subject_id"], f"deleted {row['subject_kind']} {str(row['subject_id'])[:8]}")
+        key_id = row["api_key_id"]
+        row["api_key_name"] = "" if key_id is None else keys.get(key_id, f"deleted key {key_id}")
 
 
 def usage_export_rows(*, rows: QuerySet[UsageRollup]) -> QuerySet[UsageRollup]:
@@ -161,3 +175,48 @@ def usage_endpoints(*, user: AnyUser) -> QuerySet[Endpoint]:
     return Endpoint.objects.filter(
         key_endpoint_limit(user=user), cluster__workspace_id__in=workspace_ids(user=user)
     ).order_by("slug")
+
+
+def price_versions() -> list[costing.Prices]:
+    """Every version of the price table, oldest first (one query)."""
+    return [costing.Prices.of(version) for version in PriceVersion.objects.order_by("effective_from")]
+
+
+@dataclass
+class Costs:
+    """A period's cost: in all, per subject and API key (`KEY`), per bucket; `unpriced`: some usage fell
+    before the first price version (it costs nothing)."""
+
+    currency: str
+    total: Decimal
+    by_subject: dict[tuple, Decimal]
+    by_bucket: dict[datetime, Decimal]
+    unpriced: bool
+
+
+def usage_costs(*, rows: QuerySet[UsageRollup], versions: list[costing.Prices] | None = None) -> Costs:
+    """Cost every row of `rows` at the prices in force at its bucket's start (one query for the rows)."""
+    versions = price_versions() if versions is None else versions
+    costs = Costs(versions[-1].currency if versions else "", Decimal(0), {}, {}, False)
+    for row in rows.values(*COSTED).iterator(chunk_size=2000):
+        if costing.in_force(versions, row["bucket_start"]) is None:
+            costs.unpriced = True
+            continue
+        cost = costing.row_cost(row, versions)
+        key = tuple(row[k] for k in KEY)
+        costs.total += cost
+        costs.by_subject[key] = costs.by_subject.get(key, Decimal(0)) + cost
+        costs.by_bucket[row["bucket_start"]] = costs.by_bucket.get(row["bucket_start"], Decimal(0)) + cost
+    return costs
+
+
+def budget_list(*, user: AnyUser) -> QuerySet[Budget]:
+    """The budgets of `user`'s workspaces."""
+    return Budget.objects.filter(workspace_id__in=workspace_ids(user=user)).select_related("workspace", "api_key")
+
+
+def budget_alerts(*, user: AnyUser, now: datetime | None = None) -> list[Budget]:
+    """This month's budgets of `user`'s workspaces at 80 % or more (the Usage page's banner), fullest first."""
+    month = (now or datetime.now(UTC)).strftime("%Y-%m")
+    rows = list(budget_list(user=user).filter(month=month).exclude(level=BudgetLevel.OK))
+    return sorted(rows, key=lambda b: -max(b.shares().values(), default=0))

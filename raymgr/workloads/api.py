@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from kernel.api import ServiceErrorsMixin, validated
 from kernel.schema import UUID, query
 from raymgr.models import RayCluster
-from raymgr.workloads import health, services
+from raymgr.workloads import health, selectors, services
 from raymgr.workloads.models import ServeDeployment, TrainingJob, TuneExperiment, TuneTrial
 from tenancy.mixins import WorkspaceScopedMixin
 
@@ -31,7 +31,16 @@ class _Create(serializers.Serializer):
     name = serializers.CharField(max_length=63)
 
 
-class TrainingJobCreateSerializer(_Create):
+class _QueuedCreate(_Create):
+    priority = serializers.IntegerField(
+        required=False, min_value=0, max_value=100, help_text="0-100 (default 50); higher starts first."
+    )
+    queue_timeout_s = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, help_text="Fail if still queued after this many seconds."
+    )
+
+
+class TrainingJobCreateSerializer(_QueuedCreate):
     """POST training-jobs/."""
 
     kind = serializers.CharField(required=False)
@@ -47,7 +56,7 @@ class TrainingJobCreateSerializer(_Create):
     storage_path = serializers.CharField(required=False, allow_blank=True, max_length=1000)
 
 
-class TuneExperimentCreateSerializer(_Create):
+class TuneExperimentCreateSerializer(_QueuedCreate):
     """POST tune-experiments/."""
 
     search_space = serializers.JSONField()
@@ -97,7 +106,22 @@ def _hints(obj: TrainingJob | TuneExperiment) -> list[dict[str, str]]:
     return [{"problem": h.problem, "cause": h.cause, "severity": h.severity} for h in found]
 
 
-class TrainingJobSerializer(serializers.ModelSerializer):
+class _QueuePosition(serializers.Serializer):
+    """`queue_position`: 1 = next to start on its Ray cluster; null unless waiting in the queue. Read once per
+    cluster per response (the serializer's context caches each cluster's queue)."""
+
+    queue_position = serializers.SerializerMethodField()
+
+    def get_queue_position(self, obj: TrainingJob | TuneExperiment) -> int | None:
+        if obj.status != "queued" or obj.submitted_at is not None:
+            return None
+        cache = self.context.setdefault("queue_positions", {}) if isinstance(self.context, dict) else {}
+        if obj.ray_cluster_id not in cache:
+            cache[obj.ray_cluster_id] = selectors.queue_positions(obj.ray_cluster_id)
+        return cache[obj.ray_cluster_id].get(obj.pk)
+
+
+class TrainingJobSerializer(_QueuePosition, serializers.ModelSerializer):
     """A training job as read."""
 
     hints = serializers.SerializerMethodField()
@@ -120,7 +144,7 @@ class TuneTrialSerializer(serializers.ModelSerializer):
         fields = ["trial_id", "status", "config", "iterations", "metric_value", "last_result", "updated_at"]
 
 
-class TuneExperimentSerializer(serializers.ModelSerializer):
+class TuneExperimentSerializer(_QueuePosition, serializers.ModelSerializer):
     """A Tune experiment with its trial table."""
 
     trials = TuneTrialSerializer(many=True, read_only=True)

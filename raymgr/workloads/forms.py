@@ -81,7 +81,22 @@ class _OnCluster(forms.Form):
                 self.initial["ray_cluster"] = running
 
 
-class TrainingJobForm(_OnCluster):
+class _Queued(_OnCluster):
+    """Where the job stands in its Ray cluster's queue while the cluster lacks room for it."""
+
+    priority = forms.IntegerField(
+        min_value=0,
+        max_value=100,
+        initial=50,
+        required=False,
+        help_text="0-100: higher starts first; first come first within one.",
+    )
+    queue_timeout_s = forms.IntegerField(
+        min_value=1, required=False, label="Queue timeout (s)", help_text="Fail if still queued after this long."
+    )
+
+
+class TrainingJobForm(_Queued):
     """Ray → Training → New."""
 
     kind = forms.ChoiceField(choices=TrainingKind.choices)
@@ -105,7 +120,7 @@ class TrainingJobForm(_OnCluster):
     storage_path = forms.CharField(required=False, max_length=1000, help_text="Where checkpoints go (shared storage).")
 
 
-class TuneExperimentForm(_OnCluster):
+class TuneExperimentForm(_Queued):
     """Ray → Tune → New."""
 
     search_space = forms.JSONField(initial={"x": {"type": "uniform", "lower": 0, "upper": 5}})

@@ -67,6 +67,28 @@ class Framework(models.TextChoices):
     DEEPSPEED = "deepspeed", "DeepSpeed"
 
 
+PRIORITY_VALIDATORS = [MinValueValidator(0), MaxValueValidator(100)]
+
+
+class _QueuedJob(models.Model):
+    """What the Ray job queue (`raymgr.workloads.queue`) reads of a training job or Tune experiment: its
+    priority (0-100, higher first; FIFO within one), how long it may wait, and why it waits now."""
+
+    priority = models.PositiveSmallIntegerField(
+        default=50, validators=PRIORITY_VALIDATORS, help_text="0-100; higher starts first, FIFO within a priority."
+    )
+    queue_timeout_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Fail the job if it waits in the queue longer than this many seconds (empty: no limit).",
+    )
+    queue_reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        abstract = True
+
+
 class _Workload(models.Model):
     """Fields shared by every Ray workload."""
 
@@ -88,7 +110,7 @@ class _Workload(models.Model):
         return self.name
 
 
-class TrainingJob(_Workload):
+class TrainingJob(_QueuedJob, _Workload):
     """A training job submitted to a Ray cluster's Job API; its logs, traceback and checkpoints."""
 
     ray_cluster = models.ForeignKey("raymgr.RayCluster", on_delete=models.CASCADE, related_name="training_jobs")
@@ -104,7 +126,6 @@ class TrainingJob(_Workload):
     checkpoints_to_keep = models.PositiveIntegerField(default=2, validators=[MinValueValidator(1)])
     storage_path = models.CharField(max_length=1000, blank=True, default="")
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
-    queue_reason = models.TextField(blank=True, default="")
     submission_id = models.CharField(max_length=100, blank=True, default="")
     submitted_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -130,6 +151,11 @@ class TrainingJob(_Workload):
     def gpus_needed(self) -> float:
         """GPUs the whole job asks for."""
         return self.num_workers * self.gpus_per_worker
+
+    @property
+    def cpus_needed(self) -> float:
+        """CPUs the whole job asks for."""
+        return self.num_workers * self.cpus_per_worker
 
     @property
     def latest_checkpoint(self) -> str:
@@ -222,7 +248,7 @@ class TuneMode(models.TextChoices):
     MAX = "max", "Maximise"
 
 
-class TuneExperiment(_Workload):
+class TuneExperiment(_QueuedJob, _Workload):
     """A Ray Tune experiment run as a Ray job; its trials and best config."""
 
     ray_cluster = models.ForeignKey("raymgr.RayCluster", on_delete=models.CASCADE, related_name="tune_experiments")
@@ -257,9 +283,19 @@ class TuneExperiment(_Workload):
         constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="tuneexperiment_unique_ws_name")]
 
     @property
+    def gpus_needed(self) -> float:
+        """GPUs the experiment's concurrent trials ask for."""
+        return self.max_concurrent_trials * self.gpus_per_trial
+
+    @property
+    def cpus_needed(self) -> float:
+        """CPUs the experiment's concurrent trials ask for."""
+        return self.max_concurrent_trials * self.cpus_per_trial
+
+    @property
     def status_sentence(self) -> str:
         """What the experiment's status means now (`JobStatus.sentence`)."""
-        return JobStatus.sentence(self.status, failure_reason=self.failure_reason)
+        return JobStatus.sentence(self.status, queue_reason=self.queue_reason, failure_reason=self.failure_reason)
 
 
 class TuneTrial(models.Model):

@@ -11,6 +11,7 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet
 
 from raymgr.models import RayCluster, RayClusterStatus
+from raymgr.workloads import queue
 from raymgr.workloads.models import JobStatus, ServeDeployment, ServeStatus, TrainingJob, TuneExperiment
 from tenancy.selectors import scope_to_user
 
@@ -115,3 +116,50 @@ def cluster_workload_list(*, cluster: RayCluster, finished: int = 10) -> list[Cl
     ]
     rows = sorted(chain(jobs, serve), key=lambda w: w.since, reverse=True)
     return [w for w in rows if w.active] + [w for w in rows if not w.active][:finished]
+
+
+# ---- the Ray job queue ----
+
+Row = TrainingJob | TuneExperiment
+MODELS: tuple[type[TrainingJob] | type[TuneExperiment], ...] = (TrainingJob, TuneExperiment)
+
+
+def queue_entry(row: Row) -> queue.Entry:
+    """`row` as the queue sees it."""
+    return queue.Entry(
+        key=row.submission_id or str(row.pk),
+        workspace_id=row.workspace_id,
+        priority=row.priority,
+        created_at=row.created_at,
+        cpus=row.cpus_needed,
+        gpus=row.gpus_needed,
+    )
+
+
+def queue_waiting(cluster_id: Any, *, lock: bool = False) -> list[Row]:
+    """The cluster's jobs waiting in its queue (queued, not yet submitted to Ray), in queue order (2 queries);
+    `lock`: their rows locked (SELECT ... FOR UPDATE)."""
+    rows: list[Row] = []
+    for model in MODELS:
+        qs = model.objects.filter(ray_cluster_id=cluster_id, status=JobStatus.QUEUED, submitted_at__isnull=True)
+        rows.extend(qs.select_for_update() if lock else qs)
+    by_key = {queue_entry(row).key: row for row in rows}
+    return [by_key[e.key] for e in queue.order(queue_entry(row) for row in rows)]
+
+
+def queue_positions(cluster_id: Any) -> dict[Any, int]:
+    """Each waiting job's position (1 = next) in the queue of the Ray cluster, by the job's pk."""
+    return {row.pk: index for index, row in enumerate(queue_waiting(cluster_id), start=1)}
+
+
+def with_queue_positions(rows: list[Any]) -> list[Any]:
+    """Set `queue_position` on each row (None unless it waits in its cluster's queue): 2 queries per cluster
+    with waiting rows among `rows`."""
+    positions: dict[Any, dict[Any, int]] = {}
+    for row in rows:
+        row.queue_position = None
+        if isinstance(row, TrainingJob | TuneExperiment) and row.status == JobStatus.QUEUED and not row.submitted_at:
+            if row.ray_cluster_id not in positions:
+                positions[row.ray_cluster_id] = queue_positions(row.ray_cluster_id)
+            row.queue_position = positions[row.ray_cluster_id].get(row.pk)
+    return rows

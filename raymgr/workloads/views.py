@@ -133,7 +133,7 @@ class WorkloadPages:
 def _list(kind: WorkloadPages) -> Callable[[HttpRequest], HttpResponse]:
     @login_required
     def view(request: HttpRequest) -> HttpResponse:
-        rows = list(kind.select(user=request.user)[:200])
+        rows = selectors.with_queue_positions(list(kind.select(user=request.user)[:200]))
         every = min((e for e in map(kind.live_every, rows) if e), default=None)  # the fastest a row needs
         context = {kind.list_key: rows, "live_every": every}
         if request.htmx:
@@ -158,6 +158,7 @@ def _detail(kind: WorkloadPages) -> Callable[..., HttpResponse]:
     @login_required
     def view(request: HttpRequest, pk: Any) -> HttpResponse:
         row = get_object_or_404(kind.select(user=request.user), pk=pk)
+        selectors.with_queue_positions([row])
         context = {kind.detail_key: row, "can_manage": can_edit(request.user, row.workspace)}
         context |= kind.detail_extra(row)
         every = kind.live_every(row)

@@ -5,6 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from fleet.models import CommandType
+
+RAY_NODE_STARTS = frozenset({CommandType.RAY_HEAD_START, CommandType.RAY_WORKER_START})
+
 
 def connect() -> None:
     """Called from `RaymgrConfig.ready()` (idempotent)."""
@@ -24,6 +28,8 @@ def _on_command_finished(sender: object, command: Any, **kwargs: object) -> None
     try:
         with transaction.atomic():
             services.workload_on_command_finished(command=command)
+            if command.command_type in RAY_NODE_STARTS and command.status == "succeeded":
+                services.enqueue_dispatch((command.payload or {}).get("cluster_id"))  # capacity added: an event
     except Exception:
         logging.getLogger("raymgr").exception(
             "Ray workload follow-up of command %s failed", getattr(command, "pk", "?")

@@ -22,6 +22,8 @@ RESOURCES = {
     "audit": "/api/v1/audit/",
     "api-keys": "/api/v1/api-keys/",
     "usage": "/api/v1/usage/",
+    "prices": "/api/v1/prices/",
+    "budgets": "/api/v1/budgets/",
 }
 
 

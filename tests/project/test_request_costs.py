@@ -101,7 +101,9 @@ def test_training_job_list_and_create_cost_the_same_however_many_jobs(owner, wor
             actor=owner, workspace=workspace, ray_cluster=ray, name=f"j{i}", script=SCRIPT
         )
     assert _queries(lambda: create("eighth")) == first_create
-    assert first_create == 25  # the workspace, the cluster, the insert, the head, the command, the audit entry…
+    # the workspace, the cluster, the insert, the head, the command, the audit entry…, and the queue's dispatch
+    # (the cluster locked, its waiting and running jobs, its Ray nodes, its GPU capacity)
+    assert first_create == 35
     assert (
         _queries(lambda: api.get("/api/v1/ray/training-jobs/")),
         _queries(lambda: page.get("/ray/training/")),

@@ -9,10 +9,11 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
+from fleet import enqueue
 from fleet.models import Node
 from kernel.exceptions import IllegalTransition
 from kernel.rows import save_unique_name
-from raymgr.models import RayCluster, RayClusterStatus
+from raymgr.models import RayCluster
 from raymgr.workloads.models import JobStatus, TrainingJob, TuneExperiment
 from raymgr.workloads.services.head import send_to_head
 from tenancy.models import Workspace
@@ -27,6 +28,7 @@ JOB_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 RAY_JOB_STATES = {"PENDING": J.QUEUED, "RUNNING": J.RUNNING, "SUCCEEDED": J.SUCCEEDED, "FAILED": J.FAILED}
 LOG_LINES = 300
+DISPATCH_RAY_QUEUE = "raymgr.tasks.dispatch_ray_queue"
 
 
 def job_transition(row: TrainingJob | TuneExperiment, to: str, **fields: Any) -> None:
@@ -40,7 +42,7 @@ def job_transition(row: TrainingJob | TuneExperiment, to: str, **fields: Any) ->
     allowed_from = [state for state, targets in JOB_TRANSITIONS.items() if to in targets]
     if to in (J.SUCCEEDED, J.FAILED, J.CANCELLED):
         fields.setdefault("finished_at", timezone.now())
-    if to != J.QUEUED and isinstance(row, TrainingJob):  # why it waited is history once it left the queue
+    if to != J.QUEUED:  # why it waited is history once it left the queue
         fields.setdefault("queue_reason", "")
     updated = (
         type(row)
@@ -53,6 +55,13 @@ def job_transition(row: TrainingJob | TuneExperiment, to: str, **fields: Any) ->
     row.status = to
     for name, value in fields.items():
         setattr(row, name, value)
+    if to in (J.SUCCEEDED, J.FAILED, J.CANCELLED):  # capacity (or a place in the queue) freed: an event
+        enqueue_dispatch(row.ray_cluster_id)
+
+
+def enqueue_dispatch(cluster_id: Any) -> None:
+    """Once the transaction commits, have a worker start the queued jobs of the Ray cluster that now fit."""
+    enqueue.on_commit(DISPATCH_RAY_QUEUE, str(cluster_id))
 
 
 def check_cluster(workspace: Workspace, ray_cluster: Any, errors: dict[str, str]) -> None:
@@ -83,16 +92,6 @@ def gpu_capacity(cluster: RayCluster) -> float:
     head = [g for pk, g in counts if pk == cluster.head_node_id]
     others = sorted((g for pk, g in counts if pk != cluster.head_node_id), reverse=True)
     return float(sum(head) + sum(others[: cluster.max_workers]))
-
-
-def queue_reason(cluster: RayCluster, gpus_needed: float) -> str:
-    """Why a job needing `gpus_needed` GPUs must wait on `cluster` (empty: it can be submitted now)."""
-    if cluster.status != RayClusterStatus.RUNNING:
-        return f"Waiting for Ray cluster {cluster.name} to run (it is {cluster.status})."
-    capacity = gpu_capacity(cluster)
-    if gpus_needed > capacity:
-        return f"Needs {gpus_needed:g} GPUs; cluster {cluster.name} can have at most {capacity:g}. Queued until it can."
-    return ""
 
 
 def job_cancel(row: TrainingJob | TuneExperiment, actor: Any) -> None:

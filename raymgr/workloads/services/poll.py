@@ -1,4 +1,5 @@
-"""The poll pass (Celery beat): submit queued jobs that now fit, ask the heads for job and Serve status."""
+"""The poll pass (Celery beat): fail jobs queued past their timeout, dispatch the queues (a net under the
+events that start queued jobs), ask the heads for job and Serve status."""
 
 from __future__ import annotations
 
@@ -9,23 +10,26 @@ from raymgr.services import operator_for
 from raymgr.workloads.models import ServeDeployment, ServeStatus, TrainingJob, TuneExperiment
 from raymgr.workloads.services.head import IN_FLIGHT, in_flight, send_to_head
 from raymgr.workloads.services.jobs import LOG_LINES, J
+from raymgr.workloads.services.queue import queue_expire, ray_queue_dispatch
 from raymgr.workloads.services.serve import serve_deployment_deploy
-from raymgr.workloads.services.training import training_job_try_submit
-from raymgr.workloads.services.tune import tune_experiment_try_submit
 
 
 def workloads_poll() -> int:
     """Beat: submit queued jobs that now fit, ask the heads for job and Serve status; returns commands sent."""
+    queue_expire()
     sent = 0
+    waiting: set = set()
     for model in (TrainingJob, TuneExperiment):
-        rows = model.objects.filter(status__in=J.active()).select_related("ray_cluster", "workspace")
-        for row in rows.order_by("created_at"):
+        queued = model.objects.filter(status=J.QUEUED, submitted_at__isnull=True)
+        waiting.update(queued.values_list("ray_cluster_id", flat=True))
+    for cluster_id in sorted(waiting, key=str):
+        sent += len(ray_queue_dispatch(cluster_id=cluster_id))
+    for model in (TrainingJob, TuneExperiment):
+        rows = model.objects.filter(status__in=J.active(), submitted_at__isnull=False)
+        for row in rows.select_related("ray_cluster", "workspace").order_by("created_at"):
             actor = operator_for(row.ray_cluster)
             with transaction.atomic():
-                if row.submitted_at is None:
-                    submit = training_job_try_submit if model is TrainingJob else tune_experiment_try_submit
-                    sent += int(submit(row, actor))
-                elif not in_flight("ray.job.submit", row.submission_id) and not in_flight(
+                if not in_flight("ray.job.submit", row.submission_id) and not in_flight(
                     "ray.job.status", row.submission_id
                 ):  # never ask about a job before the head has confirmed its submission
                     command = send_to_head(

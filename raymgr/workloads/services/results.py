@@ -109,7 +109,7 @@ def _record_job_status(
         target = RAY_JOB_STATES.get(ray_state, row.status)
     if target == J.FAILED and not fields.get("failure_reason"):
         fields["failure_reason"] = result.message[:2000]
-    if target == J.QUEUED and row.status == J.QUEUED and isinstance(row, TrainingJob):  # experiments have none
+    if target == J.QUEUED and row.status == J.QUEUED:
         fields["queue_reason"] = "Ray has the job pending: " + (result.message or "waiting for resources")
     if row.status in J.active() and target != row.status and target in JOB_TRANSITIONS[row.status]:
         job_transition(row, target, **fields)

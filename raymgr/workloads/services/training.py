@@ -5,14 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.utils import timezone
 
 from audit.services import created, new, on, operator_action
 from raymgr.models import RayCluster
-from raymgr.workloads import render
 from raymgr.workloads.models import Framework, TrainingJob, TrainingKind, TuneExperiment
-from raymgr.workloads.services.head import submit_job
-from raymgr.workloads.services.jobs import check_cluster, full_clean, job_cancel, queue_reason, save_new
+from raymgr.workloads.services.jobs import check_cluster, full_clean, job_cancel, save_new
+from raymgr.workloads.services.queue import ray_queue_dispatch
 from tenancy.mixins import require_editor
 from tenancy.models import Workspace
 
@@ -40,6 +38,8 @@ def training_job_create(
     checkpoints_to_keep: int = 2,
     storage_path: str = "",
     source_experiment: TuneExperiment | None = None,
+    priority: int = 50,
+    queue_timeout_s: int | None = None,
 ) -> TrainingJob:
     """Create a training job (Owner, Admin, Member) and submit it, or leave it queued with the reason why."""
     require_editor(actor, workspace, what="run Ray workloads")
@@ -87,29 +87,17 @@ def training_job_create(
         checkpoints_to_keep=checkpoints_to_keep,
         storage_path=storage_path or "",
         source_experiment=source_experiment,
+        priority=priority,
+        queue_timeout_s=queue_timeout_s,
         created_by=actor,
     )
     full_clean(job, errors)
     save_new(job)
     TrainingJob.objects.filter(pk=job.pk).update(submission_id=f"train-{job.pk}")
     job.submission_id = f"train-{job.pk}"
-    training_job_try_submit(job, actor)
+    ray_queue_dispatch(cluster_id=job.ray_cluster_id, actor=actor)  # it starts now, or waits its turn
+    job.refresh_from_db(fields=["queue_reason", "submitted_at"])
     return job
-
-
-def training_job_try_submit(job: TrainingJob, actor: Any) -> bool:
-    """Submit a queued training job if it fits now, else store why it waits; True if submitted."""
-    cluster = job.ray_cluster
-    reason = queue_reason(cluster, job.gpus_needed)
-    if not reason and submit_job(actor, cluster, render.training_submission(job)) is None:
-        reason = f"Ray cluster {cluster.name} has no running head yet."
-    fields: dict[str, Any] = {"queue_reason": reason}
-    if not reason:
-        fields["submitted_at"] = timezone.now()
-    TrainingJob.objects.filter(pk=job.pk).update(**fields)
-    for name, value in fields.items():
-        setattr(job, name, value)
-    return not reason
 
 
 @operator_action("training_job.cancel", target=on("job", "training_job"))

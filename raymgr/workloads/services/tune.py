@@ -6,15 +6,14 @@ from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.utils import timezone
 
 from audit.services import created, new, on, operator_action
 from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster
 from raymgr.workloads import render
 from raymgr.workloads.models import TrainingJob, TuneExperiment, TuneMode, TuneScheduler
-from raymgr.workloads.services.head import submit_job
-from raymgr.workloads.services.jobs import check_cluster, full_clean, job_cancel, queue_reason, save_new
+from raymgr.workloads.services.jobs import check_cluster, full_clean, job_cancel, save_new
+from raymgr.workloads.services.queue import ray_queue_dispatch
 from raymgr.workloads.services.training import training_job_create
 from tenancy.mixins import require_editor
 from tenancy.models import Workspace
@@ -43,6 +42,8 @@ def tune_experiment_create(
     cpus_per_trial: float = 1.0,
     gpus_per_trial: float = 0.0,
     training_script: str = "",
+    priority: int = 50,
+    queue_timeout_s: int | None = None,
 ) -> TuneExperiment:
     """Create a Tune experiment (Owner, Admin, Member) and submit it as a Ray job (or queue it)."""
     require_editor(actor, workspace, what="run Ray workloads")
@@ -80,28 +81,17 @@ def tune_experiment_create(
         cpus_per_trial=cpus_per_trial,
         gpus_per_trial=gpus_per_trial,
         training_script=training_script or "",
+        priority=priority,
+        queue_timeout_s=queue_timeout_s,
         created_by=actor,
     )
     full_clean(experiment, errors)
     save_new(experiment)
     experiment.submission_id = f"tune-{experiment.pk}"
     TuneExperiment.objects.filter(pk=experiment.pk).update(submission_id=experiment.submission_id)
-    tune_experiment_try_submit(experiment, actor)
+    ray_queue_dispatch(cluster_id=experiment.ray_cluster_id, actor=actor)  # it starts now, or waits its turn
+    experiment.refresh_from_db(fields=["queue_reason", "submitted_at"])
     return experiment
-
-
-def tune_experiment_try_submit(experiment: TuneExperiment, actor: Any) -> bool:
-    """Submit a queued experiment if it fits now, else store why it waits; True if submitted."""
-    cluster = experiment.ray_cluster
-    reason = queue_reason(cluster, experiment.gpus_per_trial)
-    if not reason and submit_job(actor, cluster, render.tune_submission(experiment)) is None:
-        reason = f"Ray cluster {cluster.name} has no running head yet."
-    if not reason:
-        TuneExperiment.objects.filter(pk=experiment.pk).update(submitted_at=timezone.now())
-        experiment.submitted_at = timezone.now()
-    experiment.failure_reason = reason
-    TuneExperiment.objects.filter(pk=experiment.pk).update(failure_reason=reason)
-    return not reason
 
 
 @operator_action("tune_experiment.cancel", target=on("experiment", "tune_experiment"))

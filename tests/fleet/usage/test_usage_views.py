@@ -169,8 +169,9 @@ def test_the_report_costs_the_same_queries_however_much_was_recorded(
         services.usage_add(rows=rows)
 
     record(2)
-    # totals, series, sums per subject, the names of its endpoints and of its clusters
-    with django_assert_num_queries(6) as few:
+    # totals, series, sums per subject, the names of its endpoints and of its clusters, the price table and
+    # the rows costed
+    with django_assert_num_queries(8) as few:
         assert client.get("/api/v1/usage/?period=1h").status_code == 200
     UsageRollup.objects.all().delete()
     record(50)
