@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0024_endpoint_routing_policy'),
+        ('fleet', '0026_endpoint_benchmarks'),
         ('tenancy', '0004_workspace_quotas'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
