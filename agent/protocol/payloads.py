@@ -41,6 +41,7 @@ WorkloadCommandType = Literal[  # fleet.workloads; the agent's executor, model c
     "container.stop",
     "container.destroy",
     "model.download",
+    "model.evict",
     "endpoint.start",
     "endpoint.stop",
 ]
@@ -115,6 +116,17 @@ class ModelDownloadPayload:
     model_id: str = field(metadata=MODEL_ID)
     revision: str = field(default="main", metadata=REVISION)
     allow_patterns: list[str] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS, item_max_length=200))
+    # The node's model cache budget (0: none): once the download is in, the agent evicts the least recently
+    # used snapshots no endpoint serves from until the cache fits it (set by the control plane from the node).
+    cache_budget_bytes: int = field(default=0, metadata=rule(min=0, max=2**62))
+
+
+@dataclass(frozen=True)
+class ModelEvictPayload:
+    """model.evict: remove a snapshot from the node's cache (refused while an endpoint serves from it)."""
+
+    model_id: str = field(metadata=MODEL_ID)
+    revision: str = field(default="main", metadata=REVISION)
 
 
 @dataclass(frozen=True)
@@ -323,6 +335,7 @@ PAYLOAD_TYPES: dict[str, type] = {
     "container.stop": ContainerRefPayload,
     "container.destroy": ContainerRefPayload,
     "model.download": ModelDownloadPayload,
+    "model.evict": ModelEvictPayload,
     "endpoint.start": EndpointStartPayload,
     "endpoint.stop": EndpointStopPayload,
     "ray.head.start": RayHeadStartPayload,

@@ -173,6 +173,7 @@ class EndpointManager:
                     "this node's model cache (run model.download first)",
                     model_id=payload.model_id,
                 )
+            self.models.touch(payload.model_id, payload.revision)
             engine = self._engine()
             chosen = self._check_gpus(payload, engine, model_path)
             if engine.device == "cpu":
@@ -277,6 +278,16 @@ class EndpointManager:
             for endpoint_id, rec in sorted(state.items())
             if rec.get("status") != "stopped" and server_alive(rec)
         ]
+
+    def models_in_use(self) -> set[tuple[str, str]]:
+        """(model id, revision) of each server alive now: the cache never evicts them."""
+        with self._lock:
+            state = self._load()
+        return {
+            (rec["model_id"], rec.get("revision", "main"))
+            for rec in state.values()
+            if rec.get("status") != "stopped" and server_alive(rec)
+        }
 
     def health_targets(self) -> list[tuple[str, int]]:
         """(endpoint id, port) of each server to probe: alive, and running or unresponsive (not starting)."""
