@@ -1,8 +1,8 @@
-"""Endpoint and API key page routes (mounted under /compute/)."""
+"""Endpoint, model catalog, model cache and API key page routes (mounted under /compute/)."""
 
 from django.urls import path
 
-from fleet.workloads import key_views, views
+from fleet.workloads import catalog_views, key_views, views
 
 app_name = "workloads"
 
@@ -15,6 +15,12 @@ urlpatterns = [
     path("endpoints/<uuid:pk>/limits/", views.endpoint_limits, name="endpoint_limits"),
     path("endpoints/<uuid:pk>/routing/", views.endpoint_routing, name="endpoint_routing"),
     path("endpoints/<uuid:pk>/<slug:action>/", views.endpoint_action, name="endpoint_action"),
+    path("models/", catalog_views.catalog_page, name="catalog"),
+    path("models/new/", catalog_views.catalog_private_create, name="catalog_private_create"),
+    path("models/<uuid:pk>/delete/", catalog_views.catalog_private_delete, name="catalog_private_delete"),
+    path("nodes/<uuid:pk>/model-cache/", catalog_views.node_cache, name="node_cache"),
+    path("nodes/<uuid:pk>/model-cache/budget/", catalog_views.node_cache_budget, name="node_cache_budget"),
+    path("model-cache/<uuid:pk>/evict/", catalog_views.node_cache_evict, name="node_cache_evict"),
     path("api-keys/", key_views.api_key_list, name="api_key_list"),
     path("api-keys/<int:pk>/revoke/", key_views.api_key_revoke, name="api_key_revoke"),
 ]
