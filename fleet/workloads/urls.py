@@ -18,9 +18,9 @@ urlpatterns = [
     path("models/", catalog_views.catalog_page, name="catalog"),
     path("models/new/", catalog_views.catalog_private_create, name="catalog_private_create"),
     path("models/<uuid:pk>/delete/", catalog_views.catalog_private_delete, name="catalog_private_delete"),
-    path("nodes/<uuid:pk>/model-cache/", catalog_views.node_cache, name="node_cache"),
-    path("nodes/<uuid:pk>/model-cache/budget/", catalog_views.node_cache_budget, name="node_cache_budget"),
-    path("model-cache/<uuid:pk>/evict/", catalog_views.node_cache_evict, name="node_cache_evict"),
+    path("model-caches/<uuid:pk>/", catalog_views.node_cache, name="node_cache"),  # pk: the node's
+    path("model-caches/<uuid:pk>/budget/", catalog_views.node_cache_budget, name="node_cache_budget"),
+    path("model-caches/evict/<uuid:pk>/", catalog_views.node_cache_evict, name="node_cache_evict"),  # a NodeModel
     path("api-keys/", key_views.api_key_list, name="api_key_list"),
     path("api-keys/<int:pk>/revoke/", key_views.api_key_revoke, name="api_key_revoke"),
 ]

@@ -172,11 +172,16 @@ def node_models_record_queued(*, commands: list[Command]) -> None:
             if serving:
                 raise ValidationError({"model_id": f"In use by endpoint(s) {', '.join(serving)} on this node."})
         elif command.command_type == "model.download":
+            # the control plane's to set (the payload's default 0 is filled in): the node's budget, and only for
+            # agents that know the field (an older one refuses a payload with a field it does not know)
             budget = NodeCache.objects.filter(node_id=command.node_id).values_list("budget_mb", flat=True).first()
             node = Node.objects.only("protocol_version").get(pk=command.node_id)
+            sent = {k: v for k, v in payload.items() if k != "cache_budget_bytes"}
             if budget and node.protocol_version >= protocol.MODEL_CACHE_SINCE:
-                command.payload = {**payload, "cache_budget_bytes": budget * 1024 * 1024}
-                Command.objects.filter(pk=command.pk).update(payload=command.payload)
+                sent["cache_budget_bytes"] = budget * 1024 * 1024
+            if sent != payload:
+                command.payload = sent
+                Command.objects.filter(pk=command.pk).update(payload=sent)
 
 
 def node_model_record_evicted(*, command: Command) -> None:
