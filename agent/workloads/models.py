@@ -44,6 +44,7 @@ MODEL_ID_RE = re.compile(rf"^(?:{_NAME}/)?{_NAME}$")
 REVISION_RE = re.compile(protocol.REVISION_RE)  # (its length is bounded by model.download's payload rule)
 MARKER = "cleverthis.json"
 BUDGET_FILE = "cleverthis-budget.json"
+DISK_FREE_STEP = 256 * 1024 * 1024  # what the inventory's disk free is rounded to
 _PROGRESS_INTERVAL_S = 0.5
 
 
@@ -176,14 +177,16 @@ class ModelCache:
         return models
 
     def disk_free_bytes(self) -> int:
-        """Free bytes on the cache's disk (of its nearest existing folder; 0 when none can be read)."""
+        """Free bytes on the cache's disk (of its nearest existing folder; 0 when none can be read), rounded
+        down to DISK_FREE_STEP so an inventory changes only when the disk does, not with every log line."""
         folder = self.root
         while not folder.exists() and folder != folder.parent:
             folder = folder.parent
         try:
-            return shutil.disk_usage(folder).free
+            free = shutil.disk_usage(folder).free
         except OSError:
             return 0
+        return free - free % DISK_FREE_STEP
 
     def touch(self, model_id: str, revision: str) -> None:
         """An endpoint starts from this snapshot: it becomes the most recently used."""
