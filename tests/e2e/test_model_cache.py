@@ -117,9 +117,7 @@ def test_catalog_deploy_then_budget_eviction_and_evict(control_plane, cluster, o
     assert _cached(node) == {"acme/tiny", "acme/newer", "acme/latest"}
     assert not (cache_root / "models--acme--older").exists()
     assert NodeEvent.objects.filter(node=node, message__contains="the cache budget evicted acme/older@main").exists()
-    wait_until(
-        lambda: NodeCache.objects.get(node=node).reported_budget_bytes == 1024 * KIB, timeout=30, what="budget"
-    )
+    wait_until(lambda: NodeCache.objects.get(node=node).reported_budget_bytes == 1024 * KIB, timeout=30, what="budget")
     tiny = NodeModel.objects.get(node=node, model_id="acme/tiny")
     assert tiny.last_used_at is not None
     assert tiny.last_used_at >= endpoint.created_at  # the endpoint's start used it
