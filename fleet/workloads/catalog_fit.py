@@ -59,6 +59,8 @@ class CatalogRow:
             "model_id": self.repo,
             "revision": self.model.revision,
             "gpus": node_fit.fit.tensor_parallel,
+            # on GPUs: what the formula says its GPUs must hold together (placement checks it, as the agent does)
+            "min_vram_mb": node_fit.fit.needed_mb * node_fit.fit.tensor_parallel,
             "server_args": shlex.join(self.model.server_args),
             "catalog": self.model.name,
         }
