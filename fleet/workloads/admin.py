@@ -24,6 +24,7 @@ from fleet.workloads.models import (
     Endpoint,
     EndpointEvent,
     EndpointReplica,
+    NodeCache,
     NodeModel,
 )
 from fleet.workloads.services.catalog import catalog_import
@@ -45,6 +46,13 @@ class NodeModelAdmin(ReadOnlyAdmin):
 
     list_display = ["model_id", "revision", "node", "size_bytes", "last_used_at", "updated_at"]
     search_fields = ["model_id"]
+
+
+@admin.register(NodeCache)
+class NodeCacheAdmin(ReadOnlyAdmin):
+    """Each node's model cache: disk free and budget as reported, the budget set (on the node's page or API)."""
+
+    list_display = ["node", "disk_free_bytes", "budget_mb", "reported_budget_bytes", "reported_at"]
 
 
 @admin.register(Endpoint)
