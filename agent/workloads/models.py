@@ -18,7 +18,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -265,7 +265,7 @@ class ModelCache:
             model_id=payload.model_id, revision=payload.revision, evicted=freed is not None, freed_bytes=freed or 0
         )
 
-    def enforce_budget(self, *, keep: set[tuple[str, str]] = frozenset()) -> list[CachedModel]:  # type: ignore[assignment]
+    def enforce_budget(self, *, keep: Collection[tuple[str, str]] = ()) -> list[CachedModel]:
         """Evict the least recently used snapshots (not in use, not in `keep`) until the cache fits its
         budget; returns what left, oldest first. Nothing happens without a budget."""
         if self.budget_bytes <= 0:
@@ -274,7 +274,7 @@ class ModelCache:
         with self._lock:
             cached = self.inventory()
             total = sum(m.size_bytes for m in cached)
-            spared = keep | self.in_use()
+            spared = set(keep) | self.in_use()
             for m in sorted(cached, key=lambda m: (m.last_used_at, m.model_id, m.revision)):
                 if total <= self.budget_bytes:
                     break

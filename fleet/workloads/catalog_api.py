@@ -171,10 +171,9 @@ class CatalogViewSet(ServiceErrorsMixin, mixins.RetrieveModelMixin, mixins.Destr
         data = CatalogCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = dict(data.validated_data)
-        try:
-            workspace = workspace_list(user=request.user).get(pk=values.pop("workspace"))
-        except Exception:
-            raise exceptions.NotFound("Workspace not found.") from None
+        workspace = workspace_list(user=request.user).filter(pk=values.pop("workspace")).first()
+        if workspace is None:
+            raise exceptions.NotFound("Workspace not found.")
         model = workload_services.catalog_private_create(actor=request.user, workspace=workspace, values=values)
         return Response(CatalogModelSerializer(model).data, status=status.HTTP_201_CREATED)
 
