@@ -330,3 +330,15 @@ def test_spec_of_a_row_matches_its_file_entry(catalog):
     _, entries = load_catalog(Path(CATALOG_PATH))
     for entry in entries:
         assert spec_of(catalog[entry.name]) == entry.spec
+
+
+def test_the_models_page_for_a_viewer_and_with_bad_filters(catalog, nodes, workspace, member_of, client):
+    client.force_login(member_of(workspace, "viewer"))
+    page = client.get("/compute/models/", {"context": "abc", "batch": "-1", "cluster": "not-a-cluster"})
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "llama-3.1-70b-instruct" in body  # the filters that do not parse are left out, with their messages
+    assert "Enter a whole number." in body
+    assert "Add a private model" not in body  # Owners and Admins only
+    assert client.post("/compute/models/new/", {"name": "x", "params_b": "1"}).status_code == 302
+    assert not CatalogModel.objects.filter(name="x").exists()
