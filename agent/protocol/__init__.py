@@ -141,6 +141,7 @@ from agent.protocol.results import (
 from agent.protocol.rules import (
     ENDPOINT_ID_RE,
     FILE_NAME_RE,
+    LOCAL_PATH_RE,
     MODEL_ID_RE,
     NAME_RE,
     REVISION_RE,
@@ -228,6 +229,7 @@ __all__ = [
     "FRAME_TYPES",
     "HEARTBEAT_INTERVAL_S",
     "INVENTORY_PROBLEMS_SINCE",
+    "LOCAL_PATH_RE",
     "MAX_FRAME_BYTES",
     "MAX_NESTING",
     "MAX_SERVER_ARGS",

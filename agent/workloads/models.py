@@ -44,6 +44,7 @@ MODEL_ID_RE = re.compile(rf"^(?:{_NAME}/)?{_NAME}$")
 REVISION_RE = re.compile(protocol.REVISION_RE)  # (its length is bounded by model.download's payload rule)
 MARKER = "cleverthis.json"
 BUDGET_FILE = "cleverthis-budget.json"
+LOCAL_COMMIT = "local"  # the snapshot name of a registered local folder
 DISK_FREE_STEP = 256 * 1024 * 1024  # what the inventory's disk free is rounded to
 _PROGRESS_INTERVAL_S = 0.5
 
@@ -203,6 +204,8 @@ class ModelCache:
     def download(self, payload: ModelDownloadPayload, progress: ProgressFn) -> ModelDownloadResult:
         """Snapshot the repository (only missing or partial files are fetched); returns path and sizes."""
         validate_model_ref(payload.model_id, payload.revision)
+        if payload.local_path:
+            return self._adopt(payload, progress)
         reporter = _Reporter(progress, payload.model_id)
         progress(f"resolving {payload.model_id}@{payload.revision}", percent=0.0)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -243,6 +246,40 @@ class ModelCache:
             revision=payload.revision,
             commit=commit,
             path=str(snapshot),
+            size_bytes=size,
+            files=len(files),
+            evicted=[f"{m.model_id}@{m.revision}" for m in evicted] or None,
+        )
+
+    def _adopt(self, payload: ModelDownloadPayload, progress: ProgressFn) -> ModelDownloadResult:
+        """Register a folder already on the node as `model_id`: its snapshot is a link to it (nothing is copied;
+        evicting it removes the link, never the folder). The folder must hold a model (a config.json)."""
+        folder = Path(payload.local_path)
+        if ".." in folder.parts or not folder.is_absolute():
+            raise CommandFailed("invalid_payload", f"{payload.local_path!r} is not an absolute folder path")
+        if not (folder / "config.json").is_file():
+            raise CommandFailed(
+                "weights_missing",
+                f"{payload.local_path} holds no model on this node (no config.json there)",
+                model_id=payload.model_id,
+            )
+        files = [p for p in folder.rglob("*") if p.is_file()]
+        size = sum(p.stat().st_size for p in files)
+        snapshots = self.root / repo_folder(payload.model_id) / "snapshots"
+        snapshots.mkdir(parents=True, exist_ok=True)
+        link = snapshots / LOCAL_COMMIT
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(folder, target_is_directory=True)
+        self._record(payload.model_id, payload.revision, commit=LOCAL_COMMIT, size_bytes=size, files=len(files))
+        progress(f"registered {payload.local_path} as {payload.model_id}", percent=100.0, data={"size_bytes": size})
+        self._write_budget(payload.cache_budget_bytes)
+        evicted = self.enforce_budget(keep={(payload.model_id, payload.revision)})
+        return ModelDownloadResult(
+            model_id=payload.model_id,
+            revision=payload.revision,
+            commit=LOCAL_COMMIT,
+            path=str(link),
             size_bytes=size,
             files=len(files),
             evicted=[f"{m.model_id}@{m.revision}" for m in evicted] or None,
@@ -297,7 +334,11 @@ class ModelCache:
             shutil.rmtree(folder, ignore_errors=True)
             return int(entry.get("size_bytes", 0))
         if all(e.get("commit") != entry["commit"] for e in revisions.values()):
-            shutil.rmtree(folder / "snapshots" / entry["commit"], ignore_errors=True)
+            snapshot = folder / "snapshots" / entry["commit"]
+            if snapshot.is_symlink():  # a registered local folder: the link goes, never the folder
+                snapshot.unlink()
+            else:
+                shutil.rmtree(snapshot, ignore_errors=True)
         self._write_marker(model_id, revisions)
         return int(entry.get("size_bytes", 0))
 

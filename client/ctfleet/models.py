@@ -2386,7 +2386,7 @@ class ModelDownloadCommand(_Model):
 class ModelDownloadPayload(_Model):
     """model.download: snapshot a Hub repository into the node cache."""
 
-    __slots__ = ('model_id', 'revision', 'allow_patterns', 'cache_budget_bytes',)
+    __slots__ = ('model_id', 'revision', 'allow_patterns', 'cache_budget_bytes', 'local_path',)
 
     def __init__(
         self,
@@ -2395,11 +2395,13 @@ class ModelDownloadPayload(_Model):
         revision: str | None = None,
         allow_patterns: list[str] | None = None,
         cache_budget_bytes: int | None = None,
+        local_path: Any = None,
     ) -> None:
         self.model_id = model_id
         self.revision = revision
         self.allow_patterns = allow_patterns
         self.cache_budget_bytes = cache_budget_bytes
+        self.local_path = local_path
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelDownloadPayload:
@@ -2408,6 +2410,7 @@ class ModelDownloadPayload(_Model):
             revision=data.get('revision'),
             allow_patterns=data.get('allow_patterns'),
             cache_budget_bytes=data.get('cache_budget_bytes'),
+            local_path=data.get('local_path'),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -2419,6 +2422,8 @@ class ModelDownloadPayload(_Model):
             out['allow_patterns'] = self.allow_patterns
         if self.cache_budget_bytes is not None:
             out['cache_budget_bytes'] = self.cache_budget_bytes
+        if self.local_path is not None:
+            out['local_path'] = self.local_path
         return out
 
 

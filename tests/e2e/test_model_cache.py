@@ -135,3 +135,54 @@ def test_catalog_deploy_then_budget_eviction_and_evict(control_plane, cluster, o
     assert evict.result["freed_bytes"] == tiny.size_bytes
     assert not NodeModel.objects.filter(pk=tiny.pk).exists()
     assert not (cache_root / "models--acme--tiny").exists()
+
+
+def test_a_private_model_in_a_folder_on_the_node_is_registered_then_served(
+    control_plane, cluster, operator, agents, tmp_path, client
+):
+    user, workspace = operator
+    folder = tmp_path / "srv" / "house-llm"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"layers": 1}')
+    (folder / "weights.bin").write_bytes(b"h" * 4096)
+    server = f"{sys.executable} -m tests.support.openai_standin"
+    _, state, env = agents(control_plane, cluster, user, "local", extra_env={"CLEVERTHIS_ENDPOINT_SERVER": server})
+    node = node_of(state)
+    wait_status(node, "online")
+    api = APIClient()
+    api.force_authenticate(user=user)
+    made = api.post(
+        "/api/v1/catalog/",
+        {"workspace": str(workspace.pk), "name": "house", "local_path": str(folder), "params_b": 0.001},
+        format="json",
+    )
+    assert made.status_code == 201, made.content
+    served_as = made.json()["model_id"]
+    assert served_as == "local/house-llm"
+    client.force_login(user)
+    page = client.get("/compute/models/", {"search": "house"}).content.decode()
+    assert f"local_path={folder}" in page  # how to register it
+
+    (register,) = services.command_dispatch(
+        actor=user,
+        cluster=cluster,
+        command_type="model.download",
+        payload={"model_id": served_as, "local_path": str(folder)},
+        node=node,
+    )
+    register = _finished(register)
+    assert register.status == "succeeded", register.error_message
+    assert register.result["size_bytes"] == 4096 + len('{"layers": 1}')
+    wait_until(lambda: served_as in _cached(node), timeout=30, what="registered")
+    assert "holds the weights" in client.get("/compute/models/", {"search": "house"}).content.decode()
+
+    created = api.post("/api/v1/endpoints/", {"cluster": str(cluster.pk), "model_id": served_as}, format="json")
+    assert created.status_code == 201, created.content
+    endpoint = Endpoint.objects.get(pk=created.json()["id"])
+    wait_until(lambda: Endpoint.objects.get(pk=endpoint.pk).status in ("running", "failed"), timeout=60, what="up")
+    endpoint.refresh_from_db()
+    assert endpoint.status == "running", endpoint.failure_message
+    link = Path(env["CLEVERTHIS_MODEL_CACHE"]) / "models--local--house-llm" / "snapshots" / "local"
+    assert link.resolve() == folder.resolve()
+    workloads.endpoint_stop(actor=user, endpoint=endpoint)
+    wait_until(lambda: Endpoint.objects.get(pk=endpoint.pk).status == "stopped", timeout=60, what="stopped")

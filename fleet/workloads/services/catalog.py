@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from agent.protocol import LOCAL_PATH_RE
 from fleet.workloads.catalog import CatalogError, load_catalog, parse_entry
 from fleet.workloads.models import CatalogModel
 from tenancy.mixins import require_operator
@@ -62,7 +64,7 @@ def catalog_private_create(*, actor: AbstractBaseUser, workspace: Workspace, val
     require_operator(actor, workspace, what="add models to the catalog")
     local_path = str(values.get("local_path") or "")
     problems: dict[str, str] = {}
-    if local_path and (not local_path.startswith("/") or ".." in local_path.split("/") or len(local_path) > 1000):
+    if local_path and (not re.fullmatch(LOCAL_PATH_RE, local_path) or len(local_path) > 1000):
         problems["local_path"] = "An absolute folder path on the nodes (no '..'), at most 1000 characters."
     item = {k: v for k, v in values.items() if k not in ("local_path", "workspace") and v not in (None, "")}
     if local_path and not item.get("model_id"):
@@ -79,7 +81,7 @@ def catalog_private_create(*, actor: AbstractBaseUser, workspace: Workspace, val
     return CatalogModel.objects.create(
         workspace=workspace,
         name=entry.name,
-        model_id="" if local_path and not values.get("model_id") else entry.model_id,
+        model_id=entry.model_id,  # a local folder's: local/<folder name>, the name its nodes register it under
         revision=entry.revision,
         local_path=local_path,
         description=entry.description,

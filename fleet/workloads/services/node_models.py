@@ -173,10 +173,11 @@ def node_models_record_queued(*, commands: list[Command]) -> None:
                 raise ValidationError({"model_id": f"In use by endpoint(s) {', '.join(serving)} on this node."})
         elif command.command_type == "model.download":
             # the control plane's to set (the payload's default 0 is filled in): the node's budget, and only for
-            # agents that know the field (an older one refuses a payload with a field it does not know)
+            # agents that know the field (an older one refuses a payload with a field it does not know); an
+            # empty `local_path` is left out for the same reason
             budget = NodeCache.objects.filter(node_id=command.node_id).values_list("budget_mb", flat=True).first()
             node = Node.objects.only("protocol_version").get(pk=command.node_id)
-            sent = {k: v for k, v in payload.items() if k != "cache_budget_bytes"}
+            sent = {k: v for k, v in payload.items() if k != "cache_budget_bytes" and (k != "local_path" or v)}
             if budget and node.protocol_version >= protocol.MODEL_CACHE_SINCE:
                 sent["cache_budget_bytes"] = budget * 1024 * 1024
             if sent != payload:

@@ -119,3 +119,26 @@ def test_the_inventory_carries_the_cache_figures_over_the_wire(cache):
     old = decode(encode(InventoryReport(inventory=inventory, v=6)))  # an agent a version older
     assert old.inventory.disk_free_bytes == 0
     assert old.inventory.models[0].last_used_at == 0.0
+
+
+def test_a_local_folder_is_registered_by_a_link_and_evicting_it_keeps_the_folder(cache, tmp_path):
+    folder = tmp_path / "srv" / "llm"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"w" * 1000)
+    result = cache.download(ModelDownloadPayload(model_id="local/llm", local_path=str(folder)), _quiet)
+    assert result.size_bytes == 1002
+    assert result.files == 2
+    assert cache.path_for("local/llm") is not None
+    assert (cache.path_for("local/llm") / "model.safetensors").read_bytes() == b"w" * 1000
+    assert [(m.model_id, m.size_bytes) for m in cache.inventory()] == [("local/llm", 1002)]
+
+    cache.evict(ModelEvictPayload(model_id="local/llm"))
+    assert cache.path_for("local/llm") is None
+    assert (folder / "model.safetensors").exists()  # the node's own folder stays
+
+    empty = tmp_path / "srv" / "empty"
+    empty.mkdir()
+    with pytest.raises(CommandFailed) as refused:
+        cache.download(ModelDownloadPayload(model_id="local/empty", local_path=str(empty)), _quiet)
+    assert refused.value.code == "weights_missing"

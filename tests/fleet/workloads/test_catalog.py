@@ -273,7 +273,7 @@ def test_private_models_api_roles_and_scoping(catalog, owner, workspace, other_w
         format="json",
     )
     assert local.status_code == 201, local.content
-    assert (local.json()["model_id"], local.json()["local_path"]) == ("", "/srv/models/llm")
+    assert (local.json()["model_id"], local.json()["local_path"]) == ("local/llm", "/srv/models/llm")
     traversal = client.post(
         "/api/v1/catalog/",
         {"workspace": str(workspace.pk), "name": "up", "local_path": "/srv/../etc", "params_b": 2},
