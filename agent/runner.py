@@ -61,6 +61,7 @@ class CommandRunner:
         self.ray = ray
         self.models = models
         self.endpoints = endpoints
+        models.in_use = endpoints.models_in_use  # never evicted while a server runs from them
         self.journal_path = Path(journal_path)
         self.journal = CommandJournal(self.journal_path)
         self._lock = threading.Lock()
@@ -130,6 +131,8 @@ class CommandRunner:
             return self.executor.execute(kind, payload, command_key=command.idempotency_key, progress=progress)
         if kind == "model.download":
             return self.models.download(payload, progress)
+        if kind == "model.evict":
+            return self.models.evict(payload)
         if kind.startswith("endpoint."):
             return self.endpoints.execute(kind, payload, progress=progress)
         if kind.startswith("ray."):
@@ -182,6 +185,8 @@ class CommandRunner:
             gpus=list(gpus),
             completed_command_keys=keys,
             problems=problems,
+            disk_free_bytes=self.models.disk_free_bytes(),
+            cache_budget_bytes=self.models.budget_bytes,
         )
 
     def _part(

@@ -32,6 +32,8 @@ API_ROOT = {
     "namespaces": "namespace-list",
     "containers": "container-list",
     "models": "model-location-list",
+    "catalog": "catalog-model-list",
+    "model-caches": "model-cache-list",
     "endpoints": "endpoint-list",
     "ray-clusters": "ray-cluster-list",
     "training-jobs": "ray-training-job-list",

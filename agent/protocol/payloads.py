@@ -20,6 +20,7 @@ from agent.protocol.rules import (
     HEAD_ADDRESS_RE,
     HOST_RE,
     KUBE_NAME_RE,
+    LOCAL_PATH_RE,
     MAX_ITEMS,
     MODEL_ID_RE,
     NAME_RE,
@@ -41,6 +42,7 @@ WorkloadCommandType = Literal[  # fleet.workloads; the agent's executor, model c
     "container.stop",
     "container.destroy",
     "model.download",
+    "model.evict",
     "endpoint.start",
     "endpoint.stop",
 ]
@@ -115,6 +117,23 @@ class ModelDownloadPayload:
     model_id: str = field(metadata=MODEL_ID)
     revision: str = field(default="main", metadata=REVISION)
     allow_patterns: list[str] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS, item_max_length=200))
+    # The node's model cache budget (0: none): once the download is in, the agent evicts the least recently
+    # used snapshots no endpoint serves from until the cache fits it (set by the control plane from the node).
+    cache_budget_bytes: int = field(default=0, metadata=rule(min=0, max=2**62))
+    # A folder already on the node (a private model of the catalog): registered in the cache under `model_id`
+    # (a link, nothing copied or downloaded) so endpoints serve it like a Hub snapshot. Operators only.
+    local_path: str = field(
+        default="",
+        metadata=rule(max_length=1000, pattern=LOCAL_PATH_RE, message="An absolute folder path on the node."),
+    )
+
+
+@dataclass(frozen=True)
+class ModelEvictPayload:
+    """model.evict: remove a snapshot from the node's cache (refused while an endpoint serves from it)."""
+
+    model_id: str = field(metadata=MODEL_ID)
+    revision: str = field(default="main", metadata=REVISION)
 
 
 @dataclass(frozen=True)
@@ -324,6 +343,7 @@ PAYLOAD_TYPES: dict[str, type] = {
     "container.stop": ContainerRefPayload,
     "container.destroy": ContainerRefPayload,
     "model.download": ModelDownloadPayload,
+    "model.evict": ModelEvictPayload,
     "endpoint.start": EndpointStartPayload,
     "endpoint.stop": EndpointStopPayload,
     "ray.head.start": RayHeadStartPayload,

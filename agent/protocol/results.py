@@ -47,6 +47,18 @@ class ModelDownloadResult:
     path: str = ""
     size_bytes: int = 0
     files: int = 0
+    # Snapshots the cache budget evicted after it (`model@revision`, least recently used first).
+    evicted: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class ModelEvictResult:
+    """model.evict: what left the cache (`freed_bytes` 0 and `evicted` False: it was not there)."""
+
+    model_id: str = ""
+    revision: str = ""
+    evicted: bool = False
+    freed_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -216,6 +228,7 @@ RESULT_TYPES: dict[str, type] = {
     "container.stop": ContainerResult,
     "container.destroy": ContainerResult,
     "model.download": ModelDownloadResult,
+    "model.evict": ModelEvictResult,
     "endpoint.start": EndpointStartResult,
     "endpoint.stop": EndpointStopResult,
     "ray.head.start": RayNodeStartResult,

@@ -32,6 +32,7 @@ HEAD_ADDRESS_RE = r"^[A-Za-z0-9_.:\[\]-]+:[0-9]{1,5}$"
 RAY_NODE_ID_RE = r"^[0-9a-fA-F]+$"
 KUBE_NAME_RE = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a Kubernetes object name (RFC 1123 label)
 FILE_NAME_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+LOCAL_PATH_RE = r"^(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)+/?$"  # an absolute folder, no '..', no blanks
 AGENT_VERSION_RE = r"^[A-Za-z0-9.+_-]{1,100}$"
 SHA256_HEX_RE = r"^[0-9a-f]{64}$"
 MAX_ITEMS = 64  # the longest list a payload field holds

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent.protocol.versions import INVENTORY_PROBLEMS_SINCE, since
+from agent.protocol.versions import INVENTORY_PROBLEMS_SINCE, MODEL_CACHE_SINCE, since
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,9 @@ class CachedModel:
     revision: str
     path: str
     size_bytes: int = 0
+    # When an endpoint last started from it (else when it was downloaded), the agent's time.time(): what the
+    # cache budget's least-recently-used eviction goes by (0: unknown).
+    last_used_at: float = field(default=0.0, metadata=since(MODEL_CACHE_SINCE))
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,10 @@ class Inventory:
     completed_command_keys: list[str] = field(default_factory=list)
     # What the agent could not read for this inventory, e.g. a kubernetes executor without credentials.
     problems: list[InventoryProblem] = field(default_factory=list, metadata=since(INVENTORY_PROBLEMS_SINCE))
+    # Free bytes on the model cache's disk, and the cache's budget (0: none): the agent evicts the least
+    # recently used snapshots no endpoint serves from once a download takes the cache past it.
+    disk_free_bytes: int = field(default=0, metadata=since(MODEL_CACHE_SINCE))
+    cache_budget_bytes: int = field(default=0, metadata=since(MODEL_CACHE_SINCE))
 
     @property
     def blank(self) -> bool:

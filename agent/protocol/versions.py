@@ -14,7 +14,7 @@ from typing import Literal, get_args
 # the control plane answers at the highest version both speak, and every frame carries that version.
 # A field added in version N is declared with `field(..., metadata=since(N))`: it is left out of frames
 # encoded for an older version (whose decoder would refuse an unknown field).
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 MIN_PROTOCOL_VERSION = 1
 # `StreamBatch` (several streams' data in one message) exists from this version on; an older peer gets
 # one `StreamData` message per chunk.
@@ -29,6 +29,9 @@ STREAM_FRAMES_SINCE = 5
 # welcomed) exists from this version on; an older agent's tunnel is closed once its streams ended and it
 # reconnects as before.
 MOVE_SINCE = 6
+# The model cache's bookkeeping in the inventory (`CachedModel.last_used_at`, `Inventory.disk_free_bytes` and
+# `cache_budget_bytes`) exists from this version on; an older agent's inventory reads as before (no figures).
+MODEL_CACHE_SINCE = 7
 # Frames larger than this are refused by both sides (proxied bodies are chunked well below it).
 MAX_FRAME_BYTES = 1024 * 1024 + 64
 # Objects and lists nested deeper than this are refused by both sides (the protocol's own structures

@@ -198,6 +198,7 @@ class EndpointManager:
                     "this node's model cache (run model.download first)",
                     model_id=payload.model_id,
                 )
+            self.models.touch(payload.model_id, payload.revision)
             engine = self._engine()
             chosen = check_gpus(payload, engine, model_path, self.gpus_fn)
             if engine.device == "cpu":
@@ -332,6 +333,16 @@ class EndpointManager:
             EndpointInfo(endpoint_id=p.endpoint_id, model_id=p.model_id, port=p.port, status=STRAY, pid=p.pid)
             for p in found
         ]
+
+    def models_in_use(self) -> set[tuple[str, str]]:
+        """(model id, revision) of each server alive now: the cache never evicts them."""
+        with self._lock:
+            state = self._load()
+        return {
+            (rec["model_id"], rec.get("revision", "main"))
+            for rec in state.values()
+            if rec.get("status") != "stopped" and server_alive(rec)
+        }
 
     def health_targets(self) -> list[tuple[str, int]]:
         """(endpoint id, port) of each server to probe: alive, and running or unresponsive (not starting)."""

@@ -38,7 +38,7 @@ class _Model:
 
 ClusterModeEnum = Literal['standalone', 'kubernetes', 'argocd']
 
-CommandCommandTypeEnum = Literal['container.create', 'container.start', 'container.stop', 'container.destroy', 'model.download', 'endpoint.start', 'endpoint.stop', 'ray.head.start', 'ray.worker.start', 'ray.node.drain', 'ray.node.stop', 'ray.status', 'ray.job.submit', 'ray.job.status', 'ray.job.stop', 'ray.serve.status', 'agent.update']
+CommandCommandTypeEnum = Literal['container.create', 'container.start', 'container.stop', 'container.destroy', 'model.download', 'model.evict', 'endpoint.start', 'endpoint.stop', 'ray.head.start', 'ray.worker.start', 'ray.node.drain', 'ray.node.stop', 'ray.status', 'ray.job.submit', 'ray.job.status', 'ray.job.stop', 'ray.serve.status', 'agent.update']
 
 CommandDispatch = dict[str, Any]
 
@@ -77,6 +77,8 @@ LevelEnum = Literal['ok', 'warning', 'exceeded']
 MembershipRoleEnum = Literal['owner', 'admin', 'member', 'viewer']
 
 ModelDownloadCommandCommandTypeEnum = Literal['model.download']
+
+ModelEvictCommandCommandTypeEnum = Literal['model.evict']
 
 NodeStatusEnum = Literal['online', 'offline', 'cordoned', 'draining']
 
@@ -603,6 +605,294 @@ class BudgetSet(_Model):
         return out
 
 
+class CachedModel(_Model):
+    """One snapshot in a node's cache."""
+
+    __slots__ = ('id', 'model_id', 'revision', 'size_bytes', 'last_used_at', 'serving',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        model_id: str,
+        revision: str,
+        size_bytes: int,
+        last_used_at: str | None,
+        serving: list[str],
+    ) -> None:
+        self.id = id
+        self.model_id = model_id
+        self.revision = revision
+        self.size_bytes = size_bytes
+        self.last_used_at = last_used_at
+        self.serving = serving
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CachedModel:
+        return cls(
+            id=data['id'],
+            model_id=data['model_id'],
+            revision=data['revision'],
+            size_bytes=data['size_bytes'],
+            last_used_at=data['last_used_at'],
+            serving=data['serving'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['id'] = self.id
+        out['model_id'] = self.model_id
+        out['revision'] = self.revision
+        out['size_bytes'] = self.size_bytes
+        out['last_used_at'] = self.last_used_at
+        out['serving'] = self.serving
+        return out
+
+
+class CatalogCreate(_Model):
+    """A private model of a workspace: a Hub repository and revision, or a folder on the nodes, and its sizes."""
+
+    __slots__ = ('workspace', 'name', 'model_id', 'revision', 'local_path', 'description', 'params_b', 'context_length', 'layers', 'kv_heads', 'head_dim', 'attention_heads', 'quantizations', 'server_args', 'tags',)
+
+    def __init__(
+        self,
+        *,
+        workspace: str,
+        name: str,
+        model_id: str | None = None,
+        revision: str | None = None,
+        local_path: str | None = None,
+        description: str | None = None,
+        params_b: float,
+        context_length: int | None = None,
+        layers: int | None = None,
+        kv_heads: int | None = None,
+        head_dim: int | None = None,
+        attention_heads: int | None = None,
+        quantizations: list[dict[str, Any]] | None = None,
+        server_args: list[str] | None = None,
+        tags: list[str] | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.name = name
+        self.model_id = model_id
+        self.revision = revision
+        self.local_path = local_path
+        self.description = description
+        self.params_b = params_b
+        self.context_length = context_length
+        self.layers = layers
+        self.kv_heads = kv_heads
+        self.head_dim = head_dim
+        self.attention_heads = attention_heads
+        self.quantizations = quantizations
+        self.server_args = server_args
+        self.tags = tags
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CatalogCreate:
+        return cls(
+            workspace=data['workspace'],
+            name=data['name'],
+            model_id=data.get('model_id'),
+            revision=data.get('revision'),
+            local_path=data.get('local_path'),
+            description=data.get('description'),
+            params_b=data['params_b'],
+            context_length=data.get('context_length'),
+            layers=data.get('layers'),
+            kv_heads=data.get('kv_heads'),
+            head_dim=data.get('head_dim'),
+            attention_heads=data.get('attention_heads'),
+            quantizations=data.get('quantizations'),
+            server_args=data.get('server_args'),
+            tags=data.get('tags'),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['workspace'] = self.workspace
+        out['name'] = self.name
+        if self.model_id is not None:
+            out['model_id'] = self.model_id
+        if self.revision is not None:
+            out['revision'] = self.revision
+        if self.local_path is not None:
+            out['local_path'] = self.local_path
+        if self.description is not None:
+            out['description'] = self.description
+        out['params_b'] = self.params_b
+        if self.context_length is not None:
+            out['context_length'] = self.context_length
+        if self.layers is not None:
+            out['layers'] = self.layers
+        if self.kv_heads is not None:
+            out['kv_heads'] = self.kv_heads
+        if self.head_dim is not None:
+            out['head_dim'] = self.head_dim
+        if self.attention_heads is not None:
+            out['attention_heads'] = self.attention_heads
+        if self.quantizations is not None:
+            out['quantizations'] = self.quantizations
+        if self.server_args is not None:
+            out['server_args'] = self.server_args
+        if self.tags is not None:
+            out['tags'] = self.tags
+        return out
+
+
+class CatalogFit(_Model):
+    """One model at the asked context and batch: what it needs and each node's answer."""
+
+    __slots__ = ('model', 'quantization', 'repo', 'context', 'batch', 'vram_mb', 'cpu_mb', 'nodes',)
+
+    def __init__(
+        self,
+        *,
+        model: CatalogModel,
+        quantization: str,
+        repo: str,
+        context: int,
+        batch: int,
+        vram_mb: int,
+        cpu_mb: int,
+        nodes: list[NodeFit],
+    ) -> None:
+        self.model = model
+        self.quantization = quantization
+        self.repo = repo
+        self.context = context
+        self.batch = batch
+        self.vram_mb = vram_mb
+        self.cpu_mb = cpu_mb
+        self.nodes = nodes
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CatalogFit:
+        return cls(
+            model=_opt(CatalogModel.from_dict, data['model']),
+            quantization=data['quantization'],
+            repo=data['repo'],
+            context=data['context'],
+            batch=data['batch'],
+            vram_mb=data['vram_mb'],
+            cpu_mb=data['cpu_mb'],
+            nodes=_list(NodeFit.from_dict, data['nodes']),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['model'] = _opt(_dump, self.model)
+        out['quantization'] = self.quantization
+        out['repo'] = self.repo
+        out['context'] = self.context
+        out['batch'] = self.batch
+        out['vram_mb'] = self.vram_mb
+        out['cpu_mb'] = self.cpu_mb
+        out['nodes'] = _list(_dump, self.nodes)
+        return out
+
+
+class CatalogModel(_Model):
+    """A catalog model; with the fit figures when listed."""
+
+    __slots__ = ('id', 'workspace', 'curated', 'name', 'model_id', 'revision', 'local_path', 'description', 'params_b', 'context_length', 'layers', 'kv_heads', 'head_dim', 'attention_heads', 'quantizations', 'server_args', 'tags', 'catalog_version', 'created_at', 'updated_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        workspace: str | None,
+        curated: bool,
+        name: str,
+        model_id: str,
+        revision: str,
+        local_path: str,
+        description: str,
+        params_b: float,
+        context_length: int,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        attention_heads: int,
+        quantizations: Any,
+        server_args: Any,
+        tags: Any,
+        catalog_version: int,
+        created_at: str,
+        updated_at: str,
+    ) -> None:
+        self.id = id
+        self.workspace = workspace
+        self.curated = curated
+        self.name = name
+        self.model_id = model_id
+        self.revision = revision
+        self.local_path = local_path
+        self.description = description
+        self.params_b = params_b
+        self.context_length = context_length
+        self.layers = layers
+        self.kv_heads = kv_heads
+        self.head_dim = head_dim
+        self.attention_heads = attention_heads
+        self.quantizations = quantizations
+        self.server_args = server_args
+        self.tags = tags
+        self.catalog_version = catalog_version
+        self.created_at = created_at
+        self.updated_at = updated_at
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CatalogModel:
+        return cls(
+            id=data['id'],
+            workspace=data['workspace'],
+            curated=data['curated'],
+            name=data['name'],
+            model_id=data['model_id'],
+            revision=data['revision'],
+            local_path=data['local_path'],
+            description=data['description'],
+            params_b=data['params_b'],
+            context_length=data['context_length'],
+            layers=data['layers'],
+            kv_heads=data['kv_heads'],
+            head_dim=data['head_dim'],
+            attention_heads=data['attention_heads'],
+            quantizations=data['quantizations'],
+            server_args=data['server_args'],
+            tags=data['tags'],
+            catalog_version=data['catalog_version'],
+            created_at=data['created_at'],
+            updated_at=data['updated_at'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['id'] = self.id
+        out['workspace'] = self.workspace
+        out['curated'] = self.curated
+        out['name'] = self.name
+        out['model_id'] = self.model_id
+        out['revision'] = self.revision
+        out['local_path'] = self.local_path
+        out['description'] = self.description
+        out['params_b'] = self.params_b
+        out['context_length'] = self.context_length
+        out['layers'] = self.layers
+        out['kv_heads'] = self.kv_heads
+        out['head_dim'] = self.head_dim
+        out['attention_heads'] = self.attention_heads
+        out['quantizations'] = self.quantizations
+        out['server_args'] = self.server_args
+        out['tags'] = self.tags
+        out['catalog_version'] = self.catalog_version
+        out['created_at'] = self.created_at
+        out['updated_at'] = self.updated_at
+        return out
+
+
 class Cluster(_Model):
     """A compute cluster; the ArgoCD token is write-only (`argocd_token_set` tells whether one is stored)."""
 
@@ -952,6 +1242,34 @@ class CommandPage(_Model):
         return out
 
 
+class CommandRef(_Model):
+    """A command the request queued."""
+
+    __slots__ = ('command', 'status',)
+
+    def __init__(
+        self,
+        *,
+        command: str,
+        status: str,
+    ) -> None:
+        self.command = command
+        self.status = status
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CommandRef:
+        return cls(
+            command=data['command'],
+            status=data['status'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['command'] = self.command
+        out['status'] = self.status
+        return out
+
+
 class Container(_Model):
     """A workload container on a node; `error_help` explains `error_code`."""
 
@@ -1282,6 +1600,54 @@ class ContainerStopCommand(_Model):
         if self.node_id is not None:
             out['node_id'] = self.node_id
         out['payload'] = _opt(_dump, self.payload)
+        return out
+
+
+class Download(_Model):
+    """A model.download under way."""
+
+    __slots__ = ('command', 'model_id', 'status', 'bytes_done', 'bytes_total', 'bytes_per_s', 'percent',)
+
+    def __init__(
+        self,
+        *,
+        command: str,
+        model_id: str,
+        status: str,
+        bytes_done: int | None,
+        bytes_total: int | None,
+        bytes_per_s: int | None,
+        percent: float | None,
+    ) -> None:
+        self.command = command
+        self.model_id = model_id
+        self.status = status
+        self.bytes_done = bytes_done
+        self.bytes_total = bytes_total
+        self.bytes_per_s = bytes_per_s
+        self.percent = percent
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Download:
+        return cls(
+            command=data['command'],
+            model_id=data['model_id'],
+            status=data['status'],
+            bytes_done=data['bytes_done'],
+            bytes_total=data['bytes_total'],
+            bytes_per_s=data['bytes_per_s'],
+            percent=data['percent'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['command'] = self.command
+        out['model_id'] = self.model_id
+        out['status'] = self.status
+        out['bytes_done'] = self.bytes_done
+        out['bytes_total'] = self.bytes_total
+        out['bytes_per_s'] = self.bytes_per_s
+        out['percent'] = self.percent
         return out
 
 
@@ -2345,7 +2711,7 @@ class ModelDownloadCommand(_Model):
 class ModelDownloadPayload(_Model):
     """model.download: snapshot a Hub repository into the node cache."""
 
-    __slots__ = ('model_id', 'revision', 'allow_patterns',)
+    __slots__ = ('model_id', 'revision', 'allow_patterns', 'cache_budget_bytes', 'local_path',)
 
     def __init__(
         self,
@@ -2353,10 +2719,14 @@ class ModelDownloadPayload(_Model):
         model_id: str,
         revision: str | None = None,
         allow_patterns: list[str] | None = None,
+        cache_budget_bytes: int | None = None,
+        local_path: Any = None,
     ) -> None:
         self.model_id = model_id
         self.revision = revision
         self.allow_patterns = allow_patterns
+        self.cache_budget_bytes = cache_budget_bytes
+        self.local_path = local_path
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelDownloadPayload:
@@ -2364,6 +2734,8 @@ class ModelDownloadPayload(_Model):
             model_id=data['model_id'],
             revision=data.get('revision'),
             allow_patterns=data.get('allow_patterns'),
+            cache_budget_bytes=data.get('cache_budget_bytes'),
+            local_path=data.get('local_path'),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -2373,13 +2745,79 @@ class ModelDownloadPayload(_Model):
             out['revision'] = self.revision
         if self.allow_patterns is not None:
             out['allow_patterns'] = self.allow_patterns
+        if self.cache_budget_bytes is not None:
+            out['cache_budget_bytes'] = self.cache_budget_bytes
+        if self.local_path is not None:
+            out['local_path'] = self.local_path
+        return out
+
+
+class ModelEvictCommand(_Model):
+    """A `model.evict` command."""
+
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: ModelEvictCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: ModelEvictPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelEvictCommand:
+        return cls(
+            command_type=data['command_type'],
+            node_id=data.get('node_id'),
+            payload=_opt(ModelEvictPayload.from_dict, data['payload']),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['command_type'] = self.command_type
+        if self.node_id is not None:
+            out['node_id'] = self.node_id
+        out['payload'] = _opt(_dump, self.payload)
+        return out
+
+
+class ModelEvictPayload(_Model):
+    """model.evict: remove a snapshot from the node's cache (refused while an endpoint serves from it)."""
+
+    __slots__ = ('model_id', 'revision',)
+
+    def __init__(
+        self,
+        *,
+        model_id: str,
+        revision: str | None = None,
+    ) -> None:
+        self.model_id = model_id
+        self.revision = revision
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelEvictPayload:
+        return cls(
+            model_id=data['model_id'],
+            revision=data.get('revision'),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['model_id'] = self.model_id
+        if self.revision is not None:
+            out['revision'] = self.revision
         return out
 
 
 class ModelLocation(_Model):
     """One model snapshot cached on one node."""
 
-    __slots__ = ('id', 'model_id', 'revision', 'node', 'node_name', 'node_status', 'cluster', 'cluster_name', 'path', 'size_bytes', 'updated_at',)
+    __slots__ = ('id', 'model_id', 'revision', 'node', 'node_name', 'node_status', 'cluster', 'cluster_name', 'path', 'size_bytes', 'last_used_at', 'updated_at',)
 
     def __init__(
         self,
@@ -2394,6 +2832,7 @@ class ModelLocation(_Model):
         cluster_name: str,
         path: str,
         size_bytes: int,
+        last_used_at: str | None,
         updated_at: str,
     ) -> None:
         self.id = id
@@ -2406,6 +2845,7 @@ class ModelLocation(_Model):
         self.cluster_name = cluster_name
         self.path = path
         self.size_bytes = size_bytes
+        self.last_used_at = last_used_at
         self.updated_at = updated_at
 
     @classmethod
@@ -2421,6 +2861,7 @@ class ModelLocation(_Model):
             cluster_name=data['cluster_name'],
             path=data['path'],
             size_bytes=data['size_bytes'],
+            last_used_at=data['last_used_at'],
             updated_at=data['updated_at'],
         )
 
@@ -2436,6 +2877,7 @@ class ModelLocation(_Model):
         out['cluster_name'] = self.cluster_name
         out['path'] = self.path
         out['size_bytes'] = self.size_bytes
+        out['last_used_at'] = self.last_used_at
         out['updated_at'] = self.updated_at
         return out
 
@@ -2649,6 +3091,62 @@ class Node(_Model):
         return out
 
 
+class NodeCache(_Model):
+    """One node's model cache."""
+
+    __slots__ = ('node', 'node_name', 'cluster', 'used_bytes', 'disk_free_bytes', 'budget_mb', 'reported_budget_bytes', 'models', 'downloads',)
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        node_name: str,
+        cluster: str,
+        used_bytes: int,
+        disk_free_bytes: int,
+        budget_mb: int,
+        reported_budget_bytes: int,
+        models: list[CachedModel],
+        downloads: list[Download],
+    ) -> None:
+        self.node = node
+        self.node_name = node_name
+        self.cluster = cluster
+        self.used_bytes = used_bytes
+        self.disk_free_bytes = disk_free_bytes
+        self.budget_mb = budget_mb
+        self.reported_budget_bytes = reported_budget_bytes
+        self.models = models
+        self.downloads = downloads
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeCache:
+        return cls(
+            node=data['node'],
+            node_name=data['node_name'],
+            cluster=data['cluster'],
+            used_bytes=data['used_bytes'],
+            disk_free_bytes=data['disk_free_bytes'],
+            budget_mb=data['budget_mb'],
+            reported_budget_bytes=data['reported_budget_bytes'],
+            models=_list(CachedModel.from_dict, data['models']),
+            downloads=_list(Download.from_dict, data['downloads']),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['node'] = self.node
+        out['node_name'] = self.node_name
+        out['cluster'] = self.cluster
+        out['used_bytes'] = self.used_bytes
+        out['disk_free_bytes'] = self.disk_free_bytes
+        out['budget_mb'] = self.budget_mb
+        out['reported_budget_bytes'] = self.reported_budget_bytes
+        out['models'] = _list(_dump, self.models)
+        out['downloads'] = _list(_dump, self.downloads)
+        return out
+
+
 class NodeEvent(_Model):
     """One line of a node's event log."""
 
@@ -2729,6 +3227,66 @@ class NodeEventPage(_Model):
         return out
 
 
+class NodeFit(_Model):
+    """Whether the model fits on one node, how (GPU tensor parallel or CPU) and with what margin."""
+
+    __slots__ = ('node', 'node_name', 'cluster', 'fits', 'device', 'tensor_parallel', 'needed_mb', 'offered_mb', 'reason', 'cached',)
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        node_name: str,
+        cluster: str,
+        fits: bool,
+        device: str,
+        tensor_parallel: int,
+        needed_mb: int,
+        offered_mb: int,
+        reason: str,
+        cached: bool,
+    ) -> None:
+        self.node = node
+        self.node_name = node_name
+        self.cluster = cluster
+        self.fits = fits
+        self.device = device
+        self.tensor_parallel = tensor_parallel
+        self.needed_mb = needed_mb
+        self.offered_mb = offered_mb
+        self.reason = reason
+        self.cached = cached
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeFit:
+        return cls(
+            node=data['node'],
+            node_name=data['node_name'],
+            cluster=data['cluster'],
+            fits=data['fits'],
+            device=data['device'],
+            tensor_parallel=data['tensor_parallel'],
+            needed_mb=data['needed_mb'],
+            offered_mb=data['offered_mb'],
+            reason=data['reason'],
+            cached=data['cached'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['node'] = self.node
+        out['node_name'] = self.node_name
+        out['cluster'] = self.cluster
+        out['fits'] = self.fits
+        out['device'] = self.device
+        out['tensor_parallel'] = self.tensor_parallel
+        out['needed_mb'] = self.needed_mb
+        out['offered_mb'] = self.offered_mb
+        out['reason'] = self.reason
+        out['cached'] = self.cached
+        return out
+
+
 class PaginatedApiKeyList(_Model):
     """PaginatedApiKeyList"""
 
@@ -2792,6 +3350,44 @@ class PaginatedAuditEntryList(_Model):
             next=data.get('next'),
             previous=data.get('previous'),
             results=_list(AuditEntry.from_dict, data['results']),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['count'] = self.count
+        if self.next is not None:
+            out['next'] = self.next
+        if self.previous is not None:
+            out['previous'] = self.previous
+        out['results'] = _list(_dump, self.results)
+        return out
+
+
+class PaginatedCatalogFitList(_Model):
+    """PaginatedCatalogFitList"""
+
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[CatalogFit],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PaginatedCatalogFitList:
+        return cls(
+            count=data['count'],
+            next=data.get('next'),
+            previous=data.get('previous'),
+            results=_list(CatalogFit.from_dict, data['results']),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -3058,6 +3654,44 @@ class PaginatedNamespaceList(_Model):
             next=data.get('next'),
             previous=data.get('previous'),
             results=_list(Namespace.from_dict, data['results']),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['count'] = self.count
+        if self.next is not None:
+            out['next'] = self.next
+        if self.previous is not None:
+            out['previous'] = self.previous
+        out['results'] = _list(_dump, self.results)
+        return out
+
+
+class PaginatedNodeCacheList(_Model):
+    """PaginatedNodeCacheList"""
+
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[NodeCache],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PaginatedNodeCacheList:
+        return cls(
+            count=data['count'],
+            next=data.get('next'),
+            previous=data.get('previous'),
+            results=_list(NodeCache.from_dict, data['results']),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -5339,12 +5973,17 @@ MODELS: dict[str, type] = {
     'AuditEntry': AuditEntry,
     'Budget': Budget,
     'BudgetSet': BudgetSet,
+    'CachedModel': CachedModel,
+    'CatalogCreate': CatalogCreate,
+    'CatalogFit': CatalogFit,
+    'CatalogModel': CatalogModel,
     'Cluster': Cluster,
     'ClusterCreate': ClusterCreate,
     'ClusterUpdate': ClusterUpdate,
     'Command': Command,
     'CommandBatch': CommandBatch,
     'CommandPage': CommandPage,
+    'CommandRef': CommandRef,
     'Container': Container,
     'ContainerCreateCommand': ContainerCreateCommand,
     'ContainerCreatePayload': ContainerCreatePayload,
@@ -5352,6 +5991,7 @@ MODELS: dict[str, type] = {
     'ContainerRefPayload': ContainerRefPayload,
     'ContainerStartCommand': ContainerStartCommand,
     'ContainerStopCommand': ContainerStopCommand,
+    'Download': Download,
     'Endpoint': Endpoint,
     'EndpointAdmission': EndpointAdmission,
     'EndpointBenchmark': EndpointBenchmark,
@@ -5373,14 +6013,19 @@ MODELS: dict[str, type] = {
     'Membership': Membership,
     'ModelDownloadCommand': ModelDownloadCommand,
     'ModelDownloadPayload': ModelDownloadPayload,
+    'ModelEvictCommand': ModelEvictCommand,
+    'ModelEvictPayload': ModelEvictPayload,
     'ModelLocation': ModelLocation,
     'Namespace': Namespace,
     'NamespaceCreate': NamespaceCreate,
     'Node': Node,
+    'NodeCache': NodeCache,
     'NodeEvent': NodeEvent,
     'NodeEventPage': NodeEventPage,
+    'NodeFit': NodeFit,
     'PaginatedApiKeyList': PaginatedApiKeyList,
     'PaginatedAuditEntryList': PaginatedAuditEntryList,
+    'PaginatedCatalogFitList': PaginatedCatalogFitList,
     'PaginatedClusterList': PaginatedClusterList,
     'PaginatedCommandList': PaginatedCommandList,
     'PaginatedContainerList': PaginatedContainerList,
@@ -5388,6 +6033,7 @@ MODELS: dict[str, type] = {
     'PaginatedEndpointList': PaginatedEndpointList,
     'PaginatedModelLocationList': PaginatedModelLocationList,
     'PaginatedNamespaceList': PaginatedNamespaceList,
+    'PaginatedNodeCacheList': PaginatedNodeCacheList,
     'PaginatedNodeList': PaginatedNodeList,
     'PaginatedRayClusterList': PaginatedRayClusterList,
     'PaginatedServeDeploymentList': PaginatedServeDeploymentList,
@@ -5435,6 +6081,10 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'v1_audit_retrieve': ('GET', '/api/v1/audit/{id}/'),
     'v1_budgets_list': ('GET', '/api/v1/budgets/'),
     'v1_budgets_update': ('PUT', '/api/v1/budgets/'),
+    'v1_catalog_list': ('GET', '/api/v1/catalog/'),
+    'v1_catalog_create': ('POST', '/api/v1/catalog/'),
+    'v1_catalog_destroy': ('DELETE', '/api/v1/catalog/{id}/'),
+    'v1_catalog_retrieve': ('GET', '/api/v1/catalog/{id}/'),
     'v1_clusters_list': ('GET', '/api/v1/clusters/'),
     'v1_clusters_create': ('POST', '/api/v1/clusters/'),
     'v1_clusters_destroy': ('DELETE', '/api/v1/clusters/{id}/'),
@@ -5463,8 +6113,12 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'v1_endpoints_stop_create': ('POST', '/api/v1/endpoints/{id}/stop/'),
     'v1_endpoints_update_create': ('POST', '/api/v1/endpoints/{id}/update/'),
     'v1_endpoints_update_revision_create': ('POST', '/api/v1/endpoints/{id}/update_revision/'),
+    'v1_model_caches_list': ('GET', '/api/v1/model-caches/'),
+    'v1_model_caches_retrieve': ('GET', '/api/v1/model-caches/{id}/'),
+    'v1_model_caches_budget_create': ('POST', '/api/v1/model-caches/{id}/budget/'),
     'v1_models_list': ('GET', '/api/v1/models/'),
     'v1_models_retrieve': ('GET', '/api/v1/models/{id}/'),
+    'v1_models_evict_create': ('POST', '/api/v1/models/{id}/evict/'),
     'v1_namespaces_list': ('GET', '/api/v1/namespaces/'),
     'v1_namespaces_create': ('POST', '/api/v1/namespaces/'),
     'v1_namespaces_destroy': ('DELETE', '/api/v1/namespaces/{id}/'),

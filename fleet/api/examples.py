@@ -23,6 +23,7 @@ COMMAND_EXAMPLES: dict[str, dict[str, Any]] = {
     "container.stop": {"container": "web", "timeout_s": 10},
     "container.destroy": {"container": "web"},
     "model.download": {"model_id": MODEL, "revision": "main", "allow_patterns": ["*.json", "*.safetensors"]},
+    "model.evict": {"model_id": MODEL, "revision": "main"},
     "endpoint.start": {"model_id": MODEL, "port": 8000, "gpus": 1},
     "endpoint.stop": {"endpoint_id": "3f9a1c2b7d4e"},
 }

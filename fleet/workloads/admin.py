@@ -9,11 +9,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import path
 
 from fleet.admin import ReadOnlyAdmin
-from fleet.workloads.models import ApiKeyEndpoint, Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel
+from fleet.workloads.catalog import CatalogError
+from fleet.workloads.models import (
+    ApiKeyEndpoint,
+    CatalogModel,
+    Container,
+    Endpoint,
+    EndpointEvent,
+    EndpointReplica,
+    NodeCache,
+    NodeModel,
+)
+from fleet.workloads.services.catalog import catalog_import
 from fleet.workloads.services.endpoints.limits import LIMIT_FIELDS, endpoint_set_key_limits
 
 
@@ -30,8 +44,15 @@ class ContainerAdmin(ReadOnlyAdmin):
 class NodeModelAdmin(ReadOnlyAdmin):
     """Which models are cached on which node."""
 
-    list_display = ["model_id", "revision", "node", "size_bytes", "updated_at"]
+    list_display = ["model_id", "revision", "node", "size_bytes", "last_used_at", "updated_at"]
     search_fields = ["model_id"]
+
+
+@admin.register(NodeCache)
+class NodeCacheAdmin(ReadOnlyAdmin):
+    """Each node's model cache: disk free and budget as reported, the budget set (on the node's page or API)."""
+
+    list_display = ["node", "disk_free_bytes", "budget_mb", "reported_budget_bytes", "reported_at"]
 
 
 @admin.register(Endpoint)
@@ -91,3 +112,41 @@ class EndpointEventAdmin(ReadOnlyAdmin):
     list_display = ["created_at", "endpoint", "kind", "node", "message"]
     list_filter = ["kind"]
     search_fields = ["endpoint__slug", "message"]
+
+
+@admin.register(CatalogModel)
+class CatalogModelAdmin(admin.ModelAdmin):
+    """The model catalog: curated models come from the repository's file (read only here; *Refresh from the
+    repository's catalog* imports it again after an edit, as `manage.py catalog_import` does), private models
+    belong to their workspace."""
+
+    change_list_template = "fleet/admin/catalog_changelist.html"
+    list_display = ["name", "model_id", "workspace", "params_b", "context_length", "catalog_version", "updated_at"]
+    list_filter = [("workspace", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "model_id", "description"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # curated: the file; private: the Models page or API (they check roles)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[Any]:
+        refresh = path("refresh/", self.admin_site.admin_view(self.refresh_view), name="fleet_catalogmodel_refresh")
+        return [refresh, *super().get_urls()]
+
+    def refresh_view(self, request: HttpRequest) -> HttpResponse:
+        """POST: import the catalog file again (curated rows made exactly the file's)."""
+        if request.method != "POST" or not request.user.has_perm("fleet.delete_catalogmodel"):
+            raise PermissionDenied("Refreshing the catalog takes a POST by an operator who may change it.")
+        try:
+            outcome = catalog_import()
+        except CatalogError as exc:
+            messages.error(request, f"The catalog file is invalid, nothing changed: {exc}")
+        else:
+            messages.success(
+                request,
+                f"Catalog version {outcome['version']}: {outcome['created']} added, {outcome['updated']} updated, "
+                f"{outcome['removed']} removed.",
+            )
+        return redirect("admin:fleet_catalogmodel_changelist")

@@ -1,4 +1,5 @@
-"""REST API for workloads: /containers/, /models/ (model locations), /endpoints/ (+ POST .../stop/,
+"""REST API for workloads: /containers/, /models/ (model locations, + POST .../evict/), /catalog/ and
+/model-caches/ (`catalog_api`), /endpoints/ (+ POST .../stop/,
 .../update/ and .../update_revision/, GET .../events/), /endpoint-benchmarks/ (`benchmark_api`).
 
 Exported as `router` (a SimpleRouter, no API root view) for inclusion under /api/v1/. Every queryset
@@ -24,6 +25,7 @@ from fleet.models import ComputeCluster, Node
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.benchmark_api import EndpointBenchmarkViewSet
+from fleet.workloads.catalog_api import CatalogViewSet, NodeCacheViewSet
 from fleet.workloads.errors import error_help
 from fleet.workloads.filters import CONTAINER_FILTERS, ENDPOINT_FILTERS, MODEL_LOCATION_FILTERS
 from fleet.workloads.key_api import ApiKeyViewSet
@@ -47,6 +49,13 @@ from tenancy.selectors import workspace_ids
 
 # --------------------------------------------------------------------------------------------------
 # Views
+
+
+class CommandRefSerializer(serializers.Serializer):
+    """A command the request queued."""
+
+    command = serializers.UUIDField()
+    status = serializers.CharField()
 
 
 class ServiceErrorsMixin(BaseServiceErrorsMixin):
@@ -74,7 +83,8 @@ class ContainerViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, 
 
 
 class ModelLocationViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMixin, viewsets.ReadOnlyModelViewSet):
-    """Which models are cached on which node; filter with ?model_id=, ?node=, ?cluster=."""
+    """Which models are cached on which node; filter with ?model_id=, ?node=, ?cluster=. POST .../evict/
+    removes one from its node's cache (Owner/Admin; 409 while an endpoint serves from it)."""
 
     serializer_class = ModelLocationSerializer
     queryset = NodeModel.objects.all()
@@ -85,6 +95,14 @@ class ModelLocationViewSet(ServiceErrorsMixin, FilteredMixin, WorkspaceScopedMix
         return NodeModel.objects.select_related("node", "node__cluster").order_by(
             "model_id", "revision", "node__name", "pk"
         )
+
+    @extend_schema(request=None, responses={202: CommandRefSerializer})
+    @action(detail=True, methods=["post"])
+    def evict(self, request: Request, pk: str | None = None) -> Response:
+        """Evict the snapshot from its node's cache: a model.evict command (its id in the answer)."""
+        cached = self.get_object()
+        command = workload_services.node_model_evict(actor=request.user, cached=cached)
+        return Response({"command": command.pk, "status": command.status}, status=status.HTTP_202_ACCEPTED)
 
 
 class EndpointViewSet(
@@ -261,3 +279,5 @@ router.register("models", ModelLocationViewSet, basename="model-location")
 router.register("endpoints", EndpointViewSet, basename="endpoint")
 router.register("api-keys", ApiKeyViewSet, basename="api-key")
 router.register("endpoint-benchmarks", EndpointBenchmarkViewSet, basename="endpoint-benchmark")
+router.register("catalog", CatalogViewSet, basename="catalog-model")
+router.register("model-caches", NodeCacheViewSet, basename="model-cache")

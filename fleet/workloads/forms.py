@@ -182,9 +182,13 @@ class EndpointCreateForm(forms.Form):
 
     def __init__(self, *args: Any, cached: dict[str, list[str]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["model_id"].choices = [("", "— choose a cached model —")] + [
+        choices = [("", "— choose a cached model —")] + [
             (model, f"{model} (on {', '.join(names)})") for model, names in sorted((cached or {}).items())
         ]
+        asked = str(self.initial.get("model_id") or "")
+        if asked and asked not in (cached or {}):  # from the catalog's Deploy: not downloaded here yet
+            choices.append((asked, f"{asked} (not cached yet: download it first)"))
+        self.fields["model_id"].choices = choices
 
     def clean_server_args(self) -> list[str]:
         return parse_server_args_line(self.cleaned_data["server_args"])

@@ -16,6 +16,7 @@ from fleet.admission import concurrency_limit
 from kernel.eventlog import EventLogEntry
 
 __all__ = [
+    "CatalogModel",
     "Container",
     "ContainerStatus",
     "Endpoint",
@@ -23,6 +24,7 @@ __all__ = [
     "EndpointEvent",
     "EndpointReplica",
     "EndpointStatus",
+    "NodeCache",
     "NodeModel",
 ]
 
@@ -117,6 +119,9 @@ class NodeModel(models.Model):
     revision = models.CharField(max_length=200, default="main")
     path = models.CharField(max_length=1000, blank=True, default="")
     size_bytes = models.PositiveBigIntegerField(default=0)
+    # When an endpoint last started from it on that node (else when it was downloaded), as the agent reports
+    # it (protocol 7 on; None: an older agent): the agent's budget evicts the least recently used first.
+    last_used_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -127,6 +132,70 @@ class NodeModel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model_id}@{self.revision} on {self.node_id}"
+
+
+class NodeCache(models.Model):
+    """A node's model cache as a whole: the disk free under it and its budget as the agent last reported them,
+    and the budget an operator set (`budget_mb`, 0: none), sent with each model.download to that node."""
+
+    node = models.OneToOneField("fleet.Node", on_delete=models.CASCADE, primary_key=True, related_name="model_cache")
+    disk_free_bytes = models.PositiveBigIntegerField(default=0)
+    reported_budget_bytes = models.PositiveBigIntegerField(default=0)
+    budget_mb = models.PositiveBigIntegerField(default=0)
+    reported_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"model cache of {self.node_id}"
+
+
+class CatalogModel(models.Model):
+    """A model of the catalog: curated (no workspace: imported from `fleet/workloads/catalog.yaml`) or private
+    to one workspace (a Hub repository and revision, or a folder on the nodes). Its sizes feed the fit
+    computation (`fleet.workloads.catalog`)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey(
+        "tenancy.Workspace", null=True, blank=True, on_delete=models.CASCADE, related_name="catalog_models"
+    )
+    name = models.CharField(max_length=100)
+    model_id = models.CharField(max_length=200, blank=True, default="")
+    revision = models.CharField(max_length=200, default="main")
+    local_path = models.CharField(max_length=1000, blank=True, default="")
+    description = models.CharField(max_length=500, blank=True, default="")
+    params_b = models.FloatField()
+    context_length = models.PositiveIntegerField(default=0)
+    layers = models.PositiveIntegerField(default=0)
+    kv_heads = models.PositiveIntegerField(default=0)
+    head_dim = models.PositiveIntegerField(default=0)
+    attention_heads = models.PositiveIntegerField(default=0)
+    # [{"name": "bf16", "bytes_per_param": 2, "model_id": ""}, ...]: the first is full precision
+    quantizations = models.JSONField(default=list, blank=True)
+    server_args = models.JSONField(default=list, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    catalog_version = models.PositiveIntegerField(default=0)  # the file's version it came from (0: private)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["name"], condition=models.Q(workspace__isnull=True), name="catalogmodel_unique_curated_name"
+            ),
+            models.UniqueConstraint(fields=["workspace", "name"], name="catalogmodel_unique_workspace_name"),
+            models.CheckConstraint(
+                condition=~models.Q(model_id="") | ~models.Q(local_path=""), name="catalogmodel_has_a_source"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.model_id or self.local_path})"
+
+    @property
+    def curated(self) -> bool:
+        """From the repository's catalog file (every workspace sees it; only the file changes it)."""
+        return self.workspace_id is None
 
 
 class EndpointStatus(models.TextChoices):

@@ -32,7 +32,9 @@ from fleet.workloads.services import (
     endpoints_reconcile,
     node_model_record_download_failed,
     node_model_record_downloaded,
+    node_model_record_evicted,
     node_models_reconcile,
+    node_models_record_queued,
 )
 
 logger = logging.getLogger(__name__)
@@ -64,13 +66,16 @@ def _on_drain_requested(sender: object, node: Node, **kwargs: object) -> None:
 def _on_commands_queued(sender: object, commands: list[Command], **kwargs: object) -> None:
     """Inside the queueing transaction: container.create, container.start of a container that holds no
     quota and endpoint.start are admitted against the workspace's quotas and get or mark their rows (a
-    refusal rolls the queueing back)."""
+    refusal rolls the queueing back); model.download gets its node's cache budget, model.evict is refused while
+    an endpoint serves from the snapshot."""
     if commands and commands[0].command_type == CommandType.CONTAINER_CREATE:
         containers_record_queued(commands=commands)
     elif commands and commands[0].command_type == CommandType.CONTAINER_START:
         containers_record_start_queued(commands=commands)
     elif commands and commands[0].command_type == CommandType.ENDPOINT_START:
         endpoint_record_start_commands(commands=commands)
+    elif commands and commands[0].command_type in (CommandType.MODEL_DOWNLOAD, CommandType.MODEL_EVICT):
+        node_models_record_queued(commands=commands)
 
 
 def _on_inventory(sender: object, node: Node, inventory: protocol.Inventory, **kwargs: object) -> None:
@@ -144,3 +149,5 @@ def workloads_on_command_finished(*, command: Command) -> None:
         node_model_record_downloaded(command=command)
     elif kind == CommandType.MODEL_DOWNLOAD and command.status == CommandStatus.FAILED:
         node_model_record_download_failed(command=command)
+    elif kind == CommandType.MODEL_EVICT:
+        node_model_record_evicted(command=command)

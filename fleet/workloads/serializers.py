@@ -72,6 +72,7 @@ class ModelLocationSerializer(serializers.ModelSerializer):
             "cluster_name",
             "path",
             "size_bytes",
+            "last_used_at",
             "updated_at",
         ]
         read_only_fields = fields

@@ -1,8 +1,8 @@
-"""Endpoint and API key page routes (mounted under /compute/)."""
+"""Endpoint, model catalog, model cache and API key page routes (mounted under /compute/)."""
 
 from django.urls import path
 
-from fleet.workloads import benchmark_views, key_views, views
+from fleet.workloads import benchmark_views, catalog_views, key_views, views
 
 app_name = "workloads"
 
@@ -27,6 +27,12 @@ urlpatterns = [
         name="benchmark_export",
     ),
     path("endpoints/<uuid:pk>/<slug:action>/", views.endpoint_action, name="endpoint_action"),
+    path("models/", catalog_views.catalog_page, name="catalog"),
+    path("models/new/", catalog_views.catalog_private_create, name="catalog_private_create"),
+    path("models/<uuid:pk>/delete/", catalog_views.catalog_private_delete, name="catalog_private_delete"),
+    path("model-caches/<uuid:pk>/", catalog_views.node_cache, name="node_cache"),  # pk: the node's
+    path("model-caches/<uuid:pk>/budget/", catalog_views.node_cache_budget, name="node_cache_budget"),
+    path("model-caches/evict/<uuid:pk>/", catalog_views.node_cache_evict, name="node_cache_evict"),  # a NodeModel
     path("api-keys/", key_views.api_key_list, name="api_key_list"),
     path("api-keys/<int:pk>/revoke/", key_views.api_key_revoke, name="api_key_revoke"),
 ]

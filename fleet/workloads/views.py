@@ -80,6 +80,16 @@ def _cached_models(cluster: ComputeCluster) -> dict[str, list[str]]:
     return {model: sorted(names) for model, names in cached.items()}
 
 
+PREFILLED = ("model_id", "revision", "gpus", "min_vram_mb", "server_args")
+
+
+def _prefill(request: HttpRequest) -> dict[str, str]:
+    """The endpoint form's values a link gave (the Models page's Deploy), each a string the form checks."""
+    if request.method != "GET":
+        return {}
+    return {name: request.GET[name][:1000] for name in PREFILLED if request.GET.get(name)}
+
+
 def _render(
     request: HttpRequest,
     cluster: ComputeCluster | None,
@@ -97,8 +107,9 @@ def _render(
         "tab": "endpoints",
     }
     if cluster is not None and create_form is None and can_edit(request.user, cluster.workspace):
-        create_form = EndpointCreateForm(cached=_cached_models(cluster))
+        create_form = EndpointCreateForm(cached=_cached_models(cluster), initial=_prefill(request))
     context["create_form"] = create_form
+    context["prefilled"] = bool(_prefill(request))
     template = "workloads/_endpoints.html" if request.htmx else "workloads/endpoint_list.html"
     response = render(request, template, context, status=status)
     if request.htmx and not context["polling"]:

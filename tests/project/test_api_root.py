@@ -14,6 +14,8 @@ RESOURCES = {
     "namespaces": "/api/v1/namespaces/",
     "containers": "/api/v1/containers/",
     "models": "/api/v1/models/",
+    "catalog": "/api/v1/catalog/",
+    "model-caches": "/api/v1/model-caches/",
     "endpoints": "/api/v1/endpoints/",
     "ray-clusters": "/api/v1/ray/clusters/",
     "training-jobs": "/api/v1/ray/training-jobs/",

@@ -148,12 +148,15 @@ def endpoint_create(
         endpoint.start_command = commands[0]
         endpoint.save(update_fields=["start_command", "updated_at"])
         endpoint = endpoint_summarise(endpoint)
+        # placement takes only nodes holding the weights (`pick_endpoint_node`): each event says where and why
+        names = dict(Node.objects.filter(pk__in=[c.node_id for c in commands]).values_list("pk", "name"))
         for command in commands:
             endpoint_event_record(
                 endpoint=endpoint,
                 node_id=command.node_id,
                 kind="endpoint.starting",
-                message=f"Endpoint {endpoint.hostname} for {model_id}@{revision} requested by {actor.get_username()}",
+                message=f"Endpoint {endpoint.hostname} for {model_id}@{revision} requested by {actor.get_username()}; "
+                f"placed on node {names.get(command.node_id, '?')}, which holds the weights in its model cache",
                 command=command,
             )
     return endpoint
