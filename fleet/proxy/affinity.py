@@ -3,11 +3,13 @@
 - `session`: the `X-Session-Id` header, else the OpenAI `user` field of the JSON body, else the API key the
   request was authenticated with; None (routed by load) when it has none of them.
 - `prefix`: the leading prompt text: a chat request's messages rendered in order (role, then text), up to
-  and including the first user message, at most ROUTING_PREFIX_CHARS characters; a completion's `prompt`
-  (its first ROUTING_PREFIX_CHARS characters, or token ids); a body that is not such JSON (or arrived in
-  parts): its first ROUTING_PREFIX_CHARS bytes. Stopping at the first user message keeps a conversation's
-  key the same on every turn (each turn resends the history and adds to its end) while telling apart
-  conversations that share a long system prompt.
+  and including the first user message; longer than ROUTING_PREFIX_CHARS characters, its first and last
+  halves of that many (so the first user message, at its end, still tells apart conversations that share
+  a system prompt longer than the cap); a completion's `prompt` (its first ROUTING_PREFIX_CHARS
+  characters, or token ids); a body that is not such JSON (or arrived in parts): its first
+  ROUTING_PREFIX_CHARS bytes. Stopping at the first user message keeps a conversation's key the same on
+  every turn (each turn resends the history and adds to its end) while telling apart conversations that
+  share a long system prompt.
 
 Only the body's first message is read (the one the relay has in hand before choosing a replica), and it is
 parsed as JSON only up to PARSE_MAX_BYTES: a larger body's key is its first ROUTING_PREFIX_CHARS bytes, so
@@ -59,21 +61,27 @@ def _text(content: Any) -> str:
     return ""
 
 
+def _head_and_tail(text: str, limit: int) -> str:
+    """`text`, or when longer than `limit` its first and last halves of `limit` characters."""
+    if len(text) <= limit:
+        return text
+    head = limit - limit // 2
+    return text[:head] + text[len(text) - limit // 2 :]
+
+
 def leading_text(document: dict[str, Any], limit: int) -> str | None:
     """The request's leading prompt text, at most `limit` characters (see the module), or None."""
     messages = document.get("messages")
     if isinstance(messages, list):
         parts: list[str] = []
-        size = 0
         for message in messages:
             if not isinstance(message, dict):
                 continue
             part = f"{message.get('role', '')}\n{_text(message.get('content'))}\n"
             parts.append(part)
-            size += len(part)
-            if message.get("role") == "user" or size >= limit:
+            if message.get("role") == "user":
                 break
-        return "".join(parts)[:limit]
+        return _head_and_tail("".join(parts), limit)
     prompt = document.get("prompt")
     if isinstance(prompt, list) and prompt:
         prompt = prompt[0] if isinstance(prompt[0], (str, list)) else prompt

@@ -180,9 +180,12 @@ def test_the_prefix_key_is_a_conversation_s_leading_messages_the_same_on_every_t
     assert affinity.prefix_key(turn1) == affinity.prefix_key(turn2)
     assert affinity.prefix_key(turn1) != affinity.prefix_key(other)
     assert affinity.prefix_key(turn1).startswith(b"system\nYou are helpful.")
-    settings.ROUTING_PREFIX_CHARS = 50  # capped: a long shared system prompt is all the key holds
-    assert affinity.prefix_key(turn1) == affinity.prefix_key(other)
-    assert len(affinity.prefix_key(turn1)) == 50
+    settings.ROUTING_PREFIX_CHARS = 50  # capped: the system prompt's start and the first user message's end
+    assert affinity.prefix_key(turn1) == affinity.prefix_key(turn2)
+    assert affinity.prefix_key(turn1) != affinity.prefix_key(other)
+    assert len(affinity.prefix_key(turn1)) == len(affinity.prefix_key(other)) == 50
+    assert affinity.prefix_key(turn1).startswith(b"system\nYou are helpful.")
+    assert affinity.prefix_key(turn1).endswith(b"user\nPlan a trip to Oslo\n")
     assert affinity.prefix_key(json.dumps({"prompt": "x" * 80}).encode()) == b"x" * 50
     assert affinity.prefix_key(json.dumps({"prompt": [[1, 2, 3]]}).encode()) == b"1 2 3"
     assert affinity.prefix_key(b"not json at all, but a body") == b"not json at all, but a body"
