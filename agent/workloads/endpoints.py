@@ -33,16 +33,21 @@ import requests
 from agent.errors import CommandFailed
 from agent.executors.base import ProgressFn
 from agent.protocol import (
+    EndpointAdapterLoadPayload,
+    EndpointAdapterResult,
+    EndpointAdapterUnloadPayload,
     EndpointInfo,
     EndpointStartPayload,
     EndpointStartResult,
     EndpointStopPayload,
     EndpointStopResult,
     GpuInfo,
+    ModelDownloadPayload,
     check_server_args,
     endpoint_gpus_held,
     select_gpus,
 )
+from agent.workloads.adapters import ENABLE_LORA, RUNTIME_UPDATES_ENV, EndpointAdapters, lora_enabled
 from agent.workloads.engine import VLLM_MODULE, Engine, choose_engine, cpu_bytes_needed, weights_bytes
 from agent.workloads.models import ModelCache
 from agent.workloads.server_process import (
@@ -54,6 +59,7 @@ from agent.workloads.server_process import (
     server_alive,
     signal_tree,
 )
+from agent.workloads.start_phases import PhaseClock
 
 VLLM_COMMAND = [sys.executable, "-m", VLLM_MODULE]
 
@@ -75,7 +81,10 @@ def server_argv(engine: Engine, model_path: Path, port: int, payload: EndpointSt
     argv += engine.args()
     if payload.gpus > 1:
         argv += ["--tensor-parallel-size", str(payload.gpus)]
-    return argv + list(payload.extra_args)
+    argv += list(payload.extra_args)
+    if payload.adapters and not lora_enabled(argv):
+        argv.append(ENABLE_LORA)  # a start naming adapters serves them
+    return argv
 
 
 STATE_FILE = "endpoints.json"
@@ -107,6 +116,7 @@ class EndpointManager:
         self.stop_timeout_s = stop_timeout_s
         self._lock = threading.RLock()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self.adapters = EndpointAdapters(models, self._lock, self._load, self._save)
 
     # ---- state file
 
@@ -132,16 +142,22 @@ class EndpointManager:
 
     def execute(
         self, command_type: str, payload: Any, *, progress: ProgressFn
-    ) -> EndpointStartResult | EndpointStopResult:
-        """Run endpoint.start / endpoint.stop."""
+    ) -> EndpointStartResult | EndpointStopResult | EndpointAdapterResult:
+        """Run endpoint.start / endpoint.stop / endpoint.adapter.load / endpoint.adapter.unload."""
         if command_type == "endpoint.start":
             return self.start(payload, progress)
         if command_type == "endpoint.stop":
             return self.stop(payload)
+        if command_type == "endpoint.adapter.load" and isinstance(payload, EndpointAdapterLoadPayload):
+            return self.adapters.load(payload, progress)
+        if command_type == "endpoint.adapter.unload" and isinstance(payload, EndpointAdapterUnloadPayload):
+            return self.adapters.unload(payload)
         raise CommandFailed("unknown_command", f"the endpoint manager does not run {command_type!r}")
 
     def start(self, payload: EndpointStartPayload, progress: ProgressFn) -> EndpointStartResult:
-        """Start serving a cached model; returns endpoint_id, port and pid (the running one if already up)."""
+        """Start serving a cached model (fetched first when missing and the payload says `download`), then load
+        its adapters; returns endpoint_id, port, pid and how the start went (the running one if already up)."""
+        clock = PhaseClock()
         with self._lock:
             state = self._load()
             current = state.get(payload.endpoint_id)
@@ -158,6 +174,7 @@ class EndpointManager:
                     port=current["port"],
                     pid=current["pid"],
                     device=current.get("device", "cpu"),
+                    adapters=current.get("adapters", []) if current.get("lora") else None,
                 )
             # The same allow-list as the control plane's (`agent.protocol.check_server_args`): vLLM runs on
             # this host, so a flag naming a file or code is refused here too, and a template naming a file.
@@ -166,6 +183,14 @@ class EndpointManager:
                 raise CommandFailed("invalid_payload", "server arguments refused: " + " ".join(problems))
             payload = dataclasses.replace(payload, extra_args=args)
             model_path = self.models.path_for(payload.model_id, payload.revision)
+            if model_path is None and payload.download:
+                fetched = self.models.download(
+                    ModelDownloadPayload(model_id=payload.model_id, revision=payload.revision), progress
+                )
+                model_path = self.models.path_for(payload.model_id, payload.revision)
+                clock.weights_done("downloaded", fetched.size_bytes)
+            elif model_path is not None:
+                clock.weights_done("present", weights_bytes(model_path))
             if model_path is None:
                 raise CommandFailed(
                     "weights_missing",
@@ -182,6 +207,9 @@ class EndpointManager:
                 raise CommandFailed("conflict", f"port {port} is already in use on this node")
             argv = server_argv(engine, model_path, port, payload)
             env = engine.env(dict(os.environ))
+            lora = lora_enabled(argv)
+            if lora:  # adapters come and go through the server's runtime API (`agent.workloads.adapters`)
+                env[RUNTIME_UPDATES_ENV] = "True"
             if chosen:
                 # The indices are NVML's, which count GPUs in PCI bus order; CUDA counts fastest first unless
                 # told otherwise, so on a node with unlike GPUs the same index could name another card.
@@ -200,6 +228,8 @@ class EndpointManager:
                     start_new_session=True,
                 )
             self._children[child.pid] = child
+            clock.mark("server_started")
+            clock.watch_log(log_path)
             state[payload.endpoint_id] = {
                 "model_id": payload.model_id,
                 "revision": payload.revision,
@@ -210,10 +240,15 @@ class EndpointManager:
                 "device": engine.device,
                 "status": "starting",
                 "started_at": time.time(),
+                "lora": lora,
+                "adapters": [],
             }
             self._save(state)
         try:
-            self._wait_ready(payload, child, port, log_path, progress)
+            self._wait_ready(payload, child, port, log_path, progress, clock)
+            adapters = self.adapters.load_all(port, list(payload.adapters), progress) if lora else []
+            if payload.adapters:
+                clock.mark("adapters")
         except CommandFailed:
             with self._lock:
                 self._terminate(child.pid)
@@ -224,7 +259,7 @@ class EndpointManager:
         with self._lock:
             state = self._load()
             if payload.endpoint_id in state:
-                state[payload.endpoint_id]["status"] = "running"
+                state[payload.endpoint_id].update(status="running", adapters=adapters)
                 self._save(state)
         progress(f"endpoint {payload.endpoint_id} answers on port {port}", percent=100.0)
         return EndpointStartResult(
@@ -235,6 +270,8 @@ class EndpointManager:
             log_tail=log_tail(log_path, LOG_TAIL_BYTES)[
                 -START_LOG_TAIL_BYTES:
             ],  # the server's start-up lines, for the UI
+            phases=clock.result(),
+            adapters=adapters if lora else None,
         )
 
     def stop(self, payload: EndpointStopPayload) -> EndpointStopResult:
@@ -367,6 +404,7 @@ class EndpointManager:
         port: int,
         log_path: Path,
         progress: ProgressFn,
+        clock: PhaseClock,
     ) -> None:
         deadline = time.monotonic() + self.ready_timeout_s
         url = f"http://127.0.0.1:{port}/v1/models"
@@ -381,11 +419,14 @@ class EndpointManager:
                     exit_code=code,
                     log_tail=tail,
                 )
+            clock.poll_log()
             try:
                 response = requests.get(url, timeout=2)
                 if response.status_code == 200:
                     served = [m.get("id") for m in response.json().get("data", [])]
                     if payload.model_id in served:
+                        clock.poll_log()
+                        clock.mark("healthy")
                         return
             except (requests.RequestException, ValueError):
                 pass

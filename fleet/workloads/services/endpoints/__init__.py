@@ -10,6 +10,8 @@ then its replicas'; `locking`):
 - `reconcile`: the node's inventory and its deletion;
 - `replicas`: one replica's start and stop commands, and the endpoint's summary of its replicas;
 - `events`: the endpoint's event log;
+- `adapters`: LoRA adapters of a workspace, attached to endpoints and loaded by their replicas at run time;
+- `cold_starts`: a replica's start phases on the endpoint's log and in /metrics;
 - `limits`: the per-key rate limits callers of the endpoint are held to;
 - the passes of the beat: `heal` (replace lost replicas), `autoscale` (on load), `idle` (scale to zero,
   and waking), and `updates` (rolling updates to another revision or other server arguments).
@@ -19,6 +21,13 @@ Callers import from `fleet.workloads.services`; every public name is re-exported
 
 from __future__ import annotations
 
+from fleet.workloads.services.endpoints.adapters import (
+    endpoint_adapter_attach,
+    endpoint_adapter_detach,
+    endpoint_record_adapter_outcome,
+    lora_adapter_create,
+    lora_adapter_delete,
+)
 from fleet.workloads.services.endpoints.autoscale import (
     ScaleDecision,
     desired_replicas,
@@ -68,11 +77,14 @@ __all__ = [
     "PlacementError",
     "ScaleDecision",
     "desired_replicas",
+    "endpoint_adapter_attach",
+    "endpoint_adapter_detach",
     "endpoint_autoscale",
     "endpoint_create",
     "endpoint_heal",
     "endpoint_idle",
     "endpoint_record_acked",
+    "endpoint_record_adapter_outcome",
     "endpoint_record_command_outcome",
     "endpoint_record_start_commands",
     "endpoint_restart",
@@ -87,6 +99,8 @@ __all__ = [
     "endpoints_to_autoscale",
     "endpoints_to_heal",
     "endpoints_to_idle",
+    "lora_adapter_create",
+    "lora_adapter_delete",
     "node_free_vram_mb",
     "validate_model_id",
     "validate_per_minute",
