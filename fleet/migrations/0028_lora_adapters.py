@@ -45,6 +45,13 @@ class Migration(migrations.Migration):
                 max_length=32,
             ),
         ),
+        migrations.AlterField(
+            model_name="usagerollup",
+            name="subject_kind",
+            field=models.CharField(
+                choices=[("endpoint", "Endpoint"), ("adapter", "LoRA adapter"), ("cluster", "Cluster")], max_length=16
+            ),
+        ),
         migrations.CreateModel(
             name="LoraAdapter",
             fields=[
