@@ -1,5 +1,5 @@
 """REST API for workloads: /containers/, /models/ (model locations), /endpoints/ (+ POST .../stop/,
-.../update/ and .../update_revision/, GET .../events/).
+.../update/ and .../update_revision/, GET .../events/), /adapters/ (LoRA adapters: `adapter_api`).
 
 Exported as `router` (a SimpleRouter, no API root view) for inclusion under /api/v1/. Every queryset
 is scoped by `WorkspaceScopedMixin`, lists are filtered by the filtersets of `fleet.workloads.filters`;
@@ -23,6 +23,7 @@ from fleet.api.views import FilteredMixin
 from fleet.models import ComputeCluster, Node
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
+from fleet.workloads.adapter_api import LoraAdapterViewSet
 from fleet.workloads.errors import error_help
 from fleet.workloads.filters import CONTAINER_FILTERS, ENDPOINT_FILTERS, MODEL_LOCATION_FILTERS
 from fleet.workloads.key_api import ApiKeyViewSet
@@ -240,3 +241,4 @@ router.register("containers", ContainerViewSet, basename="container")
 router.register("models", ModelLocationViewSet, basename="model-location")
 router.register("endpoints", EndpointViewSet, basename="endpoint")
 router.register("api-keys", ApiKeyViewSet, basename="api-key")
+router.register("adapters", LoraAdapterViewSet, basename="lora-adapter")

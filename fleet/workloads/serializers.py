@@ -90,10 +90,14 @@ class EndpointReplicaSerializer(serializers.ModelSerializer):
     tokens_per_s = serializers.SerializerMethodField()
     requests_routed = serializers.SerializerMethodField()
     affinity_hits = serializers.SerializerMethodField()
+    adapters = serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text="The LoRA adapters its server has loaded."
+    )
 
     class Meta:
         model = EndpointReplica
         fields = ["id", "server_id", "node", "node_name", "status", "port", "failure_code", "failure_message"]
+        fields += ["adapters"]
         fields += ["in_flight", "tokens_per_s", "requests_routed", "affinity_hits"]
         fields += ["replacement_of", "created_at", "updated_at"]
         read_only_fields = fields

@@ -133,11 +133,13 @@ def endpoint_detail(request: HttpRequest, pk: Any) -> HttpResponse:
             }
         ),
         "routing_choices": RoutingPolicy.choices,
+        "starts": selectors.endpoint_start_phases(endpoint=endpoint),
     }
     if request.htmx:
         return render(request, "workloads/_endpoint_replicas.html", context)
     context["events"] = list(selectors.endpoint_event_list(endpoint=endpoint)[:EVENTS_SHOWN])
     context["events_shown"] = EVENTS_SHOWN
+    context["adapters"] = [link.adapter for link in endpoint.adapter_links.select_related("adapter")]
     return render(request, "workloads/endpoint_detail.html", context)
 
 

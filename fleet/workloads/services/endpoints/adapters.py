@@ -197,7 +197,8 @@ def endpoint_record_adapter_outcome(*, command: Command) -> Endpoint | None:
         replica = EndpointReplica.objects.select_for_update().get(pk=found.pk)
         if command.status == CommandStatus.SUCCEEDED:
             result: protocol.EndpointAdapterResult = command.parsed_result
-            replica.adapters = list(result.adapters)
+            # this adapter's change alone: outcomes of loads running side by side may be recorded in any order
+            replica.adapters = sorted({*replica.adapters, name} if loading else set(replica.adapters) - {name})
             replica.save(update_fields=["adapters", "updated_at"])
             verb = "loaded" if loading else "unloaded"
             endpoint_event_record(

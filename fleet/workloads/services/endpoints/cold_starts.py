@@ -1,6 +1,7 @@
 """A replica's start explained: its phases (`protocol.StartPhases`, timed by the agent) with the time it waited
 to be taken (placed: queued until the agent acknowledged it), on the endpoint's event log and page and in the
-`cleverthis_endpoint_start_phase_seconds` histograms of /metrics."""
+`cleverthis_endpoint_start_phase_seconds` histograms of /metrics. A start that downloaded its weights (a cold
+start) leaves them in the node's cache: its NodeModel row is written at once, so placement counts them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from agent import protocol
 from fleet.models import Command
-from fleet.workloads.models import Endpoint, EndpointReplica
+from fleet.workloads.models import Endpoint, EndpointReplica, NodeModel
 from fleet.workloads.services.endpoints.events import endpoint_event_record
 from kernel import metrics
 
@@ -59,7 +60,21 @@ def replica_record_start_phases(
     ]
     if "adapters" in durations:
         parts.append(f"adapters loaded {durations['adapters']:.1f} s")
-    data = {"phases": durations, "weights": weights, "weights_bytes": phases.weights_bytes}
+    if weights == "downloaded":  # the node holds the weights now (its next inventory adds their path)
+        payload: protocol.EndpointStartPayload | None = command.parsed_payload
+        if payload is not None:
+            NodeModel.objects.get_or_create(
+                node_id=command.node_id,
+                model_id=payload.model_id,
+                revision=payload.revision,
+                defaults={"size_bytes": phases.weights_bytes},
+            )
+    data = {
+        "replica": replica.server_id,
+        "phases": durations,
+        "weights": weights,
+        "weights_bytes": phases.weights_bytes,
+    }
     endpoint_event_record(
         endpoint=endpoint,
         node_id=command.node_id,
