@@ -75,6 +75,7 @@ from fleet.proxy.resolvers import Answer, ProxyRefusal, ProxyTarget, redirect_to
 from fleet.usage import meter as usage_meter
 from fleet.workloads.models import Endpoint, EndpointAdapter, EndpointReplica, EndpointStatus
 from fleet.workloads.services import PlacementError, endpoint_wake
+from fleet.workloads.services.endpoints.adapters import ENABLE_LORA
 from kernel import timeseries
 from kernel.asgi_scope import RATE_CALLER_SCOPE_KEY
 from kernel.exceptions import QuotaExceeded
@@ -160,11 +161,13 @@ def _load_route(slug: str) -> _Route | None:
             .values_list("server_id", "node_id", "port", "node__status", "adapters")
         )
         upstreams = [(Upstream(key, node_id, port), node_status) for key, node_id, port, node_status, _ in running]
-        attached = EndpointAdapter.objects.filter(endpoint=endpoint).values_list("adapter__name", "adapter_id")
-        adapters = {
-            name: (adapter_id, frozenset(key for key, *_, held in running if name in (held or ())))
-            for name, adapter_id in attached
-        }
+        adapters = {}
+        if ENABLE_LORA in endpoint.server_args:  # (adapters attach only there: other routes cost no query)
+            attached = EndpointAdapter.objects.filter(endpoint=endpoint).values_list("adapter__name", "adapter_id")
+            adapters = {
+                name: (adapter_id, frozenset(key for key, *_, held in running if name in (held or ())))
+                for name, adapter_id in attached
+            }
         route = _Route(
             public=endpoint.public,
             endpoint_id=endpoint.pk,
