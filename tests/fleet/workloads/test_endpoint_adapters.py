@@ -152,6 +152,17 @@ def test_later_starts_carry_the_adapters_and_detach_unloads(running, owner, tone
     )
 
 
+def test_a_replica_starting_while_an_adapter_is_attached_loads_it_once_it_runs(nodes, cluster, owner, tone):
+    endpoint = workloads.endpoint_create(actor=owner, cluster=cluster, model_id="acme/tiny", server_args=LORA)
+    workloads.endpoint_adapter_attach(actor=owner, endpoint=endpoint, adapter=tone)  # before it runs
+    assert adapter_commands("load") == []
+    (replica,) = EndpointReplica.objects.filter(endpoint=endpoint)
+    agent_side.result(replica.start_command, port=8001, adapters=[])  # its start predates the attach
+    (load,) = adapter_commands("load")
+    assert (load.payload["endpoint_id"], load.payload["adapter"]["name"]) == (replica.server_id, "tone")
+    assert load.created_by is None  # the control plane's own command
+
+
 def test_the_api_adds_attaches_and_refuses(running, owner, workspace, other_workspace, member_of, api_client_for):
     api = api_client_for(owner)
     bad = api.post("/api/v1/adapters/", {"workspace": str(workspace.pk), "name": "x"}, format="json")

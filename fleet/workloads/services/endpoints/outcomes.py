@@ -10,6 +10,7 @@ from agent import protocol
 from fleet.models import Command, CommandStatus, CommandType
 from fleet.workloads.errors import error_help, error_sentence
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.services.common import system_actor
 from fleet.workloads.services.endpoints.adapters import replica_sync_adapters
 from fleet.workloads.services.endpoints.cold_starts import replica_record_start_phases
 from fleet.workloads.services.endpoints.events import endpoint_event_record
@@ -76,7 +77,9 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
                         endpoint=endpoint, replica=replica, command=command, phases=result.phases
                     )
                 replica.save()
-                replica_sync_adapters(actor=None, endpoint=endpoint, replica=replica)  # attached while it started
+                if endpoint.adapter_links.exists():  # adapters attached (or detached) while it started
+                    actor = system_actor(endpoint.cluster.workspace)
+                    replica_sync_adapters(actor=actor, endpoint=endpoint, replica=replica)
             else:
                 code = command.error_code if not ok else "internal"
                 message = command.error_message if not ok else "The agent reported success without a valid port."
