@@ -158,6 +158,11 @@ class EndpointManager:
         """Start serving a cached model (fetched first when missing and the payload says `download`), then load
         its adapters; returns endpoint_id, port, pid and how the start went (the running one if already up)."""
         clock = PhaseClock()
+        fetched = None
+        if payload.download and self.models.path_for(payload.model_id, payload.revision) is None:
+            # fetched outside the lock: the node's other endpoints are stopped and reported meanwhile
+            download = ModelDownloadPayload(model_id=payload.model_id, revision=payload.revision)
+            fetched = self.models.download(download, progress)
         with self._lock:
             state = self._load()
             current = state.get(payload.endpoint_id)
@@ -183,14 +188,12 @@ class EndpointManager:
                 raise CommandFailed("invalid_payload", "server arguments refused: " + " ".join(problems))
             payload = dataclasses.replace(payload, extra_args=args)
             model_path = self.models.path_for(payload.model_id, payload.revision)
-            if model_path is None and payload.download:
-                fetched = self.models.download(
-                    ModelDownloadPayload(model_id=payload.model_id, revision=payload.revision), progress
+            if model_path is not None:
+                downloaded = fetched is not None
+                clock.weights_done(
+                    "downloaded" if downloaded else "present",
+                    fetched.size_bytes if downloaded else weights_bytes(model_path),
                 )
-                model_path = self.models.path_for(payload.model_id, payload.revision)
-                clock.weights_done("downloaded", fetched.size_bytes)
-            elif model_path is not None:
-                clock.weights_done("present", weights_bytes(model_path))
             if model_path is None:
                 raise CommandFailed(
                     "weights_missing",
