@@ -102,9 +102,19 @@ def validate_payload(command_type: Any, payload: Any) -> dict[str, Any]:
     marked = _check_marks(marks, set(serializer.fields), errors)
     if errors:
         raise ValidationError(errors)
-    clean = _plain(dict(serializer.validated_data))
+    clean = _unset_left_out(command_type, _plain(dict(serializer.validated_data)))
     if marked:
         clean[MARKS] = marked
+    return clean
+
+
+def _unset_left_out(command_type: str, clean: dict[str, Any]) -> dict[str, Any]:
+    """`clean` without the fields sent only when set (`protocol.SENT_WHEN_SET`) that hold their default."""
+    for f in dataclasses.fields(protocol.PAYLOAD_TYPES[command_type]):
+        if f.metadata.get("sent_when_set") and f.name in clean:
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            if clean[f.name] == default:
+                del clean[f.name]
     return clean
 
 

@@ -69,6 +69,16 @@ HEARTBEAT_LAG_SECONDS = Histogram(
     "From the agent sending a heartbeat (its clock) to the control plane having stored it.",
     buckets=LATENCY_BUCKETS,
 )
+# Seconds: a replica's start phases, from a placement's fraction of a second to a large model's download.
+START_PHASE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+ENDPOINT_START_PHASE_SECONDS = Histogram(
+    "cleverthis_endpoint_start_phase_seconds",
+    "How long each phase of an endpoint replica's start took (phase: placed = queued until the agent took it, "
+    "weights, server_started, model_loaded, healthy = until the first health check passed, adapters, total; "
+    "weights: present = cached on the node, downloaded = a cold start).",
+    ["phase", "weights"],
+    buckets=START_PHASE_BUCKETS,
+)
 PROXY_STREAMS = Counter(
     "cleverthis_proxy_streams",
     "Byte streams opened to ports on nodes (via: local = the tunnel is in this process, peer = another process).",

@@ -70,7 +70,7 @@ ENDPOINT_REFUSED_FLAGS: dict[str, str] = {
     "--speculative-config": "it names a draft model to load from a path",
     "--kv-transfer-config": "it loads a connector module and opens connections off the node",
     "--allowed-local-media-path": "it serves the node's files to requests",
-    "--lora-modules": "it loads adapters from paths on the node",
+    "--lora-modules": "it loads adapters from paths on the node (attach adapters to the endpoint instead)",
     "--generation-config": "it reads a folder on the node",
     "--tokenizer": "it loads a tokenizer from a path on the node or the Hub",
     "--hf-config-path": _READS_FILES,
@@ -173,6 +173,12 @@ ENDPOINT_SERVER_FLAGS: dict[str, ServerFlag] = {
     "--disable-cascade-attn": _switch(),
     "--disable-custom-all-reduce": _switch(),
     "--seed": _int(0, 2**32 - 1),
+    # LoRA adapters: the control plane loads and unloads them at run time (vLLM's /v1/load_lora_adapter), never
+    # from paths given here (`--lora-modules` is refused)
+    "--enable-lora": _switch(),
+    "--max-loras": _int(1, 256),
+    "--max-lora-rank": ServerFlag("choice", choices=("1", "8", "16", "32", "64", "128", "256", "320", "512")),
+    "--max-cpu-loras": _int(1, 1024),
     # scheduling
     "--max-num-seqs": _int(1, 65_536),
     "--max-num-batched-tokens": _int(1, MAX_TOKENS),

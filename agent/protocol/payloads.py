@@ -14,6 +14,9 @@ from typing import Any, Literal, get_args
 
 from agent.protocol.endpoint_rules import ENDPOINT_AGENT_ARGS, endpoint_arg_reserved  # noqa: F401 (re-exported)
 from agent.protocol.rules import (
+    ADAPTER_MODEL_ID_RE,
+    ADAPTER_NAME_RE,
+    ADAPTER_PATH_RE,
     AGENT_VERSION_RE,
     ENDPOINT_ID_RE,
     FILE_NAME_RE,
@@ -45,6 +48,8 @@ WorkloadCommandType = Literal[  # fleet.workloads; the agent's executor, model c
     "model.evict",
     "endpoint.start",
     "endpoint.stop",
+    "endpoint.adapter.load",
+    "endpoint.adapter.unload",
 ]
 RayNodeCommandType = Literal[  # raymgr; the agent's Ray backends
     "ray.head.start",
@@ -68,6 +73,9 @@ RAY_JOB_COMMAND_TYPES: tuple[str, ...] = get_args(RayJobCommandType)
 AGENT_COMMAND_TYPES: tuple[str, ...] = get_args(AgentCommandType)
 
 
+# A payload field added after its command type: the control plane leaves it out of the payload while it holds
+# its default (`fleet.payloads.validate_payload`), so an agent that predates the field reads the command as before.
+SENT_WHEN_SET = {"sent_when_set": True}
 MODEL_ID = rule(max_length=200, pattern=MODEL_ID_RE, message="Not a valid model id (expected owner/name).")
 MAX_MEMORY_MB = 16 * 1024 * 1024  # 16 TiB: a container's memory limit, an endpoint's VRAM per replica
 REVISION = rule(max_length=200, pattern=REVISION_RE)
@@ -136,6 +144,25 @@ class ModelEvictPayload:
     revision: str = field(default="main", metadata=REVISION)
 
 
+ADAPTER_NAME = rule(
+    max_length=64,
+    pattern=ADAPTER_NAME_RE,
+    message="An adapter name is 1-64 letters, digits and _ . - (it is the `model` a request names).",
+)
+
+
+@dataclass(frozen=True)
+class LoraAdapterRef:
+    """A LoRA adapter an endpoint's server loads: `name` is what requests put in `model`; its weights are a Hub
+    repository (`model_id`@`revision`, fetched into the node's model cache when missing) or, when `path` is set,
+    an absolute directory on the node."""
+
+    name: str = field(metadata=ADAPTER_NAME)
+    model_id: str = field(default="", metadata=rule(max_length=200, pattern=ADAPTER_MODEL_ID_RE))
+    revision: str = field(default="main", metadata=REVISION)
+    path: str = field(default="", metadata=rule(max_length=1000, pattern=ADAPTER_PATH_RE))
+
+
 @dataclass(frozen=True)
 class EndpointStartPayload:
     """endpoint.start: serve a cached model with an OpenAI-compatible server. The API makes `endpoint_id` up
@@ -153,6 +180,14 @@ class EndpointStartPayload:
     gpus: int = field(default=0, metadata=rule(min=0, max=64))
     min_vram_mb: int = field(default=0, metadata=rule(min=0, max=MAX_MEMORY_MB))
     extra_args: list[str] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS, item_max_length=500))
+    # LoRA adapters to load once the server answers (the server then starts with `--enable-lora`); more are
+    # loaded and unloaded while it runs by endpoint.adapter.load / endpoint.adapter.unload. Both fields below
+    # are sent only when set, so an agent that predates them reads every payload it did before.
+    adapters: list[LoraAdapterRef] = field(
+        default_factory=list, metadata={**rule(items_max=MAX_ITEMS), **SENT_WHEN_SET}
+    )
+    # the weights missing from this node's cache: fetch them first (a cold start) instead of failing
+    download: bool = field(default=False, metadata=SENT_WHEN_SET)
 
 
 @dataclass(frozen=True)
@@ -160,6 +195,24 @@ class EndpointStopPayload:
     """endpoint.stop."""
 
     endpoint_id: str = field(metadata=rule(max_length=100, pattern=NAME_RE))
+
+
+@dataclass(frozen=True)
+class EndpointAdapterLoadPayload:
+    """endpoint.adapter.load: load a LoRA adapter into a running server without a restart (vLLM's
+    /v1/load_lora_adapter); loading one already loaded answers loaded again."""
+
+    endpoint_id: str = field(metadata=rule(pattern=ENDPOINT_ID_RE))
+    adapter: LoraAdapterRef = field(metadata=rule())  # bounded by its own fields
+
+
+@dataclass(frozen=True)
+class EndpointAdapterUnloadPayload:
+    """endpoint.adapter.unload: unload a LoRA adapter from a running server (vLLM's /v1/unload_lora_adapter);
+    one not loaded answers unloaded."""
+
+    endpoint_id: str = field(metadata=rule(pattern=ENDPOINT_ID_RE))
+    name: str = field(metadata=ADAPTER_NAME)
 
 
 # ---- managed Ray (ray.*): `runtime` "docker" runs rayproject/ray containers, "process" runs `ray start`
@@ -346,6 +399,8 @@ PAYLOAD_TYPES: dict[str, type] = {
     "model.evict": ModelEvictPayload,
     "endpoint.start": EndpointStartPayload,
     "endpoint.stop": EndpointStopPayload,
+    "endpoint.adapter.load": EndpointAdapterLoadPayload,
+    "endpoint.adapter.unload": EndpointAdapterUnloadPayload,
     "ray.head.start": RayHeadStartPayload,
     "ray.worker.start": RayWorkerStartPayload,
     "ray.node.drain": RayNodeDrainPayload,

@@ -62,14 +62,44 @@ class ModelEvictResult:
 
 
 @dataclass(frozen=True)
+class StartPhases:
+    """How a replica's start went on its node, each phase's end in seconds after the agent took the command:
+    its weights (`weights`: present in the cache, or downloaded: `weights_bytes` in `weights_s`), its server
+    process spawned, the model loaded into it (vLLM logged its weights loaded; else when it answered) and the
+    first health check passed (GET /v1/models lists the model), then its adapters loaded."""
+
+    weights: str = ""  # present | downloaded
+    weights_bytes: int = 0
+    weights_s: Number = 0.0
+    server_started_s: Number = 0.0
+    model_loaded_s: Number = 0.0
+    healthy_s: Number = 0.0
+    adapters_s: Number | None = None  # when the start's LoRA adapters were loaded (None: it had none)
+
+
+@dataclass(frozen=True)
 class EndpointStartResult:
-    """endpoint.start: where the server answers (an already running one answers without `log_tail`)."""
+    """endpoint.start: where the server answers (an already running one answers without `log_tail` and
+    `phases`)."""
 
     endpoint_id: str = ""
     port: int = 0
     pid: int = 0
     device: str = ""
     log_tail: str | None = None  # the server's start-up lines
+    phases: StartPhases | None = None  # a server started by this command: how its start went
+    adapters: list[str] | None = None  # the LoRA adapters it has loaded (None: LoRA is off)
+
+
+@dataclass(frozen=True)
+class EndpointAdapterResult:
+    """endpoint.adapter.load / unload: the adapter's state on the server now, and the server's adapters."""
+
+    endpoint_id: str = ""
+    name: str = ""
+    status: str = ""  # loaded | unloaded
+    seconds: Number = 0.0  # fetching (when its weights were missing) and loading, or unloading
+    adapters: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -231,6 +261,8 @@ RESULT_TYPES: dict[str, type] = {
     "model.evict": ModelEvictResult,
     "endpoint.start": EndpointStartResult,
     "endpoint.stop": EndpointStopResult,
+    "endpoint.adapter.load": EndpointAdapterResult,
+    "endpoint.adapter.unload": EndpointAdapterResult,
     "ray.head.start": RayNodeStartResult,
     "ray.worker.start": RayNodeStartResult,
     "ray.node.drain": RayNodeDrainResult,

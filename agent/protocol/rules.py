@@ -31,6 +31,10 @@ HOST_RE = r"^[A-Za-z0-9][A-Za-z0-9.:-]*$"  # an in-cluster Service's host name, 
 HEAD_ADDRESS_RE = r"^[A-Za-z0-9_.:\[\]-]+:[0-9]{1,5}$"
 RAY_NODE_ID_RE = r"^[0-9a-fA-F]+$"
 KUBE_NAME_RE = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a Kubernetes object name (RFC 1123 label)
+ADAPTER_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+ADAPTER_MODEL_ID_RE = r"^$|" + MODEL_ID_RE  # empty when the adapter is a path on the node
+# an absolute directory on the node, no `..` part (empty when the adapter is a Hub repository)
+ADAPTER_PATH_RE = r"^$|^/(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_./-]*$"
 FILE_NAME_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 LOCAL_PATH_RE = r"^(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)+/?$"  # an absolute folder, no '..', no blanks
 AGENT_VERSION_RE = r"^[A-Za-z0-9.+_-]{1,100}$"

@@ -103,6 +103,9 @@ ErrorCode = Literal[
     "weights_missing",
     "insufficient_vram",
     "insufficient_memory",
+    "lora_disabled",
+    "adapter_missing",
+    "adapter_failed",
     "internal",
 ]
 ERROR_CODES: tuple[str, ...] = get_args(ErrorCode)

@@ -33,17 +33,22 @@ import requests
 from agent.errors import CommandFailed
 from agent.executors.base import ProgressFn
 from agent.protocol import (
+    EndpointAdapterLoadPayload,
+    EndpointAdapterResult,
+    EndpointAdapterUnloadPayload,
     EndpointInfo,
     EndpointStartPayload,
     EndpointStartResult,
     EndpointStopPayload,
     EndpointStopResult,
     GpuInfo,
+    ModelDownloadPayload,
     check_server_args,
 )
 from agent.protocol.cpu_engine import CPU_ENDPOINT_CORES
+from agent.workloads.adapters import ENABLE_LORA, RUNTIME_UPDATES_ENV, EndpointAdapters, lora_enabled
 from agent.workloads.cpu_cores import allocate_cores, bind_env, node_cores, pin_process
-from agent.workloads.engine import VLLM_MODULE, Engine, check_gpus, check_memory, choose_engine
+from agent.workloads.engine import VLLM_MODULE, Engine, check_gpus, check_memory, choose_engine, weights_bytes
 from agent.workloads.models import ModelCache
 from agent.workloads.server_process import (
     free_port,
@@ -54,6 +59,7 @@ from agent.workloads.server_process import (
     server_alive,
     signal_tree,
 )
+from agent.workloads.start_phases import PhaseClock
 from agent.workloads.stray_servers import ServerProcess, mark_env, marked_servers
 
 VLLM_COMMAND = [sys.executable, "-m", VLLM_MODULE]
@@ -76,7 +82,10 @@ def server_argv(engine: Engine, model_path: Path, port: int, payload: EndpointSt
     argv += engine.args()
     if payload.gpus > 1:
         argv += ["--tensor-parallel-size", str(payload.gpus)]
-    return argv + list(payload.extra_args)
+    argv += list(payload.extra_args)
+    if payload.adapters and not lora_enabled(argv):
+        argv.append(ENABLE_LORA)  # a start naming adapters serves them
+    return argv
 
 
 STATE_FILE = "endpoints.json"
@@ -113,6 +122,7 @@ class EndpointManager:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         # endpoint id → the cancel flags of its starts in flight (set by a stop of that id)
         self._starting: dict[str, set[threading.Event]] = {}
+        self.adapters = EndpointAdapters(models, self._lock, self._load, self._save)
 
     # ---- state file
 
@@ -138,16 +148,21 @@ class EndpointManager:
 
     def execute(
         self, command_type: str, payload: Any, *, progress: ProgressFn
-    ) -> EndpointStartResult | EndpointStopResult:
-        """Run endpoint.start / endpoint.stop."""
+    ) -> EndpointStartResult | EndpointStopResult | EndpointAdapterResult:
+        """Run endpoint.start / endpoint.stop / endpoint.adapter.load / endpoint.adapter.unload."""
         if command_type == "endpoint.start":
             return self.start(payload, progress)
         if command_type == "endpoint.stop":
             return self.stop(payload)
+        if command_type == "endpoint.adapter.load" and isinstance(payload, EndpointAdapterLoadPayload):
+            return self.adapters.load(payload, progress)
+        if command_type == "endpoint.adapter.unload" and isinstance(payload, EndpointAdapterUnloadPayload):
+            return self.adapters.unload(payload)
         raise CommandFailed("unknown_command", f"the endpoint manager does not run {command_type!r}")
 
     def start(self, payload: EndpointStartPayload, progress: ProgressFn) -> EndpointStartResult:
-        """Start serving a cached model; returns endpoint_id, port and pid (the running one if already up).
+        """Start serving a cached model (fetched first when missing and the payload says `download`), then load
+        its adapters; returns endpoint_id, port, pid and how the start went (the running one if already up).
 
         The start is in flight from its first line: a stop of its id meanwhile cancels it (`conflict`, no
         server left running), even before its record exists."""
@@ -166,6 +181,12 @@ class EndpointManager:
     def _start(
         self, payload: EndpointStartPayload, progress: ProgressFn, cancel: threading.Event
     ) -> EndpointStartResult:
+        clock = PhaseClock()
+        fetched = None
+        if payload.download and self.models.path_for(payload.model_id, payload.revision) is None:
+            # fetched outside the lock: the node's other endpoints are stopped and reported meanwhile
+            download = ModelDownloadPayload(model_id=payload.model_id, revision=payload.revision)
+            fetched = self.models.download(download, progress)
         with self._lock:
             _raise_if_cancelled(payload, cancel)
             state = self._load()
@@ -183,6 +204,7 @@ class EndpointManager:
                     port=current["port"],
                     pid=current["pid"],
                     device=current.get("device", "cpu"),
+                    adapters=current.get("adapters", []) if current.get("lora") else None,
                 )
             # The same allow-list as the control plane's (`agent.protocol.check_server_args`): vLLM runs on
             # this host, so a flag naming a file or code is refused here too, and a template naming a file.
@@ -191,6 +213,12 @@ class EndpointManager:
                 raise CommandFailed("invalid_payload", "server arguments refused: " + " ".join(problems))
             payload = dataclasses.replace(payload, extra_args=args)
             model_path = self.models.path_for(payload.model_id, payload.revision)
+            if model_path is not None:
+                downloaded = fetched is not None
+                clock.weights_done(
+                    "downloaded" if downloaded else "present",
+                    fetched.size_bytes if downloaded else weights_bytes(model_path),
+                )
             if model_path is None:
                 raise CommandFailed(
                     "weights_missing",
@@ -211,6 +239,9 @@ class EndpointManager:
             cores = self._cpu_cores(state, payload.endpoint_id) if engine.device == "cpu" else []
             if cores:
                 env = bind_env(env, cores)
+            lora = lora_enabled(argv)
+            if lora:  # adapters come and go through the server's runtime API (`agent.workloads.adapters`)
+                env[RUNTIME_UPDATES_ENV] = "True"
             if chosen:
                 # The indices are NVML's, which count GPUs in PCI bus order; CUDA counts fastest first unless
                 # told otherwise, so on a node with unlike GPUs the same index could name another card.
@@ -231,6 +262,8 @@ class EndpointManager:
             self._children[child.pid] = child
             if cores:
                 pin_process(child.pid, cores)
+            clock.mark("server_started")
+            clock.watch_log(log_path)
             state[payload.endpoint_id] = {
                 "model_id": payload.model_id,
                 "revision": payload.revision,
@@ -242,10 +275,15 @@ class EndpointManager:
                 "device": engine.device,
                 "status": "starting",
                 "started_at": time.time(),
+                "lora": lora,
+                "adapters": [],
             }
             self._save(state)
         try:
-            self._wait_ready(payload, child, port, log_path, progress, cancel)
+            self._wait_ready(payload, child, port, log_path, progress, cancel, clock)
+            adapters = self.adapters.load_all(port, list(payload.adapters), progress) if lora else []
+            if payload.adapters:
+                clock.mark("adapters")
         except CommandFailed:
             with self._lock:
                 self._terminate(child.pid)  # a start that failed or timed out leaves no server behind
@@ -261,7 +299,7 @@ class EndpointManager:
             state = self._load()
             record = state.get(payload.endpoint_id)
             if record is not None and record.get("pid") == child.pid and record.get("status") == "starting":
-                record["status"] = "running"
+                record.update(status="running", adapters=adapters)
                 self._save(state)
         progress(f"endpoint {payload.endpoint_id} answers on port {port}", percent=100.0)
         return EndpointStartResult(
@@ -272,6 +310,8 @@ class EndpointManager:
             log_tail=log_tail(log_path, LOG_TAIL_BYTES)[
                 -START_LOG_TAIL_BYTES:
             ],  # the server's start-up lines, for the UI
+            phases=clock.result(),
+            adapters=adapters if lora else None,
         )
 
     def stop(self, payload: EndpointStopPayload) -> EndpointStopResult:
@@ -409,6 +449,7 @@ class EndpointManager:
         log_path: Path,
         progress: ProgressFn,
         cancel: threading.Event,
+        clock: PhaseClock,
     ) -> None:
         deadline = time.monotonic() + self.ready_timeout_s
         url = f"http://127.0.0.1:{port}/v1/models"
@@ -424,11 +465,14 @@ class EndpointManager:
                     exit_code=code,
                     log_tail=tail,
                 )
+            clock.poll_log()
             try:
                 response = requests.get(url, timeout=2)
                 if response.status_code == 200:
                     served = [m.get("id") for m in response.json().get("data", [])]
                     if payload.model_id in served:
+                        clock.poll_log()
+                        clock.mark("healthy")
                         return
             except (requests.RequestException, ValueError):
                 pass

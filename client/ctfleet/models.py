@@ -38,7 +38,7 @@ class _Model:
 
 ClusterModeEnum = Literal['standalone', 'kubernetes', 'argocd']
 
-CommandCommandTypeEnum = Literal['container.create', 'container.start', 'container.stop', 'container.destroy', 'model.download', 'model.evict', 'endpoint.start', 'endpoint.stop', 'ray.head.start', 'ray.worker.start', 'ray.node.drain', 'ray.node.stop', 'ray.status', 'ray.job.submit', 'ray.job.status', 'ray.job.stop', 'ray.serve.status', 'agent.update']
+CommandCommandTypeEnum = Literal['container.create', 'container.start', 'container.stop', 'container.destroy', 'model.download', 'model.evict', 'endpoint.start', 'endpoint.stop', 'endpoint.adapter.load', 'endpoint.adapter.unload', 'ray.head.start', 'ray.worker.start', 'ray.node.drain', 'ray.node.stop', 'ray.status', 'ray.job.submit', 'ray.job.status', 'ray.job.stop', 'ray.serve.status', 'agent.update']
 
 CommandDispatch = dict[str, Any]
 
@@ -55,6 +55,10 @@ ContainerStartCommandCommandTypeEnum = Literal['container.start']
 ContainerStatusEnum = Literal['pending', 'created', 'running', 'stopping', 'exited', 'stopped', 'missing', 'failed', 'removed']
 
 ContainerStopCommandCommandTypeEnum = Literal['container.stop']
+
+EndpointAdapterLoadCommandCommandTypeEnum = Literal['endpoint.adapter.load']
+
+EndpointAdapterUnloadCommandCommandTypeEnum = Literal['endpoint.adapter.unload']
 
 EndpointBenchmarkStatusEnum = Literal['queued', 'running', 'succeeded', 'failed']
 
@@ -106,9 +110,33 @@ ServeDeploymentStatusEnum = Literal['pending', 'deploying', 'running', 'degraded
 
 StatusFa2Enum = Literal['pending', 'starting', 'running', 'stopping', 'stopped', 'failed', 'idle']
 
-SubjectKindEnum = Literal['endpoint', 'cluster']
+SubjectKindEnum = Literal['endpoint', 'adapter', 'cluster']
 
 TuneExperimentModeEnum = Literal['min', 'max']
+
+
+class AdapterAttach(_Model):
+    """Input of POST /adapters/{id}/attach/ and .../detach/."""
+
+    __slots__ = ('endpoint',)
+
+    def __init__(
+        self,
+        *,
+        endpoint: str,
+    ) -> None:
+        self.endpoint = endpoint
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AdapterAttach:
+        return cls(
+            endpoint=data['endpoint'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['endpoint'] = self.endpoint
+        return out
 
 
 class AgentRegister(_Model):
@@ -1835,6 +1863,128 @@ class Endpoint(_Model):
         return out
 
 
+class EndpointAdapterLoadCommand(_Model):
+    """A `endpoint.adapter.load` command."""
+
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: EndpointAdapterLoadCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: EndpointAdapterLoadPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EndpointAdapterLoadCommand:
+        return cls(
+            command_type=data['command_type'],
+            node_id=data.get('node_id'),
+            payload=_opt(EndpointAdapterLoadPayload.from_dict, data['payload']),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['command_type'] = self.command_type
+        if self.node_id is not None:
+            out['node_id'] = self.node_id
+        out['payload'] = _opt(_dump, self.payload)
+        return out
+
+
+class EndpointAdapterLoadPayload(_Model):
+    """endpoint.adapter.load: load a LoRA adapter into a running server without a restart (vLLM's /v1/load_lora_adapter); loading one already loaded answers loaded again."""
+
+    __slots__ = ('endpoint_id', 'adapter',)
+
+    def __init__(
+        self,
+        *,
+        endpoint_id: str,
+        adapter: LoraAdapterRef,
+    ) -> None:
+        self.endpoint_id = endpoint_id
+        self.adapter = adapter
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EndpointAdapterLoadPayload:
+        return cls(
+            endpoint_id=data['endpoint_id'],
+            adapter=_opt(LoraAdapterRef.from_dict, data['adapter']),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['endpoint_id'] = self.endpoint_id
+        out['adapter'] = _opt(_dump, self.adapter)
+        return out
+
+
+class EndpointAdapterUnloadCommand(_Model):
+    """A `endpoint.adapter.unload` command."""
+
+    __slots__ = ('command_type', 'node_id', 'payload',)
+
+    def __init__(
+        self,
+        *,
+        command_type: EndpointAdapterUnloadCommandCommandTypeEnum,
+        node_id: str | None = None,
+        payload: EndpointAdapterUnloadPayload,
+    ) -> None:
+        self.command_type = command_type
+        self.node_id = node_id
+        self.payload = payload
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EndpointAdapterUnloadCommand:
+        return cls(
+            command_type=data['command_type'],
+            node_id=data.get('node_id'),
+            payload=_opt(EndpointAdapterUnloadPayload.from_dict, data['payload']),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['command_type'] = self.command_type
+        if self.node_id is not None:
+            out['node_id'] = self.node_id
+        out['payload'] = _opt(_dump, self.payload)
+        return out
+
+
+class EndpointAdapterUnloadPayload(_Model):
+    """endpoint.adapter.unload: unload a LoRA adapter from a running server (vLLM's /v1/unload_lora_adapter); one not loaded answers unloaded."""
+
+    __slots__ = ('endpoint_id', 'name',)
+
+    def __init__(
+        self,
+        *,
+        endpoint_id: str,
+        name: str,
+    ) -> None:
+        self.endpoint_id = endpoint_id
+        self.name = name
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EndpointAdapterUnloadPayload:
+        return cls(
+            endpoint_id=data['endpoint_id'],
+            name=data['name'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['endpoint_id'] = self.endpoint_id
+        out['name'] = self.name
+        return out
+
+
 class EndpointAdmission(_Model):
     """Input of POST /endpoints/<id>/admission/: the concurrency limit per replica and the queue's bounds (null: the default; left out: kept)."""
 
@@ -2256,7 +2406,7 @@ class EndpointLimits(_Model):
 class EndpointReplica(_Model):
     """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second summed over every web process (`fleet.replica_load`, a few seconds old at most; null when they cannot be read); the requests the router sent it and, of those, its affinity hits (a request whose session or prefix key went to this same replica the time before: an estimate of prefix-cache reuse), counted by the web processes alive now; `replacement_of` names the lost replica it took over from (every replica is listed, retired ones too)."""
 
-    __slots__ = ('id', 'server_id', 'node', 'node_name', 'status', 'port', 'failure_code', 'failure_message', 'in_flight', 'tokens_per_s', 'requests_routed', 'affinity_hits', 'decision_p50_us', 'decision_p99_us', 'replacement_of', 'created_at', 'updated_at',)
+    __slots__ = ('id', 'server_id', 'node', 'node_name', 'status', 'port', 'failure_code', 'failure_message', 'adapters', 'in_flight', 'tokens_per_s', 'requests_routed', 'affinity_hits', 'decision_p50_us', 'decision_p99_us', 'replacement_of', 'created_at', 'updated_at',)
 
     def __init__(
         self,
@@ -2269,6 +2419,7 @@ class EndpointReplica(_Model):
         port: int,
         failure_code: str,
         failure_message: str,
+        adapters: list[str],
         in_flight: int | None,
         tokens_per_s: float | None,
         requests_routed: int | None,
@@ -2287,6 +2438,7 @@ class EndpointReplica(_Model):
         self.port = port
         self.failure_code = failure_code
         self.failure_message = failure_message
+        self.adapters = adapters
         self.in_flight = in_flight
         self.tokens_per_s = tokens_per_s
         self.requests_routed = requests_routed
@@ -2308,6 +2460,7 @@ class EndpointReplica(_Model):
             port=data['port'],
             failure_code=data['failure_code'],
             failure_message=data['failure_message'],
+            adapters=data['adapters'],
             in_flight=data['in_flight'],
             tokens_per_s=data['tokens_per_s'],
             requests_routed=data['requests_routed'],
@@ -2329,6 +2482,7 @@ class EndpointReplica(_Model):
         out['port'] = self.port
         out['failure_code'] = self.failure_code
         out['failure_message'] = self.failure_message
+        out['adapters'] = self.adapters
         out['in_flight'] = self.in_flight
         out['tokens_per_s'] = self.tokens_per_s
         out['requests_routed'] = self.requests_routed
@@ -2401,7 +2555,7 @@ class EndpointStartCommand(_Model):
 class EndpointStartPayload(_Model):
     """endpoint.start: serve a cached model with an OpenAI-compatible server. The API makes `endpoint_id` up when left out (a new endpoint); the same id restarts a stopped one."""
 
-    __slots__ = ('endpoint_id', 'model_id', 'revision', 'port', 'gpus', 'min_vram_mb', 'extra_args', 'secret_fields',)
+    __slots__ = ('endpoint_id', 'model_id', 'revision', 'port', 'gpus', 'min_vram_mb', 'extra_args', 'adapters', 'download', 'secret_fields',)
 
     def __init__(
         self,
@@ -2413,6 +2567,8 @@ class EndpointStartPayload(_Model):
         gpus: int | None = None,
         min_vram_mb: int | None = None,
         extra_args: list[str] | None = None,
+        adapters: list[LoraAdapterRef] | None = None,
+        download: bool | None = None,
         secret_fields: list[EndpointStartPayloadSecretFieldsEnum] | None = None,
     ) -> None:
         self.endpoint_id = endpoint_id
@@ -2422,6 +2578,8 @@ class EndpointStartPayload(_Model):
         self.gpus = gpus
         self.min_vram_mb = min_vram_mb
         self.extra_args = extra_args
+        self.adapters = adapters
+        self.download = download
         self.secret_fields = secret_fields
 
     @classmethod
@@ -2434,6 +2592,8 @@ class EndpointStartPayload(_Model):
             gpus=data.get('gpus'),
             min_vram_mb=data.get('min_vram_mb'),
             extra_args=data.get('extra_args'),
+            adapters=_list(LoraAdapterRef.from_dict, data.get('adapters')),
+            download=data.get('download'),
             secret_fields=data.get('secret_fields'),
         )
 
@@ -2452,6 +2612,10 @@ class EndpointStartPayload(_Model):
             out['min_vram_mb'] = self.min_vram_mb
         if self.extra_args is not None:
             out['extra_args'] = self.extra_args
+        if self.adapters is not None:
+            out['adapters'] = _list(_dump, self.adapters)
+        if self.download is not None:
+            out['download'] = self.download
         if self.secret_fields is not None:
             out['secret_fields'] = self.secret_fields
         return out
@@ -2636,6 +2800,140 @@ class JoinToken(_Model):
         out['token'] = self.token
         out['join_command'] = self.join_command
         out['expires_at'] = self.expires_at
+        return out
+
+
+class LoraAdapter(_Model):
+    """A LoRA adapter of a workspace and the endpoints (ids) it is attached to."""
+
+    __slots__ = ('id', 'workspace', 'name', 'model_id', 'revision', 'path', 'endpoints', 'created_at',)
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        workspace: str,
+        name: str,
+        model_id: str,
+        revision: str,
+        path: str,
+        endpoints: list[str],
+        created_at: str,
+    ) -> None:
+        self.id = id
+        self.workspace = workspace
+        self.name = name
+        self.model_id = model_id
+        self.revision = revision
+        self.path = path
+        self.endpoints = endpoints
+        self.created_at = created_at
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoraAdapter:
+        return cls(
+            id=data['id'],
+            workspace=data['workspace'],
+            name=data['name'],
+            model_id=data['model_id'],
+            revision=data['revision'],
+            path=data['path'],
+            endpoints=data['endpoints'],
+            created_at=data['created_at'],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['id'] = self.id
+        out['workspace'] = self.workspace
+        out['name'] = self.name
+        out['model_id'] = self.model_id
+        out['revision'] = self.revision
+        out['path'] = self.path
+        out['endpoints'] = self.endpoints
+        out['created_at'] = self.created_at
+        return out
+
+
+class LoraAdapterCreate(_Model):
+    """Input of POST /adapters/: a Hub repository (`model_id`, `revision`) or an absolute `path` on the nodes."""
+
+    __slots__ = ('workspace', 'name', 'model_id', 'revision', 'path',)
+
+    def __init__(
+        self,
+        *,
+        workspace: str,
+        name: str,
+        model_id: str | None = None,
+        revision: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.name = name
+        self.model_id = model_id
+        self.revision = revision
+        self.path = path
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoraAdapterCreate:
+        return cls(
+            workspace=data['workspace'],
+            name=data['name'],
+            model_id=data.get('model_id'),
+            revision=data.get('revision'),
+            path=data.get('path'),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['workspace'] = self.workspace
+        out['name'] = self.name
+        if self.model_id is not None:
+            out['model_id'] = self.model_id
+        if self.revision is not None:
+            out['revision'] = self.revision
+        if self.path is not None:
+            out['path'] = self.path
+        return out
+
+
+class LoraAdapterRef(_Model):
+    """A LoRA adapter an endpoint's server loads: `name` is what requests put in `model`; its weights are a Hub repository (`model_id`@`revision`, fetched into the node's model cache when missing) or, when `path` is set, an absolute directory on the node."""
+
+    __slots__ = ('name', 'model_id', 'revision', 'path',)
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        model_id: Any = None,
+        revision: str | None = None,
+        path: Any = None,
+    ) -> None:
+        self.name = name
+        self.model_id = model_id
+        self.revision = revision
+        self.path = path
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoraAdapterRef:
+        return cls(
+            name=data['name'],
+            model_id=data.get('model_id'),
+            revision=data.get('revision'),
+            path=data.get('path'),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['name'] = self.name
+        if self.model_id is not None:
+            out['model_id'] = self.model_id
+        if self.revision is not None:
+            out['revision'] = self.revision
+        if self.path is not None:
+            out['path'] = self.path
         return out
 
 
@@ -3578,6 +3876,44 @@ class PaginatedEndpointList(_Model):
             next=data.get('next'),
             previous=data.get('previous'),
             results=_list(Endpoint.from_dict, data['results']),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out['count'] = self.count
+        if self.next is not None:
+            out['next'] = self.next
+        if self.previous is not None:
+            out['previous'] = self.previous
+        out['results'] = _list(_dump, self.results)
+        return out
+
+
+class PaginatedLoraAdapterList(_Model):
+    """PaginatedLoraAdapterList"""
+
+    __slots__ = ('count', 'next', 'previous', 'results',)
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        next: str | None = None,
+        previous: str | None = None,
+        results: list[LoraAdapter],
+    ) -> None:
+        self.count = count
+        self.next = next
+        self.previous = previous
+        self.results = results
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PaginatedLoraAdapterList:
+        return cls(
+            count=data['count'],
+            next=data.get('next'),
+            previous=data.get('previous'),
+            results=_list(LoraAdapter.from_dict, data['results']),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -5964,6 +6300,7 @@ class _Counters(_Model):
 
 # Component name -> model class.
 MODELS: dict[str, type] = {
+    'AdapterAttach': AdapterAttach,
     'AgentRegister': AgentRegister,
     'AgentRegistered': AgentRegistered,
     'AgentUpdates': AgentUpdates,
@@ -5993,6 +6330,10 @@ MODELS: dict[str, type] = {
     'ContainerStopCommand': ContainerStopCommand,
     'Download': Download,
     'Endpoint': Endpoint,
+    'EndpointAdapterLoadCommand': EndpointAdapterLoadCommand,
+    'EndpointAdapterLoadPayload': EndpointAdapterLoadPayload,
+    'EndpointAdapterUnloadCommand': EndpointAdapterUnloadCommand,
+    'EndpointAdapterUnloadPayload': EndpointAdapterUnloadPayload,
     'EndpointAdmission': EndpointAdmission,
     'EndpointBenchmark': EndpointBenchmark,
     'EndpointBenchmarkCreate': EndpointBenchmarkCreate,
@@ -6010,6 +6351,9 @@ MODELS: dict[str, type] = {
     'Error': Error,
     'FieldErrors': FieldErrors,
     'JoinToken': JoinToken,
+    'LoraAdapter': LoraAdapter,
+    'LoraAdapterCreate': LoraAdapterCreate,
+    'LoraAdapterRef': LoraAdapterRef,
     'Membership': Membership,
     'ModelDownloadCommand': ModelDownloadCommand,
     'ModelDownloadPayload': ModelDownloadPayload,
@@ -6031,6 +6375,7 @@ MODELS: dict[str, type] = {
     'PaginatedContainerList': PaginatedContainerList,
     'PaginatedEndpointBenchmarkList': PaginatedEndpointBenchmarkList,
     'PaginatedEndpointList': PaginatedEndpointList,
+    'PaginatedLoraAdapterList': PaginatedLoraAdapterList,
     'PaginatedModelLocationList': PaginatedModelLocationList,
     'PaginatedNamespaceList': PaginatedNamespaceList,
     'PaginatedNodeCacheList': PaginatedNodeCacheList,
@@ -6072,6 +6417,12 @@ MODELS: dict[str, type] = {
 
 # Every operation of the API: operationId -> (HTTP method, path template).
 OPERATIONS: dict[str, tuple[str, str]] = {
+    'v1_adapters_list': ('GET', '/api/v1/adapters/'),
+    'v1_adapters_create': ('POST', '/api/v1/adapters/'),
+    'v1_adapters_destroy': ('DELETE', '/api/v1/adapters/{id}/'),
+    'v1_adapters_retrieve': ('GET', '/api/v1/adapters/{id}/'),
+    'v1_adapters_attach_create': ('POST', '/api/v1/adapters/{id}/attach/'),
+    'v1_adapters_detach_create': ('POST', '/api/v1/adapters/{id}/detach/'),
     'v1_agent_register_create': ('POST', '/api/v1/agent/register'),
     'v1_api_keys_list': ('GET', '/api/v1/api-keys/'),
     'v1_api_keys_create': ('POST', '/api/v1/api-keys/'),

@@ -26,6 +26,11 @@ COMMAND_EXAMPLES: dict[str, dict[str, Any]] = {
     "model.evict": {"model_id": MODEL, "revision": "main"},
     "endpoint.start": {"model_id": MODEL, "port": 8000, "gpus": 1},
     "endpoint.stop": {"endpoint_id": "3f9a1c2b7d4e"},
+    "endpoint.adapter.load": {
+        "endpoint_id": "3f9a1c2b7d4e",
+        "adapter": {"name": "support-tone", "model_id": "acme/support-tone-lora", "revision": "main"},
+    },
+    "endpoint.adapter.unload": {"endpoint_id": "3f9a1c2b7d4e", "name": "support-tone"},
 }
 
 

@@ -100,6 +100,13 @@ def prefix_key(body: bytes) -> bytes | None:
     return body[:limit] or None
 
 
+def requested_model(body: bytes) -> str | None:
+    """The `model` an OpenAI request names (an endpoint's LoRA adapter routes by it), or None."""
+    document = _document(body)
+    model = document.get("model") if document is not None else None
+    return model if isinstance(model, str) and model else None
+
+
 def affinity_key(policy: str, scope: dict[str, Any], body: bytes) -> bytes | None:
     """The key `policy` routes this request by (None: by load)."""
     if policy == balancer.SESSION:

@@ -15,7 +15,9 @@ whose replacement runs already, or that was retired by a scale-down, is left out
 serves and stops) by the endpoint's routing policy: `least_load` (the fewest requests in flight over all
 web processes), `session` or `prefix` (affinity by a session key or the leading prompt text, with bounded
 load: `fleet.balancer`, `fleet.proxy.affinity`), and a connect failure is tried once on another replica
-(`relay.proxy_http`).
+(`relay.proxy_http`). A request whose `model` names one of the endpoint's LoRA adapters goes to a replica
+that has it loaded (any replica while none has yet: vLLM answers 404 for an adapter it does not hold), and
+its usage counts for the adapter too.
 
 Where an endpoint leads (its replicas' nodes and ports, its status and whether it is public) is kept in
 process memory for `PROXY_ROUTE_CACHE_S` (default 2 s), so a stream of requests to one endpoint costs no database query
@@ -56,7 +58,8 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -73,8 +76,9 @@ from fleet.proxy import key_access, origins, rate_limits
 from fleet.proxy.resolvers import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from fleet.usage import budget_stops
 from fleet.usage import meter as usage_meter
-from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.models import Endpoint, EndpointAdapter, EndpointReplica, EndpointStatus
 from fleet.workloads.services import PlacementError, endpoint_wake
+from fleet.workloads.services.endpoints.adapters import ENABLE_LORA
 from kernel import timeseries
 from kernel.asgi_scope import RATE_CALLER_SCOPE_KEY
 from kernel.exceptions import QuotaExceeded
@@ -122,6 +126,8 @@ class _Route:
     loaded_at: float
     routing: str = LEAST_LOAD  # the endpoint's routing policy
     queue: admission.QueuePolicy | None = None  # its concurrency limit per replica and its wait queue
+    # its attached LoRA adapters: name → (adapter id, server ids of the running replicas that have it loaded)
+    adapters: Mapping[str, tuple[UUID, frozenset[str]]] = field(default_factory=dict)
 
 
 _ROUTE_CACHE_MAX = 10_000
@@ -133,7 +139,7 @@ def forget_routes(**_: Any) -> None:
     _routes.clear()
 
 
-for _model in (Endpoint, EndpointReplica, Node):
+for _model in (Endpoint, EndpointReplica, EndpointAdapter, Node):
     post_save.connect(forget_routes, sender=_model, dispatch_uid=f"endpoint-routes-{_model.__name__}-save")
     post_delete.connect(forget_routes, sender=_model, dispatch_uid=f"endpoint-routes-{_model.__name__}-delete")
 
@@ -150,15 +156,22 @@ def _load_route(slug: str) -> _Route | None:
     endpoint = Endpoint.objects.select_related("cluster__workspace").filter(slug=slug).first()
     route = None
     if endpoint is not None:
-        running = (
+        running = list(
             EndpointReplica.objects.filter(endpoint=endpoint, status=EndpointStatus.RUNNING, node__isnull=False)
             .exclude(port=0)
             .exclude(replacements__status=EndpointStatus.RUNNING)  # handed over: draining its last requests
             .filter(retired_at__isnull=True)  # scaled down or to zero: draining its last requests
             .order_by("created_at", "server_id")
-            .values_list("server_id", "node_id", "port", "node__status")
+            .values_list("server_id", "node_id", "port", "node__status", "adapters")
         )
-        upstreams = [(Upstream(key, node_id, port), node_status) for key, node_id, port, node_status in running]
+        upstreams = [(Upstream(key, node_id, port), node_status) for key, node_id, port, node_status, _ in running]
+        adapters = {}
+        if ENABLE_LORA in endpoint.server_args:  # (adapters attach only there: other routes cost no query)
+            attached = EndpointAdapter.objects.filter(endpoint=endpoint).values_list("adapter__name", "adapter_id")
+            adapters = {
+                name: (adapter_id, frozenset(key for key, *_, held in running if name in (held or ())))
+                for name, adapter_id in attached
+            }
         route = _Route(
             public=endpoint.public,
             endpoint_id=endpoint.pk,
@@ -178,6 +191,7 @@ def _load_route(slug: str) -> _Route | None:
                 endpoint.queue_wait_s,
                 endpoint.cold_start_wait_s,
             ),
+            adapters=adapters,
         )
     if route is not None and settings.PROXY_ROUTE_CACHE_S > 0:
         if len(_routes) >= _ROUTE_CACHE_MAX:
@@ -223,6 +237,7 @@ def _target(
         replicas=route.replicas,
         routing=route.routing,
         queue=route.queue,
+        adapters=route.adapters,
     )
 
 

@@ -189,12 +189,19 @@ async def proxy_http(
         only = balancer.Upstream(key="", node_id=target.node_id, port=target.port)
         await _proxy_to(scope, receive, send, target, first, only, last=True, usage=usage)
         return
-    affinity_key = affinity.affinity_key(target.routing, scope, first.get("body", b""))
+    body = first.get("body", b"")
+    replicas = target.replicas
+    adapter = target.adapters.get(affinity.requested_model(body) or "") if target.adapters else None
+    if adapter is not None:  # a LoRA adapter: the replicas that have it loaded (any, while none has)
+        replicas = tuple(u for u in replicas if u.key in adapter[1]) or replicas
+        if usage is not None:
+            usage.adapter = adapter[0]
+    affinity_key = affinity.affinity_key(target.routing, scope, body)
     if target.queue is not None:
         epsilon = settings.ROUTING_EPSILON
-        lease = admission.lease_for(target.queue, target.replicas, target.routing, affinity_key, epsilon)
+        lease = admission.lease_for(target.queue, replicas, target.routing, affinity_key, epsilon)
     else:
-        lease = balancer.Lease(target.replicas, target.routing, affinity_key, settings.ROUTING_EPSILON)
+        lease = balancer.Lease(replicas, target.routing, affinity_key, settings.ROUTING_EPSILON)
     replica_load.PUBLISHER.ensure_running()  # (shares this process's counts with the others)
     try:
         admitted = None

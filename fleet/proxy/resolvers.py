@@ -4,8 +4,8 @@ path form on the control plane's host to the node origin."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 from uuid import UUID
@@ -34,6 +34,9 @@ class ProxyTarget:
     replicas: tuple[balancer.Upstream, ...] = ()
     routing: str = balancer.LEAST_LOAD  # the endpoint's routing policy over `replicas` (`balancer.POLICIES`)
     queue: admission.QueuePolicy | None = None  # the endpoint's concurrency limit and wait queue; None: none
+    # The endpoint's LoRA adapters: name → (adapter id, keys of the replicas that have it loaded); a request
+    # whose `model` names one goes to those replicas (`relay.proxy_http`) and is metered for the adapter too.
+    adapters: Mapping[str, tuple[UUID, frozenset[str]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,8 @@ WORKLOAD_COMMANDS = frozenset(
     {
         CommandType.ENDPOINT_START,
         CommandType.ENDPOINT_STOP,
+        CommandType.ENDPOINT_ADAPTER_LOAD,
+        CommandType.ENDPOINT_ADAPTER_UNLOAD,
         CommandType.RAY_JOB_SUBMIT,
         CommandType.RAY_JOB_STATUS,
         CommandType.RAY_JOB_STOP,

@@ -18,7 +18,9 @@ the response itself:
 A request counts as an error when its answer is a 5xx, never came (status 0), or was cut short (the
 stream broke or the client left mid-response).
 
-Finished requests are added up per (minute, workspace, endpoint, API key) in this process. The first one
+Finished requests are added up per (minute, workspace, endpoint, API key) in this process, and a request
+whose `model` named one of the endpoint's LoRA adapters (`adapter`, set by the relay) per (minute,
+workspace, adapter, API key) too: its rows have subject kind `adapter`. The first one
 after a flush schedules the next flush USAGE_FLUSH_S later, on a thread (`flush`): one upsert for every
 bucket noted (minute and hour rows, `services.usage_add`), so the proxy's path never writes a row per
 request and never blocks the event loop on the database. A failed write keeps the counts for the next
@@ -85,6 +87,7 @@ _callbacks: list[MeteredCallback] = []
 # rate-limited]
 Key = tuple[int, UUID, UUID, int | None]
 _pending: dict[Key, list[float]] = {}
+_adapter_pending: dict[Key, list[float]] = {}  # the same per LoRA adapter: (minute, workspace, adapter, API key)
 _flush_handle: asyncio.TimerHandle | None = None
 _flush_loop: asyncio.AbstractEventLoop | None = None
 
@@ -163,6 +166,7 @@ class RequestUsage:
     """What one proxied request used, as its response goes by."""
 
     __slots__ = (
+        "adapter",
         "api_key_id",
         "caller",
         "carry",
@@ -196,6 +200,7 @@ class RequestUsage:
         self.events = 0
         self.cut = False  # the response did not reach the client whole (set by the relay)
         self.replica = ""  # the endpoint replica that answered (set by the relay; its key in `balancer`)
+        self.adapter: UUID | None = None  # the LoRA adapter the request named (set by the relay)
 
     def head(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
         """The response's head: its status and content type say how to read the body."""
@@ -288,6 +293,7 @@ class RequestUsage:
             completion_tokens=completion,
             seconds=time.monotonic() - self.started,
             caller=self.caller,
+            adapter_id=self.adapter,
         )
 
 
@@ -298,13 +304,15 @@ def start(subject: Subject | None, scope: dict[str, Any]) -> RequestUsage | None
     return RequestUsage(subject, api_key_id(scope), rate_caller(scope))
 
 
-def _bucket(subject: Subject, key_id: int | None, now: float | None) -> list[float]:
-    """The in-memory counts of this minute for `subject` and `key_id` (made empty on first use)."""
+def _bucket(subject: Subject, key_id: int | None, now: float | None, adapter_id: UUID | None = None) -> list[float]:
+    """The in-memory counts of this minute for `subject` (or its LoRA adapter `adapter_id`) and `key_id` (made
+    empty on first use)."""
     minute = int(now if now is not None else time.time()) // 60 * 60
-    key = (minute, subject.workspace_id, subject.endpoint_id, key_id)
-    counts = _pending.get(key)
+    pending = _pending if adapter_id is None else _adapter_pending
+    key = (minute, subject.workspace_id, subject.endpoint_id if adapter_id is None else adapter_id, key_id)
+    counts = pending.get(key)
     if counts is None:
-        counts = _pending[key] = [0, 0, 0, 0, 0.0, 0.0, 0]
+        counts = pending[key] = [0, 0, 0, 0, 0.0, 0.0, 0]
     return counts
 
 
@@ -318,17 +326,19 @@ def observe(
     seconds: float,
     now: float | None = None,
     caller: int | str | None = None,
+    adapter_id: UUID | None = None,
 ) -> None:
-    """Note one finished request in this process and schedule the flush if none is."""
-    counts = _bucket(subject, key_id, now)
+    """Note one finished request in this process (for its endpoint, and its LoRA adapter `adapter_id` if it
+    named one) and schedule the flush if none is."""
     ms = max(seconds, 0.0) * 1000.0
-    counts[0] += 1
-    counts[1] += error
-    counts[2] += prompt_tokens
-    counts[3] += completion_tokens
-    counts[4] += ms
-    if ms > counts[5]:
-        counts[5] = ms
+    for counts in [_bucket(subject, key_id, now)] + ([_bucket(subject, key_id, now, adapter_id)] if adapter_id else []):
+        counts[0] += 1
+        counts[1] += error
+        counts[2] += prompt_tokens
+        counts[3] += completion_tokens
+        counts[4] += ms
+        if ms > counts[5]:
+            counts[5] = ms
     for callback in _callbacks:
         try:
             callback(subject.workspace_id, subject.endpoint_id, key_id, prompt_tokens, completion_tokens, caller)
@@ -372,7 +382,7 @@ def _flush_and_release(loop: asyncio.AbstractEventLoop | None = None) -> None:
         log.exception("usage flush failed")
     finally:
         close_old_connections()  # this thread's connection, as channels' database_sync_to_async does
-    if flush_notes.failing() and _pending and loop is not None and not loop.is_closed():
+    if flush_notes.failing() and (_pending or _adapter_pending) and loop is not None and not loop.is_closed():
         # the counts went back to memory: try again in USAGE_FLUSH_S, whether or not requests come
         loop.call_soon_threadsafe(_schedule_flush)
 
@@ -384,13 +394,42 @@ def flush() -> int:
     """
     from fleet.usage import services  # (loaded at first use: the proxy imports this module early)
 
-    taken = list(_pending.items())
-    for key, _ in taken:
-        _pending.pop(key, None)
-    if not taken:
+    taken = _take(_pending)
+    adapters_taken = _take(_adapter_pending)
+    if not taken and not adapters_taken:
         return 0
+    rows = _rows(taken, "endpoint") + _rows(adapters_taken, "adapter")
+    try:
+        services.usage_add(rows=rows)
+    except DatabaseError as exc:
+        log.exception("usage flush failed; %d buckets kept for the next one", len(taken) + len(adapters_taken))
+        for key, counts in taken:
+            _merge(key, counts)
+        for key, counts in adapters_taken:
+            _merge(key, counts, _adapter_pending)
+        metrics.USAGE_FLUSH_FAILURES.inc()
+        flush_notes.note_failure(exc, len(taken) + len(adapters_taken))
+        return 0
+    if flush_notes.failing():
+        flush_notes.note_recovered()
+    for (_, workspace_id, endpoint_id, _), (requests, errors, prompt, completion, *_) in taken:
+        metrics.count_endpoint_usage(str(workspace_id), str(endpoint_id), requests, errors, prompt, completion)
+    return len(taken) + len(adapters_taken)
+
+
+def _take(pending: dict[Key, list[float]]) -> list[tuple[Key, list[float]]]:
+    taken = list(pending.items())
+    for key, _ in taken:
+        pending.pop(key, None)
+    return taken
+
+
+def _rows(taken: list[tuple[Key, list[float]]], subject_kind: str) -> list[Any]:
+    """The minute and hour rollups of the buckets `taken` (their subject: an endpoint or an adapter)."""
+    from fleet.usage import services
+
     rows: list[services.Rollup] = []
-    for (minute, workspace_id, endpoint_id, key_id), counts in taken:
+    for (minute, workspace_id, subject_id, key_id), counts in taken:
         requests, errors, prompt, completion, ms_sum, ms_max, limited = counts
         counters = {
             "requests": int(requests),
@@ -407,32 +446,20 @@ def flush() -> int:
                     granularity=granularity,
                     bucket_start=datetime.fromtimestamp(start, UTC),
                     workspace_id=workspace_id,
-                    subject_kind="endpoint",
-                    subject_id=endpoint_id,
+                    subject_kind=subject_kind,
+                    subject_id=subject_id,
                     api_key_id=key_id,
                     **counters,
                 )
             )
-    try:
-        services.usage_add(rows=rows)
-    except DatabaseError as exc:
-        log.exception("usage flush failed; %d buckets kept for the next one", len(taken))
-        for key, counts in taken:
-            _merge(key, counts)
-        metrics.USAGE_FLUSH_FAILURES.inc()
-        flush_notes.note_failure(exc, len(taken))
-        return 0
-    if flush_notes.failing():
-        flush_notes.note_recovered()
-    for (_, workspace_id, endpoint_id, _), (requests, errors, prompt, completion, *_) in taken:
-        metrics.count_endpoint_usage(str(workspace_id), str(endpoint_id), requests, errors, prompt, completion)
-    return len(taken)
+    return rows
 
 
 def discard() -> None:
     """Forget what was noted and not written (tests: nothing of one leaks into the next)."""
     global _flush_handle
     _pending.clear()
+    _adapter_pending.clear()
     if flush_notes.failing():
         flush_notes.note_recovered()
     if _flush_handle is not None:
@@ -440,10 +467,11 @@ def discard() -> None:
         _flush_handle = None
 
 
-def _merge(key: Key, counts: list[float]) -> None:
-    mine = _pending.get(key)
+def _merge(key: Key, counts: list[float], pending: dict[Key, list[float]] | None = None) -> None:
+    pending = _pending if pending is None else pending
+    mine = pending.get(key)
     if mine is None:
-        _pending[key] = counts
+        pending[key] = counts
         return
     for i in (0, 1, 2, 3, 4, 6):
         mine[i] += counts[i]
@@ -452,7 +480,7 @@ def _merge(key: Key, counts: list[float]) -> None:
 
 
 def _flush_at_exit() -> None:
-    if not _pending:
+    if not _pending and not _adapter_pending:
         return
     try:
         flush()

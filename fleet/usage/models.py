@@ -20,9 +20,11 @@ class Granularity(models.TextChoices):
 
 
 class SubjectKind(models.TextChoices):
-    """What a rollup counts: an endpoint's requests (per API key) or a cluster's node, GPU and container time."""
+    """What a rollup counts: an endpoint's requests (per API key), those of them that named one of its LoRA adapters
+    (per adapter and API key), or a cluster's node, GPU and container time."""
 
     ENDPOINT = "endpoint", "Endpoint"
+    ADAPTER = "adapter", "LoRA adapter"
     CLUSTER = "cluster", "Cluster"
 
 

@@ -1,6 +1,7 @@
 """REST API for workloads: /containers/, /models/ (model locations, + POST .../evict/), /catalog/ and
 /model-caches/ (`catalog_api`), /endpoints/ (+ POST .../stop/,
-.../update/ and .../update_revision/, GET .../events/), /endpoint-benchmarks/ (`benchmark_api`).
+.../update/ and .../update_revision/, GET .../events/), /endpoint-benchmarks/ (`benchmark_api`), /adapters/
+(LoRA adapters: `adapter_api`).
 
 Exported as `router` (a SimpleRouter, no API root view) for inclusion under /api/v1/. Every queryset
 is scoped by `WorkspaceScopedMixin`, lists are filtered by the filtersets of `fleet.workloads.filters`;
@@ -24,6 +25,7 @@ from fleet.api.views import FilteredMixin
 from fleet.models import ComputeCluster, Node
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
+from fleet.workloads.adapter_api import LoraAdapterViewSet
 from fleet.workloads.benchmark_api import EndpointBenchmarkViewSet
 from fleet.workloads.catalog_api import CatalogViewSet, NodeCacheViewSet
 from fleet.workloads.errors import error_help
@@ -281,3 +283,4 @@ router.register("api-keys", ApiKeyViewSet, basename="api-key")
 router.register("endpoint-benchmarks", EndpointBenchmarkViewSet, basename="endpoint-benchmark")
 router.register("catalog", CatalogViewSet, basename="catalog-model")
 router.register("model-caches", NodeCacheViewSet, basename="model-cache")
+router.register("adapters", LoraAdapterViewSet, basename="lora-adapter")

@@ -77,6 +77,23 @@ _HELP: dict[str, tuple[str, str, str]] = {
         "The Hub has no model with this id or revision, or it is gated/private for the node's token.",
         "Check the model id (owner/name) and revision; for gated models set a Hub token on the node.",
     ),
+    "lora_disabled": (
+        "LoRA is off on this endpoint's server",
+        "The server was started without --enable-lora, so it cannot load adapters at run time.",
+        "Add --enable-lora to the endpoint's server arguments (a rolling update, no downtime), then attach again.",
+    ),
+    "adapter_missing": (
+        "Adapter weights not found",
+        "The adapter's folder on the node holds no adapter_config.json, or its repository is not in the cache.",
+        "Check the adapter's path on the nodes (an absolute folder in PEFT's format) or its repository and revision.",
+    ),
+    "adapter_failed": (
+        "The server could not load the adapter",
+        "vLLM refused the adapter (a rank above --max-lora-rank, more adapters than --max-loras, modules the "
+        "model lacks, or weights made for another base model).",
+        "Read the message for vLLM's reason; raise --max-lora-rank / --max-loras with a rolling update, or fix "
+        "the adapter.",
+    ),
     "weights_missing": (
         "Model weights are not yet downloaded",
         "The model is not (fully) downloaded in the node's cache.",

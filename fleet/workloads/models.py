@@ -1,4 +1,5 @@
-"""Workload models: containers on nodes, models cached on nodes, and inference endpoints.
+"""Workload models: containers on nodes, models cached on nodes, inference endpoints and LoRA adapters (objects of
+a workspace, attached to endpoints whose replicas load them at run time: `services.endpoints.adapters`).
 
 Imported (not re-exported) at the end of `fleet/models.py` so Django finds them in the `fleet` app.
 """
@@ -20,10 +21,12 @@ __all__ = [
     "Container",
     "ContainerStatus",
     "Endpoint",
+    "EndpointAdapter",
     "EndpointBenchmark",
     "EndpointEvent",
     "EndpointReplica",
     "EndpointStatus",
+    "LoraAdapter",
     "NodeCache",
     "NodeModel",
 ]
@@ -411,6 +414,9 @@ class EndpointReplica(models.Model):
     # one, whatever the endpoint asked) and vLLM's share of their memory (`endpoint_vram_held_mb`).
     held_gpus = models.PositiveIntegerField(default=0)
     held_vram_mb = models.PositiveBigIntegerField(default=0)
+    # The LoRA adapters its server has loaded (names), as its start and adapter commands reported them; the proxy
+    # sends a request naming an adapter to a replica holding it (`fleet.proxy.endpoint_routes`).
+    adapters = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -482,3 +488,56 @@ class EndpointBenchmark(models.Model):
     @property
     def in_progress(self) -> bool:
         return self.status in (BenchmarkStatus.QUEUED, BenchmarkStatus.RUNNING)
+
+
+class LoraAdapter(models.Model):
+    """A LoRA adapter of a workspace. `name` is what a request puts in its `model` field to use it; its weights
+    are `model_id`@`revision` on the Hub (fetched into a node's model cache when a replica loads it) or, when
+    `path` is set, that directory on the nodes."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="lora_adapters")
+    name = models.CharField(max_length=64)
+    model_id = models.CharField(max_length=200, blank=True, default="")
+    revision = models.CharField(max_length=200, default="main")
+    path = models.CharField(max_length=1000, blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "name"], name="loraadapter_unique_workspace_name"),
+            models.CheckConstraint(
+                condition=~models.Q(model_id="", path="") & (models.Q(model_id="") | models.Q(path="")),
+                name="loraadapter_repository_or_path",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"adapter {self.name} ({self.source})"
+
+    @property
+    def source(self) -> str:
+        """Where its weights come from, in words."""
+        return self.path or f"{self.model_id}@{self.revision}"
+
+    def ref(self) -> protocol.LoraAdapterRef:
+        """The adapter as endpoint.start and endpoint.adapter.load carry it."""
+        return protocol.LoraAdapterRef(name=self.name, model_id=self.model_id, revision=self.revision, path=self.path)
+
+
+class EndpointAdapter(models.Model):
+    """An adapter attached to an endpoint: every replica of the endpoint loads it (as it starts, or at once
+    while it runs) and serves requests naming it."""
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="adapter_links")
+    adapter = models.ForeignKey(LoraAdapter, on_delete=models.CASCADE, related_name="endpoint_links")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [models.UniqueConstraint(fields=["endpoint", "adapter"], name="endpointadapter_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.adapter_id} on endpoint {self.endpoint_id}"

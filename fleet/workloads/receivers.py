@@ -25,6 +25,7 @@ from fleet.workloads.services import (
     containers_record_queued,
     containers_record_start_queued,
     endpoint_record_acked,
+    endpoint_record_adapter_outcome,
     endpoint_record_command_outcome,
     endpoint_record_start_commands,
     endpoints_end_with_node,
@@ -145,6 +146,8 @@ def workloads_on_command_finished(*, command: Command) -> None:
         drain.drain_step_for_related(node_ids=[command.node_id])
     elif kind in (CommandType.ENDPOINT_START, CommandType.ENDPOINT_STOP):
         endpoint_record_command_outcome(command=command)
+    elif kind in (CommandType.ENDPOINT_ADAPTER_LOAD, CommandType.ENDPOINT_ADAPTER_UNLOAD):
+        endpoint_record_adapter_outcome(command=command)
     elif kind == CommandType.MODEL_DOWNLOAD and command.status == CommandStatus.SUCCEEDED:
         node_model_record_downloaded(command=command)
     elif kind == CommandType.MODEL_DOWNLOAD and command.status == CommandStatus.FAILED:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import redis
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -65,6 +66,35 @@ def endpoint_update_failure(*, endpoint: Endpoint) -> EndpointEvent | None:
         .first()
     )
     return last if last is not None and last.kind == "endpoint.update_failed" else None
+START_PHASES_SHOWN = 5
+PHASE_LABELS = (
+    ("placed", "Placed"),
+    ("weights", "Weights"),
+    ("server_started", "Server started"),
+    ("model_loaded", "Model loaded"),
+    ("healthy", "First health check"),
+    ("adapters", "Adapters loaded"),
+    ("total", "Total"),
+)
+
+
+def endpoint_start_phases(*, endpoint: Endpoint) -> list[dict[str, Any]]:
+    """The newest START_PHASES_SHOWN replica starts of the endpoint, each: when, replica, warm or cold, weight bytes
+    and its phases' seconds in order (`services.endpoints.cold_starts`)."""
+    events = EndpointEvent.objects.filter(endpoint=endpoint, kind="endpoint.start_phases").order_by("-created_at")
+    starts = []
+    for event in events[:START_PHASES_SHOWN]:
+        phases = event.data.get("phases") or {}
+        starts.append(
+            {
+                "at": event.created_at,
+                "replica": event.data.get("replica", ""),
+                "cold": event.data.get("weights") == "downloaded",
+                "weights_mb": (event.data.get("weights_bytes") or 0) / (1024 * 1024),
+                "phases": [(label, phases.get(key)) for key, label in PHASE_LABELS],
+            }
+        )
+    return starts
 
 
 def replica_loads() -> dict[str, ReplicaLoad]:

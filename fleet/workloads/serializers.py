@@ -93,10 +93,14 @@ class EndpointReplicaSerializer(serializers.ModelSerializer):
     affinity_hits = serializers.SerializerMethodField()
     decision_p50_us = serializers.SerializerMethodField()
     decision_p99_us = serializers.SerializerMethodField()
+    adapters = serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text="The LoRA adapters its server has loaded."
+    )
 
     class Meta:
         model = EndpointReplica
         fields = ["id", "server_id", "node", "node_name", "status", "port", "failure_code", "failure_message"]
+        fields += ["adapters"]
         fields += ["in_flight", "tokens_per_s", "requests_routed", "affinity_hits", "decision_p50_us"]
         fields += ["decision_p99_us"]
         fields += ["replacement_of", "created_at", "updated_at"]

@@ -151,12 +151,14 @@ def endpoint_detail(request: HttpRequest, pk: Any) -> HttpResponse:
         "admission_form": EndpointAdmissionForm(initial={name: getattr(endpoint, name) for name in ADMISSION_FIELDS}),
         "window_s": int(settings.REPLICA_LOAD_WINDOW_S),
         "queue": queue_figures(endpoint, (selectors.queue_loads_shown() or {}).get(str(endpoint.pk), QueueLoad())),
+        "starts": selectors.endpoint_start_phases(endpoint=endpoint),
     }
     if request.htmx:
         return render(request, "workloads/_endpoint_replicas.html", context)
     context |= benchmark_views.panel_context(endpoint)
     context["events"] = list(selectors.endpoint_event_list(endpoint=endpoint)[:EVENTS_SHOWN])
     context["events_shown"] = EVENTS_SHOWN
+    context["adapters"] = [link.adapter for link in endpoint.adapter_links.select_related("adapter")]
     return render(request, "workloads/endpoint_detail.html", context)
 
 

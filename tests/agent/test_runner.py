@@ -223,7 +223,7 @@ def test_download_then_serve_then_inventory(runner, executor, run_id):
     )
     started = runner.run(start, Recorder())
     assert isinstance(started, Result)
-    assert set(started.data) == {"endpoint_id", "port", "pid", "device", "log_tail"}
+    assert set(started.data) == {"endpoint_id", "port", "pid", "device", "log_tail", "phases"}
     created = runner.run(create_command(run_id, f"c-{run_id}"), Recorder())
 
     gpus = [GpuInfo(index=0, name="test", memory_total_mb=1)]

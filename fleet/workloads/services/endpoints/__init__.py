@@ -10,6 +10,8 @@ then its replicas'; `locking`):
 - `reconcile`: the node's inventory and its deletion;
 - `replicas`: one replica's start and stop commands, and the endpoint's summary of its replicas;
 - `events`: the endpoint's event log;
+- `adapters`: LoRA adapters of a workspace, attached to endpoints and loaded by their replicas at run time;
+- `cold_starts`: a replica's start phases on the endpoint's log and in /metrics;
 - `limits`: the per-key rate limits callers of the endpoint are held to;
 - `admission`: the concurrency limit per replica and the wait queue's bounds;
 - the passes of the beat: `heal` (replace lost replicas), `autoscale` (on load), `idle` (scale to zero,
@@ -20,6 +22,13 @@ Callers import from `fleet.workloads.services`; every public name is re-exported
 
 from __future__ import annotations
 
+from fleet.workloads.services.endpoints.adapters import (
+    endpoint_adapter_attach,
+    endpoint_adapter_detach,
+    endpoint_record_adapter_outcome,
+    lora_adapter_create,
+    lora_adapter_delete,
+)
 from fleet.workloads.services.endpoints.admission import (
     ADMISSION_FIELDS,
     MAX_CONCURRENCY,
@@ -81,11 +90,14 @@ __all__ = [
     "PlacementError",
     "ScaleDecision",
     "desired_replicas",
+    "endpoint_adapter_attach",
+    "endpoint_adapter_detach",
     "endpoint_autoscale",
     "endpoint_create",
     "endpoint_heal",
     "endpoint_idle",
     "endpoint_record_acked",
+    "endpoint_record_adapter_outcome",
     "endpoint_record_command_outcome",
     "endpoint_record_start_commands",
     "endpoint_restart",
@@ -101,6 +113,8 @@ __all__ = [
     "endpoints_to_autoscale",
     "endpoints_to_heal",
     "endpoints_to_idle",
+    "lora_adapter_create",
+    "lora_adapter_delete",
     "node_free_vram_mb",
     "validate_admission",
     "validate_model_id",

@@ -10,6 +10,9 @@ from agent import protocol
 from fleet.models import Command, CommandStatus, CommandType
 from fleet.workloads.errors import error_help, error_sentence
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.services.common import system_actor
+from fleet.workloads.services.endpoints.adapters import replica_sync_adapters
+from fleet.workloads.services.endpoints.cold_starts import replica_record_start_phases
 from fleet.workloads.services.endpoints.events import endpoint_event_record
 from fleet.workloads.services.endpoints.replicas import endpoint_summarise
 from fleet.workloads.services.endpoints.strays import server_stop_unowned
@@ -74,6 +77,7 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
             if ok and port:
                 replica.status, replica.port = EndpointStatus.RUNNING, port
                 replica.failure_code = replica.failure_message = ""
+                replica.adapters = list(result.adapters or [])
                 endpoint_event_record(
                     endpoint=endpoint,
                     node_id=command.node_id,
@@ -81,6 +85,14 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
                     message=f"Endpoint {endpoint.url}: replica {replica.server_id} is running on port {port}",
                     command=command,
                 )
+                if result.phases is not None:
+                    replica_record_start_phases(
+                        endpoint=endpoint, replica=replica, command=command, phases=result.phases
+                    )
+                replica.save()
+                if endpoint.adapter_links.exists():  # adapters attached (or detached) while it started
+                    actor = system_actor(endpoint.cluster.workspace)
+                    replica_sync_adapters(actor=actor, endpoint=endpoint, replica=replica)
             else:
                 code = command.error_code if not ok else "internal"
                 message = command.error_message if not ok else "The agent reported success without a valid port."

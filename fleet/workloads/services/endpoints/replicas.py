@@ -16,6 +16,12 @@ from fleet.models import Command, CommandType, Node
 from fleet.services import command_queue
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 
+
+def endpoint_adapter_refs(endpoint: Endpoint) -> list[protocol.LoraAdapterRef]:
+    """The adapters attached to `endpoint`, as each replica's start carries them."""
+    return [link.adapter.ref() for link in endpoint.adapter_links.select_related("adapter")]
+
+
 # The endpoint's status when its replicas are in several states: the first present wins.
 _PRECEDENCE = (
     EndpointStatus.RUNNING,
@@ -29,9 +35,9 @@ _PRECEDENCE = (
 def replica_queue_start(
     *, actor: AbstractBaseUser | None, endpoint: Endpoint, replica: EndpointReplica, node: Node
 ) -> Command:
-    """Queue `endpoint.start` of `replica` on `node` with the endpoint's current model, revision and server
-    arguments (every start of a replica comes here: placement, restart, healing, the autoscaler, rolling
-    updates); the replica is pending there with this command."""
+    """Queue `endpoint.start` of `replica` on `node` with the endpoint's current model, revision, server
+    arguments and attached LoRA adapters (every start of a replica comes here: placement, restart, healing,
+    the autoscaler, rolling updates); the replica is pending there with this command."""
     (command,) = command_queue(
         actor=actor,
         cluster=endpoint.cluster,
@@ -43,6 +49,7 @@ def replica_queue_start(
             gpus=endpoint.gpus,
             min_vram_mb=endpoint.min_vram_mb,
             extra_args=list(endpoint.server_args),
+            adapters=endpoint_adapter_refs(endpoint),
         ),
         node=node,
         as_workload=True,
