@@ -47,6 +47,7 @@ class Phase:
     api: collections.Counter[str] = field(default_factory=collections.Counter)
     commands: list[tuple[Any, str]] = field(default_factory=list)  # (command pk, idempotency key)
     online: list[int] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # command sends that raised
 
 
 class PhasedLoad:
@@ -181,6 +182,7 @@ class PhasedLoad:
             "stream_errors": dict(errors.most_common(3)),
             "api": {n: (phase.api[f"{n} 2xx"], phase.api[f"{n} total"]) for n in ("healthz", "nodes")},
             "commands": len(phase.commands),
+            "refused": len(phase.refused),
             "lost": sum(1 for pk, _ in phase.commands if pk not in succeeded),
             "duplicated": duplicated,
         }
@@ -204,11 +206,16 @@ def send_commands_forever(load: PhasedLoad, user: Any, cluster: Any, fanout_ever
                 targets.append(None)  # every online node
                 next_fanout += fanout_every_s
             for node in targets:
-                sent = services.command_dispatch(
-                    actor=user, cluster=cluster, command_type="model.download",
-                    payload={"model_id": "acme/tiny"}, node=node,
-                )  # fmt: skip
                 phase = load.current
+                try:
+                    sent = services.command_dispatch(
+                        actor=user, cluster=cluster, command_type="model.download",
+                        payload={"model_id": "acme/tiny"}, node=node,
+                    )  # fmt: skip
+                except Exception as exc:  # the call failed: an API client would have seen an error
+                    if phase is not None:
+                        phase.refused.append(repr(exc)[:120])
+                    continue
                 if phase is not None:
                     phase.commands.extend((c.pk, c.idempotency_key) for c in sent)
             phase = load.current
