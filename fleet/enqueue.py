@@ -38,13 +38,29 @@ def on_commit(task_name: str, *args: Any, countdown: float | None = None) -> Non
 
 
 def dispatch_command(command_id: Any) -> None:
-    """Claim and send one command after commit."""
-    on_commit(DISPATCH_COMMAND, str(command_id))
+    """Claim and send one command after commit (best effort: `_dispatch_on_commit`)."""
+    _dispatch_on_commit(DISPATCH_COMMAND, str(command_id))
 
 
 def dispatch_batch(batch_id: Any) -> None:
-    """Claim and send every command of a fan-out batch after commit."""
-    on_commit(DISPATCH_BATCH, str(batch_id))
+    """Claim and send every command of a fan-out batch after commit (best effort: `_dispatch_on_commit`)."""
+    _dispatch_on_commit(DISPATCH_BATCH, str(batch_id))
+
+
+def _dispatch_on_commit(task_name: str, key: str) -> None:
+    """Enqueue a dispatch task after commit. When the broker refuses (Redis restarting or loading its
+    data), the commands are committed already: they wait queued until the beat's resend
+    (`fleet.tasks.resend_stuck_commands`) or the node's next hello sends them, and the request that made
+    them still succeeds instead of answering 500 for commands that exist (a client retrying would send
+    them twice)."""
+
+    def enqueue() -> None:
+        try:
+            send(task_name, key)
+        except Exception as exc:
+            logger.warning("enqueueing %s(%s) failed; the beat's resend will send it: %s", task_name, key, exc)
+
+    transaction.on_commit(enqueue)
 
 
 def mark_lost_nodes_offline(*, countdown: float) -> None:

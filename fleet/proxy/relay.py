@@ -49,6 +49,15 @@ FAILOVER_GRACE_S = 1.0
 # agent could not reach the port (the request never reached a server), or the node's tunnel closed (its
 # agent died: the request may have reached the server, whose answer can no longer come back).
 _REFUSED = ("cannot connect to ", "is not proxied", "too many open streams", "tunnel closed")
+# A stream's end before any response byte because the tunnel carrying it closed (its agent moved to another
+# replica, or its replica stopped at the drain's deadline), or the peer link to the process holding it was
+# lost: the node's tunnel is elsewhere now, and a whole request (its bytes still in hand) is sent again
+# there, this many times, before anything reached the client.
+MOVED_RETRIES = 1
+
+
+def _tunnel_gone(error: str) -> bool:
+    return error == "tunnel closed" or (error.startswith("peer link to ") and " lost: " in error)
 
 
 class TunnelProxyApp:
@@ -265,9 +274,39 @@ async def _proxy_to(
     usage: usage_meter.RequestUsage | None = None,
 ) -> bool:
     """Proxy the request to `upstream`; True (nothing sent to the client) when its connect failed and,
-    not being the `last` try, the request may go elsewhere."""
+    not being the `last` try, the request may go elsewhere. A whole request whose tunnel closed under it
+    before any response byte (the node's agent moved to another replica) goes again to the node's tunnel
+    as it is now (`MOVED_RETRIES`), from this process: no load balancer retry is needed."""
+    grace_s = settings.PROXY_DIAL_GRACE_S if last else min(FAILOVER_GRACE_S, settings.PROXY_DIAL_GRACE_S)
+    for hop in range(MOVED_RETRIES + 1):
+        connection, first_bytes, whole = _request_start(scope, target, upstream.port, first)
+        try:
+            stream = await TunnelStream.open(
+                node_id=upstream.node_id, port=upstream.port, host=target.host, grace_s=grace_s,
+                first_bytes=first_bytes, finished=whole,
+            )  # fmt: skip
+        except StreamUnavailable as exc:
+            if not last:
+                return True
+            await plain_response(send, 502, f"Bad gateway: {exc}.")
+            return False
+        outcome = await _relay(receive, send, stream, connection, first, upstream, whole=whole, last=last, usage=usage)
+        if outcome != _MOVED:
+            return outcome == _ELSEWHERE
+        log.info("the tunnel to node %s closed before an answer (try %d)", upstream.node_id, hop + 1)
+    if not last:
+        return True
+    await plain_response(send, 502, "Bad gateway: the node's tunnel closed before an answer.")
+    return False
+
+
+def _request_start(
+    scope: dict[str, Any], target: ProxyTarget, port: int, first: dict[str, Any]
+) -> tuple[h11.Connection, bytes, bool]:
+    """The request's client connection, the bytes that travel with the stream's opening, and whether they
+    are the whole request (its body arrived whole in the first message and fits)."""
     connection = h11.Connection(h11.CLIENT)
-    head = connection.send(_upstream_request(scope, target, upstream.port))
+    head = connection.send(_upstream_request(scope, target, port))
     body = first.get("body", b"")
     # (chunked framing adds a few bytes around the body; a body over the limit takes _forward_body's 413)
     whole = (
@@ -275,30 +314,35 @@ async def _proxy_to(
         and len(body) <= settings.PROXY_MAX_BODY_BYTES
         and len(head) + len(body) + 32 <= FIRST_BYTES_MAX
     )
-    if whole:
-        first_bytes = head + (connection.send(h11.Data(data=body)) if body else b"")
-        first_bytes += connection.send(h11.EndOfMessage())
-    else:
-        first_bytes = head
-    try:
-        stream = await TunnelStream.open(
-            node_id=upstream.node_id,
-            port=upstream.port,
-            host=target.host,
-            grace_s=settings.PROXY_DIAL_GRACE_S if last else min(FAILOVER_GRACE_S, settings.PROXY_DIAL_GRACE_S),
-            first_bytes=first_bytes,
-            finished=whole,
-        )
-    except StreamUnavailable as exc:
-        if not last:
-            return True
-        await plain_response(send, 502, f"Bad gateway: {exc}.")
-        return False
+    if not whole:
+        return connection, head, False
+    first_bytes = head + (connection.send(h11.Data(data=body)) if body else b"")
+    return connection, first_bytes + connection.send(h11.EndOfMessage()), True
+
+
+# What one try on a stream came to: the response went to the client (or failed there for good), the
+# request may go to another replica, or the tunnel closed under it before any response byte.
+_DONE, _ELSEWHERE, _MOVED = "done", "elsewhere", "moved"
+
+
+async def _relay(
+    receive: Any,
+    send: Any,
+    stream: TunnelStream,
+    connection: h11.Connection,
+    first: dict[str, Any],
+    upstream: balancer.Upstream,
+    *,
+    whole: bool,
+    last: bool,
+    usage: usage_meter.RequestUsage | None,
+) -> str:
+    """Send the rest of the request up `stream` and its response to the client; what it came to."""
     relay_state = _RelayState(usage=usage)
     pressure = WritePressure.of(send)
     try:
         if not whole and not await _forward_body(first, receive, stream, connection, send):
-            return False
+            return _DONE
         relay = asyncio.ensure_future(_forward_response(stream, connection, send, relay_state, pressure=pressure))
         client_gone = asyncio.ensure_future(_wait_for_disconnect(receive))
         done, _ = await asyncio.wait({relay, client_gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -307,7 +351,7 @@ async def _proxy_to(
             relay.cancel()
             if usage is not None:
                 usage.cut = True
-            return False
+            return _DONE
         relay.result()
     except TimeoutError:
         if usage is not None:
@@ -316,9 +360,11 @@ async def _proxy_to(
             await plain_response(send, 504, "Gateway timeout: the service on the node did not answer in time.")
     except (h11.ProtocolError, StreamUnavailable) as exc:
         log.info("proxy stream to node %s port %s broke: %s", upstream.node_id, upstream.port, exc)
+        if not relay_state.started and whole and _tunnel_gone(stream.error):
+            return _MOVED
         refused = whole and any(part in stream.error for part in _REFUSED)
         if not relay_state.started and refused and not last:
-            return True
+            return _ELSEWHERE
         if usage is not None:
             usage.cut = True
         if not relay_state.started:  # mid-response the client sees the body cut short instead
@@ -326,7 +372,7 @@ async def _proxy_to(
     finally:
         pressure.stop()
         await stream.close()
-    return False
+    return _DONE
 
 
 async def _wait_for_disconnect(receive: Any) -> None:

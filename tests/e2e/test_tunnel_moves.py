@@ -40,11 +40,14 @@ pytestmark = [
 EVENTS = 16  # 0.5 s apart: the stream outlives the drain's wait for the load balancer and the move
 
 # The node's endpoint server: a process of its own whose command line names its port, as the agent's
-# endpoint records expect (`agent.workloads.endpoints`); /health answers the agent's probes, any other
-# path is a slow event stream.
+# endpoint records expect (`agent.workloads.endpoints`); /health answers the agent's probes, /once holds
+# its first request's answer for a minute and answers every later one at once (/hits: how many came), any
+# other path is a slow event stream.
 SLOW_EVENTS = f"""
 import json, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HITS = []
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -52,11 +55,24 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def answer(self, body):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def do_GET(self):
         if self.path == "/health":
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            self.answer(b"")
+            return
+        if self.path == "/hits":
+            self.answer(str(len(HITS)).encode())
+            return
+        if self.path == "/once":
+            HITS.append(time.time())
+            if len(HITS) == 1:
+                time.sleep(60)
+            self.answer(b"answered request %d" % len(HITS))
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -98,9 +114,14 @@ def _endpoint_on_the_node(node: Node, state: Path, port: int, pid: int) -> Endpo
 
 
 @pytest.fixture
-def two_replicas(tmp_path, settings):
+def drain_deadline_s() -> str:
+    return "20"
+
+
+@pytest.fixture
+def two_replicas(tmp_path, settings, drain_deadline_s):
     """Replica 0 started, replica 1's port reserved (started by the test), both behind HAProxy."""
-    env = subprocess_env(WEB_DRAIN_LB_S="3", WEB_DRAIN_DEADLINE_S="20")
+    env = subprocess_env(WEB_DRAIN_LB_S="3", WEB_DRAIN_DEADLINE_S=drain_deadline_s)
     plane = ControlPlane(log_dir=tmp_path, env=env)
     ports = [free_port(), free_port()]
     plane.start_replica(ports[0])
@@ -211,6 +232,64 @@ def test_draining_the_replica_holding_a_tunnel_moves_it_once_without_a_gap(
     assert NodeEvent.objects.filter(command=command, kind="command.succeeded").count() == 1
     assert old.log().count("drained; stopping") == 1
     assert port_open(ports[1])
+
+
+@pytest.mark.parametrize("drain_deadline_s", ["8"])
+def test_a_request_whose_tunnel_closes_before_an_answer_is_sent_again_on_the_nodes_new_tunnel(
+    two_replicas, cluster, operator, agents, slow_events
+):
+    """A request held on the old tunnel past the drain's deadline: the tunnel closes (1001) before any
+    response byte, and the web process that took the request sends it again on the node's new tunnel (at
+    the other replica, over a peer link), straight to the replica, without HAProxy."""
+    plane, balancer, ports = two_replicas
+    user, _ = operator
+    wait_until(lambda: balancer.servers_up() == {"web0"}, timeout=20, what="haproxy sees replica 0")
+    port, pid = slow_events
+    proc, state, _ = agents(
+        plane, cluster, user, "r", url=balancer.url, extra_env={"CLEVERTHIS_PROXY_PORTS": str(port)}
+    )
+    node = node_of(state)
+    wait_status(node, "online")
+    endpoint = _endpoint_on_the_node(node, state, port, pid)
+    plane.start_replica(ports[1])
+    wait_until(lambda: balancer.servers_up() == {"web0", "web1"}, timeout=20, what="haproxy sees both replicas")
+
+    answer: dict[str, Any] = {}
+
+    def request_at_replica_0() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", ports[0], timeout=90)
+        try:
+            connection.request("GET", "/once", headers={"Host": endpoint.hostname})
+            response = connection.getresponse()
+            answer["status"], answer["body"] = response.status, response.read()
+        except Exception as exc:  # reported by the assertions below
+            answer["error"] = repr(exc)
+        finally:
+            connection.close()
+
+    def hits() -> int:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            connection.request("GET", "/hits")
+            return int(connection.getresponse().read())
+        finally:
+            connection.close()
+
+    requester = threading.Thread(target=request_at_replica_0, daemon=True)
+    requester.start()
+    wait_until(lambda: hits() == 1, timeout=15, what="the request at the node's server")
+    old = plane.replicas[0]
+    old.popen.send_signal(signal.SIGTERM)  # the tunnel moves; the held request keeps the old one to the deadline
+    requester.join(timeout=60)
+    old.popen.wait(timeout=30)
+
+    assert answer.get("status") == 200, (answer, old.log()[-3000:])
+    assert answer["body"] == b"answered request 2"
+    assert hits() == 2
+    assert "closing 1 tunnel(s) still open" in old.log()  # the deadline closed it under the request
+    assert "closed before an answer (try 1)" in old.log()
+    assert proc.log().count("asked this tunnel to move") == 1
+    assert proc.log().count("connected to") == 2
 
 
 def _aware(timestamp: float) -> Any:
