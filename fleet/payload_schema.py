@@ -21,6 +21,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from rest_framework import serializers
 
+from agent.protocol.codec import to_dict
 from agent.protocol.rules import Rule, field_rules
 
 _CACHE: dict[type, type[serializers.Serializer]] = {}
@@ -49,8 +50,16 @@ def serializer_for(
             defaults[fld.name] = default
         attrs[fld.name] = _drf_field(hints[fld.name], rules.get(fld.name, Rule()), required=default is None)
 
+    # A field added to a payload later (`agent.protocol.payloads.OMIT_DEFAULT`) is left out when not given, so
+    # an agent that predates it still accepts the payload (it refuses unknown fields).
+    later = {f.name for f in dataclasses.fields(payload_cls) if f.metadata.get("omit_default")}  # type: ignore[arg-type]
+
     def validate(self: serializers.Serializer, data: dict[str, Any]) -> dict[str, Any]:
-        return {name: data[name] if name in data else defaults[name]() for name in self.fields}
+        return {
+            name: data[name] if name in data else defaults[name]()
+            for name in self.fields
+            if name not in later or (name in data and plain(data[name]) != to_dict(defaults[name]()))
+        }
 
     attrs["validate"] = validate
     name = payload_cls.__name__.removesuffix("Payload") + "Serializer"
@@ -139,3 +148,12 @@ class _KeyCheck:
         bad = sorted(k for k in value if not re.fullmatch(self.pattern, k))
         if bad:
             raise serializers.ValidationError(f"{self.message}: {', '.join(bad)}")
+
+
+def plain(value: Any) -> Any:
+    """DRF's validated data (ordered dicts, nested) as plain dicts and lists."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value

@@ -43,6 +43,7 @@ from agent.protocol import (
     endpoint_gpus_held,
     select_gpus,
 )
+from agent.workloads.distributed import check_group, follower_argv, group_args, rank_env
 from agent.workloads.engine import VLLM_MODULE, Engine, choose_engine, cpu_bytes_needed, weights_bytes
 from agent.workloads.models import ModelCache
 from agent.workloads.server_process import (
@@ -61,6 +62,14 @@ VLLM_COMMAND = [sys.executable, "-m", VLLM_MODULE]
 def server_argv(engine: Engine, model_path: Path, port: int, payload: EndpointStartPayload) -> list[str]:
     """The server's command line: the engine's program, the flags the agent sets (`ENDPOINT_AGENT_ARGS`),
     the device's defaults, then the endpoint's own `extra_args` (a later flag wins in vLLM)."""
+    group = payload.group
+    flags = engine.args(pipelined=group.pipeline_parallel > 1)
+    if group.distributed:
+        flags += group_args(group)
+    elif payload.gpus > 1:
+        flags += ["--tensor-parallel-size", str(payload.gpus)]
+    if group.role == "follower":  # headless: no port, no host (`agent.workloads.distributed`)
+        return follower_argv(engine, model_path, payload.model_id, flags + list(payload.extra_args))
     argv = [
         *engine.program,
         "--model",
@@ -72,10 +81,7 @@ def server_argv(engine: Engine, model_path: Path, port: int, payload: EndpointSt
         "--host",
         "127.0.0.1",
     ]
-    argv += engine.args()
-    if payload.gpus > 1:
-        argv += ["--tensor-parallel-size", str(payload.gpus)]
-    return argv + list(payload.extra_args)
+    return argv + flags + list(payload.extra_args)
 
 
 STATE_FILE = "endpoints.json"
@@ -84,6 +90,7 @@ START_LOG_TAIL_BYTES = 2000
 # Records of stopped endpoints kept, so a repeated stop of one of them answers "stopped" again.
 STOPPED_KEPT = 200
 MIB = 1024 * 1024
+FOLLOWER_SETTLE_S = 5.0  # how long a follower must live to count as started
 
 
 class EndpointManager:
@@ -174,14 +181,16 @@ class EndpointManager:
                     model_id=payload.model_id,
                 )
             engine = self._engine()
+            check_group(payload.group, engine)
+            follower = payload.group.role == "follower"
             chosen = self._check_gpus(payload, engine, model_path)
             if engine.device == "cpu":
                 self._check_memory(model_path)
-            port = payload.port or free_port()
-            if payload.port and port_in_use(port):
+            port = 0 if follower else payload.port or free_port()
+            if payload.port and not follower and port_in_use(port):
                 raise CommandFailed("conflict", f"port {port} is already in use on this node")
             argv = server_argv(engine, model_path, port, payload)
-            env = engine.env(dict(os.environ))
+            env = rank_env(engine.env(dict(os.environ)), payload.group, engine)
             if chosen:
                 # The indices are NVML's, which count GPUs in PCI bus order; CUDA counts fastest first unless
                 # told otherwise, so on a node with unlike GPUs the same index could name another card.
@@ -210,10 +219,17 @@ class EndpointManager:
                 "device": engine.device,
                 "status": "starting",
                 "started_at": time.time(),
+                "role": payload.group.role,
+                "group_leader": payload.group.distributed and not follower,
+                # a follower has no port: its command line is recognised by the leader's port it names
+                "argv_token": payload.group.master_port if follower else port,
             }
             self._save(state)
         try:
-            self._wait_ready(payload, child, port, log_path, progress)
+            if follower:
+                self._wait_follower(payload, child, log_path, progress)
+            else:
+                self._wait_ready(payload, child, port, log_path, progress)
         except CommandFailed:
             with self._lock:
                 self._terminate(child.pid)
@@ -226,7 +242,8 @@ class EndpointManager:
             if payload.endpoint_id in state:
                 state[payload.endpoint_id]["status"] = "running"
                 self._save(state)
-        progress(f"endpoint {payload.endpoint_id} answers on port {port}", percent=100.0)
+        note = "runs as a follower rank" if follower else f"answers on port {port}"
+        progress(f"endpoint {payload.endpoint_id} {note}", percent=100.0)
         return EndpointStartResult(
             endpoint_id=payload.endpoint_id,
             port=port,
@@ -285,8 +302,17 @@ class EndpointManager:
         return [
             (endpoint_id, rec["port"])
             for endpoint_id, rec in sorted(state.items())
-            if rec.get("status", "running") in ("running", "unresponsive") and server_alive(rec)
+            if rec.get("status", "running") in ("running", "unresponsive")
+            and rec.get("role", "leader") == "leader"  # a follower serves no HTTP: the leader speaks for it
+            and server_alive(rec)
         ]
+
+    def generation_probes(self) -> dict[str, str]:
+        """{endpoint id: model id} of the group leaders among `health_targets`: probed with a one-token
+        completion, as their /health does not see a follower rank die (`agent.workloads.endpoint_health`)."""
+        with self._lock:
+            state = self._load()
+        return {ep: rec["model_id"] for ep, rec in state.items() if rec.get("group_leader")}
 
     def mark_health(self, endpoint_id: str, healthy: bool) -> bool:
         """Record a probe verdict: running → unresponsive (not `healthy`) or back; True when the status changed.
@@ -401,6 +427,25 @@ class EndpointManager:
                 last_note = now
                 progress(f"waiting for endpoint {payload.endpoint_id} to load {payload.model_id}")
             time.sleep(0.2)
+
+    def _wait_follower(
+        self, payload: EndpointStartPayload, child: subprocess.Popen[bytes], log_path: Path, progress: ProgressFn
+    ) -> None:
+        """A follower answers nothing: it counts as started once it has lived `FOLLOWER_SETTLE_S` (an
+        argument vLLM refuses ends it sooner); whether the group serves is the leader's readiness."""
+        deadline = time.monotonic() + FOLLOWER_SETTLE_S
+        while time.monotonic() < deadline:
+            code = child.poll()
+            if code is not None:
+                tail = log_tail(log_path, LOG_TAIL_BYTES)
+                raise CommandFailed(
+                    "internal",
+                    f"follower rank exited with status {code}; log tail:\n{tail}",
+                    exit_code=code,
+                    log_tail=tail,
+                )
+            time.sleep(0.2)
+        progress(f"follower rank {payload.group.node_rank} of endpoint {payload.endpoint_id} waits for its leader")
 
     def _terminate(self, pid: int) -> None:
         """End the server's whole process tree: its process group and every descendant (SIGTERM and SIGCONT,
