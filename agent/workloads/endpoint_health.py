@@ -139,10 +139,12 @@ class EndpointProber:
                         log.warning("endpoint %s answers again on port %d: running", endpoint_id, port)
                     else:
                         log.error(
-                            "endpoint %s on port %d failed GET %s %d times in a row (timeout %gs): unresponsive",
+                            "endpoint %s on port %d failed %s %d times in a row (timeout %gs): unresponsive",
                             endpoint_id,
                             port,
-                            HEALTH_PATH,
+                            f"a one-token POST {GENERATION_PATH}"
+                            if generating.get(endpoint_id)
+                            else f"GET {HEALTH_PATH}",
                             failed,
                             self.settings.timeout_s,
                         )
