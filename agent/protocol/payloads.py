@@ -176,8 +176,9 @@ class EndpointStartPayload:
     gpus: int = field(default=0, metadata=rule(min=0, max=64))
     min_vram_mb: int = field(default=0, metadata=rule(min=0, max=MAX_MEMORY_MB))
     extra_args: list[str] = field(default_factory=list, metadata=rule(items_max=MAX_ITEMS, item_max_length=500))
-    # one node unless it names a group; left out of payloads that do not (agents before it refuse the field)
-    group: EndpointGroup = field(default_factory=EndpointGroup, metadata={OMIT_DEFAULT: True})
+    # one node unless it names a group (each of its fields bounded by its own rule); left out of payloads
+    # that do not name one (agents before it refuse the field)
+    group: EndpointGroup = field(default_factory=EndpointGroup, metadata={**rule(), OMIT_DEFAULT: True})
 
 
 @dataclass(frozen=True)
