@@ -150,7 +150,7 @@ class EndpointGroup:
             found.append(f"node_rank {self.node_rank} is not below nnodes {self.nnodes}.")
         if (self.role == "leader") != (self.node_rank == 0):
             found.append("The leader is node_rank 0 and every other rank is a follower.")
-        if self.nnodes > 1 and (not self.master_addr or not self.master_port):
+        if self.backend == "mp" and self.nnodes > 1 and (not self.master_addr or not self.master_port):
             found.append("A group of several nodes needs master_addr and master_port (the leader's).")
         if self.backend == "ray" and self.role != "leader":
             found.append("With the Ray executor only the leader is started (Ray places the other ranks).")

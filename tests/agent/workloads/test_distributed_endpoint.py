@@ -90,6 +90,7 @@ def test_the_group_travels_as_its_protocol_dataclass_and_its_rules_are_checked()
         .startswith("node_rank 2")
     )
     assert "master_addr" in " ".join(EndpointGroup(nnodes=2, pipeline_parallel=2).problems())
+    assert EndpointGroup(nnodes=2, pipeline_parallel=2, backend="ray").problems() == []  # Ray places the ranks
     assert "follower" in " ".join(EndpointGroup(role="follower").problems())
     assert "nnodes must not exceed" in " ".join(LEADER.__class__(nnodes=3, master_addr="h", master_port=1).problems())
 
