@@ -21,6 +21,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from rest_framework import serializers
 
+from agent.protocol.codec import to_dict
 from agent.protocol.rules import Rule, field_rules
 
 _CACHE: dict[type, type[serializers.Serializer]] = {}
@@ -50,7 +51,7 @@ def serializer_for(
         attrs[fld.name] = _drf_field(hints[fld.name], rules.get(fld.name, Rule()), required=default is None)
 
     def validate(self: serializers.Serializer, data: dict[str, Any]) -> dict[str, Any]:
-        return {name: data[name] if name in data else defaults[name]() for name in self.fields}
+        return {name: data[name] if name in data else to_dict(defaults[name]()) for name in self.fields}
 
     attrs["validate"] = validate
     name = payload_cls.__name__.removesuffix("Payload") + "Serializer"
@@ -139,3 +140,12 @@ class _KeyCheck:
         bad = sorted(k for k in value if not re.fullmatch(self.pattern, k))
         if bad:
             raise serializers.ValidationError(f"{self.message}: {', '.join(bad)}")
+
+
+def plain(value: Any) -> Any:
+    """DRF's validated data (ordered dicts, nested) as plain dicts and lists."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value

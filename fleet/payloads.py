@@ -23,7 +23,8 @@ from django.core.exceptions import ValidationError
 from rest_framework import serializers
 
 from agent import protocol
-from fleet.payload_schema import serializer_for
+from agent.protocol.codec import to_dict
+from fleet.payload_schema import plain, serializer_for
 
 SECRET_FIELDS = frozenset({"registry_password"})  # never kept in the payload, not even masked
 # Mappings whose every value is secret (their keys stay visible): container env, a Ray job's env_vars.
@@ -65,14 +66,6 @@ def register_payload_types(command_types: Iterable[str], *, owner_api: str = "")
 register_payload_types(protocol.WORKLOAD_COMMAND_TYPES)
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
 def validate_payload(command_type: Any, payload: Any) -> dict[str, Any]:
     """Return the normalized payload for `command_type` or raise `ValidationError` with field messages.
 
@@ -102,7 +95,7 @@ def validate_payload(command_type: Any, payload: Any) -> dict[str, Any]:
     marked = _check_marks(marks, set(serializer.fields), errors)
     if errors:
         raise ValidationError(errors)
-    clean = _unset_left_out(command_type, _plain(dict(serializer.validated_data)))
+    clean = _unset_left_out(command_type, plain(dict(serializer.validated_data)))
     if marked:
         clean[MARKS] = marked
     return clean
@@ -113,7 +106,7 @@ def _unset_left_out(command_type: str, clean: dict[str, Any]) -> dict[str, Any]:
     for f in dataclasses.fields(protocol.PAYLOAD_TYPES[command_type]):
         if f.metadata.get("sent_when_set") and f.name in clean:
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            if clean[f.name] == default:
+            if to_dict(clean[f.name]) == to_dict(default):
                 del clean[f.name]
     return clean
 

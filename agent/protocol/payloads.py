@@ -164,6 +164,45 @@ class LoraAdapterRef:
 
 
 @dataclass(frozen=True)
+class EndpointGroup:
+    """One rank's place in a multi-node endpoint (`agent.workloads.distributed`): vLLM split into
+    `pipeline_parallel` stages across `nnodes` nodes, `tensor_parallel` GPUs within each. The leader
+    (node_rank 0) serves the OpenAI API; a follower runs vLLM headless and joins the leader's
+    torch.distributed group at `master_addr`:`master_port`. `backend` "mp" is vLLM's own multi-node
+    executor (each node runs its rank: CPU and GPU); "ray" is vLLM's Ray executor, started on the leader
+    only (Ray places the other ranks), which vLLM supports on GPU platforms only. The default is one node."""
+
+    pipeline_parallel: int = field(default=1, metadata=rule(min=1, max=64))
+    tensor_parallel: int = field(default=1, metadata=rule(min=1, max=64))
+    nnodes: int = field(default=1, metadata=rule(min=1, max=64))
+    node_rank: int = field(default=0, metadata=rule(min=0, max=63))
+    master_addr: str = field(default="", metadata=rule(max_length=253, pattern=HOST_RE))
+    master_port: int = field(default=0, metadata=rule(min=0, max=65535))
+    role: Literal["leader", "follower"] = "leader"
+    backend: Literal["mp", "ray"] = "mp"
+
+    @property
+    def distributed(self) -> bool:
+        """Whether this endpoint spans more than one process group of vLLM (PP > 1 or several nodes)."""
+        return self.nnodes > 1 or self.pipeline_parallel > 1 or self.backend == "ray"
+
+    def problems(self) -> list[str]:
+        """What is inconsistent in the group (empty when it can start); the same rules on both sides."""
+        found = []
+        if self.node_rank >= self.nnodes:
+            found.append(f"node_rank {self.node_rank} is not below nnodes {self.nnodes}.")
+        if (self.role == "leader") != (self.node_rank == 0):
+            found.append("The leader is node_rank 0 and every other rank is a follower.")
+        if self.backend == "mp" and self.nnodes > 1 and (not self.master_addr or not self.master_port):
+            found.append("A group of several nodes needs master_addr and master_port (the leader's).")
+        if self.backend == "ray" and self.role != "leader":
+            found.append("With the Ray executor only the leader is started (Ray places the other ranks).")
+        if self.backend == "mp" and self.nnodes > self.pipeline_parallel * self.tensor_parallel:
+            found.append("More nodes than ranks: nnodes must not exceed pipeline_parallel x tensor_parallel.")
+        return found
+
+
+@dataclass(frozen=True)
 class EndpointStartPayload:
     """endpoint.start: serve a cached model with an OpenAI-compatible server. The API makes `endpoint_id` up
     when left out (a new endpoint); the same id restarts a stopped one."""
@@ -188,6 +227,9 @@ class EndpointStartPayload:
     )
     # the weights missing from this node's cache: fetch them first (a cold start) instead of failing
     download: bool = field(default=False, metadata=SENT_WHEN_SET)
+    # one node unless it names a group (each of its fields bounded by its own rule); sent only when it names one
+    # (agents before it refuse the field)
+    group: EndpointGroup = field(default_factory=EndpointGroup, metadata={**rule(), **SENT_WHEN_SET})
 
 
 @dataclass(frozen=True)

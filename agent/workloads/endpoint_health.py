@@ -8,6 +8,11 @@ is marked ``running`` again if it answers later (the control plane has taken it 
 and stops it: its verdict stands). `check` returns whether a status changed, so the caller (the tunnel's
 supervised ``endpoint health`` task) sends an inventory report at once rather than with the next heartbeat.
 
+The leader of a multi-node group (`agent.workloads.distributed`) is probed with a one-token completion
+instead (`EndpointManager.generation_probes`): vLLM's /health keeps answering 200 after a follower rank
+died, while every request hangs (measured with vLLM 0.32's CPU build; its engine only notices on the next
+step, whose error leaves the request unanswered), so only a generation through the pipeline tells.
+
 Settings come from the environment: ``CLEVERTHIS_ENDPOINT_HEALTH_INTERVAL_S`` (default 5: seconds
 between the starts of two probe rounds), ``CLEVERTHIS_ENDPOINT_HEALTH_TIMEOUT_S`` (default 5: how long a
 probe waits for the answer's status line) and ``CLEVERTHIS_ENDPOINT_HEALTH_FAILURES`` (default 3).
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -29,6 +35,7 @@ DEFAULT_INTERVAL_S = 5.0
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_FAILURES = 3
 HEALTH_PATH = "/health"
+GENERATION_PATH = "/v1/completions"
 
 
 class HealthTarget(Protocol):
@@ -72,13 +79,26 @@ def _positive(env: Mapping[str, str], name: str, default: float, kind: type) -> 
     return value
 
 
-async def probe(port: int, timeout_s: float, host: str = "127.0.0.1") -> bool:
-    """Whether the server on `port` answers ``GET /health`` with a 2xx status within `timeout_s` seconds."""
+def _request(host: str, port: int, model: str) -> bytes:
+    """GET /health, or (`model` given) a one-token completion of it."""
+    if not model:
+        return f"GET {HEALTH_PATH} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode()
+    body = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}).encode()
+    head = (
+        f"POST {GENERATION_PATH} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def probe(port: int, timeout_s: float, host: str = "127.0.0.1", model: str = "") -> bool:
+    """Whether the server on `port` answers ``GET /health`` (or, with `model`, a one-token completion of
+    it: the probe of a multi-node group's leader) with a 2xx status within `timeout_s` seconds."""
 
     async def ask() -> bool:
         reader, writer = await asyncio.open_connection(host, port)
         try:
-            writer.write(f"GET {HEALTH_PATH} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+            writer.write(_request(host, port, model))
             await writer.drain()
             status_line = await reader.readline()
         finally:
@@ -104,7 +124,10 @@ class EndpointProber:
     async def check(self, manager: HealthTarget) -> bool:
         """One round: probe every running (or unresponsive) server at once; True when a status changed."""
         targets = await asyncio.to_thread(manager.health_targets)
-        answers = await asyncio.gather(*(probe(port, self.settings.timeout_s) for _, port in targets))
+        generating = await asyncio.to_thread(getattr(manager, "generation_probes", dict))
+        answers = await asyncio.gather(
+            *(probe(port, self.settings.timeout_s, model=generating.get(ep, "")) for ep, port in targets)
+        )
         changed = False
         for (endpoint_id, port), healthy in zip(targets, answers, strict=True):
             failed = 0 if healthy else self._failed.get(endpoint_id, 0) + 1
@@ -116,10 +139,12 @@ class EndpointProber:
                         log.warning("endpoint %s answers again on port %d: running", endpoint_id, port)
                     else:
                         log.error(
-                            "endpoint %s on port %d failed GET %s %d times in a row (timeout %gs): unresponsive",
+                            "endpoint %s on port %d failed %s %d times in a row (timeout %gs): unresponsive",
                             endpoint_id,
                             port,
-                            HEALTH_PATH,
+                            f"a one-token POST {GENERATION_PATH}"
+                            if generating.get(endpoint_id)
+                            else f"GET {HEALTH_PATH}",
                             failed,
                             self.settings.timeout_s,
                         )

@@ -48,6 +48,7 @@ from agent.protocol import (
 from agent.protocol.cpu_engine import CPU_ENDPOINT_CORES
 from agent.workloads.adapters import ENABLE_LORA, RUNTIME_UPDATES_ENV, EndpointAdapters, lora_enabled
 from agent.workloads.cpu_cores import allocate_cores, bind_env, node_cores, pin_process
+from agent.workloads.distributed import check_group, follower_argv, group_args, rank_env
 from agent.workloads.engine import VLLM_MODULE, Engine, check_gpus, check_memory, choose_engine, weights_bytes
 from agent.workloads.models import ModelCache
 from agent.workloads.server_process import (
@@ -68,6 +69,14 @@ VLLM_COMMAND = [sys.executable, "-m", VLLM_MODULE]
 def server_argv(engine: Engine, model_path: Path, port: int, payload: EndpointStartPayload) -> list[str]:
     """The server's command line: the engine's program, the flags the agent sets (`ENDPOINT_AGENT_ARGS`),
     the device's defaults, then the endpoint's own `extra_args` (a later flag wins in vLLM)."""
+    group = payload.group
+    flags = engine.args(pipelined=group.pipeline_parallel > 1)
+    if group.distributed:
+        flags += group_args(group)
+    elif payload.gpus > 1:
+        flags += ["--tensor-parallel-size", str(payload.gpus)]
+    if group.role == "follower":  # headless: no port, no host (`agent.workloads.distributed`)
+        return follower_argv(engine, model_path, payload.model_id, flags + list(payload.extra_args))
     argv = [
         *engine.program,
         "--model",
@@ -79,10 +88,7 @@ def server_argv(engine: Engine, model_path: Path, port: int, payload: EndpointSt
         "--host",
         "127.0.0.1",
     ]
-    argv += engine.args()
-    if payload.gpus > 1:
-        argv += ["--tensor-parallel-size", str(payload.gpus)]
-    argv += list(payload.extra_args)
+    argv += flags + list(payload.extra_args)
     if payload.adapters and not lora_enabled(argv):
         argv.append(ENABLE_LORA)  # a start naming adapters serves them
     return argv
@@ -95,6 +101,7 @@ LOG_TAIL_BYTES = 4000
 START_LOG_TAIL_BYTES = 2000
 # Records of stopped endpoints kept, so a repeated stop of one of them answers "stopped" again.
 STOPPED_KEPT = 200
+FOLLOWER_SETTLE_S = 5.0  # how long a follower must live to count as started
 
 
 class EndpointManager:
@@ -228,18 +235,21 @@ class EndpointManager:
                 )
             self.models.touch(payload.model_id, payload.revision)
             engine = self._engine()
+            check_group(payload.group, engine)
+            follower = payload.group.role == "follower"
             chosen = check_gpus(payload, engine, model_path, self.gpus_fn)
             if engine.device == "cpu":
                 check_memory(model_path)
-            port = payload.port or free_port()
-            if payload.port and port_in_use(port):
+            port = 0 if follower else payload.port or free_port()
+            if payload.port and not follower and port_in_use(port):
                 raise CommandFailed("conflict", f"port {port} is already in use on this node")
             argv = server_argv(engine, model_path, port, payload)
-            env = mark_env(engine.env(dict(os.environ)), endpoint_id=payload.endpoint_id, state_dir=self.state_dir)
+            env = rank_env(engine.env(dict(os.environ)), payload.group, engine)
+            env = mark_env(env, endpoint_id=payload.endpoint_id, state_dir=self.state_dir)
             cores = self._cpu_cores(state, payload.endpoint_id) if engine.device == "cpu" else []
             if cores:
                 env = bind_env(env, cores)
-            lora = lora_enabled(argv)
+            lora = lora_enabled(argv) and not follower
             if lora:  # adapters come and go through the server's runtime API (`agent.workloads.adapters`)
                 env[RUNTIME_UPDATES_ENV] = "True"
             if chosen:
@@ -277,10 +287,17 @@ class EndpointManager:
                 "started_at": time.time(),
                 "lora": lora,
                 "adapters": [],
+                "role": payload.group.role,
+                "group_leader": payload.group.distributed and not follower,
+                # a follower has no port: its command line is recognised by the leader's port it names
+                "argv_token": payload.group.master_port if follower else port,
             }
             self._save(state)
         try:
-            self._wait_ready(payload, child, port, log_path, progress, cancel, clock)
+            if follower:
+                self._wait_follower(payload, child, log_path, progress)
+            else:
+                self._wait_ready(payload, child, port, log_path, progress, cancel, clock)
             adapters = self.adapters.load_all(port, list(payload.adapters), progress) if lora else []
             if payload.adapters:
                 clock.mark("adapters")
@@ -301,7 +318,8 @@ class EndpointManager:
             if record is not None and record.get("pid") == child.pid and record.get("status") == "starting":
                 record.update(status="running", adapters=adapters)
                 self._save(state)
-        progress(f"endpoint {payload.endpoint_id} answers on port {port}", percent=100.0)
+        note = "runs as a follower rank" if follower else f"answers on port {port}"
+        progress(f"endpoint {payload.endpoint_id} {note}", percent=100.0)
         return EndpointStartResult(
             endpoint_id=payload.endpoint_id,
             port=port,
@@ -391,8 +409,17 @@ class EndpointManager:
         return [
             (endpoint_id, rec["port"])
             for endpoint_id, rec in sorted(state.items())
-            if rec.get("status", "running") in ("running", "unresponsive") and server_alive(rec)
+            if rec.get("status", "running") in ("running", "unresponsive")
+            and rec.get("role", "leader") == "leader"  # a follower serves no HTTP: the leader speaks for it
+            and server_alive(rec)
         ]
+
+    def generation_probes(self) -> dict[str, str]:
+        """{endpoint id: model id} of the group leaders among `health_targets`: probed with a one-token
+        completion, as their /health does not see a follower rank die (`agent.workloads.endpoint_health`)."""
+        with self._lock:
+            state = self._load()
+        return {ep: rec["model_id"] for ep, rec in state.items() if rec.get("group_leader")}
 
     def mark_health(self, endpoint_id: str, healthy: bool) -> bool:
         """Record a probe verdict: running → unresponsive (not `healthy`) or back; True when the status changed.
@@ -488,6 +515,25 @@ class EndpointManager:
                 last_note = now
                 progress(f"waiting for endpoint {payload.endpoint_id} to load {payload.model_id}")
             time.sleep(0.2)
+
+    def _wait_follower(
+        self, payload: EndpointStartPayload, child: subprocess.Popen[bytes], log_path: Path, progress: ProgressFn
+    ) -> None:
+        """A follower answers nothing: it counts as started once it has lived `FOLLOWER_SETTLE_S` (an
+        argument vLLM refuses ends it sooner); whether the group serves is the leader's readiness."""
+        deadline = time.monotonic() + FOLLOWER_SETTLE_S
+        while time.monotonic() < deadline:
+            code = child.poll()
+            if code is not None:
+                tail = log_tail(log_path, LOG_TAIL_BYTES)
+                raise CommandFailed(
+                    "internal",
+                    f"follower rank exited with status {code}; log tail:\n{tail}",
+                    exit_code=code,
+                    log_tail=tail,
+                )
+            time.sleep(0.2)
+        progress(f"follower rank {payload.group.node_rank} of endpoint {payload.endpoint_id} waits for its leader")
 
     def _terminate(self, pid: int) -> None:
         """End the server's whole process tree: its process group and every descendant (SIGTERM and SIGCONT,

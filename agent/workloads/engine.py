@@ -35,15 +35,18 @@ class Engine:
     program: list[str]
     device: str  # "cpu" | "gpu"
 
-    def args(self) -> list[str]:
-        """Flags placed before the endpoint's own extra arguments (a later flag wins in vLLM)."""
+    def args(self, *, pipelined: bool = False) -> list[str]:
+        """Flags placed before the endpoint's own extra arguments (a later flag wins in vLLM). A `pipelined`
+        CPU rank is compiled, not eager (`agent.workloads.distributed` says why)."""
         extra = []
         max_len = os.environ.get("CLEVERTHIS_VLLM_MAX_MODEL_LEN", "").strip()
         if max_len:
             extra += ["--max-model-len", max_len]
         if self.device == "cpu":
             # float32: CPUs without bf16/fp16 kernels; eager: starts in ~30 s instead of ~90 s of compiling.
-            extra += ["--dtype", os.environ.get("CLEVERTHIS_VLLM_CPU_DTYPE", "float32"), "--enforce-eager"]
+            extra += ["--dtype", os.environ.get("CLEVERTHIS_VLLM_CPU_DTYPE", "float32")]
+            if not pipelined:
+                extra.append("--enforce-eager")
         return extra
 
     def env(self, base: dict[str, str]) -> dict[str, str]:

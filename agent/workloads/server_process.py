@@ -44,7 +44,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def server_alive(record: dict[str, Any]) -> bool:
-    """The recorded server still runs: its pid is alive and its command line still names its port."""
+    """The recorded server still runs: its pid is alive and its command line still names its port (a
+    follower rank's record names the leader's master port instead: `argv_token`)."""
     pid = record.get("pid", 0)
     if not pid_alive(pid):
         return False
@@ -52,7 +53,7 @@ def server_alive(record: dict[str, Any]) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return True  # no /proc: trust the pid
-    return str(record.get("port")).encode() in argv
+    return str(record.get("argv_token", record.get("port"))).encode() in argv
 
 
 def process_tree(pid: int) -> list[psutil.Process]:

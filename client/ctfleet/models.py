@@ -36,6 +36,8 @@ class _Model:
 
     __hash__ = None  # type: ignore[assignment]
 
+BackendEnum = Literal['mp', 'ray']
+
 ClusterModeEnum = Literal['standalone', 'kubernetes', 'argocd']
 
 CommandCommandTypeEnum = Literal['container.create', 'container.start', 'container.stop', 'container.destroy', 'model.download', 'model.evict', 'endpoint.start', 'endpoint.stop', 'endpoint.adapter.load', 'endpoint.adapter.unload', 'ray.head.start', 'ray.worker.start', 'ray.node.drain', 'ray.node.stop', 'ray.status', 'ray.job.submit', 'ray.job.status', 'ray.job.stop', 'ray.serve.status', 'agent.update']
@@ -61,6 +63,8 @@ EndpointAdapterLoadCommandCommandTypeEnum = Literal['endpoint.adapter.load']
 EndpointAdapterUnloadCommandCommandTypeEnum = Literal['endpoint.adapter.unload']
 
 EndpointBenchmarkStatusEnum = Literal['queued', 'running', 'succeeded', 'failed']
+
+EndpointGroupRoleEnum = Literal['leader', 'follower']
 
 EndpointStartCommandCommandTypeEnum = Literal['endpoint.start']
 
@@ -2373,6 +2377,66 @@ class EndpointEventPage(_Model):
         return out
 
 
+class EndpointGroup(_Model):
+    """One rank's place in a multi-node endpoint (`agent.workloads.distributed`): vLLM split into `pipeline_parallel` stages across `nnodes` nodes, `tensor_parallel` GPUs within each. The leader (node_rank 0) serves the OpenAI API; a follower runs vLLM headless and joins the leader's torch.distributed group at `master_addr`:`master_port`. `backend` "mp" is vLLM's own multi-node executor (each node runs its rank: CPU and GPU); "ray" is vLLM's Ray executor, started on the leader only (Ray places the other ranks), which vLLM supports on GPU platforms only. The default is one node."""
+
+    __slots__ = ('pipeline_parallel', 'tensor_parallel', 'nnodes', 'node_rank', 'master_addr', 'master_port', 'role', 'backend',)
+
+    def __init__(
+        self,
+        *,
+        pipeline_parallel: int | None = None,
+        tensor_parallel: int | None = None,
+        nnodes: int | None = None,
+        node_rank: int | None = None,
+        master_addr: Any = None,
+        master_port: int | None = None,
+        role: EndpointGroupRoleEnum | None = None,
+        backend: BackendEnum | None = None,
+    ) -> None:
+        self.pipeline_parallel = pipeline_parallel
+        self.tensor_parallel = tensor_parallel
+        self.nnodes = nnodes
+        self.node_rank = node_rank
+        self.master_addr = master_addr
+        self.master_port = master_port
+        self.role = role
+        self.backend = backend
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EndpointGroup:
+        return cls(
+            pipeline_parallel=data.get('pipeline_parallel'),
+            tensor_parallel=data.get('tensor_parallel'),
+            nnodes=data.get('nnodes'),
+            node_rank=data.get('node_rank'),
+            master_addr=data.get('master_addr'),
+            master_port=data.get('master_port'),
+            role=data.get('role'),
+            backend=data.get('backend'),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.pipeline_parallel is not None:
+            out['pipeline_parallel'] = self.pipeline_parallel
+        if self.tensor_parallel is not None:
+            out['tensor_parallel'] = self.tensor_parallel
+        if self.nnodes is not None:
+            out['nnodes'] = self.nnodes
+        if self.node_rank is not None:
+            out['node_rank'] = self.node_rank
+        if self.master_addr is not None:
+            out['master_addr'] = self.master_addr
+        if self.master_port is not None:
+            out['master_port'] = self.master_port
+        if self.role is not None:
+            out['role'] = self.role
+        if self.backend is not None:
+            out['backend'] = self.backend
+        return out
+
+
 class EndpointLimits(_Model):
     """Input of POST /endpoints/<id>/limits/: the per-key limits (null: no limit; left out: kept)."""
 
@@ -2555,7 +2619,7 @@ class EndpointStartCommand(_Model):
 class EndpointStartPayload(_Model):
     """endpoint.start: serve a cached model with an OpenAI-compatible server. The API makes `endpoint_id` up when left out (a new endpoint); the same id restarts a stopped one."""
 
-    __slots__ = ('endpoint_id', 'model_id', 'revision', 'port', 'gpus', 'min_vram_mb', 'extra_args', 'adapters', 'download', 'secret_fields',)
+    __slots__ = ('endpoint_id', 'model_id', 'revision', 'port', 'gpus', 'min_vram_mb', 'extra_args', 'adapters', 'download', 'group', 'secret_fields',)
 
     def __init__(
         self,
@@ -2569,6 +2633,7 @@ class EndpointStartPayload(_Model):
         extra_args: list[str] | None = None,
         adapters: list[LoraAdapterRef] | None = None,
         download: bool | None = None,
+        group: EndpointGroup | None = None,
         secret_fields: list[EndpointStartPayloadSecretFieldsEnum] | None = None,
     ) -> None:
         self.endpoint_id = endpoint_id
@@ -2580,6 +2645,7 @@ class EndpointStartPayload(_Model):
         self.extra_args = extra_args
         self.adapters = adapters
         self.download = download
+        self.group = group
         self.secret_fields = secret_fields
 
     @classmethod
@@ -2594,6 +2660,7 @@ class EndpointStartPayload(_Model):
             extra_args=data.get('extra_args'),
             adapters=_list(LoraAdapterRef.from_dict, data.get('adapters')),
             download=data.get('download'),
+            group=_opt(EndpointGroup.from_dict, data.get('group')),
             secret_fields=data.get('secret_fields'),
         )
 
@@ -2616,6 +2683,8 @@ class EndpointStartPayload(_Model):
             out['adapters'] = _list(_dump, self.adapters)
         if self.download is not None:
             out['download'] = self.download
+        if self.group is not None:
+            out['group'] = _opt(_dump, self.group)
         if self.secret_fields is not None:
             out['secret_fields'] = self.secret_fields
         return out
@@ -6340,6 +6409,7 @@ MODELS: dict[str, type] = {
     'EndpointCreate': EndpointCreate,
     'EndpointEvent': EndpointEvent,
     'EndpointEventPage': EndpointEventPage,
+    'EndpointGroup': EndpointGroup,
     'EndpointLimits': EndpointLimits,
     'EndpointReplica': EndpointReplica,
     'EndpointRevision': EndpointRevision,

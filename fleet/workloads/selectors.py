@@ -66,6 +66,8 @@ def endpoint_update_failure(*, endpoint: Endpoint) -> EndpointEvent | None:
         .first()
     )
     return last if last is not None and last.kind == "endpoint.update_failed" else None
+
+
 START_PHASES_SHOWN = 5
 PHASE_LABELS = (
     ("placed", "Placed"),

@@ -202,7 +202,7 @@ def test_every_allowed_flag_and_value_is_one_the_real_vllm_parser_takes():
     import json
     import subprocess
 
-    from tests.e2e.test_vllm_endpoint import vllm_python
+    from tests.support.tiny_llm import vllm_python
 
     python = vllm_python()
     if not python:

@@ -30,21 +30,11 @@ from fleet.workloads.models import Endpoint, NodeModel
 from tests.e2e.conftest import node_of, wait_status
 from tests.support.environment import missing
 from tests.support.processes import REPO_ROOT, wait_until
-from tests.support.tiny_llm import build
+from tests.support.tiny_llm import build, vllm_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True), pytest.mark.timeout(1500)]
 
 MODEL = "acme/tiny-llama"
-VLLM_CACHE = Path(os.environ.get("CLEVERTHIS_VLLM_VENV_DIR", "/var/tmp/cleverthis-vllm"))
-
-
-def vllm_python() -> str | None:
-    """The CPU engine's python: VLLM_PYTHON (set by .ci/test), else the build .ci/vllm-venv cached."""
-    configured = os.environ.get("VLLM_PYTHON", "")
-    if configured:
-        return configured
-    builds = sorted(p.parent for p in VLLM_CACHE.glob("venv-*/.complete"))
-    return str(builds[-1] / "bin" / "python") if builds else None
 
 
 @pytest.fixture(scope="module")

@@ -46,13 +46,22 @@ def _sample(hint: Any, found: rules.Rule) -> Any:
     raise AssertionError(f"no sample for required {hint!r}")
 
 
+# Optional fields a valid value of a class needs one of (an adapter names its Hub repository or its path).
+MINIMAL_EXTRA: dict[type, dict[str, Any]] = {
+    p.LoraAdapterRef: {"model_id": "org/adapter", "revision": "main", "path": ""}
+}
+
+
 def _minimal(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     found = rules.field_rules(cls)
     return {
-        f.name: _sample(hints[f.name], found.get(f.name, rules.Rule()))
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        **{
+            f.name: _sample(hints[f.name], found.get(f.name, rules.Rule()))
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        },
+        **MINIMAL_EXTRA.get(cls, {}),
     }
 
 
@@ -139,6 +148,19 @@ def _agent(command_type: str, payload: dict[str, Any]) -> Any:
         return None
 
 
+def _as_stored(payload: Any) -> dict[str, Any]:
+    """The payload as the API stores it: a field sent only when set (`SENT_WHEN_SET`) is left out while it holds
+    its default."""
+    data = p.to_dict(payload)
+    for fld in dataclasses.fields(payload):
+        if not fld.metadata.get("sent_when_set"):
+            continue
+        default = fld.default_factory() if fld.default_factory is not dataclasses.MISSING else fld.default
+        if data[fld.name] == p.to_dict(default):
+            del data[fld.name]
+    return data
+
+
 @pytest.mark.parametrize("command_type", API_TYPES)
 def test_the_api_and_the_agent_accept_the_same_payloads(command_type):
     assert command_type in PAYLOAD_SERIALIZERS
@@ -151,13 +173,13 @@ def test_the_api_and_the_agent_accept_the_same_payloads(command_type):
             # what the API stores (every field, defaults filled in), the agent parses, to the same payload
             from_stored = _agent(command_type, stored)
             assert from_stored is not None, (payload, stored)
-            assert p.to_dict(from_stored) == stored, payload
+            assert _as_stored(from_stored) == stored, payload
             if parsed is not None:
                 assert from_stored == parsed, payload
         if filled - set(payload):
             assert stored is not None  # the control plane made the field up; the agent never sees it left out
             continue
-        if stored is not None and any(stored[k] != v for k, v in payload.items()):
+        if stored is not None and any(k in stored and stored[k] != v for k, v in payload.items()):
             continue  # the API normalized a value (DRF coerces JSON scalars: 5 → "5"); the agent got that form
         assert (stored is not None) == (parsed is not None), (payload, stored, parsed)
         accepted += stored is not None
@@ -193,7 +215,22 @@ def test_bound_violations_are_refused_by_both_with_the_same_messages():
 def test_the_api_fills_in_what_the_agent_needs():
     stored = validate_payload("endpoint.start", {"model_id": "org/m"})
     assert len(stored["endpoint_id"]) == 12
-    assert stored == p.to_dict(p.parse_payload("endpoint.start", stored))
+    assert stored == _as_stored(p.parse_payload("endpoint.start", stored))
     ports = validate_payload("container.create", {"image": "i", "name": "w", "ports": [{"container_port": 80}]})
     assert ports["ports"] == [{"container_port": 80, "host_port": 0, "protocol": "tcp"}]
     assert ports["start"] is True
+
+
+def test_endpoint_start_leaves_out_a_group_it_was_not_given_so_older_agents_accept_it():
+    """`group` (multi-node endpoints) came later: agents before it refuse unknown fields, so a payload that
+    names no group (or the one-node default) goes without it, and one that names a group keeps it."""
+    plain_start = validate_payload("endpoint.start", {"model_id": "acme/m"})
+    assert "group" not in plain_start
+    assert "group" not in validate_payload("endpoint.start", p.EndpointStartPayload("0123456789ab", "acme/m"))
+    group = p.EndpointGroup(pipeline_parallel=2, nnodes=2, master_addr="10.0.0.5", master_port=29500)
+    sent = validate_payload("endpoint.start", p.EndpointStartPayload("0123456789ab", "acme/m", group=group))
+    assert sent["group"] == p.to_dict(group)
+    assert p.parse_payload("endpoint.start", plain_start).group == p.EndpointGroup()
+    with pytest.raises(ValidationError) as refused:
+        validate_payload("endpoint.start", {"model_id": "acme/m", "group": {"role": "boss"}})
+    assert "payload.group" in refused.value.message_dict

@@ -23,6 +23,16 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 MAX_POSITIONS = 256
+VLLM_CACHE = Path(os.environ.get("CLEVERTHIS_VLLM_VENV_DIR", "/var/tmp/cleverthis-vllm"))
+
+
+def vllm_python() -> str | None:
+    """The CPU engine's python: VLLM_PYTHON (set by .ci/test), else the build .ci/vllm-venv cached."""
+    configured = os.environ.get("VLLM_PYTHON", "")
+    if configured:
+        return configured
+    builds = sorted(p.parent for p in VLLM_CACHE.glob("venv-*/.complete"))
+    return str(builds[-1] / "bin" / "python") if builds else None
 
 
 def _text() -> list[str]:
