@@ -183,6 +183,8 @@ PROXY_ROUTE_CACHE_S = env_float("PROXY_ROUTE_CACHE_S", 2.0)  # how long an endpo
 ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
 # budgets' hard stops: how long each web process keeps its copy of the stopped workspaces and keys
 BUDGET_STOPS_CACHE_S = env_float("BUDGET_STOPS_CACHE_S", 5.0)
+# Hosts a tenant-set URL (a budget's webhook) may name although they are not public (`kernel.outbound_urls`).
+OUTBOUND_URL_ALLOWED_HOSTS = env_list("OUTBOUND_URL_ALLOWED_HOSTS", [])
 # Per-replica load shared by the web processes (fleet.replica_load): each publishes its requests in flight
 # and tokens served per replica every REPLICA_LOAD_PUBLISH_S to a Redis hash expiring REPLICA_LOAD_TTL_S
 # later (a dead process's figures vanish then); tokens/s is each process's rate over REPLICA_LOAD_WINDOW_S.

@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
@@ -17,6 +18,7 @@ from rest_framework.views import APIView
 
 from fleet.usage import budgets, selectors, services
 from fleet.usage.models import Budget, PriceVersion, SubjectKind
+from kernel import outbound_urls
 from kernel.api import ServiceErrorsMixin, validated
 from tenancy.models import ApiKey
 from tenancy.selectors import workspace_ids, workspace_list
@@ -222,6 +224,12 @@ class BudgetSetSerializer(serializers.Serializer):
     )
     hard_stop = serializers.BooleanField(required=False, default=False)
     webhook_url = serializers.URLField(required=False, allow_blank=True, default="")
+
+    def validate_webhook_url(self, value: str) -> str:
+        problem = outbound_urls.literal_problem(value, settings.OUTBOUND_URL_ALLOWED_HOSTS) if value else None
+        if problem is not None:
+            raise serializers.ValidationError(problem)
+        return value
 
 
 class BudgetsView(ServiceErrorsMixin, APIView):

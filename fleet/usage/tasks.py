@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.conf import settings
 
 from fleet.usage import services
+from kernel import outbound_urls
 
 
 @shared_task(name="fleet.usage.tasks.sample_usage", ignore_result=True)
@@ -32,10 +34,15 @@ def evaluate_budgets() -> int:
     max_retries=5,
 )
 def budget_webhook(url: str, payload: dict) -> None:
-    """POST one budget alert to the Owner's webhook (retried on network errors)."""
+    """POST one budget alert to the Owner's webhook (retried on network errors); never to an address that is
+    not public (`kernel.outbound_urls`), and no redirect is followed."""
     import requests
 
-    response = requests.post(url, json=payload, timeout=10)
+    problem = outbound_urls.resolved_problem(url, settings.OUTBOUND_URL_ALLOWED_HOSTS)
+    if problem is not None:
+        logging.getLogger(__name__).warning("budget webhook %s not called: %s", url, problem)
+        return
+    response = requests.post(url, json=payload, timeout=10, allow_redirects=False)
     if response.status_code >= 500:
         raise OSError(f"webhook answered {response.status_code}")
     if response.status_code >= 400:

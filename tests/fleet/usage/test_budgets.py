@@ -21,6 +21,7 @@ from fleet import enqueue
 from fleet.usage import budget_stops, budgets, services, tasks
 from fleet.usage.models import Budget, UsageRollup
 from fleet.workloads import services as workload_services
+from kernel import outbound_urls
 
 pytestmark = pytest.mark.django_db
 
@@ -141,7 +142,7 @@ def test_a_money_budget_of_the_workspace_costs_usage_at_the_prices(owner, worksp
     assert stopped(workspace.pk, 12345)["budget"] == "the workspace's monthly budget"
 
 
-def test_the_webhook_task_posts_the_alert():
+def _hook_server() -> tuple[HTTPServer, list[dict], threading.Thread]:
     got: list[dict] = []
 
     class Hook(BaseHTTPRequestHandler):
@@ -154,14 +155,43 @@ def test_the_webhook_task_posts_the_alert():
             pass
 
     server = HTTPServer(("127.0.0.1", 0), Hook)
+    server.timeout = 2
     thread = threading.Thread(target=server.handle_request)
     thread.start()
+    return server, got, thread
+
+
+def test_the_webhook_task_posts_the_alert(settings):
+    settings.OUTBOUND_URL_ALLOWED_HOSTS = ["127.0.0.1"]  # an operator's internal receiver, listed
+    server, got, thread = _hook_server()
     try:
         tasks.budget_webhook.apply(args=(f"http://127.0.0.1:{server.server_port}/", {"threshold_percent": 80}))
         thread.join(timeout=10)
     finally:
         server.server_close()
     assert got == [{"threshold_percent": 80}]
+
+
+def test_the_webhook_task_never_calls_an_address_that_is_not_public(settings):
+    """An Owner's webhook is called from the control plane's network: the loopback (its Redis, PostgreSQL,
+    web processes), private networks and the metadata service are not called, by address or by name."""
+    settings.OUTBOUND_URL_ALLOWED_HOSTS = []
+    server, got, thread = _hook_server()
+    try:
+        for url in (
+            f"http://127.0.0.1:{server.server_port}/",
+            f"http://localhost:{server.server_port}/",
+            f"http://[::ffff:127.0.0.1]:{server.server_port}/",
+        ):
+            tasks.budget_webhook.apply(args=(url, {"threshold_percent": 80}))
+        thread.join(timeout=5)
+    finally:
+        server.server_close()
+    assert got == []
+    assert outbound_urls.resolved_problem("http://localhost./x") is not None  # a name resolving to the loopback
+    for url in ("http://10.1.2.3/x", "http://169.254.169.254/latest/meta-data", "http://[fd00::1]/", "ftp://a.b/"):
+        assert outbound_urls.literal_problem(url) is not None, url
+    assert outbound_urls.literal_problem("https://8.8.8.8/hook") is None
 
 
 def test_the_budgets_api(api_client_for, owner, workspace, other_workspace, member_of):
@@ -183,6 +213,9 @@ def test_the_budgets_api(api_client_for, owner, workspace, other_workspace, memb
     for bad, field in (
         ({**body, "token_limit": -1}, "token_limit"),
         ({**body, "webhook_url": "not a url"}, "webhook_url"),
+        ({**body, "webhook_url": "http://127.0.0.1:6379/"}, "webhook_url"),
+        ({**body, "webhook_url": "http://169.254.169.254/latest/meta-data/"}, "webhook_url"),
+        ({**body, "webhook_url": "http://localhost/hook"}, "webhook_url"),
         ({**body, "workspace": str(other_workspace.pk)}, "workspace"),
         ({**body, "api_key": 999999}, "api_key"),
         ({"workspace": str(workspace.pk)}, "token_limit"),
