@@ -95,3 +95,12 @@ def resource_amounts(value: Any) -> dict[str, float]:
     if not isinstance(value, dict):
         return {}
     return {str(k): float(v) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def lock_hosts(cluster: RayCluster) -> list[Node]:
+    """Lock the nodes that host the cluster's live Ray nodes, in primary-key order, before anything of the
+    cluster: the fleet's one lock order puts nodes before what a command's outcome touches (its command, then
+    the Ray node and cluster rows, `raymgr.services.results`), so stopping many Ray nodes in one transaction
+    cannot deadlock with an outcome being recorded on one of their hosts."""
+    live = RayNode.objects.filter(ray_cluster=cluster, status__in=RayNodeStatus.live()).values("node_id")
+    return list(Node.objects.select_for_update().filter(pk__in=live).order_by("pk"))

@@ -13,7 +13,15 @@ from audit.services import created, new, on, operator_action
 from fleet.models import ComputeCluster
 from raymgr.models import RayCluster, RayNodeStatus, RayRuntime
 from raymgr.quotas import admit_ray_cluster
-from raymgr.services.common import KUBE_MODES, STOP_GRACE, UPDATABLE, S, ray_cluster_stopping, record_event
+from raymgr.services.common import (
+    KUBE_MODES,
+    STOP_GRACE,
+    UPDATABLE,
+    S,
+    lock_hosts,
+    ray_cluster_stopping,
+    record_event,
+)
 from raymgr.services.launch import launch_head, stop_all
 from raymgr.services.transitions import ray_cluster_transition, ray_node_set_status
 from raymgr.versions import default_version, version_error
@@ -191,6 +199,7 @@ def ray_cluster_start(*, actor: AbstractBaseUser, cluster: RayCluster) -> RayClu
     head would meet them; start it once it has stopped.
     """
     require_operator(actor, cluster.workspace, what="manage Ray clusters")
+    lock_hosts(cluster)
     cluster = ray_cluster_transition(
         cluster=cluster,
         to=S.PENDING,
@@ -211,6 +220,7 @@ def ray_cluster_stop(*, actor: AbstractBaseUser, cluster: RayCluster) -> RayClus
     """→ stopping: every Ray node is stopped (running jobs are interrupted; checkpointed first when enabled);
     → stopped once their stop commands have finished (at once when none runs)."""
     require_operator(actor, cluster.workspace, what="manage Ray clusters")
+    lock_hosts(cluster)
     ray_cluster_stopping.send(sender=RayCluster, ray_cluster=cluster)
     cluster = ray_cluster_transition(
         cluster=cluster, to=S.STOPPING, from_states=(S.PENDING, S.RUNNING, S.FAILED), started_at=None
@@ -249,6 +259,7 @@ def ray_cluster_delete(*, actor: AbstractBaseUser, cluster: RayCluster) -> RayCl
     Returns None when the cluster was deleted at once (no Ray node was live).
     """
     require_operator(actor, cluster.workspace, what="manage Ray clusters")
+    lock_hosts(cluster)
     if cluster.status in (S.PENDING, S.RUNNING):
         ray_cluster_stopping.send(sender=RayCluster, ray_cluster=cluster)
     cluster = ray_cluster_transition(cluster=cluster, to=S.DELETING)
