@@ -43,7 +43,8 @@ async def test_a_tunnel_records_where_other_processes_reach_it_and_clears_it_whe
     host, port = peer_wire.parse_address(address)
     assert (host, port > 0) == ("127.0.0.1", True)
     assert await _tunnel_peer(node_identity.node_id) == address
-    await comm.disconnect()
+    # the consumer's disconnect clears it; the communicator's default 1 s would cancel that work on a busy machine
+    await comm.disconnect(timeout=15)
     assert await _tunnel_peer(node_identity.node_id) == ""
 
 
