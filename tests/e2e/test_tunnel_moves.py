@@ -25,10 +25,11 @@ from fleet import services
 from fleet.models import Command, Node, NodeEvent
 from fleet.workloads.models import Endpoint
 from tests.e2e.conftest import node_of, wait_status
-from tests.e2e.test_version_skew import old_agent, old_tree  # noqa: F401  (fixtures)
+from tests.e2e.test_version_skew import agent_starter
 from tests.support import haproxy
 from tests.support.endpoints import endpoint_row
 from tests.support.live import ControlPlane, subprocess_env
+from tests.support.old_agent import protocol_tree
 from tests.support.processes import ManagedProcess, free_port, port_open, wait_until
 
 pytestmark = [
@@ -111,6 +112,15 @@ def _endpoint_on_the_node(node: Node, state: Path, port: int, pid: int) -> Endpo
     record = {"model_id": "t/m", "port": port, "pid": pid, "status": "running"}
     (records / "endpoints.json").write_text(json.dumps({endpoint.slug: record}))
     return endpoint
+
+
+@pytest.fixture
+def pre_move_agent(tmp_path, hub):
+    """Agents of the last protocol version before `Move` (`MOVE_SINCE - 1`), from this repository's history."""
+    found = protocol_tree(tmp_path / "pre-move-agent", p.MOVE_SINCE - 1)
+    if found is None:
+        pytest.skip("no git history holding an agent from before the Move frame")
+    yield from agent_starter(tmp_path, hub, found[0])
 
 
 @pytest.fixture
@@ -302,7 +312,7 @@ def test_an_agent_one_version_behind_reconnects_once_when_its_replica_drains_and
     two_replicas,
     cluster,
     operator,
-    old_agent,  # noqa: F811
+    pre_move_agent,
 ):
     """An agent of protocol 5 knows no `Move`: its tunnel closes (1012) once idle and it reconnects as it
     always did, through HAProxy to the other replica, inside the offline grace."""
@@ -311,7 +321,7 @@ def test_an_agent_one_version_behind_reconnects_once_when_its_replica_drains_and
     cluster.auto_update_agents = False  # it stays an old agent
     cluster.save(update_fields=["auto_update_agents"])
     wait_until(lambda: balancer.servers_up() == {"web0"}, timeout=20, what="haproxy sees replica 0")
-    proc, state = old_agent(balancer.url, cluster, user, "old")
+    proc, state = pre_move_agent(balancer.url, cluster, user, "old")
     node = node_of(state)
     wait_status(node, "online", timeout=60)
     assert Node.objects.get(pk=node.pk).protocol_version == p.MOVE_SINCE - 1

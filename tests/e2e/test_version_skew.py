@@ -34,23 +34,28 @@ def old_tree(tmp_path):
     return found[0]
 
 
-@pytest.fixture
-def old_agent(tmp_path, hub, old_tree):
+def agent_starter(tmp_path, hub, tree):
+    """Start agents of the old `tree` (join, then run as a managed process); stops them when done."""
     started = []
 
     def start(url: str, cluster, user, name: str, extra_env: dict[str, str] | None = None):
         _, raw = services.join_token_create(cluster=cluster, actor=user)
         state = tmp_path / f"state-{name}"
-        joined = old_agent_join(old_tree, url, raw, state)
+        joined = old_agent_join(tree, url, raw, state)
         assert joined.returncode == 0, joined.stderr
         env = {"CLEVERTHIS_MODEL_CACHE": str(tmp_path / f"models-{name}"), "HF_ENDPOINT": hub.url, **(extra_env or {})}
-        proc = old_agent_run(old_tree, state, tmp_path, name=f"old-agent-{name}", env=env)
+        proc = old_agent_run(tree, state, tmp_path, name=f"old-agent-{name}", env=env)
         started.append(proc)
         return proc, state
 
     yield start
     for proc in started:
         proc.stop()
+
+
+@pytest.fixture
+def old_agent(tmp_path, hub, old_tree):
+    yield from agent_starter(tmp_path, hub, old_tree)
 
 
 def test_an_agent_one_protocol_version_behind_keeps_working_and_is_asked_to_update(

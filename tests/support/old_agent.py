@@ -38,39 +38,53 @@ def _protocol_version_at(commit: str) -> int | None:
     return None
 
 
-def previous_protocol_commit() -> str | None:
-    """The newest commit whose agent speaks `PROTOCOL_VERSION - 1` only; None without git history."""
+def protocol_commit(version: int) -> str | None:
+    """The newest commit whose agent speaks protocol `version` only (the parent of the commit that raised it
+    past `version`; HEAD while that raise is not committed yet); None without git history."""
     if shutil.which("git") is None:
         return None
-    wanted = p.PROTOCOL_VERSION - 1
     try:
         raised = _git(
             "log",
             "--reverse",
             "--format=%H",
             "-G",
-            rf"^PROTOCOL_VERSION = {p.PROTOCOL_VERSION}$",
+            rf"^PROTOCOL_VERSION = {version + 1}$",
             "--",
             *VERSION_FILES,
         ).split()
     except subprocess.CalledProcessError:
         return None
-    candidates = [f"{raised[0]}^"] if raised else ["HEAD"]  # not committed yet: HEAD is the previous release
+    if raised:
+        candidates = [f"{raised[0]}^"]
+    else:  # not committed yet: HEAD is the previous release
+        candidates = ["HEAD"] if version + 1 == p.PROTOCOL_VERSION else []
     for commit in candidates:
-        if _protocol_version_at(commit) == wanted:
+        if _protocol_version_at(commit) == version:
             return _git("rev-parse", commit).strip()
     return None
 
 
-def previous_protocol_tree(target: Path) -> tuple[Path, str] | None:
-    """Extract the previous protocol version's `agent/` into `target`; (directory, commit) or None."""
-    commit = previous_protocol_commit()
+def previous_protocol_commit() -> str | None:
+    """The newest commit whose agent speaks `PROTOCOL_VERSION - 1` only; None without git history."""
+    return protocol_commit(p.PROTOCOL_VERSION - 1)
+
+
+def protocol_tree(target: Path, version: int) -> tuple[Path, str] | None:
+    """Extract the `agent/` of the newest commit speaking protocol `version` into `target`; (directory,
+    commit) or None."""
+    commit = protocol_commit(version)
     if commit is None:
         return None
     target.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(["git", "archive", commit, "agent"], cwd=REPO_ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
     return target, commit
+
+
+def previous_protocol_tree(target: Path) -> tuple[Path, str] | None:
+    """Extract the previous protocol version's `agent/` into `target`; (directory, commit) or None."""
+    return protocol_tree(target, p.PROTOCOL_VERSION - 1)
 
 
 def old_env(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
