@@ -8,8 +8,9 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 
+from fleet.admin import ReadOnlyAdmin
 from fleet.usage import services
-from fleet.usage.models import PriceVersion, UsageRollup
+from fleet.usage.models import Budget, PriceVersion, UsageRollup
 
 
 @admin.register(UsageRollup)
@@ -75,3 +76,13 @@ class PriceVersionAdmin(admin.ModelAdmin):
         fields = {name: getattr(obj, name) for name in services.PRICE_FIELDS}
         saved = services.price_version_create(actor=request.user, effective_from=obj.effective_from, **fields)
         obj.pk = saved.pk
+
+
+@admin.register(Budget)
+class BudgetAdmin(ReadOnlyAdmin):
+    """Monthly budgets as Owners set them on the API, with the month's spend; the webhook (its path may hold a
+    secret) is not shown."""
+
+    list_display = ["workspace", "api_key", "token_limit", "money_limit", "hard_stop", "month", "level"]
+    list_filter = ["level", "hard_stop"]
+    exclude = ["webhook_url"]

@@ -22,8 +22,11 @@ from fleet.workloads.models import (
     CatalogModel,
     Container,
     Endpoint,
+    EndpointAdapter,
+    EndpointBenchmark,
     EndpointEvent,
     EndpointReplica,
+    LoraAdapter,
     NodeCache,
     NodeModel,
 )
@@ -103,6 +106,29 @@ class EndpointReplicaAdmin(ReadOnlyAdmin):
     list_display = ["server_id", "endpoint", "node", "status", "port", "replacement_of", "created_at"]
     list_filter = ["status"]
     search_fields = ["server_id", "endpoint__slug"]
+
+
+@admin.register(LoraAdapter)
+class LoraAdapterAdmin(ReadOnlyAdmin):
+    """A workspace's LoRA adapters (its members add them on the API)."""
+
+    list_display = ["name", "workspace", "model_id", "revision", "path", "created_at"]
+    search_fields = ["name", "model_id"]
+
+
+@admin.register(EndpointAdapter)
+class EndpointAdapterAdmin(ReadOnlyAdmin):
+    """Which adapters are attached to which endpoints."""
+
+    list_display = ["adapter", "endpoint", "created_at"]
+
+
+@admin.register(EndpointBenchmark)
+class EndpointBenchmarkAdmin(ReadOnlyAdmin):
+    """Benchmark runs of endpoints and their reports (started on the endpoint's page or API)."""
+
+    list_display = ["endpoint", "status", "concurrency", "duration_s", "revision", "routing_policy", "created_at"]
+    list_filter = ["status"]
 
 
 @admin.register(EndpointEvent)

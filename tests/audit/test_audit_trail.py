@@ -220,7 +220,7 @@ def test_an_argocd_deploy_records_the_commit_its_agent_pushed(owner, workspace, 
         result = executor.execute("container.create", payload, command_key=command.idempotency_key, progress=quiet)
     finally:
         standin.stop()
-    services.command_record_result(node=node, command_id=command.pk, data=result)
+    services.command_record_result(node=node, command_id=command.pk, data=protocol.to_dict(result))
 
     entry = AuditEntry.objects.get(action="command.dispatch")
     head = git(bare, "rev-parse", BRANCH).strip()
