@@ -155,10 +155,16 @@ def test_web_replicas_get_the_time_to_drain_before_a_hard_stop():
 
 
 def test_roll_drains_replicas_before_it_stops_them_and_rolls_the_worker_before_beat():
+    """New replicas start (healthy) beside the old ones, the old ones drain once, all together (each tunnel
+    moves once), the new ones take the old names, then the worker and beat are recreated."""
     roll = (DEPLOY / "compose" / "roll").read_text()
     steps = [line.strip() for line in roll.splitlines() if line.strip() and not line.strip().startswith("#")]
     drain_calls = [i for i, line in enumerate(steps) if line.startswith('drain "${')]
-    assert len(drain_calls) == 2
+    assert [steps[i] for i in drain_calls] == ['drain "${old[@]}"']
+    surge = next(i for i, line in enumerate(steps) if "--scale" in line and "web=" in line)
+    healthy_surge = next(i for i, line in enumerate(steps) if line.startswith('healthy "${surge[@]}"'))
+    rename = next(i for i, line in enumerate(steps) if line.startswith("podman rename"))
+    assert surge < healthy_surge < drain_calls[0] < rename
     assert not any(line.startswith("podman stop -t 30") for line in steps)  # no stop without a drain first
     body = roll[roll.index("drain() {") : roll.index("\n}", roll.index("drain() {"))]
     assert body.index("podman kill --signal TERM") < body.index("podman wait")
