@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -233,6 +234,12 @@ def endpoint_action(request: HttpRequest, pk: Any, action: str) -> HttpResponse:
     return _back(request, endpoint)
 
 
+def _form_problems(form: forms.Form) -> list[str]:
+    """A refused form's messages, each led by its field's label."""
+    labels = {name: field.label or name for name, field in form.fields.items()}
+    return [f"{labels.get(name, name)}: {m}" for name, ms in form.errors.items() for m in ms]
+
+
 def _back(request: HttpRequest, endpoint: Endpoint) -> HttpResponse:
     if request.POST.get("from") == "cluster":
         return redirect("workloads:cluster_endpoints", pk=endpoint.cluster_id)
@@ -250,8 +257,7 @@ def endpoint_limits(request: HttpRequest, pk: Any) -> HttpResponse:
         raise PermissionDenied("Only workspace Owners and Admins can change an endpoint's limits.")
     form = EndpointLimitsForm(request.POST)
     if not form.is_valid():
-        labels = {name: field.label or name for name, field in form.fields.items()}
-        problems = [f"{labels.get(name, name)}: {m}" for name, ms in form.errors.items() for m in ms]
+        problems = _form_problems(form)
         messages.error(request, f"The limits of {endpoint.hostname} were not changed: " + "; ".join(problems))
         return _back(request, endpoint)
     workload_services.endpoint_set_key_limits(actor=request.user, endpoint=endpoint, **form.cleaned_data)
@@ -269,8 +275,7 @@ def endpoint_admission(request: HttpRequest, pk: Any) -> HttpResponse:
         raise PermissionDenied("Only workspace Owners and Admins can change an endpoint's queue.")
     form = EndpointAdmissionForm(request.POST)
     if not form.is_valid():
-        labels = {name: field.label or name for name, field in form.fields.items()}
-        problems = [f"{labels.get(name, name)}: {m}" for name, ms in form.errors.items() for m in ms]
+        problems = _form_problems(form)
         messages.error(request, f"The queue of {endpoint.hostname} was not changed: " + "; ".join(problems))
         return _back(request, endpoint)
     workload_services.endpoint_set_admission(actor=request.user, endpoint=endpoint, **form.cleaned_data)
@@ -288,8 +293,7 @@ def endpoint_update(request: HttpRequest, pk: Any) -> HttpResponse:
         raise PermissionDenied("Only workspace Owners, Admins and Members can update endpoints.")
     form = EndpointUpdateForm(request.POST)
     if not form.is_valid():
-        labels = {name: field.label or name for name, field in form.fields.items()}
-        problems = [f"{labels.get(name, name)}: {m}" for name, ms in form.errors.items() for m in ms]
+        problems = _form_problems(form)
         messages.error(request, f"Endpoint {endpoint.hostname} was not updated: " + "; ".join(problems))
         return _back(request, endpoint)
     try:
