@@ -180,6 +180,9 @@ class EndpointGroup:
     master_port: int = field(default=0, metadata=rule(min=0, max=65535))
     role: Literal["leader", "follower"] = "leader"
     backend: Literal["mp", "ray"] = "mp"
+    # the Ray node's container on this node to run the rank inside (docker runtime: the rank lives and dies
+    # with that Ray node); empty: a process of the agent's own. Sent only when set (older agents ignore it).
+    container: str = field(default="", metadata={**rule(max_length=128, pattern=NAME_RE), **SENT_WHEN_SET})
 
     @property
     def distributed(self) -> bool:
