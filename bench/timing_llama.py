@@ -1,6 +1,6 @@
 """A timing-realistic random-weight Llama for serving benches: built with the vLLM virtualenv's python.
 
-    <vllm python> bench/timing_llama.py <folder>
+    <vllm python> -m bench.timing_llama <folder>   (from the repository's root)
 
 Hidden 256, 6 layers, intermediate 768, 8 heads of 32, a 32,000-word vocabulary (21.5 M parameters): on one
 core of this machine vLLM's CPU build prefills 2,000 tokens in about 0.9 s, as a real model's prefill costs
@@ -16,7 +16,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
 VOCAB = 32_000
 MAX_POSITIONS = 4_096
 CHAT_TEMPLATE = (
@@ -27,7 +26,6 @@ SPECIAL = ["<unk>", "<s>", "</s>", "<pad>", "<|system|>", "<|user|>", "<|assista
 
 
 def vocabulary() -> list[str]:
-    sys.path.insert(0, str(REPO))
     from fleet.workloads.loadgen import WORDS
 
     words = [*SPECIAL, *dict.fromkeys(WORDS), *(str(n) for n in range(10_000))]
@@ -35,10 +33,11 @@ def vocabulary() -> list[str]:
     return words
 
 
-def make(folder: Path) -> None:
-    import torch
+def make(folder: Path) -> None:  # runs in the vLLM virtualenv
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.support.tiny_llm import save_random_llama
 
     folder.mkdir(parents=True, exist_ok=True)
     words = vocabulary()
@@ -53,34 +52,14 @@ def make(folder: Path) -> None:
         model_max_length=MAX_POSITIONS,
     )
     fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=6,
-        num_attention_heads=8,
-        num_key_value_heads=8,
-        head_dim=32,
-        max_position_embeddings=MAX_POSITIONS,
-        bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id,
-        pad_token_id=fast.pad_token_id,
-        tie_word_embeddings=False,
-        torch_dtype="float32",
-    )
-    LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
+    save_random_llama(folder, fast, hidden=256, intermediate=768, layers=6, heads=8, max_positions=MAX_POSITIONS)
 
 
 def build(folder: Path, python: str) -> dict[str, bytes]:
     """Make the model in `folder` with `python` (the vLLM virtualenv's); its files by relative path."""
-    import os
-    import subprocess
+    from tests.support.tiny_llm import build as build_model
 
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    subprocess.run([python, str(Path(__file__).resolve()), str(folder)], check=True, env=env, cwd=REPO, timeout=900)
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return build_model(folder, python, maker="bench.timing_llama", timeout=900)
 
 
 if __name__ == "__main__":

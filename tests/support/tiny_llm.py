@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHAT_TEMPLATE = (
@@ -44,9 +45,8 @@ def _text() -> list[str]:
 
 
 def _make(folder: Path) -> None:  # runs in the vLLM virtualenv
-    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     folder.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())
@@ -61,17 +61,28 @@ def _make(folder: Path) -> None:  # runs in the vLLM virtualenv
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", model_max_length=MAX_POSITIONS
     )
     fast.chat_template = CHAT_TEMPLATE
+    save_random_llama(folder, fast, hidden=64, intermediate=128, layers=2, heads=2, max_positions=MAX_POSITIONS)
+
+
+def save_random_llama(
+    folder: Path, fast: Any, *, hidden: int, intermediate: int, layers: int, heads: int, max_positions: int
+) -> None:  # runs in the vLLM virtualenv
+    """Save tokenizer `fast` and a `LlamaForCausalLM` of that shape with random weights (seed 0, float32,
+    head_dim hidden/heads) in `folder` as safetensors."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     fast.save_pretrained(folder)
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(fast),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=MAX_POSITIONS,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=hidden // heads,
+        max_position_embeddings=max_positions,
         bos_token_id=fast.bos_token_id,
         eos_token_id=fast.eos_token_id,
         pad_token_id=fast.pad_token_id,
@@ -81,12 +92,11 @@ def _make(folder: Path) -> None:  # runs in the vLLM virtualenv
     LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
 
 
-def build(folder: Path, python: str) -> dict[str, bytes]:
-    """Make the model in `folder` with `python` (the vLLM virtualenv's); its files by relative path."""
+def build(folder: Path, python: str, maker: str = "tests.support.tiny_llm", timeout: float = 600) -> dict[str, bytes]:
+    """Make the model in `folder` with `python` (the vLLM virtualenv's) by running module `maker` (this one,
+    or another that saves a model the same way); its files by relative path."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    subprocess.run(
-        [python, "-m", "tests.support.tiny_llm", str(folder)], check=True, env=env, cwd=REPO_ROOT, timeout=600
-    )
+    subprocess.run([python, "-m", maker, str(folder)], check=True, env=env, cwd=REPO_ROOT, timeout=timeout)
     return model_files(folder)
 
 
