@@ -147,7 +147,8 @@ def test_weights_missing_on_one_rank_node_refuses_the_whole_group(owner, ray):
     agent_side.inventory(worker.node, models=[])  # the worker's node lost the model
     with pytest.raises(IllegalTransition) as refused:
         create(owner, ray)
-    assert "cpu-" in str(refused.value) and "not in node" in str(refused.value)
+    assert "cpu-" in str(refused.value)
+    assert "not in node" in str(refused.value)
     assert not Endpoint.objects.exists()
     assert not Command.objects.filter(command_type="endpoint.start").exists()
 
@@ -189,7 +190,8 @@ def test_a_dead_ray_worker_fails_the_group_and_it_comes_back_when_the_cluster_is
     endpoint.refresh_from_db()
     assert endpoint.status == EndpointStatus.STOPPING
     event = endpoint.events.get(kind="endpoint.group_failed")
-    assert f"Ray worker {dead.pk.hex[:8]}" in event.message and "is failed" in event.message
+    assert f"Ray worker {dead.pk.hex[:8]}" in event.message
+    assert "is failed" in event.message
     assert event.data["stopped_ranks"] == [0, 1]
     leader, follower = ranks(endpoint)
     assert leader.stop_command.payload == {"endpoint_id": leader.server_id}
@@ -207,7 +209,8 @@ def test_a_dead_ray_worker_fails_the_group_and_it_comes_back_when_the_cluster_is
     new_worker = RayNode.objects.get(ray_cluster=ray, role=RayNodeRole.WORKER, status=RayNodeStatus.RUNNING)
     assert endpoints_heal_tick() == {str(endpoint.pk): 2}
     endpoint.refresh_from_db()
-    assert endpoint.status == EndpointStatus.PENDING and endpoint.failure_code == ""
+    assert endpoint.status == EndpointStatus.PENDING
+    assert endpoint.failure_code == ""
     leader, follower = ranks(endpoint)
     assert follower.ray_node == str(new_worker.pk)
     assert follower.start_command.payload["group"]["node_rank"] == 1
@@ -234,7 +237,7 @@ def test_a_follower_whose_server_exits_fails_the_group_and_the_leader_is_stopped
 
 def test_a_rank_that_fails_to_start_fails_the_group_without_restarts(owner, ray):
     endpoint = create(owner, ray)
-    leader, follower = ranks(endpoint)
+    _leader, follower = ranks(endpoint)
     agent_side.error(follower.start_command, "internal", "follower rank exited with status 1")
     endpoints_heal_tick()
     endpoint.refresh_from_db()
@@ -250,7 +253,7 @@ def test_a_rank_that_fails_to_start_fails_the_group_without_restarts(owner, ray)
 
 def test_a_draining_rank_node_moves_the_group(owner, ray):
     endpoint = run(create(owner, ray))
-    leader, follower = ranks(endpoint)
+    _leader, follower = ranks(endpoint)
     Node.objects.filter(pk=follower.node_id).update(status=NodeStatus.DRAINING)
     endpoints_heal_tick()
     event = endpoint.events.get(kind="endpoint.group_moving")
