@@ -309,3 +309,66 @@ def test_the_autoscale_pass_pins_the_workers_ranks_run_on(owner, ray):
     assert not Command.objects.filter(command_type="ray.node.drain").exists()
     assert ray.events.filter(message__contains="a distributed endpoint's rank runs on it").exists()
     assert endpoint.replicas.filter(ray_node=str(worker.pk), status=EndpointStatus.RUNNING).exists()
+
+
+@pytest.fixture
+def api(api_client_for, owner):
+    return api_client_for(owner)
+
+
+def test_the_api_creates_a_group_and_shows_its_ranks_with_their_ray_nodes(api, ray):
+    body = {"cluster": str(ray.compute_cluster_id), "model_id": LLAMA.model_id, "ray_cluster": str(ray.pk)}
+    created = api.post("/api/v1/endpoints/", {**body, "pipeline_parallel": 2}, format="json")
+    assert created.status_code == 201, created.content
+    shown = created.json()
+    assert (shown["ray_cluster"], shown["pipeline_parallel"], shown["tensor_parallel"]) == (str(ray.pk), 2, 1)
+    ranks_shown = sorted(shown["replicas"], key=lambda r: r["group_rank"])
+    assert next((r["group_rank"], r["group_role"], r["ray_node_label"]) for r in ranks_shown) == (0, "leader", "head")
+    assert ranks_shown[1]["group_role"] == "follower"
+    assert ranks_shown[1]["ray_node_label"].startswith("worker ")
+    assert {r["ray_node_status"] for r in ranks_shown} == {"running"}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"pipeline_parallel": 3}, "pipeline_parallel"),
+        ({"pipeline_parallel": 0}, "pipeline_parallel"),
+        ({"tensor_parallel": "x"}, "tensor_parallel"),
+        ({"ray_cluster": "00000000-0000-0000-0000-000000000000", "pipeline_parallel": 2}, "ray_cluster"),
+        ({"ray_cluster": "nope"}, "ray_cluster"),
+    ],
+)
+def test_the_api_refuses_a_bad_group_with_400_on_its_field(api, ray, change, field):
+    body = {"cluster": str(ray.compute_cluster_id), "model_id": LLAMA.model_id, "ray_cluster": str(ray.pk)}
+    refused = api.post("/api/v1/endpoints/", {**body, **change}, format="json")
+    assert refused.status_code == 400, refused.content
+    assert field in refused.json()
+    assert not Endpoint.objects.exists()
+
+
+def test_the_page_creates_a_group_and_shows_each_rank_with_its_ray_node(client, owner, ray):
+    client.force_login(owner)
+    compute = ray.compute_cluster_id
+    tab = client.get(f"/compute/clusters/{compute}/endpoints/").content.decode()
+    assert f'value="{ray.pk}"' in tab  # the running Ray cluster is offered
+    form = {"model_id": LLAMA.model_id, "revision": "main", "gpus": 0, "min_vram_mb": 0, "min_replicas": 1}
+    form |= {"idle_timeout_s": 300, "server_args": "", "ray_cluster": str(ray.pk)}
+    bad = client.post(f"/compute/clusters/{compute}/endpoints/new/", {**form, "pipeline_parallel": 3})
+    assert bad.status_code == 400
+    assert "Must equal the Ray cluster&#x27;s nodes" in bad.content.decode()
+    assert not Endpoint.objects.exists()
+    done = client.post(f"/compute/clusters/{compute}/endpoints/new/", {**form, "pipeline_parallel": 2})
+    assert done.status_code == 302, done.content.decode()[:2000]
+    endpoint = run(Endpoint.objects.get())
+    detail = client.get(_detail_url(endpoint)).content.decode()
+    assert "2 pipeline stages (one per Ray node)" in detail
+    assert 'class="rank">0 <span class="muted small">leader' in detail
+    assert 'class="rank">1 <span class="muted small">follower' in detail
+    assert 'head <span class="status running">running</span>' in detail
+
+
+def _detail_url(endpoint) -> str:
+    from django.urls import reverse
+
+    return reverse("workloads:endpoint_detail", args=[endpoint.pk])
