@@ -372,3 +372,27 @@ def _detail_url(endpoint) -> str:
     from django.urls import reverse
 
     return reverse("workloads:endpoint_detail", args=[endpoint.pk])
+
+
+def test_a_failed_group_waiting_for_its_ray_cluster_is_stopped_at_once_and_never_restarted(owner, ray):
+    endpoint = run(create(owner, ray))
+    _worker_dies(ray)
+    endpoints_heal_tick()
+    for rank in ranks(endpoint):
+        agent_side.result(rank.stop_command)
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.FAILED
+    stopped = workloads.endpoint_stop(actor=owner, endpoint=endpoint)
+    assert stopped.status == EndpointStatus.STOPPED
+    services.autoscale_pass()  # the Ray cluster becomes whole again
+    finish(last_command("ray.worker.start", cluster_id=str(ray.pk)), data={"container_id": "c-w2"})
+    assert endpoints_heal_tick() == {}
+    assert Command.objects.filter(command_type="endpoint.start").count() == 2  # the first start's, only
+
+
+def test_a_ray_worker_not_yet_joined_is_not_failed_by_a_status_without_it(owner, ray):
+    worker = RayNode.objects.get(ray_cluster=ray, role=RayNodeRole.WORKER)
+    RayNode.objects.filter(pk=worker.pk).update(ray_node_id="")  # started, not yet seen by Ray
+    _worker_dies(ray)
+    worker.refresh_from_db()
+    assert worker.status == RayNodeStatus.RUNNING
