@@ -148,7 +148,11 @@ def test_pipeline_parallel_2_on_a_ray_cluster_fails_and_heals_as_one(
     healing_until(lambda: status_of(endpoint) == "failed", timeout=300, what="the group failed")
     endpoint.refresh_from_db()
     assert endpoint.failure_code == "group_member_lost"
-    assert f"rank 1 (follower) on node {follower.node.name}" in endpoint.failure_message
+    # what the control plane saw first: the follower gone from its agent, or the leader's probe failing (a
+    # pipeline missing its last stage answers nothing)
+    assert f"rank 1 (follower) on node {follower.node.name}" in endpoint.failure_message or (
+        "rank 0 (leader)" in endpoint.failure_message and "unresponsive" in endpoint.failure_message
+    ), endpoint.failure_message
     assert endpoint.events.filter(kind="endpoint.group_failed").exists()
 
     # the Ray cluster is whole: the healing pass starts every rank again

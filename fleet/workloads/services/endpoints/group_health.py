@@ -77,11 +77,13 @@ def group_heal(*, actor: AbstractBaseUser, endpoint: Endpoint) -> list[EndpointR
 
 
 def _group_lost(endpoint: Endpoint, ranks: list[EndpointReplica]) -> tuple[str, str]:
-    """(code, why) the group must come down now, else ("", "")."""
-    for rank in ranks:
-        code, why = _why_lost(rank)
-        if code:
-            return code, why
+    """(code, why) the group must come down now, else ("", ""): every rank seen lost is named (a follower's
+    death is often seen first as its leader's probe failing)."""
+    lost = [found for rank in ranks if (found := _why_lost(rank))[0]]
+    if lost:
+        codes = {code for code, _ in lost}
+        code = START_FAILED if START_FAILED in codes else (MOVING if codes == {MOVING} else LOST)
+        return code, "; ".join(why for _, why in lost)
     live = [r for r in ranks if r.status in _LIVE and r.ray_node]
     if live and endpoint.status != EndpointStatus.PENDING:
         why = group_source().lost(ray_nodes=[r.ray_node for r in live])
