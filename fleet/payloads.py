@@ -15,6 +15,8 @@ The originals go to `Command.secrets` (encrypted) and come back only in `Command
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -102,11 +104,37 @@ def validate_payload(command_type: Any, payload: Any) -> dict[str, Any]:
 
 
 def _unset_left_out(command_type: str, clean: dict[str, Any]) -> dict[str, Any]:
-    """`clean` without the fields sent only when set (`protocol.SENT_WHEN_SET`) that hold their default."""
-    for f in dataclasses.fields(protocol.PAYLOAD_TYPES[command_type]):
-        if f.metadata.get("sent_when_set") and f.name in clean:
+    """`clean` without the fields sent only when set (`protocol.SENT_WHEN_SET`) that hold their default, at
+    any depth (a nested dataclass's own such fields too: `EndpointGroup.container` inside endpoint.start's
+    `group`), so an agent that predates a field reads every payload it did before."""
+    return _drop_unset(protocol.PAYLOAD_TYPES[command_type], clean)
+
+
+@functools.cache
+def _nested_dataclasses(cls: type) -> dict[str, type]:
+    """The fields of payload dataclass `cls` that hold one dataclass (not a list of them), by name."""
+    hints = typing.get_type_hints(cls)
+    return {
+        f.name: hints[f.name]
+        for f in dataclasses.fields(cls)
+        if isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name])
+    }
+
+
+def _drop_unset(cls: type, clean: dict[str, Any]) -> dict[str, Any]:
+    nested = _nested_dataclasses(cls)
+    for f in dataclasses.fields(cls):
+        if f.name not in clean:
+            continue
+        inner = nested.get(f.name)
+        if inner is not None and isinstance(clean[f.name], dict):
+            clean[f.name] = _drop_unset(inner, dict(clean[f.name]))
+        if f.metadata.get("sent_when_set"):
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            if to_dict(clean[f.name]) == to_dict(default):
+            default = to_dict(default)
+            if inner is not None and isinstance(default, dict):
+                default = _drop_unset(inner, default)
+            if to_dict(clean[f.name]) == default:
                 del clean[f.name]
     return clean
 

@@ -12,9 +12,10 @@ class RaymgrConfig(AppConfig):
 
     def ready(self) -> None:
         from fleet.signals import command_finished
-        from raymgr import payloads, quotas
+        from raymgr import endpoint_groups, payloads, quotas
 
         payloads.register()
+        endpoint_groups.register()  # distributed endpoints run on managed Ray clusters
         quotas.register()  # what Ray clusters and Ray nodes count against workspace quotas
         command_finished.connect(_on_command_finished, dispatch_uid="raymgr.ray_on_command_finished")
         from raymgr.workloads import wiring

@@ -43,6 +43,8 @@ class WorkerState:
     draining: bool = False
     available: Resources | None = None
     starting: bool = False
+    # a rank of a distributed endpoint runs on its fleet node: never removed, however idle Ray sees it
+    pinned: bool = False
 
     def free(self) -> dict[str, float]:
         """Capacity a pending bundle could use on this worker now."""
@@ -226,8 +228,11 @@ def decide(policy: ScalingPolicy, workers: Sequence[WorkerState], demand: Cluste
 def _removals(policy: ScalingPolicy, live: Sequence[WorkerState], needed: set[str], reasons: list[str]) -> list[str]:
     """Idle, unneeded workers to remove, longest idle first, never going below min_workers."""
     over_max = max(0, len(live) - policy.max_workers)
+    for worker in live:
+        if worker.pinned and worker.idle_s > policy.idle_timeout_s:
+            reasons.append(f"keeping idle worker {worker.worker_id}: a distributed endpoint's rank runs on it")
     candidates = sorted(
-        (w for w in live if not w.starting and w.worker_id not in needed and w.idle_s > 0),
+        (w for w in live if not w.starting and not w.pinned and w.worker_id not in needed and w.idle_s > 0),
         key=lambda w: (-w.idle_s, w.worker_id),
     )
     removable = max(0, len(live) - policy.min_workers)

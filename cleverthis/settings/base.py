@@ -215,6 +215,13 @@ ENDPOINT_DRAIN_S = env_float("ENDPOINT_DRAIN_S", 30.0)
 # An endpoint that scales to zero (min_replicas 0) is woken by its next request, which waits at most this many
 # seconds for a replica to run (a model server may take minutes to load), then gets a 503 with Retry-After.
 ENDPOINT_COLD_START_S = env_float("ENDPOINT_COLD_START_S", 300.0)
+# The one switch for a distributed endpoint's ranks on a Ray cluster of the docker runtime: on, each rank's
+# endpoint.start names its Ray node's container (`EndpointGroup.container`) so the agent runs the rank inside
+# it; off (until the agents can), each rank runs as a process of its node's agent beside the Ray container.
+ENDPOINT_GROUP_IN_RAY_CONTAINER = env_bool("ENDPOINT_GROUP_IN_RAY_CONTAINER", False)
+# The ports a distributed endpoint's leader listens on for its followers (torch.distributed's master port): the
+# first one no other live group led from the same node holds.
+ENDPOINT_GROUP_PORTS = (29500, 29999)
 # How often a waiting process re-reads a waking endpoint's route (one poller per endpoint per process).
 ENDPOINT_COLD_START_POLL_S = env_float("ENDPOINT_COLD_START_POLL_S", 0.5)
 

@@ -1686,7 +1686,7 @@ class Download(_Model):
 class Endpoint(_Model):
     """An inference endpoint, its public URL, its replicas, and on failure the agent's code with `error_help`."""
 
-    __slots__ = ('id', 'slug', 'url', 'cluster', 'node', 'node_name', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'server_args', 'status', 'port', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'scaled_at', 'idle_timeout_s', 'idle_since', 'key_requests_per_min', 'key_tokens_per_min', 'routing_policy', 'target_queued', 'max_concurrency', 'queue_max_depth', 'queue_max_wait_s', 'concurrency_limit', 'queue', 'replicas', 'failure_code', 'failure_message', 'error_help', 'start_command', 'stop_command', 'created_by', 'created_at', 'updated_at',)
+    __slots__ = ('id', 'slug', 'url', 'cluster', 'node', 'node_name', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'ray_cluster', 'pipeline_parallel', 'tensor_parallel', 'master_port', 'server_args', 'status', 'port', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'scaled_at', 'idle_timeout_s', 'idle_since', 'key_requests_per_min', 'key_tokens_per_min', 'routing_policy', 'target_queued', 'max_concurrency', 'queue_max_depth', 'queue_max_wait_s', 'concurrency_limit', 'queue', 'replicas', 'failure_code', 'failure_message', 'error_help', 'start_command', 'stop_command', 'created_by', 'created_at', 'updated_at',)
 
     def __init__(
         self,
@@ -1701,6 +1701,10 @@ class Endpoint(_Model):
         revision: str,
         gpus: int,
         min_vram_mb: int,
+        ray_cluster: str | None,
+        pipeline_parallel: int,
+        tensor_parallel: int,
+        master_port: int,
         server_args: Any,
         status: StatusFa2Enum,
         port: int,
@@ -1743,6 +1747,10 @@ class Endpoint(_Model):
         self.revision = revision
         self.gpus = gpus
         self.min_vram_mb = min_vram_mb
+        self.ray_cluster = ray_cluster
+        self.pipeline_parallel = pipeline_parallel
+        self.tensor_parallel = tensor_parallel
+        self.master_port = master_port
         self.server_args = server_args
         self.status = status
         self.port = port
@@ -1788,6 +1796,10 @@ class Endpoint(_Model):
             revision=data['revision'],
             gpus=data['gpus'],
             min_vram_mb=data['min_vram_mb'],
+            ray_cluster=data['ray_cluster'],
+            pipeline_parallel=data['pipeline_parallel'],
+            tensor_parallel=data['tensor_parallel'],
+            master_port=data['master_port'],
             server_args=data['server_args'],
             status=data['status'],
             port=data['port'],
@@ -1833,6 +1845,10 @@ class Endpoint(_Model):
         out['revision'] = self.revision
         out['gpus'] = self.gpus
         out['min_vram_mb'] = self.min_vram_mb
+        out['ray_cluster'] = self.ray_cluster
+        out['pipeline_parallel'] = self.pipeline_parallel
+        out['tensor_parallel'] = self.tensor_parallel
+        out['master_port'] = self.master_port
         out['server_args'] = self.server_args
         out['status'] = self.status
         out['port'] = self.port
@@ -2164,7 +2180,7 @@ class EndpointBenchmarkCreate(_Model):
 class EndpointCreate(_Model):
     """Input of POST /endpoints/."""
 
-    __slots__ = ('cluster', 'node', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'idle_timeout_s', 'server_args', 'key_requests_per_min', 'key_tokens_per_min', 'routing_policy', 'target_queued', 'max_concurrency', 'queue_max_depth', 'queue_max_wait_s',)
+    __slots__ = ('cluster', 'node', 'model_id', 'revision', 'gpus', 'min_vram_mb', 'public', 'min_replicas', 'max_replicas', 'target_requests_per_min', 'target_in_flight', 'target_tokens_per_s', 'scale_cooldown_s', 'idle_timeout_s', 'server_args', 'key_requests_per_min', 'key_tokens_per_min', 'routing_policy', 'target_queued', 'max_concurrency', 'queue_max_depth', 'queue_max_wait_s', 'ray_cluster', 'pipeline_parallel', 'tensor_parallel',)
 
     def __init__(
         self,
@@ -2191,6 +2207,9 @@ class EndpointCreate(_Model):
         max_concurrency: int | None = None,
         queue_max_depth: int | None = None,
         queue_max_wait_s: int | None = None,
+        ray_cluster: str | None = None,
+        pipeline_parallel: int | None = None,
+        tensor_parallel: int | None = None,
     ) -> None:
         self.cluster = cluster
         self.node = node
@@ -2214,6 +2233,9 @@ class EndpointCreate(_Model):
         self.max_concurrency = max_concurrency
         self.queue_max_depth = queue_max_depth
         self.queue_max_wait_s = queue_max_wait_s
+        self.ray_cluster = ray_cluster
+        self.pipeline_parallel = pipeline_parallel
+        self.tensor_parallel = tensor_parallel
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointCreate:
@@ -2240,6 +2262,9 @@ class EndpointCreate(_Model):
             max_concurrency=data.get('max_concurrency'),
             queue_max_depth=data.get('queue_max_depth'),
             queue_max_wait_s=data.get('queue_max_wait_s'),
+            ray_cluster=data.get('ray_cluster'),
+            pipeline_parallel=data.get('pipeline_parallel'),
+            tensor_parallel=data.get('tensor_parallel'),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -2286,6 +2311,12 @@ class EndpointCreate(_Model):
             out['queue_max_depth'] = self.queue_max_depth
         if self.queue_max_wait_s is not None:
             out['queue_max_wait_s'] = self.queue_max_wait_s
+        if self.ray_cluster is not None:
+            out['ray_cluster'] = self.ray_cluster
+        if self.pipeline_parallel is not None:
+            out['pipeline_parallel'] = self.pipeline_parallel
+        if self.tensor_parallel is not None:
+            out['tensor_parallel'] = self.tensor_parallel
         return out
 
 
@@ -2380,7 +2411,7 @@ class EndpointEventPage(_Model):
 class EndpointGroup(_Model):
     """One rank's place in a multi-node endpoint (`agent.workloads.distributed`): vLLM split into `pipeline_parallel` stages across `nnodes` nodes, `tensor_parallel` GPUs within each. The leader (node_rank 0) serves the OpenAI API; a follower runs vLLM headless and joins the leader's torch.distributed group at `master_addr`:`master_port`. `backend` "mp" is vLLM's own multi-node executor (each node runs its rank: CPU and GPU); "ray" is vLLM's Ray executor, started on the leader only (Ray places the other ranks), which vLLM supports on GPU platforms only. The default is one node."""
 
-    __slots__ = ('pipeline_parallel', 'tensor_parallel', 'nnodes', 'node_rank', 'master_addr', 'master_port', 'role', 'backend',)
+    __slots__ = ('pipeline_parallel', 'tensor_parallel', 'nnodes', 'node_rank', 'master_addr', 'master_port', 'role', 'backend', 'container',)
 
     def __init__(
         self,
@@ -2393,6 +2424,7 @@ class EndpointGroup(_Model):
         master_port: int | None = None,
         role: EndpointGroupRoleEnum | None = None,
         backend: BackendEnum | None = None,
+        container: Any = None,
     ) -> None:
         self.pipeline_parallel = pipeline_parallel
         self.tensor_parallel = tensor_parallel
@@ -2402,6 +2434,7 @@ class EndpointGroup(_Model):
         self.master_port = master_port
         self.role = role
         self.backend = backend
+        self.container = container
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointGroup:
@@ -2414,6 +2447,7 @@ class EndpointGroup(_Model):
             master_port=data.get('master_port'),
             role=data.get('role'),
             backend=data.get('backend'),
+            container=data.get('container'),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -2434,6 +2468,8 @@ class EndpointGroup(_Model):
             out['role'] = self.role
         if self.backend is not None:
             out['backend'] = self.backend
+        if self.container is not None:
+            out['container'] = self.container
         return out
 
 
@@ -2468,9 +2504,9 @@ class EndpointLimits(_Model):
 
 
 class EndpointReplica(_Model):
-    """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second summed over every web process (`fleet.replica_load`, a few seconds old at most; null when they cannot be read); the requests the router sent it and, of those, its affinity hits (a request whose session or prefix key went to this same replica the time before: an estimate of prefix-cache reuse), counted by the web processes alive now; `replacement_of` names the lost replica it took over from (every replica is listed, retired ones too)."""
+    """One replica of an endpoint: its server on a node, its requests in flight and completion tokens per second summed over every web process (`fleet.replica_load`, a few seconds old at most; null when they cannot be read); the requests the router sent it and, of those, its affinity hits (a request whose session or prefix key went to this same replica the time before: an estimate of prefix-cache reuse), counted by the web processes alive now; `replacement_of` names the lost replica it took over from (every replica is listed, retired ones too). A distributed endpoint's replicas are its group's ranks: `group_rank` (0 the leader), `group_role`, and the Ray node each runs on with its state now (`ray_node_label`, `ray_node_status`)."""
 
-    __slots__ = ('id', 'server_id', 'node', 'node_name', 'status', 'port', 'failure_code', 'failure_message', 'adapters', 'in_flight', 'tokens_per_s', 'requests_routed', 'affinity_hits', 'decision_p50_us', 'decision_p99_us', 'replacement_of', 'created_at', 'updated_at',)
+    __slots__ = ('id', 'server_id', 'node', 'node_name', 'status', 'port', 'failure_code', 'failure_message', 'adapters', 'in_flight', 'tokens_per_s', 'requests_routed', 'affinity_hits', 'decision_p50_us', 'decision_p99_us', 'replacement_of', 'group_rank', 'group_role', 'ray_node', 'ray_node_label', 'ray_node_status', 'created_at', 'updated_at',)
 
     def __init__(
         self,
@@ -2491,6 +2527,11 @@ class EndpointReplica(_Model):
         decision_p50_us: float | None,
         decision_p99_us: float | None,
         replacement_of: str | None,
+        group_rank: int | None,
+        group_role: str,
+        ray_node: str,
+        ray_node_label: str | None,
+        ray_node_status: str | None,
         created_at: str,
         updated_at: str,
     ) -> None:
@@ -2510,6 +2551,11 @@ class EndpointReplica(_Model):
         self.decision_p50_us = decision_p50_us
         self.decision_p99_us = decision_p99_us
         self.replacement_of = replacement_of
+        self.group_rank = group_rank
+        self.group_role = group_role
+        self.ray_node = ray_node
+        self.ray_node_label = ray_node_label
+        self.ray_node_status = ray_node_status
         self.created_at = created_at
         self.updated_at = updated_at
 
@@ -2532,6 +2578,11 @@ class EndpointReplica(_Model):
             decision_p50_us=data['decision_p50_us'],
             decision_p99_us=data['decision_p99_us'],
             replacement_of=data['replacement_of'],
+            group_rank=data['group_rank'],
+            group_role=data['group_role'],
+            ray_node=data['ray_node'],
+            ray_node_label=data['ray_node_label'],
+            ray_node_status=data['ray_node_status'],
             created_at=data['created_at'],
             updated_at=data['updated_at'],
         )
@@ -2554,6 +2605,11 @@ class EndpointReplica(_Model):
         out['decision_p50_us'] = self.decision_p50_us
         out['decision_p99_us'] = self.decision_p99_us
         out['replacement_of'] = self.replacement_of
+        out['group_rank'] = self.group_rank
+        out['group_role'] = self.group_role
+        out['ray_node'] = self.ray_node
+        out['ray_node_label'] = self.ray_node_label
+        out['ray_node_status'] = self.ray_node_status
         out['created_at'] = self.created_at
         out['updated_at'] = self.updated_at
         return out

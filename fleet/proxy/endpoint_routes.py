@@ -161,6 +161,7 @@ def _load_route(slug: str) -> _Route | None:
             .exclude(port=0)
             .exclude(replacements__status=EndpointStatus.RUNNING)  # handed over: draining its last requests
             .filter(retired_at__isnull=True)  # scaled down or to zero: draining its last requests
+            .exclude(group_rank__gt=0)  # a distributed endpoint's followers serve no HTTP: its leader answers
             .order_by("created_at", "server_id")
             .values_list("server_id", "node_id", "port", "node__status", "adapters")
         )

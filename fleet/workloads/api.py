@@ -165,6 +165,12 @@ class EndpointViewSet(
             node = Node.objects.filter(pk=values["node"], cluster=cluster).first()
             if node is None:
                 raise exceptions.ValidationError({"node": "No such node in this cluster."})
+        if values.get("ray_cluster"):
+            # the Ray cluster named by the model's own relation: the fleet app does not import raymgr
+            ray_clusters = Endpoint._meta.get_field("ray_cluster").related_model._default_manager
+            values["ray_cluster"] = ray_clusters.filter(pk=values["ray_cluster"], compute_cluster=cluster).first()
+            if values["ray_cluster"] is None:
+                raise exceptions.ValidationError({"ray_cluster": "No such Ray cluster on this compute cluster."})
         limits = {name: values[name] for name in ("key_requests_per_min", "key_tokens_per_min")}
         with transaction.atomic():
             endpoint = self._create(request, cluster, node, values)
@@ -196,6 +202,9 @@ class EndpointViewSet(
             max_concurrency=values["max_concurrency"],
             queue_max_depth=values["queue_max_depth"],
             queue_max_wait_s=values["queue_max_wait_s"],
+            ray_cluster=values["ray_cluster"],
+            pipeline_parallel=values["pipeline_parallel"],
+            tensor_parallel=values["tensor_parallel"],
         )
 
     @extend_schema(request=EndpointAdmissionSerializer, responses={200: EndpointSerializer})

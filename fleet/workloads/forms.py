@@ -15,6 +15,7 @@ from fleet.workloads.services import (
     MAX_CONCURRENCY,
     MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
+    MAX_PARALLEL,
     MAX_PER_MINUTE,
     MAX_QUEUE_DEPTH,
     MAX_QUEUE_WAIT_S,
@@ -179,9 +180,38 @@ class EndpointCreateForm(forms.Form):
     key_requests_per_min = EndpointLimitsForm.base_fields["key_requests_per_min"]
     key_tokens_per_min = EndpointLimitsForm.base_fields["key_tokens_per_min"]
     routing_policy = _routing_field(required=False)  # left out: least load, the default
+    ray_cluster = forms.ChoiceField(
+        required=False,
+        label="Ray cluster",
+        help_text="Instead of a node: one vLLM group across a running Ray cluster's nodes (the head's serves the "
+        "API); one replica, no autoscaling.",
+    )
+    pipeline_parallel = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_PARALLEL,
+        initial=1,
+        required=False,
+        label="Pipeline stages",
+        help_text="With a Ray cluster: one per Ray node (head and workers).",
+    )
+    tensor_parallel = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_PARALLEL,
+        initial=1,
+        required=False,
+        label="Tensor parallel",
+        help_text="With a Ray cluster: GPUs per Ray node (1 on nodes without GPUs).",
+    )
 
-    def __init__(self, *args: Any, cached: dict[str, list[str]] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        cached: dict[str, list[str]] | None = None,
+        ray_clusters: list[tuple[str, str]] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self.fields["ray_cluster"].choices = [("", "— none: on a node —"), *(ray_clusters or [])]
         choices = [("", "— choose a cached model —")] + [
             (model, f"{model} (on {', '.join(names)})") for model, names in sorted((cached or {}).items())
         ]

@@ -296,6 +296,20 @@ class Endpoint(models.Model):
     max_concurrency = models.PositiveIntegerField(null=True, blank=True)
     queue_max_depth = models.PositiveIntegerField(null=True, blank=True)
     queue_max_wait_s = models.PositiveIntegerField(null=True, blank=True)
+    # A distributed endpoint (`services.endpoints.groups`): one vLLM group across the Ray nodes of a managed Ray
+    # cluster, `pipeline_parallel` stages (one per Ray node, the head's node the leader serving the API),
+    # `tensor_parallel` GPUs within each (`gpus`). Its replicas are the group's ranks (`EndpointReplica.group_rank`);
+    # the group fails, stops and starts as one (`group_failure_code`/`group_failure`: why it last failed, until it
+    # starts again; `master_port`: where the followers join the leader). The cluster is named by string: the fleet
+    # app never imports raymgr, which answers for its clusters through `fleet.workloads.groups`.
+    ray_cluster = models.ForeignKey(
+        "raymgr.RayCluster", null=True, blank=True, on_delete=models.SET_NULL, related_name="endpoints"
+    )
+    pipeline_parallel = models.PositiveSmallIntegerField(default=1)
+    tensor_parallel = models.PositiveSmallIntegerField(default=1)
+    master_port = models.PositiveIntegerField(default=0)
+    group_failure_code = models.CharField(max_length=64, blank=True, default="")
+    group_failure = models.TextField(blank=True, default="")
     start_command = models.ForeignKey(
         "fleet.Command", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -322,6 +336,11 @@ class Endpoint(models.Model):
 
     def __str__(self) -> str:
         return f"endpoint-{self.slug} ({self.model_id}, {self.status})"
+
+    @property
+    def distributed(self) -> bool:
+        """Whether it runs as one group of ranks across nodes (a Ray cluster's), not as replicas."""
+        return self.pipeline_parallel > 1
 
     @property
     def concurrency_limit(self) -> int:
@@ -417,6 +436,10 @@ class EndpointReplica(models.Model):
     # The LoRA adapters its server has loaded (names), as its start and adapter commands reported them; the proxy
     # sends a request naming an adapter to a replica holding it (`fleet.proxy.endpoint_routes`).
     adapters = models.JSONField(default=list, blank=True)
+    # A rank of a distributed endpoint's group (None: an ordinary replica): 0 the leader (serves the API, the only
+    # one the proxy routes to), the rest followers; `ray_node` the managed Ray node (its id) whose fleet node runs it.
+    group_rank = models.PositiveSmallIntegerField(null=True, blank=True)
+    ray_node = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -426,6 +449,11 @@ class EndpointReplica(models.Model):
 
     def __str__(self) -> str:
         return f"replica {self.server_id} of endpoint {self.endpoint_id} ({self.status})"
+
+    @property
+    def group_role(self) -> str:
+        """The rank's role in its group: "leader", "follower", or "" for an ordinary replica."""
+        return "" if self.group_rank is None else ("leader" if self.group_rank == 0 else "follower")
 
 
 class EndpointEvent(EventLogEntry):

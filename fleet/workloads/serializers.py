@@ -16,6 +16,7 @@ from fleet.replica_load import QueueLoad, ReplicaLoad
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.errors import error_help
+from fleet.workloads.groups import MemberState, group_source
 from fleet.workloads.models import Container, Endpoint, EndpointEvent, EndpointReplica, NodeModel, RoutingPolicy
 
 
@@ -84,7 +85,8 @@ class EndpointReplicaSerializer(serializers.ModelSerializer):
     read); the requests the router sent it and, of those, its affinity hits (a request whose session or
     prefix key went to this same replica the time before: an estimate of prefix-cache reuse), counted by the
     web processes alive now; `replacement_of` names the lost replica it took over from (every replica is
-    listed, retired ones too)."""
+    listed, retired ones too). A distributed endpoint's replicas are its group's ranks: `group_rank` (0 the
+    leader), `group_role`, and the Ray node each runs on with its state now (`ray_node_label`, `ray_node_status`)."""
 
     node_name = serializers.CharField(source="node.name", read_only=True, default=None)
     in_flight = serializers.SerializerMethodField()
@@ -103,8 +105,33 @@ class EndpointReplicaSerializer(serializers.ModelSerializer):
         fields += ["adapters"]
         fields += ["in_flight", "tokens_per_s", "requests_routed", "affinity_hits", "decision_p50_us"]
         fields += ["decision_p99_us"]
-        fields += ["replacement_of", "created_at", "updated_at"]
+        fields += ["replacement_of", "group_rank", "group_role", "ray_node", "ray_node_label", "ray_node_status"]
+        fields += ["created_at", "updated_at"]
         read_only_fields = fields
+
+    group_role = serializers.CharField(
+        read_only=True, help_text='A distributed endpoint\'s rank: "leader" (rank 0, serves the API) or "follower".'
+    )
+    ray_node_label = serializers.SerializerMethodField(help_text="The rank's Ray node in words (head, worker <id>).")
+    ray_node_status = serializers.SerializerMethodField(help_text="The rank's Ray node's state now.")
+
+    def _ray_state(self, obj: EndpointReplica) -> MemberState | None:
+        if not obj.ray_node:
+            return None
+        if "ray_states" not in self.context:  # once per response: every rank listed
+            self.context["ray_states"] = {}
+        states = self.context["ray_states"]
+        if obj.ray_node not in states:
+            states.update(group_source().states(ray_nodes=[obj.ray_node]))
+        return states.get(obj.ray_node)
+
+    def get_ray_node_label(self, obj: EndpointReplica) -> str | None:
+        state = self._ray_state(obj)
+        return None if state is None else state.label
+
+    def get_ray_node_status(self, obj: EndpointReplica) -> str | None:
+        state = self._ray_state(obj)
+        return None if state is None else state.status
 
     def _load(self, obj: EndpointReplica) -> ReplicaLoad | None:
         """The replica's shared figures (read once per response, kept in the serializer context)."""
@@ -209,6 +236,10 @@ class EndpointSerializer(serializers.ModelSerializer):
             "revision",
             "gpus",
             "min_vram_mb",
+            "ray_cluster",
+            "pipeline_parallel",
+            "tensor_parallel",
+            "master_port",
             "server_args",
             "status",
             "port",
@@ -392,6 +423,27 @@ class EndpointCreateSerializer(serializers.Serializer):
     max_concurrency = admission_field("max_concurrency", default=None)
     queue_max_depth = admission_field("queue_max_depth", default=None)
     queue_max_wait_s = admission_field("queue_max_wait_s", default=None)
+    ray_cluster = serializers.UUIDField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A running managed Ray cluster of the workspace, instead of a node: one vLLM group across its "
+        "Ray nodes (the head's node serves the API).",
+    )
+    pipeline_parallel = serializers.IntegerField(
+        min_value=1,
+        max_value=workload_services.MAX_PARALLEL,
+        required=False,
+        default=1,
+        help_text="Pipeline stages, one per Ray node of ray_cluster (head and workers); 1 without one.",
+    )
+    tensor_parallel = serializers.IntegerField(
+        min_value=1,
+        max_value=workload_services.MAX_PARALLEL,
+        required=False,
+        default=1,
+        help_text="GPUs each Ray node's rank splits its stage over (1 on nodes without GPUs).",
+    )
 
     def validate_model_id(self, value: str) -> str:
         try:

@@ -14,6 +14,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -32,6 +33,7 @@ from fleet.workloads.forms import (
     EndpointUpdateForm,
     server_args_line,
 )
+from fleet.workloads.groups import group_source
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus, NodeModel, RoutingPolicy
 from fleet.workloads.serializers import queue_figures
 from fleet.workloads.services import ADMISSION_FIELDS, PlacementError
@@ -46,8 +48,18 @@ EVENTS_SHOWN = 100  # the newest lines of an endpoint's event log on its page (t
 
 
 def _replica_rows(replicas: list[EndpointReplica], loads: dict[str, ReplicaLoad] | None) -> list[dict[str, Any]]:
-    """Each replica with its shared load (None when the figures cannot be read)."""
-    return [{"replica": r, "load": None if loads is None else loads.get(r.server_id, ReplicaLoad())} for r in replicas]
+    """Each replica with its shared load (None when the figures cannot be read) and, for a distributed endpoint's
+    rank, its Ray node in words and that node's state now."""
+    ray_nodes = [r.ray_node for r in replicas if r.ray_node]
+    states = group_source().states(ray_nodes=ray_nodes) if ray_nodes else {}
+    return [
+        {
+            "replica": r,
+            "load": None if loads is None else loads.get(r.server_id, ReplicaLoad()),
+            "ray": states.get(r.ray_node),
+        }
+        for r in replicas
+    ]
 
 
 def _rows(request: HttpRequest, endpoints: list[Endpoint]) -> list[dict[str, Any]]:
@@ -70,6 +82,17 @@ def _rows(request: HttpRequest, endpoints: list[Endpoint]) -> list[dict[str, Any
             }
         )
     return rows
+
+
+def _ray_clusters_of(cluster: ComputeCluster) -> QuerySet[Any]:
+    """The managed Ray clusters on `cluster` (named through the endpoint's relation: fleet does not import raymgr)."""
+    return Endpoint._meta.get_field("ray_cluster").related_model._default_manager.filter(compute_cluster=cluster)
+
+
+def _ray_clusters(cluster: ComputeCluster) -> list[tuple[str, str]]:
+    """The create form's choices: the running Ray clusters on `cluster`, with their Ray nodes."""
+    rows = _ray_clusters_of(cluster).filter(status="running").order_by("name")
+    return [(str(c.pk), f"{c.name} ({c.ray_nodes.filter(status='running').count()} Ray nodes running)") for c in rows]
 
 
 def _cached_models(cluster: ComputeCluster) -> dict[str, list[str]]:
@@ -108,7 +131,9 @@ def _render(
         "tab": "endpoints",
     }
     if cluster is not None and create_form is None and can_edit(request.user, cluster.workspace):
-        create_form = EndpointCreateForm(cached=_cached_models(cluster), initial=_prefill(request))
+        create_form = EndpointCreateForm(
+            cached=_cached_models(cluster), ray_clusters=_ray_clusters(cluster), initial=_prefill(request)
+        )
     context["create_form"] = create_form
     context["prefilled"] = bool(_prefill(request))
     template = "workloads/_endpoints.html" if request.htmx else "workloads/endpoint_list.html"
@@ -171,7 +196,7 @@ def cluster_endpoint_create(request: HttpRequest, pk: Any) -> HttpResponse:
     cluster = get_object_or_404(ComputeCluster, pk=pk, workspace__in=workspace_ids(user=request.user))
     if not can_edit(request.user, cluster.workspace):
         raise PermissionDenied("Only workspace Owners, Admins and Members can start endpoints.")
-    form = EndpointCreateForm(request.POST, cached=_cached_models(cluster))
+    form = EndpointCreateForm(request.POST, cached=_cached_models(cluster), ray_clusters=_ray_clusters(cluster))
     if not form.is_valid():
         return _render(request, cluster, form, status=400)
     values = form.cleaned_data
@@ -210,6 +235,11 @@ def _create(request: HttpRequest, cluster: ComputeCluster, values: dict[str, Any
         server_args=values["server_args"],
         routing_policy=values["routing_policy"] or RoutingPolicy.LEAST_LOAD,
         target_queued=values["target_queued"] or 0,
+        ray_cluster=_ray_clusters_of(cluster).filter(pk=values["ray_cluster"]).first()
+        if values["ray_cluster"]
+        else None,
+        pipeline_parallel=values["pipeline_parallel"] or 1,
+        tensor_parallel=values["tensor_parallel"] or 1,
     )
 
 

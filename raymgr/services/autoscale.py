@@ -14,6 +14,7 @@ from fleet.models import Command, CommandStatus
 from kernel import metrics
 from kernel.exceptions import IllegalTransition
 from raymgr import autoscaler
+from raymgr.endpoint_groups import ranks_on
 from raymgr.models import RayCluster, RayNode, RayNodeRole, RayNodeStatus
 from raymgr.services.common import (
     DELETE_GRACE,
@@ -82,6 +83,7 @@ def ray_cluster_autoscale(*, cluster: RayCluster) -> autoscaler.Decision | None:
             )
         )
         shape = _worker_shape(cluster, workers)
+        pinned = ranks_on([str(w.pk) for w in workers])
         states = [
             autoscaler.WorkerState(
                 worker_id=str(w.pk),
@@ -90,6 +92,7 @@ def ray_cluster_autoscale(*, cluster: RayCluster) -> autoscaler.Decision | None:
                 available=(w.available if fresh and w.resources else None),
                 draining=w.status in (RayNodeStatus.DRAINING, RayNodeStatus.STOPPING),
                 starting=w.status == RayNodeStatus.STARTING,
+                pinned=str(w.pk) in pinned,
             )
             for w in workers
         ]

@@ -265,12 +265,14 @@ def ray_cluster_record_status(*, cluster: RayCluster, status: dict[str, Any], at
     cluster.last_status, cluster.last_status_at = status, at
     ours = {str(r.pk): r for r in cluster.ray_nodes.filter(status__in=RayNodeStatus.live()).select_related("node")}
     by_ray_id = {r.ray_node_id: r for r in ours.values() if r.ray_node_id}
+    listed: set[str] = set()
     for entry in status.get("nodes", []) if isinstance(status.get("nodes"), list) else []:
         if not isinstance(entry, dict) or entry.get("alive") is False:
             continue
         ray_node = ours.get(str(entry.get("member_id", ""))) or by_ray_id.get(str(entry.get("ray_node_id", "")))
         if ray_node is None:
             continue
+        listed.add(str(ray_node.pk))
         host = ray_node.node  # the fleet node's own heartbeat figures, unless the agent reported per Ray node
         fields: dict[str, Any] = {
             "cpu_percent": _num(entry.get("cpu_percent"), host.cpu_percent),
@@ -286,3 +288,18 @@ def ray_cluster_record_status(*, cluster: RayCluster, status: dict[str, Any], at
         if entry.get("ray_node_id") and not ray_node.ray_node_id:
             fields["ray_node_id"] = str(entry["ray_node_id"])[:128]
         RayNode.objects.filter(pk=ray_node.pk).update(**fields)
+    _fail_vanished(cluster, [r for key, r in ours.items() if key not in listed], status)
+
+
+def _fail_vanished(cluster: RayCluster, missing: list[RayNode], status: dict[str, Any]) -> None:
+    """Running workers that had joined Ray (their Ray node id known) and that the head's status no longer
+    lists among its live nodes died (their container was killed, their process exited): they fail, saying
+    so, and the autoscaler starts others to keep `min_workers`. Only a status that lists nodes counts."""
+    if not isinstance(status.get("nodes"), list) or not status["nodes"]:
+        return
+    for ray_node in missing:
+        if ray_node.role != RayNodeRole.WORKER or ray_node.status != RayNodeStatus.RUNNING or not ray_node.ray_node_id:
+            continue
+        reason = f"Ray no longer lists this worker among its live nodes (on {ray_node.node.name}): it died"
+        ray_node_set_status(ray_node, RayNodeStatus.FAILED, failure_reason=reason)
+        record_event(cluster, "worker_lost", f"Worker {ray_node.pk.hex[:8]} lost: {reason}")

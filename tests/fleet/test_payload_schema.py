@@ -150,15 +150,31 @@ def _agent(command_type: str, payload: dict[str, Any]) -> Any:
 
 def _as_stored(payload: Any) -> dict[str, Any]:
     """The payload as the API stores it: a field sent only when set (`SENT_WHEN_SET`) is left out while it holds
-    its default."""
+    its default, inside a nested dataclass too (`EndpointGroup.container`)."""
     data = p.to_dict(payload)
     for fld in dataclasses.fields(payload):
+        value = getattr(payload, fld.name)
+        if dataclasses.is_dataclass(value):
+            data[fld.name] = _as_stored(value)
         if not fld.metadata.get("sent_when_set"):
             continue
         default = fld.default_factory() if fld.default_factory is not dataclasses.MISSING else fld.default
-        if data[fld.name] == p.to_dict(default):
+        if data[fld.name] == (_as_stored(default) if dataclasses.is_dataclass(default) else p.to_dict(default)):
             del data[fld.name]
     return data
+
+
+def test_a_nested_field_sent_only_when_set_is_left_out_while_it_holds_its_default():
+    group = {"pipeline_parallel": 2, "nnodes": 2, "master_addr": "10.0.0.1", "master_port": 29500}
+    stored = validate_payload("endpoint.start", {"endpoint_id": "ab" * 6, "model_id": "o/m", "group": group})
+    assert "container" not in stored["group"]  # an agent that predates the field reads the group it did
+    assert stored["group"]["pipeline_parallel"] == 2
+    inside = validate_payload(
+        "endpoint.start", {"endpoint_id": "ab" * 6, "model_id": "o/m", "group": {**group, "container": "ray-w1"}}
+    )
+    assert inside["group"]["container"] == "ray-w1"
+    plain_start = validate_payload("endpoint.start", {"endpoint_id": "ab" * 6, "model_id": "o/m", "group": {}})
+    assert "group" not in plain_start  # the whole group at its default is left out as before
 
 
 @pytest.mark.parametrize("command_type", API_TYPES)
@@ -229,7 +245,7 @@ def test_endpoint_start_leaves_out_a_group_it_was_not_given_so_older_agents_acce
     assert "group" not in validate_payload("endpoint.start", p.EndpointStartPayload("0123456789ab", "acme/m"))
     group = p.EndpointGroup(pipeline_parallel=2, nnodes=2, master_addr="10.0.0.5", master_port=29500)
     sent = validate_payload("endpoint.start", p.EndpointStartPayload("0123456789ab", "acme/m", group=group))
-    assert sent["group"] == p.to_dict(group)
+    assert sent["group"] == {k: v for k, v in p.to_dict(group).items() if k != "container"}  # sent only when set
     assert p.parse_payload("endpoint.start", plain_start).group == p.EndpointGroup()
     with pytest.raises(ValidationError) as refused:
         validate_payload("endpoint.start", {"model_id": "acme/m", "group": {"role": "boss"}})

@@ -14,6 +14,8 @@ then its replicas'; `locking`):
 - `cold_starts`: a replica's start phases on the endpoint's log and in /metrics;
 - `limits`: the per-key rate limits callers of the endpoint are held to;
 - `admission`: the concurrency limit per replica and the wait queue's bounds;
+- `groups`: a distributed endpoint's group on a managed Ray cluster, checked and started as one unit, and
+  `group_health`: its failing, moving and healing as one unit (the healing pass hands groups there);
 - the passes of the beat: `heal` (replace lost replicas), `autoscale` (on load), `idle` (scale to zero,
   and waking), and `updates` (rolling updates to another revision or other server arguments).
 
@@ -43,6 +45,8 @@ from fleet.workloads.services.endpoints.autoscale import (
     endpoint_autoscale,
     endpoints_to_autoscale,
 )
+from fleet.workloads.services.endpoints.group_health import group_heal
+from fleet.workloads.services.endpoints.groups import MAX_PARALLEL, group_plan, group_start
 from fleet.workloads.services.endpoints.heal import endpoint_heal, endpoints_to_heal
 from fleet.workloads.services.endpoints.idle import endpoint_idle, endpoint_wake, endpoints_to_idle
 from fleet.workloads.services.endpoints.lifecycle import endpoint_create, endpoint_restart, endpoint_stop
@@ -75,6 +79,7 @@ __all__ = [
     "MAX_CONCURRENCY",
     "MAX_GPUS",
     "MAX_IDLE_TIMEOUT_S",
+    "MAX_PARALLEL",
     "MAX_PER_MINUTE",
     "MAX_QUEUE_DEPTH",
     "MAX_QUEUE_WAIT_S",
@@ -113,6 +118,9 @@ __all__ = [
     "endpoints_to_autoscale",
     "endpoints_to_heal",
     "endpoints_to_idle",
+    "group_heal",
+    "group_plan",
+    "group_start",
     "lora_adapter_create",
     "lora_adapter_delete",
     "node_free_vram_mb",

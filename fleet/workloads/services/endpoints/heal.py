@@ -27,6 +27,7 @@ from fleet.models import NodeStatus
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.common import system_actor
 from fleet.workloads.services.endpoints.events import endpoint_event_record
+from fleet.workloads.services.endpoints.group_health import START_FAILED, group_heal
 from fleet.workloads.services.endpoints.locking import lock_endpoint
 from fleet.workloads.services.endpoints.placement import PlacementError, pick_replica_node
 from fleet.workloads.services.endpoints.reconcile import UNRESPONSIVE
@@ -64,6 +65,9 @@ def endpoints_to_heal() -> list[object]:
     ids = set()
     for rows in (moving, gone, handed_over, retired):
         ids |= set(rows.values_list("endpoint_id", flat=True))
+    # a distributed endpoint's group is looked at every pass: its Ray nodes' state lives in another app
+    groups = Endpoint.objects.filter(pipeline_parallel__gt=1).exclude(status=EndpointStatus.STOPPED)
+    ids |= set(groups.exclude(group_failure_code=START_FAILED).values_list("pk", flat=True))
     return sorted(ids)
 
 
@@ -79,6 +83,8 @@ def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
         if endpoint is None or endpoint.status in (EndpointStatus.STOPPING, EndpointStatus.STOPPED):
             return []
         actor = system_actor(endpoint.cluster.workspace)
+        if endpoint.distributed:  # its ranks fail and start as one (`group_health`), never replaced one by one
+            return group_heal(actor=actor, endpoint=endpoint)
         _stop_handed_over(endpoint, actor)
         current = list(
             EndpointReplica.objects.select_for_update(of=("self",))

@@ -6,17 +6,20 @@ summarises theirs (`replicas.endpoint_summarise`). Lock order: the endpoint's ro
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from audit.services import created, new, on, operator_action
-from fleet.models import ComputeCluster, Node
+from fleet.models import Command, ComputeCluster, Node
 from fleet.workloads.models import Endpoint, EndpointStatus, RoutingPolicy
 from fleet.workloads.services.endpoints.admission import validate_admission
 from fleet.workloads.services.endpoints.events import endpoint_event_record
+from fleet.workloads.services.endpoints.groups import group_start, validate_distributed, validate_parallel
 from fleet.workloads.services.endpoints.placement import place_replicas
-from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_stop
+from fleet.workloads.services.endpoints.replicas import GROUP_STOPPED, endpoint_summarise, replica_queue_stop
 from fleet.workloads.services.endpoints.validation import (
     MAX_GPUS,
     MAX_IDLE_TIMEOUT_S,
@@ -70,6 +73,9 @@ def endpoint_create(
     max_concurrency: int | None = None,
     queue_max_depth: int | None = None,
     queue_max_wait_s: int | None = None,
+    ray_cluster: Any = None,
+    pipeline_parallel: int = 1,
+    tensor_parallel: int = 1,
 ) -> Endpoint:
     """Start an inference endpoint for a cached model with `min_replicas` replicas; Owner, Admin or Member.
 
@@ -85,6 +91,10 @@ def endpoint_create(
     (`validate_server_args`). The proxy spreads requests over the replicas by `routing_policy`, at most
     `max_concurrency` in flight per replica, the rest waiting in a queue (`queue_max_depth`, `queue_max_wait_s`;
     None: the defaults, `fleet.admission`); `target_queued` (per replica; 0 = off) scales on that queue.
+
+    With `ray_cluster` (a running managed Ray cluster of the workspace, instead of a node) the endpoint is
+    distributed: one vLLM group of `pipeline_parallel` stages, one per Ray node, `tensor_parallel` GPUs within
+    each (`services.endpoints.groups`: checked and admitted as one unit before anything starts).
     """
     require_editor(actor, cluster.workspace, what="create endpoints")
     validate_model_id(model_id)
@@ -122,6 +132,20 @@ def endpoint_create(
     }
     if node is not None and min_replicas > 1:
         raise ValidationError({"node": "A chosen node takes one replica: leave it out to place several."})
+    validate_parallel(pipeline_parallel, "pipeline_parallel")
+    validate_parallel(tensor_parallel, "tensor_parallel")
+    if ray_cluster is not None:
+        validate_distributed(
+            node=node,
+            replicas=(min_replicas, max_replicas),
+            autoscaled=any((target_requests_per_min, target_in_flight, target_tokens_per_s, target_queued)),
+            pipeline_parallel=pipeline_parallel,
+        )
+    elif pipeline_parallel > 1 or tensor_parallel > 1:
+        field = "pipeline_parallel" if pipeline_parallel > 1 else "tensor_parallel"
+        raise ValidationError(
+            {field: "Only an endpoint on a Ray cluster (ray_cluster) spans nodes; on one node use gpus."}
+        )
     with transaction.atomic():
         admit(workspace_id=cluster.workspace_id, ask={"endpoints": 1})  # its replicas: as their starts queue
         endpoint = Endpoint.objects.create(
@@ -142,9 +166,15 @@ def endpoint_create(
             routing_policy=routing_policy,
             target_queued=target_queued,
             **admission,
+            ray_cluster_id=None if ray_cluster is None else ray_cluster.pk,
+            pipeline_parallel=pipeline_parallel,
+            tensor_parallel=tensor_parallel,
             created_by=actor,
         )
-        commands = place_replicas(actor=actor, endpoint=endpoint, node=node)
+        if endpoint.distributed:
+            commands = group_start(actor=actor, endpoint=endpoint)
+        else:
+            commands = place_replicas(actor=actor, endpoint=endpoint, node=node)
         endpoint.start_command = commands[0]
         endpoint.save(update_fields=["start_command", "updated_at"])
         endpoint = endpoint_summarise(endpoint)
@@ -156,10 +186,17 @@ def endpoint_create(
                 node_id=command.node_id,
                 kind="endpoint.starting",
                 message=f"Endpoint {endpoint.hostname} for {model_id}@{revision} requested by {actor.get_username()}; "
-                f"placed on node {names.get(command.node_id, '?')}, which holds the weights in its model cache",
+                f"{_rank_words(endpoint, command)}placed on node {names.get(command.node_id, '?')}, which holds the "
+                "weights in its model cache",
                 command=command,
             )
     return endpoint
+
+
+def _rank_words(endpoint: Endpoint, command: Command) -> str:
+    """The words "rank 1 (follower) " for a distributed endpoint's start command, else ""."""
+    rank = endpoint.replicas.filter(start_command=command).values_list("group_rank", flat=True).first()
+    return "" if rank is None else f"rank {rank} ({'leader' if rank == 0 else 'follower'}) "
 
 
 @operator_action("endpoint.stop", target=on("endpoint", "endpoint"))
@@ -171,8 +208,13 @@ def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
         endpoint = (
             Endpoint.objects.select_for_update(of=("self",)).select_related("node", "cluster").get(pk=endpoint.pk)
         )
-        if endpoint.status not in EndpointStatus.kept() or endpoint.status == EndpointStatus.STOPPING:
+        waiting = endpoint.distributed and endpoint.status == EndpointStatus.FAILED and endpoint.group_failure_code
+        if not waiting and (endpoint.status not in EndpointStatus.kept() or endpoint.status == EndpointStatus.STOPPING):
             raise IllegalTransition(f"This endpoint is {endpoint.status}; only a running or starting one can stop.")
+        if endpoint.distributed:  # the group as one: stopped, it is not healed (a failed one waiting neither)
+            endpoint.group_failure_code = GROUP_STOPPED
+            endpoint.group_failure = f"stopped by {actor.get_username()}"
+            endpoint.save(update_fields=["group_failure_code", "group_failure", "updated_at"])
         if endpoint.idle_since is not None or endpoint.status == EndpointStatus.IDLE:
             endpoint.idle_since = None
             endpoint.status = EndpointStatus.STOPPED  # its replicas are all stopped or on their way
@@ -198,7 +240,10 @@ def endpoint_restart(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint
         endpoint = Endpoint.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=endpoint.pk)
         if endpoint.status not in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
             raise IllegalTransition(f"This endpoint is {endpoint.status}; only a stopped or failed one can start.")
-        commands = place_replicas(actor=actor, endpoint=endpoint)
+        if endpoint.distributed:
+            commands = group_start(actor=actor, endpoint=endpoint)
+        else:
+            commands = place_replicas(actor=actor, endpoint=endpoint)
         endpoint.start_command = commands[0]
         endpoint.save(update_fields=["start_command", "updated_at"])
         endpoint_summarise(endpoint)

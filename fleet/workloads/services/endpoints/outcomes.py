@@ -74,7 +74,7 @@ def endpoint_record_command_outcome(*, command: Command) -> Endpoint | None:
                 return endpoint  # stopped meanwhile, or a duplicate outcome
             result: protocol.EndpointStartResult | None = command.parsed_result
             port = valid_port(result.port if result is not None else None)
-            if ok and port:
+            if ok and (port or replica.group_role == "follower"):  # a follower rank serves no HTTP
                 replica.status, replica.port = EndpointStatus.RUNNING, port
                 replica.failure_code = replica.failure_message = ""
                 replica.adapters = list(result.adapters or [])

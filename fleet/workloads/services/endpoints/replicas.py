@@ -22,6 +22,9 @@ def endpoint_adapter_refs(endpoint: Endpoint) -> list[protocol.LoraAdapterRef]:
     return [link.adapter.ref() for link in endpoint.adapter_links.select_related("adapter")]
 
 
+# A distributed endpoint's `group_failure_code` once stopped by its workspace: it ends stopped, not healed.
+GROUP_STOPPED = "group_stopped"
+
 # The endpoint's status when its replicas are in several states: the first present wins.
 _PRECEDENCE = (
     EndpointStatus.RUNNING,
@@ -33,11 +36,17 @@ _PRECEDENCE = (
 
 
 def replica_queue_start(
-    *, actor: AbstractBaseUser | None, endpoint: Endpoint, replica: EndpointReplica, node: Node
+    *,
+    actor: AbstractBaseUser | None,
+    endpoint: Endpoint,
+    replica: EndpointReplica,
+    node: Node,
+    group: protocol.EndpointGroup | None = None,
 ) -> Command:
     """Queue `endpoint.start` of `replica` on `node` with the endpoint's current model, revision, server
     arguments and attached LoRA adapters (every start of a replica comes here: placement, restart, healing,
-    the autoscaler, rolling updates); the replica is pending there with this command."""
+    the autoscaler, rolling updates, a distributed endpoint's ranks with their `group`); the replica is
+    pending there with this command."""
     (command,) = command_queue(
         actor=actor,
         cluster=endpoint.cluster,
@@ -50,6 +59,7 @@ def replica_queue_start(
             min_vram_mb=endpoint.min_vram_mb,
             extra_args=list(endpoint.server_args),
             adapters=endpoint_adapter_refs(endpoint),
+            group=protocol.EndpointGroup() if group is None else group,
         ),
         node=node,
         as_workload=True,
@@ -116,6 +126,8 @@ def endpoint_summarise(endpoint: Endpoint) -> Endpoint:
     are the first running replica's (else the first live one's, else left as they were); the failure is a
     failed (else stopped) replica's, once ended.
     """
+    if endpoint.distributed:
+        return _summarise_group(endpoint)
     replicas = list(
         EndpointReplica.objects.filter(endpoint=endpoint)
         .filter(Q(replacements__isnull=True) | Q(status__in=EndpointStatus.live()))
@@ -146,5 +158,43 @@ def endpoint_summarise(endpoint: Endpoint) -> Endpoint:
     else:
         endpoint.failure_code = endpoint.failure_message = ""
     endpoint.status = status
+    endpoint.save(update_fields=["status", "node", "port", "failure_code", "failure_message", "updated_at"])
+    return endpoint
+
+
+def _summarise_group(endpoint: Endpoint) -> Endpoint:
+    """A distributed endpoint's status from its ranks, all or nothing: running only while every rank runs; once
+    the group failed (`group_failure_code`, written by `services.endpoints.group_health`) stopping while a rank
+    is live, then failed with the group's reason; else failed as soon as a rank failed, starting while a rank
+    starts, stopping while one stops, else stopped. `node`/`port` are the leader's (rank 0)."""
+    ranks = list(
+        EndpointReplica.objects.filter(endpoint=endpoint, group_rank__lt=endpoint.pipeline_parallel).order_by(
+            "group_rank"
+        )
+    )
+    if not ranks:
+        return endpoint
+    statuses = {r.status for r in ranks}
+    live = statuses & EndpointStatus.live()
+    code, message = "", ""
+    if endpoint.group_failure_code == GROUP_STOPPED:
+        status = EndpointStatus.STOPPING if live else EndpointStatus.STOPPED
+    elif endpoint.group_failure_code:
+        status = EndpointStatus.STOPPING if live else EndpointStatus.FAILED
+        code, message = endpoint.group_failure_code, endpoint.group_failure
+    elif EndpointStatus.FAILED in statuses:  # one rank down takes the group down (its pass stops the others)
+        failed = next(r for r in ranks if r.status == EndpointStatus.FAILED)
+        status, code, message = EndpointStatus.FAILED, failed.failure_code, failed.failure_message
+    elif statuses == {EndpointStatus.RUNNING}:
+        status = EndpointStatus.RUNNING
+    elif live & {EndpointStatus.PENDING, EndpointStatus.STARTING, EndpointStatus.RUNNING}:
+        status = EndpointStatus.STARTING if live - {EndpointStatus.PENDING} else EndpointStatus.PENDING
+    elif EndpointStatus.STOPPING in statuses:
+        status = EndpointStatus.STOPPING
+    else:
+        status = EndpointStatus.STOPPED
+    leader = ranks[0]
+    endpoint.node_id, endpoint.port = leader.node_id, leader.port
+    endpoint.status, endpoint.failure_code, endpoint.failure_message = status, code, message
     endpoint.save(update_fields=["status", "node", "port", "failure_code", "failure_message", "updated_at"])
     return endpoint

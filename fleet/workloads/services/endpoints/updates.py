@@ -91,6 +91,8 @@ def endpoint_update(
         endpoint = Endpoint.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=endpoint.pk)
         if endpoint.status != EndpointStatus.RUNNING:
             raise IllegalTransition(f"This endpoint is {endpoint.status}; only a running one can be updated.")
+        if endpoint.distributed:  # its ranks form one vLLM: no rank can be replaced alongside the others
+            raise IllegalTransition("A distributed endpoint is not rolled over: stop it, then start it again.")
         old_revision, old_args = endpoint.revision, list(endpoint.server_args)
         new_revision = old_revision if revision is None else revision
         new_args = old_args if server_args is None else server_args

@@ -1,0 +1,146 @@
+"""A distributed endpoint's group: its checks before anything starts, and the start of all its ranks as one unit.
+
+The group runs vLLM split into `pipeline_parallel` stages, one per Ray node of the managed Ray cluster the
+endpoint names (`fleet.workloads.groups`: the head's fleet node is the leader, rank 0, serving the API; each
+worker's a follower), `tensor_parallel` GPUs within each node. Every rank is an `EndpointReplica` with its
+`group_rank`; each gets an `endpoint.start` carrying its `EndpointGroup` (backend `mp`: vLLM's own multi-node
+executor, the one its CPU build runs; the followers join the leader at the Ray head's address and a port of
+`ENDPOINT_GROUP_PORTS`). All ranks are placed and admitted against the quotas in the caller's transaction, so
+either every rank starts or none does. Called inside the callers' transactions, the endpoint's row locked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import ValidationError
+
+from agent import protocol
+from fleet.models import Command
+from fleet.workloads.groups import GroupPlan, group_source
+from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.services.endpoints.placement import pick_endpoint_node
+from fleet.workloads.services.endpoints.replicas import replica_queue_start
+
+MAX_PARALLEL = int(protocol.rules.field_rules(protocol.EndpointGroup)["pipeline_parallel"].max or 0)
+
+
+def validate_parallel(value: Any, field: str) -> int:
+    """`pipeline_parallel` / `tensor_parallel`: an integer from 1 to the protocol's bound."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PARALLEL:
+        raise ValidationError({field: f"Must be an integer between 1 and {MAX_PARALLEL}."})
+    return value
+
+
+def validate_distributed(*, node: Any, replicas: tuple[int, int], autoscaled: bool, pipeline_parallel: int) -> None:
+    """What an endpoint on a Ray cluster may not ask with it: a node (its Ray nodes are its nodes), several
+    replicas or autoscaling (it runs one group), fewer than two pipeline stages. ValidationError on the field."""
+    if node is not None:
+        raise ValidationError({"node": "An endpoint on a Ray cluster runs on the cluster's nodes: leave node out."})
+    if replicas != (1, 1):
+        raise ValidationError({"min_replicas": "An endpoint on a Ray cluster runs one group: min and max replicas 1."})
+    if autoscaled:
+        raise ValidationError({"target_requests_per_min": "An endpoint on a Ray cluster is not autoscaled."})
+    if pipeline_parallel < 2:
+        raise ValidationError(
+            {"pipeline_parallel": "An endpoint on a Ray cluster spans its nodes: at least 2 pipeline stages."}
+        )
+
+
+def group_plan(*, endpoint: Endpoint) -> GroupPlan:
+    """The Ray cluster's members the endpoint's group runs on now, checked against what it asks: one pipeline
+    stage per Ray node (head and workers), `tensor_parallel` GPUs on each (1 on nodes without GPUs, where a
+    rank is one vLLM CPU process). ValidationError on the field at fault."""
+    if endpoint.ray_cluster_id is None:
+        raise ValidationError({"ray_cluster": "The endpoint's Ray cluster was deleted: its group cannot start."})
+    plan = group_source().plan(ray_cluster_id=endpoint.ray_cluster_id, workspace_id=endpoint.cluster.workspace_id)
+    if len(plan.members) < 2:
+        raise ValidationError({"ray_cluster": "A distributed endpoint spans two Ray nodes or more: add a worker."})
+    if endpoint.pipeline_parallel != len(plan.members):
+        raise ValidationError(
+            {
+                "pipeline_parallel": f"Must equal the Ray cluster's nodes (one pipeline stage per node): it has "
+                f"{len(plan.members)} running (the head and {len(plan.members) - 1} worker(s))."
+            }
+        )
+    for member in plan.members:
+        if member.node.cluster_id != endpoint.cluster_id:
+            raise ValidationError({"ray_cluster": f"Its {member.label} runs outside this compute cluster."})
+        if member.node.gpu_count == 0 and endpoint.tensor_parallel > 1:
+            raise ValidationError(
+                {"tensor_parallel": f"Node {member.node.name} ({member.label}) has no GPU: tensor_parallel must be 1."}
+            )
+        if member.node.gpu_count and member.node.gpu_count < endpoint.tensor_parallel:
+            raise ValidationError(
+                {
+                    "tensor_parallel": f"Node {member.node.name} ({member.label}) has {member.node.gpu_count} "
+                    f"GPU(s), fewer than tensor_parallel {endpoint.tensor_parallel}."
+                }
+            )
+    return plan
+
+
+def _master_port(endpoint: Endpoint, leader_node_id: Any) -> int:
+    """The first port of `ENDPOINT_GROUP_PORTS` no other live group led from that node holds."""
+    held = set(
+        Endpoint.objects.filter(
+            replicas__group_rank=0,
+            replicas__node_id=leader_node_id,
+            replicas__status__in=EndpointStatus.live(),
+        )
+        .exclude(pk=endpoint.pk)
+        .values_list("master_port", flat=True)
+    )
+    low, high = settings.ENDPOINT_GROUP_PORTS
+    port = next((p for p in range(low, high + 1) if p not in held), None)
+    if port is None:
+        raise ValidationError({"ray_cluster": f"Every port of {low}-{high} is held by a group led from that node."})
+    return port
+
+
+def group_start(*, actor: AbstractBaseUser | None, endpoint: Endpoint) -> list[Command]:
+    """Place every rank on its Ray node's fleet node and queue its `endpoint.start` (the leader's first); the
+    checks of `group_plan`, then per node the model's weights, GPUs, VRAM and CPU cores as for one replica
+    (`pick_endpoint_node`: PlacementError naming the node). Nothing is kept when one refuses (the caller's
+    transaction). Clears the group's last failure."""
+    plan = group_plan(endpoint=endpoint)
+    ranks = {r.group_rank: r for r in endpoint.replicas.filter(group_rank__isnull=False)}
+    for old in ranks.values():
+        if old.status in EndpointStatus.live():
+            raise ValidationError({"ray_cluster": f"Rank {old.group_rank} is still {old.status}: stop it first."})
+    endpoint.master_port = _master_port(endpoint, plan.members[0].node.pk)
+    endpoint.group_failure_code = endpoint.group_failure = ""
+    # GPUs per rank: tensor_parallel on GPU nodes (each rank pins them), none on CPU nodes
+    endpoint.gpus = endpoint.tensor_parallel if plan.members[0].node.gpu_count else 0
+    endpoint.save(update_fields=["master_port", "group_failure_code", "group_failure", "gpus", "updated_at"])
+    commands = []
+    for rank, member in enumerate(plan.members):
+        node = pick_endpoint_node(
+            cluster=endpoint.cluster,
+            model_id=endpoint.model_id,
+            revision=endpoint.revision,
+            gpus=endpoint.gpus,
+            min_vram_mb=endpoint.min_vram_mb,
+            node=member.node,
+        )
+        replica = ranks.get(rank)
+        if replica is None:
+            server_id = endpoint.slug if rank == 0 else EndpointReplica._meta.get_field("server_id").get_default()
+            replica = EndpointReplica.objects.create(endpoint=endpoint, server_id=server_id, group_rank=rank)
+        replica.ray_node = member.ray_node
+        replica.save(update_fields=["ray_node", "updated_at"])
+        group = protocol.EndpointGroup(
+            pipeline_parallel=endpoint.pipeline_parallel,
+            tensor_parallel=endpoint.tensor_parallel,
+            nnodes=len(plan.members),
+            node_rank=rank,
+            master_addr=plan.master_addr,
+            master_port=endpoint.master_port,
+            role="leader" if rank == 0 else "follower",
+            backend="mp",
+            container=member.container if settings.ENDPOINT_GROUP_IN_RAY_CONTAINER else "",
+        )
+        commands.append(replica_queue_start(actor=actor, endpoint=endpoint, replica=replica, node=node, group=group))
+    return commands

@@ -1,0 +1,398 @@
+"""Distributed endpoints on a managed Ray cluster: checked and admitted as one unit before anything starts, one
+`endpoint.start` per rank (leader on the head's node), failing, moving and healing as one unit, stopped as one;
+the proxy reaches the leader only; the Ray autoscaler keeps the workers a rank uses."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from agent import protocol
+from fleet.models import Command, Node, NodeStatus
+from fleet.proxy import endpoint_routes
+from fleet.workloads import services as workloads
+from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
+from fleet.workloads.tasks import endpoints_heal_tick
+from kernel.exceptions import IllegalTransition, QuotaExceeded
+from raymgr import autoscaler, services
+from raymgr.models import RayClusterStatus, RayNode, RayNodeRole, RayNodeStatus
+from tenancy import services as tenancy_services
+from tenancy.quotas import usage
+from tests.fleet import agent_side
+from tests.raymgr.conftest import finish, last_command, start_head
+
+pytestmark = pytest.mark.django_db
+
+LLAMA = protocol.CachedModel(model_id="meta-llama/Llama-3.2-1B", revision="main", path="/cache/llama", size_bytes=5)
+
+
+@pytest.fixture
+def ray(compute, add_node, make_ray):
+    """A running Ray cluster of a head and one worker on two CPU nodes holding the model."""
+    for name in ("cpu-1", "cpu-2"):
+        agent_side.inventory(add_node(compute, name, memory_mb=32000), models=[LLAMA])
+    cluster = make_ray(min_workers=1, max_workers=1)
+    start_head(cluster, ip="10.0.0.1")
+    worker = RayNode.objects.get(ray_cluster=cluster, role=RayNodeRole.WORKER)
+    finish(
+        last_command("ray.worker.start", cluster_id=str(cluster.pk)),
+        data={"container_id": "c-w", "ray_node_id": "cc" * 28},
+    )
+    worker.refresh_from_db()
+    assert worker.status == RayNodeStatus.RUNNING
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.RUNNING
+    return cluster
+
+
+def create(owner, ray, **kwargs):
+    kwargs.setdefault("pipeline_parallel", 2)
+    return workloads.endpoint_create(
+        actor=owner, cluster=ray.compute_cluster, model_id=LLAMA.model_id, ray_cluster=ray, **kwargs
+    )
+
+
+def ranks(endpoint) -> list[EndpointReplica]:
+    return list(endpoint.replicas.select_related("node", "start_command", "stop_command").order_by("group_rank"))
+
+
+def run(endpoint) -> Endpoint:
+    for rank in ranks(endpoint):
+        agent_side.result(rank.start_command, port=8001 if rank.group_rank == 0 else 0)
+    endpoint.refresh_from_db()
+    return endpoint
+
+
+def test_each_rank_gets_its_start_with_its_group_the_leader_on_the_heads_node(owner, ray):
+    endpoint = create(owner, ray)
+    head = RayNode.objects.get(ray_cluster=ray, role=RayNodeRole.HEAD)
+    worker = RayNode.objects.get(ray_cluster=ray, role=RayNodeRole.WORKER)
+    leader, follower = ranks(endpoint)
+    assert (leader.group_rank, leader.node_id, leader.ray_node, leader.server_id) == (
+        0,
+        head.node_id,
+        str(head.pk),
+        endpoint.slug,  # the proxy finds the endpoint's first server by its slug, as always
+    )
+    assert (follower.group_rank, follower.node_id, follower.ray_node) == (1, worker.node_id, str(worker.pk))
+    groups = [r.start_command.payload["group"] for r in (leader, follower)]
+    common = {"pipeline_parallel": 2, "tensor_parallel": 1, "nnodes": 2, "master_addr": "10.0.0.1"}
+    assert all(g.items() >= common.items() for g in groups)
+    assert groups[0]["master_port"] == groups[1]["master_port"] == endpoint.master_port == 29500
+    assert [(g["node_rank"], g["role"], g["backend"]) for g in groups] == [(0, "leader", "mp"), (1, "follower", "mp")]
+    assert all("container" not in g for g in groups)  # the switch is off: the ranks run beside the Ray containers
+    assert endpoint.status == EndpointStatus.PENDING
+    messages = list(endpoint.events.filter(kind="endpoint.starting").values_list("message", flat=True))
+    assert any("rank 1 (follower) placed on node" in m for m in messages)
+    # a second group led from the same node takes the next port
+    assert create(owner, ray).master_port == 29501
+
+
+def test_the_switch_names_each_ranks_ray_container(owner, ray, settings):
+    settings.ENDPOINT_GROUP_IN_RAY_CONTAINER = True
+    endpoint = create(owner, ray)
+    for rank in ranks(endpoint):
+        assert rank.start_command.payload["group"]["container"] == f"ray-{rank.ray_node}"
+
+
+def test_running_only_once_every_rank_runs_and_the_proxy_reaches_the_leader_only(owner, ray):
+    endpoint = create(owner, ray)
+    leader, follower = ranks(endpoint)
+    agent_side.result(follower.start_command, port=0)  # a follower serves no HTTP: no port, still running
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.STARTING
+    agent_side.result(leader.start_command, port=8001)
+    endpoint.refresh_from_db()
+    assert (endpoint.status, endpoint.node_id, endpoint.port) == (EndpointStatus.RUNNING, leader.node_id, 8001)
+    endpoint_routes.forget_routes()
+    route = endpoint_routes._load_route(endpoint.slug)
+    assert [(u.key, u.port) for u in route.replicas] == [(leader.server_id, 8001)]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        ({"pipeline_parallel": 3}, "pipeline_parallel", "Must equal the Ray cluster's nodes"),
+        ({"tensor_parallel": 2}, "tensor_parallel", "has no GPU"),
+        ({"pipeline_parallel": 1}, "pipeline_parallel", "at least 2 pipeline stages"),
+        ({"min_replicas": 2}, "min_replicas", "one group"),
+        ({"target_in_flight": 4}, "target_requests_per_min", "not autoscaled"),
+        ({"pipeline_parallel": 0}, "pipeline_parallel", "between 1 and"),
+    ],
+)
+def test_what_a_group_cannot_ask_is_refused_on_its_field_and_nothing_is_written(owner, ray, change, field, words):
+    with pytest.raises(ValidationError) as refused:
+        create(owner, ray, **change)
+    assert words in " ".join(refused.value.message_dict[field])
+    assert not Endpoint.objects.exists()
+    assert not Command.objects.filter(command_type="endpoint.start").exists()
+
+
+def test_a_cluster_not_running_or_of_another_workspace_is_refused(owner, ray, make_ray, add_node):
+    services.ray_cluster_stop(actor=owner, cluster=ray)
+    ray.refresh_from_db()
+    with pytest.raises(ValidationError) as refused:
+        create(owner, ray)
+    assert "a distributed endpoint needs it running" in refused.value.message_dict["ray_cluster"][0]
+    with pytest.raises(ValidationError) as alone:
+        workloads.endpoint_create(
+            actor=owner, cluster=ray.compute_cluster, model_id=LLAMA.model_id, pipeline_parallel=2
+        )
+    assert "Only an endpoint on a Ray cluster" in alone.value.message_dict["pipeline_parallel"][0]
+    assert not Endpoint.objects.exists()
+
+
+def test_weights_missing_on_one_rank_node_refuses_the_whole_group(owner, ray):
+    worker = RayNode.objects.get(ray_cluster=ray, role=RayNodeRole.WORKER)
+    agent_side.inventory(worker.node, models=[])  # the worker's node lost the model
+    with pytest.raises(IllegalTransition) as refused:
+        create(owner, ray)
+    assert "cpu-" in str(refused.value)
+    assert "not in node" in str(refused.value)
+    assert not Endpoint.objects.exists()
+    assert not Command.objects.filter(command_type="endpoint.start").exists()
+
+
+def test_the_quota_admits_the_group_as_one_unit(owner, workspace, compute, add_node, make_ray):
+    for name in ("gpu-1", "gpu-2"):
+        agent_side.inventory(add_node(compute, name, gpus=1, memory_mb=128000), models=[LLAMA])
+    cluster = make_ray(min_workers=1, max_workers=1)
+    start_head(cluster, ip="10.0.0.7")
+    finish(last_command("ray.worker.start", cluster_id=str(cluster.pk)), data={"container_id": "c-w"})
+    in_use = usage([workspace.pk])[workspace.pk]["gpus"]
+    tenancy_services.workspace_quota_set(actor=owner, workspace=workspace, limits={"gpus": int(in_use) + 1})
+    with pytest.raises(QuotaExceeded):  # room for one rank's GPU, not for the group's two
+        create(owner, cluster)
+    assert not Endpoint.objects.exists()
+    assert not Command.objects.filter(command_type="endpoint.start").exists()
+    tenancy_services.workspace_quota_set(actor=owner, workspace=workspace, limits={"gpus": int(in_use) + 2})
+    endpoint = create(owner, cluster)
+    assert [r.held_gpus for r in ranks(endpoint)] == [1, 1]
+    assert [r.start_command.payload["gpus"] for r in ranks(endpoint)] == [1, 1]  # tensor_parallel 1 per node
+
+
+def _worker_dies(ray):
+    """The head's status no longer lists the worker (its container was killed): raymgr fails it."""
+    head = RayNode.objects.get(ray_cluster=ray, role=RayNodeRole.HEAD)
+    status = {"nodes": [{"member_id": str(head.pk), "ray_node_id": "aa" * 28, "is_head": True, "alive": True}]}
+    services.ray_cluster_record_status(cluster=ray, status=status)
+
+
+def test_a_dead_ray_worker_fails_the_group_and_it_comes_back_when_the_cluster_is_whole(owner, ray):
+    endpoint = run(create(owner, ray))
+    assert endpoint.status == EndpointStatus.RUNNING
+    leader, follower = ranks(endpoint)
+    _worker_dies(ray)
+    dead = RayNode.objects.get(pk=follower.ray_node)
+    assert dead.status == RayNodeStatus.FAILED
+    assert "no longer lists this worker" in dead.failure_reason
+    endpoints_heal_tick()
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.STOPPING
+    event = endpoint.events.get(kind="endpoint.group_failed")
+    assert f"Ray worker {dead.pk.hex[:8]}" in event.message
+    assert "is failed" in event.message
+    assert event.data["stopped_ranks"] == [0, 1]
+    leader, follower = ranks(endpoint)
+    assert leader.stop_command.payload == {"endpoint_id": leader.server_id}
+    for rank in (leader, follower):
+        agent_side.result(rank.stop_command)
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.FAILED
+    assert endpoint.failure_code == "group_member_lost"
+    assert "no longer lists this worker" in endpoint.failure_message
+    assert endpoints_heal_tick() == {str(endpoint.pk): 0}  # the cluster is not whole: it waits
+    # the Ray autoscaler starts a worker again (min_workers 1): the group starts again on it
+    services.autoscale_pass()
+    new_start = last_command("ray.worker.start", cluster_id=str(ray.pk))
+    finish(new_start, data={"container_id": "c-w2", "ray_node_id": "dd" * 28})
+    new_worker = RayNode.objects.get(ray_cluster=ray, role=RayNodeRole.WORKER, status=RayNodeStatus.RUNNING)
+    assert endpoints_heal_tick() == {str(endpoint.pk): 2}
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.PENDING
+    assert endpoint.failure_code == ""
+    leader, follower = ranks(endpoint)
+    assert follower.ray_node == str(new_worker.pk)
+    assert follower.start_command.payload["group"]["node_rank"] == 1
+    assert "started again" in endpoint.events.get(kind="endpoint.group_restarted").message
+    assert run(endpoint).status == EndpointStatus.RUNNING
+
+
+def test_a_follower_whose_server_exits_fails_the_group_and_the_leader_is_stopped(owner, ray):
+    endpoint = run(create(owner, ray))
+    leader, follower = ranks(endpoint)
+    agent_side.inventory(follower.node, models=[LLAMA], endpoints=[])  # the follower's rank is gone
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.FAILED  # one rank down: the group serves nothing
+    endpoints_heal_tick()
+    leader.refresh_from_db()
+    assert leader.status == EndpointStatus.STOPPING
+    endpoint.refresh_from_db()
+    assert f"rank 1 (follower) on node {follower.node.name} failed" in endpoint.group_failure
+    agent_side.result(leader.stop_command)
+    endpoints_heal_tick()  # the Ray cluster is whole: the group starts again at once
+    leader.refresh_from_db()
+    assert leader.status == EndpointStatus.PENDING
+
+
+def test_a_rank_that_fails_to_start_fails_the_group_without_restarts(owner, ray):
+    endpoint = create(owner, ray)
+    _leader, follower = ranks(endpoint)
+    agent_side.error(follower.start_command, "internal", "follower rank exited with status 1")
+    endpoints_heal_tick()
+    endpoint.refresh_from_db()
+    assert endpoint.group_failure_code == "group_start_failed"
+    agent_side.result(ranks(endpoint)[0].stop_command)
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.FAILED
+    assert "follower rank exited" in endpoint.failure_message
+    assert endpoints_heal_tick() == {}  # not started again: it would fail alike
+    restarted = workloads.endpoint_restart(actor=owner, endpoint=endpoint)  # by hand it may
+    assert restarted.status == EndpointStatus.PENDING
+
+
+def test_a_draining_rank_node_moves_the_group(owner, ray):
+    endpoint = run(create(owner, ray))
+    _leader, follower = ranks(endpoint)
+    Node.objects.filter(pk=follower.node_id).update(status=NodeStatus.DRAINING)
+    endpoints_heal_tick()
+    event = endpoint.events.get(kind="endpoint.group_moving")
+    assert "is draining" in event.message
+    endpoint.refresh_from_db()
+    assert endpoint.group_failure_code == "group_moving"
+
+
+def test_stop_ends_every_rank_and_the_group_is_not_healed(owner, ray):
+    endpoint = run(create(owner, ray))
+    workloads.endpoint_stop(actor=owner, endpoint=endpoint)
+    stops = [r.stop_command for r in ranks(endpoint)]
+    assert all(s is not None for s in stops)
+    for stop in stops:
+        agent_side.result(stop)
+    endpoint.refresh_from_db()
+    assert (endpoint.status, endpoint.failure_code) == (EndpointStatus.STOPPED, "")
+    assert endpoints_heal_tick() == {}
+    with pytest.raises(IllegalTransition):
+        workloads.endpoint_update(
+            actor=owner, endpoint=run(workloads.endpoint_restart(actor=owner, endpoint=endpoint)), revision="v2"
+        )
+
+
+def test_the_ray_autoscaler_never_removes_a_worker_a_rank_uses():
+    policy = autoscaler.ScalingPolicy(min_workers=0, max_workers=2, idle_timeout_s=60)
+    idle = [
+        autoscaler.WorkerState("w-rank", idle_s=600, resources={"CPU": 1}, pinned=True),
+        autoscaler.WorkerState("w-free", idle_s=600, resources={"CPU": 1}),
+    ]
+    decision = autoscaler.decide(policy, idle, autoscaler.ClusterDemand(pending=[]))
+    assert decision.remove == ["w-free"]
+    assert any("distributed endpoint's rank" in r for r in decision.reasons)
+
+
+def test_the_autoscale_pass_pins_the_workers_ranks_run_on(owner, ray):
+    endpoint = run(create(owner, ray))
+    worker = RayNode.objects.get(ray_cluster=ray, role=RayNodeRole.WORKER)
+    ray.min_workers = 0
+    ray.save(update_fields=["min_workers"])
+    RayNode.objects.filter(pk=worker.pk).update(idle_s=10_000)
+    head = RayNode.objects.get(ray_cluster=ray, role=RayNodeRole.HEAD)
+    status = {
+        "nodes": [
+            {"member_id": str(head.pk), "ray_node_id": "aa" * 28, "is_head": True, "alive": True},
+            {"member_id": str(worker.pk), "ray_node_id": "cc" * 28, "idle_s": 10_000, "alive": True},
+        ]
+    }
+    services.ray_cluster_record_status(cluster=ray, status=status)
+    services.autoscale_pass()
+    worker.refresh_from_db()
+    assert worker.status == RayNodeStatus.RUNNING  # not drained
+    assert not Command.objects.filter(command_type="ray.node.drain").exists()
+    assert ray.events.filter(message__contains="a distributed endpoint's rank runs on it").exists()
+    assert endpoint.replicas.filter(ray_node=str(worker.pk), status=EndpointStatus.RUNNING).exists()
+
+
+@pytest.fixture
+def api(api_client_for, owner):
+    return api_client_for(owner)
+
+
+def test_the_api_creates_a_group_and_shows_its_ranks_with_their_ray_nodes(api, ray):
+    body = {"cluster": str(ray.compute_cluster_id), "model_id": LLAMA.model_id, "ray_cluster": str(ray.pk)}
+    created = api.post("/api/v1/endpoints/", {**body, "pipeline_parallel": 2}, format="json")
+    assert created.status_code == 201, created.content
+    shown = created.json()
+    assert (shown["ray_cluster"], shown["pipeline_parallel"], shown["tensor_parallel"]) == (str(ray.pk), 2, 1)
+    ranks_shown = sorted(shown["replicas"], key=lambda r: r["group_rank"])
+    assert next((r["group_rank"], r["group_role"], r["ray_node_label"]) for r in ranks_shown) == (0, "leader", "head")
+    assert ranks_shown[1]["group_role"] == "follower"
+    assert ranks_shown[1]["ray_node_label"].startswith("worker ")
+    assert {r["ray_node_status"] for r in ranks_shown} == {"running"}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"pipeline_parallel": 3}, "pipeline_parallel"),
+        ({"pipeline_parallel": 0}, "pipeline_parallel"),
+        ({"tensor_parallel": "x"}, "tensor_parallel"),
+        ({"ray_cluster": "00000000-0000-0000-0000-000000000000", "pipeline_parallel": 2}, "ray_cluster"),
+        ({"ray_cluster": "nope"}, "ray_cluster"),
+    ],
+)
+def test_the_api_refuses_a_bad_group_with_400_on_its_field(api, ray, change, field):
+    body = {"cluster": str(ray.compute_cluster_id), "model_id": LLAMA.model_id, "ray_cluster": str(ray.pk)}
+    refused = api.post("/api/v1/endpoints/", {**body, **change}, format="json")
+    assert refused.status_code == 400, refused.content
+    assert field in refused.json()
+    assert not Endpoint.objects.exists()
+
+
+def test_the_page_creates_a_group_and_shows_each_rank_with_its_ray_node(client, owner, ray):
+    client.force_login(owner)
+    compute = ray.compute_cluster_id
+    tab = client.get(f"/compute/clusters/{compute}/endpoints/").content.decode()
+    assert f'value="{ray.pk}"' in tab  # the running Ray cluster is offered
+    form = {"model_id": LLAMA.model_id, "revision": "main", "gpus": 0, "min_vram_mb": 0, "min_replicas": 1}
+    form |= {"idle_timeout_s": 300, "server_args": "", "ray_cluster": str(ray.pk)}
+    bad = client.post(f"/compute/clusters/{compute}/endpoints/new/", {**form, "pipeline_parallel": 3})
+    assert bad.status_code == 400
+    assert "Must equal the Ray cluster&#x27;s nodes" in bad.content.decode()
+    assert not Endpoint.objects.exists()
+    done = client.post(f"/compute/clusters/{compute}/endpoints/new/", {**form, "pipeline_parallel": 2})
+    assert done.status_code == 302, done.content.decode()[:2000]
+    endpoint = run(Endpoint.objects.get())
+    detail = client.get(_detail_url(endpoint)).content.decode()
+    assert "2 pipeline stages (one per Ray node)" in detail
+    assert 'class="rank">0 <span class="muted small">leader' in detail
+    assert 'class="rank">1 <span class="muted small">follower' in detail
+    assert 'head <span class="status running">running</span>' in detail
+
+
+def _detail_url(endpoint) -> str:
+    from django.urls import reverse
+
+    return reverse("workloads:endpoint_detail", args=[endpoint.pk])
+
+
+def test_a_failed_group_waiting_for_its_ray_cluster_is_stopped_at_once_and_never_restarted(owner, ray):
+    endpoint = run(create(owner, ray))
+    _worker_dies(ray)
+    endpoints_heal_tick()
+    for rank in ranks(endpoint):
+        agent_side.result(rank.stop_command)
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.FAILED
+    stopped = workloads.endpoint_stop(actor=owner, endpoint=endpoint)
+    assert stopped.status == EndpointStatus.STOPPED
+    services.autoscale_pass()  # the Ray cluster becomes whole again
+    finish(last_command("ray.worker.start", cluster_id=str(ray.pk)), data={"container_id": "c-w2"})
+    assert endpoints_heal_tick() == {}
+    assert Command.objects.filter(command_type="endpoint.start").count() == 2  # the first start's, only
+
+
+def test_a_ray_worker_not_yet_joined_is_not_failed_by_a_status_without_it(owner, ray):
+    worker = RayNode.objects.get(ray_cluster=ray, role=RayNodeRole.WORKER)
+    RayNode.objects.filter(pk=worker.pk).update(ray_node_id="")  # started, not yet seen by Ray
+    _worker_dies(ray)
+    worker.refresh_from_db()
+    assert worker.status == RayNodeStatus.RUNNING
