@@ -45,6 +45,9 @@ class Phase:
     api: collections.Counter[str] = field(default_factory=collections.Counter)
     queue_max: int = 0  # the Celery queues' longest total length seen
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per process (and "others")
+    # the database's active sessions, sampled each second, by what they waited on ("cpu": nothing)
+    db_waits: collections.Counter[str] = field(default_factory=collections.Counter)
+    db_samples: int = 0
 
 
 class AgentProcesses:
@@ -237,10 +240,24 @@ class PhasedLoad:
             time.sleep(0.5)
 
     def _sample_queues(self) -> None:
+        import psycopg
         import redis
 
         client = redis.Redis.from_url(self.redis_url, socket_timeout=2)
+        database = psycopg.connect(f"postgresql://postgres@127.0.0.1:5432/{self.cpu.database}", autocommit=True)
         while not self.finished.is_set():
+            try:
+                waits = database.execute(
+                    "SELECT coalesce(wait_event_type || ':' || wait_event, 'cpu') FROM pg_stat_activity"
+                    " WHERE datname = %s AND state = 'active' AND pid <> pg_backend_pid()",
+                    [self.cpu.database],
+                ).fetchall()
+            except psycopg.Error:
+                waits = []
+            phase = self.current
+            if phase is not None:
+                phase.db_samples += 1
+                phase.db_waits.update(row[0] for row in waits)
             try:
                 length = sum(int(client.llen(queue)) for queue in ("dispatch", "default", "celery"))
             except redis.RedisError:
@@ -319,6 +336,7 @@ class PhasedLoad:
             "queue_max": phase.queue_max,
             "lag": (a["lag_p99"], a["lag_max"]),
             "cpu": phase.cpu,
+            "db_waits": {k: round(v / max(1, phase.db_samples), 2) for k, v in phase.db_waits.most_common(5)},
             "agents": agents,
         }
 

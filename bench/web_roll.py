@@ -382,6 +382,7 @@ def main() -> None:
             f"  dispatch queue longest: {phase['queue_max']}; "
             f"agents' loop lag p99 {phase['lag'][0]:.2f} s, max {phase['lag'][1]:.2f} s"
         )
+        print(f"  database sessions active (mean), by wait: {phase['db_waits']}")
         cpu = sorted(phase["cpu"].items(), key=lambda kv: -kv[1])
         seconds = max(1.0, phase["seconds"])
         print("  CPU (cores busy): " + ", ".join(f"{k} {v / seconds:.2f}" for k, v in cpu if v >= 0.01 * seconds))
