@@ -91,6 +91,7 @@ async def move_all(deadline: float) -> None:
     """Move every tunnel of this process away, `moves_in_flight()` at a time, and wait until all closed; at
     the deadline close the rest."""
     told: dict[Any, float] = {}  # tunnel → when it was told to move
+    started = time.monotonic()
     try:
         while _held:
             now = time.monotonic()
@@ -115,7 +116,14 @@ async def move_all(deadline: float) -> None:
     except asyncio.CancelledError:
         left = list(_held)
         if left:
-            log.warning("draining: deadline reached, closing %d tunnel(s) still open", len(left))
+            moved = sum(1 for tunnel in told if tunnel not in _held or tunnel.moved)
+            rate = moved / max(1e-3, time.monotonic() - started)
+            log.warning(
+                "draining: deadline reached, closing %d tunnel(s) still open; %d moved at %.1f a second, so "
+                "about %.0f s more were needed: raise WEB_DRAIN_DEADLINE_S and the stop grace periods with it "
+                "(docs/deploy.md: Upgrades)",
+                len(left), moved, rate, len(left) / rate if rate else float("inf"),
+            )  # fmt: skip
         for tunnel in left:
             try:
                 await tunnel.close(code=CLOSE_GOING_AWAY, reason="replica stopping")
