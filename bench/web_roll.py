@@ -6,14 +6,15 @@ processes are replaced and then Redis restarts.
 Two uvicorn web processes (one worker each) a Celery worker and beat on a fresh database, with a Redis of
 the bench's own (append-only file on, as the compose stack runs it), behind a real HAProxy with the compose
 stack's backend settings (`tests.support.haproxy`: checks every second, retry-on). N real `TunnelClient`s
-(real keys, registration, tunnels; commands answered at once, `bench/sim_agents.InstantRunner`) run in
-this process and dial HAProxy; the first `--slots` of them (at most) each report a running public
-endpoint served by one local SSE server (`bench/stream_load.py`: `--tokens` chunks 0.25 s apart).
+(real keys, registration, tunnels; commands answered at once) run in `--agent-processes` processes of
+their own (`bench/roll_agents.py`) and dial HAProxy; the first `--slots` of them (at most) each report a
+running public endpoint served by one local SSE server (`bench/stream_load.py`: `--tokens` chunks 0.25 s
+apart).
 
 The load (`bench/roll_phases.py`): stream slots opening one streamed completion after another through
 HAProxy to those endpoints (`bench/roll_streams.py`, a process of its own), one command a second to a
-random node and a fan-out to every node each `--fanout-every` s, the API (/healthz, the Nodes list)
-polled twice a second. The phases:
+random node and a fan-out to every node each `--fanout-every` s (`bench/roll_commands.py`, a process of
+its own), the API (/healthz, the Nodes list) polled twice a second. The phases:
 
 - steady: the load alone (a baseline);
 - web roll: as `deploy/compose/roll` does with containers, two new web processes start, HAProxy checks
@@ -23,8 +24,10 @@ polled twice a second. The phases:
 
 Printed per phase: tunnel reconnects per agent, seconds each agent was without a live tunnel (p50 / max of
 its longest gap, sampled every 0.1 s), node-offline events and the fewest nodes online, streams completed /
-cut / HTTP error, API requests answered 2xx, commands sent / lost / duplicated (run twice by one node);
-the machine's load, and the issue's goals with PASS or MISS.
+cut / HTTP error, API requests answered 2xx, commands sent / lost / duplicated (run twice by one node),
+and what explains them: commands not succeeded by status and their creation → success times, offline
+events by reason, the dispatch queue, the agents processes' loop lag, the database's sessions by wait,
+CPU per process; the machine's load, and the issue's goals with PASS or MISS.
 """
 
 from __future__ import annotations
