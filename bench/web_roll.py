@@ -6,14 +6,15 @@ processes are replaced and then Redis restarts.
 Two uvicorn web processes (one worker each) a Celery worker and beat on a fresh database, with a Redis of
 the bench's own (append-only file on, as the compose stack runs it), behind a real HAProxy with the compose
 stack's backend settings (`tests.support.haproxy`: checks every second, retry-on). N real `TunnelClient`s
-(real keys, registration, tunnels; commands answered at once, `bench/sim_agents.InstantRunner`) run in
-this process and dial HAProxy; the first `--slots` of them (at most) each report a running public
-endpoint served by one local SSE server (`bench/stream_load.py`: `--tokens` chunks 0.25 s apart).
+(real keys, registration, tunnels; commands answered at once) run in `--agent-processes` processes of
+their own (`bench/roll_agents.py`) and dial HAProxy; the first `--slots` of them (at most) each report a
+running public endpoint served by one local SSE server (`bench/stream_load.py`: `--tokens` chunks 0.25 s
+apart).
 
 The load (`bench/roll_phases.py`): stream slots opening one streamed completion after another through
 HAProxy to those endpoints (`bench/roll_streams.py`, a process of its own), one command a second to a
-random node and a fan-out to every node each `--fanout-every` s, the API (/healthz, the Nodes list)
-polled twice a second. The phases:
+random node and a fan-out to every node each `--fanout-every` s (`bench/roll_commands.py`, a process of
+its own), the API (/healthz, the Nodes list) polled twice a second. The phases:
 
 - steady: the load alone (a baseline);
 - web roll: as `deploy/compose/roll` does with containers, two new web processes start, HAProxy checks
@@ -23,15 +24,16 @@ polled twice a second. The phases:
 
 Printed per phase: tunnel reconnects per agent, seconds each agent was without a live tunnel (p50 / max of
 its longest gap, sampled every 0.1 s), node-offline events and the fewest nodes online, streams completed /
-cut / HTTP error, API requests answered 2xx, commands sent / lost / duplicated (run twice by one node);
-the machine's load, and the issue's goals with PASS or MISS.
+cut / HTTP error, API requests answered 2xx, commands sent / lost / duplicated (run twice by one node),
+and what explains them: commands not succeeded by status and their creation → success times, offline
+events by reason, the dispatch queue, the agents processes' loop lag, the database's sessions by wait,
+CPU per process; the machine's load, and the issue's goals with PASS or MISS.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import functools
 import os
 import secrets
@@ -62,14 +64,12 @@ REDIS_PORT = _free_port()
 os.environ["REDIS_URL"] = f"redis://127.0.0.1:{REDIS_PORT}/0"
 
 import tunnel_dispatch as td  # noqa: E402  (django.setup() on the bench database)
-from roll_phases import PhasedLoad, live, send_commands_forever  # noqa: E402
-from sim_agents import InlineExecutor, InstantRunner  # noqa: E402
+from roll_phases import AgentProcesses, CpuMeter, PhasedLoad, command_outcomes, offline_events  # noqa: E402
 from stream_load import start_node_server  # noqa: E402
 
 from agent import protocol as p  # noqa: E402
 from agent.config import AgentConfig  # noqa: E402
 from agent.registration import join  # noqa: E402
-from agent.transport.tunnel import ReconnectPolicy, TunnelClient  # noqa: E402
 from tests.support import haproxy  # noqa: E402
 from tests.support.processes import (  # noqa: E402
     VENV_BIN,
@@ -81,29 +81,6 @@ from tests.support.processes import (  # noqa: E402
     web_server,
 )
 
-
-class CountingRunner(InstantRunner):
-    """InstantRunner that counts how often each idempotency key really ran on this node, and reports the
-    node's endpoint (when it has one) as running on the local SSE server's port."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.runs: collections.Counter[str] = collections.Counter()
-        self.endpoint: p.EndpointInfo | None = None
-
-    def run(self, command: p.Command, progress):  # type: ignore[no-untyped-def]
-        self.runs[command.idempotency_key] += 1
-        return super().run(command, progress)
-
-    def inventory(self, gpus: list[p.GpuInfo]) -> p.Inventory:
-        return p.Inventory(gpus=gpus, endpoints=[self.endpoint] if self.endpoint else [])
-
-    def proxy_ports(self) -> set[int]:
-        return {self.endpoint.port} if self.endpoint else set()
-
-
-# The agents' loop runs their blocking calls inline (`InlineExecutor`): the benchmark's own blocking work
-# (starting processes, waiting for them) goes to threads of its own, or it would stall every agent.
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="bench")
 
 
@@ -128,7 +105,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     from rest_framework.authtoken.models import Token
 
     from fleet import services
-    from fleet.models import Command, Node, NodeEvent
+    from fleet.models import Node
     from tenancy.services import workspace_create
     from tests.support.endpoints import endpoint_row
 
@@ -149,29 +126,37 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "DEBUG": "0",
         "LOG_LEVEL": "WARNING",
         "WEB_DRAIN_LB_S": "3",
-        "WEB_DRAIN_DEADLINE_S": str(args.drain_deadline),
     }
+    if args.drain_deadline:
+        env["WEB_DRAIN_DEADLINE_S"] = str(args.drain_deadline)
     ports = [free_port() for _ in range(4)]
     node_port = free_port()
     webs = {}
+    cpu = CpuMeter(td.BENCH_DB)
+    cpu.add("bench", os.getpid(), children=False)
+    cpu.add("redis", redis.popen.pid)
 
     def start_web(i: int) -> None:
         webs[i] = web_server(workdir, ports[i], server="uvicorn", env=env, name=f"web-{i}")
         processes.append(webs[i])
+        cpu.add(f"web-{i}", webs[i].popen.pid)
         wait_until(lambda: port_open(ports[i]), timeout=60, what=f"web {i}")
 
-    processes.append(celery_worker(workdir, env=env, name="worker"))
+    worker = celery_worker(workdir, env=env, name="worker")
+    processes.append(worker)
+    cpu.add("worker", worker.popen.pid)
     # beat, as the stack runs it: among its passes, the resend of commands whose dispatch task the broker
     # refused (Redis restarting)
     beat = [str(VENV_BIN / "celery"), "-A", "cleverthis", "beat", "--loglevel=WARNING"]
     beat_env = {**env, "CELERY_BEAT_SCHEDULE_FILENAME": str(workdir / "celerybeat-schedule")}
     processes.append(ManagedProcess("beat", beat, log_dir=workdir, env=beat_env))
+    cpu.add("beat", processes[-1].popen.pid)
     balancer = haproxy.LoadBalancer(workdir, ports)
+    cpu.add("haproxy", balancer.process.popen.pid)
     node_server = start_node_server(node_port, args.tokens, 0.25) if args.slots else None
-    clients: list[TunnelClient] = []
-    runners: list[CountingRunner] = []
-    stop = asyncio.Event()
-    tasks: list[asyncio.Future[int]] = []
+    if node_server is not None:
+        cpu.add("sse server", node_server.pid)
+    agents: AgentProcesses | None = None
     load: PhasedLoad | None = None
     load_stopped = False
     try:
@@ -198,26 +183,18 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         # it from their first inventory on; its row is made once they are online (an agent process's first
         # Hello carries a blank inventory, which would find it gone)
         slugs = [secrets.token_hex(6) for _ in range(min(args.slots, args.agents))]
-        for i in range(len(configs)):
-            runner = CountingRunner()
-            if i < len(slugs):
-                runner.endpoint = p.EndpointInfo(slugs[i], "bench", node_port, "running")
-            runners.append(runner)
-        asyncio.get_running_loop().set_default_executor(InlineExecutor())
-        for config, runner in zip(configs, runners, strict=True):
-            clients.append(
-                TunnelClient(
-                    config,
-                    lambda mode, settings, runner=runner: runner,
-                    policy=ReconnectPolicy(base_s=0.5, cap_s=5),
-                    hello_timeout_s=120,
-                )
-            )
-        for client in clients:
-            tasks.append(asyncio.ensure_future(client.run(stop)))
-            await asyncio.sleep(1 / args.connect_rate)
+        listing = [
+            {
+                "state_dir": str(workdir / f"agent-{i}"),
+                "endpoint": {"slug": slugs[i], "port": node_port} if i < len(slugs) else None,
+            }
+            for i in range(len(configs))
+        ]
+        agents = AgentProcesses(listing, args.agent_processes, workdir, args.connect_rate)
+        for name, pid in agents.pids.items():
+            cpu.add(name, pid)
         deadline = time.monotonic() + 300
-        while sum(live(c) for c in clients) < args.agents and time.monotonic() < deadline:
+        while (connected := await blocking(agents.live)) < args.agents and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
         await asyncio.sleep(args.heartbeat + 2)
         online_before = await sync_to_async(Node.objects.filter(status="online").count)()
@@ -228,20 +205,23 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 cluster=cluster, node=node, slug=slug, model_id="bench", status="running", port=node_port, public=True
             )
             hosts.append(endpoint.hostname)
-        print(f"  {sum(live(c) for c in clients)}/{args.agents} connected, {online_before} online", flush=True)
+        print(f"  {connected}/{args.agents} connected, {online_before} online", flush=True)
 
         # ---- the load, then the phases
-        load = PhasedLoad(clients, [r.runs for r in runners], balancer.url)
-        load.begin("steady")
-        sampler = asyncio.ensure_future(load.sample_tunnels())
-        load.start_threads(token, lambda phased: send_commands_forever(phased, user, cluster, args.fanout_every))
+        load = PhasedLoad(agents, balancer.url, cpu, os.environ["REDIS_URL"])
+        await blocking(load.begin, "steady")
+        load.start(token)
+        sender = [sys.executable, str(REPO / "bench" / "roll_commands.py"), "--cluster", str(cluster.pk)]
+        sender += ["--user", str(user.pk), "--fanout-every", str(args.fanout_every)]
+        cpu.add("commands", load.start_child("commands", sender, load.sends, workdir / "commands.log"))
         if hosts:
             streams = [sys.executable, str(REPO / "bench" / "roll_streams.py"), "--port", str(balancer.port)]
-            load.start_streams([*streams, "--slots", str(args.slots), "--tokens", str(args.tokens), *hosts])
+            streams += ["--slots", str(args.slots), "--tokens", str(args.tokens), *hosts]
+            cpu.add("streams", load.start_child("streams", streams, load.streams, workdir / "streams.log"))
         await asyncio.sleep(args.steady)
-        load.end()
+        await blocking(load.end)
 
-        load.begin("web roll")
+        await blocking(load.begin, "web roll")
         await blocking(start_web, 2)
         await blocking(start_web, 3)
         await blocking(
@@ -251,58 +231,60 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         drain_started = time.monotonic()
         for i in (0, 1):
             webs[i].popen.send_signal(signal.SIGTERM)
+        if args.logs:  # what a new replica's threads are doing a while into the moves
+            spy = asyncio.ensure_future(_py_spy(args.logs, webs[2].popen.pid, (15, 40, 70)))
         for i in (0, 1):
-            await blocking(webs[i].popen.wait, args.drain_deadline * 2 + 30)
+            await blocking(webs[i].popen.wait, 600)
         drain_s = time.monotonic() - drain_started
         await asyncio.sleep(args.heartbeat + 3)  # a late offline or reconnect shows by now
-        load.end()
+        await blocking(load.end)
 
-        load.begin("redis restart")
+        await blocking(load.begin, "redis restart")
         redis_stopped = time.monotonic()
         await blocking(redis.stop)
         redis = await blocking(start_redis, workdir, "redis-again")
+        cpu.add("redis", redis.popen.pid)
         redis_down_s = time.monotonic() - redis_stopped
         await asyncio.sleep(max(args.heartbeat * 3, 20))  # the tunnels' groups rejoin, commands flow again
-        load.end()
+        await blocking(load.end)
 
         await blocking(load.stop)
         load_stopped = True
-        await sampler
 
         # ---- results, per phase
-        def outcomes() -> tuple[set[Any], list[int]]:
-            ids = [pk for phase in load.phases for pk, _ in phase.commands]
-            settled = time.monotonic() + 90  # (the beat resends a command stuck 30 s, every 30 s)
+        def outcomes() -> list[tuple[dict[str, Any], dict[str, int]]]:
+            settled = time.monotonic() + args.settle  # (the beat resends a command stuck 30 s, every 30 s)
             while time.monotonic() < settled:
-                done = set(Command.objects.filter(pk__in=ids, status="succeeded").values_list("pk", flat=True))
-                if len(done) == len(ids):
+                if all(command_outcomes(ph.started, ph.ended)["not_succeeded"] == {} for ph in load.phases):
                     break
-                time.sleep(1)
-            offline = [
-                NodeEvent.objects.filter(
-                    kind="offline", created_at__gte=_aware(phase.started), created_at__lt=_aware(phase.ended)
-                ).count()
-                for phase in load.phases
+                time.sleep(2)
+            return [
+                (command_outcomes(ph.started, ph.ended), offline_events(ph.started, ph.ended)) for ph in load.phases
             ]
-            return done, offline
 
-        succeeded, offline = await sync_to_async(outcomes)()
+        counted = await sync_to_async(outcomes)()
+        drained_logs = {i: _drain_lines(webs[i].log()) for i in (0, 1)}
+        if args.logs:
+            spy.cancel()
+            args.logs.mkdir(parents=True, exist_ok=True)
+            for log in workdir.glob("*.log"):
+                shutil.copy(log, args.logs / log.name)
         return {
             "agents": args.agents,
             "slots": min(args.slots, len(hosts)),
             "online_before": online_before,
-            "connected": sum(live(c) for c in clients),
+            "connected": await blocking(agents.live),
             "drain_s": drain_s,
+            "drain_logs": drained_logs,
             "redis_down_s": redis_down_s,
             "load": os.getloadavg(),
-            "phases": [load.report(phase, succeeded, n) for phase, n in zip(load.phases, offline, strict=True)],
+            "phases": [load.report(ph, c, o, args.agents) for ph, (c, o) in zip(load.phases, counted, strict=True)],
         }
     finally:
         if load is not None and not load_stopped:
             load.stop()
-        stop.set()
-        if tasks:
-            await asyncio.wait(tasks, timeout=30)
+        if agents is not None:
+            agents.stop()
         balancer.stop()
         if node_server is not None:
             os.killpg(node_server.pid, signal.SIGTERM)
@@ -312,10 +294,22 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         redis.stop()
 
 
-def _aware(timestamp: float) -> Any:
-    from datetime import UTC, datetime
+async def _py_spy(into: Path, pid: int, at_s: tuple[float, ...]) -> None:
+    """`py-spy dump` of process `pid` at each of `at_s` seconds from now, into `into`/py-spy-<s>.txt."""
+    into.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    for at in at_s:
+        await asyncio.sleep(max(0.0, started + at - time.monotonic()))
+        spy = await asyncio.create_subprocess_exec(
+            str(VENV_BIN / "py-spy"), "dump", "--pid", str(pid),
+            stdout=(into / f"py-spy-{at:.0f}.txt").open("wb"), stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        await spy.wait()
 
-    return datetime.fromtimestamp(timestamp, tz=UTC)
+
+def _drain_lines(log: str) -> list[str]:
+    """What a web process said of its drain (moves, the deadline)."""
+    return [line.strip()[:200] for line in log.splitlines() if "drain" in line.lower()][:8]
 
 
 def goals(r: dict[str, Any], phase: dict[str, Any]) -> list[tuple[str, str, bool]]:
@@ -348,7 +342,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=20, help="tokens per stream, 0.25 s apart")
     parser.add_argument("--heartbeat", type=float, default=5.0, help="agents' heartbeat interval (s)")
     parser.add_argument("--connect-rate", type=float, default=50.0, help="tunnels opened per second at start")
-    parser.add_argument("--drain-deadline", type=int, default=60, help="WEB_DRAIN_DEADLINE_S of the web processes")
+    parser.add_argument(
+        "--drain-deadline", type=int, default=0, help="WEB_DRAIN_DEADLINE_S of the web processes (0: the default)"
+    )
+    parser.add_argument("--agent-processes", type=int, default=4, help="processes the agents are split over")
+    parser.add_argument("--logs", type=Path, help="keep the processes' logs (and py-spy dumps of a new web) here")
+    parser.add_argument("--settle", type=float, default=90.0, help="seconds the commands get to succeed at the end")
     parser.add_argument("--fanout-every", type=float, default=10.0, help="a fan-out to every node each (s); 0: none")
     parser.add_argument("--steady", type=float, default=15.0, help="seconds of load before the roll")
     args = parser.parse_args()
@@ -360,6 +359,8 @@ def main() -> None:
     print(f"agents online before: {r['online_before']}; connected at the end: {r['connected']}")
     print(f"old web processes drained and exited in {r['drain_s']:.1f} s; Redis was down {r['redis_down_s']:.1f} s")
     print(f"load average at the end: {r['load']}")
+    for i, lines in r["drain_logs"].items():
+        print(f"web-{i} drain: {lines}")
     for phase in r["phases"]:
         print(f"--- {phase['phase']} ({phase['seconds']:.0f} s)")
         print(f"tunnel reconnects per agent (count of agents): {phase['reconnects']}")
@@ -374,6 +375,20 @@ def main() -> None:
             f"commands sent {phase['commands']} (sends refused: {phase['refused']}), lost {phase['lost']}, "
             f"duplicated {phase['duplicated']}"
         )
+        p50, p99, worst = phase["latency"]
+        print(
+            f"  not succeeded by status: {phase['lost_by_status']}; "
+            f"creation → success p50 {p50:.1f} s, p99 {p99:.1f} s, max {worst:.1f} s"
+        )
+        print(f"  offline by reason: {phase['offline_reasons']}; a send took at most {phase['send_took_max']:.1f} s")
+        print(
+            f"  dispatch queue longest: {phase['queue_max']}; "
+            f"agents' loop lag p99 {phase['lag'][0]:.2f} s, max {phase['lag'][1]:.2f} s"
+        )
+        print(f"  database sessions active (mean), by wait: {phase['db_waits']}")
+        cpu = sorted(phase["cpu"].items(), key=lambda kv: -kv[1])
+        seconds = max(1.0, phase["seconds"])
+        print("  CPU (cores busy): " + ", ".join(f"{k} {v / seconds:.2f}" for k, v in cpu if v >= 0.01 * seconds))
         for goal, value, ok in goals(r, phase):
             print(f"  {'PASS' if ok else 'MISS'}  {goal}: {value}")
 

@@ -23,7 +23,10 @@ Where an endpoint leads (its replicas' nodes and ports, its status and whether i
 process memory for `PROXY_ROUTE_CACHE_S` (default 2 s), so a stream of requests to one endpoint costs no database query
 each: saving or deleting an endpoint, a replica or a node in this process forgets the cached routes at once, and
 changes made elsewhere (another replica, a worker) are seen within that time. Credentials are still
-checked on every request.
+checked on every request. What the proxy reads from the database it reads on the thread pool, never on the
+one thread the pages, the API and `/healthz` share: with hundreds of streams opening while a fleet of tunnels
+reconnects (a roll), the route reloads queued there made `/healthz` miss the load balancer's 2 s check and
+took healthy replicas out.
 
 An API key (`Authorization: Bearer ctk_…`) must hold the invoke scope, belong to the endpoint's workspace
 and, if it is limited to chosen endpoints, name this one (`fleet.proxy.key_access`); its requests are
@@ -63,7 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from channels.db import database_sync_to_async
+from channels.db import DatabaseSyncToAsync
 from django.conf import settings
 from django.db.models import F
 from django.db.models.signals import post_delete, post_save
@@ -325,6 +328,11 @@ def _count_request(slug: str) -> bool:
     if len(_written_at) >= _ROUTE_CACHE_MAX:
         _written_at.clear()
     return True
+
+
+def database_sync_to_async(func: Any) -> Any:
+    """`func` on the thread pool (its own connection per pool thread), not the pages' one sync thread."""
+    return DatabaseSyncToAsync(func, thread_sensitive=False)
 
 
 def _write_requests(slug: str) -> None:

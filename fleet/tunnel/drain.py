@@ -11,6 +11,12 @@ runs after the load balancer had `WEB_DRAIN_LB_S` to take the process out:
 - an older agent's tunnel closes (1012, "service restart") once its streams ended; it reconnects as
   it always did.
 
+The moves are paced by what the other replicas admit: at most `moves_in_flight()` agents of this process
+are moving at once (told, their new tunnel not yet welcomed), and the next ones are told as those land.
+Each replica takes AGENT_MAX_HANDSHAKES handshakes at a time and refuses the rest with a Backoff; telling
+every agent at once made each one knock about eight times (1,000 agents, 2 replicas, a busy machine),
+every refused knock costing the new replicas an accept, a frame and a close while the moves waited.
+
 At the deadline whatever is still open closes with 1001 ("going away"). `held` lists the tunnels that are
 still open in this process (superseded ones included), so the drain knows when it is done.
 """
@@ -22,6 +28,8 @@ import logging
 import time
 from typing import Any, Protocol
 
+from django.conf import settings
+
 from kernel import draining
 
 log = logging.getLogger("fleet.tunnel")
@@ -30,6 +38,9 @@ log = logging.getLogger("fleet.tunnel")
 # others: each takes at most AGENT_MAX_HANDSHAKES at once), and the longest spread.
 MOVES_PER_S = 50.0
 MAX_SPREAD_S = 10.0
+# A told agent whose new tunnel is not welcomed this long after (it cannot reach the load balancer, or it
+# is too old to move and its streams run on) no longer holds a place among the moves in flight.
+MOVE_STALL_S = 30.0
 CLOSE_MOVED = 1000
 CLOSE_GOING_AWAY = 1001
 CLOSE_SERVICE_RESTART = 1012
@@ -37,6 +48,9 @@ CLOSE_SERVICE_RESTART = 1012
 
 class DrainingTunnel(Protocol):
     """What the drain needs from a tunnel consumer."""
+
+    @property
+    def moved(self) -> bool: ...
 
     async def drain_move(self, within_s: float) -> None: ...
 
@@ -61,6 +75,11 @@ def held() -> int:
     return len(_held)
 
 
+def moves_in_flight() -> int:
+    """How many agents of this process may be moving at once: what one replica admits at a time."""
+    return max(1, int(settings.AGENT_MAX_HANDSHAKES))
+
+
 def spread_s(count: int, deadline: float) -> float:
     """Over how many seconds `count` agents start their new tunnels: at most MOVES_PER_S a second, within
     MAX_SPREAD_S and a third of the time left (the rest is for their streams to finish)."""
@@ -69,16 +88,26 @@ def spread_s(count: int, deadline: float) -> float:
 
 
 async def move_all(deadline: float) -> None:
-    """Move every tunnel of this process away and wait until all closed; at the deadline close the rest."""
-    told: set[Any] = set()
+    """Move every tunnel of this process away, `moves_in_flight()` at a time, and wait until all closed; at
+    the deadline close the rest."""
+    told: dict[Any, float] = {}  # tunnel → when it was told to move
+    started = time.monotonic()
     try:
         while _held:
-            fresh = [tunnel for tunnel in list(_held) if tunnel not in told]
+            now = time.monotonic()
+            moving = sum(
+                1 for tunnel, at in told.items() if tunnel in _held and not tunnel.moved and now - at < MOVE_STALL_S
+            )
+            room = moves_in_flight() - moving
+            fresh = [tunnel for tunnel in list(_held) if tunnel not in told][: max(0, room)]
             if fresh:
                 within = spread_s(len(fresh), deadline)
-                log.info("draining: moving %d tunnel(s) to other replicas within %.1f s", len(fresh), within)
+                log.info(
+                    "draining: moving %d tunnel(s) within %.1f s (%d moving, %d left here)",
+                    len(fresh), within, moving, len(_held),
+                )  # fmt: skip
                 for tunnel in fresh:
-                    told.add(tunnel)
+                    told[tunnel] = now
                     try:
                         await tunnel.drain_move(within)
                     except Exception:  # one broken socket must not keep the others from moving
@@ -87,7 +116,14 @@ async def move_all(deadline: float) -> None:
     except asyncio.CancelledError:
         left = list(_held)
         if left:
-            log.warning("draining: deadline reached, closing %d tunnel(s) still open", len(left))
+            moved = sum(1 for tunnel in told if tunnel not in _held or tunnel.moved)
+            rate = moved / max(1e-3, time.monotonic() - started)
+            log.warning(
+                "draining: deadline reached, closing %d tunnel(s) still open; %d moved at %.1f a second, so "
+                "about %.0f s more were needed: raise WEB_DRAIN_DEADLINE_S and the stop grace periods with it "
+                "(docs/deploy.md: Upgrades)",
+                len(left), moved, rate, len(left) / rate if rate else float("inf"),
+            )  # fmt: skip
         for tunnel in left:
             try:
                 await tunnel.close(code=CLOSE_GOING_AWAY, reason="replica stopping")

@@ -60,6 +60,11 @@ class TunnelMoves:
             log.warning("tunnel of node %s: leaving its groups failed: %s", self.node_id, exc)
         self._close_if_retired()
 
+    @property
+    def moved(self) -> bool:
+        """A newer tunnel of the node was welcomed: this one carries none of its new work any more."""
+        return self._retiring == SUPERSEDED
+
     async def drain_move(self, within_s: float) -> None:
         """This process drains (`fleet.tunnel.drain`): ask the agent to move within `within_s`; an agent
         too old for `Move` reconnects as before once this tunnel's streams ended."""
