@@ -270,6 +270,12 @@ def main() -> None:
     parser.add_argument("--uniform-s", type=int, default=40)
     parser.add_argument("--overload-s", type=int, default=40)
     parser.add_argument("--overhead-n", type=int, default=20)
+    parser.add_argument(
+        "--engine",
+        choices=("vllm", "standin"),
+        default="vllm",
+        help="standin: the OpenAI stand-in instead of vLLM (quick; only the overhead phase means anything)",
+    )
     args = parser.parse_args()
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     args.goal_line = lambda title: title.startswith("multi-turn, small")
@@ -277,7 +283,7 @@ def main() -> None:
     report = [f"vLLM CPU, 2 replicas on 2 pinned agents; logs in {log_dir}; {load()}"]
     started = time.monotonic()
     try:
-        with setup("vllm", log_dir, pin_nodes=True, model=build_timing_llama) as bench:
+        with setup(args.engine, log_dir, pin_nodes=True, model=build_timing_llama) as bench:
             small = [*SERVER_ARGS, "--num-gpu-blocks-override", str(args.kv_blocks)]
             if set(args.phases) & {"multiturn", "uniform", "overload", "overhead"}:
                 endpoint, ports = start_endpoint(bench, small)
