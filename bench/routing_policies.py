@@ -271,6 +271,13 @@ def main() -> None:
     parser.add_argument("--overload-s", type=int, default=40)
     parser.add_argument("--overhead-n", type=int, default=20)
     parser.add_argument(
+        "--web-env",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="settings of the control plane's processes (e.g. PROXY_KEEP_WARM_S=0: keys and routes read on demand)",
+    )
+    parser.add_argument(
         "--engine",
         choices=("vllm", "standin"),
         default="vllm",
@@ -280,10 +287,13 @@ def main() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     args.goal_line = lambda title: title.startswith("multi-turn, small")
     log_dir = Path(tempfile.mkdtemp(prefix="bench-routing-"))
-    report = [f"vLLM CPU, 2 replicas on 2 pinned agents; logs in {log_dir}; {load()}"]
+    web_env = dict(item.split("=", 1) for item in args.web_env)
+    engine = "vLLM CPU" if args.engine == "vllm" else "the OpenAI stand-in"
+    changed = f"; web settings {' '.join(args.web_env)}" if web_env else ""
+    report = [f"{engine}, 2 replicas on 2 pinned agents{changed}; logs in {log_dir}; {load()}"]
     started = time.monotonic()
     try:
-        with setup(args.engine, log_dir, pin_nodes=True, model=build_timing_llama) as bench:
+        with setup(args.engine, log_dir, pin_nodes=True, model=build_timing_llama, web_env=web_env) as bench:
             small = [*SERVER_ARGS, "--num-gpu-blocks-override", str(args.kv_blocks)]
             if set(args.phases) & {"multiturn", "uniform", "overload", "overhead"}:
                 endpoint, ports = start_endpoint(bench, small)
