@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -232,7 +233,54 @@ def overload(bench: Bench, endpoint: Any, args: argparse.Namespace) -> list[str]
     ]
 
 
+def agents() -> dict[int, set[int]]:
+    """This bench's agent processes (not the servers they started) → the cores they may run on."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = stat.read_bytes().split(b"\0")
+            pid = int(stat.parent.name)
+            if b"agent" in argv and b"run" in argv and os.getppid() != pid and _ours(pid):
+                found[pid] = os.sched_getaffinity(pid)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _ours(pid: int) -> bool:
+    """Whether `pid` descends from this process."""
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == os.getpid():
+            return True
+    return False
+
+
+def set_agents_affinity(cores: dict[int, set[int]]) -> None:
+    """Run each agent's own threads (its servers keep theirs) on `cores[pid]`."""
+    for pid, allowed in cores.items():
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task.name), allowed)
+
+
 def overhead(bench: Bench, endpoint: Any, ports: list[int], args: argparse.Namespace) -> list[str]:
+    lines = overhead_once(bench, endpoint, ports, args, "")
+    if args.agents_anywhere:
+        pinned = agents()
+        set_agents_affinity({pid: set(range(os.cpu_count() or 1)) for pid in pinned})
+        try:
+            how = f", {len(pinned)} agents on any core (their servers pinned)"
+            lines += overhead_once(bench, endpoint, ports, args, how)
+        finally:
+            set_agents_affinity(pinned)
+    return lines
+
+
+def overhead_once(bench: Bench, endpoint: Any, ports: list[int], args: argparse.Namespace, how: str) -> list[str]:
     set_policy(bench, endpoint, "least_load")
     base = {"model": MODEL, "concurrency": 1, "prompt_tokens": 64, "output_tokens": 4, "duration_s": 3600}
     proxied: list[float] = []
@@ -248,7 +296,7 @@ def overhead(bench: Bench, endpoint: Any, ports: list[int], args: argparse.Names
     # the proxy spreads over both replicas (least load): the direct column alternates between them too
     p_proxy, p_direct = loadgen.pct(proxied, 0.5) * 1000, loadgen.pct(direct, 0.5) * 1000
     return [
-        f"overhead: 1 request at a time, {args.overhead_n} each, alternating ({load()}):",
+        f"overhead: 1 request at a time, {args.overhead_n} each, alternating{how} ({load()}):",
         f"  TTFT p50 through the proxy {p_proxy:.1f} ms, straight to a replica {p_direct:.1f} ms: "
         f"+{p_proxy - p_direct:.1f} ms; goal ≤ 5 ms: {verdict(p_proxy - p_direct <= 5)}",
     ]
@@ -270,6 +318,11 @@ def main() -> None:
     parser.add_argument("--uniform-s", type=int, default=40)
     parser.add_argument("--overload-s", type=int, default=40)
     parser.add_argument("--overhead-n", type=int, default=20)
+    parser.add_argument(
+        "--agents-anywhere",
+        action="store_true",
+        help="overhead: measure again with the agents' own threads free to run on any core (servers stay pinned)",
+    )
     parser.add_argument(
         "--web-env",
         nargs="*",
