@@ -4,6 +4,8 @@
     .venv/bin/python bench/routing_policies.py --phases multiturn      # some phases only
     .venv/bin/python bench/routing_policies.py --policies least_load prefix
     .venv/bin/python bench/routing_policies.py --phases multiturn --policies least_load session prefix least_load
+    .venv/bin/python bench/routing_policies.py --phases overhead --web-env PROXY_KEEP_WARM_S=0   # the proxy as before
+    .venv/bin/python bench/routing_policies.py --engine standin --phases overhead --agents-anywhere    # no vLLM
 
 The set-up is `bench/endpoint_scaling.py`'s (PostgreSQL, a private Redis, one uvicorn web replica, a Celery
 worker and beat, the Hub stand-in, two real agents each pinned to a CPU core of its own, so each vLLM server
@@ -31,7 +33,10 @@ Phases:
   printed from `queue_wait_figures` when the control plane reports one (the hook for the wait queue; on a
   branch without it this says so).
 - overhead: one request at a time (64 words in, 4 tokens out), alternating through the proxy and straight to
-  the same replica's port: TTFT p50 of each; goal: the proxy adds ≤ 5 ms.
+  the same replica's port: TTFT p50 of each; goal: the proxy adds ≤ 5 ms. `--agents-anywhere` measures it
+  again with the agents' own threads free to run on either core (each agent shares its pinned core with its
+  busy server otherwise); `--web-env NAME=VALUE` changes the control plane's settings for the run
+  (`PROXY_KEEP_WARM_S=0`: its caches read on demand by the requests, as before #45's fix).
 - ample: the multi-turn workload again on an endpoint with the agents' default KV cache (1 GiB: 87,296 tokens,
   nothing evicted): the figures are reported (affinity gains less there).
 
