@@ -99,6 +99,27 @@ def cache_counters(ports: list[int]) -> tuple[float, float]:
     return hits, queries
 
 
+def routed_counts(endpoint: Any) -> dict[str, tuple[int, int]]:
+    """{replica server id: (requests routed, affinity hits)} as the web processes publish them."""
+    from fleet.workloads import selectors
+    from fleet.workloads.models import EndpointReplica
+
+    loads = selectors.replica_loads()
+    ids = EndpointReplica.objects.filter(endpoint=endpoint, status="running").values_list("server_id", flat=True)
+    return {sid: (loads[sid].routed, loads[sid].affinity_hits) if sid in loads else (0, 0) for sid in sorted(ids)}
+
+
+def routed_line(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> str:
+    """Per replica, the requests routed and affinity hits of one run (a count reset meanwhile: taken whole)."""
+    parts = []
+    for sid, (routed, hits) in after.items():
+        was = before.get(sid, (0, 0))
+        if routed < was[0]:
+            was = (0, 0)
+        parts.append(f"{routed - was[0]} ({hits - was[1]} hits)")
+    return "  routed per replica " + " / ".join(parts)
+
+
 def queue_wait_figures(endpoint: Any) -> str | None:
     """Queue wait p50/p99 as the control plane reports them, None where it has no wait queue.
 
@@ -171,15 +192,19 @@ def multiturn(
             think_s=args.think_s,
             seed=seed + n,
         )
-        before = cache_counters(ports)
+        before, routed_before = cache_counters(ports), routed_counts(endpoint)
         report = run_load(bench.plane.url, bench.headers_for(endpoint), spec)
-        after = cache_counters(ports)
+        time.sleep(1.5)  # (the web processes publish their counts every second)
+        after, routed_after = cache_counters(ports), routed_counts(endpoint)
         queried = after[1] - before[1]
         report["cache_hit_rate"] = (after[0] - before[0]) / queried if queried else None
         report["uncached_prompt_tokens"] = (queried - (after[0] - before[0])) / max(1, report["requests"])
         label = policy if policy not in results else f"{policy}#{n}"  # a policy run again: the noise control
         results[label] = report
-        hit = f"  cache hits {report['cache_hit_rate']:.2f}  uncached {report['uncached_prompt_tokens']:.0f} tok/req"
+        rate = report["cache_hit_rate"]
+        hit = f"  cache hits {rate:.2f}" if rate is not None else "  cache hits n/a"
+        hit += f"  uncached {report['uncached_prompt_tokens']:.0f} tok/req"
+        hit += routed_line(routed_before, routed_after)
         lines.append(line(label, report, hit))
         print(lines[-1], flush=True)
     base = results.get("least_load")
