@@ -29,9 +29,8 @@ Phases:
 - uniform: 8 clients sending random 400-word prompts (32 tokens out) for `--uniform-s`: no policy more than 5 %
   worse than `least_load` in throughput or TTFT p50.
 - overload: twice the endpoint's capacity (2 replicas x `--max-num-seqs` 8 = 16) offered: 32 clients for
-  `--overload-s`. Goal: zero 5xx; every request answered or refused with 429 + `Retry-After`. Queue wait p99:
-  printed from `queue_wait_figures` when the control plane reports one (the hook for the wait queue; on a
-  branch without it this says so).
+  `--overload-s`. Goal: zero 5xx; every request answered or refused with 429 + `Retry-After`. Queue wait
+  p50/p99 over the last window, as the web processes publish them (`selectors.queue_loads`).
 - overhead: one request at a time (64 words in, 4 tokens out), alternating through the proxy and straight to
   the same replica's port: TTFT p50 of each; goal: the proxy adds ≤ 5 ms. `--agents-anywhere` measures it
   again with the agents' own threads free to run on either core (each agent shares its pinned core with its
@@ -121,21 +120,16 @@ def routed_line(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, 
 
 
 def queue_wait_figures(endpoint: Any) -> str | None:
-    """Queue wait p50/p99 as the control plane reports them, None where it has no wait queue.
-
-    The hook for the per-endpoint wait queue (built on another branch): once the endpoint's replicas report
-    `queue_wait_ms_p50` / `queue_wait_ms_p99` in the shared per-replica figures, they are printed here."""
+    """The endpoint's queue wait p50/p99 over the last window, as the web processes publish them (None: none)."""
     from fleet.workloads import selectors
-    from fleet.workloads.models import EndpointReplica
 
-    loads = selectors.replica_loads()
-    shown = []
-    for replica in EndpointReplica.objects.filter(endpoint=endpoint, status="running"):
-        figures = loads.get(replica.server_id)
-        p99 = getattr(figures, "queue_wait_ms_p99", None)
-        if p99 is not None:
-            shown.append(f"{replica.server_id}: p50 {figures.queue_wait_ms_p50:.0f} ms, p99 {p99:.0f} ms")
-    return "; ".join(shown) or None
+    queue = selectors.queue_loads().get(str(endpoint.pk))
+    if queue is None or not queue.admitted:
+        return None
+    return (
+        f"p50 {queue.wait_p50_s * 1000:.0f} ms, p99 {queue.wait_p99_s * 1000:.0f} ms over the last "
+        f"{queue.admitted} requests admitted (refused {queue.refused})"
+    )
 
 
 def start_endpoint(bench: Bench, server_args: list[str]) -> tuple[Any, list[int]]:
@@ -259,7 +253,7 @@ def overload(bench: Bench, endpoint: Any, args: argparse.Namespace) -> list[str]
         f"{report['rate_limited_with_retry_after']}), other errors {report['errors_by_kind']}",
         f"  goal zero 5xx: {verdict(report['server_errors'] == 0)}; every request answered or 429 + Retry-After: "
         f"{verdict(answered_or_429)}",
-        f"  queue wait: {waits or 'not reported: no wait queue in this build (requests wait in vLLM own queue)'}",
+        f"  queue wait: {waits or 'not reported (nothing admitted in the last window)'}",
     ]
 
 
