@@ -181,9 +181,15 @@ def pin(pid: int, core: int) -> None:
 
 @contextlib.contextmanager
 def setup(
-    engine: str, log_dir: Path, *, pin_nodes: bool = False, model: Callable[[Path, str], dict[str, bytes]] | None = None
+    engine: str,
+    log_dir: Path,
+    *,
+    pin_nodes: bool = False,
+    model: Callable[[Path, str], dict[str, bytes]] | None = None,
+    web_env: dict[str, str] | None = None,
 ) -> Iterator[Bench]:
-    """Everything above, running; `model(folder, vllm python)` makes the model's files (default: the tiny Llama)."""
+    """Everything above, running; `model(folder, vllm python)` makes the model's files (default: the tiny Llama);
+    `web_env`: settings of the control plane's processes to change (environment variables)."""
     from fleet import services
     from fleet.models import Command, Node
     from fleet.workloads.services import api_key_create
@@ -206,7 +212,8 @@ def setup(
         else:
             hub.add_repo(MODEL, {"config.json": b'{"layers": 1}', "weights.bin": b"w" * 4096})
             server_env = {"CLEVERTHIS_ENDPOINT_SERVER": f"{sys.executable} -m tests.support.openai_standin"}
-        env = control_plane_env(AGENT_HEARTBEAT_INTERVAL_S="1", ENDPOINT_DRAIN_S="5", LOG_LEVEL="INFO")
+        quick = {"AGENT_HEARTBEAT_INTERVAL_S": "1", "ENDPOINT_DRAIN_S": "5", "LOG_LEVEL": "INFO"}
+        env = control_plane_env(**quick, **(web_env or {}))
         plane = ControlPlane(log_dir=log_dir, env=env, server="uvicorn")
         plane.start_replica()
         plane.start_worker()

@@ -4,6 +4,8 @@
     .venv/bin/python bench/routing_policies.py --phases multiturn      # some phases only
     .venv/bin/python bench/routing_policies.py --policies least_load prefix
     .venv/bin/python bench/routing_policies.py --phases multiturn --policies least_load session prefix least_load
+    .venv/bin/python bench/routing_policies.py --phases overhead --web-env PROXY_KEEP_WARM_S=0   # the proxy as before
+    .venv/bin/python bench/routing_policies.py --engine standin --phases overhead --agents-anywhere    # no vLLM
 
 The set-up is `bench/endpoint_scaling.py`'s (PostgreSQL, a private Redis, one uvicorn web replica, a Celery
 worker and beat, the Hub stand-in, two real agents each pinned to a CPU core of its own, so each vLLM server
@@ -27,11 +29,13 @@ Phases:
 - uniform: 8 clients sending random 400-word prompts (32 tokens out) for `--uniform-s`: no policy more than 5 %
   worse than `least_load` in throughput or TTFT p50.
 - overload: twice the endpoint's capacity (2 replicas x `--max-num-seqs` 8 = 16) offered: 32 clients for
-  `--overload-s`. Goal: zero 5xx; every request answered or refused with 429 + `Retry-After`. Queue wait p99:
-  printed from `queue_wait_figures` when the control plane reports one (the hook for the wait queue; on a
-  branch without it this says so).
+  `--overload-s`. Goal: zero 5xx; every request answered or refused with 429 + `Retry-After`. Queue wait
+  p50/p99 over the last window, as the web processes publish them (`selectors.queue_loads`).
 - overhead: one request at a time (64 words in, 4 tokens out), alternating through the proxy and straight to
-  the same replica's port: TTFT p50 of each; goal: the proxy adds ≤ 5 ms.
+  the same replica's port: TTFT p50 of each; goal: the proxy adds ≤ 5 ms. `--agents-anywhere` measures it
+  again with the agents' own threads free to run on either core (each agent shares its pinned core with its
+  busy server otherwise); `--web-env NAME=VALUE` changes the control plane's settings for the run
+  (`PROXY_KEEP_WARM_S=0`: its caches read on demand by the requests, as before #45's fix).
 - ample: the multi-turn workload again on an endpoint with the agents' default KV cache (1 GiB: 87,296 tokens,
   nothing evicted): the figures are reported (affinity gains less there).
 
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -93,22 +98,38 @@ def cache_counters(ports: list[int]) -> tuple[float, float]:
     return hits, queries
 
 
-def queue_wait_figures(endpoint: Any) -> str | None:
-    """Queue wait p50/p99 as the control plane reports them, None where it has no wait queue.
-
-    The hook for the per-endpoint wait queue (built on another branch): once the endpoint's replicas report
-    `queue_wait_ms_p50` / `queue_wait_ms_p99` in the shared per-replica figures, they are printed here."""
+def routed_counts(endpoint: Any) -> dict[str, tuple[int, int]]:
+    """{replica server id: (requests routed, affinity hits)} as the web processes publish them."""
     from fleet.workloads import selectors
     from fleet.workloads.models import EndpointReplica
 
     loads = selectors.replica_loads()
-    shown = []
-    for replica in EndpointReplica.objects.filter(endpoint=endpoint, status="running"):
-        figures = loads.get(replica.server_id)
-        p99 = getattr(figures, "queue_wait_ms_p99", None)
-        if p99 is not None:
-            shown.append(f"{replica.server_id}: p50 {figures.queue_wait_ms_p50:.0f} ms, p99 {p99:.0f} ms")
-    return "; ".join(shown) or None
+    ids = EndpointReplica.objects.filter(endpoint=endpoint, status="running").values_list("server_id", flat=True)
+    return {sid: (loads[sid].routed, loads[sid].affinity_hits) if sid in loads else (0, 0) for sid in sorted(ids)}
+
+
+def routed_line(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> str:
+    """Per replica, the requests routed and affinity hits of one run (a count reset meanwhile: taken whole)."""
+    parts = []
+    for sid, (routed, hits) in after.items():
+        was = before.get(sid, (0, 0))
+        if routed < was[0]:
+            was = (0, 0)
+        parts.append(f"{routed - was[0]} ({hits - was[1]} hits)")
+    return "  routed per replica " + " / ".join(parts)
+
+
+def queue_wait_figures(endpoint: Any) -> str | None:
+    """The endpoint's queue wait p50/p99 over the last window, as the web processes publish them (None: none)."""
+    from fleet.workloads import selectors
+
+    queue = selectors.queue_loads().get(str(endpoint.pk))
+    if queue is None or not queue.admitted:
+        return None
+    return (
+        f"p50 {queue.wait_p50_s * 1000:.0f} ms, p99 {queue.wait_p99_s * 1000:.0f} ms over the last "
+        f"{queue.admitted} requests admitted (refused {queue.refused})"
+    )
 
 
 def start_endpoint(bench: Bench, server_args: list[str]) -> tuple[Any, list[int]]:
@@ -165,15 +186,19 @@ def multiturn(
             think_s=args.think_s,
             seed=seed + n,
         )
-        before = cache_counters(ports)
+        before, routed_before = cache_counters(ports), routed_counts(endpoint)
         report = run_load(bench.plane.url, bench.headers_for(endpoint), spec)
-        after = cache_counters(ports)
+        time.sleep(1.5)  # (the web processes publish their counts every second)
+        after, routed_after = cache_counters(ports), routed_counts(endpoint)
         queried = after[1] - before[1]
         report["cache_hit_rate"] = (after[0] - before[0]) / queried if queried else None
         report["uncached_prompt_tokens"] = (queried - (after[0] - before[0])) / max(1, report["requests"])
         label = policy if policy not in results else f"{policy}#{n}"  # a policy run again: the noise control
         results[label] = report
-        hit = f"  cache hits {report['cache_hit_rate']:.2f}  uncached {report['uncached_prompt_tokens']:.0f} tok/req"
+        rate = report["cache_hit_rate"]
+        hit = f"  cache hits {rate:.2f}" if rate is not None else "  cache hits n/a"
+        hit += f"  uncached {report['uncached_prompt_tokens']:.0f} tok/req"
+        hit += routed_line(routed_before, routed_after)
         lines.append(line(label, report, hit))
         print(lines[-1], flush=True)
     base = results.get("least_load")
@@ -228,11 +253,58 @@ def overload(bench: Bench, endpoint: Any, args: argparse.Namespace) -> list[str]
         f"{report['rate_limited_with_retry_after']}), other errors {report['errors_by_kind']}",
         f"  goal zero 5xx: {verdict(report['server_errors'] == 0)}; every request answered or 429 + Retry-After: "
         f"{verdict(answered_or_429)}",
-        f"  queue wait: {waits or 'not reported: no wait queue in this build (requests wait in vLLM own queue)'}",
+        f"  queue wait: {waits or 'not reported (nothing admitted in the last window)'}",
     ]
 
 
+def agents() -> dict[int, set[int]]:
+    """This bench's agent processes (not the servers they started) → the cores they may run on."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = stat.read_bytes().split(b"\0")
+            pid = int(stat.parent.name)
+            if b"agent" in argv and b"run" in argv and os.getppid() != pid and _ours(pid):
+                found[pid] = os.sched_getaffinity(pid)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _ours(pid: int) -> bool:
+    """Whether `pid` descends from this process."""
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == os.getpid():
+            return True
+    return False
+
+
+def set_agents_affinity(cores: dict[int, set[int]]) -> None:
+    """Run each agent's own threads (its servers keep theirs) on `cores[pid]`."""
+    for pid, allowed in cores.items():
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task.name), allowed)
+
+
 def overhead(bench: Bench, endpoint: Any, ports: list[int], args: argparse.Namespace) -> list[str]:
+    lines = overhead_once(bench, endpoint, ports, args, "")
+    if args.agents_anywhere:
+        pinned = agents()
+        set_agents_affinity({pid: set(range(os.cpu_count() or 1)) for pid in pinned})
+        try:
+            how = f", {len(pinned)} agents on any core (their servers pinned)"
+            lines += overhead_once(bench, endpoint, ports, args, how)
+        finally:
+            set_agents_affinity(pinned)
+    return lines
+
+
+def overhead_once(bench: Bench, endpoint: Any, ports: list[int], args: argparse.Namespace, how: str) -> list[str]:
     set_policy(bench, endpoint, "least_load")
     base = {"model": MODEL, "concurrency": 1, "prompt_tokens": 64, "output_tokens": 4, "duration_s": 3600}
     proxied: list[float] = []
@@ -248,7 +320,7 @@ def overhead(bench: Bench, endpoint: Any, ports: list[int], args: argparse.Names
     # the proxy spreads over both replicas (least load): the direct column alternates between them too
     p_proxy, p_direct = loadgen.pct(proxied, 0.5) * 1000, loadgen.pct(direct, 0.5) * 1000
     return [
-        f"overhead: 1 request at a time, {args.overhead_n} each, alternating ({load()}):",
+        f"overhead: 1 request at a time, {args.overhead_n} each, alternating{how} ({load()}):",
         f"  TTFT p50 through the proxy {p_proxy:.1f} ms, straight to a replica {p_direct:.1f} ms: "
         f"+{p_proxy - p_direct:.1f} ms; goal ≤ 5 ms: {verdict(p_proxy - p_direct <= 5)}",
     ]
@@ -270,14 +342,35 @@ def main() -> None:
     parser.add_argument("--uniform-s", type=int, default=40)
     parser.add_argument("--overload-s", type=int, default=40)
     parser.add_argument("--overhead-n", type=int, default=20)
+    parser.add_argument(
+        "--agents-anywhere",
+        action="store_true",
+        help="overhead: measure again with the agents' own threads free to run on any core (servers stay pinned)",
+    )
+    parser.add_argument(
+        "--web-env",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="settings of the control plane's processes (e.g. PROXY_KEEP_WARM_S=0: keys and routes read on demand)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("vllm", "standin"),
+        default="vllm",
+        help="standin: the OpenAI stand-in instead of vLLM (quick; only the overhead phase means anything)",
+    )
     args = parser.parse_args()
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     args.goal_line = lambda title: title.startswith("multi-turn, small")
     log_dir = Path(tempfile.mkdtemp(prefix="bench-routing-"))
-    report = [f"vLLM CPU, 2 replicas on 2 pinned agents; logs in {log_dir}; {load()}"]
+    web_env = dict(item.split("=", 1) for item in args.web_env)
+    engine = "vLLM CPU" if args.engine == "vllm" else "the OpenAI stand-in"
+    changed = f"; web settings {' '.join(args.web_env)}" if web_env else ""
+    report = [f"{engine}, 2 replicas on 2 pinned agents{changed}; logs in {log_dir}; {load()}"]
     started = time.monotonic()
     try:
-        with setup("vllm", log_dir, pin_nodes=True, model=build_timing_llama) as bench:
+        with setup(args.engine, log_dir, pin_nodes=True, model=build_timing_llama, web_env=web_env) as bench:
             small = [*SERVER_ARGS, "--num-gpu-blocks-override", str(args.kv_blocks)]
             if set(args.phases) & {"multiturn", "uniform", "overload", "overhead"}:
                 endpoint, ports = start_endpoint(bench, small)

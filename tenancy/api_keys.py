@@ -5,7 +5,9 @@ A key reads `ctk_<prefix>_<secret>`; only the SHA-256 of the whole text is store
 role there, or None for an unknown, revoked or expired key, an inactive owner, or one no longer a member.
 Answers are kept in process memory for API_KEY_CACHE_S (default 0.5 s), so a stream of requests costs no
 query each, and a revocation or a lowered role made on any replica is in force everywhere within that
-time (this process forgets at once what it revokes itself).
+time (this process forgets at once what it revokes itself). The proxy re-reads the keys its requests use
+before their answers go stale (`reload_grants`, from `fleet.proxy.warm_caches`), so a key used now and then
+still costs its requests no query.
 """
 
 from __future__ import annotations
@@ -72,29 +74,40 @@ class KeyGrant:
 
 def load_grant(raw: str) -> KeyGrant | None:
     """Read what `raw` may do from the database (one query); None if it may do nothing."""
+    return load_grants([raw])[raw]
+
+
+def load_grants(raws: list[str]) -> dict[str, KeyGrant | None]:
+    """Read what each of `raws` may do (one query): {raw: its grant, or None if it may do nothing}."""
+    started = time.monotonic()
+    by_hash = {hash_key(raw): raw for raw in raws}
     role = Membership.objects.filter(user_id=OuterRef("user_id"), workspace_id=OuterRef("workspace_id")).values("role")
-    row = (
-        ApiKey.objects.filter(secret_hash=hash_key(raw), revoked_at__isnull=True, user__is_active=True)
+    rows = (
+        ApiKey.objects.filter(secret_hash__in=list(by_hash), revoked_at__isnull=True, user__is_active=True)
         .annotate(role=Subquery(role[:1]))
-        .values("id", "user_id", "workspace_id", "scopes", "role", "requests_per_min", "tokens_per_min", "expires_at")
-        .first()
-    )
-    if row is None or row["role"] is None:
-        return None
-    expires: datetime | None = row["expires_at"]
-    if expires is not None and expires <= timezone.now():
-        return None
-    return KeyGrant(
-        key_id=row["id"],
-        user_id=row["user_id"],
-        workspace_id=row["workspace_id"],
-        scopes=frozenset(row["scopes"] or ()),
-        role=row["role"],
-        requests_per_min=row["requests_per_min"],
-        tokens_per_min=row["tokens_per_min"],
-        expires_at=expires.timestamp() if expires is not None else None,
-        loaded_at=time.monotonic(),
-    )
+        .values(
+            "secret_hash", "id", "user_id", "workspace_id", "scopes", "role", "requests_per_min", "tokens_per_min",
+            "expires_at",
+        )
+    )  # fmt: skip
+    found: dict[str, KeyGrant | None] = dict.fromkeys(raws)
+    now = timezone.now()
+    for row in rows:
+        expires: datetime | None = row["expires_at"]
+        if row["role"] is None or (expires is not None and expires <= now):
+            continue
+        found[by_hash[row["secret_hash"]]] = KeyGrant(
+            key_id=row["id"],
+            user_id=row["user_id"],
+            workspace_id=row["workspace_id"],
+            scopes=frozenset(row["scopes"] or ()),
+            role=row["role"],
+            requests_per_min=row["requests_per_min"],
+            tokens_per_min=row["tokens_per_min"],
+            expires_at=expires.timestamp() if expires is not None else None,
+            loaded_at=started,
+        )
+    return found
 
 
 class _Missing:
@@ -118,12 +131,30 @@ def grant_for(raw: str) -> KeyGrant | None:
     found = cached_grant(raw)
     if found is not MISSING:
         return found
+    started = time.monotonic()
     grant = load_grant(raw)
     if settings.API_KEY_CACHE_S > 0:
         if len(_grants) >= _CACHE_MAX:
             _grants.clear()
-        _grants[raw] = (grant, time.monotonic())
+        _grants[raw] = (grant, started)
     return grant
+
+
+def grant_age(raw: str) -> float | None:
+    """How old the cached answer for `raw` is (seconds), None when none is cached."""
+    found = _grants.get(raw)
+    return None if found is None else time.monotonic() - found[1]
+
+
+def reload_grants(raws: list[str]) -> None:
+    """Re-read the cached answers for `raws` in one query (sync; `fleet.proxy.warm_caches` calls it before
+    they go stale). Each counts its age from before the read, so none is ever trusted longer than
+    API_KEY_CACHE_S after the database said it; answers forgotten meanwhile stay forgotten."""
+    started = time.monotonic()
+    grants = load_grants(raws)
+    for raw in raws:
+        if raw in _grants:
+            _grants[raw] = (grants[raw], started)
 
 
 def forget_grants() -> None:

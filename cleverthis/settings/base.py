@@ -183,6 +183,9 @@ PROXY_ROUTE_CACHE_S = env_float("PROXY_ROUTE_CACHE_S", 2.0)  # how long an endpo
 ENDPOINT_REQUESTS_FLUSH_S = env_float("ENDPOINT_REQUESTS_FLUSH_S", 5.0)
 # budgets' hard stops: how long each web process keeps its copy of the stopped workspaces and keys
 BUDGET_STOPS_CACHE_S = env_float("BUDGET_STOPS_CACHE_S", 5.0)
+# keys, routes and budget stops a web process's requests used within this long are re-read in the background
+# before they go stale (fleet.proxy.warm_caches), so a request now and then waits for no query; 0: on demand
+PROXY_KEEP_WARM_S = env_float("PROXY_KEEP_WARM_S", 60.0)
 # Hosts a tenant-set URL (a budget's webhook) may name although they are not public (`kernel.outbound_urls`).
 OUTBOUND_URL_ALLOWED_HOSTS = env_list("OUTBOUND_URL_ALLOWED_HOSTS", [])
 # Per-replica load shared by the web processes (fleet.replica_load): each publishes its requests in flight

@@ -26,7 +26,9 @@ changes made elsewhere (another replica, a worker) are seen within that time. Cr
 checked on every request. What the proxy reads from the database it reads on the thread pool, never on the
 one thread the pages, the API and `/healthz` share: with hundreds of streams opening while a fleet of tunnels
 reconnects (a roll), the route reloads queued there made `/healthz` miss the load balancer's 2 s check and
-took healthy replicas out.
+took healthy replicas out. The routes, keys and budget stops requests use are re-read in the background
+before they go stale (`fleet.proxy.warm_caches`, on the thread pool too), so a caller sending one request
+every few seconds waits for no query either.
 
 An API key (`Authorization: Bearer ctk_…`) must hold the invoke scope, belong to the endpoint's workspace
 and, if it is limited to chosen endpoints, name this one (`fleet.proxy.key_access`); its requests are
@@ -47,9 +49,10 @@ starting) waits the same way. After ENDPOINT_COLD_START_S without a running repl
 error with Retry-After; a start the workspace's quotas refuse answers 409, one that fits on no node 503.
 
 Each forwarded request counts towards the endpoint's `request_count` and `last_request_at`: counted in
-this process and written with one UPDATE at most every `ENDPOINT_REQUESTS_FLUSH_S` (default 5 s) per
-endpoint: the first request of a quiet endpoint at once, the ones of a burst with the first request
-after that interval (so the figures of a burst's tail wait for the endpoint's next request). Each also
+this process and written aside (the request does not wait for it) with one UPDATE at most every
+`ENDPOINT_REQUESTS_FLUSH_S` (default 5 s) per endpoint: the first request of a quiet endpoint at once,
+the ones of a burst with the first request after that interval (so the figures of a burst's tail wait for
+the endpoint's next request). Each also
 counts, with its status and time to first byte, in its workspace's per-minute rollups for the home page
 (`fleet.proxy.request_meter`), and its tokens and latency in the usage rollups (`fleet.usage.meter`).
 """
@@ -61,7 +64,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -75,7 +78,7 @@ from django.utils import timezone
 from fleet import admission, origin_names, replica_load
 from fleet.balancer import LEAST_LOAD, Upstream
 from fleet.models import Node, NodeStatus
-from fleet.proxy import key_access, origins, rate_limits
+from fleet.proxy import key_access, origins, rate_limits, warm_caches
 from fleet.proxy.resolvers import Answer, ProxyRefusal, ProxyTarget, redirect_to_origin, register_resolver
 from fleet.usage import budget_stops
 from fleet.usage import meter as usage_meter
@@ -156,6 +159,7 @@ def _cached_route(slug: str) -> _Route | None:
 
 
 def _load_route(slug: str) -> _Route | None:
+    started = time.monotonic()  # (its age counts from before the read)
     endpoint = Endpoint.objects.select_related("cluster__workspace").filter(slug=slug).first()
     route = None
     if endpoint is not None:
@@ -186,7 +190,7 @@ def _load_route(slug: str) -> _Route | None:
             scales_to_zero=endpoint.min_replicas == 0,
             replicas=tuple(u for u, node_status in upstreams if node_status != NodeStatus.OFFLINE),
             offline=tuple(u for u, node_status in upstreams if node_status == NodeStatus.OFFLINE),
-            loaded_at=time.monotonic(),
+            loaded_at=started,
             routing=endpoint.routing_policy,
             queue=admission.QueuePolicy(
                 str(endpoint.pk),
@@ -202,6 +206,35 @@ def _load_route(slug: str) -> _Route | None:
             _routes.clear()
         _routes[slug] = route
     return route
+
+
+def _route_age(slug: str) -> float | None:
+    route = _routes.get(slug)
+    return None if route is None else time.monotonic() - route.loaded_at
+
+
+def _reload_routes(slugs: list[str]) -> None:
+    """Re-read the cached routes of `slugs` (sync), forgetting those whose endpoint is gone."""
+    for slug in slugs:
+        if slug in _routes and _load_route(slug) is None:
+            _routes.pop(slug, None)
+
+
+# What requests use is re-read before it goes stale (`warm_caches`): a sparse caller waits for no query.
+_WARM_ROUTES = warm_caches.register(
+    warm_caches.Warmed("routes", lambda: settings.PROXY_ROUTE_CACHE_S, _route_age, reload=_reload_routes)
+)
+_WARM_KEYS = warm_caches.register(
+    warm_caches.Warmed("api keys", lambda: settings.API_KEY_CACHE_S, api_keys.grant_age, reload=api_keys.reload_grants)
+)
+_WARM_STOPS = warm_caches.register(
+    warm_caches.Warmed(
+        "budget stops",
+        lambda: settings.BUDGET_STOPS_CACHE_S,
+        lambda _: budget_stops.age_s(),
+        reload_async=lambda _: budget_stops.reload(),
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -373,14 +406,37 @@ async def resolve_endpoint(scope: dict[str, Any]) -> Answer | None:
     if isinstance(answer, (ProxyTarget, _ColdStart)):
         subject = answer.usage if isinstance(answer, ProxyTarget) else _usage_of(answer.route)
         key_id = use[0] if use is not None and isinstance(use[0], int) else None
+        if subject is not None:
+            warm_caches.used(_WARM_STOPS, "stops")
         stop = await budget_stops.stopped(subject.workspace_id, key_id) if subject is not None else None
         if stop is not None:  # a budget's hard stop (the workspace's, or this key's): no round trip per request
             return _json_refusal(429, "budget_exceeded", stop["message"], None, extra=stop)
     if isinstance(answer, _ColdStart):
         answer = await _cold_start(found[0], answer.route, scope, found[1])
     if isinstance(answer, ProxyTarget) and _count_request(found[0]):
-        await database_sync_to_async(_write_requests)(found[0])
+        _aside(database_sync_to_async(_write_requests)(found[0]))
+    if not isinstance(answer, ProxyRefusal):
+        warm_caches.used(_WARM_ROUTES, found[0])
+        raw = key_access.presented_key(scope)
+        if raw is not None:
+            warm_caches.used(_WARM_KEYS, raw)
     return answer
+
+
+_writes: set[asyncio.Future[Any]] = set()  # writes under way aside from the requests (held till done)
+
+
+def _aside(write: Awaitable[Any]) -> None:
+    """Run `write` (a database write a request caused) without the request waiting for it; a failure is logged."""
+    task = asyncio.ensure_future(write)
+    _writes.add(task)
+    task.add_done_callback(_aside_done)
+
+
+def _aside_done(task: asyncio.Future[Any]) -> None:
+    _writes.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a proxied request's bookkeeping write failed", exc_info=task.exception())
 
 
 def _usage_of(route: _Route) -> usage_meter.Subject:

@@ -4,7 +4,8 @@ The minute's evaluation (`services.budgets_evaluate`) publishes the whole set of
 Redis hash (`w<workspace id>` / `k<api key id>` → the JSON reason); each web process keeps a copy for
 `BUDGET_STOPS_CACHE_S` (default 5 s) and reloads it with one HGETALL when it is older, so a stop is in force
 on every replica within that time of the evaluation. A Redis that cannot be reached keeps the last copy
-(fail open on a cold start: an outage of this store never stops inference).
+(fail open on a cold start: an outage of this store never stops inference). While requests come, the proxy
+reloads the copy before it is that old (`reload`, from `fleet.proxy.warm_caches`): no request waits for it.
 """
 
 from __future__ import annotations
@@ -73,6 +74,16 @@ async def stopped(workspace_id: Any, api_key_id: int | None) -> dict[str, Any] |
         if found is not None:
             return found
     return _copy.get(scope_key(workspace_id=workspace_id))
+
+
+def age_s() -> float:
+    """How old this process's copy is (seconds)."""
+    return time.monotonic() - _loaded_at
+
+
+async def reload() -> None:
+    """Read the stops again now (`fleet.proxy.warm_caches` calls it before the copy goes stale)."""
+    await _reload()
 
 
 def forget() -> None:
