@@ -6,7 +6,7 @@ its CLI prints its arguments and waits), so the in-container program (`agent.wor
 runs for real: the rank in a session of its own, its log mirrored to the agent's log file, its liveness by
 its command line, its stop ending its session, the container's death ending it. The refusals come before
 anything starts: no engine, a container not running, an image without vLLM, weights the container cannot see.
-The real thing (Podman, the vLLM-carrying Ray image, real vLLM) is `tests/e2e/test_ray_container_ranks.py`.
+The real thing (Podman, the vLLM-carrying Ray image, real vLLM) is `test_ray_container_ranks.py`.
 """
 
 from __future__ import annotations
