@@ -11,6 +11,8 @@ device's flags. A model that is not cached, or that cannot fit the node's free V
 memory (CPU), fails at once with the reason instead of a server that never answers. A running server is
 probed by `agent.workloads.endpoint_health` (`health_targets`, `mark_health`): one that stops answering is
 reported `unresponsive`; a start of its id replaces it, a stop wakes it (SIGCONT) to take its SIGTERM.
+A rank of a multi-node group whose `EndpointGroup.container` names a Ray node's container runs inside that
+container instead (`agent.workloads.container_rank`); its record names the container.
 """
 
 from __future__ import annotations

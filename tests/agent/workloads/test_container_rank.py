@@ -265,3 +265,24 @@ def test_a_follower_rank_runs_the_cli_shim_written_into_the_container(cache, tmp
     assert cmdline[4:7] == ["python", "-m", CLI_MODULE]
     manager.stop(EndpointStopPayload(endpoint_id="f" * 12))
     assert rank_processes([result.pid]) == []
+
+
+def test_the_docker_runtime_mounts_the_model_cache_read_only_at_its_own_path_in_ray_containers(tmp_path):
+    from agent import protocol
+    from agent.ray.commands import RayCommandHandler
+
+    payload = {
+        "cluster_id": "c0ffee00-0000-4000-8000-0000000000f1",
+        "member_id": "f1000000-0000-4000-8000-000000000001",
+        "ray_version": "2.60.0",
+        "image": "cleverthis/ray-vllm:2.60.0-vllm0.32.0",
+        "runtime": "docker",
+        "gcs_port": free_port(),
+        "dashboard_port": free_port(),
+    }
+    head = protocol.parse_payload("ray.head.start", payload)
+    models = tmp_path / "models"
+    spec = RayCommandHandler(containers=LocalContainers(tmp_path / "c"), model_dir=models).docker.spec(head)
+    assert spec["volumes"] == {str(models.resolve()): {"bind": str(models.resolve()), "mode": "ro"}}
+    assert spec["network_mode"] == "host"  # the leader's port is the node's
+    assert "volumes" not in RayCommandHandler(containers=LocalContainers(tmp_path / "d")).docker.spec(head)
