@@ -2380,7 +2380,7 @@ class EndpointEventPage(_Model):
 class EndpointGroup(_Model):
     """One rank's place in a multi-node endpoint (`agent.workloads.distributed`): vLLM split into `pipeline_parallel` stages across `nnodes` nodes, `tensor_parallel` GPUs within each. The leader (node_rank 0) serves the OpenAI API; a follower runs vLLM headless and joins the leader's torch.distributed group at `master_addr`:`master_port`. `backend` "mp" is vLLM's own multi-node executor (each node runs its rank: CPU and GPU); "ray" is vLLM's Ray executor, started on the leader only (Ray places the other ranks), which vLLM supports on GPU platforms only. The default is one node."""
 
-    __slots__ = ('pipeline_parallel', 'tensor_parallel', 'nnodes', 'node_rank', 'master_addr', 'master_port', 'role', 'backend',)
+    __slots__ = ('pipeline_parallel', 'tensor_parallel', 'nnodes', 'node_rank', 'master_addr', 'master_port', 'role', 'backend', 'container',)
 
     def __init__(
         self,
@@ -2393,6 +2393,7 @@ class EndpointGroup(_Model):
         master_port: int | None = None,
         role: EndpointGroupRoleEnum | None = None,
         backend: BackendEnum | None = None,
+        container: Any = None,
     ) -> None:
         self.pipeline_parallel = pipeline_parallel
         self.tensor_parallel = tensor_parallel
@@ -2402,6 +2403,7 @@ class EndpointGroup(_Model):
         self.master_port = master_port
         self.role = role
         self.backend = backend
+        self.container = container
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EndpointGroup:
@@ -2414,6 +2416,7 @@ class EndpointGroup(_Model):
             master_port=data.get('master_port'),
             role=data.get('role'),
             backend=data.get('backend'),
+            container=data.get('container'),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -2434,6 +2437,8 @@ class EndpointGroup(_Model):
             out['role'] = self.role
         if self.backend is not None:
             out['backend'] = self.backend
+        if self.container is not None:
+            out['container'] = self.container
         return out
 
 
