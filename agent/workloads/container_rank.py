@@ -93,8 +93,8 @@ class ContainerRanks:
         self.rank_dir = rank_dir  # inside the containers
 
     def check(self, container: str) -> None:
-        """CommandFailed when a rank cannot run in `container`: no engine here (`unsupported`), or the
-        container is not running on this node (`not_found`)."""
+        """CommandFailed when a rank cannot run in `container`: no engine here, or none answering
+        (`unsupported`), or the container is not running on this node (`not_found`)."""
         if self.containers is None:
             raise CommandFailed(
                 "unsupported",
@@ -102,7 +102,17 @@ class ContainerRanks:
                 f"container {container} (only the docker runtime runs Ray nodes as containers)",
                 container=container,
             )
-        state = self.containers.state(container)
+        try:
+            state = self.containers.state(container)
+        except CommandFailed as exc:
+            if exc.code != "docker_unavailable":
+                raise
+            raise CommandFailed(
+                "unsupported",
+                f"this node's container engine does not answer ({exc.message}), so the rank cannot start inside "
+                f"the Ray node's container {container}",
+                container=container,
+            ) from None
         if state is None or not state.get("Running", False):
             raise CommandFailed(
                 "not_found",

@@ -123,6 +123,10 @@ def rank_processes(sessions: list[int]) -> list[psutil.Process]:
     return found
 
 
+def down(name: str) -> None:
+    raise CommandFailed("docker_unavailable", "the container engine is not answering: connection refused")
+
+
 @pytest.fixture
 def cache(tmp_path: Path) -> ModelCache:
     hub = HubStandin().start()
@@ -180,6 +184,7 @@ def test_the_rank_in_a_container_runs_the_images_python_with_only_the_environmen
     ("how", "code", "words"),
     [
         ("no engine", "unsupported", "runs no container engine"),
+        ("engine down", "unsupported", "container engine does not answer"),
         ("not running", "not_found", f"container {CONTAINER} is not running on this node"),
         ("no vllm", "unsupported", "has no vLLM"),
         ("no weights", "unsupported", "does not see"),
@@ -192,6 +197,8 @@ def test_a_rank_the_container_cannot_run_is_refused_before_anything_starts(
     containers = None if how == "no engine" else LocalContainers(tmp_path / "container", vllm=how != "no vllm")
     if how == "not running":
         containers.running.clear()
+    if how == "engine down":  # the process runtime's nodes: DOCKER_HOST answers nothing
+        containers.state = down  # type: ignore[method-assign]
     manager = manager_for(cache, tmp_path, containers)
     payload = EndpointStartPayload(endpoint_id="c" * 12, model_id=MODEL, group=group())
     if how == "no weights":  # a container without the model cache mounted: the snapshot's path is not there
