@@ -39,13 +39,15 @@ def make_runner_factory(config: AgentConfig) -> Any:
             kubeconfig=None,
             workdir=work_dir / "gitops",
         )
-        endpoints = EndpointManager(models=models, state_dir=work_dir / "endpoints")
+        ray = default_handler(work_dir, executor=executor, model_dir=config.model_cache)
+        # ranks of multi-node endpoints may run inside this node's Ray containers, on the same engine client
+        endpoints = EndpointManager(models=models, state_dir=work_dir / "endpoints", containers=ray.containers)
         return CommandRunner(
             executor=executor,
             models=models,
             endpoints=endpoints,
             journal_path=journal_path(work_dir),
-            ray=default_handler(work_dir, executor=executor),
+            ray=ray,
         )
 
     return factory

@@ -118,6 +118,16 @@ class RayCluster(models.Model):
         template = settings.RAY_GPU_IMAGE_TEMPLATE if gpu else settings.RAY_IMAGE_TEMPLATE
         return template.replace("{version}", self.ray_version)
 
+    def vllm_image(self, *, gpu: bool = False) -> str:
+        """The Ray image carrying vLLM for this cluster's Ray version, where the ranks of an endpoint served
+        across the cluster run (settings.RAY_VLLM_IMAGE_TEMPLATE, RAY_VLLM_GPU_IMAGE_TEMPLATE for GPUs); "" when no vLLM
+        release is paired with that version (settings.RAY_VLLM_VERSIONS)."""
+        vllm = settings.RAY_VLLM_VERSIONS.get(self.ray_version, "")
+        if not vllm:
+            return ""
+        template = settings.RAY_VLLM_GPU_IMAGE_TEMPLATE if gpu else settings.RAY_VLLM_IMAGE_TEMPLATE
+        return template.replace("{version}", self.ray_version).replace("{vllm}", vllm)
+
     def image_for(self, node: Node) -> str:
         """The Ray image for a Ray node placed on `node` (the -gpu variant on GPU nodes)."""
         return self.image(gpu=bool(node.gpu_count))

@@ -54,6 +54,7 @@ class RayCommandHandler:
         container_memory: str | None = None,
         container_shm_size: str = "2g",
         node_ip_address: str | None = None,
+        model_dir: Path | None = None,
     ) -> None:
         work_dir = work_dir or (process_runtime.work_dir if process_runtime else None)
         self.jobs = jobs or RayJobsHandler(work_dir=work_dir / "jobs" if work_dir else None)
@@ -76,6 +77,7 @@ class RayCommandHandler:
             container_memory=container_memory,
             container_shm_size=container_shm_size,
             node_ip_address=node_ip_address,
+            model_dir=model_dir,
         )
         self.backends: dict[str, RayBackend] = {
             backend.runtime: backend for backend in (self.process, self.docker, KubeRayBackend(kuberay))
@@ -135,7 +137,9 @@ class RayCommandHandler:
             raise CommandFailed("internal", str(exc)) from None
 
 
-def default_handler(work_dir: Path, *, ray_bin: Path | None = None, executor: Any = None) -> RayCommandHandler:
+def default_handler(
+    work_dir: Path, *, ray_bin: Path | None = None, executor: Any = None, model_dir: Path | None = None
+) -> RayCommandHandler:
     """The handler an agent wires in: the process runtime when Ray is installed next to the agent, the
     docker runtime on the engine at DOCKER_HOST (connected on first use: an engine that is down then
     fails those commands with `docker_unavailable`), and KubeRay through `executor` on kubernetes and
@@ -145,7 +149,8 @@ def default_handler(work_dir: Path, *, ray_bin: Path | None = None, executor: An
     ``CLEVERTHIS_RAY_SHM_SIZE`` of /dev/shm for the object store (default ``2g``). ``CLEVERTHIS_RAY_NODE_IP``
     is the address this node's Ray nodes (containers and processes) advertise to the others; unset, Ray
     uses the address of the interface its default route goes through, which is wrong on a machine whose
-    cluster network is not the one its default route takes.
+    cluster network is not the one its default route takes. `model_dir` (the agent's model cache) is mounted
+    read-only in the Ray containers, for endpoint ranks started inside them.
     """
     from agent.ray.kuberay import backend_for
 
@@ -161,6 +166,7 @@ def default_handler(work_dir: Path, *, ray_bin: Path | None = None, executor: An
         container_shm_size=os.environ.get("CLEVERTHIS_RAY_SHM_SIZE") or "2g",
         kuberay=kuberay,
         node_ip_address=node_ip,
+        model_dir=model_dir,
     )
 
 

@@ -97,13 +97,20 @@ class EndpointAdapters:
     read and write its records (under `lock`), `models` is the node's model cache."""
 
     def __init__(
-        self, models: ModelCache, lock: threading.RLock, load: Callable[[], Records], save: Callable[[Records], None]
+        self,
+        models: ModelCache,
+        lock: threading.RLock,
+        load: Callable[[], Records],
+        save: Callable[[Records], None],
+        *,
+        alive: Callable[[dict[str, Any]], bool] = server_alive,
     ) -> None:
         self.models, self.lock, self.load_records, self.save_records = models, lock, load, save
+        self.alive = alive  # whether a record's server runs (a rank in a Ray container asks its container)
 
     def _running(self, endpoint_id: str) -> dict[str, Any]:
         record = self.load_records().get(endpoint_id)
-        if record is None or record.get("status") == "stopped" or not server_alive(record):
+        if record is None or record.get("status") == "stopped" or not self.alive(record):
             raise CommandFailed("not_found", f"no endpoint {endpoint_id} runs on this node", endpoint_id=endpoint_id)
         if record.get("status") == "starting":
             raise CommandFailed("conflict", f"endpoint {endpoint_id} is still starting; it loads its adapters then")

@@ -11,6 +11,8 @@ device's flags. A model that is not cached, or that cannot fit the node's free V
 memory (CPU), fails at once with the reason instead of a server that never answers. A running server is
 probed by `agent.workloads.endpoint_health` (`health_targets`, `mark_health`): one that stops answering is
 reported `unresponsive`; a start of its id replaces it, a stop wakes it (SIGCONT) to take its SIGTERM.
+A rank of a multi-node group whose `EndpointGroup.container` names a Ray node's container runs inside that
+container instead (`agent.workloads.container_rank`); its record names the container.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ from agent.protocol import (
     check_server_args,
 )
 from agent.protocol.cpu_engine import CPU_ENDPOINT_CORES
+from agent.ray.containers import RayContainers
 from agent.workloads.adapters import ENABLE_LORA, RUNTIME_UPDATES_ENV, EndpointAdapters, lora_enabled
+from agent.workloads.container_rank import ContainerRanks, Spawned, container_engine, rank_name
 from agent.workloads.cpu_cores import allocate_cores, bind_env, node_cores, pin_process
 from agent.workloads.distributed import check_group, follower_argv, group_args, rank_env
 from agent.workloads.engine import VLLM_MODULE, Engine, check_gpus, check_memory, choose_engine, weights_bytes
@@ -117,6 +121,7 @@ class EndpointManager:
         ready_timeout_s: float = 600.0,
         stop_timeout_s: float = 15.0,
         cpu_cores: int = CPU_ENDPOINT_CORES,
+        containers: RayContainers | None = None,
     ) -> None:
         self.models = models
         self.state_dir = Path(state_dir)
@@ -129,7 +134,9 @@ class EndpointManager:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         # endpoint id → the cancel flags of its starts in flight (set by a stop of that id)
         self._starting: dict[str, set[threading.Event]] = {}
-        self.adapters = EndpointAdapters(models, self._lock, self._load, self._save)
+        # ranks run inside Ray nodes' containers (`EndpointGroup.container`), on the docker runtime's engine
+        self.ranks = ContainerRanks(containers)
+        self.adapters = EndpointAdapters(models, self._lock, self._load, self._save, alive=self._alive)
 
     # ---- state file
 
@@ -198,10 +205,10 @@ class EndpointManager:
             _raise_if_cancelled(payload, cancel)
             state = self._load()
             current = state.get(payload.endpoint_id)
-            if current and current.get("status") == "unresponsive" and server_alive(current):
-                self._terminate(current["pid"])  # a hung server is no answer to a start: replace it
+            if current and current.get("status") == "unresponsive" and self._alive(current):
+                self._end(current)  # a hung server is no answer to a start: replace it
                 current = None
-            if current and server_alive(current):
+            if current and self._alive(current):
                 if current["model_id"] != payload.model_id:
                     raise CommandFailed(
                         "conflict", f"endpoint {payload.endpoint_id} already serves {current['model_id']}"
@@ -235,6 +242,11 @@ class EndpointManager:
                 )
             self.models.touch(payload.model_id, payload.revision)
             engine = self._engine()
+            container = payload.group.container
+            if container:  # the rank runs in that Ray node's container, with the image's vLLM
+                self.ranks.check(container)
+                engine = container_engine(engine)
+                model_path = model_path.resolve()  # the path the container sees (the cache is mounted as itself)
             check_group(payload.group, engine)
             follower = payload.group.role == "follower"
             chosen = check_gpus(payload, engine, model_path, self.gpus_fn)
@@ -260,18 +272,33 @@ class EndpointManager:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             log_path = self.state_dir / f"endpoint-{payload.endpoint_id}.log"
             progress(f"starting endpoint {payload.endpoint_id} for {payload.model_id} on port {port}")
-            with log_path.open("wb") as log:
-                child = subprocess.Popen(
+            # a follower's command line names the leader's master port, not a port of its own
+            token = payload.group.master_port if follower else port
+            child: Spawned
+            if container:
+                child = self.ranks.start(
+                    container,
                     argv,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=env,
-                    start_new_session=True,
+                    env,
+                    name=rank_name(payload.endpoint_id),
+                    token=str(token),
+                    need=[str(model_path)],
+                    log_path=log_path,
+                    follower=follower,
                 )
-            self._children[child.pid] = child
-            if cores:
-                pin_process(child.pid, cores)
+            else:
+                with log_path.open("wb") as log:
+                    child = subprocess.Popen(
+                        argv,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        env=env,
+                        start_new_session=True,
+                    )
+                self._children[child.pid] = child
+                if cores:
+                    pin_process(child.pid, cores)
             clock.mark("server_started")
             clock.watch_log(log_path)
             state[payload.endpoint_id] = {
@@ -290,8 +317,10 @@ class EndpointManager:
                 "role": payload.group.role,
                 "group_leader": payload.group.distributed and not follower,
                 # a follower has no port: its command line is recognised by the leader's port it names
-                "argv_token": payload.group.master_port if follower else port,
+                "argv_token": token,
             }
+            if container:
+                state[payload.endpoint_id].update(container=container, rank=rank_name(payload.endpoint_id))
             self._save(state)
         try:
             if follower:
@@ -303,7 +332,8 @@ class EndpointManager:
                 clock.mark("adapters")
         except CommandFailed:
             with self._lock:
-                self._terminate(child.pid)  # a start that failed or timed out leaves no server behind
+                # a start that failed or timed out leaves no server behind
+                self._end({"pid": child.pid, "container": container, "rank": rank_name(payload.endpoint_id)})
                 state = self._load()
                 record = state.get(payload.endpoint_id)
                 if record is not None and record.get("pid") == child.pid and record.get("status") != "stopped":
@@ -362,8 +392,8 @@ class EndpointManager:
                 )
             if record.get("status") == "stopped":
                 return EndpointStopResult(endpoint_id=payload.endpoint_id, status="stopped", pid=record["pid"])
-            if server_alive(record) or record["pid"] in self._children:
-                self._terminate(record["pid"])
+            if self._alive(record) or record["pid"] in self._children:
+                self._end(record)
             record.update(status="stopped", stopped_at=time.time())
             _forget_old_tombstones(state)
             self._save(state)
@@ -385,7 +415,7 @@ class EndpointManager:
                 pid=rec["pid"],
             )
             for endpoint_id, rec in sorted(state.items())
-            if rec.get("status") != "stopped" and server_alive(rec)
+            if rec.get("status") != "stopped" and self._alive(rec)
         ]
         return owned + [
             EndpointInfo(endpoint_id=p.endpoint_id, model_id=p.model_id, port=p.port, status=STRAY, pid=p.pid)
@@ -399,7 +429,7 @@ class EndpointManager:
         return {
             (rec["model_id"], rec.get("revision", "main"))
             for rec in state.values()
-            if rec.get("status") != "stopped" and server_alive(rec)
+            if rec.get("status") != "stopped" and self._alive(rec)
         }
 
     def health_targets(self) -> list[tuple[str, int]]:
@@ -411,7 +441,7 @@ class EndpointManager:
             for endpoint_id, rec in sorted(state.items())
             if rec.get("status", "running") in ("running", "unresponsive")
             and rec.get("role", "leader") == "leader"  # a follower serves no HTTP: the leader speaks for it
-            and server_alive(rec)
+            and self._alive(rec)
         ]
 
     def generation_probes(self) -> dict[str, str]:
@@ -456,22 +486,41 @@ class EndpointManager:
 
     def _strays(self, state: dict[str, dict[str, Any]]) -> list[ServerProcess]:
         """Marked server processes (`stray_servers`) that are no live record's server."""
-        owned = {rec["pid"] for rec in state.values() if rec.get("status") != "stopped" and server_alive(rec)}
+        owned = {
+            rec["pid"]
+            for rec in state.values()
+            if rec.get("status") != "stopped" and not rec.get("container") and server_alive(rec)
+        }
         return [p for p in marked_servers(self.state_dir) if p.pid not in owned]
+
+    def _alive(self, record: dict[str, Any]) -> bool:
+        """Whether the record's server still runs: a process of this node, or a rank in a Ray container."""
+        container = record.get("container")
+        if container:
+            token = str(record.get("argv_token", record.get("port")))
+            return self.ranks.alive(container, record.get("pid", 0), token)
+        return server_alive(record)
+
+    def _end(self, record: dict[str, Any]) -> None:
+        """End the record's server: its process tree here, or its rank's processes in its Ray container."""
+        if record.get("container"):
+            self.ranks.stop(record["container"], record["pid"], name=record["rank"], timeout_s=self.stop_timeout_s)
+        else:
+            self._terminate(record["pid"])
 
     def _cpu_cores(self, state: dict[str, dict[str, Any]], endpoint_id: str) -> list[int]:
         """Cores for a new CPU server: ones no other live server of this agent is bound to (`cpu_cores`)."""
         held = [
             rec.get("cores", [])
             for other, rec in state.items()
-            if other != endpoint_id and rec.get("status") != "stopped" and server_alive(rec)
+            if other != endpoint_id and rec.get("status") != "stopped" and self._alive(rec)
         ]
         return allocate_cores(held, cores=node_cores(), count=self.cpu_cores)
 
     def _wait_ready(
         self,
         payload: EndpointStartPayload,
-        child: subprocess.Popen[bytes],
+        child: Spawned,
         port: int,
         log_path: Path,
         progress: ProgressFn,
@@ -517,7 +566,7 @@ class EndpointManager:
             time.sleep(0.2)
 
     def _wait_follower(
-        self, payload: EndpointStartPayload, child: subprocess.Popen[bytes], log_path: Path, progress: ProgressFn
+        self, payload: EndpointStartPayload, child: Spawned, log_path: Path, progress: ProgressFn
     ) -> None:
         """A follower answers nothing: it counts as started once it has lived `FOLLOWER_SETTLE_S` (an
         argument vLLM refuses ends it sooner); whether the group serves is the leader's readiness."""

@@ -16,6 +16,7 @@ from cleverthis.settings.env import (
     env_float,
     env_int,
     env_list,
+    env_map,
     env_rate,
     env_str,
     env_workspace_map,
@@ -72,6 +73,13 @@ RAY_VERSIONS = env_list("RAY_VERSIONS", ["2.9.0", "2.60.0"])
 RAY_IMAGE_TEMPLATE = env_str("RAY_IMAGE_TEMPLATE", "rayproject/ray:{version}")
 RAY_GPU_IMAGE_TEMPLATE = env_str("RAY_GPU_IMAGE_TEMPLATE", "rayproject/ray:{version}-gpu")
 RAY_PROCESS_VERSION = env_str("RAY_PROCESS_VERSION", "2.60.0")
+# The vLLM release paired with each Ray version whose node image can carry vLLM (`ray=vllm` items): the
+# ranks of an endpoint served across a cluster run inside its Ray containers, with the image
+# RAY_VLLM_IMAGE_TEMPLATE names ({version}: Ray's, {vllm}: vLLM's; RAY_VLLM_GPU_IMAGE_TEMPLATE on GPU nodes).
+# A Ray version without a pair has no such image (Ray 2.9.0: see `.ci/ray-vllm-image`).
+RAY_VLLM_VERSIONS = env_map("RAY_VLLM_VERSIONS", {"2.60.0": "0.32.0"})
+RAY_VLLM_IMAGE_TEMPLATE = env_str("RAY_VLLM_IMAGE_TEMPLATE", "cleverthis/ray-vllm:{version}-vllm{vllm}")
+RAY_VLLM_GPU_IMAGE_TEMPLATE = env_str("RAY_VLLM_GPU_IMAGE_TEMPLATE", "cleverthis/ray-vllm:{version}-vllm{vllm}-gpu")
 # Scheme and port of those origins in the URLs the API shows ("" port: the scheme's default); redirects
 # from the control plane keep the scheme and port the request came in with unless the scheme is set.
 NODE_ORIGIN_SCHEME = env_str("NODE_ORIGIN_SCHEME", "")

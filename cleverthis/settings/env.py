@@ -53,6 +53,18 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_map(name: str, default: dict[str, str]) -> dict[str, str]:
+    """Return the comma-separated `key=value` items of variable `name` as a dict; an item without `=` fails
+    loudly at start-up."""
+    items = env_list(name, [])
+    if not items:
+        return dict(default)
+    malformed = [item for item in items if "=" not in item]
+    if malformed:
+        raise ValueError(f"environment variable {name} holds key=value items, got {', '.join(malformed)!r}")
+    return {key.strip(): value.strip() for key, _, value in (item.partition("=") for item in items)}
+
+
 def env_rate(name: str, default: str) -> str:
     """Return the variable `name` as a request rate like `30/min`; a malformed one fails loudly at start-up."""
     raw = env_str(name, default)

@@ -44,6 +44,7 @@ class DockerBackend(RayBackend):
         container_memory: str | None = None,
         container_shm_size: str = "2g",
         node_ip_address: str | None = None,
+        model_dir: Path | None = None,
     ) -> None:
         self.containers = containers
         # Containers this agent runs (member id → role, dashboard URL): the proxy may reach their dashboards.
@@ -54,6 +55,9 @@ class DockerBackend(RayBackend):
         self.container_shm_size = container_shm_size
         # The address this node's Ray containers advertise to the other nodes (None: Ray's default-route pick).
         self.node_ip_address = node_ip_address or None
+        # This node's model cache, mounted read-only at the same path in every Ray container, so an endpoint
+        # rank started inside one (`agent.workloads.container_rank`) finds its weights where the agent does.
+        self.model_dir = Path(model_dir).resolve() if model_dir else None
 
     def dashboard_ports(self) -> set[int]:
         return self.members.dashboard_ports()
@@ -70,6 +74,7 @@ class DockerBackend(RayBackend):
         range, and the node's workers get their own port window (`worker_port_window`) holding none of the
         node's own ports, so several Ray nodes can share a machine.
         The dashboard listens on loopback only: the control plane reaches it through this agent's tunnel.
+        The agent's model cache (`model_dir`) is mounted read-only at its own path.
         """
         is_head = isinstance(p, protocol.RayHeadStartPayload)
         ports = {"dashboard_agent_listen": free_port()}
@@ -97,6 +102,8 @@ class DockerBackend(RayBackend):
             node_ip_address=self.node_ip_address,
         )
         spec["image"] = p.image
+        if self.model_dir:
+            spec["volumes"] = {str(self.model_dir): {"bind": str(self.model_dir), "mode": "ro"}}
         return spec
 
     # ---- commands ------------------------------------------------------------------------------
@@ -211,6 +218,8 @@ class DockerBackend(RayBackend):
     def _start_container(self, spec: dict[str, Any], role: str, wait: Callable[[], T]) -> tuple[str, T]:
         """Run `spec`, then `wait()` until the Ray node is up; on failure nothing is left behind."""
         self._check_memory(role)
+        if self.model_dir:
+            self.model_dir.mkdir(parents=True, exist_ok=True)  # the engine refuses to mount a missing folder
         container_id = self._engine().run(spec)
         try:
             return container_id, wait()
