@@ -396,3 +396,29 @@ def test_a_ray_worker_not_yet_joined_is_not_failed_by_a_status_without_it(owner,
     _worker_dies(ray)
     worker.refresh_from_db()
     assert worker.status == RayNodeStatus.RUNNING
+
+
+def test_a_hung_leader_fails_the_group_which_restarts_only_once_its_stop_is_done(owner, ray):
+    endpoint = run(create(owner, ray))
+    leader, follower = ranks(endpoint)
+    hung = protocol.EndpointInfo(
+        endpoint_id=leader.server_id, model_id=LLAMA.model_id, port=8001, status="unresponsive"
+    )
+    agent_side.inventory(leader.node, models=[LLAMA], endpoints=[hung])  # the agent's probe of the leader failed
+    leader.refresh_from_db()
+    assert leader.status == EndpointStatus.FAILED
+    assert leader.stop_command.status != "succeeded"  # its hung server is told to stop
+    endpoints_heal_tick()
+    endpoint.refresh_from_db()
+    assert "rank 0 (leader)" in endpoint.group_failure
+    assert "unresponsive" in endpoint.group_failure
+    follower.refresh_from_db()
+    agent_side.result(follower.stop_command)
+    endpoints_heal_tick()
+    assert Command.objects.filter(command_type="endpoint.start").count() == 2  # the leader's stop still runs
+    agent_side.result(leader.stop_command)
+    endpoints_heal_tick()
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.PENDING
+    assert endpoint.master_port == 29501  # not the port the hung leader may still hold
+    assert {r.start_command.payload["group"]["master_port"] for r in ranks(endpoint)} == {29501}

@@ -10,7 +10,8 @@ One pass over a group (`group_heal`, under the endpoint's lock):
   Ray cluster runs whole off that node (the Ray autoscaler never removes a worker a rank uses, so the Ray
   cluster only changes by a drain, a failure or an operator);
 - a group failed by a loss (not by a start failure: it would fail again) starts again, all ranks, once no rank
-  is live and its Ray cluster is whole and running (`endpoint.group_restarted`).
+  is live nor has a stop still on its way, and its Ray cluster is whole and running (`endpoint.group_restarted`),
+  its followers joining the leader on another port than last time.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from fleet.models import NodeStatus
+from fleet.models import COMMAND_OPEN_STATUSES, NodeStatus
 from fleet.workloads.groups import group_source
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.endpoints.events import endpoint_event_record
@@ -57,11 +58,18 @@ def _why_lost(rank: EndpointReplica) -> tuple[str, str]:
     return "", ""
 
 
+def _settled(rank: EndpointReplica) -> bool:
+    """Not live, and no stop of its server still on its way (a hung server told to stop stays failed while its
+    stop runs): a new start under its id before that would find the old server still there."""
+    stop = rank.stop_command
+    return rank.status not in EndpointStatus.live() and (stop is None or stop.status not in COMMAND_OPEN_STATUSES)
+
+
 def group_heal(*, actor: AbstractBaseUser, endpoint: Endpoint) -> list[EndpointReplica]:
     """One pass over a distributed endpoint (see the module; the caller holds its lock); the ranks started."""
     ranks = list(
         EndpointReplica.objects.select_for_update(of=("self",))
-        .select_related("node", "start_command")
+        .select_related("node", "stop_command")
         .filter(endpoint=endpoint, group_rank__lt=endpoint.pipeline_parallel)
         .order_by("group_rank")
     )
@@ -70,7 +78,7 @@ def group_heal(*, actor: AbstractBaseUser, endpoint: Endpoint) -> list[EndpointR
         if code:
             _fail(actor=actor, endpoint=endpoint, ranks=ranks, code=code, why=why)
             return []
-    if endpoint.group_failure_code in HEALED and not any(r.status in EndpointStatus.live() for r in ranks):
+    if endpoint.group_failure_code in HEALED and all(_settled(r) for r in ranks):
         return _restart(actor=actor, endpoint=endpoint)
     endpoint_summarise(endpoint)
     return []

@@ -83,7 +83,8 @@ def group_plan(*, endpoint: Endpoint) -> GroupPlan:
 
 
 def _master_port(endpoint: Endpoint, leader_node_id: Any) -> int:
-    """The first port of `ENDPOINT_GROUP_PORTS` no other live group led from that node holds."""
+    """The first port of `ENDPOINT_GROUP_PORTS` no other live group led from that node holds, nor this group's
+    last run."""
     held = set(
         Endpoint.objects.filter(
             replicas__group_rank=0,
@@ -93,6 +94,7 @@ def _master_port(endpoint: Endpoint, leader_node_id: Any) -> int:
         .exclude(pk=endpoint.pk)
         .values_list("master_port", flat=True)
     )
+    held.add(endpoint.master_port)  # a restart: not the port the last run's ranks may still hold
     low, high = settings.ENDPOINT_GROUP_PORTS
     port = next((p for p in range(low, high + 1) if p not in held), None)
     if port is None:
