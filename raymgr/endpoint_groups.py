@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from fleet.workloads.groups import GroupMember, GroupPlan, MemberState, register_group_source
@@ -51,7 +52,10 @@ class RayGroupSource:
         if not nodes or nodes[0].role != RayNodeRole.HEAD:
             raise _refuse(f"Ray cluster {cluster.name} has no running head.")
         address = cluster.head_ip or nodes[0].ip or nodes[0].node.hostname
-        docker = cluster.runtime == RayRuntime.DOCKER
+        # ranks run inside the Ray containers where those carry vLLM: the cluster serves vLLM, or (the fallback
+        # for installations whose RAY_IMAGE_TEMPLATE already names a vLLM image) ENDPOINT_GROUP_IN_RAY_CONTAINER
+        inside = cluster.serves_vllm or settings.ENDPOINT_GROUP_IN_RAY_CONTAINER
+        docker = cluster.runtime == RayRuntime.DOCKER and inside
         members = tuple(
             GroupMember(
                 ray_node=str(n.pk),

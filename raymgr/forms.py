@@ -83,6 +83,11 @@ class RayClusterCreateForm(forms.Form):
         help_text="KubeRay: GPUs per worker pod.",
     )
     checkpoint_on_stop = forms.BooleanField(required=False, label="Checkpoint jobs before stopping")
+    serves_vllm = forms.BooleanField(
+        required=False,
+        label="Serve vLLM",
+        help_text="Docker runtime: its containers run the Ray image carrying vLLM, for distributed endpoints.",
+    )
     gcs_port = forms.IntegerField(
         required=False,
         min_value=1,

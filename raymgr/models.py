@@ -74,6 +74,12 @@ class RayCluster(models.Model):
     )
     worker_gpus = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(64)])
     checkpoint_on_stop = models.BooleanField(default=False)
+    # Docker runtime: its containers run the Ray image carrying vLLM (`vllm_image`), so the ranks of a
+    # distributed endpoint on it run inside them (`raymgr.endpoint_groups`).
+    serves_vllm = models.BooleanField(
+        default=False,
+        help_text="Docker runtime: run the Ray image carrying vLLM; a distributed endpoint's ranks run inside it.",
+    )
     status = models.CharField(max_length=16, choices=RayClusterStatus.choices, default=RayClusterStatus.PENDING)
     status_changed_at = models.DateTimeField(auto_now_add=True)
     failure_reason = models.TextField(blank=True, default="")
@@ -129,8 +135,10 @@ class RayCluster(models.Model):
         return template.replace("{version}", self.ray_version).replace("{vllm}", vllm)
 
     def image_for(self, node: Node) -> str:
-        """The Ray image for a Ray node placed on `node` (the -gpu variant on GPU nodes)."""
-        return self.image(gpu=bool(node.gpu_count))
+        """The Ray image for a Ray node placed on `node` (the -gpu variant on GPU nodes; the one carrying vLLM
+        when the cluster serves vLLM)."""
+        gpu = bool(node.gpu_count)
+        return self.vllm_image(gpu=gpu) if self.serves_vllm else self.image(gpu=gpu)
 
     @property
     def is_kuberay(self) -> bool:

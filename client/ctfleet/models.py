@@ -4857,7 +4857,7 @@ class Quotas(_Model):
 class RayCluster(_Model):
     """A Ray cluster as listed and inspected."""
 
-    __slots__ = ('id', 'workspace', 'compute_cluster', 'compute_cluster_name', 'name', 'ray_version', 'runtime', 'min_workers', 'max_workers', 'idle_timeout_s', 'worker_cpus', 'worker_memory_mb', 'worker_gpus', 'checkpoint_on_stop', 'status', 'status_changed_at', 'failure_reason', 'head_node', 'head_node_name', 'head_hostname', 'head_ip', 'head_container_id', 'gcs_port', 'head_gcs_port', 'dashboard_port', 'dashboard_url', 'created_at', 'started_at',)
+    __slots__ = ('id', 'workspace', 'compute_cluster', 'compute_cluster_name', 'name', 'ray_version', 'runtime', 'min_workers', 'max_workers', 'idle_timeout_s', 'worker_cpus', 'worker_memory_mb', 'worker_gpus', 'checkpoint_on_stop', 'serves_vllm', 'status', 'status_changed_at', 'failure_reason', 'head_node', 'head_node_name', 'head_hostname', 'head_ip', 'head_container_id', 'gcs_port', 'head_gcs_port', 'dashboard_port', 'dashboard_url', 'created_at', 'started_at',)
 
     def __init__(
         self,
@@ -4876,6 +4876,7 @@ class RayCluster(_Model):
         worker_memory_mb: int,
         worker_gpus: int,
         checkpoint_on_stop: bool,
+        serves_vllm: bool,
         status: RayClusterStatusEnum,
         status_changed_at: str,
         failure_reason: str,
@@ -4905,6 +4906,7 @@ class RayCluster(_Model):
         self.worker_memory_mb = worker_memory_mb
         self.worker_gpus = worker_gpus
         self.checkpoint_on_stop = checkpoint_on_stop
+        self.serves_vllm = serves_vllm
         self.status = status
         self.status_changed_at = status_changed_at
         self.failure_reason = failure_reason
@@ -4937,6 +4939,7 @@ class RayCluster(_Model):
             worker_memory_mb=data['worker_memory_mb'],
             worker_gpus=data['worker_gpus'],
             checkpoint_on_stop=data['checkpoint_on_stop'],
+            serves_vllm=data['serves_vllm'],
             status=data['status'],
             status_changed_at=data['status_changed_at'],
             failure_reason=data['failure_reason'],
@@ -4969,6 +4972,7 @@ class RayCluster(_Model):
         out['worker_memory_mb'] = self.worker_memory_mb
         out['worker_gpus'] = self.worker_gpus
         out['checkpoint_on_stop'] = self.checkpoint_on_stop
+        out['serves_vllm'] = self.serves_vllm
         out['status'] = self.status
         out['status_changed_at'] = self.status_changed_at
         out['failure_reason'] = self.failure_reason
@@ -4989,7 +4993,7 @@ class RayCluster(_Model):
 class RayClusterCreate(_Model):
     """POST /ray/clusters/."""
 
-    __slots__ = ('workspace', 'compute_cluster', 'name', 'ray_version', 'runtime', 'min_workers', 'max_workers', 'idle_timeout_s', 'gcs_port', 'dashboard_port', 'checkpoint_on_stop', 'worker_cpus', 'worker_memory_mb', 'worker_gpus',)
+    __slots__ = ('workspace', 'compute_cluster', 'name', 'ray_version', 'runtime', 'min_workers', 'max_workers', 'idle_timeout_s', 'gcs_port', 'dashboard_port', 'checkpoint_on_stop', 'serves_vllm', 'worker_cpus', 'worker_memory_mb', 'worker_gpus',)
 
     def __init__(
         self,
@@ -5005,6 +5009,7 @@ class RayClusterCreate(_Model):
         gcs_port: int | None = None,
         dashboard_port: int | None = None,
         checkpoint_on_stop: bool | None = None,
+        serves_vllm: bool | None = None,
         worker_cpus: float | None = None,
         worker_memory_mb: int | None = None,
         worker_gpus: int | None = None,
@@ -5020,6 +5025,7 @@ class RayClusterCreate(_Model):
         self.gcs_port = gcs_port
         self.dashboard_port = dashboard_port
         self.checkpoint_on_stop = checkpoint_on_stop
+        self.serves_vllm = serves_vllm
         self.worker_cpus = worker_cpus
         self.worker_memory_mb = worker_memory_mb
         self.worker_gpus = worker_gpus
@@ -5038,6 +5044,7 @@ class RayClusterCreate(_Model):
             gcs_port=data.get('gcs_port'),
             dashboard_port=data.get('dashboard_port'),
             checkpoint_on_stop=data.get('checkpoint_on_stop'),
+            serves_vllm=data.get('serves_vllm'),
             worker_cpus=data.get('worker_cpus'),
             worker_memory_mb=data.get('worker_memory_mb'),
             worker_gpus=data.get('worker_gpus'),
@@ -5064,6 +5071,8 @@ class RayClusterCreate(_Model):
             out['dashboard_port'] = self.dashboard_port
         if self.checkpoint_on_stop is not None:
             out['checkpoint_on_stop'] = self.checkpoint_on_stop
+        if self.serves_vllm is not None:
+            out['serves_vllm'] = self.serves_vllm
         if self.worker_cpus is not None:
             out['worker_cpus'] = self.worker_cpus
         if self.worker_memory_mb is not None:

@@ -21,7 +21,7 @@ class GroupMember:
     ray_node: str  # the Ray node's id (raymgr's RayNode)
     node: Node  # the fleet node it runs on, where the rank's agent starts vLLM
     label: str  # in words, for events and pages ("head", "worker 1a2b3c4d")
-    container: str  # its container on the docker runtime (the rank may run inside it), else ""
+    container: str  # its container where the rank runs inside it (a docker-runtime cluster serving vLLM), else ""
 
 
 @dataclass(frozen=True)

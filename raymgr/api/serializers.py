@@ -36,6 +36,7 @@ class RayClusterSerializer(serializers.ModelSerializer):
             "worker_memory_mb",
             "worker_gpus",
             "checkpoint_on_stop",
+            "serves_vllm",
             "status",
             "status_changed_at",
             "failure_reason",
@@ -83,6 +84,12 @@ class RayClusterCreateSerializer(serializers.Serializer):
     )
     dashboard_port = serializers.IntegerField(min_value=1, max_value=65535, required=False, default=8265)
     checkpoint_on_stop = serializers.BooleanField(required=False, default=False)
+    serves_vllm = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Docker runtime: its containers run the Ray image carrying vLLM (RAY_VLLM_VERSIONS pairs the "
+        "versions); a distributed endpoint's ranks then run inside them.",
+    )
     worker_cpus = serializers.FloatField(min_value=0.1, max_value=1024, required=False, default=1.0)
     worker_memory_mb = serializers.IntegerField(min_value=256, max_value=4 * 1024 * 1024, required=False, default=2048)
     worker_gpus = serializers.IntegerField(min_value=0, max_value=64, required=False, default=0)

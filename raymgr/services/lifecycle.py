@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -87,6 +88,7 @@ def ray_cluster_create(
     worker_cpus: float = 1.0,
     worker_memory_mb: int = 2048,
     worker_gpus: int = 0,
+    serves_vllm: bool = False,
 ) -> RayCluster:
     """Create a Ray cluster (Owner/Admin only) and place its head; it starts `pending`.
 
@@ -96,7 +98,8 @@ def ray_cluster_create(
     default. `gcs_port` None (the default): the head's node picks a free port at each start, so it never
     collides with anything listening there (a Redis on 6379 above all). Placement failures do not raise: the
     cluster is created `failed` with the reason recorded. The workspace's quotas (a Ray cluster more, and
-    what its head requests) refuse it with `QuotaExceeded` (409) and nothing is written.
+    what its head requests) refuse it with `QuotaExceeded` (409) and nothing is written. `serves_vllm` (docker
+    runtime only, a Ray version paired with a vLLM release): its containers run the image carrying vLLM.
     """
     require_operator(actor, workspace, what="manage Ray clusters")
     errors = _validate_bounds(min_workers, max_workers, idle_timeout_s)
@@ -112,6 +115,8 @@ def ray_cluster_create(
         ray_version = default_version(runtime)
     elif version_error(runtime, ray_version):
         errors["ray_version"] = version_error(runtime, ray_version)
+    if serves_vllm and "runtime" not in errors and "ray_version" not in errors:
+        errors.update(_vllm_error(runtime, ray_version))
     if gcs_port is not None and gcs_port == dashboard_port:
         errors["dashboard_port"] = "Must differ from the GCS port."
     if runtime == RayRuntime.PROCESS and gcs_port == 6379:
@@ -133,6 +138,7 @@ def ray_cluster_create(
         worker_cpus=worker_cpus,
         worker_memory_mb=worker_memory_mb,
         worker_gpus=worker_gpus,
+        serves_vllm=serves_vllm,
         created_by=actor,
     )
     cluster.full_clean(exclude=["workspace", "compute_cluster", "created_by"], validate_constraints=False)
@@ -148,6 +154,16 @@ def ray_cluster_create(
     launch_head(cluster, actor)
     cluster.refresh_from_db()
     return cluster
+
+
+def _vllm_error(runtime: str, ray_version: str) -> dict[str, str]:
+    """Why a cluster of this runtime and Ray version cannot run the Ray image carrying vLLM ({} when it can)."""
+    if runtime != RayRuntime.DOCKER:
+        return {"serves_vllm": "Only a docker-runtime Ray cluster runs the Ray image carrying vLLM."}
+    if not RayCluster(ray_version=ray_version).vllm_image():
+        paired = ", ".join(sorted(settings.RAY_VLLM_VERSIONS)) or "none"
+        return {"serves_vllm": f"No vLLM release is paired with Ray {ray_version} (RAY_VLLM_VERSIONS: {paired})."}
+    return {}
 
 
 @operator_action(
@@ -177,6 +193,8 @@ def ray_cluster_update(*, actor: AbstractBaseUser, cluster: RayCluster, **fields
             )
         if version_error(cluster.runtime, fields["ray_version"]):
             raise ValidationError({"ray_version": version_error(cluster.runtime, fields["ray_version"])})
+        if cluster.serves_vllm and _vllm_error(cluster.runtime, fields["ray_version"]):
+            raise ValidationError(_vllm_error(cluster.runtime, fields["ray_version"]))
     for name, value in fields.items():
         setattr(cluster, name, value)
     errors = _validate_bounds(cluster.min_workers, cluster.max_workers, cluster.idle_timeout_s)

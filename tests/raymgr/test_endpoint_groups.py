@@ -80,7 +80,7 @@ def test_each_rank_gets_its_start_with_its_group_the_leader_on_the_heads_node(ow
     assert all(g.items() >= common.items() for g in groups)
     assert groups[0]["master_port"] == groups[1]["master_port"] == endpoint.master_port == 29500
     assert [(g["node_rank"], g["role"], g["backend"]) for g in groups] == [(0, "leader", "mp"), (1, "follower", "mp")]
-    assert all("container" not in g for g in groups)  # the switch is off: the ranks run beside the Ray containers
+    assert all("container" not in g for g in groups)  # not serving vLLM: the ranks run beside the Ray containers
     assert endpoint.status == EndpointStatus.PENDING
     messages = list(endpoint.events.filter(kind="endpoint.starting").values_list("message", flat=True))
     assert any("rank 1 (follower) placed on node" in m for m in messages)
@@ -88,7 +88,15 @@ def test_each_rank_gets_its_start_with_its_group_the_leader_on_the_heads_node(ow
     assert create(owner, ray).master_port == 29501
 
 
-def test_the_switch_names_each_ranks_ray_container(owner, ray, settings):
+def test_a_cluster_serving_vllm_names_each_ranks_ray_container(owner, ray):
+    ray.serves_vllm = True  # as created with serves_vllm (tests/raymgr/test_serves_vllm.py)
+    ray.save(update_fields=["serves_vllm"])
+    endpoint = create(owner, ray)
+    for rank in ranks(endpoint):
+        assert rank.start_command.payload["group"]["container"] == f"ray-{rank.ray_node}"
+
+
+def test_the_installation_switch_is_the_fallback_for_every_docker_cluster(owner, ray, settings):
     settings.ENDPOINT_GROUP_IN_RAY_CONTAINER = True
     endpoint = create(owner, ray)
     for rank in ranks(endpoint):

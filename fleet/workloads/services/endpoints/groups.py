@@ -142,7 +142,7 @@ def group_start(*, actor: AbstractBaseUser | None, endpoint: Endpoint) -> list[C
             master_port=endpoint.master_port,
             role="leader" if rank == 0 else "follower",
             backend="mp",
-            container=member.container if settings.ENDPOINT_GROUP_IN_RAY_CONTAINER else "",
+            container=member.container,  # its Ray node's container where that carries vLLM (the group source)
         )
         commands.append(replica_queue_start(actor=actor, endpoint=endpoint, replica=replica, node=node, group=group))
     return commands
