@@ -54,9 +54,19 @@ def normalize_status(status: dict[str, Any]) -> protocol.RayStatusResult:
     )
 
 
+# C0 control characters but tab, newline and carriage return: a log read while Ray writes it may hold NULs,
+# which the control plane's database cannot store (PostgreSQL text and jsonb hold no NUL).
+_CONTROLS = dict.fromkeys(c for c in range(32) if chr(c) not in "\t\n\r")
+
+
+def log_text(text: str) -> str:
+    """`text` without its control characters (tab, newline and carriage return kept)."""
+    return text.translate(_CONTROLS)
+
+
 def tail_lines(text: str, lines: int) -> str:
-    """The last `lines` lines of `text` ('' for none)."""
-    return "\n".join(text.splitlines()[-lines:]) if lines else ""
+    """The last `lines` lines of `text` ('' for none), without control characters (`log_text`)."""
+    return log_text("\n".join(text.splitlines()[-lines:])) if lines else ""
 
 
 def read_text(path: Path) -> str:

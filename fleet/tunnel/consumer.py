@@ -27,6 +27,7 @@ import base64
 import collections
 import contextlib
 import logging
+import re
 import secrets
 import time
 import uuid
@@ -68,6 +69,16 @@ CLOSE_REVOKED = p.CLOSE_REVOKED
 CLOSE_BACKOFF = p.CLOSE_BACKOFF
 CLOSE_STALE = p.CLOSE_STALE
 CLOSE_AGENT_TOO_OLD = p.CLOSE_AGENT_TOO_OLD
+
+
+# A JSON `\u0000` escape preceded by an even number of backslashes (an odd one escapes the escape itself).
+_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+def without_nul(text: str) -> str:
+    """A text frame with its JSON NUL escapes (`\\u0000`) dropped: PostgreSQL text and jsonb hold no NUL, so
+    recording a result that carries one (a log tail read while written) would fail again at every resend."""
+    return _NUL_ESCAPE.sub(r"\1", text) if "u0000" in text else text
 
 
 class AgentTunnelConsumer(TunnelHeartbeats, TunnelMoves, StreamRelay, AsyncWebsocketConsumer):
@@ -224,7 +235,7 @@ class AgentTunnelConsumer(TunnelHeartbeats, TunnelMoves, StreamRelay, AsyncWebso
     # ---- frames from the agent
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        raw = text_data if text_data is not None else (bytes_data or b"")
+        raw = without_nul(text_data) if text_data is not None else (bytes_data or b"")
         try:
             frame = p.decode(raw)
         except p.ProtocolError as exc:

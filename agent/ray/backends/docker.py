@@ -22,7 +22,7 @@ from agent.ray import incontainer
 from agent.ray.backends.base import MemberFile, RayBackend
 from agent.ray.containers import RayContainers, available_memory_bytes, memory_bytes, short_reason
 from agent.ray.docker_spec import docker_run_spec
-from agent.ray.members import CONTAINER_RAY_DIR, LOG_FILES, member_name, normalize_status
+from agent.ray.members import CONTAINER_RAY_DIR, LOG_FILES, log_text, member_name, normalize_status
 from agent.ray.ports import free_port, port_in_use, ray_port_refusal, worker_port_window
 from agent.ray.versions import AGENT_PORTS, agent_ports_need_pinning
 
@@ -170,7 +170,7 @@ class DockerBackend(RayBackend):
         for key, filename in LOG_FILES.items():
             path = f"{CONTAINER_RAY_DIR}/session_latest/logs/{filename}"
             _, output = self._engine().exec(head_name, ["tail", "-n", str(p.log_lines), path], timeout_s=15)
-            logs[key] = output
+            logs[key] = log_text(output)
         return dataclasses.replace(result, logs=logs)
 
     # ---- helpers -------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from agent import protocol
 from agent.errors import CommandFailed
 from agent.ray.commands import RayCommandHandler
 from agent.ray.gcs import NODE_LABEL
-from agent.ray.members import member_name, member_of, normalize_status
+from agent.ray.members import log_text, member_name, member_of, normalize_status, tail_lines
 from agent.ray.ports import free_port, port_in_use
 from agent.ray.process_runtime import RayProcessRuntime, session_pids
 from tests.support.processes import VENV_BIN, wait_until
@@ -343,3 +343,10 @@ def test_process_runtime_head_worker_status_drain_stop(handler: RayCommandHandle
         restarted.run("ray.status", status_payload, progress)
     assert err.value.code == "not_found"
     assert any("starting Ray 2.60.0 head" in s for s in seen)
+
+
+def test_log_tails_drop_control_characters_the_control_plane_cannot_store():
+    # a Ray log read while it is written held NULs (gcs_server.out in a Ray 2.60 container): PostgreSQL refused them
+    torn = "Execution ti\x01\x00\x00\x00\nsme: mean = 0.61ms\tok\r\n"
+    assert log_text(torn) == "Execution ti\nsme: mean = 0.61ms\tok\r\n"
+    assert tail_lines("one\ntw\x00o\nthree", 2) == "two\nthree"

@@ -10,6 +10,7 @@ in the close frame (`cleverthis.daphne_fixes`, `cleverthis.uvicorn_fixes`).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import datetime as dt
@@ -35,7 +36,7 @@ from agent import protocol as p
 from cleverthis.asgi import application
 from fleet import ca, services
 from fleet.models import Command, JoinToken, Node, NodeEvent
-from fleet.tunnel.consumer import CLOSE_PROTOCOL_ERROR, CLOSE_REVOKED, CLOSE_UNAUTHORIZED
+from fleet.tunnel.consumer import CLOSE_PROTOCOL_ERROR, CLOSE_REVOKED, CLOSE_UNAUTHORIZED, without_nul
 from tests.support.processes import BOTH_SERVERS
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -663,3 +664,38 @@ def test_real_server_tells_unauthenticated_peers_why_it_closed_without_a_traceba
         assert "Traceback" not in plane.replicas[0].log(), plane.replicas[0].log()[-3000:]
     finally:
         plane.stop()
+
+
+def test_nul_escapes_are_dropped_and_an_escaped_backslash_before_u0000_is_kept():
+    assert without_nul(json.dumps({"log": "ti\x01\x00\x00me"})) == '{"log": "ti\\u0001me"}'
+    assert json.loads(without_nul(json.dumps({"path": "C:\\u0000"}))) == {"path": "C:\\u0000"}  # not a NUL
+    assert json.loads(without_nul(json.dumps({"m": "\\\x00"}))) == {"m": "\\"}
+
+
+@pytest.mark.asyncio
+async def test_a_result_carrying_nul_characters_is_recorded_without_them_and_the_tunnel_stays(
+    cluster, owner, node_identity
+):
+    """A log tail read while Ray writes it may hold NULs, which PostgreSQL's jsonb refuses: recording it failed
+    at every resend, and each failure closed the tunnel (its proxied streams too)."""
+    (command,) = await sync_to_async(
+        lambda: services.command_dispatch(
+            actor=owner,
+            cluster=cluster,
+            command_type="model.download",
+            payload={"model_id": "acme/tiny"},
+            node=Node.objects.get(pk=node_identity.node_id),
+        )
+    )()
+    comm = await _authenticated(node_identity)
+    await comm.send_to(text_data=p.encode(p.Ack(command_id=str(command.pk))))
+    await comm.send_to(text_data=p.encode(p.Result(command_id=str(command.pk), data={"logs": {"gcs": "a\x00\x00b"}})))
+    for _ in range(100):  # results are recorded in batches, off the socket's loop
+        row = await sync_to_async(Command.objects.get)(pk=command.pk)
+        if row.status == "succeeded":
+            break
+        await asyncio.sleep(0.1)
+    assert row.status == "succeeded"
+    assert await _heartbeat_answered(comm)  # the tunnel stays
+    assert row.result["logs"] == {"gcs": "ab"}
+    await comm.disconnect()
