@@ -420,6 +420,10 @@ def test_a_hung_leader_fails_the_group_which_restarts_only_once_its_stop_is_done
     endpoint.refresh_from_db()
     assert "rank 0 (leader)" in endpoint.group_failure
     assert "unresponsive" in endpoint.group_failure
+    # in the group's words: probed with a completion, and no replacement of its own (the group restarts)
+    assert "(a one-token completion)" in endpoint.group_failure
+    assert "GET /health" not in endpoint.group_failure
+    assert "replacement" not in endpoint.group_failure
     follower.refresh_from_db()
     agent_side.result(follower.stop_command)
     endpoints_heal_tick()

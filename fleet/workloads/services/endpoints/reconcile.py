@@ -54,10 +54,16 @@ def _fail_unresponsive(node: Node, endpoint: Endpoint, replica: EndpointReplica)
     The caller saves the replica."""
     replica.status = EndpointStatus.FAILED
     replica.failure_code = UNRESPONSIVE
-    replica.failure_message = (
-        f"The server on node {node.name} (port {replica.port or '?'}) stopped answering its health checks "
-        "(GET /health): it was taken out of rotation and told to stop, and a replacement is started."
-    )
+    if replica.group_rank is None:
+        replica.failure_message = (
+            f"The server on node {node.name} (port {replica.port or '?'}) stopped answering its health checks "
+            "(GET /health): it was taken out of rotation and told to stop, and a replacement is started."
+        )
+    else:  # a group's leader, probed with a one-token completion; the group fails and heals as one
+        replica.failure_message = (
+            f"The group's leader on node {node.name} (port {replica.port or '?'}) stopped answering its health "
+            "checks (a one-token completion): it was taken out of rotation and told to stop."
+        )
     try:
         actor = system_actor(endpoint.cluster.workspace)
     except PermissionDenied:  # no Owner/Admin to send the stop as: the server stays until someone stops it
