@@ -27,7 +27,7 @@ checked on every request. What the proxy reads from the database it reads on the
 one thread the pages, the API and `/healthz` share: with hundreds of streams opening while a fleet of tunnels
 reconnects (a roll), the route reloads queued there made `/healthz` miss the load balancer's 2 s check and
 took healthy replicas out. The routes, keys and budget stops requests use are re-read in the background
-before they go stale (`fleet.proxy.warm_caches`, on the thread pool too), so a caller sending one request
+before they go stale (`fleet.proxy.warm_caches`), so a caller sending one request
 every few seconds waits for no query either.
 
 An API key (`Authorization: Bearer ctk_…`) must hold the invoke scope, belong to the endpoint's workspace

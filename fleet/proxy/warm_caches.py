@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from channels.db import DatabaseSyncToAsync
+from channels.db import database_sync_to_async
 from django.conf import settings
 
 log = logging.getLogger(__name__)
@@ -113,8 +113,9 @@ class Refresher:
                 continue
             try:
                 if kind.reload is not None:
-                    # on the thread pool, not the one thread the pages, the API and /healthz share
-                    await DatabaseSyncToAsync(kind.reload, thread_sensitive=False)(names)
+                    # on the sync thread, as the saves whose signals forget a copy: a re-read can never
+                    # interleave with a save and put back what was read before it
+                    await database_sync_to_async(kind.reload)(names)
                 if kind.reload_async is not None:
                     await kind.reload_async(names)
             except Exception:  # the copies are read on demand meanwhile
