@@ -3,7 +3,8 @@
 A group runs on every Ray node of a running cluster of the docker or process runtime (KubeRay's nodes are pods,
 not fleet nodes): the head's fleet node is the leader (rank 0, serves the API) and each worker's a follower. The
 leader's address is the one the cluster's workers join the head at (`RayCluster.head_ip`, reported by the head's
-agent), so the followers' agents reach it the same way.
+agent), so the followers' agents reach it the same way. Each member carries the GPUs and VRAM its Ray node was
+admitted with (`raymgr.quotas`), which the rank on it is not charged again.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class RayGroupSource:
                 node=n.node,
                 label=_label(n),
                 container=f"{CONTAINER_PREFIX}{n.pk}" if docker else "",
+                gpus=n.req_gpus,  # admitted for the Ray node (`raymgr.quotas`): the rank runs on them
+                vram_mb=n.req_vram_mb,
             )
             for n in nodes
         )

@@ -3,7 +3,8 @@
 The fleet app never imports raymgr (apps point one way); raymgr registers the source that answers for its
 managed Ray clusters at start (`raymgr.endpoint_groups`): which fleet nodes host the cluster's Ray nodes (the
 head first: the group's leader), the address the followers join the leader at, and whether every Ray node of
-a running group is still alive.
+a running group is still alive, and what each Ray node already holds against the workspace's quotas (a rank on
+it counts only what it holds beyond that: `services.endpoints.groups.group_start`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ class GroupMember:
     node: Node  # the fleet node it runs on, where the rank's agent starts vLLM
     label: str  # in words, for events and pages ("head", "worker 1a2b3c4d")
     container: str  # its container where the rank runs inside it (a docker-runtime cluster serving vLLM), else ""
+    # What the Ray node holds and its app already counts against the workspace's quotas (raymgr: `RayNode.req_*`):
+    # the rank runs on those GPUs, so it is charged only what it holds beyond them.
+    gpus: int = 0
+    vram_mb: int = 0
 
 
 @dataclass(frozen=True)

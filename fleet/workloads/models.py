@@ -433,6 +433,10 @@ class EndpointReplica(models.Model):
     # one, whatever the endpoint asked) and vLLM's share of their memory (`endpoint_vram_held_mb`).
     held_gpus = models.PositiveIntegerField(default=0)
     held_vram_mb = models.PositiveBigIntegerField(default=0)
+    # Of those, what a distributed endpoint's rank runs on that its Ray node already holds and counts against the
+    # quotas (`services.endpoints.groups.group_start`, never more than held): the rank is charged only the rest.
+    covered_gpus = models.PositiveIntegerField(default=0)
+    covered_vram_mb = models.PositiveBigIntegerField(default=0)
     # The LoRA adapters its server has loaded (names), as its start and adapter commands reported them; the proxy
     # sends a request naming an adapter to a replica holding it (`fleet.proxy.endpoint_routes`).
     adapters = models.JSONField(default=list, blank=True)

@@ -7,7 +7,8 @@ the check sums plain numbers); an endpoint counts once while it is live or scale
 so it keeps its place in the `endpoints` quota, while it holds no GPU or VRAM), and each of its replicas
 with what its server really holds on its node while that replica is live with its start queued
 (`replica_hold`: on a GPU node at least one GPU, whatever the endpoint asked, as the agent pins them, and
-vLLM's share of those GPUs' memory; kept on the replica's row). A replica is admitted by
+vLLM's share of those GPUs' memory; kept on the replica's row), less what of that its Ray node already holds
+for a distributed endpoint's rank (`covered_*`: the Ray node counts it, `raymgr.quotas`). A replica is admitted by
 `endpoint_record_start_commands` just before its start links to it; so is the replica a cold start brings
 back, asking GPUs and VRAM but no endpoint.
 `register()` hands the provider to tenancy at app start; the services call `admit` with the asks below
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db.models import Count, FloatField, QuerySet, Sum, Value
+from django.db.models import Count, F, FloatField, QuerySet, Sum, Value
 
 from agent import protocol
 from fleet.models import Node
@@ -61,8 +62,8 @@ def workload_usage(workspace_ids: Sequence[Any], names: frozenset[str]) -> list[
             quotas.usage_rows(
                 replicas,
                 workspace_field="endpoint__cluster__workspace_id",
-                gpus=Sum("held_gpus"),
-                vram_gib=Sum("held_vram_mb") / MB_PER_GIB_F,
+                gpus=Sum(F("held_gpus") - F("covered_gpus")),
+                vram_gib=Sum(F("held_vram_mb") - F("covered_vram_mb")) / MB_PER_GIB_F,
             )
         )
     return parts

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from agent import protocol
 from fleet.models import Command, Node, NodeStatus
 from fleet.proxy import endpoint_routes
+from fleet.services.command_delivery import command_pending_for_node
 from fleet.workloads import services as workloads
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.tasks import endpoints_heal_tick
@@ -53,7 +54,9 @@ def create(owner, ray, **kwargs):
 
 
 def ranks(endpoint) -> list[EndpointReplica]:
-    return list(endpoint.replicas.select_related("node", "start_command", "stop_command").order_by("group_rank"))
+    """The group's current ranks (not those left behind stopping on another node)."""
+    rows = endpoint.replicas.select_related("node", "start_command", "stop_command")
+    return list(rows.filter(replacements__isnull=True).order_by("group_rank"))
 
 
 def run(endpoint) -> Endpoint:
@@ -161,22 +164,75 @@ def test_weights_missing_on_one_rank_node_refuses_the_whole_group(owner, ray):
     assert not Command.objects.filter(command_type="endpoint.start").exists()
 
 
-def test_the_quota_admits_the_group_as_one_unit(owner, workspace, compute, add_node, make_ray):
+@pytest.fixture
+def gpu_ray(compute, add_node, make_ray):
+    """A running docker Ray cluster (the default runtime: each Ray node holds its node's GPUs and VRAM) of a head
+    and one worker on two nodes of 2 GPUs each holding the model."""
     for name in ("gpu-1", "gpu-2"):
-        agent_side.inventory(add_node(compute, name, gpus=1, memory_mb=128000), models=[LLAMA])
+        agent_side.inventory(add_node(compute, name, gpus=2, memory_mb=128000), models=[LLAMA])
     cluster = make_ray(min_workers=1, max_workers=1)
     start_head(cluster, ip="10.0.0.7")
     finish(last_command("ray.worker.start", cluster_id=str(cluster.pk)), data={"container_id": "c-w"})
-    in_use = usage([workspace.pk])[workspace.pk]["gpus"]
-    tenancy_services.workspace_quota_set(actor=owner, workspace=workspace, limits={"gpus": int(in_use) + 1})
-    with pytest.raises(QuotaExceeded):  # room for one rank's GPU, not for the group's two
-        create(owner, cluster)
-    assert not Endpoint.objects.exists()
-    assert not Command.objects.filter(command_type="endpoint.start").exists()
-    tenancy_services.workspace_quota_set(actor=owner, workspace=workspace, limits={"gpus": int(in_use) + 2})
-    endpoint = create(owner, cluster)
-    assert [r.held_gpus for r in ranks(endpoint)] == [1, 1]
-    assert [r.start_command.payload["gpus"] for r in ranks(endpoint)] == [1, 1]  # tensor_parallel 1 per node
+    cluster.refresh_from_db()
+    assert cluster.status == RayClusterStatus.RUNNING
+    return cluster
+
+
+def _quota_lines(api, workspace) -> dict[str, float]:
+    body = api.get(f"/api/v1/workspaces/{workspace.pk}/quotas/").json()
+    return {q["quota"]: q["in_use"] for q in body["quotas"]}
+
+
+def test_a_quota_exactly_covering_the_ray_cluster_starts_a_group_on_its_gpus(owner, workspace, gpu_ray, api, client):
+    ray_nodes = list(RayNode.objects.filter(ray_cluster=gpu_ray))
+    assert [n.req_gpus for n in ray_nodes] == [2, 2]  # the Ray nodes hold (and count) their nodes' GPUs
+    held_by_ray = usage([workspace.pk])[workspace.pk]
+    assert held_by_ray["gpus"] == 4
+    tenancy_services.workspace_quota_set(
+        actor=owner, workspace=workspace, limits={"gpus": 4, "vram_gib": held_by_ray["vram_gib"]}
+    )
+    endpoint = create(owner, gpu_ray, tensor_parallel=2)  # QuotaExceeded when the ranks counted their GPUs again
+    leader, follower = ranks(endpoint)
+    assert [r.start_command.payload["gpus"] for r in (leader, follower)] == [2, 2]
+    assert [(r.held_gpus, r.covered_gpus) for r in (leader, follower)] == [(2, 2), (2, 2)]
+    assert all(0 < r.covered_vram_mb == r.held_vram_mb for r in (leader, follower))
+    after = usage([workspace.pk])[workspace.pk]
+    assert (after["gpus"], after["vram_gib"]) == (4, held_by_ray["vram_gib"])  # not double
+    # the workspace's quota page and API show the same: the Ray nodes' GPUs once
+    shown = _quota_lines(api, workspace)
+    assert (shown["gpus"], shown["vram_gib"]) == (4, round(held_by_ray["vram_gib"], 2))
+    client.force_login(owner)
+    page = client.get(f"/workspaces/{workspace.pk}/quotas/").content.decode()
+    row = page[page.index('data-quota="gpus"') :]
+    assert row[: row.index("</tr>")].count("<td>4</td>") == 1
+
+
+def test_a_rank_asking_more_than_its_ray_node_holds_is_charged_the_excess_all_or_none(owner, workspace, gpu_ray):
+    first = create(owner, gpu_ray)  # tensor_parallel 1: 1 GPU of each Ray node's 2, charged nothing
+    assert [(r.held_gpus, r.covered_gpus) for r in ranks(first)] == [(1, 1), (1, 1)]
+    in_use = usage([workspace.pk])[workspace.pk]
+    assert in_use["gpus"] == 4
+    # a second group of 2 GPUs per rank: its Ray node's GPUs left uncovered are 1 per node, the rest is charged
+    tenancy_services.workspace_quota_set(actor=owner, workspace=workspace, limits={"gpus": 5})
+    with pytest.raises(QuotaExceeded):  # room for one rank's excess, not for the group's two
+        create(owner, gpu_ray, tensor_parallel=2)
+    assert Endpoint.objects.count() == 1
+    assert Command.objects.filter(command_type="endpoint.start").count() == 2
+    tenancy_services.workspace_quota_set(actor=owner, workspace=workspace, limits={"gpus": 6})
+    second = create(owner, gpu_ray, tensor_parallel=2)
+    assert [(r.held_gpus, r.covered_gpus) for r in ranks(second)] == [(2, 1), (2, 1)]
+    after = usage([workspace.pk])[workspace.pk]
+    assert after["gpus"] == 6
+    charged_mb = sum(r.held_vram_mb - r.covered_vram_mb for r in ranks(first) + ranks(second))
+    assert charged_mb > 0
+    assert after["vram_gib"] == pytest.approx(in_use["vram_gib"] + charged_mb / 1024)
+
+
+def test_a_ray_node_holding_no_gpus_leaves_the_ranks_charged_in_full(owner, workspace, gpu_ray):
+    RayNode.objects.filter(ray_cluster=gpu_ray).update(req_gpus=0, req_vram_mb=0)  # as a process-runtime one
+    endpoint = create(owner, gpu_ray)
+    assert [(r.held_gpus, r.covered_gpus, r.covered_vram_mb) for r in ranks(endpoint)] == [(1, 0, 0), (1, 0, 0)]
+    assert usage([workspace.pk])[workspace.pk]["gpus"] == 2
 
 
 def _worker_dies(ray):
@@ -434,3 +490,114 @@ def test_a_hung_leader_fails_the_group_which_restarts_only_once_its_stop_is_done
     assert endpoint.status == EndpointStatus.PENDING
     assert endpoint.master_port == 29501  # not the port the hung leader may still hold
     assert {r.start_command.payload["group"]["master_port"] for r in ranks(endpoint)} == {29501}
+
+
+def _offline(node) -> None:
+    Node.objects.filter(pk=node.pk).update(status=NodeStatus.OFFLINE)
+
+
+def _starts() -> int:
+    return Command.objects.filter(command_type="endpoint.start").count()
+
+
+def test_a_rank_whose_node_went_offline_restarts_on_the_ray_clusters_new_worker_without_waiting(
+    owner, ray, compute, add_node, client
+):
+    agent_side.inventory(add_node(compute, "cpu-3", memory_mb=32000), models=[LLAMA])  # room for a new worker
+    endpoint = run(create(owner, ray))
+    _leader, old = ranks(endpoint)
+    gone = old.node
+    _offline(gone)
+    endpoints_heal_tick()
+    failed = endpoint.events.get(kind="endpoint.group_failed")
+    assert f"node {gone.name}: the node is offline" in failed.message
+    assert f"(rank 1's stop waits for node {gone.name} to come back)" in failed.message
+    assert "without waiting for that stop where the Ray cluster places the rank on another node" in failed.message
+    agent_side.result(ranks(endpoint)[0].stop_command)
+    old.refresh_from_db()
+    assert old.status == EndpointStatus.STOPPING  # its stop is queued until the node returns
+    assert endpoints_heal_tick() == {str(endpoint.pk): 0}  # the Ray cluster still places rank 1 there: it waits
+    assert _starts() == 2
+    # the Ray cluster replaces its worker on another node (the head no longer lists the lost one)
+    _worker_dies(ray)
+    services.autoscale_pass()
+    finish(last_command("ray.worker.start", cluster_id=str(ray.pk)), data={"container_id": "c-w2"})
+    new_worker = RayNode.objects.get(ray_cluster=ray, role=RayNodeRole.WORKER, status=RayNodeStatus.RUNNING)
+    assert new_worker.node.name == "cpu-3"
+    assert endpoints_heal_tick() == {str(endpoint.pk): 2}  # without waiting for the offline node's stop
+    _leader, moved = ranks(endpoint)
+    assert (moved.group_rank, moved.node_id, moved.ray_node) == (1, new_worker.node_id, str(new_worker.pk))
+    assert moved.replacement_of_id == old.pk
+    assert moved.server_id != old.server_id  # a fresh server id: the old one's late outcomes stay its own
+    assert moved.start_command.payload["endpoint_id"] == moved.server_id
+    event = endpoint.events.get(kind="endpoint.group_restarted")
+    assert f"rank 1 moved from node {gone.name} to cpu-3 as server {moved.server_id}" in event.message
+    assert f"its stop stays queued and ends it when {gone.name} comes back" in event.message
+    assert event.data["moved_ranks"] == [1]
+    assert run(endpoint).status == EndpointStatus.RUNNING
+    # the page lists both while the old one stops: the new one as its replacement
+    client.force_login(owner)
+    page = client.get(_detail_url(endpoint)).content.decode()
+    old_row = page[page.index(f'data-replica="{old.server_id}"') :]
+    assert '<span class="status stopping">' in old_row[: old_row.index("</tr>")]
+    new_row = page[page.index(f'data-replica="{moved.server_id}"') :]
+    assert "replacement" in new_row[: new_row.index("</tr>")]
+    # the old rank's stop is kept: sent when its node reconnects, it ends the old server alone
+    old.refresh_from_db()
+    assert old.status == EndpointStatus.STOPPING
+    assert old.stop_command.status == "queued"
+    assert old.stop_command.payload == {"endpoint_id": old.server_id}
+    Node.objects.filter(pk=gone.pk).update(status=NodeStatus.ONLINE)
+    assert old.stop_command in command_pending_for_node(node=gone)
+    agent_side.result(old.stop_command)
+    old.refresh_from_db()
+    moved.refresh_from_db()
+    assert (old.status, moved.status) == (EndpointStatus.STOPPED, EndpointStatus.RUNNING)
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.RUNNING
+    assert endpoints_heal_tick() == {str(endpoint.pk): 0}
+    assert _starts() == 4
+
+
+def test_a_rank_placed_on_its_own_node_again_waits_for_its_stop(owner, ray):
+    endpoint = run(create(owner, ray))
+    _leader, follower = ranks(endpoint)
+    _offline(follower.node)
+    endpoints_heal_tick()
+    agent_side.result(ranks(endpoint)[0].stop_command)
+    # the node comes back with its Ray worker still running: the group goes there again, after the old server
+    Node.objects.filter(pk=follower.node_id).update(status=NodeStatus.ONLINE)
+    agent_side.ack(ranks(endpoint)[1].stop_command)
+    assert endpoints_heal_tick() == {str(endpoint.pk): 0}
+    assert _starts() == 2
+    agent_side.result(ranks(endpoint)[1].stop_command)
+    assert endpoints_heal_tick() == {str(endpoint.pk): 2}
+    _leader, again = ranks(endpoint)
+    assert (again.pk, again.server_id, again.node_id) == (follower.pk, follower.server_id, follower.node_id)
+    assert not endpoint.replicas.filter(replacement_of__isnull=False).exists()
+    assert "moved" not in endpoint.events.get(kind="endpoint.group_restarted").message
+
+
+def test_a_group_down_while_a_ranks_stop_waits_on_its_offline_node_can_be_stopped(owner, ray, compute, add_node):
+    agent_side.inventory(add_node(compute, "cpu-3", memory_mb=32000), models=[LLAMA])
+    endpoint = run(create(owner, ray))
+    _leader, old = ranks(endpoint)
+    _offline(old.node)
+    endpoints_heal_tick()
+    agent_side.result(ranks(endpoint)[0].stop_command)
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.STOPPING  # rank 1's stop is queued on its offline node
+    stopped = workloads.endpoint_stop(actor=owner, endpoint=endpoint)  # the user gives up on it: never restarted
+    assert stopped.group_failure_code == "group_stopped"
+    _worker_dies(ray)
+    services.autoscale_pass()
+    finish(last_command("ray.worker.start", cluster_id=str(ray.pk)), data={"container_id": "c-w2"})
+    endpoints_heal_tick()
+    assert _starts() == 2
+    Node.objects.filter(pk=old.node_id).update(status=NodeStatus.ONLINE)
+    old.refresh_from_db()
+    agent_side.result(old.stop_command)
+    endpoint.refresh_from_db()
+    assert endpoint.status == EndpointStatus.STOPPED
+    assert endpoints_heal_tick() == {}
+    assert _starts() == 2

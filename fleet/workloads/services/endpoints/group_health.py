@@ -9,9 +9,12 @@ One pass over a group (`group_heal`, under the endpoint's lock):
 - a rank on a draining node makes the group move: it stops (`endpoint.group_moving`) and starts again once its
   Ray cluster runs whole off that node (the Ray autoscaler never removes a worker a rank uses, so the Ray
   cluster only changes by a drain, a failure or an operator);
-- a group failed by a loss (not by a start failure: it would fail again) starts again, all ranks, once no rank
-  is live nor has a stop still on its way, and its Ray cluster is whole and running (`endpoint.group_restarted`),
-  its followers joining the leader on another port than last time.
+- a group failed by a loss (not by a start failure: it would fail again) starts again, all ranks, once its Ray
+  cluster is whole and running and no rank is live nor has a stop still on its way (`endpoint.group_restarted`),
+  its followers joining the leader on another port than last time; a rank whose stop waits on its offline node
+  holds the group back only when placed on that node again: placed on another (the Ray cluster replaced its
+  worker there), a fresh rank starts there and the old one's stop stays queued, ending its server when the node
+  returns (`groups.rank_left_behind`).
 """
 
 from __future__ import annotations
@@ -22,11 +25,17 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from fleet.models import COMMAND_OPEN_STATUSES, NodeStatus
+from fleet.models import NodeStatus
 from fleet.workloads.groups import group_source
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.endpoints.events import endpoint_event_record
-from fleet.workloads.services.endpoints.groups import group_start
+from fleet.workloads.services.endpoints.groups import (
+    current_ranks,
+    group_plan,
+    group_start,
+    rank_left_behind,
+    rank_settled,
+)
 from fleet.workloads.services.endpoints.placement import PlacementError
 from fleet.workloads.services.endpoints.reconcile import UNRESPONSIVE
 from fleet.workloads.services.endpoints.replicas import endpoint_summarise, replica_queue_stop
@@ -58,11 +67,17 @@ def _why_lost(rank: EndpointReplica) -> tuple[str, str]:
     return "", ""
 
 
-def _settled(rank: EndpointReplica) -> bool:
-    """Not live, and no stop of its server still on its way (a hung server told to stop stays failed while its
-    stop runs): a new start under its id before that would find the old server still there."""
-    stop = rank.stop_command
-    return rank.status not in EndpointStatus.live() and (stop is None or stop.status not in COMMAND_OPEN_STATUSES)
+def _may_restart(endpoint: Endpoint, ranks: list[EndpointReplica]) -> bool:
+    """Every rank settled (`rank_settled`), or each one not yet settled placed on another node by the Ray
+    cluster as it runs now (`rank_left_behind`: it need not wait for its stop)."""
+    waiting = [r for r in ranks if not rank_settled(r)]
+    if not waiting:
+        return True
+    try:
+        members = group_plan(endpoint=endpoint).members
+    except ValidationError:  # not whole yet: the start would be refused anyway
+        return False
+    return all(r.group_rank < len(members) and rank_left_behind(r, members[r.group_rank]) for r in waiting)
 
 
 def group_heal(*, actor: AbstractBaseUser, endpoint: Endpoint) -> list[EndpointReplica]:
@@ -70,7 +85,7 @@ def group_heal(*, actor: AbstractBaseUser, endpoint: Endpoint) -> list[EndpointR
     ranks = list(
         EndpointReplica.objects.select_for_update(of=("self",))
         .select_related("node", "stop_command")
-        .filter(endpoint=endpoint, group_rank__lt=endpoint.pipeline_parallel)
+        .filter(endpoint=endpoint, group_rank__lt=endpoint.pipeline_parallel, replacements__isnull=True)
         .order_by("group_rank")
     )
     if not endpoint.group_failure_code and endpoint.status not in (EndpointStatus.STOPPING, EndpointStatus.STOPPED):
@@ -78,7 +93,7 @@ def group_heal(*, actor: AbstractBaseUser, endpoint: Endpoint) -> list[EndpointR
         if code:
             _fail(actor=actor, endpoint=endpoint, ranks=ranks, code=code, why=why)
             return []
-    if endpoint.group_failure_code in HEALED and all(_settled(r) for r in ranks):
+    if endpoint.group_failure_code in HEALED and _may_restart(endpoint, ranks):
         return _restart(actor=actor, endpoint=endpoint)
     endpoint_summarise(endpoint)
     return []
@@ -104,23 +119,29 @@ def _fail(*, actor: AbstractBaseUser, endpoint: Endpoint, ranks: list[EndpointRe
     """The group comes down: its reason kept on the endpoint, every live rank told to stop."""
     endpoint.group_failure_code, endpoint.group_failure = code, why
     endpoint.save(update_fields=["group_failure_code", "group_failure", "updated_at"])
-    stopped = []
+    stopped, queued = [], []
     for rank in ranks:
         if rank.status in _LIVE and rank.node is not None:
             replica_queue_stop(actor=actor, endpoint=endpoint, replica=rank)
             stopped.append(rank.group_rank)
+            if rank.node.status == NodeStatus.OFFLINE:
+                queued.append(f"rank {rank.group_rank}'s stop waits for node {rank.node.name} to come back")
     kind = "endpoint.group_moving" if code == MOVING else "endpoint.group_failed"
     then = (
-        "it starts again when its Ray cluster is whole"
-        if code in HEALED
-        else "it is not started again by itself (a new start would fail alike)"
+        "it is not started again by itself (a new start would fail alike)"
+        if code not in HEALED
+        else "it starts again when its Ray cluster is whole, without waiting for that stop where the Ray cluster "
+        "places the rank on another node"
+        if queued
+        else "it starts again when its Ray cluster is whole"
     )
+    waits = f" ({'; '.join(queued)})" if queued else ""
     endpoint_event_record(
         endpoint=endpoint,
         node_id=endpoint.node_id,
         kind=kind,
-        message=f"Endpoint {endpoint.hostname}: the group is down: {why}; ranks {stopped or 'none'} told to stop; "
-        f"{then}",
+        message=f"Endpoint {endpoint.hostname}: the group is down: {why}; ranks {stopped or 'none'} told to stop"
+        f"{waits}; {then}",
         data={"reason": why, "code": code, "stopped_ranks": stopped},
     )
     endpoint_summarise(endpoint)
@@ -129,6 +150,7 @@ def _fail(*, actor: AbstractBaseUser, endpoint: Endpoint, ranks: list[EndpointRe
 def _restart(*, actor: AbstractBaseUser, endpoint: Endpoint) -> list[EndpointReplica]:
     """Start every rank again where the Ray cluster now runs, or leave it failed until the next pass."""
     before = endpoint.group_failure
+    kept = {r.pk for r in current_ranks(endpoint).values()}  # a rank started under a new row moved off its node
     try:
         with transaction.atomic():  # a savepoint: a group the checks or quotas refuse leaves nothing
             commands = group_start(actor=actor, endpoint=endpoint)
@@ -136,13 +158,35 @@ def _restart(*, actor: AbstractBaseUser, endpoint: Endpoint) -> list[EndpointRep
         log.info("endpoint %s: the group cannot start again yet: %s", endpoint.slug, exc)
         endpoint.refresh_from_db()
         return []
+    started = list(
+        endpoint.replicas.select_related("node", "replacement_of__node")
+        .filter(start_command__in=commands)
+        .order_by("group_rank")
+    )
+    moved = [r for r in started if r.pk not in kept and r.replacement_of is not None]
+    words = [f"; {_moved_words(r, r.replacement_of)}" for r in moved]
     endpoint_event_record(
         endpoint=endpoint,
         node_id=commands[0].node_id,
         kind="endpoint.group_restarted",
         message=f"Endpoint {endpoint.hostname}: its Ray cluster is whole again; all {len(commands)} ranks "
-        f"started again (the group was down: {before})",
+        f"started again{''.join(words)} (the group was down: {before})",
+        data={"moved_ranks": [r.group_rank for r in moved]},
         command=commands[0],
     )
     endpoint_summarise(endpoint)
-    return list(endpoint.replicas.filter(start_command__in=commands))
+    return started
+
+
+def _moved_words(rank: EndpointReplica, old: EndpointReplica) -> str:
+    """How a rank left its old one behind, in words: where each runs and what becomes of the old server."""
+    where = old.node.name if old.node else "(deleted)"
+    fate = (
+        f"its stop stays queued and ends it when {where} comes back"
+        if old.node is not None and old.node.status == NodeStatus.OFFLINE
+        else "its stop is still on its way"
+    )
+    return (
+        f"rank {rank.group_rank} moved from node {where} to {rank.node.name} as server {rank.server_id} without "
+        f"waiting for its old server {old.server_id} there ({fate})"
+    )

@@ -6,7 +6,12 @@ worker's a follower), `tensor_parallel` GPUs within each node. Every rank is an 
 `group_rank`; each gets an `endpoint.start` carrying its `EndpointGroup` (backend `mp`: vLLM's own multi-node
 executor, the one its CPU build runs; the followers join the leader at the Ray head's address and a port of
 `ENDPOINT_GROUP_PORTS`). All ranks are placed and admitted against the quotas in the caller's transaction, so
-either every rank starts or none does. Called inside the callers' transactions, the endpoint's row locked.
+either every rank starts or none does; a rank is charged only the GPUs and VRAM it holds beyond what its Ray node
+already holds (and counts: `GroupMember.gpus` / `vram_mb`, kept as `EndpointReplica.covered_*`). A rank told to
+stop whose stop is still on its way (its node offline) holds up a start on its own node only: placed elsewhere, a
+fresh rank (its own replica and server id) starts there and the old one is left to its stop, which stays queued
+and ends its server when its node comes back (`rank_left_behind`). Called inside the callers' transactions, the
+endpoint's row locked.
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
+from django.db.models import Sum
 
 from agent import protocol
-from fleet.models import Command
-from fleet.workloads.groups import GroupPlan, group_source
+from fleet.models import COMMAND_OPEN_STATUSES, Command
+from fleet.workloads.groups import GroupMember, GroupPlan, group_source
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.endpoints.placement import pick_endpoint_node
 from fleet.workloads.services.endpoints.replicas import replica_queue_start
@@ -82,6 +88,38 @@ def group_plan(*, endpoint: Endpoint) -> GroupPlan:
     return plan
 
 
+def rank_settled(rank: EndpointReplica) -> bool:
+    """Not live, and no stop of its server still on its way (a hung server told to stop stays failed while its
+    stop runs): a new start under its id before that would find the old server still there."""
+    stop = rank.stop_command
+    return rank.status not in EndpointStatus.live() and (stop is None or stop.status not in COMMAND_OPEN_STATUSES)
+
+
+def rank_left_behind(rank: EndpointReplica, member: GroupMember) -> bool:
+    """`rank` was told to stop, its stop is still on its way (queued while its node is offline), and the group
+    now places that rank on another node: it need not wait there. A fresh rank starts on the new node under its
+    own server id, and the old one is left to its stop (a rank placed on its own node again waits for it)."""
+    told = rank.status in (EndpointStatus.STOPPING, EndpointStatus.FAILED) and rank.stop_command_id is not None
+    return told and not rank_settled(rank) and rank.node_id != member.node.pk
+
+
+def current_ranks(endpoint: Endpoint) -> dict[int, EndpointReplica]:
+    """The group's ranks by number: the replica of each now (one left behind stopping elsewhere is not)."""
+    rows = endpoint.replicas.select_related("stop_command").filter(group_rank__isnull=False, replacements__isnull=True)
+    return {r.group_rank: r for r in rows}
+
+
+def _covered(member: GroupMember, replica: EndpointReplica) -> tuple[int, int]:
+    """(GPUs, VRAM MB) of its Ray node's holding the rank may run on uncharged: what the Ray node holds, less
+    what the other live ranks on it (other groups') already run on."""
+    taken = (
+        EndpointReplica.objects.filter(ray_node=member.ray_node, status__in=EndpointStatus.live())
+        .exclude(pk=replica.pk)
+        .aggregate(gpus=Sum("covered_gpus", default=0), vram=Sum("covered_vram_mb", default=0))
+    )
+    return max(member.gpus - taken["gpus"], 0), max(member.vram_mb - taken["vram"], 0)
+
+
 def _master_port(endpoint: Endpoint, leader_node_id: Any) -> int:
     """The first port of `ENDPOINT_GROUP_PORTS` no other live group led from that node holds, nor this group's
     last run."""
@@ -106,11 +144,17 @@ def group_start(*, actor: AbstractBaseUser | None, endpoint: Endpoint) -> list[C
     """Place every rank on its Ray node's fleet node and queue its `endpoint.start` (the leader's first); the
     checks of `group_plan`, then per node the model's weights, GPUs, VRAM and CPU cores as for one replica
     (`pick_endpoint_node`: PlacementError naming the node). Nothing is kept when one refuses (the caller's
-    transaction). Clears the group's last failure."""
+    transaction): each rank asks only what it holds beyond its Ray node's holding (`_covered`). A rank still
+    stopping on another node than its new one is left to its stop and replaced by a fresh rank
+    (`rank_left_behind`); one still live otherwise refuses the start. Clears the group's last failure."""
     plan = group_plan(endpoint=endpoint)
-    ranks = {r.group_rank: r for r in endpoint.replicas.filter(group_rank__isnull=False)}
+    ranks = current_ranks(endpoint)
+    behind = set()
     for old in ranks.values():
-        if old.status in EndpointStatus.live():
+        member = plan.members[old.group_rank] if old.group_rank < len(plan.members) else None
+        if member is not None and rank_left_behind(old, member):
+            behind.add(old.group_rank)
+        elif old.status in EndpointStatus.live():
             raise ValidationError({"ray_cluster": f"Rank {old.group_rank} is still {old.status}: stop it first."})
     endpoint.master_port = _master_port(endpoint, plan.members[0].node.pk)
     endpoint.group_failure_code = endpoint.group_failure = ""
@@ -128,11 +172,15 @@ def group_start(*, actor: AbstractBaseUser | None, endpoint: Endpoint) -> list[C
             node=member.node,
         )
         replica = ranks.get(rank)
-        if replica is None:
-            server_id = endpoint.slug if rank == 0 else EndpointReplica._meta.get_field("server_id").get_default()
-            replica = EndpointReplica.objects.create(endpoint=endpoint, server_id=server_id, group_rank=rank)
+        if replica is None or rank in behind:  # a fresh server id: the old rank's late outcomes stay its own
+            fresh = EndpointReplica._meta.get_field("server_id").get_default
+            server_id = endpoint.slug if replica is None and rank == 0 else fresh()
+            replica = EndpointReplica.objects.create(
+                endpoint=endpoint, server_id=server_id, group_rank=rank, replacement_of=replica
+            )
         replica.ray_node = member.ray_node
-        replica.save(update_fields=["ray_node", "updated_at"])
+        replica.covered_gpus, replica.covered_vram_mb = _covered(member, replica)
+        replica.save(update_fields=["ray_node", "covered_gpus", "covered_vram_mb", "updated_at"])
         group = protocol.EndpointGroup(
             pipeline_parallel=endpoint.pipeline_parallel,
             tensor_parallel=endpoint.tensor_parallel,

@@ -9,7 +9,8 @@ pass stops the replicas a rolling update (`endpoint_update`) replaced, and those
 `endpoint_heal` is one idempotent pass over an endpoint, run for every endpoint that should run by the beat
 (`fleet.workloads.tasks.endpoints_heal_tick`). A lost replica still live is told to stop (its command waits
 for the node's return: the server must not outlive its replacement unseen); a replica that failed to start
-is not replaced (it would fail again), nor is a stopping or stopped endpoint healed.
+is not replaced (it would fail again), nor is a stopping or stopped endpoint healed (but a distributed one
+down by a loss, which stays stopping while a rank's stop waits on its offline node: `group_health`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from fleet.models import NodeStatus
 from fleet.workloads.models import Endpoint, EndpointReplica, EndpointStatus
 from fleet.workloads.services.common import system_actor
 from fleet.workloads.services.endpoints.events import endpoint_event_record
-from fleet.workloads.services.endpoints.group_health import START_FAILED, group_heal
+from fleet.workloads.services.endpoints.group_health import HEALED, START_FAILED, group_heal
 from fleet.workloads.services.endpoints.locking import lock_endpoint
 from fleet.workloads.services.endpoints.placement import PlacementError, pick_replica_node
 from fleet.workloads.services.endpoints.reconcile import UNRESPONSIVE
@@ -80,11 +81,16 @@ def endpoint_heal(*, endpoint_id: object) -> list[EndpointReplica]:
     """
     with transaction.atomic():
         endpoint = lock_endpoint(endpoint_id)
-        if endpoint is None or endpoint.status in (EndpointStatus.STOPPING, EndpointStatus.STOPPED):
+        if endpoint is None:
+            return []
+        stopping = endpoint.status in (EndpointStatus.STOPPING, EndpointStatus.STOPPED)
+        # a group down by a loss is stopping while a rank's stop waits on its offline node: it may start elsewhere
+        if endpoint.distributed and (not stopping or endpoint.group_failure_code in HEALED):
+            # its ranks fail and start as one (`group_health`), never replaced one by one
+            return group_heal(actor=system_actor(endpoint.cluster.workspace), endpoint=endpoint)
+        if stopping:
             return []
         actor = system_actor(endpoint.cluster.workspace)
-        if endpoint.distributed:  # its ranks fail and start as one (`group_health`), never replaced one by one
-            return group_heal(actor=actor, endpoint=endpoint)
         _stop_handed_over(endpoint, actor)
         current = list(
             EndpointReplica.objects.select_for_update(of=("self",))

@@ -202,13 +202,17 @@ def _rank_words(endpoint: Endpoint, command: Command) -> str:
 @operator_action("endpoint.stop", target=on("endpoint", "endpoint"))
 def endpoint_stop(*, actor: AbstractBaseUser, endpoint: Endpoint) -> Endpoint:
     """Stop an endpoint (→ stopping; → stopped when the agent confirms), or one scaled to zero (→ stopped: no
-    request wakes it any more). Owner, Admin or Member; 409 if not live or idle."""
+    request wakes it any more), or a distributed one down and waiting to start again (failed, or stopping while a
+    rank's stop waits on its offline node: it is not started again). Owner, Admin or Member; 409 otherwise if not
+    live or idle."""
     require_editor(actor, endpoint.cluster.workspace, what="stop endpoints")
     with transaction.atomic():
         endpoint = (
             Endpoint.objects.select_for_update(of=("self",)).select_related("node", "cluster").get(pk=endpoint.pk)
         )
-        waiting = endpoint.distributed and endpoint.status == EndpointStatus.FAILED and endpoint.group_failure_code
+        # a group down and waiting to start again (stopping too while a rank's stop waits on its offline node)
+        down = endpoint.group_failure_code not in ("", GROUP_STOPPED)
+        waiting = endpoint.distributed and down and endpoint.status in (EndpointStatus.FAILED, EndpointStatus.STOPPING)
         if not waiting and (endpoint.status not in EndpointStatus.kept() or endpoint.status == EndpointStatus.STOPPING):
             raise IllegalTransition(f"This endpoint is {endpoint.status}; only a running or starting one can stop.")
         if endpoint.distributed:  # the group as one: stopped, it is not healed (a failed one waiting neither)

@@ -166,11 +166,12 @@ def _summarise_group(endpoint: Endpoint) -> Endpoint:
     """A distributed endpoint's status from its ranks, all or nothing: running only while every rank runs; once
     the group failed (`group_failure_code`, written by `services.endpoints.group_health`) stopping while a rank
     is live, then failed with the group's reason; else failed as soon as a rank failed, starting while a rank
-    starts, stopping while one stops, else stopped. `node`/`port` are the leader's (rank 0)."""
+    starts, stopping while one stops, else stopped. `node`/`port` are the leader's (rank 0). Counted are the
+    current ranks: one left behind stopping on another node (`groups.rank_left_behind`) no longer is."""
     ranks = list(
-        EndpointReplica.objects.filter(endpoint=endpoint, group_rank__lt=endpoint.pipeline_parallel).order_by(
-            "group_rank"
-        )
+        EndpointReplica.objects.filter(
+            endpoint=endpoint, group_rank__lt=endpoint.pipeline_parallel, replacements__isnull=True
+        ).order_by("group_rank")
     )
     if not ranks:
         return endpoint

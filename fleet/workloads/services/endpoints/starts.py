@@ -16,9 +16,15 @@ from fleet.workloads.services.endpoints.validation import validate_server_args
 from tenancy.quotas import admit
 
 
-def _replica_ask(held: tuple[int, int]) -> dict[str, float]:
-    """What a replica holding `held` (`replica_hold`: GPUs, VRAM MB) asks of the quotas."""
-    return replica_ask(gpus=held[0], min_vram_mb=held[1])
+def _replica_ask(held: tuple[int, int], covered: tuple[int, int] = (0, 0)) -> dict[str, float]:
+    """What a replica holding `held` (`replica_hold`: GPUs, VRAM MB) asks of the quotas, less `covered` (what
+    of it a rank's Ray node already holds: `EndpointReplica.covered_*`)."""
+    return replica_ask(gpus=held[0] - covered[0], min_vram_mb=held[1] - covered[1])
+
+
+def _covered(replica: EndpointReplica, held: tuple[int, int]) -> tuple[int, int]:
+    """What of `held` the replica's Ray node already holds (a rank's, set by `group_start`; else nothing)."""
+    return min(replica.covered_gpus, held[0]), min(replica.covered_vram_mb, held[1])
 
 
 def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]:
@@ -30,7 +36,8 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
     Refuses (ValidationError) a start sent to several nodes at once, and an id of another cluster's or a
     still live replica on another node. Each replica that goes live is admitted against the workspace's
     quotas as its start is queued (`QuotaExceeded`): the GPUs and VRAM its server will hold on the command's
-    node (`fleet.workloads.quotas.replica_hold`: at least one GPU on a GPU node), and the endpoint itself
+    node (`fleet.workloads.quotas.replica_hold`: at least one GPU on a GPU node) beyond what a rank's Ray node
+    already holds (`covered_*`, set by `group_start`), and the endpoint itself
     when it was neither live nor scaled to zero (`EndpointStatus.kept()`); a live replica counts already,
     starting it again asks nothing. A replica started again comes back into rotation (and its endpoint awake).
     """
@@ -97,10 +104,14 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
             )
         elif replica.start_command_id is None:
             # a replica the services here just made: it counts once they link this command to it
-            admit(workspace_id=command.cluster.workspace_id, ask=_replica_ask(held))
-            EndpointReplica.objects.filter(pk=replica.pk).update(held_gpus=held[0], held_vram_mb=held[1])
+            covered = _covered(replica, held)
+            admit(workspace_id=command.cluster.workspace_id, ask=_replica_ask(held, covered))
+            EndpointReplica.objects.filter(pk=replica.pk).update(
+                held_gpus=held[0], held_vram_mb=held[1], covered_gpus=covered[0], covered_vram_mb=covered[1]
+            )
         elif replica.status in (EndpointStatus.STOPPED, EndpointStatus.FAILED):
-            ask = _replica_ask(held)
+            covered = _covered(replica, held)
+            ask = _replica_ask(held, covered)
             if endpoint.status not in EndpointStatus.kept():  # an idle endpoint counts already
                 ask["endpoints"] = 1
             admit(workspace_id=command.cluster.workspace_id, ask=ask)
@@ -108,6 +119,7 @@ def endpoint_record_start_commands(*, commands: list[Command]) -> list[Endpoint]
             replica.start_command, replica.failure_code, replica.failure_message = command, "", ""
             replica.retired_at = None
             replica.held_gpus, replica.held_vram_mb = held
+            replica.covered_gpus, replica.covered_vram_mb = covered
             replica.save()
             endpoint.model_id = payload.model_id
             endpoint.revision = payload.revision
