@@ -302,8 +302,8 @@ def analyse(folder: Path, start: float, end: float) -> dict[str, list[float]]:
             a_wsout.append(t)
         elif name == "put" and value != "StreamOpen":
             continue
-        elif name == "body" and value == "0":
-            continue
+        elif name in ("body", "deliver") and value == "0":
+            continue  # (an empty last body message; credit or an end, not response bytes)
         if name in ("a.up", "deliver", "body"):
             chunks[(name, key)].append(t)
         first.setdefault((name, key), t)
@@ -329,7 +329,7 @@ def analyse(folder: Path, start: float, end: float) -> dict[str, list[float]]:
             ("web: open queued → on the tunnel socket", times["put"], sent),
             ("tunnel → agent: socket → open frame handled", sent, times["a.frame"]),
             ("agent: open → connected to the server", times["a.frame"], times["a.conn"]),
-            ("server: connected → first response bytes", times["a.conn"], times["a.up"]),
+            ("server: connected → first response bytes (its head)", times["a.conn"], times["a.up"]),
             ("agent: first bytes in → on the tunnel socket", times["a.up"], out),
             ("tunnel → web: socket → delivered to the stream", out, times["deliver"]),
             ("web: delivered → response head to the client", times["deliver"], times["start"]),

@@ -320,6 +320,20 @@ def print_hops(columns: list[Column], folder: Path, concurrency: int) -> None:
         print(f"  full garbage collections in the web process: {len(full)}, {sum(full):.0f} ms in all")
 
 
+def print_collections(replicas: list[Replica], folder: Path) -> None:
+    """Each web process's full garbage collections (generation 2, over 5 ms) once it served its first request."""
+    print("\n== full garbage collections in each web process while it served (warm-up and every round)")
+    for replica in replicas:
+        pid = str(replica.web.popen.pid)
+        events = hop_trace.read(folder, 0, float("inf"))
+        served = next((t for t, name, _k, _v, p in events if p == pid and name == "req"), None)
+        full = [
+            float(v) for t, name, k, v, p in events if p == pid and name == "gc" and k == "2" and served and t > served
+        ]
+        longest = max(full, default=0.0)
+        print(f"  {replica.label or 'base'}: {len(full)}, {sum(full):.0f} ms in all, the longest {longest:.0f} ms")
+
+
 def _per_stream(column: Column, concurrency: int, role: str) -> str:
     spent = column.cpu.get(concurrency, {}).get(role)
     count = len(column.streams.get(concurrency, []))
@@ -367,9 +381,11 @@ def main() -> None:
         headers = auth_headers(user, cluster)
         columns = [Column("direct", server.port, "node", {})]
         replicas = [("", {})] + ([(" ".join(args.compare), compare)] if compare else [])
+        started = []
         for label, extra in replicas:
             replica, node = start_replica(label or "base", args, tmp, cluster, user, server.port, extra)
             stack.callback(replica.stop)
+            started.append(replica)
             for auth in args.auth:
                 endpoint = make_endpoint(cluster, node, server.port, auth == "public", f"bench/{label}{auth}")
                 name = f"{auth}" + (f" ({label})" if label else "")
@@ -379,6 +395,7 @@ def main() -> None:
         print_table(columns, loads, args)
         if args.trace:
             print_hops(columns, tmp / "traces", max(args.concurrency))
+            print_collections(started, tmp / "traces")
 
 
 if __name__ == "__main__":
