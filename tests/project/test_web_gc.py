@@ -1,5 +1,5 @@
 """A web process keeps what its start-up loaded out of the garbage collector's full passes: such a pass over the
-whole application (~200,000 objects) stopped the event loop, and every stream the process relayed, for 30-260 ms
+whole application (~200,000 objects) stopped the event loop, and every stream the process relayed, for 30-350 ms
 on two busy cores (README: the proxy's extra at 8 streams)."""
 
 from __future__ import annotations
