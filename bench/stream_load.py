@@ -10,8 +10,10 @@ fresh connection. A process takes one JSON line on stdin per load,
 
     {"port": 8000, "host": "endpoint-x.localhost", "streams": 128, "tokens": 50}
 
-and answers one JSON line with what each of its streams saw (time to first token, the gaps between
-tokens, tokens counted, the error if any). End of input ends the process. Neither imports Django.
+(optionally with "path", "body" (a JSON object), "marker" and "headers": another OpenAI request, such as a
+completion from a real server, whose chunks carry `marker`; `STREAM_DEFAULTS`), and answers one JSON line
+with what each of its streams saw (time to first token, the gaps between tokens, the time to its end,
+tokens counted, the error if any). End of input ends the process. Neither imports Django.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from pathlib import Path
 
 MARKER = b'"delta"'
 DONE = b"data: [DONE]"
+CHAT_BODY = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+# What a stream sends unless its order says otherwise: the chat completion the node stand-in answers.
+STREAM_DEFAULTS = {"path": "/v1/chat/completions", "body": CHAT_BODY, "marker": MARKER.decode(), "headers": {}}
 BACKLOG = 4096
 
 
@@ -88,22 +93,34 @@ class StreamResult:
 
     ttft: float | None = None
     gaps: list[float] = field(default_factory=list)
+    total: float | None = None  # from the request's start to the end of the response
     tokens: int = 0
     error: str | None = None
 
 
-async def one_stream(port: int, host: str, tokens: int) -> StreamResult:
-    """One streaming chat completion on a fresh connection; times every token as it arrives."""
+async def one_stream(
+    port: int,
+    host: str,
+    tokens: int,
+    *,
+    path: str = STREAM_DEFAULTS["path"],
+    body: dict | None = None,
+    marker: str = STREAM_DEFAULTS["marker"],
+    headers: dict[str, str] | None = None,
+) -> StreamResult:
+    """One streaming completion (a chat completion unless `path` and `body` say otherwise) on a fresh
+    connection; times every token (every chunk holding `marker`) as it arrives, and the response's end."""
     result = StreamResult()
-    body = json.dumps({"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    payload = json.dumps(CHAT_BODY if body is None else body).encode()
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items()).encode()
+    token_marker = marker.encode()
     started = time.perf_counter()
     writer = None
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: " + host.encode() + b"\r\nContent-Type: application/json\r\n"
-            b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
-        )
+        request = f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        request += f"Content-Length: {len(payload)}\r\nConnection: close\r\n"
+        writer.write(request.encode() + extra + b"\r\n" + payload)
         await writer.drain()
         head = await reader.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
@@ -117,7 +134,7 @@ async def one_stream(port: int, host: str, tokens: int) -> StreamResult:
         while chunk := await reader.read(65536):
             now = time.perf_counter()
             data = tail + chunk
-            count = data.count(MARKER)
+            count = data.count(token_marker)
             for _ in range(count):
                 if result.ttft is None:
                     result.ttft = now - started
@@ -127,6 +144,7 @@ async def one_stream(port: int, host: str, tokens: int) -> StreamResult:
             result.tokens += count
             seen_done = seen_done or DONE in data
             tail = data[-(len(DONE) - 1) :]
+        result.total = time.perf_counter() - started
         if result.tokens != tokens or not seen_done:
             result.error = f"incomplete: {result.tokens} of {tokens} tokens"
     except (OSError, asyncio.IncompleteReadError, ValueError) as error:
@@ -144,8 +162,9 @@ async def serve() -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     while line := (await reader.readline()).strip():
         order = json.loads(line)
+        request = {name: order.get(name, default) for name, default in STREAM_DEFAULTS.items()}
         results = await asyncio.gather(
-            *(one_stream(order["port"], order["host"], order["tokens"]) for _ in range(order["streams"]))
+            *(one_stream(order["port"], order["host"], order["tokens"], **request) for _ in range(order["streams"]))
         )
         print(json.dumps([asdict(result) for result in results]), flush=True)
 
@@ -179,13 +198,15 @@ class LoadGenerators:
     def pids(self) -> list[int]:
         return [proc.pid for proc in self.procs]
 
-    def run(self, port: int, host: str, streams: int, tokens: int) -> tuple[list[StreamResult], float]:
-        """`streams` concurrent streams split over the processes: every stream's result, and the wall time
-        until the last one ended."""
+    def run(
+        self, port: int, host: str, streams: int, tokens: int, **request: object
+    ) -> tuple[list[StreamResult], float]:
+        """`streams` concurrent streams split over the processes (`request`: any of `STREAM_DEFAULTS` to
+        change): every stream's result, and the wall time until the last one ended."""
         shares = [streams // len(self.procs) + (index < streams % len(self.procs)) for index in range(len(self.procs))]
         started = time.perf_counter()
         for proc, share in zip(self.procs, shares, strict=True):
-            order = {"port": port, "host": host, "streams": share, "tokens": tokens}
+            order = {"port": port, "host": host, "streams": share, "tokens": tokens, **request}
             proc.stdin.write(json.dumps(order) + "\n")  # type: ignore[union-attr]
             proc.stdin.flush()  # type: ignore[union-attr]
         results: list[StreamResult] = []

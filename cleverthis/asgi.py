@@ -42,7 +42,7 @@ get_resolver().url_patterns  # noqa: B018  (the property imports the URLconf)
 
 # Compile the product's page templates now too (the cached template loader keeps them): a page's first
 # render in a process cost 0.3-0.4 s more than its second.
-from cleverthis.warm import compile_templates  # noqa: E402
+from cleverthis.warm import compile_templates, freeze_start_up_objects  # noqa: E402
 
 compile_templates()
 
@@ -121,3 +121,8 @@ application = DrainOnSigterm(
         routes, TrustedProxies(settings.TRUSTED_PROXIES, resolve_every_s=settings.TRUSTED_PROXIES_RESOLVE_S)
     )
 )
+
+# Last: everything loaded above stays for the process's life; out of the garbage collector's full passes
+# (`cleverthis.warm.freeze_start_up_objects`), which otherwise stall every stream this process relays.
+if settings.WEB_GC_FREEZE:
+    freeze_start_up_objects()

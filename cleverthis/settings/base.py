@@ -194,6 +194,9 @@ BUDGET_STOPS_CACHE_S = env_float("BUDGET_STOPS_CACHE_S", 5.0)
 # keys, routes and budget stops a web process's requests used within this long are re-read in the background
 # before they go stale (fleet.proxy.warm_caches), so a request now and then waits for no query; 0: on demand
 PROXY_KEEP_WARM_S = env_float("PROXY_KEEP_WARM_S", 60.0)
+# A web process freezes what its start-up loaded out of the garbage collector's full passes (`cleverthis.warm`):
+# off (0), a full pass walks the whole application (~200,000 objects) and stalls every stream it relays.
+WEB_GC_FREEZE = env_bool("WEB_GC_FREEZE", True)
 # Hosts a tenant-set URL (a budget's webhook) may name although they are not public (`kernel.outbound_urls`).
 OUTBOUND_URL_ALLOWED_HOSTS = env_list("OUTBOUND_URL_ALLOWED_HOSTS", [])
 # Per-replica load shared by the web processes (fleet.replica_load): each publishes its requests in flight
