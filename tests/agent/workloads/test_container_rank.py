@@ -257,7 +257,7 @@ def test_stop_ends_every_process_of_the_rank_in_its_container(cache, tmp_path, l
 
 
 def test_a_follower_rank_runs_the_cli_shim_written_into_the_container(cache, tmp_path, local, monkeypatch):
-    monkeypatch.setattr("agent.workloads.endpoints.FOLLOWER_SETTLE_S", 1.0)
+    monkeypatch.setattr("agent.workloads.readiness.FOLLOWER_SETTLE_S", 1.0)
     manager = manager_for(cache, tmp_path, local)
     follower = group(node_rank=1, role="follower")
     result = manager.start(EndpointStartPayload(endpoint_id="f" * 12, model_id=MODEL, group=follower), quiet)
