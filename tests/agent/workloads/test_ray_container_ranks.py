@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from agent.protocol import EndpointGroup, EndpointStartPayload, EndpointStartResult, ModelDownloadPayload
+from agent.protocol import EndpointGroup, EndpointStartPayload, EndpointStartResult
 from agent.ray.commands import RayCommandHandler
 from agent.ray.members import member_name
 from agent.ray.ports import free_port
@@ -32,11 +32,10 @@ from agent.workloads.endpoint_health import EndpointProber, HealthSettings
 from agent.workloads.endpoints import EndpointManager
 from agent.workloads.models import ModelCache
 from tests.support.environment import missing
-from tests.support.hub_standin import HubStandin
 from tests.support.node_container import podman
 from tests.support.processes import wait_until
 from tests.support.ray_docker import engine_with, head_payload, ray_hosts, remove_members, worker_payload
-from tests.support.vllm_group import quiet
+from tests.support.vllm_group import quiet, tiny_model_cache
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -59,17 +58,12 @@ def engine_url() -> str:
 
 @pytest.fixture(scope="module")
 def tiny_cache(engine_url: str, tmp_path_factory: pytest.TempPathFactory) -> ModelCache:
-    from tests.support.tiny_llm import build, vllm_python
+    from tests.support.tiny_llm import vllm_python
 
     python = vllm_python()
     if not python or not Path(python).exists():
         missing("vLLM's CPU engine is not built here (it makes the tiny model)", "bash .ci/vllm-venv builds it")
-    hub = HubStandin().start()
-    hub.add_repo(MODEL, build(tmp_path_factory.mktemp("tiny-llama"), python))
-    cache = ModelCache(tmp_path_factory.mktemp("models"), endpoint=hub.url)
-    cache.download(ModelDownloadPayload(model_id=MODEL), quiet)
-    hub.stop()
-    return cache
+    return tiny_model_cache(tmp_path_factory.mktemp("tiny-llama"), python, MODEL)
 
 
 @pytest.fixture
