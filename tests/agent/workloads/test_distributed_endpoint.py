@@ -131,13 +131,9 @@ def test_a_group_this_node_cannot_run_is_refused_before_anything_starts(manager,
 
 @pytest.fixture(scope="module")
 def engine_python() -> str:
-    from tests.support.environment import missing
-    from tests.support.tiny_llm import vllm_python
+    from tests.support.tiny_llm import require_vllm_python
 
-    python = vllm_python()
-    if not python or not Path(python).exists():
-        missing("vLLM's CPU engine is not built here", "bash .ci/vllm-venv builds it")
-    return python
+    return require_vllm_python()
 
 
 @pytest.fixture(scope="module")

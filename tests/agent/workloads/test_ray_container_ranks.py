@@ -31,7 +31,6 @@ from agent.ray.ports import free_port
 from agent.workloads.endpoint_health import EndpointProber, HealthSettings
 from agent.workloads.endpoints import EndpointManager
 from agent.workloads.models import ModelCache
-from tests.support.environment import missing
 from tests.support.node_container import podman
 from tests.support.processes import wait_until
 from tests.support.ray_docker import engine_with, head_payload, ray_hosts, remove_members, worker_payload
@@ -58,11 +57,9 @@ def engine_url() -> str:
 
 @pytest.fixture(scope="module")
 def tiny_cache(engine_url: str, tmp_path_factory: pytest.TempPathFactory) -> ModelCache:
-    from tests.support.tiny_llm import vllm_python
+    from tests.support.tiny_llm import require_vllm_python
 
-    python = vllm_python()
-    if not python or not Path(python).exists():
-        missing("vLLM's CPU engine is not built here (it makes the tiny model)", "bash .ci/vllm-venv builds it")
+    python = require_vllm_python(" (it makes the tiny model)")
     return tiny_model_cache(tmp_path_factory.mktemp("tiny-llama"), python, MODEL)
 
 
