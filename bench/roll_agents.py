@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from sim_agents import InlineExecutor, InstantRunner  # noqa: E402
+from sim_agents import InstantRunner, serve_commands  # noqa: E402
 
 from agent import protocol as p  # noqa: E402
 
@@ -100,11 +100,6 @@ async def serve(listing: list[dict[str, Any]], connect_rate: float) -> None:
     from agent.config import AgentConfig
     from agent.transport.tunnel import ReconnectPolicy, TunnelClient
 
-    loop = asyncio.get_running_loop()
-    loop.set_default_executor(InlineExecutor())
-    commands = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin)
-    stop = asyncio.Event()
     runners = [
         CountingRunner(p.EndpointInfo(e["slug"], "bench", e["port"], "running") if (e := entry["endpoint"]) else None)
         for entry in listing
@@ -119,30 +114,19 @@ async def serve(listing: list[dict[str, Any]], connect_rate: float) -> None:
         for entry, runner in zip(listing, runners, strict=True)
     ]
     watch = Watch(clients)
-    sampler = asyncio.ensure_future(watch.sample())
-    tasks: list[asyncio.Future[int]] = []
     sessions_before = [0] * len(clients)
 
-    async def connect() -> None:
-        started = loop.time()
-        for i, client in enumerate(clients):
-            tasks.append(asyncio.ensure_future(client.run(stop)))
-            ahead = started + (i + 1) / connect_rate - loop.time()
-            if ahead > 0:
-                await asyncio.sleep(ahead)
-
-    ramp = asyncio.ensure_future(connect())
-    while line := (await commands.readline()).decode().strip():
-        answer: dict[str, Any]
+    def answer(line: str) -> dict[str, Any] | None:
+        nonlocal sessions_before
         if line == "live":
-            answer = {"live": sum(1 for c in clients if live(c)), "sessions": sum(c.sessions for c in clients)}
-        elif line == "phase":
+            return {"live": sum(1 for c in clients if live(c)), "sessions": sum(c.sessions for c in clients)}
+        if line == "phase":
             watch.begin()
             sessions_before = [c.sessions for c in clients]
-            answer = {"ok": True}
-        elif line == "report":
+            return {"ok": True}
+        if line == "report":
             lags = sorted(watch.lags) or [0.0]
-            answer = {
+            return {
                 "sessions": [c.sessions - b for c, b in zip(clients, sessions_before, strict=True)],
                 "longest_gap": list(watch.longest),
                 "twice": [key for r in runners for key, n in r.runs.items() if n > 1],
@@ -150,17 +134,13 @@ async def serve(listing: list[dict[str, Any]], connect_rate: float) -> None:
                 "lag_p99": lags[min(len(lags) - 1, int(0.99 * len(lags)))],
                 "cpu_s": time.process_time() - watch.cpu_at,
             }
-        elif line == "stop":
-            break
-        else:
-            answer = {"error": f"unknown command {line!r}"}
-        print(json.dumps(answer), flush=True)
-    ramp.cancel()
-    sampler.cancel()
-    stop.set()
-    if tasks:
-        await asyncio.wait(tasks, timeout=30)
-    print(json.dumps({"stopped": True}), flush=True)
+        return None
+
+    sampler = asyncio.ensure_future(watch.sample())
+    try:
+        await serve_commands(clients, answer, connect_rate)
+    finally:
+        sampler.cancel()
 
 
 def main() -> None:

@@ -27,9 +27,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -72,26 +73,25 @@ class InlineExecutor(ThreadPoolExecutor):
         return future
 
 
-async def serve(state_dirs: list[Path], connect_rate: float = 100.0) -> None:
-    """Run one tunnel per state directory, opened `connect_rate` per second, and answer `stats`/`stop` lines."""
-    from agent.config import AgentConfig
-    from agent.transport.tunnel import ReconnectPolicy, TunnelClient
-
+async def serve_commands(
+    clients: Sequence[Any],
+    answer: Callable[[str], dict[str, Any] | None],
+    connect_rate: float,
+    *,
+    source: IO[Any] | None = None,
+    out: IO[str] | None = None,
+) -> None:
+    """Run `clients` (each `run(stop)`, opened `connect_rate` per second) while answering one command a line of
+    `source` (stdin) with one JSON line on `out` (stdout): `answer(line)`, or an error where it returns None.
+    ``stop`` or the end of input stops every client (waiting up to 30 s) and answers {"stopped": true}.
+    Blocking calls run on the loop's thread (`InlineExecutor`)."""
     loop = asyncio.get_running_loop()
     loop.set_default_executor(InlineExecutor())
+    out = out or sys.stdout
     commands = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), source or sys.stdin)
     stop = asyncio.Event()
-    clients = [
-        TunnelClient(
-            AgentConfig.load(state_dir),
-            lambda mode, settings: InstantRunner(),
-            policy=ReconnectPolicy(base_s=1.0, cap_s=10),
-            hello_timeout_s=120,
-        )
-        for state_dir in state_dirs
-    ]
-    tasks: list[asyncio.Task[int]] = []
+    tasks: list[asyncio.Future[Any]] = []
 
     async def connect() -> None:
         started = loop.time()
@@ -102,30 +102,48 @@ async def serve(state_dirs: list[Path], connect_rate: float = 100.0) -> None:
                 await asyncio.sleep(ahead)  # a steady connect ramp, not a storm
 
     ramp = asyncio.ensure_future(connect())
-    seen = [0] * len(clients)
-    while line := (await commands.readline()).decode().strip():
-        if line == "stats":
-            rtts: list[float] = []
-            for i, client in enumerate(clients):
-                answered = list(client.heartbeat_rtts)
-                rtts += answered[seen[i] :]
-                seen[i] = len(answered)
-            answer = {
-                "connected": sum(1 for c in clients if c._sender is not None),  # a live session's sender
-                "sessions": sum(c.sessions for c in clients),
-                "acks": sum(seen),
-                "rtts": rtts,
-            }
-        elif line == "stop":
-            break
-        else:
-            answer = {"error": f"unknown command {line!r}"}
-        print(json.dumps(answer), flush=True)
+    while (line := (await commands.readline()).decode().strip()) and line != "stop":
+        reply = answer(line)
+        print(json.dumps(reply if reply is not None else {"error": f"unknown command {line!r}"}), file=out, flush=True)
     ramp.cancel()
     stop.set()
     if tasks:
         await asyncio.wait(tasks, timeout=30)
-    print(json.dumps({"stopped": True}), flush=True)
+    print(json.dumps({"stopped": True}), file=out, flush=True)
+
+
+async def serve(state_dirs: list[Path], connect_rate: float = 100.0) -> None:
+    """Run one tunnel per state directory, opened `connect_rate` per second, and answer `stats`/`stop` lines."""
+    from agent.config import AgentConfig
+    from agent.transport.tunnel import ReconnectPolicy, TunnelClient
+
+    clients = [
+        TunnelClient(
+            AgentConfig.load(state_dir),
+            lambda mode, settings: InstantRunner(),
+            policy=ReconnectPolicy(base_s=1.0, cap_s=10),
+            hello_timeout_s=120,
+        )
+        for state_dir in state_dirs
+    ]
+    seen = [0] * len(clients)
+
+    def answer(line: str) -> dict[str, Any] | None:
+        if line != "stats":
+            return None
+        rtts: list[float] = []
+        for i, client in enumerate(clients):
+            answered = list(client.heartbeat_rtts)
+            rtts += answered[seen[i] :]
+            seen[i] = len(answered)
+        return {
+            "connected": sum(1 for c in clients if c._sender is not None),  # a live session's sender
+            "sessions": sum(c.sessions for c in clients),
+            "acks": sum(seen),
+            "rtts": rtts,
+        }
+
+    await serve_commands(clients, answer, connect_rate)
 
 
 if __name__ == "__main__":

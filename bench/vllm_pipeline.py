@@ -22,13 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.protocol import EndpointStartPayload, ModelDownloadPayload
+from agent.protocol import EndpointStartPayload
 from agent.workloads.endpoints import EndpointManager
-from agent.workloads.models import ModelCache
 from bench.vllm_tokens import measure
-from tests.support.hub_standin import HubStandin
-from tests.support.tiny_llm import build, vllm_python
-from tests.support.vllm_group import quiet, start_pp2
+from tests.support.tiny_llm import vllm_python
+from tests.support.vllm_group import quiet, start_pp2, tiny_model_cache
 
 MODEL = "acme/tiny-llama"
 
@@ -55,13 +53,7 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="vllm-pipeline-") as tmp:
         root = Path(tmp)
-        hub = HubStandin().start()
-        try:
-            hub.add_repo(MODEL, build(root / "model", python))
-            cache = ModelCache(root / "models", endpoint=hub.url)
-            cache.download(ModelDownloadPayload(model_id=MODEL), quiet)
-        finally:
-            hub.stop()
+        cache = tiny_model_cache(root, python, MODEL)
         figures = {}
         single = EndpointManager(cache, root / "single", ready_timeout_s=1200)
         try:

@@ -13,6 +13,7 @@ node: the proxy, the readiness wait and the health probes reach it on 127.0.0.1 
 own. The model's snapshot must be visible at the same path inside the container: the docker runtime mounts
 the agent's model cache read-only (`DockerBackend(model_dir=…)`); a rank whose weights the container cannot
 see, whose image has no vLLM, or whose agent has no container engine is refused before anything starts.
+`ContainerHost` is this path of `agent.workloads.server_host.ServerHost`.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ import json
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from agent.errors import CommandFailed
 from agent.ray.containers import RayContainers, short_reason
 from agent.workloads.distributed import CLI_MODULE
 from agent.workloads.engine import VLLM_MODULE, Engine
+from agent.workloads.server_host import Launch
 
 MARKER = "RANKJSON"
 RANK_DIR = "/tmp/cleverthis-ranks"  # inside the container: each rank's log, exit status and the CLI shim
@@ -37,15 +39,6 @@ LOG_CHUNK = 256 * 1024  # the most log bytes one look copies back
 # What of the rank's environment goes into the container: vLLM's, the Hub's, the threads' and the GPUs'
 # settings; the agent's own environment (paths of this host, its marks) stays out.
 PASSED_ENV = ("VLLM_", "HF_", "TRANSFORMERS_", "OMP_", "CUDA_", "NCCL_", "GLOO_", "TORCH_")
-
-
-class Spawned(Protocol):
-    """What the endpoint manager watches of a started server: a child process or a `ContainerProcess`."""
-
-    @property
-    def pid(self) -> int: ...
-
-    def poll(self) -> int | None: ...
 
 
 def program() -> str:
@@ -246,3 +239,44 @@ class ContainerProcess:
         if data:
             with self.log_path.open("ab") as log:
                 log.write(data)
+
+
+class ContainerHost:
+    """Rank `rank` of an endpoint inside the Ray node's container `container` (`ServerHost`)."""
+
+    local = False  # a rank's pid is a pid of its container
+
+    def __init__(self, ranks: ContainerRanks, container: str, rank: str) -> None:
+        self.ranks, self.container, self.rank = ranks, container, rank
+
+    def prepare(self, engine: Engine, model_path: Path) -> tuple[Engine, Path]:
+        """The image's vLLM (`container_engine`) and the snapshot's real path (the cache is mounted as itself);
+        CommandFailed when the container cannot run the rank (`ContainerRanks.check`)."""
+        self.ranks.check(self.container)
+        return container_engine(engine), model_path.resolve()
+
+    def start(self, launch: Launch) -> ContainerProcess:
+        """`ContainerRanks.start`: the container must see the model snapshot; no cores are bound there."""
+        return self.ranks.start(
+            self.container,
+            launch.argv,
+            launch.env,
+            name=self.rank,
+            token=launch.token,
+            need=[str(launch.model_path)],
+            log_path=launch.log_path,
+            follower=launch.follower,
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """The container and the rank's name."""
+        return {"container": self.container, "rank": self.rank}
+
+    def alive(self, record: dict[str, Any]) -> bool:
+        """`ContainerRanks.alive`, by the token the record's command line names."""
+        token = str(record.get("argv_token", record.get("port")))
+        return self.ranks.alive(self.container, record.get("pid", 0), token)
+
+    def stop(self, pid: int, *, timeout_s: float) -> None:
+        """`ContainerRanks.stop`."""
+        self.ranks.stop(self.container, pid, name=self.rank, timeout_s=timeout_s)

@@ -2,35 +2,31 @@
 
 Each endpoint is a child process in its own session, listening on 127.0.0.1:<port> (the control plane
 reaches it through the tunnel's proxied streams). Its record (pid, port, model, log file) is kept in
-``<state_dir>/endpoints.json`` so that an agent restart still knows, reports and can stop the servers it
-started; stopping one ends its whole process tree (vLLM runs its engine in child processes). The
-server is vLLM's GPU or CPU build as `agent.workloads.engine` chooses for the node; ``server_command``
-(or ``CLEVERTHIS_ENDPOINT_SERVER``, split like a shell line) replaces its program part, and the manager
-always appends ``--model <path> --port <port> --served-model-name <model_id> --host 127.0.0.1`` and the
-device's flags. A model that is not cached, or that cannot fit the node's free VRAM (GPU) or available
-memory (CPU), fails at once with the reason instead of a server that never answers. A running server is
-probed by `agent.workloads.endpoint_health` (`health_targets`, `mark_health`): one that stops answering is
-reported `unresponsive`; a start of its id replaces it, a stop wakes it (SIGCONT) to take its SIGTERM.
-A rank of a multi-node group whose `EndpointGroup.container` names a Ray node's container runs inside that
-container instead (`agent.workloads.container_rank`); its record names the container.
+``<state_dir>/endpoints.json`` (`agent.workloads.endpoint_records`) so that an agent restart still knows,
+reports and can stop the servers it started; stopping one ends its whole process tree (vLLM runs its engine
+in child processes). The server is vLLM's GPU or CPU build as `agent.workloads.engine` chooses for the node;
+``server_command`` (or ``CLEVERTHIS_ENDPOINT_SERVER``, split like a shell line) replaces its program part,
+and the manager always appends ``--model <path> --port <port> --served-model-name <model_id> --host
+127.0.0.1`` and the device's flags. A model that is not cached, or that cannot fit the node's free VRAM (GPU)
+or available memory (CPU), fails at once with the reason instead of a server that never answers. A running
+server is probed by `agent.workloads.endpoint_health` (`health_targets`, `mark_health`): one that stops
+answering is reported `unresponsive`; a start of its id replaces it, a stop wakes it (SIGCONT) to take its
+SIGTERM (`agent.workloads.readiness` waits for a new server to serve). Where a server runs is its
+`agent.workloads.server_host.ServerHost`: a process of this node (`server_process.ProcessHost`), or, for a
+rank of a multi-node group whose `EndpointGroup.container` names a Ray node's container, a rank inside that
+container (`container_rank.ContainerHost`; its record names the container).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import psutil
-import requests
 
 from agent.errors import CommandFailed
 from agent.executors.base import ProgressFn
@@ -50,20 +46,15 @@ from agent.protocol import (
 from agent.protocol.cpu_engine import CPU_ENDPOINT_CORES
 from agent.ray.containers import RayContainers
 from agent.workloads.adapters import ENABLE_LORA, RUNTIME_UPDATES_ENV, EndpointAdapters, lora_enabled
-from agent.workloads.container_rank import ContainerRanks, Spawned, container_engine, rank_name
-from agent.workloads.cpu_cores import allocate_cores, bind_env, node_cores, pin_process
+from agent.workloads.container_rank import ContainerHost, ContainerRanks, rank_name
+from agent.workloads.cpu_cores import allocate_cores, bind_env, node_cores
 from agent.workloads.distributed import check_group, follower_argv, group_args, rank_env
+from agent.workloads.endpoint_records import Records, forget_old_tombstones, load_records, save_records
 from agent.workloads.engine import VLLM_MODULE, Engine, check_gpus, check_memory, choose_engine, weights_bytes
 from agent.workloads.models import ModelCache
-from agent.workloads.server_process import (
-    free_port,
-    log_tail,
-    pid_alive,
-    port_in_use,
-    process_tree,
-    server_alive,
-    signal_tree,
-)
+from agent.workloads.readiness import LOG_TAIL_BYTES, raise_if_cancelled, wait_follower, wait_ready
+from agent.workloads.server_host import Launch, ServerHost
+from agent.workloads.server_process import ProcessHost, free_port, log_tail, port_in_use
 from agent.workloads.start_phases import PhaseClock
 from agent.workloads.stray_servers import ServerProcess, mark_env, marked_servers
 
@@ -98,14 +89,9 @@ def server_argv(engine: Engine, model_path: Path, port: int, payload: EndpointSt
     return argv
 
 
-STATE_FILE = "endpoints.json"
 # The inventory status of a server this agent started but does not own (`stray_servers`).
 STRAY = "stray"
-LOG_TAIL_BYTES = 4000
 START_LOG_TAIL_BYTES = 2000
-# Records of stopped endpoints kept, so a repeated stop of one of them answers "stopped" again.
-STOPPED_KEPT = 200
-FOLLOWER_SETTLE_S = 5.0  # how long a follower must live to count as started
 
 
 class EndpointManager:
@@ -131,7 +117,7 @@ class EndpointManager:
         self.stop_timeout_s = stop_timeout_s
         self.cpu_cores = cpu_cores
         self._lock = threading.RLock()
-        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self.processes = ProcessHost()  # servers as processes of this node
         # endpoint id → the cancel flags of its starts in flight (set by a stop of that id)
         self._starting: dict[str, set[threading.Event]] = {}
         # ranks run inside Ray nodes' containers (`EndpointGroup.container`), on the docker runtime's engine
@@ -140,23 +126,11 @@ class EndpointManager:
 
     # ---- state file
 
-    def _state_path(self) -> Path:
-        return self.state_dir / STATE_FILE
+    def _load(self) -> Records:
+        return load_records(self.state_dir)
 
-    def _load(self) -> dict[str, dict[str, Any]]:
-        try:
-            return json.loads(self._state_path().read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def _save(self, state: dict[str, dict[str, Any]]) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self._state_path().with_suffix(".tmp")
-        with tmp.open("w") as fh:
-            json.dump(state, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._state_path())
+    def _save(self, state: Records) -> None:
+        save_records(self.state_dir, state)
 
     # ---- commands
 
@@ -202,7 +176,7 @@ class EndpointManager:
             download = ModelDownloadPayload(model_id=payload.model_id, revision=payload.revision)
             fetched = self.models.download(download, progress)
         with self._lock:
-            _raise_if_cancelled(payload, cancel)
+            raise_if_cancelled(payload, cancel)
             state = self._load()
             current = state.get(payload.endpoint_id)
             if current and current.get("status") == "unresponsive" and self._alive(current):
@@ -241,12 +215,8 @@ class EndpointManager:
                     model_id=payload.model_id,
                 )
             self.models.touch(payload.model_id, payload.revision)
-            engine = self._engine()
-            container = payload.group.container
-            if container:  # the rank runs in that Ray node's container, with the image's vLLM
-                self.ranks.check(container)
-                engine = container_engine(engine)
-                model_path = model_path.resolve()  # the path the container sees (the cache is mounted as itself)
+            host = self._host(payload.group.container, rank_name(payload.endpoint_id))
+            engine, model_path = host.prepare(self._engine(), model_path)
             check_group(payload.group, engine)
             follower = payload.group.role == "follower"
             chosen = check_gpus(payload, engine, model_path, self.gpus_fn)
@@ -274,31 +244,8 @@ class EndpointManager:
             progress(f"starting endpoint {payload.endpoint_id} for {payload.model_id} on port {port}")
             # a follower's command line names the leader's master port, not a port of its own
             token = payload.group.master_port if follower else port
-            child: Spawned
-            if container:
-                child = self.ranks.start(
-                    container,
-                    argv,
-                    env,
-                    name=rank_name(payload.endpoint_id),
-                    token=str(token),
-                    need=[str(model_path)],
-                    log_path=log_path,
-                    follower=follower,
-                )
-            else:
-                with log_path.open("wb") as log:
-                    child = subprocess.Popen(
-                        argv,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        env=env,
-                        start_new_session=True,
-                    )
-                self._children[child.pid] = child
-                if cores:
-                    pin_process(child.pid, cores)
+            launch = Launch(argv, env, str(token), model_path, log_path, follower=follower, cores=cores)
+            child = host.start(launch)
             clock.mark("server_started")
             clock.watch_log(log_path)
             state[payload.endpoint_id] = {
@@ -318,31 +265,29 @@ class EndpointManager:
                 "group_leader": payload.group.distributed and not follower,
                 # a follower has no port: its command line is recognised by the leader's port it names
                 "argv_token": token,
+                **host.fields(),
             }
-            if container:
-                state[payload.endpoint_id].update(container=container, rank=rank_name(payload.endpoint_id))
             self._save(state)
         try:
             if follower:
-                self._wait_follower(payload, child, log_path, progress)
+                wait_follower(payload, child, log_path, progress)
             else:
-                self._wait_ready(payload, child, port, log_path, progress, cancel, clock)
+                wait_ready(payload, child, port, log_path, progress, cancel, clock, self.ready_timeout_s)
             adapters = self.adapters.load_all(port, list(payload.adapters), progress) if lora else []
             if payload.adapters:
                 clock.mark("adapters")
         except CommandFailed:
             with self._lock:
-                # a start that failed or timed out leaves no server behind
-                self._end({"pid": child.pid, "container": container, "rank": rank_name(payload.endpoint_id)})
+                host.stop(child.pid, timeout_s=self.stop_timeout_s)  # a failed start leaves no server behind
                 state = self._load()
                 record = state.get(payload.endpoint_id)
                 if record is not None and record.get("pid") == child.pid and record.get("status") != "stopped":
                     state.pop(payload.endpoint_id)  # a stop's tombstone stays
                     self._save(state)
-            _raise_if_cancelled(payload, cancel)
+            raise_if_cancelled(payload, cancel)
             raise
         with self._lock:
-            _raise_if_cancelled(payload, cancel)  # stopped as it became ready: the stop ended the server
+            raise_if_cancelled(payload, cancel)  # stopped as it became ready: the stop ended the server
             state = self._load()
             record = state.get(payload.endpoint_id)
             if record is not None and record.get("pid") == child.pid and record.get("status") == "starting":
@@ -376,12 +321,12 @@ class EndpointManager:
                 cancel.set()
             if record is None and in_flight:  # its start has not spawned the server yet: it never will
                 state[payload.endpoint_id] = {"status": "stopped", "pid": 0, "stopped_at": time.time()}
-                _forget_old_tombstones(state)
+                forget_old_tombstones(state)
                 self._save(state)
                 return EndpointStopResult(endpoint_id=payload.endpoint_id, status="stopped", pid=0)
             strays = [p.pid for p in self._strays(state) if p.endpoint_id == payload.endpoint_id]
             for pid in strays:
-                self._terminate(pid)
+                self.processes.stop(pid, timeout_s=self.stop_timeout_s)
             if record is None and strays:
                 return EndpointStopResult(endpoint_id=payload.endpoint_id, status="stopped", pid=strays[0])
             if record is None:
@@ -392,10 +337,10 @@ class EndpointManager:
                 )
             if record.get("status") == "stopped":
                 return EndpointStopResult(endpoint_id=payload.endpoint_id, status="stopped", pid=record["pid"])
-            if self._alive(record) or record["pid"] in self._children:
+            if self._alive(record) or self.processes.owns(record["pid"]):
                 self._end(record)
             record.update(status="stopped", stopped_at=time.time())
-            _forget_old_tombstones(state)
+            forget_old_tombstones(state)
             self._save(state)
         return EndpointStopResult(endpoint_id=payload.endpoint_id, status="stopped", pid=record["pid"])
 
@@ -476,7 +421,7 @@ class EndpointManager:
                 self.stop(EndpointStopPayload(endpoint_id=endpoint_id))
         with self._lock:
             for stray in self._strays(self._load()):
-                self._terminate(stray.pid)
+                self.processes.stop(stray.pid, timeout_s=self.stop_timeout_s)
 
     # ---- helpers
 
@@ -484,31 +429,31 @@ class EndpointManager:
         engine = choose_engine(self.gpus_fn())
         return Engine(self.server_command, engine.device) if self.server_command else engine
 
-    def _strays(self, state: dict[str, dict[str, Any]]) -> list[ServerProcess]:
+    def _host(self, container: str | None, rank: str) -> ServerHost:
+        """Where a server runs: in the Ray node's container `container` (as `rank`), else on this node."""
+        return ContainerHost(self.ranks, container, rank) if container else self.processes
+
+    def _host_of(self, record: dict[str, Any]) -> ServerHost:
+        return self._host(record.get("container"), record.get("rank", ""))
+
+    def _strays(self, state: Records) -> list[ServerProcess]:
         """Marked server processes (`stray_servers`) that are no live record's server."""
-        owned = {
-            rec["pid"]
-            for rec in state.values()
-            if rec.get("status") != "stopped" and not rec.get("container") and server_alive(rec)
-        }
+        owned = set()
+        for rec in state.values():
+            host = self._host_of(rec)
+            if rec.get("status") != "stopped" and host.local and host.alive(rec):
+                owned.add(rec["pid"])
         return [p for p in marked_servers(self.state_dir) if p.pid not in owned]
 
     def _alive(self, record: dict[str, Any]) -> bool:
-        """Whether the record's server still runs: a process of this node, or a rank in a Ray container."""
-        container = record.get("container")
-        if container:
-            token = str(record.get("argv_token", record.get("port")))
-            return self.ranks.alive(container, record.get("pid", 0), token)
-        return server_alive(record)
+        """Whether the record's server still runs (`ServerHost.alive`)."""
+        return self._host_of(record).alive(record)
 
     def _end(self, record: dict[str, Any]) -> None:
-        """End the record's server: its process tree here, or its rank's processes in its Ray container."""
-        if record.get("container"):
-            self.ranks.stop(record["container"], record["pid"], name=record["rank"], timeout_s=self.stop_timeout_s)
-        else:
-            self._terminate(record["pid"])
+        """End the record's server (`ServerHost.stop`)."""
+        self._host_of(record).stop(record["pid"], timeout_s=self.stop_timeout_s)
 
-    def _cpu_cores(self, state: dict[str, dict[str, Any]], endpoint_id: str) -> list[int]:
+    def _cpu_cores(self, state: Records, endpoint_id: str) -> list[int]:
         """Cores for a new CPU server: ones no other live server of this agent is bound to (`cpu_cores`)."""
         held = [
             rec.get("cores", [])
@@ -516,117 +461,3 @@ class EndpointManager:
             if other != endpoint_id and rec.get("status") != "stopped" and self._alive(rec)
         ]
         return allocate_cores(held, cores=node_cores(), count=self.cpu_cores)
-
-    def _wait_ready(
-        self,
-        payload: EndpointStartPayload,
-        child: Spawned,
-        port: int,
-        log_path: Path,
-        progress: ProgressFn,
-        cancel: threading.Event,
-        clock: PhaseClock,
-    ) -> None:
-        deadline = time.monotonic() + self.ready_timeout_s
-        url = f"http://127.0.0.1:{port}/v1/models"
-        last_note = 0.0
-        while True:
-            _raise_if_cancelled(payload, cancel)
-            code = child.poll()
-            if code is not None:
-                tail = log_tail(log_path, LOG_TAIL_BYTES)
-                raise CommandFailed(
-                    "internal",
-                    f"endpoint server exited with status {code} before answering; log tail:\n{tail}",
-                    exit_code=code,
-                    log_tail=tail,
-                )
-            clock.poll_log()
-            try:
-                response = requests.get(url, timeout=2)
-                if response.status_code == 200:
-                    served = [m.get("id") for m in response.json().get("data", [])]
-                    if payload.model_id in served:
-                        clock.poll_log()
-                        clock.mark("healthy")
-                        return
-            except (requests.RequestException, ValueError):
-                pass
-            now = time.monotonic()
-            if now >= deadline:
-                raise CommandFailed(
-                    "internal",
-                    f"endpoint server did not answer GET /v1/models within {self.ready_timeout_s:g}s; "
-                    f"log tail:\n{log_tail(log_path, LOG_TAIL_BYTES)}",
-                    log_tail=log_tail(log_path, LOG_TAIL_BYTES),
-                )
-            if now - last_note >= 10:
-                last_note = now
-                progress(f"waiting for endpoint {payload.endpoint_id} to load {payload.model_id}")
-            time.sleep(0.2)
-
-    def _wait_follower(
-        self, payload: EndpointStartPayload, child: Spawned, log_path: Path, progress: ProgressFn
-    ) -> None:
-        """A follower answers nothing: it counts as started once it has lived `FOLLOWER_SETTLE_S` (an
-        argument vLLM refuses ends it sooner); whether the group serves is the leader's readiness."""
-        deadline = time.monotonic() + FOLLOWER_SETTLE_S
-        while time.monotonic() < deadline:
-            code = child.poll()
-            if code is not None:
-                tail = log_tail(log_path, LOG_TAIL_BYTES)
-                raise CommandFailed(
-                    "internal",
-                    f"follower rank exited with status {code}; log tail:\n{tail}",
-                    exit_code=code,
-                    log_tail=tail,
-                )
-            time.sleep(0.2)
-        progress(f"follower rank {payload.group.node_rank} of endpoint {payload.endpoint_id} waits for its leader")
-
-    def _terminate(self, pid: int) -> None:
-        """End the server's whole process tree: its process group and every descendant (SIGTERM and SIGCONT,
-        then SIGKILL after `stop_timeout_s`), so no engine process is left behind with parent 1; a stopped
-        (SIGSTOP) process is woken to take its SIGTERM, and SIGKILL ends it regardless."""
-        child = self._children.pop(pid, None)
-        tree = process_tree(pid)
-        if not tree:
-            if child is not None:
-                child.wait()
-            return
-        signal_tree(pid, tree, signal.SIGTERM)
-        signal_tree(pid, tree, signal.SIGCONT)  # a stopped (SIGSTOP) or hung-in-stop process acts on its SIGTERM
-        deadline = time.monotonic() + self.stop_timeout_s
-        while time.monotonic() < deadline:
-            if child is not None:
-                child.poll()  # reap the server itself, or it stays a zombie
-            tree = [p for p in tree if pid_alive(p.pid)]
-            if not tree:
-                break
-            time.sleep(0.05)
-        if tree:
-            signal_tree(pid, tree, signal.SIGKILL)
-        if child is not None:
-            child.wait()
-        psutil.wait_procs([p for p in tree if p.pid != pid], timeout=5)
-
-
-def _raise_if_cancelled(payload: EndpointStartPayload, cancel: threading.Event) -> None:
-    """CommandFailed(conflict) when a stop of the endpoint came while its start was in flight."""
-    if cancel.is_set():
-        raise CommandFailed(
-            "conflict",
-            f"endpoint {payload.endpoint_id} was stopped while it was starting; its server is not running",
-            endpoint_id=payload.endpoint_id,
-        )
-
-
-def _forget_old_tombstones(state: dict[str, dict[str, Any]]) -> None:
-    """Keep the newest STOPPED_KEPT records of stopped endpoints, so the state file stays small."""
-    stopped = sorted(
-        (rec.get("stopped_at", 0.0), endpoint_id)
-        for endpoint_id, rec in state.items()
-        if rec.get("status") == "stopped"
-    )
-    for _, endpoint_id in stopped[: max(0, len(stopped) - STOPPED_KEPT)]:
-        del state[endpoint_id]

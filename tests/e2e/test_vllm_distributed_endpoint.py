@@ -34,9 +34,8 @@ from fleet.workloads.tasks import endpoints_heal_tick
 from raymgr import services as ray_services
 from raymgr.models import RayCluster, RayNode
 from tests.e2e.conftest import node_of
-from tests.support.environment import missing
 from tests.support.processes import REPO_ROOT, wait_until
-from tests.support.tiny_llm import build, vllm_python
+from tests.support.tiny_llm import build, require_vllm_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True), pytest.mark.timeout(2400)]
 
@@ -45,10 +44,7 @@ MODEL = "acme/tiny-llama"
 
 @pytest.fixture(scope="module")
 def engine_python() -> str:
-    python = vllm_python()
-    if not python or not Path(python).exists():
-        missing("vLLM's CPU engine is not built here", "bash .ci/vllm-venv builds it")
-    return python
+    return require_vllm_python()
 
 
 def healing_until(done, *, timeout: float, what: str) -> None:

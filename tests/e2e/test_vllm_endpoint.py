@@ -28,9 +28,8 @@ from fleet.usage.models import UsageRollup
 from fleet.workloads import services as workload_services
 from fleet.workloads.models import Endpoint, NodeModel
 from tests.e2e.conftest import node_of, wait_status
-from tests.support.environment import missing
 from tests.support.processes import REPO_ROOT, wait_until
-from tests.support.tiny_llm import build, vllm_python
+from tests.support.tiny_llm import build, require_vllm_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True), pytest.mark.timeout(1500)]
 
@@ -39,10 +38,7 @@ MODEL = "acme/tiny-llama"
 
 @pytest.fixture(scope="module")
 def engine_python() -> str:
-    python = vllm_python()
-    if not python or not Path(python).exists():
-        missing("vLLM's CPU engine is not built here", "bash .ci/vllm-venv builds it")
-    return python
+    return require_vllm_python()
 
 
 @pytest.fixture(scope="module")

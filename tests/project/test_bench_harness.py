@@ -1,10 +1,13 @@
 """The benchmarks' own harness: load generator processes that count every chunk and leave nothing behind,
-and simulated agents whose blocking calls never start a thread."""
+and simulated agents whose blocking calls never start a thread and whose command loop (one JSON answer a
+line, `bench/sim_agents.py` and `bench/roll_agents.py`) stops every client."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import io
+import json
 import os
 import signal
 import sys
@@ -68,3 +71,34 @@ def test_simulated_agents_run_the_clients_blocking_calls_on_the_loop_thread():
     loop_thread, call_thread = asyncio.run(main())
     assert call_thread == loop_thread
     assert threading.active_count() == before
+
+
+class _Client:
+    """A simulated agent's tunnel client: runs until the stop event is set."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    async def run(self, stop: asyncio.Event) -> int:
+        await stop.wait()
+        self.stopped = True
+        return 0
+
+
+@pytest.mark.parametrize("commands", [b"count\nbogus\nstop\ncount\n", b"count\nbogus\n"], ids=["stop", "eof"])
+def test_simulated_agents_answer_each_command_then_stop_every_client(commands):
+    clients = [_Client(), _Client()]
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, commands)
+    os.close(write_fd)
+    out = io.StringIO()
+
+    def answer(line: str) -> dict[str, int] | None:
+        return {"count": len(clients)} if line == "count" else None
+
+    with os.fdopen(read_fd, "rb") as source:
+        # a connect rate so high that the ramp starts every client at once, before any command is read
+        asyncio.run(sim_agents.serve_commands(clients, answer, 1e9, source=source, out=out))
+    answers = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert answers == [{"count": 2}, {"error": "unknown command 'bogus'"}, {"stopped": True}]
+    assert all(client.stopped for client in clients)

@@ -1,6 +1,7 @@
 """A multi-node vLLM endpoint on this machine through the agent's own code: one `EndpointManager` per
 "node" (its own state folder, as each node's agent has), the follower rank started first, then the leader
-whose OpenAI server answers once the follower has joined. Used by the real test and the bench."""
+whose OpenAI server answers once the follower has joined; `tiny_model_cache`, the tiny Llama they serve. Used
+by the real tests and the bench."""
 
 from __future__ import annotations
 
@@ -8,14 +9,29 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.protocol import EndpointGroup, EndpointStartPayload, EndpointStartResult
+from agent.protocol import EndpointGroup, EndpointStartPayload, EndpointStartResult, ModelDownloadPayload
 from agent.workloads.endpoints import EndpointManager
 from agent.workloads.models import ModelCache
 from agent.workloads.server_process import free_port
+from tests.support.hub_standin import HubStandin
+from tests.support.tiny_llm import build
 
 
 def quiet(*_args: object, **_kwargs: object) -> None:
     """A ProgressFn that ignores its calls."""
+
+
+def tiny_model_cache(root: Path, python: str, model_id: str) -> ModelCache:
+    """A model cache under `root` holding the tiny Llama (`tests.support.tiny_llm`, made by vLLM's `python`)
+    as `model_id`, downloaded from a Hub stand-in stopped afterwards."""
+    hub = HubStandin().start()
+    try:
+        hub.add_repo(model_id, build(root / "model", python))
+        cache = ModelCache(root / "models", endpoint=hub.url)
+        cache.download(ModelDownloadPayload(model_id=model_id), quiet)
+    finally:
+        hub.stop()
+    return cache
 
 
 @dataclass

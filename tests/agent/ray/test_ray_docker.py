@@ -20,11 +20,9 @@ from agent import protocol
 from agent.errors import CommandFailed
 from agent.ray.commands import RayCommandHandler
 from agent.ray.containers import DockerRayContainers
-from agent.ray.members import member_name
-from agent.ray.ports import free_port
-from tests.agent.executors.podman import registry_address, require_podman
-from tests.support.environment import missing
-from tests.support.node_container import podman
+from tests.agent.executors.podman import registry_address
+from tests.support import ray_docker
+from tests.support.ray_docker import containers_of, engine_with, ray_hosts, remove_members, worker_payload
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -43,47 +41,21 @@ def quiet(*_: Any, **__: Any) -> None:
 
 @pytest.fixture(scope="module")
 def engine_url() -> str:
-    url = require_podman()
-    if podman("image", "exists", f"docker.io/{IMAGE}", check=False).returncode != 0:
-        missing(f"no {IMAGE} image", "run .ci/ray-image (as root) to build it")
-    return url
+    return engine_with(f"docker.io/{IMAGE}", ".ci/ray-image")
 
 
 @pytest.fixture
 def handlers(engine_url: str, tmp_path) -> Iterator[list[RayCommandHandler]]:
-    made = [
-        RayCommandHandler(
-            containers=DockerRayContainers(base_url=engine_url),
-            work_dir=tmp_path / f"host-{index}",
-            hostname=f"host-{index}",
-            container_memory=MEMORY,
-            container_shm_size=SHM,
-            register_timeout_s=240,
-        )
-        for index in (0, 1)
-    ]
-    yield made
-    for member in (HEAD, WORKER, "oom", "busy", "nopull"):
-        podman("rm", "-f", "-t", "1", member_name(member), check=False)
+    yield ray_hosts(engine_url, tmp_path, memory=MEMORY, shm=SHM)
+    remove_members([HEAD, WORKER, "oom", "busy", "nopull"])
 
 
 def head_payload(member: str = HEAD, **extra: Any) -> dict[str, Any]:
-    return {
-        "cluster_id": CLUSTER,
-        "member_id": member,
-        "ray_version": VERSION,
-        "image": IMAGE,
-        "runtime": "docker",
-        "gcs_port": free_port(),
-        "dashboard_port": free_port(),
-        "num_cpus": 1,
-        **extra,
-    }
+    return {**ray_docker.head_payload(CLUSTER, member, VERSION, IMAGE), **extra}
 
 
 def containers_left() -> list[str]:
-    out = podman("ps", "-a", "--format", "{{.Names}}", "--filter", f"label=cleverthis.ray.cluster={CLUSTER}").stdout
-    return out.split()
+    return containers_of(CLUSTER)
 
 
 def test_head_and_worker_containers_join_report_drain_and_leave_nothing(handlers):
@@ -97,17 +69,8 @@ def test_head_and_worker_containers_join_report_drain_and_leave_nothing(handlers
     assert not head.ip.startswith("127.")
     assert payload["dashboard_port"] in first.dashboard_ports()  # the tunnel may reach this dashboard
 
-    worker_payload = {
-        "cluster_id": CLUSTER,
-        "member_id": WORKER,
-        "ray_version": VERSION,
-        "image": IMAGE,
-        "runtime": "docker",
-        "head_address": head.gcs_address,
-        "num_cpus": 1,
-    }
     started = time.monotonic()
-    second.run("ray.worker.start", worker_payload, quiet)
+    second.run("ray.worker.start", worker_payload(payload, WORKER, head.gcs_address), quiet)
     status_payload = {"cluster_id": CLUSTER, "member_id": HEAD, "runtime": "docker", "gcs_port": payload["gcs_port"]}
     status: dict[str, Any] = {}
     deadline = time.monotonic() + 240

@@ -12,6 +12,7 @@ The real thing (Podman, the vLLM-carrying Ray image, real vLLM) is `test_ray_con
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,6 +37,9 @@ from tests.support.vllm_group import quiet
 
 MODEL = "acme/tiny-llama"
 CONTAINER = "ray-0000aaaa"
+# This machine is the "container" of every run at once: a rank's stop ends whatever carries its mark, so
+# each run's endpoint ids (the marks' names) are its own, and only its own marks are counted as its ranks.
+RUN = secrets.token_hex(4)
 # vLLM's server as the stand-in with an engine child in a session of its own (the worst case for a stop)
 STANDIN_SERVER = (
     "import sys\nfrom tests.support.openai_standin import main\nsys.exit(main([*sys.argv[1:], '--engine-child']))\n"
@@ -109,14 +113,21 @@ class LocalContainers:
         return ""
 
 
+def endpoint_id(letter: str) -> str:
+    """This run's endpoint id of 12 characters named by `letter`."""
+    return f"{RUN}{letter * 4}"
+
+
 def rank_processes(sessions: list[int]) -> list[psutil.Process]:
-    """The living processes of these sessions, and those carrying a rank's mark (an engine child that left)."""
+    """The living processes of these sessions, and those carrying a mark of this run's ranks (an engine child
+    that left)."""
     found = []
     for proc in psutil.process_iter():
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if os.getsid(proc.pid) in sessions or (sessions and "CLEVERTHIS_RANK" in proc.environ()):
+            mark = proc.environ().get("CLEVERTHIS_RANK", "") if sessions else ""
+            if os.getsid(proc.pid) in sessions or mark.startswith(f"endpoint-{RUN}"):
                 found.append(proc)
         except (OSError, psutil.Error):
             continue
@@ -200,7 +211,7 @@ def test_a_rank_the_container_cannot_run_is_refused_before_anything_starts(
     if how == "engine down":  # the process runtime's nodes: DOCKER_HOST answers nothing
         containers.state = down  # type: ignore[method-assign]
     manager = manager_for(cache, tmp_path, containers)
-    payload = EndpointStartPayload(endpoint_id="c" * 12, model_id=MODEL, group=group())
+    payload = EndpointStartPayload(endpoint_id=endpoint_id("c"), model_id=MODEL, group=group())
     if how == "no weights":  # a container without the model cache mounted: the snapshot's path is not there
         original = manager.ranks.start
 
@@ -219,7 +230,7 @@ def test_a_rank_the_container_cannot_run_is_refused_before_anything_starts(
 def test_a_leader_rank_in_the_container_serves_on_the_nodes_port_and_dies_with_the_container(cache, tmp_path, local):
     manager = manager_for(cache, tmp_path, local)
     port = free_port()
-    payload = EndpointStartPayload(endpoint_id="d" * 12, model_id=MODEL, port=port, group=group())
+    payload = EndpointStartPayload(endpoint_id=endpoint_id("d"), model_id=MODEL, port=port, group=group())
     result = manager.start(payload, quiet)
     assert result.port == port
     assert local.sessions == [result.pid]
@@ -233,44 +244,44 @@ def test_a_leader_rank_in_the_container_serves_on_the_nodes_port_and_dies_with_t
     # the leader's port is the node's: the agent's readiness wait, inventory, probes and proxy reach it
     assert requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()["data"][0]["id"] == MODEL
     assert [(i.status, i.port) for i in manager.inventory()] == [("running", port)]
-    assert manager.health_targets() == [("d" * 12, port)]
-    assert manager.generation_probes() == {"d" * 12: MODEL}
-    log = (manager.state_dir / f"endpoint-{'d' * 12}.log").read_text()
+    assert manager.health_targets() == [(endpoint_id("d"), port)]
+    assert manager.generation_probes() == {endpoint_id("d"): MODEL}
+    log = (manager.state_dir / f"endpoint-{endpoint_id('d')}.log").read_text()
     assert f"openai-standin serving {MODEL}" in log  # the rank's output, mirrored from the container
     assert result.phases.model_loaded_s >= result.phases.server_started_s
 
     local.kill(CONTAINER)  # the Ray node's container dies, and the rank with it
     assert manager.inventory() == []
     assert manager.health_targets() == []
-    assert manager.stop(EndpointStopPayload(endpoint_id="d" * 12)).status == "stopped"  # nothing left to end
+    assert manager.stop(EndpointStopPayload(endpoint_id=endpoint_id("d"))).status == "stopped"  # nothing left to end
 
 
 def test_stop_ends_every_process_of_the_rank_in_its_container(cache, tmp_path, local):
     manager = manager_for(cache, tmp_path, local)
-    result = manager.start(EndpointStartPayload(endpoint_id="e" * 12, model_id=MODEL, group=group()), quiet)
+    result = manager.start(EndpointStartPayload(endpoint_id=endpoint_id("e"), model_id=MODEL, group=group()), quiet)
     processes = rank_processes(local.sessions)
     assert len(processes) == 3  # sh, the server, its engine child (in a session of its own)
     assert len({os.getsid(p.pid) for p in processes}) == 2
-    manager.stop(EndpointStopPayload(endpoint_id="e" * 12))
+    manager.stop(EndpointStopPayload(endpoint_id=endpoint_id("e")))
     assert rank_processes([result.pid]) == []
     assert manager.inventory() == []
 
 
 def test_a_follower_rank_runs_the_cli_shim_written_into_the_container(cache, tmp_path, local, monkeypatch):
-    monkeypatch.setattr("agent.workloads.endpoints.FOLLOWER_SETTLE_S", 1.0)
+    monkeypatch.setattr("agent.workloads.readiness.FOLLOWER_SETTLE_S", 1.0)
     manager = manager_for(cache, tmp_path, local)
     follower = group(node_rank=1, role="follower")
-    result = manager.start(EndpointStartPayload(endpoint_id="f" * 12, model_id=MODEL, group=follower), quiet)
+    result = manager.start(EndpointStartPayload(endpoint_id=endpoint_id("f"), model_id=MODEL, group=follower), quiet)
     assert result.port == 0
     shim_root = f"{tmp_path}/in-container/python"
-    log = (manager.state_dir / f"endpoint-{'f' * 12}.log").read_text()
+    log = (manager.state_dir / f"endpoint-{endpoint_id('f')}.log").read_text()
     assert "cli argv ['vllm', 'serve'" in log  # the shim ran vLLM's CLI main as `vllm serve`
     assert "'--headless'" in log
     assert f"path {shim_root}" in log
     assert [(i.status, i.port) for i in manager.inventory()] == [("running", 0)]
     cmdline = psutil.Process(result.pid).cmdline()
     assert cmdline[4:7] == ["python", "-m", CLI_MODULE]
-    manager.stop(EndpointStopPayload(endpoint_id="f" * 12))
+    manager.stop(EndpointStopPayload(endpoint_id=endpoint_id("f")))
     assert rank_processes([result.pid]) == []
 
 

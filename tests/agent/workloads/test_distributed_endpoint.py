@@ -31,7 +31,7 @@ from agent.workloads.models import ModelCache
 from agent.workloads.server_process import pid_alive, process_tree
 from tests.support.hub_standin import HubStandin
 from tests.support.processes import REPO_ROOT, wait_until
-from tests.support.vllm_group import quiet, start_pp2
+from tests.support.vllm_group import quiet, start_pp2, tiny_model_cache
 
 STANDIN = [sys.executable, "-m", "tests.support.openai_standin"]
 MODEL = "acme/tiny-llama"
@@ -131,25 +131,14 @@ def test_a_group_this_node_cannot_run_is_refused_before_anything_starts(manager,
 
 @pytest.fixture(scope="module")
 def engine_python() -> str:
-    from tests.support.environment import missing
-    from tests.support.tiny_llm import vllm_python
+    from tests.support.tiny_llm import require_vllm_python
 
-    python = vllm_python()
-    if not python or not Path(python).exists():
-        missing("vLLM's CPU engine is not built here", "bash .ci/vllm-venv builds it")
-    return python
+    return require_vllm_python()
 
 
 @pytest.fixture(scope="module")
-def tiny_cache(engine_python: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelCache]:
-    from tests.support.tiny_llm import build
-
-    hub = HubStandin().start()
-    hub.add_repo(MODEL, build(tmp_path_factory.mktemp("tiny-llama"), engine_python))
-    cache = ModelCache(tmp_path_factory.mktemp("models"), endpoint=hub.url)
-    cache.download(ModelDownloadPayload(model_id=MODEL), quiet)
-    hub.stop()
-    return cache
+def tiny_cache(engine_python: str, tmp_path_factory: pytest.TempPathFactory) -> ModelCache:
+    return tiny_model_cache(tmp_path_factory.mktemp("tiny-llama"), engine_python, MODEL)
 
 
 @pytest.mark.integration

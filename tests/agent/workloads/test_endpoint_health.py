@@ -162,7 +162,7 @@ def test_a_stopped_server_is_reported_unresponsive_then_running_again_when_it_co
 def test_stop_ends_a_stopped_server_woken_to_take_its_sigterm(manager):
     result = manager.start(EndpointStartPayload(endpoint_id="ep1", model_id=MODEL), quiet)
     pid = result.pid
-    child = manager._children[pid]
+    child = manager.processes.children[pid]
     manager.stop_timeout_s = 60.0
     os.kill(pid, signal.SIGSTOP)
     try:

@@ -15,7 +15,8 @@ import pytest
 from agent.errors import CommandFailed
 from agent.protocol import EndpointStartPayload, EndpointStopPayload
 from agent.workloads.cpu_cores import allocate_cores, cpu_list, node_cores
-from agent.workloads.endpoints import STATE_FILE, EndpointManager
+from agent.workloads.endpoint_records import STATE_FILE
+from agent.workloads.endpoints import EndpointManager
 from agent.workloads.server_process import pid_alive
 from tests.agent.workloads import test_endpoints
 from tests.agent.workloads.test_endpoints import MODEL, quiet

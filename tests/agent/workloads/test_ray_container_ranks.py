@@ -20,25 +20,21 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 
-from agent.protocol import EndpointGroup, EndpointStartPayload, EndpointStartResult, ModelDownloadPayload
+from agent.protocol import EndpointGroup, EndpointStartPayload, EndpointStartResult
 from agent.ray.commands import RayCommandHandler
-from agent.ray.containers import DockerRayContainers
 from agent.ray.members import member_name
 from agent.ray.ports import free_port
 from agent.workloads.endpoint_health import EndpointProber, HealthSettings
 from agent.workloads.endpoints import EndpointManager
 from agent.workloads.models import ModelCache
-from tests.agent.executors.podman import require_podman
-from tests.support.environment import missing
-from tests.support.hub_standin import HubStandin
 from tests.support.node_container import podman
 from tests.support.processes import wait_until
-from tests.support.vllm_group import quiet
+from tests.support.ray_docker import engine_with, head_payload, ray_hosts, remove_members, worker_payload
+from tests.support.vllm_group import quiet, tiny_model_cache
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -56,44 +52,21 @@ MEMORY, SHM = "5g", "1g"
 
 @pytest.fixture(scope="module")
 def engine_url() -> str:
-    url = require_podman()
-    if podman("image", "exists", IMAGE, check=False).returncode != 0:
-        missing(f"no {IMAGE} image", "run .ci/ray-vllm-image (as root) to build it")
-    return url
+    return engine_with(IMAGE, ".ci/ray-vllm-image")
 
 
 @pytest.fixture(scope="module")
 def tiny_cache(engine_url: str, tmp_path_factory: pytest.TempPathFactory) -> ModelCache:
-    from tests.support.tiny_llm import build, vllm_python
+    from tests.support.tiny_llm import require_vllm_python
 
-    python = vllm_python()
-    if not python or not Path(python).exists():
-        missing("vLLM's CPU engine is not built here (it makes the tiny model)", "bash .ci/vllm-venv builds it")
-    hub = HubStandin().start()
-    hub.add_repo(MODEL, build(tmp_path_factory.mktemp("tiny-llama"), python))
-    cache = ModelCache(tmp_path_factory.mktemp("models"), endpoint=hub.url)
-    cache.download(ModelDownloadPayload(model_id=MODEL), quiet)
-    hub.stop()
-    return cache
+    python = require_vllm_python(" (it makes the tiny model)")
+    return tiny_model_cache(tmp_path_factory.mktemp("tiny-llama"), python, MODEL)
 
 
 @pytest.fixture
 def hosts(engine_url: str, tiny_cache: ModelCache, tmp_path: Path) -> Iterator[list[RayCommandHandler]]:
-    made = [
-        RayCommandHandler(
-            containers=DockerRayContainers(base_url=engine_url),
-            work_dir=tmp_path / f"host-{index}",
-            hostname=f"host-{index}",
-            container_memory=MEMORY,
-            container_shm_size=SHM,
-            register_timeout_s=240,
-            model_dir=tiny_cache.root,
-        )
-        for index in (0, 1)
-    ]
-    yield made
-    for member in (HEAD, WORKER):
-        podman("rm", "-f", "-t", "1", member_name(member), check=False)
+    yield ray_hosts(engine_url, tmp_path, memory=MEMORY, shm=SHM, model_dir=tiny_cache.root)
+    remove_members([HEAD, WORKER])
 
 
 def container_log(name: str) -> str:
@@ -109,21 +82,9 @@ def test_pp2_with_each_rank_inside_a_ray_container_then_the_worker_container_die
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     first, second = hosts
     started = time.monotonic()
-    head_payload: dict[str, Any] = {
-        "cluster_id": CLUSTER,
-        "member_id": HEAD,
-        "ray_version": RAY_VERSION,
-        "image": IMAGE,
-        "runtime": "docker",
-        "gcs_port": free_port(),
-        "dashboard_port": free_port(),
-        "num_cpus": 1,
-    }
-    head = first.run("ray.head.start", head_payload, quiet)
-    worker = {**head_payload, "member_id": WORKER, "head_address": head.gcs_address}
-    for key in ("gcs_port", "dashboard_port"):
-        worker.pop(key)
-    second.run("ray.worker.start", worker, quiet)
+    head_start = head_payload(CLUSTER, HEAD, RAY_VERSION, IMAGE)
+    head = first.run("ray.head.start", head_start, quiet)
+    second.run("ray.worker.start", worker_payload(head_start, WORKER, head.gcs_address), quiet)
     ray_s = time.monotonic() - started
 
     leader_manager = EndpointManager(tiny_cache, tmp_path / "leader", containers=first.containers, ready_timeout_s=1500)
