@@ -75,33 +75,42 @@ def ray_vllm_env(settings):
     remove_containers(made)
 
 
-def beat_until(done, *, timeout: float, what: str, evidence: str = "") -> None:
-    """Run the beat's passes every 2 s until `done()`: endpoint healing, the Ray autoscaler (its `ray.status`
-    notices a dead worker and starts another) and the resend of commands their agent never acknowledged."""
+def beat_until(done, *, timeout: float, what: str, explain=None) -> None:  # type: ignore[no-untyped-def]
+    """Run the beat's passes until `done()`: endpoint healing every 2 s, the Ray autoscaler at the beat's
+    cadence (its `ray.status` notices a dead worker, and it starts another) and the resend of commands their
+    agent never acknowledged; on a timeout print `explain()`."""
+    autoscaled = 0.0
 
     def step() -> bool:
+        nonlocal autoscaled
         endpoints_heal_tick()
-        autoscale()
+        if time.monotonic() - autoscaled >= django_settings.CELERY_BEAT_SCHEDULE["raymgr-autoscale"]["schedule"]:
+            autoscale()
+            autoscaled = time.monotonic()
         commands_resend_stuck()
         return done()
 
     try:
         wait_until(step, timeout=timeout, interval=2, what=what)
     except TimeoutError:
-        if evidence:
-            print(containers_evidence(evidence))
+        if explain is not None:
+            print(explain())
         raise
 
 
-def containers_evidence(cluster_id: str) -> str:
-    """Why the cluster's containers are as they are: their state, last output and Ray's error lines; dmesg."""
+def evidence(cluster_id: str, log_dir: Path) -> str:
+    """Why the cluster's containers are as they are: their state, last output and Ray's error lines; how the
+    agents found the containers they removed that had ended; the kernel's OOM kills."""
     parts = []
     for name in containers_of(cluster_id):
         state = podman("inspect", "--format", "{{json .State}}", name, check=False).stdout.strip()
         logs = podman("logs", "--tail", "20", name, check=False)
         parts.append(f"--- {name}: {state}\n{(logs.stdout + logs.stderr)[-3000:]}\n{ray_errors(name)}")
+    for log in sorted(log_dir.glob("agent-*.log")):
+        ended = [line for line in log.read_text(errors="replace").splitlines() if "had ended" in line]
+        parts.append(f"--- {log.name}: containers removed after they ended:\n" + "\n".join(ended[-5:]))
     dmesg = subprocess.run(["dmesg"], capture_output=True, text=True, check=False).stdout.splitlines()
-    parts.append("--- dmesg (oom/killed):\n" + "\n".join(x for x in dmesg[-400:] if "oom" in x.lower() or "kill" in x))
+    parts.append("--- dmesg (OOM kills):\n" + "\n".join(x for x in dmesg[-300:] if "out of memory" in x.lower()))
     return "\n".join(parts)
 
 
@@ -152,6 +161,10 @@ def test_pp2_ranks_inside_ray_containers_fail_with_the_worker_container_and_heal
         dashboard_port=free_port(),
     )
     made.append(str(ray.pk))
+
+    def explain() -> str:
+        return evidence(str(ray.pk), tmp_path)
+
     wait_until(
         lambda: RayNode.objects.filter(ray_cluster=ray, status="running").count() == 2,
         timeout=400,
@@ -173,10 +186,10 @@ def test_pp2_ranks_inside_ray_containers_fail_with_the_worker_container_and_heal
         lambda: status_of(endpoint) in ("running", "failed"),
         timeout=GROUP_START_S,
         what="the group running",
-        evidence=str(ray.pk),
+        explain=explain,
     )
     endpoint.refresh_from_db()
-    assert endpoint.status == "running", endpoint.failure_message
+    assert endpoint.status == "running", f"{endpoint.failure_message}\n{explain()}"
     group_s = time.monotonic() - asked
     # each rank runs inside its Ray node's container, not beside its agent
     assert any("--headless" not in p for p in vllm_processes(member_name(str(head.pk))))
@@ -191,7 +204,7 @@ def test_pp2_ranks_inside_ray_containers_fail_with_the_worker_container_and_heal
     podman("kill", member_name(str(worker.pk)))
     killed = time.monotonic()
     failed = endpoint.events.filter(kind="endpoint.group_failed")
-    beat_until(failed.exists, timeout=300, what="the group failed", evidence=str(ray.pk))
+    beat_until(failed.exists, timeout=300, what="the group failed", explain=explain)
     failed_s = time.monotonic() - killed
     reason = failed.get().data["reason"]
     assert failed.get().data["code"] == "group_member_lost"
@@ -208,7 +221,7 @@ def test_pp2_ranks_inside_ray_containers_fail_with_the_worker_container_and_heal
         lambda: status_of(endpoint) == "running" and member_name(str(worker.pk)) not in containers_of(ray.pk),
         timeout=GROUP_START_S,
         what="the group running again, the killed worker's container removed",
-        evidence=str(ray.pk),
+        explain=explain,
     )
     healed_s = time.monotonic() - killed
     assert endpoint.events.filter(kind="endpoint.group_restarted").exists()
