@@ -105,7 +105,16 @@ def evidence(cluster_id: str, log_dir: Path) -> str:
     for name in containers_of(cluster_id):
         state = podman("inspect", "--format", "{{json .State}}", name, check=False).stdout.strip()
         logs = podman("logs", "--tail", "20", name, check=False)
-        parts.append(f"--- {name}: {state}\n{(logs.stdout + logs.stderr)[-3000:]}\n{ray_errors(name)}")
+        kills = podman(
+            "exec",
+            name,
+            "sh",
+            "-c",
+            "grep -i -h kill /tmp/ray/session_latest/logs/*.out /tmp/ray/session_latest/logs/"
+            "*.log 2>/dev/null | tail -n 15; ps -eo pid,ppid,stat,args | cut -c1-160",
+            check=False,
+        ).stdout
+        parts.append(f"--- {name}: {state}\n{(logs.stdout + logs.stderr)[-3000:]}\n{ray_errors(name)}\n{kills[-4000:]}")
     for log in sorted(log_dir.glob("agent-*.log")):
         ended = [line for line in log.read_text(errors="replace").splitlines() if "had ended" in line]
         parts.append(f"--- {log.name}: containers removed after they ended:\n" + "\n".join(ended[-5:]))
