@@ -3,6 +3,12 @@ result or error; the inventory is reported when a command changed it.
 
 `CommandHandling` is the part of `agent.transport.tunnel.TunnelClient` that does it; the runner
 (`agent.runner.CommandRunner`, `RunnerLike` here) executes, and journals what finished.
+
+Commands execute on a thread pool of their own (`COMMAND_THREADS`), never on the event loop's default one:
+that one holds only cpu_count + 4 threads (6 on a 2-core node), and the agent's short blocking calls run there
+(the journal look-up before each acknowledgment, the heartbeat's inventory, the health probes). A few long
+commands (endpoint starts waiting for readiness, model downloads, `ray.status` inside a busy container) filled
+it, and every later command then went unacknowledged until one of them ended, as if it had never arrived.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -20,6 +27,10 @@ if TYPE_CHECKING:
     from agent.transport.sender import FrameSender
 
 log = logging.getLogger("agent.tunnel")
+
+# The most commands that execute at once (more wait for a thread, acknowledged already); threads start on use.
+COMMAND_THREADS = 64
+_COMMANDS = ThreadPoolExecutor(max_workers=COMMAND_THREADS, thread_name_prefix="agent-command")
 
 
 class RunnerLike(Protocol):
@@ -102,7 +113,7 @@ class CommandHandling:
             loop.call_soon_threadsafe(self._send, frame)
 
         started = time.monotonic()
-        outcome = await asyncio.to_thread(runner.run, command, progress)
+        outcome = await loop.run_in_executor(_COMMANDS, runner.run, command, progress)
         log.info(
             "command %s %s in %.2fs",
             command.command_type,

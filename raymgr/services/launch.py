@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
+
+from django.db import transaction
 
 from agent import protocol
 from kernel.exceptions import IllegalTransition
 from raymgr.models import RayCluster, RayNode, RayNodeStatus
-from raymgr.services.common import S, dispatch, head_gcs_port, record_event, stop_in_flight
+from raymgr.services.common import S, dispatch, head_gcs_port, operator_for, record_event, stop_in_flight
 from raymgr.services.hosts import launch_host_head
 from raymgr.services.kuberay import launch_kuberay_head
 from raymgr.services.transitions import ray_node_set_status
@@ -42,6 +45,32 @@ def stop_ray_node(cluster: RayCluster, ray_node: RayNode, actor: Any) -> None:
         ray_node_set_status(ray_node, RayNodeStatus.STOPPED, failure_reason=str(exc), pending_command=None)
         return
     ray_node_set_status(ray_node, RayNodeStatus.STOPPING, pending_command=command)
+
+
+def remove_failed_ray_node(cluster: RayCluster, ray_node: RayNode) -> None:
+    """Once the transaction commits, send `ray.node.stop` for a Ray node that just failed (its container killed
+    or exited, its process gone), so that its agent removes what is left of it: an exited container stays on
+    its node otherwise.
+
+    The Ray node stays failed with its reason: the stop is not its pending command, so its outcome changes no
+    state (`results._on_stop`). A node offline now gets it when it reconnects (a queued command waits). Sent
+    after commit: queuing locks the Ray node's host, which the fleet's lock order takes before the Ray rows
+    locked here. KubeRay clusters have no Ray node of their own to remove; without an Owner/Admin nothing is
+    sent.
+    """
+    actor = operator_for(cluster)
+    if cluster.is_kuberay or actor is None:
+        return
+    payload = protocol.RayNodeStopPayload(
+        cluster_id=str(cluster.pk), member_id=str(ray_node.pk), runtime=cluster.runtime, container=ray_node.container_id
+    )
+    node = ray_node.node
+
+    def send() -> None:
+        with contextlib.suppress(IllegalTransition):  # the node was deleted: nothing of it is left to remove
+            dispatch(actor, node, "ray.node.stop", payload)
+
+    transaction.on_commit(send, robust=True)
 
 
 def stop_all(cluster: RayCluster, actor: Any, *, why: str) -> None:

@@ -16,7 +16,7 @@ from raymgr.failures import failure_text
 from raymgr.models import RayCluster, RayNode, RayNodeRole, RayNodeStatus
 from raymgr.services.common import S, operator_for, record_event, resource_amounts
 from raymgr.services.hosts import start_workers
-from raymgr.services.launch import stop_all, stop_ray_node
+from raymgr.services.launch import remove_failed_ray_node, stop_all, stop_ray_node
 from raymgr.services.lifecycle import ray_cluster_finish_delete, ray_cluster_finish_stop
 from raymgr.services.transitions import ray_cluster_transition, ray_node_set_status
 
@@ -229,6 +229,7 @@ def _on_status(cluster: RayCluster, ray_node: RayNode, command: Command, ok: boo
             ray_cluster_transition(
                 cluster=cluster, to=S.FAILED, reason=f"The head is not running: {_error_text(command)}"
             )
+            remove_failed_ray_node(cluster, ray_node)  # an exited head container stays on its node otherwise
             _stop_orphans(cluster)
         return
     if cluster.last_status_at and command.finished_at and command.finished_at < cluster.last_status_at:
@@ -263,7 +264,8 @@ def ray_cluster_record_status(*, cluster: RayCluster, status: dict[str, Any], at
     at = at or timezone.now()
     RayCluster.objects.filter(pk=cluster.pk).update(last_status=status, last_status_at=at)
     cluster.last_status, cluster.last_status_at = status, at
-    ours = {str(r.pk): r for r in cluster.ray_nodes.filter(status__in=RayNodeStatus.live()).select_related("node")}
+    live = cluster.ray_nodes.filter(status__in=RayNodeStatus.live()).select_related("node__cluster")
+    ours = {str(r.pk): r for r in live}
     by_ray_id = {r.ray_node_id: r for r in ours.values() if r.ray_node_id}
     listed: set[str] = set()
     for entry in status.get("nodes", []) if isinstance(status.get("nodes"), list) else []:
@@ -294,7 +296,8 @@ def ray_cluster_record_status(*, cluster: RayCluster, status: dict[str, Any], at
 def _fail_vanished(cluster: RayCluster, missing: list[RayNode], status: dict[str, Any]) -> None:
     """Running workers that had joined Ray (their Ray node id known) and that the head's status no longer
     lists among its live nodes died (their container was killed, their process exited): they fail, saying
-    so, and the autoscaler starts others to keep `min_workers`. Only a status that lists nodes counts."""
+    so, their agent is told to remove what is left of them (`remove_failed_ray_node`), and the autoscaler
+    starts others to keep `min_workers`. Only a status that lists nodes counts."""
     if not isinstance(status.get("nodes"), list) or not status["nodes"]:
         return
     for ray_node in missing:
@@ -303,3 +306,4 @@ def _fail_vanished(cluster: RayCluster, missing: list[RayNode], status: dict[str
         reason = f"Ray no longer lists this worker among its live nodes (on {ray_node.node.name}): it died"
         ray_node_set_status(ray_node, RayNodeStatus.FAILED, failure_reason=reason)
         record_event(cluster, "worker_lost", f"Worker {ray_node.pk.hex[:8]} lost: {reason}")
+        remove_failed_ray_node(cluster, ray_node)  # its exited container stays on its node otherwise

@@ -431,3 +431,50 @@ def test_the_default_gcs_port_is_picked_on_the_heads_node_never_redis(compute, a
         assert worker.payload["head_address"] == "10.0.0.1:23456"
         services.autoscale_pass()
         assert last_command("ray.status", cluster_id=str(cluster.pk)).payload["gcs_port"] == 23456
+
+
+def _running_worker(compute, add_node, make_ray):
+    add_node(compute, "cpu-1")
+    add_node(compute, "cpu-2")
+    cluster = make_ray(min_workers=1)
+    start_head(cluster)
+    start = last_command("ray.worker.start", cluster_id=str(cluster.pk))
+    finish(start, data={"container_id": "c-w", "ray_node_id": "bb" * 28})
+    return cluster, RayNode.objects.get(pk=start.payload["member_id"])
+
+
+def test_a_worker_ray_no_longer_lists_fails_and_its_agent_is_told_to_remove_it(
+    compute, add_node, make_ray, django_capture_on_commit_callbacks
+):
+    cluster, worker = _running_worker(compute, add_node, make_ray)
+    head = RayNode.objects.get(ray_cluster=cluster, role="head")
+    status = {"nodes": [{"member_id": str(head.pk), "ray_node_id": "aa" * 28, "is_head": True}]}
+    with django_capture_on_commit_callbacks(execute=True):
+        services.ray_cluster_record_status(cluster=cluster, status=status)
+    worker.refresh_from_db()
+    assert worker.status == RayNodeStatus.FAILED
+    # its killed container stays on its node unless its agent removes it: a stop goes to that node
+    stop = last_command("ray.node.stop", member_id=str(worker.pk))
+    assert stop is not None
+    assert (stop.node_id, stop.payload["container"], stop.payload["runtime"]) == (worker.node_id, "c-w", "docker")
+    finish(stop)
+    worker.refresh_from_db()
+    assert worker.status == RayNodeStatus.FAILED  # the removal changes nothing: failed, with its reason
+    assert "no longer lists this worker" in worker.failure_reason
+    services.ray_cluster_record_status(cluster=cluster, status=status)  # a later status sends nothing more
+    assert Command.objects.filter(command_type="ray.node.stop", payload__member_id=str(worker.pk)).count() == 1
+
+
+def test_a_head_found_not_running_is_removed_from_its_node(
+    compute, add_node, make_ray, django_capture_on_commit_callbacks
+):
+    cluster, _ = _running_worker(compute, add_node, make_ray)
+    head = RayNode.objects.get(ray_cluster=cluster, role="head")
+    services.autoscale_pass()
+    with django_capture_on_commit_callbacks(execute=True):
+        finish(last_command("ray.status", cluster_id=str(cluster.pk)), ok=False, code="not_found", message="exited")
+    head.refresh_from_db()
+    assert head.status == RayNodeStatus.FAILED
+    stop = last_command("ray.node.stop", member_id=str(head.pk))
+    assert stop is not None
+    assert stop.node_id == head.node_id

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from agent.ray.ports import free_port, port_in_use, ray_port_refusal, worker_por
 from agent.ray.versions import AGENT_PORTS, agent_ports_need_pinning
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class DockerBackend(RayBackend):
@@ -146,6 +148,12 @@ class DockerBackend(RayBackend):
 
     def node_stop(self, p: protocol.RayNodeStopPayload, progress: ProgressFn) -> protocol.RayNodeStopResult:
         name = member_name(p.member_id)
+        state = self._engine().state(name)
+        if state is not None and not state.get("Running", True):
+            # What removing it erases: why it ended (raymgr removes a failed Ray node's container at once).
+            why = self._exit_text(name, state)
+            log.warning("removing Ray container %s, which had ended: %s", name, why)
+            progress(f"Ray container {name} had ended: {why}")
         progress(f"stopping Ray container {name}")
         stopped = self._engine().stop(name, timeout_s=p.timeout_s)
         self.members.put(p.member_id, None)
@@ -214,6 +222,12 @@ class DockerBackend(RayBackend):
             f"the Ray {role} container exited with code {state.get('ExitCode')}: "
             f"{short_reason(last[-1]) if last else 'no output'}",
         )
+
+    def _exit_text(self, name: str, state: dict[str, Any]) -> str:
+        """How container `name` ended: its exit code, out of memory or not, and its last lines of output."""
+        lines = [line.strip() for line in self._engine().logs(name, lines=12).splitlines() if line.strip()]
+        oom = ", out of memory" if state.get("OOMKilled") else ""
+        return log_text(f"exit code {state.get('ExitCode')}{oom}; last output: " + (" | ".join(lines) or "none"))[:2000]
 
     def _start_container(self, spec: dict[str, Any], role: str, wait: Callable[[], T]) -> tuple[str, T]:
         """Run `spec`, then `wait()` until the Ray node is up; on failure nothing is left behind."""

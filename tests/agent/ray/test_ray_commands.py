@@ -350,3 +350,25 @@ def test_log_tails_drop_control_characters_the_control_plane_cannot_store():
     torn = "Execution ti\x01\x00\x00\x00\nsme: mean = 0.61ms\tok\r\n"
     assert log_text(torn) == "Execution ti\nsme: mean = 0.61ms\tok\r\n"
     assert tail_lines("one\ntw\x00o\nthree", 2) == "two\nthree"
+
+
+class EndedEngine(HostEngine):
+    """A Ray container that ended by itself (`ray start --block` saw one of Ray's processes die)."""
+
+    def state(self, name: str) -> dict[str, Any] | None:
+        return {"Running": False, "Status": "exited", "ExitCode": 1, "OOMKilled": False}
+
+    def logs(self, name: str, *, lines: int) -> str:
+        return "Ray runtime started.\nSome Ray subprocesses exited unexpectedly:\n  raylet [exit code=1]\n"
+
+
+def test_stopping_a_container_that_had_ended_says_how_it_ended_before_removing_it():
+    engine = EndedEngine()
+    handler = RayCommandHandler(containers=engine)
+    seen, progress = steps()
+    stop = {"cluster_id": CLUSTER, "member_id": HEAD, "runtime": "docker"}
+    assert handler.run("ray.node.stop", stop, progress).stopped
+    assert engine.stops == [member_name(HEAD)]
+    ended = next(m for m in seen if "had ended" in m)
+    assert "exit code 1" in ended
+    assert "raylet [exit code=1]" in ended

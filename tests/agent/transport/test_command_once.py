@@ -84,3 +84,40 @@ def test_many_racing_deliveries_of_several_keys_execute_each_once(tmp_path):
     asyncio.run(storm())
     assert sorted(runner.runs) == ["k-0", "k-1", "k-2", "k-3"]
     assert len([f for f in sent if isinstance(f, p.Ack) and not f.duplicate]) == 4
+
+
+def test_a_command_is_acknowledged_while_more_long_ones_run_than_the_default_thread_pool_holds(tmp_path):
+    """Commands run on a thread pool of their own: the event loop's default one (at most 32 threads, 6 on two
+    cores) kept the journal look-up before each acknowledgment waiting behind long commands."""
+    client, runner, sent = _client(tmp_path)
+    release = threading.Event()
+    ran = runner.run
+
+    def run(command: p.Command, progress) -> p.Result:  # type: ignore[no-untyped-def]
+        if command.idempotency_key.startswith("long"):
+            release.wait(120)  # an endpoint start waiting for its server, a download…
+        return ran(command, progress)
+
+    runner.run = run  # type: ignore[method-assign]
+
+    def acked(command_id: str) -> bool:
+        return any(isinstance(f, p.Ack) and f.command_id == command_id for f in sent)
+
+    async def until(done) -> bool:  # type: ignore[no-untyped-def]
+        for _ in range(3000):  # the old code answers only once a long command ends (never, here)
+            if done():
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    async def scenario() -> tuple[bool, bool]:
+        long = [asyncio.ensure_future(client._on_command(_command(f"c-{i}", f"long-{i}"))) for i in range(33)]
+        all_acked = await until(lambda: all(acked(f"c-{i}") for i in range(33)))
+        short = asyncio.ensure_future(client._on_command(_command("c-short", "short")))
+        answered = await until(lambda: acked("c-short") and "short" in runner.runs)
+        release.set()
+        await asyncio.gather(*long, short)
+        return all_acked, answered
+
+    assert asyncio.run(scenario()) == (True, True)  # every long one acknowledged; the short one answered
+    assert sorted(runner.runs) == sorted(["short"] + [f"long-{i}" for i in range(33)])

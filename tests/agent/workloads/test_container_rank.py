@@ -100,7 +100,7 @@ class LocalContainers:
     def kill(self, name: str) -> None:
         """The container dies: every process of the ranks started in it."""
         self.running.discard(name)
-        for proc in rank_processes(self.sessions):
+        for proc in rank_processes(self.sessions, self.root.parent):
             proc.kill()
 
     def run(self, spec: dict[str, Any]) -> str:  # pragma: no cover - not used by ranks
@@ -118,20 +118,26 @@ def endpoint_id(letter: str) -> str:
     return f"{RUN}{letter * 4}"
 
 
-def rank_processes(sessions: list[int]) -> list[psutil.Process]:
-    """The living processes of these sessions, and those carrying a mark of this run's ranks (an engine child
-    that left)."""
+def rank_processes(sessions: list[int], root: Path) -> list[psutil.Process]:
+    """The living processes of these sessions, and those carrying the mark of a rank this test started (an
+    engine child that left): its exit file under `root`. Never another rank's: a real one inside a Ray
+    container is a process of this machine too (a test beside this one, or a node's agent)."""
     found = []
     for proc in psutil.process_iter():
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            mark = proc.environ().get("CLEVERTHIS_RANK", "") if sessions else ""
-            if os.getsid(proc.pid) in sessions or mark.startswith(f"endpoint-{RUN}"):
+            if os.getsid(proc.pid) in sessions or (
+                sessions and "CLEVERTHIS_RANK" in (env := proc.environ()) and _under(env.get("RANK_EXIT_FILE"), root)
+            ):
                 found.append(proc)
         except (OSError, psutil.Error):
             continue
     return found
+
+
+def _under(path: str | None, root: Path) -> bool:
+    return bool(path) and Path(path).resolve().is_relative_to(root.resolve())
 
 
 def down(name: str) -> None:
@@ -160,7 +166,7 @@ def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCont
     monkeypatch.delenv("CLEVERTHIS_ENDPOINT_SERVER", raising=False)
     containers = LocalContainers(tmp_path / "container")
     yield containers
-    for proc in rank_processes(containers.sessions):
+    for proc in rank_processes(containers.sessions, tmp_path):
         proc.kill()
 
 
@@ -259,11 +265,11 @@ def test_a_leader_rank_in_the_container_serves_on_the_nodes_port_and_dies_with_t
 def test_stop_ends_every_process_of_the_rank_in_its_container(cache, tmp_path, local):
     manager = manager_for(cache, tmp_path, local)
     result = manager.start(EndpointStartPayload(endpoint_id=endpoint_id("e"), model_id=MODEL, group=group()), quiet)
-    processes = rank_processes(local.sessions)
+    processes = rank_processes(local.sessions, tmp_path)
     assert len(processes) == 3  # sh, the server, its engine child (in a session of its own)
     assert len({os.getsid(p.pid) for p in processes}) == 2
     manager.stop(EndpointStopPayload(endpoint_id=endpoint_id("e")))
-    assert rank_processes([result.pid]) == []
+    assert rank_processes([result.pid], tmp_path) == []
     assert manager.inventory() == []
 
 
@@ -282,7 +288,7 @@ def test_a_follower_rank_runs_the_cli_shim_written_into_the_container(cache, tmp
     cmdline = psutil.Process(result.pid).cmdline()
     assert cmdline[4:7] == ["python", "-m", CLI_MODULE]
     manager.stop(EndpointStopPayload(endpoint_id=endpoint_id("f")))
-    assert rank_processes([result.pid]) == []
+    assert rank_processes([result.pid], tmp_path) == []
 
 
 def test_the_docker_runtime_mounts_the_model_cache_read_only_at_its_own_path_in_ray_containers(tmp_path):
@@ -304,3 +310,36 @@ def test_the_docker_runtime_mounts_the_model_cache_read_only_at_its_own_path_in_
     assert spec["volumes"] == {str(models.resolve()): {"bind": str(models.resolve()), "mode": "ro"}}
     assert spec["network_mode"] == "host"  # the leader's port is the node's
     assert "volumes" not in RayCommandHandler(containers=LocalContainers(tmp_path / "d")).docker.spec(head)
+
+
+class LosingLooks(LocalContainers):
+    """The engine loses some looks at a rank (Podman's exec answering exit 0 and nothing, under load) while
+    the container runs."""
+
+    def __init__(self, root: Path, lose: int) -> None:
+        super().__init__(root)
+        self.lose = lose
+
+    def exec(self, name: str, argv: list[str], *, timeout_s: float) -> tuple[int, str]:
+        if argv[3] == "poll" and self.lose:
+            self.lose -= 1
+            return 0, ""
+        return super().exec(name, argv, timeout_s=timeout_s)
+
+
+def test_a_look_the_engine_loses_while_the_container_runs_is_taken_again(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("CLEVERTHIS_VLLM_DEVICE", "cpu")
+    monkeypatch.delenv("CLEVERTHIS_ENDPOINT_SERVER", raising=False)
+    engine = LosingLooks(tmp_path / "container", lose=2)
+    manager = manager_for(cache, tmp_path, engine)
+    try:
+        port = free_port()
+        payload = EndpointStartPayload(endpoint_id=endpoint_id("g"), model_id=MODEL, port=port, group=group())
+        assert manager.start(payload, quiet).port == port  # not "exited with status -9"
+        engine.lose = 1
+        assert [i.status for i in manager.inventory()] == ["running"]  # not dropped
+        engine.lose = 100
+        assert manager.inventory() == []  # an engine losing every look: the rank counts as gone
+    finally:
+        for proc in rank_processes(engine.sessions, tmp_path):
+            proc.kill()
