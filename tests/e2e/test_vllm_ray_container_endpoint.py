@@ -43,7 +43,7 @@ from tests.support.environment import missing
 from tests.support.node_container import podman
 from tests.support.processes import wait_until
 from tests.support.ray_docker import containers_of, ray_errors, remove_containers
-from tests.support.tiny_llm import build, vllm_python
+from tests.support.tiny_llm import build, require_vllm_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True), pytest.mark.timeout(2700)]
 
@@ -66,9 +66,7 @@ def ray_vllm_env(settings):
     url = require_podman()
     if podman("image", "exists", vllm_image(), check=False).returncode != 0:
         missing(f"no {vllm_image()} image", "run .ci/ray-vllm-image (as root) to build it")
-    python = vllm_python()
-    if not python or not Path(python).exists():
-        missing("vLLM's CPU engine is not built here (it makes the tiny model)", "bash .ci/vllm-venv builds it")
+    python = require_vllm_python(" (it makes the tiny model)")
     settings.COMMAND_RESEND_AFTER_S = 20  # the resend below runs in this process, with these settings
     made: list[str] = []
     yield {"DOCKER_HOST": url, **RAY_ENV, **VLLM_ENV}, made, python
