@@ -22,18 +22,18 @@ from pathlib import Path
 
 import psutil
 import pytest
-import requests
 from rest_framework.authtoken.models import Token
 
 from agent.ray.ports import free_port
 from fleet import services
 from fleet.models import Command, Node
 from fleet.workloads import services as workload_services
-from fleet.workloads.models import Endpoint, EndpointReplica
+from fleet.workloads.models import EndpointReplica
 from fleet.workloads.tasks import endpoints_heal_tick
 from raymgr import services as ray_services
 from raymgr.models import RayCluster, RayNode
 from tests.e2e.conftest import node_of
+from tests.support.endpoint_calls import complete, status_of
 from tests.support.processes import REPO_ROOT, wait_until
 from tests.support.tiny_llm import build, require_vllm_python
 
@@ -55,17 +55,6 @@ def healing_until(done, *, timeout: float, what: str) -> None:
         return done()
 
     wait_until(step, timeout=timeout, interval=2, what=what)
-
-
-def status_of(endpoint: Endpoint) -> str:
-    return Endpoint.objects.get(pk=endpoint.pk).status
-
-
-def complete(base: str, headers: dict[str, str]) -> dict:
-    body = {"model": MODEL, "prompt": "the fleet runs", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
-    answer = requests.post(f"{base}/v1/completions", json=body, headers=headers, timeout=300)
-    assert answer.status_code == 200, answer.text
-    return answer.json()
 
 
 def rank_pid(state: Path, server_id: str) -> int:
@@ -132,10 +121,10 @@ def test_pipeline_parallel_2_on_a_ray_cluster_fails_and_heals_as_one(
 
     token = Token.objects.create(user=user)
     headers = {"Authorization": f"Token {token.key}", "Host": endpoint.hostname}
-    first = complete(control_plane.url, headers)
+    first = complete(control_plane.url, headers, MODEL)
     assert first["usage"]["completion_tokens"] == 8
     began = time.monotonic()
-    tokens = sum(complete(control_plane.url, headers)["usage"]["completion_tokens"] for _ in range(3))
+    tokens = sum(complete(control_plane.url, headers, MODEL)["usage"]["completion_tokens"] for _ in range(3))
     print(f"distributed endpoint through the proxy: {tokens / (time.monotonic() - began):.1f} tokens/s (1 stream)")
 
     # the follower's rank dies: the group fails with the reason and its leader is stopped
@@ -154,7 +143,7 @@ def test_pipeline_parallel_2_on_a_ray_cluster_fails_and_heals_as_one(
     # the Ray cluster is whole: the healing pass starts every rank again
     healing_until(lambda: status_of(endpoint) == "running", timeout=1200, what="the group running again")
     assert endpoint.events.filter(kind="endpoint.group_restarted").exists()
-    again = complete(control_plane.url, headers)
+    again = complete(control_plane.url, headers, MODEL)
     assert again["choices"][0]["text"] == first["choices"][0]["text"]  # greedy: the same model answers alike
 
     workload_services.endpoint_stop(actor=user, endpoint=endpoint)

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import pytest
-import requests
 from django.conf import settings as django_settings
 from rest_framework.authtoken.models import Token
 
@@ -33,12 +32,13 @@ from fleet import services
 from fleet.models import Command, Node
 from fleet.services.command_delivery import commands_resend_stuck
 from fleet.workloads import services as workload_services
-from fleet.workloads.models import Endpoint, EndpointReplica
+from fleet.workloads.models import EndpointReplica
 from fleet.workloads.tasks import endpoints_heal_tick
 from raymgr import services as ray_services
 from raymgr.models import RayCluster, RayNode
 from raymgr.tasks import autoscale
 from tests.agent.executors.podman import require_podman
+from tests.support.endpoint_calls import complete, status_of
 from tests.support.environment import missing
 from tests.support.node_container import podman
 from tests.support.processes import wait_until
@@ -121,17 +121,6 @@ def evidence(cluster_id: str, log_dir: Path) -> str:
     return "\n".join(parts)
 
 
-def status_of(endpoint: Endpoint) -> str:
-    return Endpoint.objects.get(pk=endpoint.pk).status
-
-
-def complete(base: str, headers: dict[str, str]) -> dict:
-    body = {"model": MODEL, "prompt": "the fleet runs", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
-    answer = requests.post(f"{base}/v1/completions", json=body, headers=headers, timeout=300)
-    assert answer.status_code == 200, answer.text
-    return answer.json()
-
-
 def vllm_processes(container: str) -> list[str]:
     """The vLLM processes (zombies aside) in `container`; none when it is gone."""
     listed = podman("exec", container, "ps", "-eo", "stat=,args=", check=False).stdout.splitlines()
@@ -204,7 +193,7 @@ def test_pp2_ranks_inside_ray_containers_fail_with_the_worker_container_and_heal
 
     token = Token.objects.create(user=user)
     headers = {"Authorization": f"Token {token.key}", "Host": endpoint.hostname}
-    first = complete(control_plane.url, headers)
+    first = complete(control_plane.url, headers, MODEL)
     assert first["usage"]["completion_tokens"] == 8
 
     # the worker's container dies, its rank with it: the group fails with the reason
@@ -232,7 +221,7 @@ def test_pp2_ranks_inside_ray_containers_fail_with_the_worker_container_and_heal
     )
     healed_s = time.monotonic() - killed
     assert endpoint.events.filter(kind="endpoint.group_restarted").exists()
-    again = complete(control_plane.url, headers)
+    again = complete(control_plane.url, headers, MODEL)
     assert again["choices"][0]["text"] == first["choices"][0]["text"]  # greedy: the same model answers alike
     print(
         f"\nRay head + worker containers running {ray_s:.0f} s after create; group running {group_s:.0f} s after "

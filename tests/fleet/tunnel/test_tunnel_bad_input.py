@@ -206,18 +206,26 @@ def _bad_content_frames(node_id: str, foreign_command_id: str) -> dict[str, str]
     }
 
 
-@pytest.mark.asyncio
-async def test_frames_with_values_the_services_refuse_close_with_4400(cluster, owner, node_identity):
-    other = await sync_to_async(_register)(cluster, owner, "other")
-    command = await sync_to_async(
-        lambda: services.command_dispatch(
+async def _download_queued(owner, cluster, node_id) -> Command:  # type: ignore[no-untyped-def]
+    """A `model.download` dispatched to the node `node_id` (the command the frames below speak of)."""
+
+    def dispatch() -> Command:
+        (command,) = services.command_dispatch(
             actor=owner,
             cluster=cluster,
             command_type="model.download",
             payload={"model_id": "acme/tiny"},
-            node=Node.objects.get(pk=node_identity.node_id),
-        )[0]
-    )()
+            node=Node.objects.get(pk=node_id),
+        )
+        return command
+
+    return await sync_to_async(dispatch)()
+
+
+@pytest.mark.asyncio
+async def test_frames_with_values_the_services_refuse_close_with_4400(cluster, owner, node_identity):
+    other = await sync_to_async(_register)(cluster, owner, "other")
+    command = await _download_queued(owner, cluster, node_identity.node_id)
     good = await _authenticated(other)
     for name, raw in _bad_content_frames(node_identity.node_id, str(command.pk)).items():
         comm = await _authenticated(node_identity)
@@ -235,15 +243,7 @@ async def test_frames_with_values_the_services_refuse_close_with_4400(cluster, o
 @pytest.mark.asyncio
 async def test_reports_about_another_nodes_command_are_ignored_not_applied(cluster, owner, node_identity):
     other = await sync_to_async(_register)(cluster, owner, "other")
-    (theirs,) = await sync_to_async(
-        lambda: services.command_dispatch(
-            actor=owner,
-            cluster=cluster,
-            command_type="model.download",
-            payload={"model_id": "acme/tiny"},
-            node=Node.objects.get(pk=other.node_id),
-        )
-    )()
+    theirs = await _download_queued(owner, cluster, other.node_id)
     comm = await _authenticated(node_identity)
     await comm.send_to(text_data=p.encode(p.Ack(command_id=str(theirs.pk))))
     await comm.send_to(text_data=p.encode(p.Result(command_id=str(theirs.pk), data={"forged": True})))
@@ -678,15 +678,7 @@ async def test_a_result_carrying_nul_characters_is_recorded_without_them_and_the
 ):
     """A log tail read while Ray writes it may hold NULs, which PostgreSQL's jsonb refuses: recording it failed
     at every resend, and each failure closed the tunnel (its proxied streams too)."""
-    (command,) = await sync_to_async(
-        lambda: services.command_dispatch(
-            actor=owner,
-            cluster=cluster,
-            command_type="model.download",
-            payload={"model_id": "acme/tiny"},
-            node=Node.objects.get(pk=node_identity.node_id),
-        )
-    )()
+    command = await _download_queued(owner, cluster, node_identity.node_id)
     comm = await _authenticated(node_identity)
     await comm.send_to(text_data=p.encode(p.Ack(command_id=str(command.pk))))
     await comm.send_to(text_data=p.encode(p.Result(command_id=str(command.pk), data={"logs": {"gcs": "a\x00\x00b"}})))
