@@ -13,12 +13,17 @@ answered (`X-Served-By`).
 
 from __future__ import annotations
 
+import itertools
 import threading
+from collections.abc import Callable
 
 import pytest
 import requests
+from django.conf import settings as django_settings
 from rest_framework.authtoken.models import Token
 
+from fleet import balancer
+from fleet.proxy import affinity
 from fleet.workloads import selectors
 from fleet.workloads import services as workload_services
 from fleet.workloads.models import EndpointReplica, EndpointStatus
@@ -29,6 +34,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 SYSTEM = "You are a careful assistant. Answer briefly and cite nothing. " * 20
 CONVERSATIONS = 11  # (odd: round robin over two servers would move each conversation every turn)
+
+
+def spread_over_both(owner: Callable[[int], str], count: int) -> list[int]:
+    """`count` indices from 0 whose keys the ring gives both servers: the first `count`, the last one swapped
+    for the first later index owned by the other server when the ring put all of them on one (which hashing
+    11 keys onto 2 servers does about once in 600 runs: 32 of 20,000 random rings)."""
+    chosen = list(range(count))
+    owners = {owner(i) for i in chosen}
+    if len(owners) == 1:
+        chosen[-1] = next(i for i in itertools.count(count) if owner(i) not in owners)
+    return chosen
 
 
 @pytest.fixture
@@ -64,15 +80,32 @@ def test_prefix_and_session_affinity_through_the_proxy(control_plane, cluster, o
     assert [settled(r.pk).status for r in replicas.all()] == [EndpointStatus.RUNNING] * 2
     servers = {f"127.0.0.1:{r.port}" for r in replicas.all()}
     call = caller(control_plane, endpoint, user)
+    # where the ring puts a key when both replicas are free (the proxy's ring of the replicas' server ids)
+    ring = balancer.Ring([r.server_id for r in replicas.all()])
+    port_of = {r.server_id: f"127.0.0.1:{r.port}" for r in replicas.all()}
 
-    histories = {c: [{"role": "system", "content": SYSTEM}] for c in range(CONVERSATIONS)}
-    served: dict[int, set[str]] = {c: set() for c in range(CONVERSATIONS)}
+    def ring_server(key: bytes) -> str:
+        return port_of[ring.owner(balancer.affinity_hash(key))]
+
+    def opening(c: int) -> list[dict[str, str]]:
+        return [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"conversation {c}, turn 0: tell me more"},
+        ]
+
+    def prefix_server(c: int) -> str:
+        leading = affinity.leading_text({"messages": opening(c)}, django_settings.ROUTING_PREFIX_CHARS)
+        return ring_server(leading.encode())
+
+    conversations = spread_over_both(prefix_server, CONVERSATIONS)
+    histories = {c: opening(c)[:1] for c in conversations}
+    served: dict[int, set[str]] = {c: set() for c in conversations}
     for turn in range(3):
         for c, history in histories.items():
             history.append({"role": "user", "content": f"conversation {c}, turn {turn}: tell me more"})
             served[c].add(call(history))
             history.append({"role": "assistant", "content": f"reply {turn}"})
-    assert all(len(s) == 1 for s in served.values()), served  # each conversation stayed on its server
+    assert served == {c: {prefix_server(c)} for c in conversations}  # each conversation on its ring server
     assert set().union(*served.values()) == servers  # and the conversations used both
 
     # what the router did, as the web process publishes it (about every second)
@@ -85,7 +118,11 @@ def test_prefix_and_session_affinity_through_the_proxy(control_plane, cluster, o
     wait_until(lambda: counted() == (3 * CONVERSATIONS, 2 * CONVERSATIONS), timeout=15, what="routed and hits")
 
     workload_services.endpoint_set_routing(actor=user, endpoint=endpoint, routing_policy="session")
-    sessions: dict[str, set[str]] = {f"s{i}": set() for i in range(CONVERSATIONS)}
+
+    def session_server(i: int) -> str:
+        return ring_server(f"session:s{i}".encode())  # (the key `affinity.session_key` makes of X-Session-Id)
+
+    sessions: dict[str, set[str]] = {f"s{i}": set() for i in spread_over_both(session_server, CONVERSATIONS)}
 
     def session_sticks() -> bool:  # (the web process re-reads the route within PROXY_ROUTE_CACHE_S)
         for name, seen in sessions.items():
@@ -95,6 +132,7 @@ def test_prefix_and_session_affinity_through_the_proxy(control_plane, cluster, o
         return all(len(s) == 1 for s in sessions.values())
 
     wait_until(session_sticks, timeout=15, what="session affinity")
+    assert sessions == {name: {session_server(int(name[1:]))} for name in sessions}
     assert set().union(*sessions.values()) == servers
 
     proc, _ = two_nodes["gpu-a"]
