@@ -87,6 +87,10 @@ class RayGroupSource:
             for n in RayNode.objects.filter(pk__in=[r for r in ray_nodes if r])
         }
 
+    def held(self, *, ray_nodes: list[str]) -> set[str]:
+        live = RayNode.objects.filter(pk__in=[r for r in ray_nodes if r], status__in=RayNodeStatus.live())
+        return {str(pk) for pk in live.values_list("pk", flat=True)}
+
 
 def ranks_on(ray_nodes: list[str]) -> set[str]:
     """The Ray nodes among `ray_nodes` a live rank of a distributed endpoint uses (the autoscaler keeps them)."""

@@ -56,6 +56,10 @@ class GroupSource(Protocol):
     def states(self, *, ray_nodes: list[str]) -> dict[str, MemberState]:
         """Each Ray node's label and status, by id (missing ones left out)."""
 
+    def held(self, *, ray_nodes: list[str]) -> set[str]:
+        """The Ray nodes among these whose GPUs and VRAM their app still counts against the quotas (live ones;
+        a failed, stopped or deleted Ray node holds nothing)."""
+
 
 _sources: list[GroupSource] = []
 

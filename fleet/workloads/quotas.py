@@ -8,7 +8,9 @@ so it keeps its place in the `endpoints` quota, while it holds no GPU or VRAM), 
 with what its server really holds on its node while that replica is live with its start queued
 (`replica_hold`: on a GPU node at least one GPU, whatever the endpoint asked, as the agent pins them, and
 vLLM's share of those GPUs' memory; kept on the replica's row), less what of that its Ray node already holds
-for a distributed endpoint's rank (`covered_*`: the Ray node counts it, `raymgr.quotas`). A replica is admitted by
+for a distributed endpoint's rank (`covered_*`: the Ray node counts it, `raymgr.quotas`) while that Ray node is
+live; once it failed or stopped, the rank still live (left behind on an offline node) is charged in full
+(`ranks_charge_released`, every healing pass). A replica is admitted by
 `endpoint_record_start_commands` just before its start links to it; so is the replica a cold start brings
 back, asking GPUs and VRAM but no endpoint.
 `register()` hands the provider to tenancy at app start; the services call `admit` with the asks below

@@ -55,7 +55,12 @@ def drain_node_now(node_id: str) -> dict:
 
 @shared_task(name="fleet.workload_tasks.endpoints_heal_tick", autoretry_for=(DatabaseError,), max_retries=2)
 def endpoints_heal_tick() -> dict[str, int]:
-    """Beat: one healing pass for every endpoint with a lost replica; {endpoint_id: replacements started}."""
+    """Beat: one healing pass for every endpoint with a lost replica; {endpoint_id: replacements started}.
+    First, ranks whose Ray node no longer holds what they covered are charged in full."""
+    try:
+        workload_services.ranks_charge_released()
+    except Exception:  # the healing below must run whatever this did
+        logger.exception("charging the ranks of released Ray nodes failed")
     out: dict[str, int] = {}
     for endpoint_id in workload_services.endpoints_to_heal():
         try:

@@ -172,7 +172,10 @@ def gpu_ray(compute, add_node, make_ray):
         agent_side.inventory(add_node(compute, name, gpus=2, memory_mb=128000), models=[LLAMA])
     cluster = make_ray(min_workers=1, max_workers=1)
     start_head(cluster, ip="10.0.0.7")
-    finish(last_command("ray.worker.start", cluster_id=str(cluster.pk)), data={"container_id": "c-w"})
+    finish(
+        last_command("ray.worker.start", cluster_id=str(cluster.pk)),
+        data={"container_id": "c-w", "ray_node_id": "cc" * 28},
+    )
     cluster.refresh_from_db()
     assert cluster.status == RayClusterStatus.RUNNING
     return cluster
@@ -601,3 +604,39 @@ def test_a_group_down_while_a_ranks_stop_waits_on_its_offline_node_can_be_stoppe
     assert endpoint.status == EndpointStatus.STOPPED
     assert endpoints_heal_tick() == {}
     assert _starts() == 2
+
+
+def test_a_rank_left_on_an_offline_node_is_charged_in_full_once_its_ray_node_counts_no_more(
+    owner, workspace, gpu_ray, compute, add_node
+):
+    agent_side.inventory(add_node(compute, "gpu-3", gpus=2, memory_mb=128000), models=[LLAMA])
+    endpoint = run(create(owner, gpu_ray, tensor_parallel=2))
+    gpus_in_use = lambda: usage([workspace.pk])[workspace.pk]["gpus"]  # noqa: E731
+    assert gpus_in_use() == 4  # the two Ray nodes' GPUs, the ranks on them charged nothing more
+    _leader, old = ranks(endpoint)
+    _offline(old.node)
+    endpoints_heal_tick()
+    agent_side.result(ranks(endpoint)[0].stop_command)
+    old.refresh_from_db()
+    assert (old.status, old.covered_gpus) == (EndpointStatus.STOPPING, 2)  # its stop waits for the node
+    assert gpus_in_use() == 4
+    _worker_dies(gpu_ray)  # raymgr fails the worker: its Ray node counts no more, the rank's server still holds 2
+    assert RayNode.objects.get(pk=old.ray_node).status == RayNodeStatus.FAILED
+    endpoints_heal_tick()
+    old.refresh_from_db()
+    assert (old.status, old.covered_gpus, old.covered_vram_mb) == (EndpointStatus.STOPPING, 0, 0)
+    assert gpus_in_use() == 4  # the head's 2 + the offline rank's 2 (before: 2, those GPUs counted nowhere)
+    # the Ray cluster's new worker on gpu-3 and the group started again there: all three nodes' GPUs count
+    services.autoscale_pass()
+    finish(
+        last_command("ray.worker.start", cluster_id=str(gpu_ray.pk)),
+        data={"container_id": "c-w2", "ray_node_id": "dd" * 28},
+    )
+    assert endpoints_heal_tick() == {str(endpoint.pk): 2}
+    assert [r.covered_gpus for r in ranks(endpoint)] == [2, 2]
+    assert gpus_in_use() == 6
+    # the old node returns and its rank's stop ends the old server: its GPUs are free again
+    Node.objects.filter(pk=old.node_id).update(status=NodeStatus.ONLINE)
+    agent_side.result(old.stop_command)
+    assert gpus_in_use() == 4
+    assert workloads.ranks_charge_released() == 0  # nothing left to charge again

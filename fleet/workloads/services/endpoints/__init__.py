@@ -46,7 +46,7 @@ from fleet.workloads.services.endpoints.autoscale import (
     endpoints_to_autoscale,
 )
 from fleet.workloads.services.endpoints.group_health import group_heal
-from fleet.workloads.services.endpoints.groups import MAX_PARALLEL, group_plan, group_start
+from fleet.workloads.services.endpoints.groups import MAX_PARALLEL, group_plan, group_start, ranks_charge_released
 from fleet.workloads.services.endpoints.heal import endpoint_heal, endpoints_to_heal
 from fleet.workloads.services.endpoints.idle import endpoint_idle, endpoint_wake, endpoints_to_idle
 from fleet.workloads.services.endpoints.lifecycle import endpoint_create, endpoint_restart, endpoint_stop
@@ -124,6 +124,7 @@ __all__ = [
     "lora_adapter_create",
     "lora_adapter_delete",
     "node_free_vram_mb",
+    "ranks_charge_released",
     "validate_admission",
     "validate_model_id",
     "validate_per_minute",

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db.models import Sum
+from django.utils import timezone
 
 from agent import protocol
 from fleet.models import COMMAND_OPEN_STATUSES, Command
@@ -118,6 +119,21 @@ def _covered(member: GroupMember, replica: EndpointReplica) -> tuple[int, int]:
         .aggregate(gpus=Sum("covered_gpus", default=0), vram=Sum("covered_vram_mb", default=0))
     )
     return max(member.gpus - taken["gpus"], 0), max(member.vram_mb - taken["vram"], 0)
+
+
+def ranks_charge_released() -> int:
+    """Charge in full, from now on, every live rank whose Ray node no longer holds what it covered (that Ray
+    node failed, stopped or is gone, so `raymgr.quotas` no longer counts it): a rank left behind on an offline
+    node keeps its GPUs until its stop reaches it, and they must count somewhere. Returns the ranks changed
+    (the healing beat runs this every pass)."""
+    covered = EndpointReplica.objects.filter(status__in=EndpointStatus.live()).exclude(ray_node="")
+    covered = covered.exclude(covered_gpus=0, covered_vram_mb=0)
+    rows = list(covered.values_list("pk", "ray_node"))
+    if not rows:
+        return 0
+    held = group_source().held(ray_nodes=sorted({ray_node for _, ray_node in rows}))
+    released = [pk for pk, ray_node in rows if ray_node not in held]
+    return covered.filter(pk__in=released).update(covered_gpus=0, covered_vram_mb=0, updated_at=timezone.now())
 
 
 def _master_port(endpoint: Endpoint, leader_node_id: Any) -> int:
