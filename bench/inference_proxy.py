@@ -42,7 +42,6 @@ import os
 import resource
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,13 +53,7 @@ sys.path.insert(0, str(REPO / "bench"))
 os.environ.setdefault("BENCH_DB", "cleverthis_bench_inference")
 
 import web_servers  # noqa: E402
-from proxy import (  # noqa: E402  (django.setup() on the bench database and a private Redis)
-    control_plane_env,
-    drop_database,
-    heartbeat_rtts,
-    prepare_database,
-    start_redis,
-)
+from proxy import bench_setting, control_plane_env, heartbeat_rtts  # noqa: E402  (django.setup(): bench DB, own Redis)
 from stream_load import LoadGenerators, StreamResult, start_node_server  # noqa: E402
 
 from tests.support.live import agent_join, agent_run  # noqa: E402
@@ -403,21 +396,13 @@ def main() -> None:
     results: Results = {}
     counts: dict[str, dict[str, int]] = {}
     with contextlib.ExitStack() as stack:
-        if args.keep:
-            tmp = Path(args.keep)
-            tmp.mkdir(parents=True, exist_ok=True)
-        else:
-            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-inference-")))
-        redis = start_redis(tmp)
-        stack.callback(redis.stop)
+        tmp, redis, user, cluster = bench_setting(stack, args.keep, "bench-inference-")
         node_port = free_port()
         node_server = start_node_server(node_port, args.tokens, args.interval_ms / 1000)
         stack.callback(lambda: (os.killpg(node_server.pid, signal.SIGKILL), node_server.wait()))
         wait_until(lambda: port_open(node_port), timeout=30, what="node server")
         load = LoadGenerators(args.load_processes)
         stack.callback(load.stop)
-        stack.callback(drop_database)
-        user, cluster = prepare_database()
         setup = Setup(args, tmp, node_port, node_server.pid, redis, load, user, cluster)
         modes = {"on": [True], "off": [False], "both": [False, True]}[args.metering]
         for server in args.servers:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import secrets
@@ -180,6 +181,24 @@ def start_redis(log_dir: Path) -> ManagedProcess:
     redis = ManagedProcess("redis", argv, log_dir=log_dir)
     wait_until(lambda: port_open(REDIS_PORT), timeout=10, what="redis")
     return redis
+
+
+def bench_setting(
+    stack: contextlib.ExitStack, keep: str | None, prefix: str
+) -> tuple[Path, ManagedProcess, object, object]:
+    """What the proxy benches set up alike, each part undone when `stack` closes: their folder (`keep`, whose
+    logs stay, or a temporary one named `prefix`...), the private Redis logging there, and the bench database
+    (`prepare_database`: its user and compute cluster). Returns (folder, redis, user, cluster)."""
+    if keep:
+        folder = Path(keep)
+        folder.mkdir(parents=True, exist_ok=True)
+    else:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+    redis = start_redis(folder)
+    stack.callback(redis.stop)
+    stack.callback(drop_database)
+    user, cluster = prepare_database()
+    return folder, redis, user, cluster
 
 
 def pids_roles(big: dict[str, dict[str, object]]) -> list[str]:

@@ -36,7 +36,6 @@ import os
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,7 +48,7 @@ os.environ.setdefault("BENCH_DB", "cleverthis_bench_proxy_extra")
 
 import hop_trace  # noqa: E402
 import web_servers  # noqa: E402
-from proxy import control_plane_env, drop_database, prepare_database, start_redis  # noqa: E402  (django.setup())
+from proxy import bench_setting, control_plane_env  # noqa: E402  (django.setup())
 from stream_load import LoadGenerators, StreamResult, start_node_server  # noqa: E402
 
 from tests.support.live import agent_join, agent_run  # noqa: E402
@@ -365,15 +364,7 @@ def main() -> None:
     compare = dict(item.split("=", 1) for item in args.compare)
 
     with contextlib.ExitStack() as stack:
-        if args.keep:
-            tmp = Path(args.keep)
-            tmp.mkdir(parents=True, exist_ok=True)
-        else:
-            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-proxy-extra-")))
-        redis = start_redis(tmp)
-        stack.callback(redis.stop)
-        stack.callback(drop_database)
-        user, cluster = prepare_database()
+        tmp, _redis, user, cluster = bench_setting(stack, args.keep, "bench-proxy-extra-")
         server = standin_server(args) if args.engine == "standin" else vllm_server(args, tmp)
         stack.callback(server.stop)
         load = LoadGenerators(1)
