@@ -7,7 +7,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from fleet.usage import services
+from fleet.usage import budgets, services
 from kernel import outbound_urls
 
 
@@ -23,7 +23,7 @@ def sample_usage() -> int:
 @shared_task(name="fleet.usage.tasks.evaluate_budgets", ignore_result=True)
 def evaluate_budgets() -> int:
     """The month's spend of every budget, its alerts and the hard stops; returns how many are stopped."""
-    return services.budgets_evaluate()
+    return budgets.budgets_evaluate()
 
 
 @shared_task(

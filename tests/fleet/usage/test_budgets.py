@@ -226,3 +226,12 @@ def test_the_budgets_api(api_client_for, owner, workspace, other_workspace, memb
     viewer = member_of(workspace, "viewer")
     assert api_client_for(viewer).put("/api/v1/budgets/", body, format="json").status_code == 403
     assert len(api_client_for(viewer).get("/api/v1/budgets/").json()) == 1
+
+
+def test_the_beats_task_evaluates_the_budgets_and_stops_an_exceeded_one(owner, workspace, sent):
+    """What the beat runs each minute (`tasks.evaluate_budgets`; it called a function its module lacks)."""
+    budgets.budget_set(actor=owner, workspace=workspace, token_limit=100, hard_stop=True)
+    use(workspace, None, 150, at=datetime.now(UTC))
+    assert tasks.evaluate_budgets() == 1
+    assert Budget.objects.get().level == "exceeded"
+    assert stopped(workspace.pk, None)["type"] == "budget_exceeded"
