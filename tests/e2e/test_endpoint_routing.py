@@ -14,12 +14,12 @@ answered (`X-Served-By`).
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from collections.abc import Callable
 
 import pytest
 import requests
-from django.conf import settings as django_settings
 from rest_framework.authtoken.models import Token
 
 from fleet import balancer
@@ -93,9 +93,9 @@ def test_prefix_and_session_affinity_through_the_proxy(control_plane, cluster, o
             {"role": "user", "content": f"conversation {c}, turn 0: tell me more"},
         ]
 
-    def prefix_server(c: int) -> str:
-        leading = affinity.leading_text({"messages": opening(c)}, django_settings.ROUTING_PREFIX_CHARS)
-        return ring_server(leading.encode())
+    def prefix_server(c: int) -> str:  # (the key the proxy makes of the body `call` posts on turn 0)
+        body = json.dumps({"model": "acme/tiny", "messages": opening(c)}).encode()
+        return ring_server(affinity.affinity_key(balancer.PREFIX, {}, body))
 
     conversations = spread_over_both(prefix_server, CONVERSATIONS)
     histories = {c: opening(c)[:1] for c in conversations}
@@ -119,8 +119,10 @@ def test_prefix_and_session_affinity_through_the_proxy(control_plane, cluster, o
 
     workload_services.endpoint_set_routing(actor=user, endpoint=endpoint, routing_policy="session")
 
-    def session_server(i: int) -> str:
-        return ring_server(f"session:s{i}".encode())  # (the key `affinity.session_key` makes of X-Session-Id)
+    def session_server(i: int) -> str:  # (the key the proxy makes of the X-Session-Id header `call` sends)
+        return ring_server(
+            affinity.affinity_key(balancer.SESSION, {"headers": [(b"x-session-id", f"s{i}".encode())]}, b"")
+        )
 
     sessions: dict[str, set[str]] = {f"s{i}": set() for i in spread_over_both(session_server, CONVERSATIONS)}
 
